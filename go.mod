@@ -1,0 +1,25 @@
+module github.com/prq-dev/prq
+
+go 1.26.8
+
+require (
+	github.com/alicebob/miniredis/v2 v2.40.0
+	github.com/hibiken/asynq v0.26.0
+	github.com/redis/go-redis/v9 v9.23.0
+	github.com/tiktoken-go/tokenizer v0.10.0
+	gopkg.in/yaml.v3 v3.0.1
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/dlclark/regexp2/v2 v2.5.1 // indirect
+	github.com/google/uuid v1.6.0 // indirect
+	github.com/robfig/cron/v3 v3.0.1 // indirect
+	github.com/spf13/cast v1.10.0 // indirect
+	github.com/yuin/gopher-lua v1.1.1 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/time v0.14.0 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
+	gopkg.in/check.v1 v1.0.0-20190902080502-41f04d3bba15 // indirect
+)

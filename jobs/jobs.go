@@ -1,0 +1,201 @@
+// Package jobs is the bottom of prq: task type names, payload structs,
+// queue names and the rules that map tiers and job kinds to queues.
+// It imports nothing of prq's own, so every other package can pass its
+// values around.
+package jobs
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+)
+
+// Task type names, namespaced with a colon as asynq recommends.
+const (
+	TypePlan     = "pr:plan"
+	TypeFinalize = "pr:finalize"
+	TypeSummary  = "file:summary"
+	TypeReview   = "file:review"
+	TypeChat     = "chat:reply"
+)
+
+// Queue names. LLM jobs wait in their tier's queue; chat has its own.
+const (
+	QueueChat  = "chat"
+	QueuePaid  = "paid"
+	QueueTrial = "trial"
+	QueueFree  = "free"
+)
+
+// Tier is an installation's plan tier; each tier has its own queue.
+type Tier string
+
+// The tiers prq knows.
+const (
+	TierPaid  Tier = "paid"
+	TierTrial Tier = "trial"
+	TierFree  Tier = "free"
+)
+
+// Tiers lists the batch tiers from highest to lowest class.
+var Tiers = []Tier{TierPaid, TierTrial, TierFree}
+
+// ParseTier returns the tier named s or an error naming the accepted forms.
+func ParseTier(s string) (Tier, error) {
+	switch t := Tier(strings.ToLower(strings.TrimSpace(s))); t {
+	case TierPaid, TierTrial, TierFree:
+		return t, nil
+	}
+	return "", fmt.Errorf("unknown tier %q (want paid, trial or free)", s)
+}
+
+// Queue returns the asynq queue of the tier.
+func (t Tier) Queue() string { return string(t) }
+
+// Queues lists every queue prq's workers serve, chat first.
+var Queues = []string{QueueChat, QueuePaid, QueueTrial, QueueFree}
+
+// Kind is what an LLM job does; quotas and models are set per kind.
+type Kind string
+
+// Job kinds ("agents" in quota terms).
+const (
+	KindSummary Kind = "summary"
+	KindReview  Kind = "review"
+	KindChat    Kind = "chat"
+)
+
+// PR identifies a pull request of an installation.
+type PR struct {
+	Installation int64  `json:"installation"`
+	Owner        string `json:"owner"`
+	Repo         string `json:"repo"`
+	Number       int    `json:"number"`
+}
+
+// String formats the PR as owner/repo#number.
+func (p PR) String() string { return fmt.Sprintf("%s/%s#%d", p.Owner, p.Repo, p.Number) }
+
+// Key is a compact identifier safe for Redis keys and asynq task ids:
+// it contains no braces, colons or spaces.
+func (p PR) Key() string {
+	return fmt.Sprintf("%d.%s.%s.%d", p.Installation, safe(p.Owner), safe(p.Repo), p.Number)
+}
+
+// Validate reports whether the PR reference is usable.
+func (p PR) Validate() error {
+	switch {
+	case p.Installation <= 0:
+		return fmt.Errorf("pr: installation must be positive, got %d", p.Installation)
+	case p.Owner == "" || p.Repo == "":
+		return fmt.Errorf("pr: owner and repo are required")
+	case p.Number <= 0:
+		return fmt.Errorf("pr: number must be positive, got %d", p.Number)
+	}
+	return nil
+}
+
+// safe keeps a name usable inside Redis keys and asynq ids: braces would
+// change the cluster hash tag (asynq issue #480), colons and dots our own
+// separators.
+func safe(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch r {
+		case '{', '}', ':', '.', ' ', '\t', '\n', '\r':
+			return '_'
+		}
+		return r
+	}, s)
+}
+
+// Plan asks for a pull request to be planned into per-file jobs.
+type Plan struct {
+	PR       PR     `json:"pr"`
+	HeadSHA  string `json:"head_sha"`
+	BaseSHA  string `json:"base_sha,omitempty"`
+	Before   string `json:"before,omitempty"` // synchronize: previous head
+	Action   string `json:"action"`
+	Delivery string `json:"delivery"`
+	Tier     Tier   `json:"tier"`
+}
+
+// File is a per-file LLM job: a summary or a review of one file of a PR
+// at one head commit. Part and Parts split a file too large for one call.
+type File struct {
+	PR       PR     `json:"pr"`
+	HeadSHA  string `json:"head_sha"`
+	Kind     Kind   `json:"kind"`
+	Tier     Tier   `json:"tier"`
+	Path     string `json:"path"`
+	Index    int    `json:"index"` // position of the file in the PR's plan
+	Total    int    `json:"total"` // files of this kind in the plan
+	Estimate int64  `json:"estimate"`
+}
+
+// Finalize asks for a PR's results to be published.
+type Finalize struct {
+	PR      PR     `json:"pr"`
+	HeadSHA string `json:"head_sha"`
+	Tier    Tier   `json:"tier"`
+}
+
+// Chat is a reply to a comment that talks to the bot.
+type Chat struct {
+	PR        PR     `json:"pr"`
+	CommentID int64  `json:"comment_id"`
+	InReplyTo int64  `json:"in_reply_to,omitempty"` // review thread root, 0 for conversation comments
+	Review    bool   `json:"review"`                // a diff (review) comment rather than a conversation comment
+	Author    string `json:"author"`
+	Body      string `json:"body"`
+	Path      string `json:"path,omitempty"`
+	DiffHunk  string `json:"diff_hunk,omitempty"`
+	Line      int    `json:"line,omitempty"`
+	Delivery  string `json:"delivery"`
+	Tier      Tier   `json:"tier"`
+	Estimate  int64  `json:"estimate"`
+}
+
+// Marshal encodes a payload; payload structs never fail to encode.
+func Marshal(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("jobs: marshal %T: %v", v, err)) // unreachable: plain structs
+	}
+	return b
+}
+
+// Unmarshal decodes a payload and names the task type in its error.
+func Unmarshal(typ string, b []byte, v any) error {
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("jobs: decode %s payload: %w", typ, err)
+	}
+	return nil
+}
+
+// FileTaskID is the deterministic asynq task id of a per-file job.
+func FileTaskID(f File) string {
+	return fmt.Sprintf("%s-%s-%s-%d", f.Kind, f.PR.Key(), shortSHA(f.HeadSHA), f.Index)
+}
+
+// ChatTaskID is the deterministic asynq task id of a chat reply.
+func ChatTaskID(c Chat) string {
+	return fmt.Sprintf("chat-%s-%d", c.PR.Key(), c.CommentID)
+}
+
+// PlanTaskID is the deterministic task id of a plan: one per delivery.
+func PlanTaskID(p Plan) string {
+	return fmt.Sprintf("plan-%s-%s", p.PR.Key(), safe(p.Delivery))
+}
+
+// FinalizeTaskID is the deterministic task id of a finalize job.
+func FinalizeTaskID(f Finalize) string {
+	return fmt.Sprintf("final-%s-%s", f.PR.Key(), shortSHA(f.HeadSHA))
+}
+
+func shortSHA(s string) string {
+	s = safe(s)
+	if len(s) > 12 {
+		return s[:12]
+	}
+	return s
+}

@@ -1,0 +1,54 @@
+package ratelimit_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/prq-dev/prq/internal/redistest"
+	"github.com/prq-dev/prq/ratelimit"
+)
+
+// BenchmarkReserve measures decisions/s from one process (parallel
+// clients) and reports Redis CPU time per decision from INFO commandstats.
+func BenchmarkReserve(b *testing.B) {
+	srv := redistest.Shared(b)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
+	defer rdb.Close()
+	bk, err := ratelimit.NewBucket(rdb, "bench", "k", ratelimit.Limits{RequestsPerPeriod: 1 << 30, TokensPerPeriod: 1 << 30, Period: time.Minute})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	bk.Reserve(ctx, "warm", ratelimit.Cost{Requests: 1, Tokens: 1}) // load the script
+	rdb.ConfigResetStat(ctx)
+	b.ResetTimer()
+	var i int64
+	b.SetParallelism(8)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			n := time.Now().UnixNano() + i
+			i++
+			if _, err := bk.Reserve(ctx, strconv.FormatInt(n, 36), ratelimit.Cost{Requests: 1, Tokens: 100}); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+	if us := evalshaMicros(ctx, b, rdb); us > 0 {
+		b.ReportMetric(us, "redis-µs/decision")
+	}
+}
+
+func evalshaMicros(ctx context.Context, b *testing.B, rdb *redis.Client) float64 {
+	info, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return 0
+	}
+	return ratelimit.CommandMicrosPerCall(info, "evalsha")
+}

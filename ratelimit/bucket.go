@@ -1,0 +1,347 @@
+package ratelimit
+
+import (
+	"context"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed bucketlib.lua
+var bucketLib string
+
+//go:embed bucket.lua
+var bucketOps string
+
+// LuaLibrary is the bucket library (a local table B) for scripts that
+// must charge a bucket in their own atomic step. Prepend it to the script.
+var LuaLibrary = bucketLib
+
+var bucketScript = redis.NewScript(bucketLib + "\n" + bucketOps)
+
+// Scripter is the part of a go-redis client the limiters use.
+type Scripter interface {
+	redis.Scripter
+}
+
+// Policy says how a settled reservation's actual usage replaces its estimate.
+type Policy string
+
+const (
+	// PolicyDebt keeps the estimate charged and adds only usage beyond it,
+	// as OpenAI does: it admits on ceil(chars/4)+max_tokens and does not
+	// give back unused output. Refunding early would cause upstream 429s.
+	PolicyDebt Policy = "debt"
+	// PolicyRefund replaces the estimate with actual usage both ways, for
+	// providers that count only what was used.
+	PolicyRefund Policy = "refund"
+)
+
+// Limits are one model and API key's provider limits.
+type Limits struct {
+	// RequestsPerPeriod is the request limit (RPM). Required.
+	RequestsPerPeriod int64
+	// TokensPerPeriod is the token limit (TPM). Required.
+	TokensPerPeriod int64
+	// Period is the limit's period. Defaults to one minute; tests and the
+	// demo compress it.
+	Period time.Duration
+	// BurstRequests and BurstTokens cap how much may be admitted at once
+	// after idleness. Default to a full period's limit, which is the bucket
+	// OpenAI describes (continuous refill up to the limit). Lower them when
+	// a provider enforces per-minute limits over shorter slices.
+	BurstRequests, BurstTokens int64
+	// RequestsPerDay and TokensPerDay are optional daily limits (0: none).
+	RequestsPerDay, TokensPerDay int64
+	// Policy settles reservations. Defaults to PolicyDebt.
+	Policy Policy
+}
+
+func (l *Limits) setDefaults() {
+	if l.Period == 0 {
+		l.Period = time.Minute
+	}
+	if l.BurstRequests == 0 {
+		l.BurstRequests = l.RequestsPerPeriod
+	}
+	if l.BurstTokens == 0 {
+		l.BurstTokens = l.TokensPerPeriod
+	}
+	if l.Policy == "" {
+		l.Policy = PolicyDebt
+	}
+}
+
+// Validate reports the first bad field by name.
+func (l Limits) Validate() error {
+	switch {
+	case l.RequestsPerPeriod <= 0:
+		return fmt.Errorf("requests per period must be positive, got %d", l.RequestsPerPeriod)
+	case l.TokensPerPeriod <= 0:
+		return fmt.Errorf("tokens per period must be positive, got %d", l.TokensPerPeriod)
+	case l.Period < time.Millisecond:
+		return fmt.Errorf("period must be at least 1ms, got %s", l.Period)
+	case l.BurstRequests < 0 || l.BurstTokens < 0:
+		return fmt.Errorf("burst must not be negative")
+	case l.RequestsPerDay < 0 || l.TokensPerDay < 0:
+		return fmt.Errorf("daily limits must not be negative")
+	case l.Policy != "" && l.Policy != PolicyDebt && l.Policy != PolicyRefund:
+		return fmt.Errorf("policy must be %q or %q, got %q", PolicyDebt, PolicyRefund, l.Policy)
+	}
+	// level = burst * period_us is exact below 2^53; past it a double's
+	// rounding is far below a millionth of a token, but past 2^62 the
+	// numbers no longer fit the int64 replies.
+	day := float64((24 * time.Hour).Microseconds())
+	if float64(max(l.BurstTokens, l.TokensPerPeriod))*float64(l.Period.Microseconds()) > 1<<62 ||
+		float64(l.TokensPerDay)*day > 1<<62 {
+		return fmt.Errorf("token limit too large (limit x period in µs must stay below 2^62)")
+	}
+	return nil
+}
+
+// Cost is what one call takes from a bucket.
+type Cost struct {
+	Requests int64
+	Tokens   int64
+}
+
+// Decision is the outcome of a reservation.
+type Decision struct {
+	// Admitted is true when the cost was charged (or had been, for a
+	// duplicate reservation of the same job id).
+	Admitted bool
+	// Duplicate is true when the job id already held a reservation; nothing
+	// was charged twice.
+	Duplicate bool
+	// Wait is how long until the cost would fit, when not admitted.
+	Wait time.Duration
+	// Now is Redis's clock at the decision.
+	Now time.Time
+}
+
+// CostError reports a cost that can never be admitted.
+type CostError struct {
+	Dimension string
+	Cost      int64
+	Burst     int64
+}
+
+func (e *CostError) Error() string {
+	if e.Cost < 0 {
+		return fmt.Sprintf("ratelimit: negative %s cost %d", e.Dimension, e.Cost)
+	}
+	return fmt.Sprintf("ratelimit: %s cost %d exceeds the burst %d and can never be admitted", e.Dimension, e.Cost, e.Burst)
+}
+
+// ErrNotReserved is returned by Settle when the job holds no reservation:
+// it was settled already, never reserved, or its reservation expired.
+var ErrNotReserved = errors.New("ratelimit: no reservation for job")
+
+// Bucket is one model and API key's shared limits.
+type Bucket struct {
+	rdb    Scripter
+	limits Limits
+	tag    string
+	// NowFunc, when set, replaces Redis TIME (deterministic tests only).
+	NowFunc func() time.Time
+	// ReservationTTL bounds how long a crashed worker's reservation
+	// lingers. Defaults to 10 minutes.
+	ReservationTTL time.Duration
+}
+
+// KeyHash returns a short, non-reversible label for an API key, the only
+// form in which a key may appear in keys, logs and metrics.
+func KeyHash(apiKey string) string {
+	sum := sha256.Sum256([]byte(apiKey))
+	return hex.EncodeToString(sum[:6])
+}
+
+// NewBucket returns the bucket of a model and API key.
+func NewBucket(rdb Scripter, model, apiKey string, limits Limits) (*Bucket, error) {
+	if model == "" {
+		return nil, errors.New("ratelimit: model is required")
+	}
+	limits.setDefaults()
+	if err := limits.Validate(); err != nil {
+		return nil, fmt.Errorf("ratelimit: model %s: %w", model, err)
+	}
+	return &Bucket{
+		rdb:            rdb,
+		limits:         limits,
+		tag:            BucketTag(model, apiKey),
+		ReservationTTL: 10 * time.Minute,
+	}, nil
+}
+
+// BucketTag is the Redis hash tag of a model and API key's bucket: scripts
+// that charge it must keep every key they touch under this tag.
+func BucketTag(model, apiKey string) string {
+	return "{prq:rl:" + sanitize(model) + ":" + KeyHash(apiKey) + "}"
+}
+
+// Tag returns the bucket's hash tag.
+func (b *Bucket) Tag() string { return b.tag }
+
+// Limits returns the bucket's effective limits.
+func (b *Bucket) Limits() Limits { return b.limits }
+
+// StateKey is the key of the bucket's state hash.
+func (b *Bucket) StateKey() string { return b.tag + ":state" }
+
+func (b *Bucket) reservationKey(jobID string) string { return b.tag + ":res:" + jobID }
+
+var dimNames = []string{"requests", "tokens", "requests/day", "tokens/day"}
+
+// ScriptArgs returns the dimension arguments B.load reads for values v
+// (cost, actual usage, remaining or wait per dimension, in dimNames order).
+func (b *Bucket) ScriptArgs(v [4]int64) []any {
+	l := b.limits
+	day := (24 * time.Hour).Microseconds()
+	per := l.Period.Microseconds()
+	args := []any{nil, l.RequestsPerPeriod, per, l.BurstRequests, v[0], l.TokensPerPeriod, per, l.BurstTokens, v[1]}
+	n := 2
+	if l.RequestsPerDay > 0 {
+		args = append(args, l.RequestsPerDay, day, l.RequestsPerDay, v[2])
+		n++
+	}
+	if l.TokensPerDay > 0 {
+		args = append(args, l.TokensPerDay, day, l.TokensPerDay, v[3])
+		n++
+	}
+	args[0] = n
+	return args
+}
+
+// dimName names dimension i (1-based) as the script counts them.
+func (b *Bucket) dimName(i int64) string {
+	names := []string{"requests", "tokens"}
+	if b.limits.RequestsPerDay > 0 {
+		names = append(names, "requests/day")
+	}
+	if b.limits.TokensPerDay > 0 {
+		names = append(names, "tokens/day")
+	}
+	if i >= 1 && int(i) <= len(names) {
+		return names[i-1]
+	}
+	return "dimension " + strconv.FormatInt(i, 10)
+}
+
+func (b *Bucket) burstOf(i int64, c Cost) (cost, burst int64) {
+	switch b.dimName(i) {
+	case "requests":
+		return c.Requests, b.limits.BurstRequests
+	case "tokens":
+		return c.Tokens, b.limits.BurstTokens
+	case "requests/day":
+		return c.Requests, b.limits.RequestsPerDay
+	default:
+		return c.Tokens, b.limits.TokensPerDay
+	}
+}
+
+func (b *Bucket) now() string {
+	if b.NowFunc == nil {
+		return ""
+	}
+	return strconv.FormatInt(b.NowFunc().UnixMicro(), 10)
+}
+
+func (b *Bucket) run(ctx context.Context, op, jobID string, v [4]int64, extra ...any) ([]int64, error) {
+	args := append([]any{op, b.now()}, b.ScriptArgs(v)...)
+	args = append(args, extra...)
+	res, err := bucketScript.Run(ctx, b.rdb, []string{b.StateKey(), b.reservationKey(jobID)}, args...).Int64Slice()
+	if err != nil {
+		return nil, fmt.Errorf("ratelimit: %s: %w", op, err)
+	}
+	return res, nil
+}
+
+// Reserve charges cost for jobID if it fits in every dimension now.
+// A second reservation of the same job id charges nothing and reports
+// Duplicate. A cost above the burst, or negative, is a *CostError.
+func (b *Bucket) Reserve(ctx context.Context, jobID string, c Cost) (Decision, error) {
+	if jobID == "" {
+		return Decision{}, errors.New("ratelimit: reserve: job id is required")
+	}
+	res, err := b.run(ctx, "reserve", jobID, [4]int64{c.Requests, c.Tokens, c.Requests, c.Tokens}, b.ReservationTTL.Milliseconds())
+	if err != nil {
+		return Decision{}, err
+	}
+	d := Decision{Now: time.UnixMicro(res[2])}
+	switch res[0] {
+	case 1:
+		d.Admitted = true
+	case 2:
+		d.Admitted, d.Duplicate = true, true
+	case 0:
+		d.Wait = time.Duration(res[1]) * time.Microsecond
+	default:
+		cost, burst := b.burstOf(res[1], c)
+		return d, &CostError{Dimension: b.dimName(res[1]), Cost: cost, Burst: burst}
+	}
+	return d, nil
+}
+
+// Settle replaces jobID's estimate with its actual usage, once, under the
+// bucket's policy. It returns ErrNotReserved when there is nothing to settle.
+func (b *Bucket) Settle(ctx context.Context, jobID string, actual Cost) error {
+	res, err := b.run(ctx, "settle", jobID, [4]int64{actual.Requests, actual.Tokens, actual.Requests, actual.Tokens}, string(b.limits.Policy))
+	if err != nil {
+		return err
+	}
+	if res[0] == 0 {
+		return ErrNotReserved
+	}
+	return nil
+}
+
+// Lower brings the bucket down to what the provider reports remaining, in
+// requests and tokens (negative: unknown). It never raises the bucket.
+func (b *Bucket) Lower(ctx context.Context, remaining Cost) (bool, error) {
+	res, err := b.run(ctx, "sync", "", [4]int64{remaining.Requests, remaining.Tokens, -1, -1})
+	if err != nil {
+		return false, err
+	}
+	return res[0] == 1, nil
+}
+
+// Penalize empties the bucket until wait has passed, so every worker that
+// shares it stops at once (after a provider 429).
+func (b *Bucket) Penalize(ctx context.Context, wait time.Duration) error {
+	if wait <= 0 {
+		wait = time.Second
+	}
+	us := wait.Microseconds()
+	_, err := b.run(ctx, "penalize", "", [4]int64{us, us, us, us})
+	return err
+}
+
+// Available returns what the bucket could admit now.
+func (b *Bucket) Available(ctx context.Context) (Cost, time.Time, error) {
+	res, err := b.run(ctx, "peek", "", [4]int64{})
+	if err != nil {
+		return Cost{}, time.Time{}, err
+	}
+	if len(res) < 3 {
+		return Cost{}, time.Time{}, fmt.Errorf("ratelimit: peek: short reply")
+	}
+	return Cost{Requests: res[1], Tokens: res[2]}, time.UnixMicro(res[0]), nil
+}
+
+func sanitize(s string) string {
+	out := []byte(s)
+	for i, c := range out {
+		switch c {
+		case '{', '}', ':', ' ':
+			out[i] = '_'
+		}
+	}
+	return string(out)
+}

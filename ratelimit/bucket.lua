@@ -1,0 +1,59 @@
+-- KEYS[1] bucket state hash   KEYS[2] reservation key (per job id)
+-- ARGV[1] op: reserve | settle | sync | penalize | peek
+-- ARGV[2] now in µs, or "" for Redis TIME
+-- ARGV[3..] dimensions (see B.load), then reserve: ttl_ms; settle: policy
+local now = B.clock(ARGV[2])
+local op = ARGV[1]
+local st, tail = B.load(KEYS[1], ARGV, 2, now)
+
+if op == 'reserve' then
+  if redis.call('EXISTS', KEYS[2]) == 1 then return {2, 0, B.fmt(now)} end
+  local w, dim = B.wait(st, st.val, nil)
+  if w < 0 then return {w, dim, B.fmt(now)} end
+  if w > 0 then return {0, w, B.fmt(now)} end
+  B.take(st, st.val)
+  B.save(st)
+  local costs = {}
+  for i = 1, st.n do costs[i] = B.fmt(st.val[i]) end
+  redis.call('SET', KEYS[2], table.concat(costs, ' '), 'PX', tonumber(ARGV[tail + 1]))
+  return {1, 0, B.fmt(now)}
+elseif op == 'settle' then
+  local r = redis.call('GET', KEYS[2])
+  if not r then return {0, 0, B.fmt(now)} end
+  local refund = ARGV[tail + 1] == 'refund'
+  local i = 0
+  for c in string.gmatch(r, '%S+') do
+    i = i + 1
+    if i <= st.n then
+      local delta = tonumber(c) - st.val[i] -- estimate minus actual
+      if delta < 0 or refund then B.give(st, i, delta) end
+    end
+  end
+  B.save(st)
+  redis.call('DEL', KEYS[2])
+  return {1, 0, B.fmt(now)}
+elseif op == 'sync' then
+  -- val is the provider's remaining count, -1 when unknown: lower, never raise
+  local lowered = 0
+  for i = 1, st.n do
+    if st.val[i] >= 0 and st.val[i] * st.per[i] < st.level[i] then
+      st.level[i] = st.val[i] * st.per[i]
+      lowered = 1
+    end
+  end
+  if lowered == 1 then B.save(st) end
+  return {lowered, 0, B.fmt(now)}
+elseif op == 'penalize' then
+  -- val is the wait in µs: the level drops so that it refills to zero then
+  for i = 1, st.n do
+    local l = -st.val[i] * st.lim[i]
+    if l < st.level[i] then st.level[i] = l end
+  end
+  B.save(st)
+  return {1, 0, B.fmt(now)}
+elseif op == 'peek' then
+  local out = {B.fmt(now)}
+  for i, v in ipairs(B.available(st)) do out[i + 1] = B.fmt(v) end
+  return out
+end
+return redis.error_reply('bucket: unknown op ' .. tostring(op))

@@ -1,0 +1,78 @@
+package ratelimit
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/tiktoken-go/tokenizer"
+)
+
+// DefaultMaxOutput is the output allowance assumed for a request that sets
+// no max output tokens, in estimates and in the fake provider.
+const DefaultMaxOutput = 4096
+
+// EstimateOpenAI mirrors OpenAI's admission rule: ceil(characters of all
+// messages / 4) plus the request's max output tokens.
+func EstimateOpenAI(messages []string, maxOutput int64) int64 {
+	chars := 0
+	for _, m := range messages {
+		chars += utf8.RuneCountInString(m)
+	}
+	if maxOutput <= 0 {
+		maxOutput = DefaultMaxOutput
+	}
+	return int64(math.Ceil(float64(chars)/4)) + maxOutput
+}
+
+// Tokenizer counts tokens offline, exactly as the provider will.
+type Tokenizer struct {
+	codec tokenizer.Codec
+}
+
+var (
+	codecs   = map[tokenizer.Encoding]tokenizer.Codec{}
+	codecsMu sync.Mutex
+)
+
+// NewTokenizer returns the tokenizer of a model; models tiktoken does not
+// know use o200k_base, the encoding of current OpenAI models.
+func NewTokenizer(model string) (*Tokenizer, error) {
+	enc := tokenizer.O200kBase
+	if strings.HasPrefix(model, "gpt-4-") || model == "gpt-4" || strings.HasPrefix(model, "gpt-3.5") {
+		enc = tokenizer.Cl100kBase
+	}
+	codecsMu.Lock()
+	defer codecsMu.Unlock()
+	c, ok := codecs[enc]
+	if !ok {
+		var err error
+		if c, err = tokenizer.Get(enc); err != nil {
+			return nil, fmt.Errorf("ratelimit: tokenizer %s: %w", enc, err)
+		}
+		codecs[enc] = c
+	}
+	return &Tokenizer{codec: c}, nil
+}
+
+// Per OpenAI's cookbook: every message costs 3 tokens of framing, every
+// reply is primed with 3 more.
+const (
+	tokensPerMessage = 3
+	tokensPerReply   = 3
+)
+
+// CountMessages returns the prompt tokens of chat messages (contents).
+func (t *Tokenizer) CountMessages(contents ...string) (int64, error) {
+	n := int64(tokensPerReply)
+	for _, c := range contents {
+		k, err := t.codec.Count(c)
+		if err != nil {
+			return 0, fmt.Errorf("ratelimit: count tokens: %w", err)
+		}
+		n += int64(k) + tokensPerMessage + 1 // +1 for the role
+	}
+	return n, nil
+}

@@ -1,0 +1,175 @@
+package ratelimit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prq-dev/prq/internal/redistest"
+	"github.com/prq-dev/prq/ratelimit"
+)
+
+// TestQuotaNeverOvershoots: 32 concurrent calls of one tenant with random
+// input sizes against a small quota. Each admitted call "uses" its input
+// plus a random output no larger than its cap, as a provider honouring
+// max_tokens does.
+func TestQuotaNeverOvershoots(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Shared(t).Client(t)
+	q, err := ratelimit.NewQuota(rdb, ratelimit.QuotaConfig{Period: ratelimit.Day})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const limit, requestedMax = 20000, 1500
+	var (
+		wg              sync.WaitGroup
+		mu              sync.Mutex
+		used            int64
+		admitted, refus int
+		capChecks       int
+	)
+	for c := 0; c < 32; c++ {
+		wg.Add(1)
+		go func(c int) {
+			defer wg.Done()
+			rng := rand.New(rand.NewSource(int64(c)))
+			for i := 0; i < 6; i++ {
+				input := 50 + rng.Int63n(2000)
+				g, err := q.Reserve(ctx, "tenant-a", "review", fmt.Sprintf("job-%d-%d", c, i), limit, input, requestedMax)
+				if errors.Is(err, ratelimit.ErrQuotaExceeded) {
+					mu.Lock()
+					refus++ // nothing sent, nothing spent
+					mu.Unlock()
+					continue
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if g.Cap > requestedMax || g.Cap < 16 {
+					t.Errorf("cap %d outside [16, %d]", g.Cap, requestedMax)
+				}
+				if g.Cap < requestedMax && g.Remaining != 0 {
+					t.Errorf("cap %d below the requested max but %d left: cap must be remaining-input", g.Cap, g.Remaining)
+				}
+				out := rng.Int63n(g.Cap + 1)
+				if err := q.Settle(ctx, g, input+out); err != nil {
+					t.Error(err)
+				}
+				mu.Lock()
+				admitted++
+				used += input + out
+				if g.Cap < requestedMax {
+					capChecks++
+				}
+				mu.Unlock()
+			}
+		}(c)
+	}
+	wg.Wait()
+	u, err := q.Used(ctx, "tenant-a", "review", limit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("admitted %d, refused %d, capped below max %d, actual usage %d of %d (counter %d)", admitted, refus, capChecks, used, limit, u.Used)
+	if used > limit {
+		t.Fatalf("overshoot: actual usage %d > quota %d", used, limit)
+	}
+	if u.Used != used {
+		t.Fatalf("counter %d != actual usage %d after settling", u.Used, used)
+	}
+	if refus == 0 || capChecks == 0 {
+		t.Fatalf("the quota was not exhausted (refused %d, capped %d): the test proved nothing", refus, capChecks)
+	}
+}
+
+func TestQuotaCapAndRefusal(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Shared(t).Client(t)
+	q, _ := ratelimit.NewQuota(rdb, ratelimit.QuotaConfig{Period: ratelimit.Hour})
+	g, err := q.Reserve(ctx, "t-cap", "", "j1", 1000, 600, 800)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Cap != 400 {
+		t.Fatalf("cap = %d, want remaining-input = 400", g.Cap)
+	}
+	again, err := q.Reserve(ctx, "t-cap", "", "j1", 1000, 600, 800)
+	if err != nil || !again.Duplicate || again.Cap != 400 {
+		t.Fatalf("retry of the same job: %+v %v", again, err)
+	}
+	_, err = q.Reserve(ctx, "t-cap", "", "j2", 1000, 1, 10)
+	var qe *ratelimit.QuotaError
+	if !errors.As(err, &qe) || qe.Remaining != 0 {
+		t.Fatalf("want refusal with 0 left, got %v", err)
+	}
+	if err := q.Settle(ctx, g, 700); err != nil { // 300 unused come back
+		t.Fatal(err)
+	}
+	if err := q.Settle(ctx, g, 700); !errors.Is(err, ratelimit.ErrNotReserved) {
+		t.Fatalf("settle twice: %v", err)
+	}
+	_, err = q.Reserve(ctx, "t-cap", "", "j3", 1000, 290, 100)
+	if !errors.As(err, &qe) || qe.Remaining != 300 || qe.Needed != 306 {
+		t.Fatalf("want refusal: remaining 300 < 290+16, got %v", err)
+	}
+	g4, err := q.Reserve(ctx, "t-cap", "", "j4", 1000, 200, 100)
+	if err != nil || g4.Cap != 100 || g4.Remaining != 0 {
+		t.Fatalf("cap at requested max: %+v %v", g4, err)
+	}
+}
+
+func TestQuotaPeriodBoundary(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Shared(t).Client(t)
+	// Our clock says the previous hour; Redis decides: the reservation
+	// lands in Redis's window and settles there.
+	q, _ := ratelimit.NewQuota(rdb, ratelimit.QuotaConfig{Period: ratelimit.Hour,
+		NowFunc: func() time.Time { return time.Now().Add(-2 * time.Hour) }})
+	g, err := q.Reserve(ctx, "t-bound", "chat", "j", 100, 10, 50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, _ := ratelimit.Hour.Window(time.Now())
+	if !g.Window.Equal(ws) && !g.Window.Equal(ws.Add(time.Hour)) {
+		t.Fatalf("reserved in window %s, want Redis's current hour %s", g.Window, ws)
+	}
+	if err := q.Settle(ctx, g, 30); err != nil {
+		t.Fatal(err)
+	}
+	// A call of the next window starts from a fresh allowance.
+	w1, _ := ratelimit.Month.Window(time.Date(2026, 12, 31, 23, 59, 59, 0, time.UTC))
+	w2, _ := ratelimit.Month.Window(time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC))
+	if w1.Equal(w2) || w2.Month() != time.January {
+		t.Fatalf("month windows: %s %s", w1, w2)
+	}
+}
+
+func TestQuotaNegative(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	q, _ := ratelimit.NewQuota(rdb, ratelimit.QuotaConfig{})
+	if _, err := q.Reserve(context.Background(), "t", "", "j", 100, -1, 10); err == nil {
+		t.Fatal("negative input accepted")
+	}
+	if _, err := ratelimit.NewQuota(rdb, ratelimit.QuotaConfig{Period: "week"}); err == nil {
+		t.Fatal("unknown period accepted")
+	}
+}
+
+func TestTokenizer(t *testing.T) {
+	tk, err := ratelimit.NewTokenizer("gpt-4o-mini")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := tk.CountMessages("Hello, world!")
+	if err != nil || n < 8 || n > 12 {
+		t.Fatalf("count = %d, %v", n, err)
+	}
+	if got := ratelimit.EstimateOpenAI([]string{"abcde", "fgh"}, 100); got != 102 {
+		t.Fatalf("estimate = %d, want ceil(8/4)+100 = 102", got)
+	}
+}

@@ -1,0 +1,332 @@
+package store
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/prq-dev/prq/jobs"
+)
+
+// FileData is one file of a PR run as planned: its patch and whether it
+// is summarised and reviewed, or skipped and why.
+type FileData struct {
+	Path       string `json:"path"`
+	Status     string `json:"status"`
+	Additions  int    `json:"additions"`
+	Deletions  int    `json:"deletions"`
+	Patch      string `json:"patch,omitempty"`
+	SkipReason string `json:"skip_reason,omitempty"`
+	Index      int    `json:"index"`
+}
+
+// Comment is one review comment on a diff line.
+type Comment struct {
+	Path      string `json:"path"`
+	Line      int    `json:"line"`
+	StartLine int    `json:"start_line,omitempty"`
+	Side      string `json:"side"`
+	Body      string `json:"body"`
+}
+
+// Result is a finished per-file job.
+type Result struct {
+	Kind     jobs.Kind `json:"kind"`
+	Path     string    `json:"path"`
+	Index    int       `json:"index"`
+	Text     string    `json:"text,omitempty"`
+	Comments []Comment `json:"comments,omitempty"`
+	Skipped  string    `json:"skipped,omitempty"` // why no LLM result, for the summary
+	Tokens   int64     `json:"tokens,omitempty"`
+}
+
+// Run is a PR's current planned head and its progress.
+type Run struct {
+	PR            jobs.PR   `json:"pr"`
+	Head          string    `json:"head"`
+	Base          string    `json:"base"`
+	Tier          jobs.Tier `json:"tier"`
+	State         string    `json:"state"` // running, done, cancelled
+	SummaryTotal  int       `json:"summary_total"`
+	SummaryDone   int       `json:"summary_done"`
+	ReviewTotal   int       `json:"review_total"`
+	ReviewDone    int       `json:"review_done"`
+	Finalized     bool      `json:"finalized"`
+	CreatedAt     time.Time `json:"created_at"`
+	LastReviewed  string    `json:"last_reviewed,omitempty"`
+	SkippedQuota  int       `json:"skipped_quota,omitempty"`
+	TaskIDsQueued []string  `json:"-"`
+}
+
+// Run states.
+const (
+	StateRunning   = "running"
+	StateDone      = "done"
+	StateCancelled = "cancelled"
+)
+
+func prTag(pr jobs.PR) string  { return "{prq:pr:" + pr.Key() + "}" }
+func runKey(pr jobs.PR) string { return prTag(pr) + ":run" }
+func filesKey(pr jobs.PR, h string) string {
+	return prTag(pr) + ":files:" + h
+}
+func resultsKey(pr jobs.PR, h string) string { return prTag(pr) + ":results:" + h }
+func postedKey(pr jobs.PR) string            { return prTag(pr) + ":posted" }
+func tasksKey(pr jobs.PR, h string) string   { return prTag(pr) + ":tasks:" + h }
+
+const activeIndex = "prq:prs:active"
+
+//go:embed complete.lua
+var completeSource string
+
+var completeScript = redis.NewScript(completeSource)
+
+// StartRun records a planned head of a PR with its files. It returns the
+// previous head when this one supersedes it, and started=false when this
+// head was planned already (a re-run plan job changes nothing).
+func (s *Store) StartRun(ctx context.Context, r Run, files []FileData) (previous string, started bool, err error) {
+	cur, err := s.GetRun(ctx, r.PR)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return "", false, err
+	}
+	if err == nil && cur.Head == r.Head && cur.State != StateCancelled {
+		return "", false, nil
+	}
+	if err == nil && cur.Head != r.Head {
+		previous = cur.Head
+		r.LastReviewed = cur.LastReviewed
+	}
+	r.State = StateRunning
+	r.CreatedAt = s.NowFunc().UTC()
+	pipe := s.rdb.TxPipeline()
+	fk := filesKey(r.PR, r.Head)
+	pipe.Del(ctx, fk, resultsKey(r.PR, r.Head))
+	for _, f := range files {
+		b, _ := json.Marshal(f)
+		pipe.HSet(ctx, fk, strconv.Itoa(f.Index), b)
+	}
+	pipe.HSet(ctx, runKey(r.PR), map[string]any{
+		"pr": string(mustJSON(r.PR)), "head": r.Head, "base": r.Base, "tier": string(r.Tier), "state": r.State,
+		"summary_total": r.SummaryTotal, "summary_done": 0, "review_total": r.ReviewTotal, "review_done": 0,
+		"finalized": 0, "created": r.CreatedAt.UnixMilli(), "last_reviewed": r.LastReviewed, "skipped_quota": 0,
+	})
+	for _, k := range []string{runKey(r.PR), fk, resultsKey(r.PR, r.Head), postedKey(r.PR)} {
+		pipe.Expire(ctx, k, s.RunTTL)
+	}
+	pipe.ZAdd(ctx, activeIndex, redis.Z{Score: float64(r.CreatedAt.UnixMilli()), Member: string(mustJSON(r.PR))})
+	if _, err := pipe.Exec(ctx); err != nil {
+		return "", false, fmt.Errorf("store: start run %s: %w", r.PR, err)
+	}
+	return previous, true, nil
+}
+
+func mustJSON(v any) []byte {
+	b, _ := json.Marshal(v)
+	return b
+}
+
+// GetRun returns a PR's current run.
+func (s *Store) GetRun(ctx context.Context, pr jobs.PR) (Run, error) {
+	m, err := s.rdb.HGetAll(ctx, runKey(pr)).Result()
+	if err != nil {
+		return Run{}, fmt.Errorf("store: get run %s: %w", pr, err)
+	}
+	if len(m) == 0 {
+		return Run{}, ErrNotFound
+	}
+	atoi := func(k string) int { n, _ := strconv.Atoi(m[k]); return n }
+	created, _ := strconv.ParseInt(m["created"], 10, 64)
+	return Run{
+		PR: pr, Head: m["head"], Base: m["base"], Tier: jobs.Tier(m["tier"]), State: m["state"],
+		SummaryTotal: atoi("summary_total"), SummaryDone: atoi("summary_done"),
+		ReviewTotal: atoi("review_total"), ReviewDone: atoi("review_done"),
+		Finalized: m["finalized"] == "1", CreatedAt: time.UnixMilli(created).UTC(),
+		LastReviewed: m["last_reviewed"], SkippedQuota: atoi("skipped_quota"),
+	}, nil
+}
+
+// Current reports whether head is the PR's live head (not superseded or
+// cancelled): a stale job exits without effects.
+func (s *Store) Current(ctx context.Context, pr jobs.PR, head string) (bool, error) {
+	vals, err := s.rdb.HMGet(ctx, runKey(pr), "head", "state").Result()
+	if err != nil {
+		return false, fmt.Errorf("store: current %s: %w", pr, err)
+	}
+	h, _ := vals[0].(string)
+	st, _ := vals[1].(string)
+	return h == head && st != StateCancelled, nil
+}
+
+// Cancel marks a PR's run cancelled (closed or turned draft) and returns
+// the head whose work should be dropped.
+func (s *Store) Cancel(ctx context.Context, pr jobs.PR) (string, error) {
+	run, err := s.GetRun(ctx, pr)
+	if err != nil {
+		return "", err
+	}
+	if err := s.rdb.HSet(ctx, runKey(pr), "state", StateCancelled).Err(); err != nil {
+		return "", fmt.Errorf("store: cancel %s: %w", pr, err)
+	}
+	s.rdb.ZRem(ctx, activeIndex, string(mustJSON(pr)))
+	return run.Head, nil
+}
+
+// Files returns the planned files of a head, by index.
+func (s *Store) Files(ctx context.Context, pr jobs.PR, head string) (map[int]FileData, error) {
+	m, err := s.rdb.HGetAll(ctx, filesKey(pr, head)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("store: files %s: %w", pr, err)
+	}
+	out := make(map[int]FileData, len(m))
+	for k, v := range m {
+		var f FileData
+		if err := json.Unmarshal([]byte(v), &f); err != nil {
+			return nil, fmt.Errorf("store: file %s %s: %w", pr, k, err)
+		}
+		out[f.Index] = f
+	}
+	return out, nil
+}
+
+// File returns one planned file.
+func (s *Store) File(ctx context.Context, pr jobs.PR, head string, index int) (FileData, error) {
+	b, err := s.rdb.HGet(ctx, filesKey(pr, head), strconv.Itoa(index)).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return FileData{}, ErrNotFound
+	}
+	if err != nil {
+		return FileData{}, fmt.Errorf("store: file %s %d: %w", pr, index, err)
+	}
+	var f FileData
+	if err := json.Unmarshal(b, &f); err != nil {
+		return FileData{}, fmt.Errorf("store: file %s %d: %w", pr, index, err)
+	}
+	return f, nil
+}
+
+// CompleteFile records a per-file result once. It reports whether this
+// completion was the PR head's last outstanding file, in which case the
+// caller enqueues finalize: exactly one caller ever sees last=true.
+func (s *Store) CompleteFile(ctx context.Context, pr jobs.PR, head string, r Result) (last bool, err error) {
+	b, _ := json.Marshal(r)
+	quota := 0
+	if r.Skipped != "" && len(r.Skipped) >= 5 && r.Skipped[:5] == "quota" {
+		quota = 1
+	}
+	res, err := completeScript.Run(ctx, s.rdb, []string{runKey(pr), resultsKey(pr, head)},
+		head, string(r.Kind)+":"+strconv.Itoa(r.Index), b, string(r.Kind), quota).Int()
+	if err != nil {
+		return false, fmt.Errorf("store: complete file %s %s: %w", pr, r.Path, err)
+	}
+	return res == 2, nil
+}
+
+// Results returns a head's per-file results.
+func (s *Store) Results(ctx context.Context, pr jobs.PR, head string) ([]Result, error) {
+	m, err := s.rdb.HGetAll(ctx, resultsKey(pr, head)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("store: results %s: %w", pr, err)
+	}
+	out := make([]Result, 0, len(m))
+	for _, v := range m {
+		var r Result
+		if err := json.Unmarshal([]byte(v), &r); err != nil {
+			return nil, fmt.Errorf("store: results %s: %w", pr, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// MarkFinalized records that the head's results were published and it is
+// the last reviewed commit; the PR leaves the active list.
+func (s *Store) MarkFinalized(ctx context.Context, pr jobs.PR, head string) error {
+	pipe := s.rdb.TxPipeline()
+	pipe.HSet(ctx, runKey(pr), "state", StateDone, "last_reviewed", head)
+	pipe.ZRem(ctx, activeIndex, string(mustJSON(pr)))
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("store: finalize %s: %w", pr, err)
+	}
+	return nil
+}
+
+// Posted returns the GitHub id recorded under what (0 when none).
+func (s *Store) Posted(ctx context.Context, pr jobs.PR, what string) (int64, error) {
+	v, err := s.rdb.HGet(ctx, postedKey(pr), what).Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("store: posted %s %s: %w", pr, what, err)
+	}
+	return v, nil
+}
+
+// SetPosted records what was posted, so a retried job never posts twice.
+func (s *Store) SetPosted(ctx context.Context, pr jobs.PR, what string, id int64) error {
+	pipe := s.rdb.TxPipeline()
+	pipe.HSet(ctx, postedKey(pr), what, id)
+	pipe.Expire(ctx, postedKey(pr), s.RunTTL)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("store: set posted %s %s: %w", pr, what, err)
+	}
+	return nil
+}
+
+// SetTaskIDs records the task ids a head's plan created (for cancelling).
+func (s *Store) SetTaskIDs(ctx context.Context, pr jobs.PR, head string, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	pipe := s.rdb.TxPipeline()
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	pipe.RPush(ctx, tasksKey(pr, head), args...)
+	pipe.Expire(ctx, tasksKey(pr, head), s.RunTTL)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("store: task ids %s: %w", pr, err)
+	}
+	return nil
+}
+
+// TaskIDs returns the task ids of a head's plan.
+func (s *Store) TaskIDs(ctx context.Context, pr jobs.PR, head string) ([]string, error) {
+	ids, err := s.rdb.LRange(ctx, tasksKey(pr, head), 0, -1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("store: task ids %s: %w", pr, err)
+	}
+	return ids, nil
+}
+
+// ActiveRuns returns the runs in progress, oldest first, at most limit.
+func (s *Store) ActiveRuns(ctx context.Context, limit int64) ([]Run, error) {
+	members, err := s.rdb.ZRange(ctx, activeIndex, 0, limit-1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("store: active runs: %w", err)
+	}
+	var out []Run
+	for _, m := range members {
+		var pr jobs.PR
+		if json.Unmarshal([]byte(m), &pr) != nil {
+			continue
+		}
+		r, err := s.GetRun(ctx, pr)
+		if errors.Is(err, ErrNotFound) {
+			s.rdb.ZRem(ctx, activeIndex, m)
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}

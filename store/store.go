@@ -1,0 +1,128 @@
+// Package store keeps prq's durable state in Redis: installations and
+// their plans, pull-request runs with their files and per-file results,
+// progress counters, and what was posted to GitHub (so nothing is posted
+// twice). It does not queue jobs (asynq does) or decide admission.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/prq-dev/prq/jobs"
+)
+
+// ErrNotFound is returned when a record does not exist.
+var ErrNotFound = errors.New("store: not found")
+
+// Store is prq's Redis-backed state.
+type Store struct {
+	rdb redis.UniversalClient
+	// DefaultTier is the tier of installations without a plan.
+	DefaultTier jobs.Tier
+	// RunTTL is how long a PR run's data lives after its last change.
+	// Defaults to 14 days.
+	RunTTL time.Duration
+	// NowFunc is the clock. Defaults to time.Now.
+	NowFunc func() time.Time
+}
+
+// New returns a store on rdb.
+func New(rdb redis.UniversalClient, defaultTier jobs.Tier) *Store {
+	if defaultTier == "" {
+		defaultTier = jobs.TierFree
+	}
+	return &Store{rdb: rdb, DefaultTier: defaultTier, RunTTL: 14 * 24 * time.Hour, NowFunc: time.Now}
+}
+
+// Redis returns the client.
+func (s *Store) Redis() redis.UniversalClient { return s.rdb }
+
+// Plan is an installation's plan.
+type Plan struct {
+	Installation int64     `json:"installation"`
+	Account      string    `json:"account,omitempty"`
+	Tier         jobs.Tier `json:"tier"`
+	Reason       string    `json:"reason,omitempty"` // paid_user, trial_user, open_source_user, ...
+	Suspended    bool      `json:"suspended,omitempty"`
+	Deleted      bool      `json:"deleted,omitempty"`
+	Default      bool      `json:"default,omitempty"` // no plan stored: the default tier
+	UpdatedAt    time.Time `json:"updated_at"`
+}
+
+func instKey(id int64) string { return "prq:inst:" + strconv.FormatInt(id, 10) }
+
+const instIndex = "prq:insts"
+
+// SetPlan stores an installation's plan.
+func (s *Store) SetPlan(ctx context.Context, p Plan) error {
+	if p.Installation <= 0 {
+		return fmt.Errorf("store: set plan: installation must be positive, got %d", p.Installation)
+	}
+	if _, err := jobs.ParseTier(string(p.Tier)); err != nil {
+		return fmt.Errorf("store: set plan: %w", err)
+	}
+	p.Default = false
+	p.UpdatedAt = s.NowFunc().UTC()
+	b, _ := json.Marshal(p)
+	pipe := s.rdb.TxPipeline()
+	pipe.Set(ctx, instKey(p.Installation), b, 0)
+	pipe.SAdd(ctx, instIndex, p.Installation)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("store: set plan %d: %w", p.Installation, err)
+	}
+	return nil
+}
+
+// UpdatePlan applies fn to the stored plan (or a default one) and saves it.
+func (s *Store) UpdatePlan(ctx context.Context, id int64, fn func(*Plan)) error {
+	p, err := s.GetPlan(ctx, id)
+	if err != nil {
+		return err
+	}
+	fn(&p)
+	return s.SetPlan(ctx, p)
+}
+
+// GetPlan returns an installation's plan, or the default tier's when none
+// is stored (Default is then true).
+func (s *Store) GetPlan(ctx context.Context, id int64) (Plan, error) {
+	b, err := s.rdb.Get(ctx, instKey(id)).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return Plan{Installation: id, Tier: s.DefaultTier, Default: true}, nil
+	}
+	if err != nil {
+		return Plan{}, fmt.Errorf("store: get plan %d: %w", id, err)
+	}
+	var p Plan
+	if err := json.Unmarshal(b, &p); err != nil {
+		return Plan{}, fmt.Errorf("store: get plan %d: %w", id, err)
+	}
+	return p, nil
+}
+
+// ListPlans returns every stored plan.
+func (s *Store) ListPlans(ctx context.Context) ([]Plan, error) {
+	ids, err := s.rdb.SMembers(ctx, instIndex).Result()
+	if err != nil {
+		return nil, fmt.Errorf("store: list plans: %w", err)
+	}
+	var out []Plan
+	for _, v := range ids {
+		id, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			continue
+		}
+		p, err := s.GetPlan(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
