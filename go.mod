@@ -4,8 +4,12 @@ go 1.26.8
 
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0
+	github.com/bradleyfalzon/ghinstallation/v2 v2.19.0
+	github.com/golang-jwt/jwt/v4 v4.5.2
+	github.com/google/go-github/v56 v56.0.0
 	github.com/hibiken/asynq v0.26.0
 	github.com/redis/go-redis/v9 v9.23.0
+	github.com/sashabaranov/go-openai v1.43.0
 	github.com/tiktoken-go/tokenizer v0.10.0
 	gopkg.in/yaml.v3 v3.0.1
 )
@@ -13,6 +17,8 @@ require (
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dlclark/regexp2/v2 v2.5.1 // indirect
+	github.com/google/go-github/v88 v88.0.0 // indirect
+	github.com/google/go-querystring v1.2.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/robfig/cron/v3 v3.0.1 // indirect
 	github.com/spf13/cast v1.10.0 // indirect

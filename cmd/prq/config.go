@@ -1,0 +1,551 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/prq-dev/prq/jobs"
+	"github.com/prq-dev/prq/ratelimit"
+)
+
+// Config is prq's whole configuration: defaults, then the YAML file
+// (PRQ_CONFIG), then the environment, then flags.
+type Config struct {
+	// RedisURL: redis://, rediss://, redis-sentinel:// or redis-cluster://.
+	RedisURL string `yaml:"redis_url"`
+	// Addr is the HTTP listen address. Defaults to :8080.
+	Addr string `yaml:"addr"`
+	// AllowEviction starts even when Redis's maxmemory-policy is not
+	// noeviction. Defaults to false: eviction silently deletes jobs.
+	AllowEviction bool `yaml:"allow_eviction"`
+	// ShutdownTimeout bounds how long in-flight jobs may run after SIGTERM.
+	// Defaults to 30s.
+	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
+	Log             LogConfig       `yaml:"log"`
+	GitHub          GitHubConfig    `yaml:"github"`
+	OpenAI          OpenAIConfig    `yaml:"openai"`
+	Models          []ModelConfig   `yaml:"models"`
+	Jobs            JobsConfig      `yaml:"jobs"`
+	Tiers           map[string]Tier `yaml:"tiers"`
+	// DefaultTier is the tier of installations with no plan. Defaults to free.
+	DefaultTier string         `yaml:"default_tier"`
+	Plans       []PlanConfig   `yaml:"plans"`
+	Scheduler   SchedulerCfg   `yaml:"scheduler"`
+	Filters     FiltersConfig  `yaml:"filters"`
+	Worker      WorkerConfig   `yaml:"worker"`
+	Admin       AdminConfig    `yaml:"admin"`
+	Quota       QuotaSettings  `yaml:"quota"`
+	Dashboard   DashboardCfg   `yaml:"dashboard"`
+	path        string         // the file read, if any
+	sources     map[string]string
+}
+
+// LogConfig configures logging.
+type LogConfig struct {
+	// Format is text or json. Defaults to text.
+	Format string `yaml:"format"`
+	// Level is debug, info, warn or error. Defaults to info.
+	Level string `yaml:"level"`
+}
+
+// GitHubConfig configures the GitHub App.
+type GitHubConfig struct {
+	AppID          int64  `yaml:"app_id"`
+	AppSlug        string `yaml:"app_slug"`
+	PrivateKeyPath string `yaml:"private_key_path"`
+	PrivateKey     Secret `yaml:"private_key"`
+	WebhookSecret  Secret `yaml:"webhook_secret"`
+	// APIURL defaults to https://api.github.com/.
+	APIURL string `yaml:"api_url"`
+	// SkipBotPRs skips pull requests opened by bots. Defaults to true.
+	SkipBotPRs *bool `yaml:"skip_bot_prs"`
+	// WebhookMaxBytes caps webhook bodies. Defaults to 25 MB, GitHub's maximum.
+	WebhookMaxBytes int64 `yaml:"webhook_max_bytes"`
+}
+
+// OpenAIConfig configures the LLM provider.
+type OpenAIConfig struct {
+	APIKey  Secret `yaml:"api_key"`
+	BaseURL string `yaml:"base_url"`
+	// Timeout bounds one call. Defaults to 120s.
+	Timeout Duration `yaml:"timeout"`
+}
+
+// ModelConfig is one model and its provider limits.
+type ModelConfig struct {
+	Name              string `yaml:"name"`
+	RequestsPerMinute int64  `yaml:"requests_per_minute"`
+	TokensPerMinute   int64  `yaml:"tokens_per_minute"`
+	BurstRequests     int64  `yaml:"burst_requests"`
+	BurstTokens       int64  `yaml:"burst_tokens"`
+	RequestsPerDay    int64  `yaml:"requests_per_day"`
+	TokensPerDay      int64  `yaml:"tokens_per_day"`
+	// Reasoning models take max_completion_tokens instead of max_tokens.
+	Reasoning bool `yaml:"reasoning"`
+	// MaxOutputTokens is the output cap asked for. Defaults to 1024.
+	MaxOutputTokens int64 `yaml:"max_output_tokens"`
+	// ContextTokens is the model's context window. Defaults to 128000.
+	ContextTokens int64 `yaml:"context_tokens"`
+	// Period of the limits. Defaults to 1m; the demo compresses it.
+	Period Duration `yaml:"period"`
+}
+
+// JobsConfig picks the model of each job kind.
+type JobsConfig struct {
+	SummaryModel string `yaml:"summary_model"`
+	ReviewModel  string `yaml:"review_model"`
+	ChatModel    string `yaml:"chat_model"`
+}
+
+// Tier configures one plan tier.
+type Tier struct {
+	// Weight is the tier's share under saturation (paid 8, trial 2, free 1).
+	Weight int64 `yaml:"weight"`
+	// Review: whether the plan includes per-file reviews.
+	Review *bool `yaml:"review"`
+	// QuotaTokens per quota period per installation (0: unlimited).
+	QuotaTokens int64 `yaml:"quota_tokens"`
+}
+
+// PlanConfig seeds an installation's plan.
+type PlanConfig struct {
+	Installation int64  `yaml:"installation"`
+	Tier         string `yaml:"tier"`
+	Reason       string `yaml:"reason"`
+}
+
+// SchedulerCfg configures admission.
+type SchedulerCfg struct {
+	// Mode is weighted or strict. Defaults to weighted.
+	Mode string `yaml:"mode"`
+	// ChatShare of each bucket that batch work may not use. Defaults to 0.05.
+	ChatShare *float64 `yaml:"chat_share"`
+	// Aging bounds how long any job waits before it goes first. Defaults to 10m.
+	Aging Duration `yaml:"aging"`
+}
+
+// FiltersConfig decides which files are reviewed.
+type FiltersConfig struct {
+	// Exclude path globs (path.Match, plus a "dir/**" prefix form). Defaults
+	// to lockfiles, vendored and generated files.
+	Exclude []string `yaml:"exclude"`
+}
+
+// WorkerConfig configures job execution.
+type WorkerConfig struct {
+	// Concurrency is the number of jobs one process runs at once. Defaults to 20.
+	Concurrency int `yaml:"concurrency"`
+}
+
+// AdminConfig protects the dashboard, admin API and asynq web UI.
+type AdminConfig struct {
+	Token Secret `yaml:"token"`
+	// ReadOnly makes the asynq web UI view-only. Defaults to false.
+	ReadOnly bool `yaml:"read_only"`
+}
+
+// QuotaSettings configures tenant quotas.
+type QuotaSettings struct {
+	// Period is hour, day or month. Defaults to day.
+	Period string `yaml:"period"`
+	// PerKind splits each installation's quota per job kind.
+	PerKind bool `yaml:"per_kind"`
+}
+
+// DashboardCfg configures the dashboard.
+type DashboardCfg struct {
+	Disabled bool `yaml:"disabled"`
+}
+
+// Secret is a string that never prints.
+type Secret string
+
+// String redacts the secret.
+func (s Secret) String() string {
+	if s == "" {
+		return ""
+	}
+	return "[redacted]"
+}
+
+// MarshalYAML redacts the secret.
+func (s Secret) MarshalYAML() (any, error) { return s.String(), nil }
+
+// Duration is a time.Duration written as Go duration text in YAML.
+type Duration time.Duration
+
+// UnmarshalYAML parses Go duration text.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	v, err := time.ParseDuration(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %q is not a duration (like 30s or 5m)", n.Line, n.Value)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalYAML writes Go duration text.
+func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+
+// D returns the duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+func boolPtr(b bool) *bool { return &b }
+
+// defaultConfig is what prq runs with when nothing is set.
+func defaultConfig() Config {
+	share := 0.05
+	return Config{
+		Addr:            ":8080",
+		ShutdownTimeout: Duration(30 * time.Second),
+		Log:             LogConfig{Format: "text", Level: "info"},
+		GitHub:          GitHubConfig{APIURL: "https://api.github.com/", SkipBotPRs: boolPtr(true), WebhookMaxBytes: 25 << 20},
+		OpenAI:          OpenAIConfig{Timeout: Duration(120 * time.Second)},
+		Models: []ModelConfig{
+			{Name: "gpt-4o-mini", RequestsPerMinute: 500, TokensPerMinute: 200000, MaxOutputTokens: 512},
+			{Name: "gpt-4o", RequestsPerMinute: 500, TokensPerMinute: 30000, MaxOutputTokens: 1024},
+		},
+		Jobs: JobsConfig{SummaryModel: "gpt-4o-mini", ReviewModel: "gpt-4o", ChatModel: "gpt-4o-mini"},
+		Tiers: map[string]Tier{
+			"paid":  {Weight: 8, Review: boolPtr(true)},
+			"trial": {Weight: 2, Review: boolPtr(true)},
+			"free":  {Weight: 1, Review: boolPtr(false)},
+		},
+		DefaultTier: "free",
+		Scheduler:   SchedulerCfg{Mode: "weighted", ChatShare: &share, Aging: Duration(10 * time.Minute)},
+		Filters: FiltersConfig{Exclude: []string{
+			"*.lock", "package-lock.json", "yarn.lock", "pnpm-lock.yaml", "go.sum", "Cargo.lock", "poetry.lock",
+			"vendor/**", "node_modules/**", "third_party/**", "*.min.js", "*.min.css", "*.pb.go", "*_gen.go", "*.generated.*", "dist/**",
+		}},
+		Worker: WorkerConfig{Concurrency: 20},
+		Quota:  QuotaSettings{Period: "day"},
+	}
+}
+
+// settingErr names the setting and its accepted form.
+type settingErr struct {
+	name, source, problem string
+}
+
+func (e *settingErr) Error() string {
+	if e.source != "" {
+		return fmt.Sprintf("config: %s (from %s): %s", e.name, e.source, e.problem)
+	}
+	return fmt.Sprintf("config: %s: %s", e.name, e.problem)
+}
+
+// loadConfig reads the YAML file, then the environment, then the flags
+// already parsed into fl.
+func loadConfig(getenv func(string) string, fl *flags) (*Config, error) {
+	c := defaultConfig()
+	c.sources = map[string]string{}
+	file := getenv("PRQ_CONFIG")
+	if fl != nil && fl.config != "" {
+		file = fl.config
+	}
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, &settingErr{name: "PRQ_CONFIG", problem: err.Error()}
+		}
+		var fc Config
+		fc = c
+		fc.Models, fc.Tiers, fc.Filters.Exclude = nil, nil, nil
+		dec := yaml.NewDecoder(strings.NewReader(string(b)))
+		dec.KnownFields(true)
+		if err := dec.Decode(&fc); err != nil && !errors.Is(err, io.EOF) {
+			return nil, &settingErr{name: "PRQ_CONFIG", source: file, problem: err.Error()}
+		}
+		if fc.Models == nil {
+			fc.Models = c.Models
+		}
+		if fc.Tiers == nil {
+			fc.Tiers = c.Tiers
+		} else {
+			for name, t := range c.Tiers { // keep defaults for tiers the file leaves out
+				if _, ok := fc.Tiers[name]; !ok {
+					fc.Tiers[name] = t
+				}
+			}
+		}
+		if fc.Filters.Exclude == nil {
+			fc.Filters.Exclude = c.Filters.Exclude
+		}
+		fc.sources = c.sources
+		c = fc
+		c.path = file
+	}
+	env := func(name string, dst *string) {
+		if v := getenv(name); v != "" {
+			*dst = v
+			c.sources[name] = "environment"
+		}
+	}
+	env("REDIS_URL", &c.RedisURL)
+	env("PRQ_ADDR", &c.Addr)
+	env("GITHUB_APP_SLUG", &c.GitHub.AppSlug)
+	env("GITHUB_PRIVATE_KEY_PATH", &c.GitHub.PrivateKeyPath)
+	env("GITHUB_API_URL", &c.GitHub.APIURL)
+	env("OPENAI_BASE_URL", &c.OpenAI.BaseURL)
+	for name, dst := range map[string]*Secret{
+		"GITHUB_PRIVATE_KEY": &c.GitHub.PrivateKey, "GITHUB_WEBHOOK_SECRET": &c.GitHub.WebhookSecret,
+		"OPENAI_API_KEY": &c.OpenAI.APIKey, "PRQ_ADMIN_TOKEN": &c.Admin.Token,
+	} {
+		if v := getenv(name); v != "" {
+			*dst = Secret(v)
+		}
+	}
+	if v := getenv("GITHUB_APP_ID"); v != "" {
+		id, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || id <= 0 {
+			return nil, &settingErr{name: "GITHUB_APP_ID", source: "environment", problem: fmt.Sprintf("%q is not a positive integer", v)}
+		}
+		c.GitHub.AppID = id
+	}
+	if fl != nil {
+		fl.apply(&c)
+	}
+	return &c, nil
+}
+
+// flags are the command-line settings shared by the commands that run prq.
+type flags struct {
+	config, addr, redisURL, logFormat, logLevel string
+	concurrency                                 int
+	shutdownTimeout                             time.Duration
+	allowEviction                               bool
+	set                                         map[string]bool
+}
+
+func (f *flags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.config, "config", "", "YAML configuration file (env PRQ_CONFIG)")
+	fs.StringVar(&f.addr, "addr", "", "HTTP listen address (env PRQ_ADDR; default :8080)")
+	fs.StringVar(&f.redisURL, "redis-url", "", "Redis URL (env REDIS_URL)")
+	fs.StringVar(&f.logFormat, "log-format", "", "log format: text or json (default text)")
+	fs.StringVar(&f.logLevel, "log-level", "", "log level: debug, info, warn or error (default info)")
+	fs.IntVar(&f.concurrency, "concurrency", 0, "jobs one worker process runs at once (default 20)")
+	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 0, "how long in-flight jobs may finish after SIGTERM (default 30s)")
+	fs.BoolVar(&f.allowEviction, "allow-eviction", false, "start even if Redis may evict keys (unsafe: jobs can vanish)")
+}
+
+func (f *flags) apply(c *Config) {
+	if f.addr != "" {
+		c.Addr, c.sources["PRQ_ADDR"] = f.addr, "flag --addr"
+	}
+	if f.redisURL != "" {
+		c.RedisURL, c.sources["REDIS_URL"] = f.redisURL, "flag --redis-url"
+	}
+	if f.logFormat != "" {
+		c.Log.Format = f.logFormat
+	}
+	if f.logLevel != "" {
+		c.Log.Level = f.logLevel
+	}
+	if f.concurrency != 0 {
+		c.Worker.Concurrency = f.concurrency
+	}
+	if f.shutdownTimeout != 0 {
+		c.ShutdownTimeout = Duration(f.shutdownTimeout)
+	}
+	if f.allowEviction {
+		c.AllowEviction = true
+	}
+}
+
+// mode is what the configuration will run: the checks differ.
+type mode int
+
+const (
+	modeCheck mode = iota
+	modeServe
+	modeWorker
+	modeAll
+	modeDemo
+)
+
+// validate reports every bad setting, each named with its accepted form.
+func (c *Config) validate(m mode) error {
+	var errs []error
+	bad := func(name, format string, a ...any) {
+		errs = append(errs, &settingErr{name: name, source: c.sources[name], problem: fmt.Sprintf(format, a...)})
+	}
+	if c.RedisURL != "" {
+		if _, err := parseRedisURL(c.RedisURL); err != nil {
+			bad("REDIS_URL", "%v (want redis://[:password@]host:port[/db], rediss://..., redis-sentinel://host:port[,host:port]?master=name or redis-cluster://host:port[,host:port])", err)
+		}
+	} else if m == modeServe || m == modeWorker || m == modeAll {
+		bad("REDIS_URL", "is required (for example redis://127.0.0.1:6379); only `prq demo` runs without Redis")
+	}
+	if c.Addr == "" {
+		bad("PRQ_ADDR", "must not be empty (for example :8080)")
+	} else if _, port, ok := strings.Cut(c.Addr, ":"); !ok || port == "" {
+		bad("PRQ_ADDR", "%q is not host:port (for example :8080 or 127.0.0.1:8080)", c.Addr)
+	}
+	if f := c.Log.Format; f != "text" && f != "json" {
+		bad("log.format", "%q: want text or json", f)
+	}
+	if _, err := parseLevel(c.Log.Level); err != nil {
+		bad("log.level", "%v", err)
+	}
+	if c.ShutdownTimeout.D() <= 0 {
+		bad("shutdown_timeout", "must be positive, got %s", c.ShutdownTimeout.D())
+	}
+	if c.Worker.Concurrency <= 0 || c.Worker.Concurrency > 10000 {
+		bad("worker.concurrency", "must be between 1 and 10000, got %d", c.Worker.Concurrency)
+	}
+	if u, err := url.Parse(c.GitHub.APIURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		bad("GITHUB_API_URL", "%q is not an http(s) URL", c.GitHub.APIURL)
+	}
+	if c.OpenAI.BaseURL != "" {
+		if u, err := url.Parse(c.OpenAI.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("OPENAI_BASE_URL", "%q is not an http(s) URL", c.OpenAI.BaseURL)
+		}
+	}
+	if c.GitHub.WebhookMaxBytes <= 0 {
+		bad("github.webhook_max_bytes", "must be positive, got %d", c.GitHub.WebhookMaxBytes)
+	}
+	if m == modeServe || m == modeAll {
+		if c.GitHub.WebhookSecret == "" {
+			bad("GITHUB_WEBHOOK_SECRET", "is required for serve: unsigned webhooks would be trusted")
+		}
+	}
+	if m == modeWorker || m == modeAll {
+		if c.GitHub.AppID == 0 {
+			bad("GITHUB_APP_ID", "is required for worker (the GitHub App's numeric id)")
+		}
+		if c.GitHub.PrivateKey == "" && c.GitHub.PrivateKeyPath == "" {
+			bad("GITHUB_PRIVATE_KEY_PATH", "is required for worker (or GITHUB_PRIVATE_KEY with the PEM itself)")
+		}
+		if c.OpenAI.APIKey == "" {
+			bad("OPENAI_API_KEY", "is required for worker")
+		}
+	}
+	if c.GitHub.PrivateKeyPath != "" {
+		if _, err := os.Stat(c.GitHub.PrivateKeyPath); err != nil {
+			bad("GITHUB_PRIVATE_KEY_PATH", "%v", err)
+		}
+	}
+	models := map[string]bool{}
+	for i, mc := range c.Models {
+		name := fmt.Sprintf("models[%d]", i)
+		if mc.Name == "" {
+			bad(name+".name", "is required")
+			continue
+		}
+		if models[mc.Name] {
+			bad(name+".name", "model %q is configured twice", mc.Name)
+		}
+		models[mc.Name] = true
+		if _, err := mc.limits(); err != nil {
+			bad("models."+mc.Name, "%v", err)
+		}
+		if mc.MaxOutputTokens < 0 || mc.ContextTokens < 0 {
+			bad("models."+mc.Name, "max_output_tokens and context_tokens must not be negative")
+		}
+	}
+	for setting, model := range map[string]string{"jobs.summary_model": c.Jobs.SummaryModel, "jobs.review_model": c.Jobs.ReviewModel, "jobs.chat_model": c.Jobs.ChatModel} {
+		if !models[model] {
+			bad(setting, "model %q is not among the configured models", model)
+		}
+	}
+	for name, t := range c.Tiers {
+		if _, err := jobs.ParseTier(name); err != nil {
+			bad("tiers."+name, "%v", err)
+		}
+		if t.Weight <= 0 {
+			bad("tiers."+name+".weight", "must be positive, got %d", t.Weight)
+		}
+		if t.QuotaTokens < 0 {
+			bad("tiers."+name+".quota_tokens", "must not be negative, got %d", t.QuotaTokens)
+		}
+	}
+	if _, err := jobs.ParseTier(c.DefaultTier); err != nil {
+		bad("default_tier", "%v", err)
+	}
+	for i, p := range c.Plans {
+		if p.Installation <= 0 {
+			bad(fmt.Sprintf("plans[%d].installation", i), "must be a positive installation id")
+		}
+		if _, err := jobs.ParseTier(p.Tier); err != nil {
+			bad(fmt.Sprintf("plans[%d].tier", i), "%v", err)
+		}
+	}
+	if s := c.Scheduler.Mode; s != "weighted" && s != "strict" {
+		bad("scheduler.mode", "%q: want weighted or strict", s)
+	}
+	if cs := c.Scheduler.ChatShare; cs == nil || *cs < 0 || *cs >= 1 {
+		bad("scheduler.chat_share", "must be in [0, 1)")
+	}
+	if c.Scheduler.Aging.D() <= 0 {
+		bad("scheduler.aging", "must be positive")
+	}
+	if _, err := ratelimit.ParsePeriod(c.Quota.Period); err != nil {
+		bad("quota.period", "%v", err)
+	}
+	for _, g := range c.Filters.Exclude {
+		if _, err := path.Match(strings.TrimSuffix(g, "/**"), "x"); err != nil {
+			bad("filters.exclude", "bad glob %q: %v", g, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// limits returns the model's bucket limits.
+func (m ModelConfig) limits() (ratelimit.Limits, error) {
+	l := ratelimit.Limits{
+		RequestsPerPeriod: m.RequestsPerMinute, TokensPerPeriod: m.TokensPerMinute, Period: m.Period.D(),
+		BurstRequests: m.BurstRequests, BurstTokens: m.BurstTokens,
+		RequestsPerDay: m.RequestsPerDay, TokensPerDay: m.TokensPerDay,
+	}
+	if l.Period == 0 {
+		l.Period = time.Minute
+	}
+	if l.BurstRequests == 0 {
+		l.BurstRequests = l.RequestsPerPeriod
+	}
+	if l.BurstTokens == 0 {
+		l.BurstTokens = l.TokensPerPeriod
+	}
+	return l, l.Validate()
+}
+
+// model returns the named model's configuration.
+func (c *Config) model(name string) (ModelConfig, bool) {
+	for _, m := range c.Models {
+		if m.Name == name {
+			return m, true
+		}
+	}
+	return ModelConfig{}, false
+}
+
+// redacted renders the effective configuration with every secret hidden.
+func (c *Config) redacted() string {
+	out := *c
+	if out.RedisURL != "" {
+		out.RedisURL = redactURL(out.RedisURL)
+	}
+	b, _ := yaml.Marshal(out)
+	return string(b)
+}
+
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.User == nil {
+		return s
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "redacted")
+	}
+	return u.String()
+}

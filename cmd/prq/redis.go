@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+)
+
+// parseRedisURL maps REDIS_URL to asynq's connection options:
+// redis:// and rediss:// to RedisClientOpt, redis-sentinel:// to
+// RedisFailoverClientOpt and redis-cluster:// to RedisClusterClientOpt.
+func parseRedisURL(s string) (asynq.RedisConnOpt, error) {
+	u, err := url.Parse(s)
+	if err != nil {
+		return nil, fmt.Errorf("malformed URL: %v", redactErr(err, s))
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("no host in %q", redactURL(s))
+	}
+	var password string
+	if p, ok := u.User.Password(); ok {
+		password = p
+	}
+	db := 0
+	if p := strings.Trim(u.Path, "/"); p != "" {
+		if db, err = strconv.Atoi(p); err != nil || db < 0 {
+			return nil, fmt.Errorf("database %q is not a non-negative number", p)
+		}
+	}
+	if d := u.Query().Get("db"); d != "" {
+		if db, err = strconv.Atoi(d); err != nil || db < 0 {
+			return nil, fmt.Errorf("database %q is not a non-negative number", d)
+		}
+	}
+	addrs := strings.Split(u.Host, ",")
+	for _, a := range addrs {
+		if _, port, ok := strings.Cut(a, ":"); !ok || port == "" {
+			return nil, fmt.Errorf("address %q has no port", a)
+		} else if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
+			return nil, fmt.Errorf("address %q has a bad port", a)
+		}
+	}
+	switch u.Scheme {
+	case "redis", "rediss":
+		if len(addrs) != 1 {
+			return nil, fmt.Errorf("%s:// takes one address; use redis-cluster:// or redis-sentinel:// for several", u.Scheme)
+		}
+		if u.Scheme == "rediss" {
+			opt, err := asynq.ParseRedisURI(s)
+			if err != nil {
+				return nil, fmt.Errorf("bad rediss URL")
+			}
+			return opt, nil
+		}
+		return asynq.RedisClientOpt{Addr: addrs[0], Username: u.User.Username(), Password: password, DB: db}, nil
+	case "redis-sentinel":
+		master := u.Query().Get("master")
+		if master == "" {
+			return nil, fmt.Errorf("redis-sentinel:// needs ?master=<name>")
+		}
+		return asynq.RedisFailoverClientOpt{MasterName: master, SentinelAddrs: addrs, Password: password, DB: db}, nil
+	case "redis-cluster":
+		if db != 0 {
+			return nil, fmt.Errorf("Redis Cluster has only database 0")
+		}
+		return asynq.RedisClusterClientOpt{Addrs: addrs, Username: u.User.Username(), Password: password}, nil
+	}
+	return nil, fmt.Errorf("unsupported scheme %q", u.Scheme)
+}
+
+func redactErr(err error, s string) string {
+	msg := err.Error()
+	if u, perr := url.Parse(s); perr == nil && u.User != nil {
+		if p, ok := u.User.Password(); ok && p != "" {
+			msg = strings.ReplaceAll(msg, p, "redacted")
+		}
+	}
+	if i := strings.Index(s, "@"); i > 0 {
+		msg = strings.ReplaceAll(msg, s[:i], "redacted")
+	}
+	return msg
+}
+
+// openRedis connects prq's own client (the one shared by the store,
+// limiter, scheduler and asynq) and checks it is safe for jobs.
+func openRedis(ctx context.Context, opt asynq.RedisConnOpt, allowEviction bool, log *slog.Logger) (redis.UniversalClient, error) {
+	rdb, ok := opt.MakeRedisClient().(redis.UniversalClient)
+	if !ok {
+		return nil, fmt.Errorf("redis: unexpected client type")
+	}
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		rdb.Close()
+		return nil, fmt.Errorf("redis: ping: %w", err)
+	}
+	if err := checkEviction(ctx, rdb, allowEviction, log); err != nil {
+		rdb.Close()
+		return nil, err
+	}
+	return rdb, nil
+}
+
+// checkEviction refuses a Redis that may evict keys: eviction silently
+// deletes queued jobs, leases and limiter state.
+func checkEviction(ctx context.Context, rdb redis.UniversalClient, allow bool, log *slog.Logger) error {
+	res, err := rdb.ConfigGet(ctx, "maxmemory-policy").Result()
+	if err != nil {
+		log.WarnContext(ctx, "could not read maxmemory-policy; make sure it is noeviction", "err", err)
+		return nil
+	}
+	policy := res["maxmemory-policy"]
+	if policy == "" || policy == "noeviction" {
+		return nil
+	}
+	if allow {
+		log.WarnContext(ctx, "redis may evict keys: jobs and leases can vanish", "maxmemory_policy", policy)
+		return nil
+	}
+	return fmt.Errorf("redis: maxmemory-policy is %q: eviction silently deletes queued jobs and leases; "+
+		"set `maxmemory-policy noeviction` (redis-cli CONFIG SET maxmemory-policy noeviction) or start with --allow-eviction", policy)
+}

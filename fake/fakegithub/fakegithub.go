@@ -1,0 +1,769 @@
+// Package fakegithub is a faithful fake of the part of GitHub's REST API
+// prq uses, for tests, the demo and the benchmark. It is a real HTTP
+// server: it verifies the App's RS256 JWT when minting installation
+// tokens, refuses unknown or expired tokens, paginates PR files with real
+// Link headers (3,000-file cap, nil patches for binaries), validates that
+// review comments sit inside a hunk on the chosen side (422 otherwise),
+// enforces the secondary limit on content-creating requests, honours an
+// Enterprise base path (/api/v3), and records every write.
+package fakegithub
+
+import (
+	"crypto/rand"
+	"crypto/rsa"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/golang-jwt/jwt/v4"
+
+	"github.com/prq-dev/prq/diff"
+	"github.com/prq-dev/prq/fake/corpus"
+)
+
+// Config configures the fake.
+type Config struct {
+	// AppID and PublicKey verify the App's JWTs.
+	AppID     int64
+	PublicKey *rsa.PublicKey
+	// TokenTTL is an installation token's life. Defaults to 1h.
+	TokenTTL time.Duration
+	// WritesPerPeriod is the secondary limit on content-creating requests
+	// per installation. Defaults to 80 per minute; negative disables it.
+	WritesPerPeriod int
+	// WritePeriod defaults to one minute.
+	WritePeriod time.Duration
+	// LimitStatus is the secondary limit's status: 403 (default) or 429.
+	LimitStatus int
+	// NowFunc is the clock. Defaults to time.Now.
+	NowFunc func() time.Time
+}
+
+// Server is the fake GitHub API.
+type Server struct {
+	cfg Config
+	mux *http.ServeMux
+
+	mu        sync.Mutex
+	prs       map[string]*pullRequest
+	tokens    map[string]token
+	comments  map[int64]*IssueComment
+	reviewCmt map[int64]*ReviewComment
+	reviews   []Review
+	writes    map[int64][]time.Time
+	stats     map[string]*PRStats
+	nextID    int64
+	failures  map[string]int // path substring -> status to answer once per entry
+}
+
+type token struct {
+	inst    int64
+	expires time.Time
+}
+
+type pullRequest struct {
+	inst        int64
+	owner, repo string
+	number      int
+	title       string
+	head, base  string
+	author      string
+	authorType  string
+	state       string
+	draft       bool
+	files       []corpus.File
+	pushes      map[string][]corpus.File // "from...to" -> changed files
+}
+
+// IssueComment is a PR conversation comment.
+type IssueComment struct {
+	ID     int64  `json:"id"`
+	PR     string `json:"pr"`
+	Body   string `json:"body"`
+	Author string `json:"author"`
+	Edits  int    `json:"edits"`
+}
+
+// ReviewComment is a comment on a diff line.
+type ReviewComment struct {
+	ID        int64  `json:"id"`
+	PR        string `json:"pr"`
+	ReviewID  int64  `json:"review_id"`
+	InReplyTo int64  `json:"in_reply_to,omitempty"`
+	Path      string `json:"path"`
+	Line      int    `json:"line"`
+	StartLine int    `json:"start_line,omitempty"`
+	Side      string `json:"side"`
+	Body      string `json:"body"`
+	Author    string `json:"author"`
+}
+
+// Review is a submitted PR review.
+type Review struct {
+	ID       int64  `json:"id"`
+	PR       string `json:"pr"`
+	CommitID string `json:"commit_id"`
+	Body     string `json:"body"`
+	Event    string `json:"event"`
+	Comments int    `json:"comments"`
+}
+
+// PRStats counts the writes to one PR.
+type PRStats struct {
+	CommentsCreated int `json:"comments_created"`
+	CommentsEdited  int `json:"comments_edited"`
+	Reviews         int `json:"reviews"`
+	ReviewComments  int `json:"review_comments"`
+	Replies         int `json:"replies"`
+	Duplicates      int `json:"duplicates"` // a body created twice on the same PR
+	Rejected        int `json:"rejected"`   // 422s
+	bodies          map[string]int
+}
+
+// BotLogin is the author the fake records for the App's writes.
+const BotLogin = "prq-bot[bot]"
+
+// New returns a fake GitHub.
+func New(cfg Config) *Server {
+	if cfg.TokenTTL == 0 {
+		cfg.TokenTTL = time.Hour
+	}
+	if cfg.WritesPerPeriod == 0 {
+		cfg.WritesPerPeriod = 80
+	}
+	if cfg.WritePeriod == 0 {
+		cfg.WritePeriod = time.Minute
+	}
+	if cfg.LimitStatus == 0 {
+		cfg.LimitStatus = http.StatusForbidden
+	}
+	if cfg.NowFunc == nil {
+		cfg.NowFunc = time.Now
+	}
+	s := &Server{cfg: cfg, prs: map[string]*pullRequest{}, tokens: map[string]token{}, comments: map[int64]*IssueComment{},
+		reviewCmt: map[int64]*ReviewComment{}, writes: map[int64][]time.Time{}, stats: map[string]*PRStats{}, nextID: 1000,
+		failures: map[string]int{}}
+	m := http.NewServeMux()
+	m.HandleFunc("POST /app/installations/{id}/access_tokens", s.accessToken)
+	m.HandleFunc("GET /repos/{owner}/{repo}/pulls/{n}", s.auth(s.getPR))
+	m.HandleFunc("GET /repos/{owner}/{repo}/pulls/{n}/files", s.auth(s.listFiles))
+	m.HandleFunc("GET /repos/{owner}/{repo}/compare/{basehead}", s.auth(s.compare))
+	m.HandleFunc("GET /repos/{owner}/{repo}/issues/{n}/comments", s.auth(s.listComments))
+	m.HandleFunc("POST /repos/{owner}/{repo}/issues/{n}/comments", s.auth(s.write(s.createComment)))
+	m.HandleFunc("PATCH /repos/{owner}/{repo}/issues/comments/{id}", s.auth(s.write(s.editComment)))
+	m.HandleFunc("POST /repos/{owner}/{repo}/pulls/{n}/reviews", s.auth(s.write(s.createReview)))
+	m.HandleFunc("POST /repos/{owner}/{repo}/pulls/{n}/comments/{id}/replies", s.auth(s.write(s.reply)))
+	m.HandleFunc("GET /_fake/stats", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, s.AllStats()) })
+	s.mux = m
+	return s
+}
+
+// ServeHTTP serves the API at / and under the Enterprise prefix /api/v3.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if p, ok := strings.CutPrefix(r.URL.Path, "/api/v3"); ok {
+		r2 := r.Clone(r.Context())
+		r2.URL.Path = p
+		r2.URL.RawPath = ""
+		r = r2
+	}
+	w.Header().Set("X-GitHub-Media-Type", "github.v3")
+	s.mux.ServeHTTP(w, r)
+}
+
+func key(owner, repo string, n int) string { return fmt.Sprintf("%s/%s#%d", owner, repo, n) }
+
+// AddPR serves a pull request as installation inst's. owner/repo may
+// override the corpus PR's repository (to spread PRs across tenants).
+func (s *Server) AddPR(inst int64, owner, repo string, p corpus.PR) {
+	if owner == "" {
+		owner, repo = p.Owner(), p.Name()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.prs[key(owner, repo, p.Number)] = &pullRequest{inst: inst, owner: owner, repo: repo, number: p.Number, title: p.Title,
+		head: p.HeadSHA, base: p.BaseSHA, author: "octocat", authorType: "User", state: "open", files: p.Files,
+		pushes: map[string][]corpus.File{}}
+}
+
+// Push moves a PR's head, changing the given files (synchronize).
+func (s *Server) Push(owner, repo string, n int, newHead string, changed []corpus.File) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.prs[key(owner, repo, n)]
+	if !ok {
+		return fmt.Errorf("fakegithub: no PR %s", key(owner, repo, n))
+	}
+	p.pushes[p.head+"..."+newHead] = changed
+	byName := map[string]int{}
+	for i, f := range p.files {
+		byName[f.Filename] = i
+	}
+	for _, f := range changed {
+		if i, ok := byName[f.Filename]; ok {
+			p.files[i] = f
+		} else {
+			p.files = append(p.files, f)
+		}
+	}
+	p.head = newHead
+	return nil
+}
+
+// Remove deletes a PR (its API then answers 404).
+func (s *Server) Remove(owner, repo string, n int) {
+	s.mu.Lock()
+	delete(s.prs, key(owner, repo, n))
+	s.mu.Unlock()
+}
+
+// FailNext makes the next request whose path contains substr answer status.
+func (s *Server) FailNext(substr string, status int) {
+	s.mu.Lock()
+	s.failures[substr] = status
+	s.mu.Unlock()
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+func ghError(w http.ResponseWriter, status int, msg string, errs ...string) {
+	body := map[string]any{"message": msg, "documentation_url": "https://docs.github.com/rest"}
+	if len(errs) > 0 {
+		body["errors"] = errs
+	}
+	writeJSON(w, status, body)
+}
+
+func (s *Server) accessToken(w http.ResponseWriter, r *http.Request) {
+	inst, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil {
+		ghError(w, 404, "Not Found")
+		return
+	}
+	raw, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		ghError(w, 401, "A JSON web token could not be decoded")
+		return
+	}
+	now := s.cfg.NowFunc()
+	claims := jwt.RegisteredClaims{}
+	parser := jwt.NewParser(jwt.WithoutClaimsValidation())
+	_, err = parser.ParseWithClaims(raw, &claims, func(t *jwt.Token) (any, error) {
+		if t.Method.Alg() != "RS256" {
+			return nil, fmt.Errorf("unexpected alg %s", t.Method.Alg())
+		}
+		return s.cfg.PublicKey, nil
+	})
+	switch {
+	case err != nil:
+		ghError(w, 401, "A JSON web token could not be decoded")
+		return
+	case claims.Issuer != strconv.FormatInt(s.cfg.AppID, 10):
+		ghError(w, 401, "'Issuer' claim ('iss') must be an Integer")
+		return
+	case claims.IssuedAt == nil || claims.ExpiresAt == nil:
+		ghError(w, 401, "Missing 'issued at' or 'expiration time' claim")
+		return
+	case claims.IssuedAt.After(now.Add(60 * time.Second)):
+		ghError(w, 401, "'Issued at' claim ('iat') must be an Integer representing a time in the past")
+		return
+	case !claims.ExpiresAt.After(now):
+		ghError(w, 401, "'Expiration time' claim ('exp') must be a numeric value representing the future time at which the assertion expires")
+		return
+	case claims.ExpiresAt.Sub(claims.IssuedAt.Time) > 10*time.Minute+time.Second:
+		ghError(w, 401, "'Expiration time' claim ('exp') is too far in the future")
+		return
+	}
+	b := make([]byte, 16)
+	rand.Read(b)
+	tok := "ghs_" + hex.EncodeToString(b)
+	exp := now.Add(s.cfg.TokenTTL)
+	s.mu.Lock()
+	s.tokens[tok] = token{inst: inst, expires: exp}
+	s.mu.Unlock()
+	writeJSON(w, 201, map[string]any{"token": tok, "expires_at": exp.UTC().Format(time.RFC3339), "permissions": map[string]string{"pull_requests": "write", "issues": "write", "contents": "read", "metadata": "read"}})
+}
+
+type handler func(w http.ResponseWriter, r *http.Request, p *pullRequest)
+
+// auth checks the installation token and finds the PR (or repository)
+// the path names; a token of another installation sees 404, as on GitHub.
+func (s *Server) auth(h handler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		a := r.Header.Get("Authorization")
+		tok, ok := strings.CutPrefix(a, "token ")
+		if !ok {
+			tok, ok = strings.CutPrefix(a, "Bearer ")
+		}
+		s.mu.Lock()
+		t, known := s.tokens[tok]
+		for sub, status := range s.failures {
+			if strings.Contains(r.URL.Path, sub) {
+				delete(s.failures, sub)
+				s.mu.Unlock()
+				ghError(w, status, http.StatusText(status))
+				return
+			}
+		}
+		s.mu.Unlock()
+		if !ok || !known {
+			ghError(w, 401, "Bad credentials")
+			return
+		}
+		if !t.expires.After(s.cfg.NowFunc()) {
+			ghError(w, 401, "Bad credentials")
+			return
+		}
+		owner, repo := r.PathValue("owner"), r.PathValue("repo")
+		var p *pullRequest
+		s.mu.Lock()
+		if n, err := strconv.Atoi(r.PathValue("n")); err == nil {
+			p = s.prs[key(owner, repo, n)]
+		} else {
+			for _, q := range s.prs {
+				if q.owner == owner && q.repo == repo {
+					p = q
+					break
+				}
+			}
+		}
+		s.mu.Unlock()
+		if p == nil || p.inst != t.inst {
+			ghError(w, 404, "Not Found")
+			return
+		}
+		h(w, r, p)
+	}
+}
+
+// write applies the secondary limit on content-creating requests.
+func (s *Server) write(h handler) handler {
+	return func(w http.ResponseWriter, r *http.Request, p *pullRequest) {
+		if s.cfg.WritesPerPeriod > 0 {
+			now := s.cfg.NowFunc()
+			s.mu.Lock()
+			ws := s.writes[p.inst]
+			cut := 0
+			for cut < len(ws) && now.Sub(ws[cut]) >= s.cfg.WritePeriod {
+				cut++
+			}
+			ws = ws[cut:]
+			if len(ws) >= s.cfg.WritesPerPeriod {
+				retry := s.cfg.WritePeriod - now.Sub(ws[0])
+				s.writes[p.inst] = ws
+				s.mu.Unlock()
+				w.Header().Set("Retry-After", strconv.Itoa(int(retry.Seconds())+1))
+				w.Header().Set("X-RateLimit-Remaining", "4000")
+				writeJSON(w, s.cfg.LimitStatus, map[string]any{
+					"message":           "You have exceeded a secondary rate limit. Please wait a few minutes before you try again.",
+					"documentation_url": "https://docs.github.com/rest/overview/resources-in-the-rest-api#secondary-rate-limits"})
+				return
+			}
+			s.writes[p.inst] = append(ws, now)
+			s.mu.Unlock()
+		}
+		h(w, r, p)
+	}
+}
+
+func (s *Server) prJSON(p *pullRequest) map[string]any {
+	return map[string]any{
+		"number": p.number, "state": p.state, "draft": p.draft, "title": p.title,
+		"user":          map[string]any{"login": p.author, "type": p.authorType},
+		"head":          map[string]any{"sha": p.head, "ref": "feature", "repo": map[string]any{"name": p.repo, "owner": map[string]any{"login": p.owner}}},
+		"base":          map[string]any{"sha": p.base, "ref": "main", "repo": map[string]any{"name": p.repo, "owner": map[string]any{"login": p.owner}}},
+		"changed_files": len(p.files),
+	}
+}
+
+func (s *Server) getPR(w http.ResponseWriter, r *http.Request, p *pullRequest) {
+	s.mu.Lock()
+	body := s.prJSON(p)
+	s.mu.Unlock()
+	writeJSON(w, 200, body)
+}
+
+func fileJSON(owner, repo string, f corpus.File) map[string]any {
+	m := map[string]any{"sha": "0000000000000000000000000000000000000000", "filename": f.Filename, "status": f.Status,
+		"additions": f.Additions, "deletions": f.Deletions, "changes": f.Changes,
+		"blob_url": fmt.Sprintf("https://github.com/%s/%s/blob/HEAD/%s", owner, repo, f.Filename)}
+	if f.Patch != nil {
+		m["patch"] = *f.Patch
+	}
+	return m
+}
+
+// MaxFiles is GitHub's cap on listed PR files.
+const MaxFiles = 3000
+
+func (s *Server) listFiles(w http.ResponseWriter, r *http.Request, p *pullRequest) {
+	perPage, page := 30, 1
+	q := r.URL.Query()
+	if v, err := strconv.Atoi(q.Get("per_page")); err == nil && v > 0 {
+		perPage = min(v, 100)
+	}
+	if v, err := strconv.Atoi(q.Get("page")); err == nil && v > 0 {
+		page = v
+	}
+	s.mu.Lock()
+	files := p.files
+	if len(files) > MaxFiles {
+		files = files[:MaxFiles]
+	}
+	total := len(files)
+	lo := min((page-1)*perPage, total)
+	hi := min(lo+perPage, total)
+	out := make([]any, 0, hi-lo)
+	for _, f := range files[lo:hi] {
+		out = append(out, fileJSON(p.owner, p.repo, f))
+	}
+	s.mu.Unlock()
+	last := max(1, (total+perPage-1)/perPage)
+	if link := linkHeader(r, perPage, page, last); link != "" {
+		w.Header().Set("Link", link)
+	}
+	writeJSON(w, 200, out)
+}
+
+// linkHeader builds GitHub's Link header: next and last, prev and first.
+func linkHeader(r *http.Request, perPage, page, last int) string {
+	u := url.URL{Scheme: "http", Host: r.Host, Path: r.URL.Path}
+	if r.TLS != nil {
+		u.Scheme = "https"
+	}
+	at := func(n int) string {
+		q := url.Values{"per_page": {strconv.Itoa(perPage)}, "page": {strconv.Itoa(n)}}
+		u.RawQuery = q.Encode()
+		return "<" + u.String() + ">"
+	}
+	var parts []string
+	if page > 1 {
+		parts = append(parts, at(page-1)+`; rel="prev"`)
+	}
+	if page < last {
+		parts = append(parts, at(page+1)+`; rel="next"`, at(last)+`; rel="last"`)
+	}
+	if page > 1 {
+		parts = append(parts, at(1)+`; rel="first"`)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func (s *Server) compare(w http.ResponseWriter, r *http.Request, p *pullRequest) {
+	base, head, ok := strings.Cut(r.PathValue("basehead"), "...")
+	if !ok {
+		ghError(w, 404, "Not Found")
+		return
+	}
+	s.mu.Lock()
+	changed, known := p.pushes[base+"..."+head]
+	var files []any
+	for _, f := range changed {
+		files = append(files, fileJSON(p.owner, p.repo, f))
+	}
+	s.mu.Unlock()
+	if !known {
+		ghError(w, 404, "No common ancestor between "+base+" and "+head+".")
+		return
+	}
+	writeJSON(w, 200, map[string]any{"status": "ahead", "ahead_by": 1, "total_commits": 1, "files": files})
+}
+
+func (s *Server) statsOf(pr string) *PRStats {
+	st, ok := s.stats[pr]
+	if !ok {
+		st = &PRStats{bodies: map[string]int{}}
+		s.stats[pr] = st
+	}
+	return st
+}
+
+func readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
+	b, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err != nil || json.Unmarshal(b, v) != nil {
+		ghError(w, 400, "Problems parsing JSON")
+		return false
+	}
+	return true
+}
+
+func (s *Server) listComments(w http.ResponseWriter, r *http.Request, p *pullRequest) {
+	k := key(p.owner, p.repo, p.number)
+	s.mu.Lock()
+	var ids []int64
+	for id, c := range s.comments {
+		if c.PR == k {
+			ids = append(ids, id)
+		}
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	perPage, page := 30, 1
+	if v, err := strconv.Atoi(r.URL.Query().Get("per_page")); err == nil && v > 0 {
+		perPage = min(v, 100)
+	}
+	if v, err := strconv.Atoi(r.URL.Query().Get("page")); err == nil && v > 0 {
+		page = v
+	}
+	lo := min((page-1)*perPage, len(ids))
+	hi := min(lo+perPage, len(ids))
+	out := []any{}
+	for _, id := range ids[lo:hi] {
+		c := s.comments[id]
+		out = append(out, map[string]any{"id": c.ID, "body": c.Body, "user": map[string]any{"login": c.Author, "type": "Bot"}})
+	}
+	s.mu.Unlock()
+	if link := linkHeader(r, perPage, page, max(1, (len(ids)+perPage-1)/perPage)); link != "" {
+		w.Header().Set("Link", link)
+	}
+	writeJSON(w, 200, out)
+}
+
+func (s *Server) createComment(w http.ResponseWriter, r *http.Request, p *pullRequest) {
+	var in struct{ Body string }
+	if !readJSON(w, r, &in) {
+		return
+	}
+	if strings.TrimSpace(in.Body) == "" {
+		ghError(w, 422, "Validation Failed", "body cannot be blank")
+		return
+	}
+	k := key(p.owner, p.repo, p.number)
+	s.mu.Lock()
+	s.nextID++
+	c := &IssueComment{ID: s.nextID, PR: k, Body: in.Body, Author: BotLogin}
+	s.comments[c.ID] = c
+	st := s.statsOf(k)
+	st.CommentsCreated++
+	if st.bodies[in.Body]++; st.bodies[in.Body] > 1 {
+		st.Duplicates++
+	}
+	s.mu.Unlock()
+	writeJSON(w, 201, map[string]any{"id": c.ID, "body": c.Body, "user": map[string]any{"login": c.Author}})
+}
+
+func (s *Server) editComment(w http.ResponseWriter, r *http.Request, p *pullRequest) {
+	id, _ := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	var in struct{ Body string }
+	if !readJSON(w, r, &in) {
+		return
+	}
+	s.mu.Lock()
+	c, ok := s.comments[id]
+	if ok {
+		c.Body = in.Body
+		c.Edits++
+		s.statsOf(c.PR).CommentsEdited++
+	}
+	s.mu.Unlock()
+	if !ok {
+		ghError(w, 404, "Not Found")
+		return
+	}
+	writeJSON(w, 200, map[string]any{"id": c.ID, "body": c.Body})
+}
+
+type reviewIn struct {
+	CommitID string `json:"commit_id"`
+	Body     string `json:"body"`
+	Event    string `json:"event"`
+	Comments []struct {
+		Path      string `json:"path"`
+		Body      string `json:"body"`
+		Line      *int   `json:"line"`
+		Side      string `json:"side"`
+		StartLine *int   `json:"start_line"`
+		StartSide string `json:"start_side"`
+		Position  *int   `json:"position"`
+	} `json:"comments"`
+}
+
+func (s *Server) createReview(w http.ResponseWriter, r *http.Request, p *pullRequest) {
+	var in reviewIn
+	if !readJSON(w, r, &in) {
+		return
+	}
+	k := key(p.owner, p.repo, p.number)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	reject := func(msg string) {
+		s.statsOf(k).Rejected++
+		ghError(w, 422, "Unprocessable Entity", msg)
+	}
+	if in.CommitID != "" && in.CommitID != p.head {
+		reject("commit_id is not part of the pull request")
+		return
+	}
+	patches := map[string]*diff.Patch{}
+	for _, f := range p.files {
+		if f.Patch != nil {
+			if d, err := diff.Parse(*f.Patch); err == nil {
+				patches[f.Filename] = d
+			}
+		}
+	}
+	for _, c := range in.Comments {
+		if c.Position != nil && (c.Line != nil || c.StartLine != nil) {
+			reject("position cannot be combined with line or start_line")
+			return
+		}
+		if c.Position != nil {
+			continue // deprecated form; prq never sends it
+		}
+		d, ok := patches[c.Path]
+		if !ok {
+			reject("Path could not be resolved")
+			return
+		}
+		if c.Line == nil {
+			reject("line is required")
+			return
+		}
+		side := diff.Side(c.Side)
+		if side == "" {
+			side = diff.Right
+		}
+		if side != diff.Left && side != diff.Right {
+			reject("side must be LEFT or RIGHT")
+			return
+		}
+		if !d.Has(side, *c.Line) {
+			reject("Pull request review thread line must be part of the diff")
+			return
+		}
+		if c.StartLine != nil {
+			ss := diff.Side(c.StartSide)
+			if ss == "" {
+				ss = side
+			}
+			if *c.StartLine >= *c.Line || !d.Has(ss, *c.StartLine) || d.HunkOf(ss, *c.StartLine) != d.HunkOf(side, *c.Line) {
+				reject("Pull request review thread start line must be part of the same hunk as the line")
+				return
+			}
+		}
+	}
+	s.nextID++
+	rv := Review{ID: s.nextID, PR: k, CommitID: p.head, Body: in.Body, Event: in.Event, Comments: len(in.Comments)}
+	s.reviews = append(s.reviews, rv)
+	st := s.statsOf(k)
+	st.Reviews++
+	st.ReviewComments += len(in.Comments)
+	if st.bodies["review:"+in.Body]++; st.bodies["review:"+in.Body] > 1 {
+		st.Duplicates++
+	}
+	for _, c := range in.Comments {
+		s.nextID++
+		rc := &ReviewComment{ID: s.nextID, PR: k, ReviewID: rv.ID, Path: c.Path, Line: *c.Line, Side: c.Side, Body: c.Body, Author: BotLogin}
+		if c.StartLine != nil {
+			rc.StartLine = *c.StartLine
+		}
+		s.reviewCmt[rc.ID] = rc
+	}
+	writeJSON(w, 200, map[string]any{"id": rv.ID, "state": "COMMENTED", "commit_id": p.head, "body": rv.Body})
+}
+
+// AddReviewComment records a human's diff comment (for chat tests).
+func (s *Server) AddReviewComment(owner, repo string, n int, path string, line int, body, author string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nextID++
+	s.reviewCmt[s.nextID] = &ReviewComment{ID: s.nextID, PR: key(owner, repo, n), Path: path, Line: line, Side: "RIGHT", Body: body, Author: author}
+	return s.nextID
+}
+
+func (s *Server) reply(w http.ResponseWriter, r *http.Request, p *pullRequest) {
+	id, _ := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	var in struct{ Body string }
+	if !readJSON(w, r, &in) {
+		return
+	}
+	k := key(p.owner, p.repo, p.number)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	parent, ok := s.reviewCmt[id]
+	if !ok || parent.PR != k {
+		ghError(w, 404, "Not Found")
+		return
+	}
+	s.nextID++
+	rc := &ReviewComment{ID: s.nextID, PR: k, InReplyTo: id, Path: parent.Path, Line: parent.Line, Side: parent.Side, Body: in.Body, Author: BotLogin}
+	s.reviewCmt[rc.ID] = rc
+	st := s.statsOf(k)
+	st.Replies++
+	if st.bodies["reply:"+in.Body]++; st.bodies["reply:"+in.Body] > 1 {
+		st.Duplicates++
+	}
+	writeJSON(w, 201, map[string]any{"id": rc.ID, "body": rc.Body, "in_reply_to_id": id})
+}
+
+// Stats returns the write counts of one PR.
+func (s *Server) Stats(owner, repo string, n int) PRStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st, ok := s.stats[key(owner, repo, n)]; ok {
+		return *st
+	}
+	return PRStats{}
+}
+
+// AllStats returns the write counts of every PR written to.
+func (s *Server) AllStats() map[string]PRStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]PRStats, len(s.stats))
+	for k, v := range s.stats {
+		out[k] = *v
+	}
+	return out
+}
+
+// Comments returns a PR's issue comments, oldest first.
+func (s *Server) Comments(owner, repo string, n int) []IssueComment {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []IssueComment
+	for _, c := range s.comments {
+		if c.PR == key(owner, repo, n) {
+			out = append(out, *c)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// ReviewComments returns a PR's diff comments (the App's and humans').
+func (s *Server) ReviewComments(owner, repo string, n int) []ReviewComment {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []ReviewComment
+	for _, c := range s.reviewCmt {
+		if c.PR == key(owner, repo, n) {
+			out = append(out, *c)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Reviews returns a PR's reviews.
+func (s *Server) Reviews(owner, repo string, n int) []Review {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Review
+	for _, r := range s.reviews {
+		if r.PR == key(owner, repo, n) {
+			out = append(out, r)
+		}
+	}
+	return out
+}

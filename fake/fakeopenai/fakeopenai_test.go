@@ -1,0 +1,209 @@
+package fakeopenai_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/prq-dev/prq/fake/fakeopenai"
+	"github.com/prq-dev/prq/ratelimit"
+)
+
+func newClient(url, key string) *openai.Client {
+	cfg := openai.DefaultConfig(key)
+	cfg.BaseURL = url + "/v1"
+	return openai.NewClientWithConfig(cfg)
+}
+
+// TestLimiterUnderConcurrency: 32 concurrent clients hammer the fake; the
+// interval checker confirms it never admitted more than its limit allows
+// in any window, and that it answered 429s with OpenAI's headers.
+func TestLimiterUnderConcurrency(t *testing.T) {
+	fake := fakeopenai.New(fakeopenai.Config{
+		Models: []fakeopenai.Model{{Name: "m", RPM: 1000, TPM: 20000}},
+		Period: time.Second, Record: true,
+	})
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+	c := newClient(srv.URL, "sk-test")
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var limited, ok int
+	var sawHeaders bool
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	for i := 0; i < 32; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				resp, err := c.CreateChatCompletion(context.Background(), openai.ChatCompletionRequest{
+					Model: "m", MaxTokens: 100 + 10*i,
+					Messages: []openai.ChatCompletionMessage{{Role: "user", Content: strings.Repeat("word ", 50+i)}},
+				})
+				var apiErr *openai.APIError
+				mu.Lock()
+				switch {
+				case err == nil:
+					ok++
+					if resp.Header().Get("x-ratelimit-remaining-tokens") != "" && resp.Usage.PromptTokens > 0 {
+						sawHeaders = true
+					}
+				case errors.As(err, &apiErr) && apiErr.HTTPStatusCode == 429:
+					limited++
+				default:
+					t.Error(err)
+				}
+				mu.Unlock()
+				if err != nil {
+					time.Sleep(5 * time.Millisecond)
+				}
+			}
+		}(i)
+	}
+	wg.Wait()
+	var adm []ratelimit.Admission
+	for _, a := range fake.Admissions("m") {
+		adm = append(adm, ratelimit.Admission{At: a.At, Cost: a.Cost})
+	}
+	rep := ratelimit.CheckIntervals(adm, 20000, time.Second, 20000)
+	t.Logf("ok %d, 429 %d, worst window %.3f of allowance, stats %+v", ok, limited, rep.WorstRatio, fake.Stats()["m"])
+	if rep.Violations > 0 {
+		t.Fatalf("fake admitted over its limit in %d intervals", rep.Violations)
+	}
+	if limited == 0 || ok == 0 || !sawHeaders {
+		t.Fatalf("want both admissions and 429s with headers: ok %d, 429 %d, headers %v", ok, limited, sawHeaders)
+	}
+}
+
+func TestRateLimitResponse(t *testing.T) {
+	fake := fakeopenai.New(fakeopenai.Config{Models: []fakeopenai.Model{{Name: "m", RPM: 1, TPM: 10000}}})
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+	body := `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`
+	do := func() *http.Response {
+		req, _ := http.NewRequest("POST", srv.URL+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer k")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	if r := do(); r.StatusCode != 200 {
+		t.Fatalf("first: %d", r.StatusCode)
+	}
+	r := do()
+	if r.StatusCode != 429 {
+		t.Fatalf("second: %d", r.StatusCode)
+	}
+	for _, h := range []string{"retry-after", "retry-after-ms", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests"} {
+		if r.Header.Get(h) == "" {
+			t.Errorf("429 lacks %s", h)
+		}
+	}
+	if d, err := time.ParseDuration(r.Header.Get("x-ratelimit-reset-requests")); err != nil || d <= 0 {
+		t.Errorf("reset header %q is not Go-duration text", r.Header.Get("x-ratelimit-reset-requests"))
+	}
+	var e struct {
+		Error struct{ Code, Message string }
+	}
+	decode(t, r, &e)
+	if e.Error.Code != "rate_limit_exceeded" || !strings.Contains(e.Error.Message, "Please try again in") {
+		t.Fatalf("body: %+v", e)
+	}
+}
+
+func decode(t *testing.T, r *http.Response, v any) {
+	t.Helper()
+	defer r.Body.Close()
+	if err := jsonDecode(r, v); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestErrorsAndFaults(t *testing.T) {
+	fake := fakeopenai.New(fakeopenai.Config{Models: []fakeopenai.Model{{Name: "m", RPM: 1000, TPM: 1000000, ContextTokens: 200}}, Keys: []string{"good"}})
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+	ctx := context.Background()
+	req := openai.ChatCompletionRequest{Model: "m", MaxTokens: 5, Messages: []openai.ChatCompletionMessage{{Role: "user", Content: "File: a.go\nhello"}}}
+	status := func(err error) (int, string) {
+		var apiErr *openai.APIError
+		if errors.As(err, &apiErr) {
+			return apiErr.HTTPStatusCode, fmt.Sprint(apiErr.Code)
+		}
+		return 0, fmt.Sprint(err)
+	}
+	if _, err := newClient(srv.URL, "bad").CreateChatCompletion(ctx, req); err == nil {
+		t.Fatal("bad key accepted")
+	} else if s, code := status(err); s != 401 || code != "invalid_api_key" {
+		t.Fatalf("bad key: %d %s", s, code)
+	}
+	c := newClient(srv.URL, "good")
+	resp, err := c.CreateChatCompletion(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Choices[0].FinishReason != "length" || resp.Usage.CompletionTokens != 5 {
+		t.Fatalf("cap not applied: %+v %+v", resp.Choices[0].FinishReason, resp.Usage)
+	}
+	long := req
+	long.Messages = []openai.ChatCompletionMessage{{Role: "user", Content: strings.Repeat("token ", 400)}}
+	if _, err := c.CreateChatCompletion(ctx, long); err == nil {
+		t.Fatal("over context accepted")
+	} else if s, code := status(err); s != 400 || code != "context_length_exceeded" {
+		t.Fatalf("context: %d %s", s, code)
+	}
+	fake.SetFaults(fakeopenai.Faults{ServerError: 1})
+	if _, err := c.CreateChatCompletion(ctx, req); err == nil {
+		t.Fatal("fault not injected")
+	} else if s, _ := status(err); s != 500 {
+		t.Fatalf("server error: %d", s)
+	}
+	fake.SetFaults(fakeopenai.Faults{Truncated: 1})
+	if _, err := c.CreateChatCompletion(ctx, req); err == nil {
+		t.Fatal("truncated JSON parsed")
+	}
+	fake.SetFaults(fakeopenai.Faults{Empty: 1})
+	if r, err := c.CreateChatCompletion(ctx, req); err != nil || r.Choices[0].Message.Content != "" {
+		t.Fatalf("empty: %v", err)
+	}
+	fake.SetFaults(fakeopenai.Faults{NoQuota: true})
+	if _, err := c.CreateChatCompletion(ctx, req); err == nil {
+		t.Fatal("no quota")
+	} else if s, code := status(err); s != 429 || code != "insufficient_quota" {
+		t.Fatalf("quota: %d %s", s, code)
+	}
+	fake.SetFaults(fakeopenai.Faults{Timeout: 1, TimeoutAfter: "5s"})
+	tctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if _, err := c.CreateChatCompletion(tctx, req); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("timeout: %v", err)
+	}
+}
+
+func TestReviewCitesRealLines(t *testing.T) {
+	fake := fakeopenai.New(fakeopenai.Config{Models: []fakeopenai.Model{{Name: "m", RPM: 100, TPM: 100000}}})
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+	resp, err := newClient(srv.URL, "k").CreateChatCompletion(context.Background(), openai.ChatCompletionRequest{
+		Model: "m", MaxTokens: 500,
+		Messages: []openai.ChatCompletionMessage{
+			{Role: "system", Content: `Answer with JSON: {"summary": "...", "comments": [{"line": N, "body": "..."}]}`},
+			{Role: "user", Content: "File: x.go\n@@ -1,2 +1,3 @@\n   1  a\n   2 +b := 1\n   3  c\n"},
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(resp.Choices[0].Message.Content, `"line":2`) {
+		t.Fatalf("review does not cite the added line 2: %s", resp.Choices[0].Message.Content)
+	}
+}

@@ -1,0 +1,349 @@
+// Package ghapp is prq's GitHub adapter: it authenticates as the GitHub
+// App (RS256 JWT exchanged for installation tokens, through
+// ghinstallation) against GITHUB_API_URL, and offers the handful of calls
+// prq makes, with GitHub's failures classified for the caller: rate
+// limits with their retry time (v56 maps 403 limits but not 429), 404s,
+// 422s and transient errors. It does not pace writes; the workers do.
+package ghapp
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/bradleyfalzon/ghinstallation/v2"
+	"github.com/google/go-github/v56/github"
+)
+
+// App is a GitHub App: it hands out per-installation clients.
+type App struct {
+	id      int64
+	key     []byte
+	baseURL *url.URL
+	tr      http.RoundTripper
+
+	mu      sync.Mutex
+	clients map[int64]*Client
+}
+
+// New returns the App. apiURL defaults to https://api.github.com/; an
+// Enterprise Server URL includes its /api/v3/ path. tr defaults to
+// http.DefaultTransport.
+func New(appID int64, privateKeyPEM []byte, apiURL string, tr http.RoundTripper) (*App, error) {
+	if appID <= 0 {
+		return nil, fmt.Errorf("ghapp: app id must be positive")
+	}
+	if err := checkKey(privateKeyPEM); err != nil {
+		return nil, err
+	}
+	if apiURL == "" {
+		apiURL = "https://api.github.com/"
+	}
+	u, err := url.Parse(apiURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("ghapp: GITHUB_API_URL %q is not an http(s) URL", apiURL)
+	}
+	if !strings.HasSuffix(u.Path, "/") {
+		u.Path += "/"
+	}
+	if tr == nil {
+		tr = http.DefaultTransport
+	}
+	return &App{id: appID, key: privateKeyPEM, baseURL: u, tr: tr, clients: map[int64]*Client{}}, nil
+}
+
+// checkKey reports a private key that cannot sign, without echoing it.
+func checkKey(b []byte) error {
+	block, _ := pem.Decode(b)
+	if block == nil {
+		return errors.New("ghapp: the private key is not PEM (expected -----BEGIN RSA PRIVATE KEY-----)")
+	}
+	if _, err := x509.ParsePKCS1PrivateKey(block.Bytes); err == nil {
+		return nil
+	}
+	if _, err := x509.ParsePKCS8PrivateKey(block.Bytes); err == nil {
+		return nil
+	}
+	return errors.New("ghapp: the private key is not an RSA key in PKCS#1 or PKCS#8 form")
+}
+
+// Client returns the client of an installation (cached; tokens refresh
+// by themselves).
+func (a *App) Client(installation int64) (*Client, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if c, ok := a.clients[installation]; ok {
+		return c, nil
+	}
+	itr, err := ghinstallation.New(a.tr, a.id, installation, a.key)
+	if err != nil {
+		return nil, fmt.Errorf("ghapp: installation %d: %w", installation, err)
+	}
+	itr.BaseURL = strings.TrimSuffix(a.baseURL.String(), "/")
+	gh := github.NewClient(&http.Client{Transport: itr, Timeout: 30 * time.Second})
+	gh.BaseURL = a.baseURL
+	gh.UploadURL = a.baseURL
+	c := &Client{gh: gh, installation: installation}
+	a.clients[installation] = c
+	return c, nil
+}
+
+// Client calls GitHub as one installation.
+type Client struct {
+	gh           *github.Client
+	installation int64
+}
+
+// Errors the caller branches on.
+var (
+	ErrNotFound      = errors.New("ghapp: not found")
+	ErrUnprocessable = errors.New("ghapp: unprocessable")
+)
+
+// RateLimitedError is a primary or secondary rate limit: retry after RetryAfter.
+type RateLimitedError struct {
+	RetryAfter time.Duration
+	Secondary  bool
+}
+
+func (e *RateLimitedError) Error() string {
+	kind := "rate limit"
+	if e.Secondary {
+		kind = "secondary rate limit"
+	}
+	return fmt.Sprintf("ghapp: %s: retry after %s", kind, e.RetryAfter.Round(time.Second))
+}
+
+// TransientError is a 5xx or network failure worth retrying.
+type TransientError struct{ Err error }
+
+func (e *TransientError) Error() string { return "ghapp: transient: " + e.Err.Error() }
+func (e *TransientError) Unwrap() error { return e.Err }
+
+// classify maps go-github's errors to prq's.
+func classify(op string, resp *github.Response, err error) error {
+	if err == nil {
+		return nil
+	}
+	var rle *github.RateLimitError
+	var abuse *github.AbuseRateLimitError
+	switch {
+	case errors.As(err, &abuse):
+		d := time.Minute
+		if abuse.RetryAfter != nil {
+			d = *abuse.RetryAfter
+		}
+		return fmt.Errorf("%s: %w", op, &RateLimitedError{RetryAfter: d, Secondary: true})
+	case errors.As(err, &rle):
+		d := time.Until(rle.Rate.Reset.Time)
+		if d <= 0 {
+			d = time.Minute
+		}
+		return fmt.Errorf("%s: %w", op, &RateLimitedError{RetryAfter: d})
+	}
+	if resp != nil && resp.Response != nil {
+		switch code := resp.StatusCode; {
+		case code == http.StatusTooManyRequests,
+			code == http.StatusForbidden && (resp.Header.Get("Retry-After") != "" || strings.Contains(strings.ToLower(err.Error()), "rate limit")):
+			return fmt.Errorf("%s: %w", op, &RateLimitedError{RetryAfter: retryAfter(resp.Response), Secondary: true})
+		case code == http.StatusNotFound:
+			return fmt.Errorf("%s: %w", op, ErrNotFound)
+		case code == http.StatusUnprocessableEntity:
+			return fmt.Errorf("%s: %w: %v", op, ErrUnprocessable, err)
+		case code >= 500:
+			return fmt.Errorf("%s: %w", op, &TransientError{Err: err})
+		}
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	return fmt.Errorf("%s: %w", op, &TransientError{Err: err})
+}
+
+// retryAfter reads Retry-After or x-ratelimit-reset; else GitHub's advice: 60s.
+func retryAfter(r *http.Response) time.Duration {
+	if s, err := strconv.Atoi(strings.TrimSpace(r.Header.Get("Retry-After"))); err == nil && s >= 0 {
+		return time.Duration(s) * time.Second
+	}
+	if t, err := strconv.ParseInt(r.Header.Get("X-RateLimit-Reset"), 10, 64); err == nil {
+		if d := time.Until(time.Unix(t, 0)); d > 0 {
+			return d
+		}
+	}
+	return time.Minute
+}
+
+// PullRequest is what prq needs of a PR.
+type PullRequest struct {
+	Number           int
+	State            string
+	Draft            bool
+	Title            string
+	HeadSHA, BaseSHA string
+	Author           string
+	AuthorIsBot      bool
+}
+
+// PR fetches a pull request.
+func (c *Client) PR(ctx context.Context, owner, repo string, n int) (PullRequest, error) {
+	pr, resp, err := c.gh.PullRequests.Get(ctx, owner, repo, n)
+	if err != nil {
+		return PullRequest{}, classify("get pull request", resp, err)
+	}
+	return PullRequest{Number: pr.GetNumber(), State: pr.GetState(), Draft: pr.GetDraft(), Title: pr.GetTitle(),
+		HeadSHA: pr.GetHead().GetSHA(), BaseSHA: pr.GetBase().GetSHA(), Author: pr.GetUser().GetLogin(),
+		AuthorIsBot: pr.GetUser().GetType() == "Bot"}, nil
+}
+
+// File is a changed file; Patch is nil for binaries and huge files.
+type File struct {
+	Filename  string
+	Status    string
+	Additions int
+	Deletions int
+	Patch     *string
+}
+
+func toFiles(in []*github.CommitFile) []File {
+	out := make([]File, 0, len(in))
+	for _, f := range in {
+		out = append(out, File{Filename: f.GetFilename(), Status: f.GetStatus(), Additions: f.GetAdditions(), Deletions: f.GetDeletions(), Patch: f.Patch})
+	}
+	return out
+}
+
+// MaxFiles is GitHub's cap on a PR's listed files.
+const MaxFiles = 3000
+
+// Files lists a PR's files, every page (100 a page), up to GitHub's 3,000.
+func (c *Client) Files(ctx context.Context, owner, repo string, n int) ([]File, error) {
+	var out []File
+	opt := &github.ListOptions{PerPage: 100}
+	for {
+		fs, resp, err := c.gh.PullRequests.ListFiles(ctx, owner, repo, n, opt)
+		if err != nil {
+			return nil, classify("list files", resp, err)
+		}
+		out = append(out, toFiles(fs)...)
+		if resp.NextPage == 0 || len(out) >= MaxFiles {
+			break
+		}
+		opt.Page = resp.NextPage
+	}
+	if len(out) > MaxFiles {
+		out = out[:MaxFiles]
+	}
+	return out, nil
+}
+
+// Compare lists the files changed between two commits.
+func (c *Client) Compare(ctx context.Context, owner, repo, base, head string) ([]File, error) {
+	cmp, resp, err := c.gh.Repositories.CompareCommits(ctx, owner, repo, base, head, &github.ListOptions{PerPage: 100})
+	if err != nil {
+		return nil, classify("compare", resp, err)
+	}
+	return toFiles(cmp.Files), nil
+}
+
+// UpsertComment edits the PR's comment holding marker, or creates one.
+func (c *Client) UpsertComment(ctx context.Context, owner, repo string, n int, knownID int64, marker, body string) (int64, error) {
+	id := knownID
+	if id == 0 {
+		opt := &github.IssueListCommentsOptions{ListOptions: github.ListOptions{PerPage: 100}}
+		for {
+			cs, resp, err := c.gh.Issues.ListComments(ctx, owner, repo, n, opt)
+			if err != nil {
+				return 0, classify("list comments", resp, err)
+			}
+			for _, cm := range cs {
+				if strings.Contains(cm.GetBody(), marker) {
+					id = cm.GetID()
+				}
+			}
+			if id != 0 || resp.NextPage == 0 {
+				break
+			}
+			opt.Page = resp.NextPage
+		}
+	}
+	if id != 0 {
+		_, resp, err := c.gh.Issues.EditComment(ctx, owner, repo, id, &github.IssueComment{Body: &body})
+		if err == nil {
+			return id, nil
+		}
+		if cerr := classify("edit comment", resp, err); !errors.Is(cerr, ErrNotFound) {
+			return 0, cerr
+		}
+	}
+	cm, resp, err := c.gh.Issues.CreateComment(ctx, owner, repo, n, &github.IssueComment{Body: &body})
+	if err != nil {
+		return 0, classify("create comment", resp, err)
+	}
+	return cm.GetID(), nil
+}
+
+// ReviewComment is one line comment of a review.
+type ReviewComment struct {
+	Path      string
+	Line      int
+	StartLine int
+	Side      string
+	Body      string
+}
+
+// CreateReview submits one review with line comments (Line/Side, and
+// StartLine/StartSide for ranges; never the deprecated Position).
+func (c *Client) CreateReview(ctx context.Context, owner, repo string, n int, commit, body string, comments []ReviewComment) (int64, error) {
+	req := &github.PullRequestReviewRequest{CommitID: &commit, Body: &body, Event: github.String("COMMENT")}
+	for _, rc := range comments {
+		d := &github.DraftReviewComment{Path: github.String(rc.Path), Body: github.String(rc.Body), Line: github.Int(rc.Line), Side: github.String(rc.Side)}
+		if rc.StartLine > 0 && rc.StartLine < rc.Line {
+			d.StartLine = github.Int(rc.StartLine)
+			d.StartSide = github.String(rc.Side)
+		}
+		req.Comments = append(req.Comments, d)
+	}
+	rv, resp, err := c.gh.PullRequests.CreateReview(ctx, owner, repo, n, req)
+	if err != nil {
+		return 0, classify("create review", resp, err)
+	}
+	return rv.GetID(), nil
+}
+
+// Reply answers in a review comment's thread.
+func (c *Client) Reply(ctx context.Context, owner, repo string, n int, commentID int64, body string) (int64, error) {
+	cm, resp, err := c.gh.PullRequests.CreateCommentInReplyTo(ctx, owner, repo, n, body, commentID)
+	if err != nil {
+		return 0, classify("reply", resp, err)
+	}
+	return cm.GetID(), nil
+}
+
+// Comment posts a conversation comment.
+func (c *Client) Comment(ctx context.Context, owner, repo string, n int, body string) (int64, error) {
+	cm, resp, err := c.gh.Issues.CreateComment(ctx, owner, repo, n, &github.IssueComment{Body: &body})
+	if err != nil {
+		return 0, classify("comment", resp, err)
+	}
+	return cm.GetID(), nil
+}
+
+// Transport returns the installation's token-minting transport (for
+// callers that need the raw token, such as tests of other clients).
+func (a *App) Transport(installation int64) (*ghinstallation.Transport, error) {
+	itr, err := ghinstallation.New(a.tr, a.id, installation, a.key)
+	if err != nil {
+		return nil, fmt.Errorf("ghapp: installation %d: %w", installation, err)
+	}
+	itr.BaseURL = strings.TrimSuffix(a.baseURL.String(), "/")
+	return itr, nil
+}
