@@ -347,3 +347,6 @@ func (a *App) Transport(installation int64) (*ghinstallation.Transport, error) {
 	itr.BaseURL = strings.TrimSuffix(a.baseURL.String(), "/")
 	return itr, nil
 }
+
+// BaseURL returns the API base URL the App calls.
+func (a *App) BaseURL() string { return a.baseURL.String() }
