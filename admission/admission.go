@@ -1,0 +1,382 @@
+// Package admission is prq's admission scheduler: LLM jobs wait held in
+// asynq (scheduled far in the future, under deterministic task ids) while
+// their tickets wait here, in one global order per model, across every
+// worker process. An admission loop in each worker takes tickets in that
+// order while the model's shared bucket admits them — chat first, with a
+// share of the bucket batch may not use; then paid, trial and free by
+// weight (or strictly); weighted fair queuing across tenants inside a
+// tier; a bump for PRs further along; aging so nothing starves — charges
+// the bucket in the same Lua call, and releases the task
+// (Inspector.RunTask), so asynq workers only ever dequeue admitted work.
+//
+// It does not run jobs or call the provider; the workers do, and report
+// back through Started and Settle.
+package admission
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/prq-dev/prq/jobs"
+	"github.com/prq-dev/prq/ratelimit"
+)
+
+//go:embed admission.lua
+var source string
+
+var script = redis.NewScript(ratelimit.LuaLibrary + "\n" + source)
+
+// ClassChat is the class of chat tickets; batch classes are tier names.
+const ClassChat = "chat"
+
+// Classes lists every class, highest first.
+var Classes = []string{ClassChat, string(jobs.TierPaid), string(jobs.TierTrial), string(jobs.TierFree)}
+
+// Ticket is a held job waiting for admission.
+type Ticket struct {
+	ID     string // the asynq task id
+	Queue  string // the asynq queue holding the task
+	Model  string
+	Class  string // chat, paid, trial or free
+	Tenant string // the installation
+	// PRSeq orders a tenant's PRs: older first, so work in progress
+	// finishes before new work of the same tenant starts.
+	PRSeq int64
+	// Index and Total place the job in its PR; progress (Index/Total)
+	// bumps the flow's priority across tenants.
+	Index, Total int
+	// Tokens is the estimated cost (the provider's admission rule).
+	Tokens int64
+	// Enqueued is when the job first waited (zero: now, by Redis's clock).
+	Enqueued time.Time
+}
+
+func (t Ticket) validate() error {
+	switch {
+	case t.ID == "" || t.Queue == "" || t.Model == "":
+		return errors.New("admission: ticket needs id, queue and model")
+	case t.Tokens < 0:
+		return fmt.Errorf("admission: ticket %s: negative cost %d", t.ID, t.Tokens)
+	case strings.ContainsAny(t.ID+t.Tenant+t.Queue, "|{}"):
+		return fmt.Errorf("admission: ticket %s: id, tenant and queue must not contain | { }", t.ID)
+	}
+	for _, c := range Classes {
+		if t.Class == c {
+			return nil
+		}
+	}
+	return fmt.Errorf("admission: ticket %s: unknown class %q", t.ID, t.Class)
+}
+
+func (t Ticket) prio() float64 {
+	if t.Total <= 0 {
+		return 1
+	}
+	p := float64(t.Index) / float64(t.Total)
+	return 1 + 2*min(max(p, 0), 1)
+}
+
+func (t Ticket) encode() string {
+	var enq int64
+	if !t.Enqueued.IsZero() {
+		enq = t.Enqueued.UnixMicro()
+	}
+	rank := fmt.Sprintf("%012d%06d", t.PRSeq, t.Index)
+	return strings.Join([]string{t.Class, t.Tenant, rank, strconv.FormatInt(t.Tokens, 10),
+		strconv.FormatInt(enq, 10), t.Queue, strconv.FormatFloat(t.prio(), 'f', 3, 64)}, "|")
+}
+
+// Config configures admission.
+type Config struct {
+	// Strict admits paid before trial before free with no sharing.
+	// Defaults to false: weighted.
+	Strict bool
+	// Weights of the batch tiers. Default paid 8, trial 2, free 1.
+	Weights map[jobs.Tier]int64
+	// ChatShare of each bucket batch work may not use. Defaults to 0.05.
+	ChatShare float64
+	// Aging bounds how long a ticket waits before it goes first. Defaults to 10m.
+	Aging time.Duration
+	// ReleaseTimeout is how long a released task may take to reach a
+	// handler before the reconciler releases it again. Defaults to 30s.
+	ReleaseTimeout time.Duration
+	// ReservationTTL bounds how long an unsettled reservation is kept.
+	// Defaults to 30m.
+	ReservationTTL time.Duration
+	// Hold is how far in the future a held task is scheduled. Defaults to
+	// ten years.
+	Hold time.Duration
+	// NowFunc replaces Redis TIME (deterministic tests only).
+	NowFunc func() time.Time
+}
+
+func (c *Config) setDefaults() error {
+	if c.Weights == nil {
+		c.Weights = map[jobs.Tier]int64{jobs.TierPaid: 8, jobs.TierTrial: 2, jobs.TierFree: 1}
+	}
+	for _, t := range jobs.Tiers {
+		if c.Weights[t] <= 0 {
+			return fmt.Errorf("admission: weight of %s must be positive", t)
+		}
+	}
+	if c.ChatShare < 0 || c.ChatShare >= 1 {
+		return fmt.Errorf("admission: chat share must be in [0, 1), got %v", c.ChatShare)
+	}
+	if c.Aging == 0 {
+		c.Aging = 10 * time.Minute
+	}
+	if c.ReleaseTimeout == 0 {
+		c.ReleaseTimeout = 30 * time.Second
+	}
+	if c.ReservationTTL == 0 {
+		c.ReservationTTL = 30 * time.Minute
+	}
+	if c.Hold == 0 {
+		c.Hold = 10 * 365 * 24 * time.Hour
+	}
+	return nil
+}
+
+// Scheduler admits held jobs.
+type Scheduler struct {
+	rdb     redis.UniversalClient
+	cfg     Config
+	log     *slog.Logger
+	buckets map[string]*ratelimit.Bucket
+	client  *asynq.Client
+	insp    *asynq.Inspector
+
+	// Observe, when set, is told of every admission (for metrics).
+	Observe func(Admitted)
+
+	mu     sync.Mutex
+	paused map[string]string // model -> reason
+}
+
+// New returns a scheduler for the models' buckets. client and insp may be
+// nil for a scheduler that only orders (tests of the order itself).
+func New(rdb redis.UniversalClient, buckets map[string]*ratelimit.Bucket, client *asynq.Client, insp *asynq.Inspector, cfg Config, log *slog.Logger) (*Scheduler, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	if len(buckets) == 0 {
+		return nil, errors.New("admission: at least one model bucket is required")
+	}
+	return &Scheduler{rdb: rdb, cfg: cfg, log: log, buckets: buckets, client: client, insp: insp, paused: map[string]string{}}, nil
+}
+
+func (s *Scheduler) keys(model string) ([]string, *ratelimit.Bucket, error) {
+	b, ok := s.buckets[model]
+	if !ok {
+		return nil, nil, fmt.Errorf("admission: unknown model %q", model)
+	}
+	p := b.Tag() + ":adm:"
+	return []string{b.StateKey(), p + "tickets", p + "lex", p + "chat", p + "heads:paid", p + "heads:trial", p + "heads:free",
+		p + "vt", p + "age", p + "released", p + "stats", p + "res", p + "resage"}, b, nil
+}
+
+func (s *Scheduler) now() string {
+	if s.cfg.NowFunc == nil {
+		return ""
+	}
+	return strconv.FormatInt(s.cfg.NowFunc().UnixMicro(), 10)
+}
+
+// Register adds a ticket; a ticket already waiting or released is not
+// added twice (registered=false).
+func (s *Scheduler) Register(ctx context.Context, t Ticket) (registered bool, err error) {
+	if err := t.validate(); err != nil {
+		return false, err
+	}
+	keys, _, err := s.keys(t.Model)
+	if err != nil {
+		return false, err
+	}
+	n, err := script.Run(ctx, s.rdb, keys, "register", s.now(), t.ID, t.encode()).Int()
+	if err != nil {
+		return false, fmt.Errorf("admission: register %s: %w", t.ID, err)
+	}
+	return n == 1, nil
+}
+
+// Submit enqueues task held (far in the future, under the ticket's id) in
+// the ticket's queue, then registers the ticket. Submitting the same id
+// again is harmless. A crash between the two leaves a held task without a
+// ticket, which Reconcile repairs from the task's payload.
+func (s *Scheduler) Submit(ctx context.Context, task *asynq.Task, t Ticket, opts ...asynq.Option) error {
+	if s.client == nil {
+		return errors.New("admission: submit needs an asynq client")
+	}
+	if err := t.validate(); err != nil {
+		return err
+	}
+	opts = append(opts, asynq.TaskID(t.ID), asynq.Queue(t.Queue), asynq.ProcessIn(s.cfg.Hold))
+	if _, err := s.client.EnqueueContext(ctx, task, opts...); err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
+		return fmt.Errorf("admission: hold %s: %w", t.ID, err)
+	}
+	_, err := s.Register(ctx, t)
+	return err
+}
+
+// Admitted is one admission decision.
+type Admitted struct {
+	ID, Queue, Class, Tenant string
+	Model                    string
+	Tokens                   int64
+	// Via is chat, fair (the weighted order), aged (waited past the
+	// aging bound) or reject (can never fit the bucket: dropped).
+	Via      string
+	Waited   time.Duration
+	Enqueued time.Time
+	// Dim names the bucket dimension a rejected ticket exceeds.
+	Dim string
+}
+
+// Admit takes up to budget tickets of a model in global order while its
+// bucket admits them. It returns the admitted tickets, and when it
+// stopped for lack of room, the exact wait until the next one fits.
+func (s *Scheduler) Admit(ctx context.Context, model string, budget int) ([]Admitted, time.Duration, error) {
+	keys, b, err := s.keys(model)
+	if err != nil {
+		return nil, 0, err
+	}
+	if budget <= 0 {
+		return nil, 0, nil
+	}
+	mode := "weighted"
+	if s.cfg.Strict {
+		mode = "strict"
+	}
+	args := []any{"admit", s.now(), budget, mode, strconv.FormatFloat(s.cfg.ChatShare, 'f', 6, 64), s.cfg.Aging.Microseconds(),
+		s.cfg.ReleaseTimeout.Microseconds(), s.cfg.Weights[jobs.TierPaid], s.cfg.Weights[jobs.TierTrial], s.cfg.Weights[jobs.TierFree]}
+	args = append(args, b.ScriptArgs([4]int64{0, 1, 0, 1})...)
+	res, err := script.Run(ctx, s.rdb, keys, args...).Slice()
+	if err != nil {
+		return nil, 0, fmt.Errorf("admission: admit %s: %w", model, err)
+	}
+	if len(res) != 3 {
+		return nil, 0, fmt.Errorf("admission: admit %s: unexpected reply", model)
+	}
+	nowUS, _ := strconv.ParseInt(fmt.Sprint(res[0]), 10, 64)
+	waitUS, _ := strconv.ParseInt(fmt.Sprint(res[1]), 10, 64)
+	items, _ := res[2].([]any)
+	now := time.UnixMicro(nowUS)
+	var out []Admitted
+	for i := 0; i+1 < len(items); i += 2 {
+		id, _ := items[i].(string)
+		desc, _ := items[i+1].(string)
+		f := strings.Split(desc, "|")
+		if len(f) < 6 {
+			continue
+		}
+		tok, _ := strconv.ParseInt(f[4], 10, 64)
+		enq, _ := strconv.ParseInt(f[5], 10, 64)
+		a := Admitted{ID: id, Via: f[0], Queue: f[1], Class: f[2], Tenant: f[3], Model: model, Tokens: tok,
+			Enqueued: time.UnixMicro(enq), Waited: now.Sub(time.UnixMicro(enq))}
+		if a.Via == "reject" && len(f) > 6 {
+			a.Dim = f[6]
+		}
+		out = append(out, a)
+	}
+	return out, time.Duration(waitUS) * time.Microsecond, nil
+}
+
+// Release moves admitted tasks from held to pending so a worker runs
+// them. A task that no longer exists (superseded, deleted) is dropped.
+func (s *Scheduler) Release(ctx context.Context, adm []Admitted) {
+	for _, a := range adm {
+		if a.Via == "reject" {
+			s.log.ErrorContext(ctx, "job can never fit the model's bucket; dropped", "task", a.ID, "model", a.Model, "tokens", a.Tokens, "dimension", a.Dim)
+			if s.insp != nil {
+				s.insp.ArchiveTask(a.Queue, a.ID)
+			}
+			continue
+		}
+		if s.Observe != nil {
+			s.Observe(a)
+		}
+		if s.insp == nil {
+			continue
+		}
+		err := s.insp.RunTask(a.Queue, a.ID)
+		switch {
+		case err == nil:
+		case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
+			s.log.InfoContext(ctx, "admitted task is gone (superseded or deleted)", "task", a.ID, "queue", a.Queue)
+			s.Started(ctx, a.Model, a.ID)
+		default:
+			// already pending or active: fine; anything else the reconciler retries
+			if !strings.Contains(err.Error(), "already") {
+				s.log.WarnContext(ctx, "release failed; the reconciler will retry", "task", a.ID, "err", err)
+			}
+		}
+	}
+}
+
+// Started records that an admitted task reached its handler.
+func (s *Scheduler) Started(ctx context.Context, model, id string) error {
+	keys, _, err := s.keys(model)
+	if err != nil {
+		return err
+	}
+	if err := script.Run(ctx, s.rdb, keys, "started", s.now(), id).Err(); err != nil {
+		return fmt.Errorf("admission: started %s: %w", id, err)
+	}
+	return nil
+}
+
+// Settle replaces an admitted job's estimate with its actual usage, once.
+func (s *Scheduler) Settle(ctx context.Context, model, id string, actual ratelimit.Cost) error {
+	keys, b, err := s.keys(model)
+	if err != nil {
+		return err
+	}
+	args := []any{"settle", s.now(), id, string(b.Limits().Policy)}
+	args = append(args, b.ScriptArgs([4]int64{actual.Requests, actual.Tokens, actual.Requests, actual.Tokens})...)
+	n, err := script.Run(ctx, s.rdb, keys, args...).Int()
+	if err != nil {
+		return fmt.Errorf("admission: settle %s: %w", id, err)
+	}
+	if n == 0 {
+		return ratelimit.ErrNotReserved
+	}
+	return nil
+}
+
+// Cancel removes a waiting ticket (superseded work).
+func (s *Scheduler) Cancel(ctx context.Context, model, id string) (bool, error) {
+	keys, _, err := s.keys(model)
+	if err != nil {
+		return false, err
+	}
+	n, err := script.Run(ctx, s.rdb, keys, "cancel", s.now(), id).Int()
+	if err != nil {
+		return false, fmt.Errorf("admission: cancel %s: %w", id, err)
+	}
+	return n == 1, nil
+}
+
+// Bucket returns a model's bucket.
+func (s *Scheduler) Bucket(model string) (*ratelimit.Bucket, bool) {
+	b, ok := s.buckets[model]
+	return b, ok
+}
+
+// Models lists the models admitted.
+func (s *Scheduler) Models() []string {
+	out := make([]string, 0, len(s.buckets))
+	for m := range s.buckets {
+		out = append(out, m)
+	}
+	return out
+}

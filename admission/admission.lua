@@ -1,0 +1,264 @@
+-- prq admission: tickets wait here in one global order per model; one
+-- call admits, in that order, as many as the model's bucket admits (at
+-- most a budget), charging the bucket in the same atomic step.
+--
+-- Keys (one hash tag, the model bucket's):
+--  K[1] bucket state      K[2] tickets hash (id -> encoded ticket)
+--  K[3] batch lex zset    (members "class|tenant|rank|id", score 0)
+--  K[4] chat zset (id by seq)   K[5..7] flow heads per tier (tenant by finish tag)
+--  K[8] virtual times hash      K[9] age zset (id by enqueue µs)
+--  K[10] released zset (id by deadline µs)   K[11] stats hash
+--  K[12] reservations hash (id -> "requests tokens")   K[13] reservation age zset
+--
+-- A ticket is encoded as "class|tenant|rank|tokens|enq_us|queue|prio".
+-- prio (>= 1) divides the ticket's cost in fair queuing: the bump of a PR
+-- that is further along.
+
+local TIERS = {'paid', 'trial', 'free'}
+local HEADS = {paid = KEYS[5], trial = KEYS[6], free = KEYS[7]}
+
+local function split(s)
+  local out = {}
+  for part in string.gmatch(s, '([^|]*)|?') do out[#out + 1] = part end
+  return out
+end
+
+local function decode(id, enc)
+  local p = split(enc)
+  return {id = id, class = p[1], tenant = p[2], rank = p[3], tokens = tonumber(p[4]),
+    enq = tonumber(p[5]), queue = p[6], prio = tonumber(p[7]) or 1}
+end
+
+local function lexmember(t) return t.class .. '|' .. t.tenant .. '|' .. t.rank .. '|' .. t.id end
+
+local function vt(field) return tonumber(redis.call('HGET', KEYS[8], field) or '0') or 0 end
+
+-- flowhead returns the first ticket of a tenant's flow in a tier, or nil.
+local function flowhead(class, tenant)
+  local prefix = class .. '|' .. tenant .. '|'
+  local m = redis.call('ZRANGEBYLEX', KEYS[3], '[' .. prefix, '[' .. prefix .. '\255', 'LIMIT', 0, 1)
+  if #m == 0 then return nil end
+  local id = string.match(m[1], '([^|]*)$')
+  local enc = redis.call('HGET', KEYS[2], id)
+  if not enc then
+    redis.call('ZREM', KEYS[3], m[1]) -- a ticket without data: drop it
+    return flowhead(class, tenant)
+  end
+  return decode(id, enc)
+end
+
+-- refresh recomputes a tenant's finish tag in its tier's heads. A flow
+-- that stays backlogged starts where its last service finished; one that
+-- becomes active starts no earlier than the tier's virtual time (start-
+-- time fair queuing), so idling earns no credit.
+local function refresh(class, tenant, backlogged)
+  local h = flowhead(class, tenant)
+  if h == nil then
+    redis.call('ZREM', HEADS[class], tenant)
+    return
+  end
+  local start = vt('f:' .. class .. ':' .. tenant)
+  if not backlogged then start = math.max(start, vt('V:' .. class)) end
+  redis.call('ZADD', HEADS[class], start + h.tokens / h.prio, tenant)
+end
+
+-- activate gives a tier that becomes backlogged its start tag.
+local function activate(class)
+  if redis.call('ZCARD', HEADS[class]) == 0 then
+    local v = math.max(vt('t:' .. class), vt('V'))
+    redis.call('HSET', KEYS[8], 't:' .. class, v)
+  end
+end
+
+-- unlink removes a waiting ticket from every structure but the hash.
+local function unlink(t)
+  redis.call('ZREM', KEYS[9], t.id)
+  if t.class == 'chat' then
+    redis.call('ZREM', KEYS[4], t.id)
+  else
+    redis.call('ZREM', KEYS[3], lexmember(t))
+  end
+end
+
+local op = ARGV[1]
+local now = B.clock(ARGV[2])
+
+if op == 'register' then
+  -- ARGV: op, now, id, encoded ticket
+  local id, enc = ARGV[3], ARGV[4]
+  if redis.call('HEXISTS', KEYS[2], id) == 1 then return 0 end
+  local t = decode(id, enc)
+  if t.enq == 0 then
+    t.enq = now
+    local p = split(enc)
+    p[5] = B.fmt(now)
+    enc = table.concat(p, '|')
+  end
+  redis.call('HSET', KEYS[2], id, enc)
+  redis.call('ZADD', KEYS[9], t.enq, id)
+  redis.call('HINCRBY', KEYS[11], 'in_tok:' .. t.class, t.tokens)
+  redis.call('HINCRBY', KEYS[11], 'in_n:' .. t.class, 1)
+  if t.class == 'chat' then
+    redis.call('ZADD', KEYS[4], redis.call('HINCRBY', KEYS[8], 'seq', 1), id)
+  else
+    activate(t.class)
+    local active = redis.call('ZSCORE', HEADS[t.class], t.tenant)
+    redis.call('ZADD', KEYS[3], 0, lexmember(t))
+    if not active then
+      refresh(t.class, t.tenant, false)
+    else
+      local h = flowhead(t.class, t.tenant)
+      if h ~= nil and h.id == t.id then refresh(t.class, t.tenant, true) end
+    end
+  end
+  return 1
+
+elseif op == 'cancel' then
+  -- ARGV: op, now, id
+  local enc = redis.call('HGET', KEYS[2], ARGV[3])
+  if not enc then return 0 end
+  local t = decode(ARGV[3], enc)
+  unlink(t)
+  redis.call('HDEL', KEYS[2], t.id)
+  redis.call('ZREM', KEYS[10], t.id)
+  if t.class ~= 'chat' then refresh(t.class, t.tenant, true) end
+  return 1
+
+elseif op == 'started' then
+  -- ARGV: op, now, id: the released task reached a handler
+  redis.call('ZREM', KEYS[10], ARGV[3])
+  return redis.call('HDEL', KEYS[2], ARGV[3])
+
+elseif op == 'settle' then
+  -- ARGV: op, now, id, policy, dims... (values: actual usage)
+  local r = redis.call('HGET', KEYS[12], ARGV[3])
+  if not r then return 0 end
+  local st = B.load(KEYS[1], ARGV, 4, now)
+  local i = 0
+  for c in string.gmatch(r, '%S+') do
+    i = i + 1
+    if i <= st.n then
+      local delta = tonumber(c) - st.val[i]
+      if delta < 0 or ARGV[4] == 'refund' then B.give(st, i, delta) end
+    end
+  end
+  B.save(st)
+  redis.call('HDEL', KEYS[12], ARGV[3])
+  redis.call('ZREM', KEYS[13], ARGV[3])
+  return 1
+
+elseif op == 'admit' then
+  -- ARGV: op, now, budget, mode, chat_share, aging_us, release_us,
+  --       w_paid, w_trial, w_free, dims (value 0 = a request dimension,
+  --       1 = a token dimension)
+  local budget, mode = tonumber(ARGV[3]), ARGV[4]
+  local share, aging, release = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+  local weight = {paid = tonumber(ARGV[8]), trial = tonumber(ARGV[9]), free = tonumber(ARGV[10])}
+  local st = B.load(KEYS[1], ARGV, 10, now)
+  local keep = {}
+  for i = 1, st.n do keep[i] = math.floor(share * st.burst[i]) end
+  local out = {}
+  local wait = 0
+  local dirty = false
+  local V = vt('V')
+  while #out < budget * 2 do
+    local cand, via = nil, nil
+    local c = redis.call('ZRANGE', KEYS[4], 0, 0)
+    if #c > 0 then
+      local enc = redis.call('HGET', KEYS[2], c[1])
+      if enc then cand, via = decode(c[1], enc), 'chat' else redis.call('ZREM', KEYS[4], c[1]) end
+    end
+    if cand == nil then
+      local a = redis.call('ZRANGE', KEYS[9], 0, 0, 'WITHSCORES')
+      if #a > 0 and now - tonumber(a[2]) > aging then
+        local enc = redis.call('HGET', KEYS[2], a[1])
+        if enc then cand, via = decode(a[1], enc), 'aged' else redis.call('ZREM', KEYS[9], a[1]) end
+      end
+    end
+    if cand == nil then
+      local best, bestF = nil, nil
+      for _, tier in ipairs(TIERS) do
+        local h = redis.call('ZRANGE', HEADS[tier], 0, 0)
+        if #h > 0 then
+          local t = flowhead(tier, h[1])
+          if t == nil then
+            redis.call('ZREM', HEADS[tier], h[1])
+          else
+            local f = vt('t:' .. tier) + t.tokens / weight[tier]
+            if mode == 'strict' then
+              best = t
+              break
+            end
+            if bestF == nil or f < bestF then best, bestF = t, f end
+          end
+        end
+      end
+      cand, via = best, 'fair'
+    end
+    if cand == nil then break end
+    local costs = {}
+    for i = 1, st.n do
+      if st.val[i] == 0 then costs[i] = 1 else costs[i] = cand.tokens end
+    end
+    local w, dim = B.wait(st, costs, cand.class ~= 'chat' and keep or nil)
+    if w < 0 then
+      -- can never fit: drop the ticket and report it, never wait forever
+      unlink(cand)
+      redis.call('HDEL', KEYS[2], cand.id)
+      if cand.class ~= 'chat' then refresh(cand.class, cand.tenant, true) end
+      out[#out + 1] = cand.id
+      out[#out + 1] = 'reject|' .. cand.queue .. '|' .. cand.class .. '|' .. cand.tenant .. '|' .. cand.tokens .. '|' .. B.fmt(cand.enq) .. '|' .. dim
+    elseif w > 0 then
+      wait = w
+      break
+    else
+      if #out >= budget * 2 then break end
+      B.take(st, costs)
+      dirty = true
+      -- FIFO comparison: was someone older waiting?
+      local fifo = redis.call('ZRANGE', KEYS[9], 0, 0)
+      if #fifo > 0 and fifo[1] ~= cand.id then
+        local fenc = redis.call('HGET', KEYS[2], fifo[1])
+        redis.call('HINCRBY', KEYS[11], 'ahead_tok:' .. cand.class, cand.tokens)
+        if fenc then redis.call('HINCRBY', KEYS[11], 'behind_tok:' .. decode(fifo[1], fenc).class, cand.tokens) end
+      end
+      unlink(cand)
+      if cand.class ~= 'chat' then
+        local tier = cand.class
+        local s = vt('t:' .. tier)
+        redis.call('HSET', KEYS[8], 't:' .. tier, s + cand.tokens / weight[tier])
+        if s > V then V = s end
+        if via == 'fair' then
+          local ff = tonumber(redis.call('ZSCORE', HEADS[tier], cand.tenant) or '0') or 0
+          redis.call('HSET', KEYS[8], 'f:' .. tier .. ':' .. cand.tenant, ff)
+          local fs = ff - cand.tokens / cand.prio
+          if fs > vt('V:' .. tier) then redis.call('HSET', KEYS[8], 'V:' .. tier, fs) end
+        end
+        refresh(tier, cand.tenant, true)
+      end
+      redis.call('ZADD', KEYS[10], now + release, cand.id)
+      local rc = {}
+      for i = 1, st.n do rc[i] = B.fmt(costs[i]) end
+      redis.call('HSET', KEYS[12], cand.id, table.concat(rc, ' '))
+      redis.call('ZADD', KEYS[13], now, cand.id)
+      redis.call('HINCRBY', KEYS[11], 'adm_tok:' .. cand.class, cand.tokens)
+      redis.call('HINCRBY', KEYS[11], 'adm_n:' .. cand.class, 1)
+      out[#out + 1] = cand.id
+      out[#out + 1] = via .. '|' .. cand.queue .. '|' .. cand.class .. '|' .. cand.tenant .. '|' .. cand.tokens .. '|' .. B.fmt(cand.enq)
+    end
+  end
+  redis.call('HSET', KEYS[8], 'V', V)
+  if dirty then B.save(st) end
+  return {B.fmt(now), B.fmt(wait), out}
+
+elseif op == 'stats' then
+  local out = {B.fmt(now)}
+  out[#out + 1] = redis.call('ZCARD', KEYS[4])
+  for _, tier in ipairs(TIERS) do
+    out[#out + 1] = redis.call('ZLEXCOUNT', KEYS[3], '[' .. tier .. '|', '[' .. tier .. '|\255')
+  end
+  out[#out + 1] = redis.call('ZCARD', KEYS[10])
+  out[#out + 1] = redis.call('HGETALL', KEYS[11])
+  return out
+end
+return redis.error_reply('admission: unknown op ' .. tostring(op))

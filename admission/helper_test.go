@@ -1,0 +1,5 @@
+package admission_test
+
+const helperEnv = "PRQ_ADMISSION_HELPER"
+
+func runHelper() int { return 0 }
