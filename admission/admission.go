@@ -159,8 +159,7 @@ type Scheduler struct {
 	// Observe, when set, is told of every admission (for metrics).
 	Observe func(Admitted)
 
-	mu     sync.Mutex
-	paused map[string]string // model -> reason
+	mu sync.Mutex
 }
 
 // New returns a scheduler for the models' buckets. client and insp may be
@@ -172,7 +171,7 @@ func New(rdb redis.UniversalClient, buckets map[string]*ratelimit.Bucket, client
 	if len(buckets) == 0 {
 		return nil, errors.New("admission: at least one model bucket is required")
 	}
-	return &Scheduler{rdb: rdb, cfg: cfg, log: log, buckets: buckets, client: client, insp: insp, paused: map[string]string{}}, nil
+	return &Scheduler{rdb: rdb, cfg: cfg, log: log, buckets: buckets, client: client, insp: insp}, nil
 }
 
 func (s *Scheduler) keys(model string) ([]string, *ratelimit.Bucket, error) {
@@ -182,7 +181,7 @@ func (s *Scheduler) keys(model string) ([]string, *ratelimit.Bucket, error) {
 	}
 	p := b.Tag() + ":adm:"
 	return []string{b.StateKey(), p + "tickets", p + "lex", p + "chat", p + "heads:paid", p + "heads:trial", p + "heads:free",
-		p + "vt", p + "age", p + "released", p + "stats", p + "res", p + "resage"}, b, nil
+		p + "vt", p + "age", p + "released", p + "stats", p + "res", p + "resage", p + "delayed", p + "paused", p + "waits"}, b, nil
 }
 
 func (s *Scheduler) now() string {
@@ -209,23 +208,47 @@ func (s *Scheduler) Register(ctx context.Context, t Ticket) (registered bool, er
 	return n == 1, nil
 }
 
+// RegisterAt registers a ticket when at comes (a retry with backoff goes
+// back through admission no earlier than that).
+func (s *Scheduler) RegisterAt(ctx context.Context, t Ticket, at time.Time) error {
+	if err := t.validate(); err != nil {
+		return err
+	}
+	keys, _, err := s.keys(t.Model)
+	if err != nil {
+		return err
+	}
+	if err := script.Run(ctx, s.rdb, keys, "delay", s.now(), t.ID, t.encode(), at.UnixMicro()).Err(); err != nil {
+		return fmt.Errorf("admission: delay %s: %w", t.ID, err)
+	}
+	return nil
+}
+
 // Submit enqueues task held (far in the future, under the ticket's id) in
 // the ticket's queue, then registers the ticket. Submitting the same id
 // again is harmless. A crash between the two leaves a held task without a
 // ticket, which Reconcile repairs from the task's payload.
-func (s *Scheduler) Submit(ctx context.Context, task *asynq.Task, t Ticket, opts ...asynq.Option) error {
+//
+// It reports false, registering nothing, when a task with the id exists
+// already (a redelivered event, a retried plan).
+func (s *Scheduler) Submit(ctx context.Context, task *asynq.Task, t Ticket, opts ...asynq.Option) (bool, error) {
 	if s.client == nil {
-		return errors.New("admission: submit needs an asynq client")
+		return false, errors.New("admission: submit needs an asynq client")
 	}
 	if err := t.validate(); err != nil {
-		return err
+		return false, err
 	}
 	opts = append(opts, asynq.TaskID(t.ID), asynq.Queue(t.Queue), asynq.ProcessIn(s.cfg.Hold))
-	if _, err := s.client.EnqueueContext(ctx, task, opts...); err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
-		return fmt.Errorf("admission: hold %s: %w", t.ID, err)
+	if _, err := s.client.EnqueueContext(ctx, task, opts...); err != nil {
+		if errors.Is(err, asynq.ErrTaskIDConflict) {
+			return false, nil
+		}
+		return false, fmt.Errorf("admission: hold %s: %w", t.ID, err)
 	}
-	_, err := s.Register(ctx, t)
-	return err
+	if _, err := s.Register(ctx, t); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // Admitted is one admission decision.
@@ -263,6 +286,9 @@ func (s *Scheduler) Admit(ctx context.Context, model string, budget int) ([]Admi
 	res, err := script.Run(ctx, s.rdb, keys, args...).Slice()
 	if err != nil {
 		return nil, 0, fmt.Errorf("admission: admit %s: %w", model, err)
+	}
+	if len(res) == 4 { // paused
+		return nil, 0, nil
 	}
 	if len(res) != 3 {
 		return nil, 0, fmt.Errorf("admission: admit %s: unexpected reply", model)
@@ -379,4 +405,11 @@ func (s *Scheduler) Models() []string {
 		out = append(out, m)
 	}
 	return out
+}
+
+// DeleteTask deletes a held task (superseded work); a missing task is fine.
+func (s *Scheduler) DeleteTask(queue, id string) {
+	if s.insp != nil {
+		s.insp.DeleteTask(queue, id)
+	}
 }

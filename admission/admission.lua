@@ -9,6 +9,8 @@
 --  K[8] virtual times hash      K[9] age zset (id by enqueue µs)
 --  K[10] released zset (id by deadline µs)   K[11] stats hash
 --  K[12] reservations hash (id -> "requests tokens")   K[13] reservation age zset
+--  K[14] delayed zset (id NUL encoded, by due µs)      K[15] paused (reason)
+--  K[16] recent admission waits ("class:µs", newest first, capped)
 --
 -- A ticket is encoded as "class|tenant|rank|tokens|enq_us|queue|prio".
 -- prio (>= 1) divides the ticket's cost in fair queuing: the bump of a PR
@@ -83,9 +85,7 @@ end
 local op = ARGV[1]
 local now = B.clock(ARGV[2])
 
-if op == 'register' then
-  -- ARGV: op, now, id, encoded ticket
-  local id, enc = ARGV[3], ARGV[4]
+local function register(id, enc)
   if redis.call('HEXISTS', KEYS[2], id) == 1 then return 0 end
   local t = decode(id, enc)
   if t.enq == 0 then
@@ -112,6 +112,11 @@ if op == 'register' then
     end
   end
   return 1
+end
+
+if op == 'register' then
+  -- ARGV: op, now, id, encoded ticket
+  return register(ARGV[3], ARGV[4])
 
 elseif op == 'cancel' then
   -- ARGV: op, now, id
@@ -147,7 +152,20 @@ elseif op == 'settle' then
   redis.call('ZREM', KEYS[13], ARGV[3])
   return 1
 
+elseif op == 'delay' then
+  -- ARGV: op, now, id, encoded ticket, due µs: register when due
+  redis.call('ZADD', KEYS[14], tonumber(ARGV[5]), ARGV[3] .. '\0' .. ARGV[4])
+  return 1
+
 elseif op == 'admit' then
+  local paused = redis.call('GET', KEYS[15])
+  if paused then return {B.fmt(now), '0', {}, paused} end
+  local due = redis.call('ZRANGEBYSCORE', KEYS[14], '-inf', now, 'LIMIT', 0, 1000)
+  for _, m in ipairs(due) do
+    local id, enc = string.match(m, '^([^%z]*)%z(.*)$')
+    redis.call('ZREM', KEYS[14], m)
+    if id and redis.call('HEXISTS', KEYS[2], id) == 0 then register(id, enc) end
+  end
   -- ARGV: op, now, budget, mode, chat_share, aging_us, release_us,
   --       w_paid, w_trial, w_free, dims (value 0 = a request dimension,
   --       1 = a token dimension)
@@ -243,12 +261,16 @@ elseif op == 'admit' then
       redis.call('ZADD', KEYS[13], now, cand.id)
       redis.call('HINCRBY', KEYS[11], 'adm_tok:' .. cand.class, cand.tokens)
       redis.call('HINCRBY', KEYS[11], 'adm_n:' .. cand.class, 1)
+      redis.call('LPUSH', KEYS[16], cand.class .. ':' .. B.fmt(now - cand.enq))
       out[#out + 1] = cand.id
       out[#out + 1] = via .. '|' .. cand.queue .. '|' .. cand.class .. '|' .. cand.tenant .. '|' .. cand.tokens .. '|' .. B.fmt(cand.enq)
     end
   end
   redis.call('HSET', KEYS[8], 'V', V)
-  if dirty then B.save(st) end
+  if dirty then
+    B.save(st)
+    redis.call('LTRIM', KEYS[16], 0, 1999)
+  end
   return {B.fmt(now), B.fmt(wait), out}
 
 elseif op == 'stats' then

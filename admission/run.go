@@ -12,28 +12,35 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Pause stops admissions of a model (a bad key or exhausted billing: no
-// retry storm) until Resume. The reason is shown on the dashboard.
-func (s *Scheduler) Pause(model, reason string) {
-	s.mu.Lock()
-	s.paused[model] = reason
-	s.mu.Unlock()
+// Pause stops every process's admissions of a model for d (a bad key or
+// exhausted billing: no retry storm); the reason shows on the dashboard.
+// Admissions resume by themselves after d, to find out whether the
+// account was fixed.
+func (s *Scheduler) Pause(ctx context.Context, model, reason string, d time.Duration) error {
+	keys, _, err := s.keys(model)
+	if err != nil {
+		return err
+	}
+	return s.rdb.Set(ctx, keys[14], reason, d).Err()
 }
 
 // Resume lets a paused model admit again.
-func (s *Scheduler) Resume(model string) {
-	s.mu.Lock()
-	delete(s.paused, model)
-	s.mu.Unlock()
+func (s *Scheduler) Resume(ctx context.Context, model string) error {
+	keys, _, err := s.keys(model)
+	if err != nil {
+		return err
+	}
+	return s.rdb.Del(ctx, keys[14]).Err()
 }
 
 // Paused returns the paused models and why.
-func (s *Scheduler) Paused() map[string]string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make(map[string]string, len(s.paused))
-	for k, v := range s.paused {
-		out[k] = v
+func (s *Scheduler) Paused(ctx context.Context) map[string]string {
+	out := map[string]string{}
+	for m := range s.buckets {
+		keys, _, _ := s.keys(m)
+		if r, err := s.rdb.Get(ctx, keys[14]).Result(); err == nil {
+			out[m] = r
+		}
 	}
 	return out
 }
@@ -96,11 +103,6 @@ func (s *Scheduler) Run(ctx context.Context, rc RunConfig) {
 func (s *Scheduler) loop(ctx context.Context, model string, rc RunConfig) {
 	backoff := rc.Poll
 	for ctx.Err() == nil {
-		if reason, paused := s.Paused()[model]; paused {
-			_ = reason
-			sleep(ctx, time.Second)
-			continue
-		}
 		budget := rc.Capacity()
 		if budget <= 0 {
 			sleep(ctx, rc.Poll/4)
@@ -260,7 +262,9 @@ type Stats struct {
 	// Per class: incoming and admitted tokens and jobs; tokens admitted
 	// ahead of FIFO order, and tokens by which the class was passed.
 	InTokens, InJobs, AdmTokens, AdmJobs, AheadTokens, BehindTokens map[string]int64
-	Now                                                              time.Time
+	Now                                                             time.Time
+	// Waits are the recent admissions' waits per class, newest first.
+	Waits map[string][]time.Duration
 }
 
 // Stats returns a model's admission counters.
@@ -303,6 +307,19 @@ func (s *Scheduler) Stats(ctx context.Context, model string) (Stats, error) {
 		case "behind_tok":
 			st.BehindTokens[class] = v
 		}
+	}
+	recent, err := s.rdb.LRange(ctx, keys[15], 0, -1).Result()
+	if err != nil {
+		return Stats{}, fmt.Errorf("admission: stats: %w", err)
+	}
+	st.Waits = map[string][]time.Duration{}
+	for _, r := range recent {
+		class, us, ok := strings.Cut(r, ":")
+		if !ok {
+			continue
+		}
+		n, _ := strconv.ParseInt(us, 10, 64)
+		st.Waits[class] = append(st.Waits[class], time.Duration(n)*time.Microsecond)
 	}
 	return st, nil
 }

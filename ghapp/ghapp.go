@@ -350,3 +350,23 @@ func (a *App) Transport(installation int64) (*ghinstallation.Transport, error) {
 
 // BaseURL returns the API base URL the App calls.
 func (a *App) BaseURL() string { return a.baseURL.String() }
+
+// HasReview returns the id of the PR's review whose body holds marker, or 0.
+func (c *Client) HasReview(ctx context.Context, owner, repo string, n int, marker string) (int64, error) {
+	opt := &github.ListOptions{PerPage: 100}
+	for {
+		rs, resp, err := c.gh.PullRequests.ListReviews(ctx, owner, repo, n, opt)
+		if err != nil {
+			return 0, classify("list reviews", resp, err)
+		}
+		for _, r := range rs {
+			if strings.Contains(r.GetBody(), marker) {
+				return r.GetID(), nil
+			}
+		}
+		if resp.NextPage == 0 {
+			return 0, nil
+		}
+		opt.Page = resp.NextPage
+	}
+}

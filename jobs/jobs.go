@@ -130,6 +130,8 @@ type File struct {
 	Index    int    `json:"index"` // position of the file in the PR's plan
 	Total    int    `json:"total"` // files of this kind in the plan
 	Estimate int64  `json:"estimate"`
+	Model    string `json:"model"`
+	PRSeq    int64  `json:"pr_seq"` // orders a tenant's PRs, older first
 }
 
 // Finalize asks for a PR's results to be published.
@@ -153,6 +155,13 @@ type Chat struct {
 	Delivery  string `json:"delivery"`
 	Tier      Tier   `json:"tier"`
 	Estimate  int64  `json:"estimate"`
+	Model     string `json:"model"`
+}
+
+// IsLLM reports whether a task type calls the LLM and so goes through
+// admission.
+func IsLLM(typ string) bool {
+	return typ == TypeSummary || typ == TypeReview || typ == TypeChat
 }
 
 // Marshal encodes a payload; payload structs never fail to encode.

@@ -330,3 +330,24 @@ func (s *Store) ActiveRuns(ctx context.Context, limit int64) ([]Run, error) {
 	}
 	return out, nil
 }
+
+// SetDraft keeps a reply written but not yet posted, so a retry posts it
+// without asking the LLM again.
+func (s *Store) SetDraft(ctx context.Context, pr jobs.PR, what, text string) error {
+	if err := s.rdb.HSet(ctx, postedKey(pr), "draft:"+what, text).Err(); err != nil {
+		return fmt.Errorf("store: set draft %s: %w", pr, err)
+	}
+	return nil
+}
+
+// Draft returns a kept reply ("" when none).
+func (s *Store) Draft(ctx context.Context, pr jobs.PR, what string) (string, error) {
+	v, err := s.rdb.HGet(ctx, postedKey(pr), "draft:"+what).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("store: draft %s: %w", pr, err)
+	}
+	return v, nil
+}

@@ -47,11 +47,13 @@ func (s *Store) Redis() redis.UniversalClient { return s.rdb }
 type Plan struct {
 	Installation int64     `json:"installation"`
 	Account      string    `json:"account,omitempty"`
+	AccountID    int64     `json:"account_id,omitempty"`
 	Tier         jobs.Tier `json:"tier"`
 	Reason       string    `json:"reason,omitempty"` // paid_user, trial_user, open_source_user, ...
 	Suspended    bool      `json:"suspended,omitempty"`
 	Deleted      bool      `json:"deleted,omitempty"`
-	Default      bool      `json:"default,omitempty"` // no plan stored: the default tier
+	Default      bool      `json:"default,omitempty"`  // no plan stored: the default tier
+	Explicit     bool      `json:"explicit,omitempty"` // set by an operator: wins over Marketplace
 	UpdatedAt    time.Time `json:"updated_at"`
 }
 
@@ -125,4 +127,61 @@ func (s *Store) ListPlans(ctx context.Context) ([]Plan, error) {
 		out = append(out, p)
 	}
 	return out, nil
+}
+
+func accountKey(id int64) string { return "prq:account:" + strconv.FormatInt(id, 10) }
+
+// Tier returns the tier an installation's jobs run in: its own plan, else
+// its account's Marketplace plan, else the default tier.
+func (s *Store) Tier(ctx context.Context, inst int64) (jobs.Tier, error) {
+	p, err := s.GetPlan(ctx, inst)
+	if err != nil {
+		return "", err
+	}
+	if p.Explicit {
+		return p.Tier, nil
+	}
+	if p.AccountID != 0 {
+		t, err := s.rdb.HGet(ctx, accountKey(p.AccountID), "tier").Result()
+		if err == nil {
+			if tier, err := jobs.ParseTier(t); err == nil {
+				return tier, nil
+			}
+		}
+	}
+	return p.Tier, nil
+}
+
+// SetInstallation records an installation event: created, deleted,
+// suspend, unsuspend. Its plan tier is kept.
+func (s *Store) SetInstallation(ctx context.Context, inst int64, account string, accountID int64, action string) error {
+	return s.UpdatePlan(ctx, inst, func(p *Plan) {
+		if account != "" {
+			p.Account = account
+		}
+		if accountID != 0 {
+			p.AccountID = accountID
+		}
+		switch action {
+		case "deleted":
+			p.Deleted = true
+		case "suspend":
+			p.Suspended = true
+		case "unsuspend":
+			p.Suspended = false
+		case "created":
+			p.Deleted, p.Suspended = false, false
+		}
+		if !p.Explicit {
+			p.Tier = s.DefaultTier
+		}
+	})
+}
+
+// SetAccountTier records a Marketplace plan for an account.
+func (s *Store) SetAccountTier(ctx context.Context, accountID int64, tier jobs.Tier, reason string) error {
+	if err := s.rdb.HSet(ctx, accountKey(accountID), "tier", string(tier), "reason", reason, "updated", s.NowFunc().Unix()).Err(); err != nil {
+		return fmt.Errorf("store: account tier %d: %w", accountID, err)
+	}
+	return nil
 }

@@ -30,7 +30,7 @@ type Config struct {
 	AllowEviction bool `yaml:"allow_eviction"`
 	// ShutdownTimeout bounds how long in-flight jobs may run after SIGTERM.
 	// Defaults to 30s.
-	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
+	ShutdownTimeout Duration        `yaml:"shutdown_timeout"`
 	Log             LogConfig       `yaml:"log"`
 	GitHub          GitHubConfig    `yaml:"github"`
 	OpenAI          OpenAIConfig    `yaml:"openai"`
@@ -38,15 +38,15 @@ type Config struct {
 	Jobs            JobsConfig      `yaml:"jobs"`
 	Tiers           map[string]Tier `yaml:"tiers"`
 	// DefaultTier is the tier of installations with no plan. Defaults to free.
-	DefaultTier string         `yaml:"default_tier"`
-	Plans       []PlanConfig   `yaml:"plans"`
-	Scheduler   SchedulerCfg   `yaml:"scheduler"`
-	Filters     FiltersConfig  `yaml:"filters"`
-	Worker      WorkerConfig   `yaml:"worker"`
-	Admin       AdminConfig    `yaml:"admin"`
-	Quota       QuotaSettings  `yaml:"quota"`
-	Dashboard   DashboardCfg   `yaml:"dashboard"`
-	path        string         // the file read, if any
+	DefaultTier string        `yaml:"default_tier"`
+	Plans       []PlanConfig  `yaml:"plans"`
+	Scheduler   SchedulerCfg  `yaml:"scheduler"`
+	Filters     FiltersConfig `yaml:"filters"`
+	Worker      WorkerConfig  `yaml:"worker"`
+	Admin       AdminConfig   `yaml:"admin"`
+	Quota       QuotaSettings `yaml:"quota"`
+	Dashboard   DashboardCfg  `yaml:"dashboard"`
+	path        string        // the file read, if any
 	sources     map[string]string
 }
 

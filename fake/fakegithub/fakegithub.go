@@ -160,6 +160,7 @@ func New(cfg Config) *Server {
 	m.HandleFunc("POST /repos/{owner}/{repo}/issues/{n}/comments", s.auth(s.write(s.createComment)))
 	m.HandleFunc("PATCH /repos/{owner}/{repo}/issues/comments/{id}", s.auth(s.write(s.editComment)))
 	m.HandleFunc("POST /repos/{owner}/{repo}/pulls/{n}/reviews", s.auth(s.write(s.createReview)))
+	m.HandleFunc("GET /repos/{owner}/{repo}/pulls/{n}/reviews", s.auth(s.listReviews))
 	m.HandleFunc("POST /repos/{owner}/{repo}/pulls/{n}/comments/{id}/replies", s.auth(s.write(s.reply)))
 	m.HandleFunc("GET /_fake/stats", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, s.AllStats()) })
 	s.mux = m
@@ -670,6 +671,19 @@ func (s *Server) createReview(w http.ResponseWriter, r *http.Request, p *pullReq
 		s.reviewCmt[rc.ID] = rc
 	}
 	writeJSON(w, 200, map[string]any{"id": rv.ID, "state": "COMMENTED", "commit_id": p.head, "body": rv.Body})
+}
+
+func (s *Server) listReviews(w http.ResponseWriter, r *http.Request, p *pullRequest) {
+	k := key(p.owner, p.repo, p.number)
+	s.mu.Lock()
+	out := []any{}
+	for _, rv := range s.reviews {
+		if rv.PR == k {
+			out = append(out, map[string]any{"id": rv.ID, "body": rv.Body, "commit_id": rv.CommitID, "state": "COMMENTED"})
+		}
+	}
+	s.mu.Unlock()
+	writeJSON(w, 200, out)
 }
 
 // AddReviewComment records a human's diff comment (for chat tests).

@@ -1,0 +1,172 @@
+// Package llm is prq's adapter to an OpenAI-compatible chat completions
+// API (go-openai with OPENAI_BASE_URL): one call with a timeout, the
+// response headers kept for the rate-limit sync, the right max-tokens
+// field for reasoning models, and every failure classified so the caller
+// knows whether to go back to admission, retry, split, pause or give up.
+package llm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+)
+
+// Client calls the provider.
+type Client struct {
+	c       *openai.Client
+	timeout time.Duration
+}
+
+// New returns a client. baseURL defaults to OpenAI's; timeout bounds one
+// call (default 120s).
+func New(apiKey, baseURL string, timeout time.Duration, hc *http.Client) *Client {
+	cfg := openai.DefaultConfig(apiKey)
+	if baseURL != "" {
+		cfg.BaseURL = strings.TrimSuffix(baseURL, "/")
+	}
+	if hc != nil {
+		cfg.HTTPClient = hc
+	}
+	if timeout <= 0 {
+		timeout = 120 * time.Second
+	}
+	return &Client{c: openai.NewClientWithConfig(cfg), timeout: timeout}
+}
+
+// Request is one chat call.
+type Request struct {
+	Model     string
+	System    string
+	User      string
+	MaxOutput int64
+	// Reasoning models take MaxCompletionTokens (it includes reasoning).
+	Reasoning bool
+}
+
+// Response is a successful call.
+type Response struct {
+	Text         string
+	FinishReason string
+	PromptTokens int64
+	OutputTokens int64
+	Header       http.Header
+}
+
+// Kinds of failure.
+var (
+	// ErrRateLimited: the provider said 429 rate_limit_exceeded: go back
+	// to admission; not a failure of the job.
+	ErrRateLimited = errors.New("llm: rate limited")
+	// ErrTransient: 5xx, timeouts, broken or empty replies: retry with
+	// backoff, through admission.
+	ErrTransient = errors.New("llm: transient failure")
+	// ErrContextLength: the prompt does not fit: split or skip.
+	ErrContextLength = errors.New("llm: context length exceeded")
+	// ErrAccount: insufficient_quota or a bad key: pause the model.
+	ErrAccount = errors.New("llm: account problem")
+	// ErrPermanent: any other 4xx: fail with a clear error.
+	ErrPermanent = errors.New("llm: permanent failure")
+)
+
+// Error is a classified failure. Header holds the response headers when
+// there was a response (go-openai keeps them on the failed response).
+type Error struct {
+	Kind       error
+	Status     int
+	Code       string
+	Message    string
+	RetryAfter time.Duration
+	Header     http.Header
+}
+
+func (e *Error) Error() string {
+	msg := e.Message
+	if len(msg) > 300 {
+		msg = msg[:300] + "…"
+	}
+	if e.Status != 0 {
+		return fmt.Sprintf("%v: status %d %s: %s", e.Kind, e.Status, e.Code, msg)
+	}
+	return fmt.Sprintf("%v: %s", e.Kind, msg)
+}
+
+// Unwrap lets errors.Is match the kind.
+func (e *Error) Unwrap() error { return e.Kind }
+
+// Complete makes one call.
+func (c *Client) Complete(ctx context.Context, r Request) (Response, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	req := openai.ChatCompletionRequest{Model: r.Model}
+	if r.System != "" {
+		req.Messages = append(req.Messages, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleSystem, Content: r.System})
+	}
+	req.Messages = append(req.Messages, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: r.User})
+	if r.Reasoning {
+		req.MaxCompletionTokens = int(r.MaxOutput)
+	} else {
+		req.MaxTokens = int(r.MaxOutput)
+	}
+	resp, err := c.c.CreateChatCompletion(ctx, req)
+	h := resp.Header()
+	if err != nil {
+		return Response{}, classify(err, h)
+	}
+	if len(resp.Choices) == 0 {
+		return Response{}, &Error{Kind: ErrTransient, Message: "reply has no choices", Header: h}
+	}
+	ch := resp.Choices[0]
+	if strings.TrimSpace(ch.Message.Content) == "" {
+		if ch.FinishReason == openai.FinishReasonLength {
+			return Response{}, &Error{Kind: ErrTransient, Message: "empty content: the output cap was used up (reasoning?)", Header: h}
+		}
+		return Response{}, &Error{Kind: ErrTransient, Message: "empty content", Header: h}
+	}
+	return Response{Text: ch.Message.Content, FinishReason: string(ch.FinishReason),
+		PromptTokens: int64(resp.Usage.PromptTokens), OutputTokens: int64(resp.Usage.CompletionTokens), Header: h}, nil
+}
+
+func classify(err error, h http.Header) error {
+	var apiErr *openai.APIError
+	var reqErr *openai.RequestError
+	switch {
+	case errors.As(err, &apiErr):
+		e := &Error{Status: apiErr.HTTPStatusCode, Message: apiErr.Message, Header: h}
+		if apiErr.Code != nil {
+			e.Code = fmt.Sprint(apiErr.Code)
+		}
+		switch {
+		case e.Code == "insufficient_quota" || apiErr.Type == "insufficient_quota" || e.Code == "invalid_api_key" || e.Status == 401:
+			e.Kind = ErrAccount
+		case e.Status == http.StatusTooManyRequests:
+			e.Kind = ErrRateLimited
+		case e.Code == "context_length_exceeded" || strings.Contains(e.Message, "maximum context length"):
+			e.Kind = ErrContextLength
+		case e.Status >= 500 || e.Status == http.StatusRequestTimeout || e.Status == 0:
+			e.Kind = ErrTransient
+		default:
+			e.Kind = ErrPermanent
+		}
+		return e
+	case errors.As(err, &reqErr):
+		e := &Error{Status: reqErr.HTTPStatusCode, Message: reqErr.Error(), Header: h}
+		switch {
+		case reqErr.HTTPStatusCode == http.StatusTooManyRequests:
+			e.Kind = ErrRateLimited
+		case reqErr.HTTPStatusCode == 401 || reqErr.HTTPStatusCode == 403:
+			e.Kind = ErrAccount
+		case reqErr.HTTPStatusCode >= 400 && reqErr.HTTPStatusCode < 500:
+			e.Kind = ErrPermanent
+		default:
+			e.Kind = ErrTransient
+		}
+		return e
+	}
+	// timeouts, connection errors, truncated JSON
+	return &Error{Kind: ErrTransient, Message: err.Error(), Header: h}
+}

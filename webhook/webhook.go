@@ -1,0 +1,429 @@
+// Package webhook is prq's front door: it receives GitHub App webhooks,
+// trusts nothing unsigned, answers within GitHub's 10 seconds without
+// ever calling GitHub, and turns events into planned work: PR plans,
+// chat replies, cancellations and plan changes. A delivery is never
+// enqueued twice, and no 2xx is sent for work that was not saved.
+package webhook
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"net/url"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/google/go-github/v56/github"
+
+	"github.com/prq-dev/prq/jobs"
+)
+
+// Queue takes the work events become.
+type Queue interface {
+	Plan(ctx context.Context, p jobs.Plan) (bool, error)
+	Chat(ctx context.Context, c jobs.Chat) (bool, error)
+	Cancel(ctx context.Context, pr jobs.PR) error
+}
+
+// Plans maps installations to tiers and records installation events.
+type Plans interface {
+	Tier(ctx context.Context, inst int64) (jobs.Tier, error)
+	SetInstallation(ctx context.Context, inst int64, account string, accountID int64, action string) error
+	SetAccountTier(ctx context.Context, accountID int64, tier jobs.Tier, reason string) error
+}
+
+// Config configures the receiver.
+type Config struct {
+	// Secret is the webhook secret. Required: go-github's ValidatePayload
+	// passes a request when both secret and signature are empty.
+	Secret []byte
+	// MaxBytes caps a body. Defaults to 25 MB, GitHub's maximum.
+	MaxBytes int64
+	// AppSlug is the App's handle: comments that mention @slug talk to it.
+	AppSlug string
+	// SkipBotPRs ignores PRs opened by bots.
+	SkipBotPRs bool
+}
+
+// Handler is the webhook receiver.
+type Handler struct {
+	cfg   Config
+	queue Queue
+	plans Plans
+	log   *slog.Logger
+	// Count, when set, is told of each delivery's event and outcome.
+	Count func(event, outcome string)
+}
+
+// New returns the receiver; it refuses an empty secret.
+func New(cfg Config, q Queue, plans Plans, log *slog.Logger) (*Handler, error) {
+	if len(cfg.Secret) == 0 {
+		return nil, errors.New("webhook: a non-empty secret is required (GITHUB_WEBHOOK_SECRET)")
+	}
+	if cfg.MaxBytes <= 0 {
+		cfg.MaxBytes = 25 << 20
+	}
+	return &Handler{cfg: cfg, queue: q, plans: plans, log: log}, nil
+}
+
+// Errors of verification.
+var (
+	ErrNoSignature  = errors.New("webhook: missing X-Hub-Signature-256")
+	ErrBadSignature = errors.New("webhook: signature does not match")
+)
+
+// VerifySignature checks X-Hub-Signature-256 over the raw body in
+// constant time. The sha1 header alone is not accepted.
+func VerifySignature(secret, body []byte, header string) error {
+	if len(secret) == 0 {
+		return errors.New("webhook: empty secret")
+	}
+	hexSig, ok := strings.CutPrefix(header, "sha256=")
+	if header == "" {
+		return ErrNoSignature
+	}
+	if !ok {
+		return ErrBadSignature
+	}
+	got, err := hex.DecodeString(hexSig)
+	if err != nil || len(got) != sha256.Size {
+		return ErrBadSignature
+	}
+	mac := hmac.New(sha256.New, secret)
+	mac.Write(body)
+	if !hmac.Equal(got, mac.Sum(nil)) {
+		return ErrBadSignature
+	}
+	return nil
+}
+
+// Sign returns the X-Hub-Signature-256 value of body (for senders and tests).
+func Sign(secret, body []byte) string {
+	mac := hmac.New(sha256.New, secret)
+	mac.Write(body)
+	return "sha256=" + hex.EncodeToString(mac.Sum(nil))
+}
+
+// outcome is what a delivery led to.
+type outcome struct {
+	status int
+	what   string
+}
+
+func (h *Handler) reply(w http.ResponseWriter, r *http.Request, event string, o outcome, err error) {
+	if h.Count != nil {
+		h.Count(event, o.what)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(o.status)
+	body := map[string]string{"result": o.what}
+	if err != nil {
+		body["error"] = err.Error()
+		level := slog.LevelInfo
+		if o.status >= 500 {
+			level = slog.LevelError
+		}
+		h.log.Log(r.Context(), level, "webhook refused", "status", o.status, "event", event,
+			"delivery", r.Header.Get("X-GitHub-Delivery"), "err", err)
+	}
+	json.NewEncoder(w).Encode(body)
+}
+
+// ServeHTTP handles POST /webhook.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	event := r.Header.Get("X-GitHub-Event")
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", "POST")
+		h.reply(w, r, event, outcome{http.StatusMethodNotAllowed, "method not allowed"}, errors.New("webhooks are POSTed"))
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			h.reply(w, r, event, outcome{http.StatusRequestEntityTooLarge, "too large"}, fmt.Errorf("body over %d bytes", h.cfg.MaxBytes))
+			return
+		}
+		h.reply(w, r, event, outcome{http.StatusBadRequest, "unreadable"}, fmt.Errorf("read body: %v", err))
+		return
+	}
+	if err := VerifySignature(h.cfg.Secret, body, r.Header.Get("X-Hub-Signature-256")); err != nil {
+		h.reply(w, r, event, outcome{http.StatusUnauthorized, "bad signature"}, err)
+		return
+	}
+	delivery := r.Header.Get("X-GitHub-Delivery")
+	switch {
+	case event == "":
+		h.reply(w, r, event, outcome{http.StatusBadRequest, "malformed"}, errors.New("missing X-GitHub-Event"))
+		return
+	case delivery == "" || len(delivery) > 100 || strings.ContainsAny(delivery, "{}|:\x00 "):
+		h.reply(w, r, event, outcome{http.StatusBadRequest, "malformed"}, errors.New("missing or malformed X-GitHub-Delivery"))
+		return
+	}
+	payload, err := jsonPayload(r.Header.Get("Content-Type"), body)
+	if err != nil {
+		status := http.StatusBadRequest
+		if errors.Is(err, errContentType) {
+			status = http.StatusUnsupportedMediaType
+		}
+		h.reply(w, r, event, outcome{status, "malformed"}, err)
+		return
+	}
+	o, err := h.dispatch(r.Context(), event, delivery, payload)
+	h.reply(w, r, event, o, err)
+}
+
+var errContentType = errors.New("content type must be application/json or application/x-www-form-urlencoded")
+
+// jsonPayload returns the JSON of a delivery, which GitHub sends as JSON
+// or as a form field "payload".
+func jsonPayload(contentType string, body []byte) ([]byte, error) {
+	mt, _, err := mime.ParseMediaType(contentType)
+	if contentType == "" {
+		mt, err = "application/json", nil
+	}
+	if err != nil {
+		return nil, errContentType
+	}
+	switch mt {
+	case "application/json":
+	case "application/x-www-form-urlencoded":
+		form, err := url.ParseQuery(string(body))
+		if err != nil {
+			return nil, fmt.Errorf("malformed form body: %v", err)
+		}
+		body = []byte(form.Get("payload"))
+	default:
+		return nil, errContentType
+	}
+	if !utf8.Valid(body) {
+		return nil, errors.New("payload is not valid UTF-8")
+	}
+	if !json.Valid(body) {
+		return nil, errors.New("payload is not valid JSON")
+	}
+	return body, nil
+}
+
+var (
+	accepted  = outcome{http.StatusAccepted, "enqueued"}
+	duplicate = outcome{http.StatusOK, "duplicate"}
+	ignored   = outcome{http.StatusOK, "ignored"}
+	recorded  = outcome{http.StatusOK, "recorded"}
+	cancelled = outcome{http.StatusOK, "cancelled"}
+)
+
+func unavailable(err error) (outcome, error) {
+	return outcome{http.StatusServiceUnavailable, "unavailable"}, fmt.Errorf("work not saved: %w", err)
+}
+
+func malformed(format string, a ...any) (outcome, error) {
+	return outcome{http.StatusBadRequest, "malformed"}, fmt.Errorf(format, a...)
+}
+
+// dispatch turns an event into work.
+func (h *Handler) dispatch(ctx context.Context, event, delivery string, payload []byte) (outcome, error) {
+	if event == "ping" {
+		return outcome{http.StatusOK, "pong"}, nil
+	}
+	parsed, err := github.ParseWebHook(event, payload)
+	if err != nil {
+		if strings.Contains(err.Error(), "unknown X-Github-Event") {
+			return ignored, nil
+		}
+		return malformed("payload of %s: %v", event, err)
+	}
+	switch e := parsed.(type) {
+	case *github.PullRequestEvent:
+		return h.pullRequest(ctx, delivery, e)
+	case *github.IssueCommentEvent:
+		return h.issueComment(ctx, delivery, e)
+	case *github.PullRequestReviewCommentEvent:
+		return h.reviewComment(ctx, delivery, e)
+	case *github.InstallationEvent:
+		inst := e.GetInstallation()
+		if inst.GetID() <= 0 {
+			return malformed("installation event without installation id")
+		}
+		if err := h.plans.SetInstallation(ctx, inst.GetID(), inst.GetAccount().GetLogin(), inst.GetAccount().GetID(), e.GetAction()); err != nil {
+			return unavailable(err)
+		}
+		return recorded, nil
+	case *github.InstallationRepositoriesEvent:
+		inst := e.GetInstallation()
+		if inst.GetID() <= 0 {
+			return malformed("installation_repositories event without installation id")
+		}
+		if err := h.plans.SetInstallation(ctx, inst.GetID(), inst.GetAccount().GetLogin(), inst.GetAccount().GetID(), "repositories_"+e.GetAction()); err != nil {
+			return unavailable(err)
+		}
+		return recorded, nil
+	case *github.MarketplacePurchaseEvent:
+		mp := e.GetMarketplacePurchase()
+		acct := mp.GetAccount().GetID()
+		if acct <= 0 {
+			return malformed("marketplace_purchase without account id")
+		}
+		tier, reason := marketplaceTier(e.GetAction(), mp)
+		if err := h.plans.SetAccountTier(ctx, acct, tier, reason); err != nil {
+			return unavailable(err)
+		}
+		return recorded, nil
+	}
+	return ignored, nil
+}
+
+// marketplaceTier maps a Marketplace plan to a tier.
+func marketplaceTier(action string, mp *github.MarketplacePurchase) (jobs.Tier, string) {
+	if action == "cancelled" {
+		return jobs.TierFree, "marketplace_cancelled"
+	}
+	if mp.GetOnFreeTrial() {
+		return jobs.TierTrial, "trial_user"
+	}
+	plan := mp.GetPlan()
+	if plan.GetPriceModel() == "FREE" || (plan.GetMonthlyPriceInCents() == 0 && plan.GetYearlyPriceInCents() == 0) {
+		return jobs.TierFree, "free_user"
+	}
+	return jobs.TierPaid, "paid_user"
+}
+
+func prRef(inst int64, repo *github.Repository, number int) (jobs.PR, error) {
+	pr := jobs.PR{Installation: inst, Owner: repo.GetOwner().GetLogin(), Repo: repo.GetName(), Number: number}
+	if inst <= 0 {
+		return pr, errors.New("no installation: not a GitHub App delivery")
+	}
+	return pr, pr.Validate()
+}
+
+func (h *Handler) pullRequest(ctx context.Context, delivery string, e *github.PullRequestEvent) (outcome, error) {
+	pr := e.GetPullRequest()
+	ref, err := prRef(e.GetInstallation().GetID(), e.GetRepo(), e.GetNumber())
+	if err != nil {
+		return malformed("pull_request: %v", err)
+	}
+	switch e.GetAction() {
+	case "converted_to_draft", "closed":
+		if err := h.queue.Cancel(ctx, ref); err != nil {
+			return unavailable(err)
+		}
+		return cancelled, nil
+	case "opened", "reopened", "ready_for_review", "synchronize":
+	default:
+		return ignored, nil
+	}
+	switch {
+	case pr.GetDraft(), pr.GetState() == "closed":
+		return ignored, nil
+	case h.cfg.SkipBotPRs && pr.GetUser().GetType() == "Bot":
+		return ignored, nil
+	case pr.GetHead().GetSHA() == "":
+		return malformed("pull_request without head sha")
+	}
+	tier, err := h.plans.Tier(ctx, ref.Installation)
+	if err != nil {
+		return unavailable(err)
+	}
+	p := jobs.Plan{PR: ref, HeadSHA: pr.GetHead().GetSHA(), BaseSHA: pr.GetBase().GetSHA(), Before: e.GetBefore(),
+		Action: e.GetAction(), Delivery: delivery, Tier: tier}
+	ok, err := h.queue.Plan(ctx, p)
+	if err != nil {
+		return unavailable(err)
+	}
+	if !ok {
+		return duplicate, nil
+	}
+	return accepted, nil
+}
+
+// mentions reports whether body addresses @slug.
+func (h *Handler) mentions(body string) bool {
+	if h.cfg.AppSlug == "" {
+		return false
+	}
+	at := "@" + strings.ToLower(h.cfg.AppSlug)
+	b := strings.ToLower(body)
+	for i := strings.Index(b, at); i >= 0; {
+		end := i + len(at)
+		if end == len(b) || !isHandleChar(b[end]) {
+			return true
+		}
+		next := strings.Index(b[end:], at)
+		if next < 0 {
+			break
+		}
+		i = end + next
+	}
+	return false
+}
+
+func isHandleChar(c byte) bool {
+	return c == '-' || c == '_' || c == '[' || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')
+}
+
+// fromApp reports whether a comment is the App's own.
+func (h *Handler) fromApp(u *github.User) bool {
+	login := strings.ToLower(u.GetLogin())
+	return h.cfg.AppSlug != "" && login == strings.ToLower(h.cfg.AppSlug)+"[bot]"
+}
+
+func (h *Handler) issueComment(ctx context.Context, delivery string, e *github.IssueCommentEvent) (outcome, error) {
+	if e.GetAction() != "created" || !e.GetIssue().IsPullRequest() {
+		return ignored, nil
+	}
+	c := e.GetComment()
+	if h.fromApp(c.GetUser()) || c.GetUser().GetType() == "Bot" || !h.mentions(c.GetBody()) {
+		return ignored, nil
+	}
+	ref, err := prRef(e.GetInstallation().GetID(), e.GetRepo(), e.GetIssue().GetNumber())
+	if err != nil {
+		return malformed("issue_comment: %v", err)
+	}
+	if c.GetID() <= 0 {
+		return malformed("issue_comment without comment id")
+	}
+	return h.chat(ctx, jobs.Chat{PR: ref, CommentID: c.GetID(), Author: c.GetUser().GetLogin(), Body: c.GetBody(), Delivery: delivery})
+}
+
+func (h *Handler) reviewComment(ctx context.Context, delivery string, e *github.PullRequestReviewCommentEvent) (outcome, error) {
+	if e.GetAction() != "created" {
+		return ignored, nil
+	}
+	c := e.GetComment()
+	if h.fromApp(c.GetUser()) || c.GetUser().GetType() == "Bot" || !h.mentions(c.GetBody()) {
+		return ignored, nil
+	}
+	ref, err := prRef(e.GetInstallation().GetID(), e.GetRepo(), e.GetPullRequest().GetNumber())
+	if err != nil {
+		return malformed("pull_request_review_comment: %v", err)
+	}
+	if c.GetID() <= 0 {
+		return malformed("pull_request_review_comment without comment id")
+	}
+	return h.chat(ctx, jobs.Chat{PR: ref, CommentID: c.GetID(), InReplyTo: c.GetInReplyTo(), Review: true, Author: c.GetUser().GetLogin(),
+		Body: c.GetBody(), Path: c.GetPath(), DiffHunk: c.GetDiffHunk(), Line: c.GetLine(), Delivery: delivery})
+}
+
+func (h *Handler) chat(ctx context.Context, c jobs.Chat) (outcome, error) {
+	tier, err := h.plans.Tier(ctx, c.PR.Installation)
+	if err != nil {
+		return unavailable(err)
+	}
+	c.Tier = tier
+	ok, err := h.queue.Chat(ctx, c)
+	if err != nil {
+		return unavailable(err)
+	}
+	if !ok {
+		return duplicate, nil
+	}
+	return accepted, nil
+}
