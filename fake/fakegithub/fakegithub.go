@@ -162,6 +162,7 @@ func New(cfg Config) *Server {
 	m.HandleFunc("POST /repos/{owner}/{repo}/pulls/{n}/reviews", s.auth(s.write(s.createReview)))
 	m.HandleFunc("GET /repos/{owner}/{repo}/pulls/{n}/reviews", s.auth(s.listReviews))
 	m.HandleFunc("POST /repos/{owner}/{repo}/pulls/{n}/comments/{id}/replies", s.auth(s.write(s.reply)))
+	m.HandleFunc("POST /repos/{owner}/{repo}/pulls/{n}/comments", s.auth(s.write(s.createReviewComment)))
 	m.HandleFunc("GET /_fake/stats", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, s.AllStats()) })
 	s.mux = m
 	return s
@@ -695,12 +696,61 @@ func (s *Server) AddReviewComment(owner, repo string, n int, path string, line i
 	return s.nextID
 }
 
+// createReviewComment is POST .../pulls/{n}/comments: a reply when
+// in_reply_to is set (go-github's CreateCommentInReplyTo), else a single
+// line comment validated against the diff.
+func (s *Server) createReviewComment(w http.ResponseWriter, r *http.Request, p *pullRequest) {
+	var in struct {
+		Body      string `json:"body"`
+		InReplyTo int64  `json:"in_reply_to"`
+		CommitID  string `json:"commit_id"`
+		Path      string `json:"path"`
+		Line      int    `json:"line"`
+		Side      string `json:"side"`
+	}
+	if !readJSON(w, r, &in) {
+		return
+	}
+	if in.InReplyTo != 0 {
+		s.replyTo(w, p, in.InReplyTo, in.Body)
+		return
+	}
+	k := key(p.owner, p.repo, p.number)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var d *diff.Patch
+	for _, f := range p.files {
+		if f.Filename == in.Path && f.Patch != nil {
+			d, _ = diff.Parse(*f.Patch)
+		}
+	}
+	side := diff.Side(in.Side)
+	if side == "" {
+		side = diff.Right
+	}
+	if d == nil || !d.Has(side, in.Line) {
+		s.statsOf(k).Rejected++
+		ghError(w, 422, "Unprocessable Entity", "Pull request review thread line must be part of the diff")
+		return
+	}
+	s.nextID++
+	rc := &ReviewComment{ID: s.nextID, PR: k, Path: in.Path, Line: in.Line, Side: string(side), Body: in.Body, Author: BotLogin}
+	s.reviewCmt[rc.ID] = rc
+	s.statsOf(k).ReviewComments++
+	writeJSON(w, 201, map[string]any{"id": rc.ID, "body": rc.Body, "path": rc.Path, "line": rc.Line})
+}
+
 func (s *Server) reply(w http.ResponseWriter, r *http.Request, p *pullRequest) {
 	id, _ := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	var in struct{ Body string }
 	if !readJSON(w, r, &in) {
 		return
 	}
+	s.replyTo(w, p, id, in.Body)
+}
+
+func (s *Server) replyTo(w http.ResponseWriter, p *pullRequest, id int64, body string) {
+	in := struct{ Body string }{body}
 	k := key(p.owner, p.repo, p.number)
 	s.mu.Lock()
 	defer s.mu.Unlock()
