@@ -139,6 +139,12 @@ func (h *Handler) reply(w http.ResponseWriter, r *http.Request, event string, o 
 
 // ServeHTTP handles POST /webhook.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	defer func() {
+		if p := recover(); p != nil { // a bug, not the sender's fault: say so, keep serving
+			h.log.ErrorContext(r.Context(), "webhook handler panicked", "panic", fmt.Sprint(p), "event", r.Header.Get("X-GitHub-Event"))
+			http.Error(w, `{"result":"internal error"}`, http.StatusInternalServerError)
+		}
+	}()
 	event := r.Header.Get("X-GitHub-Event")
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", "POST")
@@ -306,19 +312,20 @@ func prRef(inst int64, repo *github.Repository, number int) (jobs.PR, error) {
 
 func (h *Handler) pullRequest(ctx context.Context, delivery string, e *github.PullRequestEvent) (outcome, error) {
 	pr := e.GetPullRequest()
+	switch e.GetAction() {
+	case "converted_to_draft", "closed", "opened", "reopened", "ready_for_review", "synchronize":
+	default:
+		return ignored, nil
+	}
 	ref, err := prRef(e.GetInstallation().GetID(), e.GetRepo(), e.GetNumber())
 	if err != nil {
 		return malformed("pull_request: %v", err)
 	}
-	switch e.GetAction() {
-	case "converted_to_draft", "closed":
+	if a := e.GetAction(); a == "converted_to_draft" || a == "closed" {
 		if err := h.queue.Cancel(ctx, ref); err != nil {
 			return unavailable(err)
 		}
 		return cancelled, nil
-	case "opened", "reopened", "ready_for_review", "synchronize":
-	default:
-		return ignored, nil
 	}
 	switch {
 	case pr.GetDraft(), pr.GetState() == "closed":
@@ -376,7 +383,7 @@ func (h *Handler) fromApp(u *github.User) bool {
 }
 
 func (h *Handler) issueComment(ctx context.Context, delivery string, e *github.IssueCommentEvent) (outcome, error) {
-	if e.GetAction() != "created" || !e.GetIssue().IsPullRequest() {
+	if e.GetAction() != "created" || e.GetIssue() == nil || !e.GetIssue().IsPullRequest() {
 		return ignored, nil
 	}
 	c := e.GetComment()

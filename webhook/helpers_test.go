@@ -1,0 +1,5 @@
+package webhook_test
+
+import "net/url"
+
+func urlQueryEscape(s string) string { return url.QueryEscape(s) }
