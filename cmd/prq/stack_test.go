@@ -188,3 +188,5 @@ func (s *stack) waitFor(what string, timeout time.Duration, cond func() bool) {
 }
 
 var discardLog = slog.New(slog.NewTextHandler(&bytes.Buffer{}, nil))
+
+func redisForTest(t *testing.T) *redistest.Server { return redistest.New(t) }

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func envOf(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestConfigCheck(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	negative := write("neg.yaml", "models:\n  - {name: gpt-4o-mini, requests_per_minute: 10, tokens_per_minute: -5}\n  - {name: gpt-4o, requests_per_minute: 10, tokens_per_minute: 100}\n")
+	badTier := write("tier.yaml", "plans:\n  - {installation: 5, tier: platinum}\n")
+	unknownKey := write("key.yaml", "modles: []\n")
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string // the setting the error names
+	}{
+		{"malformed REDIS_URL", []string{"check"}, map[string]string{"REDIS_URL": "redis://:pw@host-without-port"}, "REDIS_URL"},
+		{"unknown scheme", []string{"check"}, map[string]string{"REDIS_URL": "mysql://h:1"}, "REDIS_URL"},
+		{"negative limit", []string{"check"}, map[string]string{"PRQ_CONFIG": negative}, "models.gpt-4o-mini"},
+		{"unknown tier in a plan", []string{"check"}, map[string]string{"PRQ_CONFIG": badTier}, "plans[0].tier"},
+		{"unknown key", []string{"check"}, map[string]string{"PRQ_CONFIG": unknownKey}, "PRQ_CONFIG"},
+		{"serve without webhook secret", []string{"check", "--for", "serve"}, map[string]string{"REDIS_URL": "redis://127.0.0.1:6379"}, "GITHUB_WEBHOOK_SECRET"},
+		{"serve without redis", []string{"check", "--for", "serve"}, map[string]string{"GITHUB_WEBHOOK_SECRET": "s"}, "REDIS_URL"},
+		{"bad app id", []string{"check"}, map[string]string{"GITHUB_APP_ID": "twelve"}, "GITHUB_APP_ID"},
+		{"bad log format", []string{"check", "--log-format", "xml"}, nil, "log.format"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			err := run(context.Background(), append([]string{"config"}, tt.args...), envOf(tt.env), &out, &errb)
+			if err == nil {
+				t.Fatalf("accepted; printed:\n%s", out.String())
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error does not name %s: %v", tt.want, err)
+			}
+			if strings.Contains(err.Error(), "pw@") {
+				t.Fatalf("the error leaks a password: %v", err)
+			}
+		})
+	}
+	t.Run("good config is printed redacted", func(t *testing.T) {
+		env := map[string]string{"REDIS_URL": "redis://:hunter2@127.0.0.1:6379/0", "GITHUB_WEBHOOK_SECRET": "webhook-secret-xyz",
+			"OPENAI_API_KEY": "sk-live-abcdef", "GITHUB_PRIVATE_KEY": "-----BEGIN RSA PRIVATE KEY-----\nabc", "GITHUB_APP_ID": "12", "PRQ_ADMIN_TOKEN": "tok-123"}
+		var out bytes.Buffer
+		if err := run(context.Background(), []string{"config", "check", "--for", "all"}, envOf(env), &out, &out); err != nil {
+			t.Fatal(err)
+		}
+		for _, secret := range []string{"hunter2", "webhook-secret-xyz", "sk-live-abcdef", "BEGIN RSA", "tok-123"} {
+			if strings.Contains(out.String(), secret) {
+				t.Fatalf("the printed config contains %q:\n%s", secret, out.String())
+			}
+		}
+		if !strings.Contains(out.String(), "[redacted]") || !strings.Contains(out.String(), "tokens_per_minute") {
+			t.Fatalf("effective config not printed:\n%s", out.String())
+		}
+	})
+}
+
+func TestCommandsHelp(t *testing.T) {
+	for _, cmd := range []string{"serve", "worker", "all", "demo"} {
+		var out bytes.Buffer
+		if err := run(context.Background(), []string{cmd, "--help"}, envOf(nil), &out, &out); err != nil {
+			t.Errorf("%s --help: %v", cmd, err)
+		}
+		if !strings.Contains(out.String(), "-redis-url") {
+			t.Errorf("%s --help lists no flags:\n%s", cmd, out.String())
+		}
+	}
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"nope"}, envOf(nil), &out, &out); exitCode(err) != 2 {
+		t.Errorf("unknown command: %v", err)
+	}
+	if err := run(context.Background(), []string{"serve"}, envOf(nil), &out, &out); err == nil || !strings.Contains(err.Error(), "REDIS_URL") {
+		t.Errorf("serve without REDIS_URL: %v", err)
+	}
+}
+
+func TestParseRedisURL(t *testing.T) {
+	for _, good := range []string{"redis://127.0.0.1:6379", "redis://:pw@h:1/2", "rediss://h:6380", "redis-sentinel://a:26379,b:26379?master=m",
+		"redis-cluster://a:7000,b:7001"} {
+		if _, err := parseRedisURL(good); err != nil {
+			t.Errorf("%s: %v", good, err)
+		}
+	}
+	for _, bad := range []string{"redis://h", "redis://a:1,b:2", "redis-sentinel://a:1", "redis-cluster://a:1/3", "redis://h:99999", "redis://h:1/x", "::"} {
+		if _, err := parseRedisURL(bad); err == nil {
+			t.Errorf("%s accepted", bad)
+		}
+	}
+}

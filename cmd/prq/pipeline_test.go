@@ -1,0 +1,219 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/prq-dev/prq/fake/corpus"
+	"github.com/prq-dev/prq/fake/traffic"
+	"github.com/prq-dev/prq/jobs"
+)
+
+// TestSameDeliveryTenTimes: GitHub redelivers; ten concurrent copies of
+// one delivery make exactly one plan, one summary comment.
+func TestSameDeliveryTenTimes(t *testing.T) {
+	s := startStack(t, stackOpts{})
+	p := testPRs(t, 1)[0]
+	inst := int64(5)
+	owner := "tenant-5"
+	s.fakes.github.AddPR(inst, owner, p.Name(), p)
+	body := traffic.PullRequestEvent("opened", traffic.PR{Installation: inst, Owner: owner, Repo: p.Name(), Number: p.Number, Head: p.HeadSHA, Base: p.BaseSHA})
+	codes := make(chan int, 10)
+	var wg sync.WaitGroup
+	for i := 0; i < 10; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			code, err := s.sender.Send(context.Background(), "pull_request", "same-delivery-guid", body)
+			if err != nil {
+				t.Error(err)
+			}
+			codes <- code
+		}()
+	}
+	wg.Wait()
+	close(codes)
+	accepted := 0
+	for c := range codes {
+		switch c {
+		case 202:
+			accepted++
+		case 200:
+		default:
+			t.Errorf("status %d", c)
+		}
+	}
+	if accepted != 1 {
+		t.Fatalf("%d deliveries accepted as new, want exactly 1", accepted)
+	}
+	pr := jobs.PR{Installation: inst, Owner: owner, Repo: p.Name(), Number: p.Number}
+	s.waitFor("the PR published", 60*time.Second, func() bool { return s.summaryComments(pr) == 1 })
+	info, err := s.app.insp.ListCompletedTasks(jobs.QueueFree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plans := 0
+	for _, ti := range info {
+		if ti.Type == jobs.TypePlan {
+			plans++
+		}
+	}
+	if plans != 1 {
+		t.Fatalf("%d plan jobs ran, want 1", plans)
+	}
+}
+
+// TestSynchronizeSupersedes: a new head replaces the old one's pending
+// work; only changed files are reviewed again; one summary comment stays.
+func TestSynchronizeSupersedes(t *testing.T) {
+	s := startStack(t, stackOpts{compress: 30})
+	prs := corpus.Generate(40, 3)
+	var p corpus.PR
+	for _, c := range prs {
+		if len(c.Files) >= 4 && len(c.Files) <= 10 {
+			p = c
+			break
+		}
+	}
+	p.Number = 77
+	pr := s.openPR(2, jobs.TierPaid, p)
+	ctx := context.Background()
+	s.waitFor("the first head finalized", 60*time.Second, func() bool {
+		r, err := s.app.store.GetRun(ctx, pr)
+		return err == nil && r.State == "done"
+	})
+	newHead := randomHex(40)
+	changed := []corpus.File{p.Files[0]}
+	if err := s.fakes.github.Push(pr.Owner, pr.Repo, pr.Number, newHead, changed); err != nil {
+		t.Fatal(err)
+	}
+	body := traffic.PullRequestEvent("synchronize", traffic.PR{Installation: 2, Owner: pr.Owner, Repo: pr.Repo, Number: pr.Number, Head: newHead, Before: p.HeadSHA, Base: p.BaseSHA})
+	if code, err := s.sender.Send(ctx, "pull_request", traffic.NewDelivery(), body); err != nil || code != 202 {
+		t.Fatalf("synchronize: %d %v", code, err)
+	}
+	s.waitFor("the new head finalized", 60*time.Second, func() bool {
+		r, err := s.app.store.GetRun(ctx, pr)
+		return err == nil && r.Head == newHead && r.State == "done"
+	})
+	r, _ := s.app.store.GetRun(ctx, pr)
+	if r.ReviewTotal != 1 || r.SummaryTotal != 1 {
+		t.Fatalf("incremental review: %d reviews and %d summaries planned, want only the changed file", r.ReviewTotal, r.SummaryTotal)
+	}
+	if n := s.summaryComments(pr); n != 1 {
+		t.Fatalf("%d summary comments after a push, want 1 (upserted)", n)
+	}
+	st := s.fakes.github.Stats(pr.Owner, pr.Repo, pr.Number)
+	if st.CommentsEdited < 1 {
+		t.Fatalf("the summary was not updated for the new head: %+v", st)
+	}
+	c := s.fakes.github.Comments(pr.Owner, pr.Repo, pr.Number)
+	if !strings.Contains(c[0].Body, "prq:reviewed="+p.HeadSHA+","+newHead) {
+		t.Fatalf("the marker does not record both reviewed commits:\n%s", c[0].Body)
+	}
+}
+
+// TestSupersedeWhileWaiting: a push while the old head's jobs still wait
+// drops them (tickets and held tasks) before they run.
+func TestSupersedeWhileWaiting(t *testing.T) {
+	s := startStack(t, stackOpts{compress: 1, tune: func(c *Config) {
+		c.Models[1].TokensPerMinute = 6000 // the review model admits about one job a few seconds
+	}})
+	ctx := context.Background()
+	p := corpus.Generate(60, 9)[0]
+	for _, c := range corpus.Generate(60, 9) {
+		if len(c.Files) >= 6 {
+			p = c
+			break
+		}
+	}
+	p.Number = 88
+	pr := s.openPR(1, jobs.TierPaid, p)
+	s.waitFor("the plan", 20*time.Second, func() bool {
+		r, err := s.app.store.GetRun(ctx, pr)
+		return err == nil && r.Head == p.HeadSHA
+	})
+	newHead := randomHex(40)
+	s.fakes.github.Push(pr.Owner, pr.Repo, pr.Number, newHead, nil)
+	body := traffic.PullRequestEvent("synchronize", traffic.PR{Installation: 1, Owner: pr.Owner, Repo: pr.Repo, Number: pr.Number, Head: newHead, Before: p.HeadSHA})
+	if code, _ := s.sender.Send(ctx, "pull_request", traffic.NewDelivery(), body); code != 202 {
+		t.Fatalf("synchronize: %d", code)
+	}
+	s.waitFor("old head's held review jobs dropped", 20*time.Second, func() bool {
+		ids, _ := s.app.store.TaskIDs(ctx, pr, p.HeadSHA)
+		for _, id := range ids {
+			if info, err := s.app.insp.GetTaskInfo(jobs.QueuePaid, id); err == nil && info.State.String() == "scheduled" {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func get(t *testing.T, url, token string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestHTTPSurface(t *testing.T) {
+	s := startStack(t, stackOpts{})
+	base := "http://" + s.app.listenAddr()
+	token := string(s.app.cfg.Admin.Token)
+	for _, path := range []string{"/", "/api/dashboard", "/api/plans", "/monitoring/"} {
+		if code, _ := get(t, base+path, ""); code != 401 {
+			t.Errorf("%s without auth: %d, want 401", path, code)
+		}
+		if code, _ := get(t, base+path, "wrong"); code != 401 {
+			t.Errorf("%s with a wrong token: %d, want 401", path, code)
+		}
+		if code, _ := get(t, base+path, token); code != 200 {
+			t.Errorf("%s with the token: %d, want 200", path, code)
+		}
+	}
+	for _, path := range []string{"/healthz", "/readyz"} {
+		if code, _ := get(t, base+path, ""); code != 200 {
+			t.Errorf("%s: %d", path, code)
+		}
+	}
+	runE2E(t, s, 3)
+	code, body := get(t, base+"/metrics", "")
+	if code != 200 {
+		t.Fatalf("/metrics: %d", code)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("/metrics does not parse: %v", err)
+	}
+	for _, name := range []string{"prq_webhook_deliveries_total", "prq_llm_calls_total", "prq_admitted_jobs_total", "prq_admission_wait_seconds",
+		"prq_admission_backlog_jobs", "prq_admission_incoming_tokens_total", "prq_admission_admitted_tokens_total",
+		"prq_admission_ahead_of_fifo_tokens_total", "prq_bucket_available_tokens", "prq_bucket_limit_tokens_per_second", "prq_model_paused", "prq_queue_tasks"} {
+		if _, ok := fams[name]; !ok {
+			t.Errorf("/metrics lacks %s", name)
+		}
+	}
+	if strings.Contains(body, string(s.app.cfg.OpenAI.APIKey)) {
+		t.Fatal("the API key is in /metrics")
+	}
+	code, body = get(t, base+"/api/dashboard", token)
+	if code != 200 || !strings.Contains(body, `"classes"`) || !strings.Contains(body, `"series"`) {
+		t.Fatalf("/api/dashboard: %d %s", code, body)
+	}
+}
