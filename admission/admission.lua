@@ -281,6 +281,16 @@ elseif op == 'stats' then
   end
   out[#out + 1] = redis.call('ZCARD', KEYS[10])
   out[#out + 1] = redis.call('HGETALL', KEYS[11])
+  -- backlog per tenant of each tier (active flows only, at most 50 each)
+  local tenants = {}
+  for _, tier in ipairs(TIERS) do
+    for _, tenant in ipairs(redis.call('ZRANGE', HEADS[tier], 0, 49)) do
+      local prefix = tier .. '|' .. tenant .. '|'
+      tenants[#tenants + 1] = tier .. '|' .. tenant
+      tenants[#tenants + 1] = redis.call('ZLEXCOUNT', KEYS[3], '[' .. prefix, '[' .. prefix .. '\255')
+    end
+  end
+  out[#out + 1] = tenants
   return out
 end
 return redis.error_reply('admission: unknown op ' .. tostring(op))

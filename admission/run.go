@@ -265,6 +265,9 @@ type Stats struct {
 	Now                                                             time.Time
 	// Waits are the recent admissions' waits per class, newest first.
 	Waits map[string][]time.Duration
+	// TenantBacklog counts waiting tickets per "tier|tenant" (active
+	// flows, at most 50 per tier).
+	TenantBacklog map[string]int64
 }
 
 // Stats returns a model's admission counters.
@@ -306,6 +309,15 @@ func (s *Scheduler) Stats(ctx context.Context, model string) (Stats, error) {
 			st.AheadTokens[class] = v
 		case "behind_tok":
 			st.BehindTokens[class] = v
+		}
+	}
+	st.TenantBacklog = map[string]int64{}
+	if len(res) > 7 {
+		tb, _ := res[7].([]any)
+		for i := 0; i+1 < len(tb); i += 2 {
+			k, _ := tb[i].(string)
+			n, _ := tb[i+1].(int64)
+			st.TenantBacklog[k] = n
 		}
 	}
 	recent, err := s.rdb.LRange(ctx, keys[15], 0, -1).Result()

@@ -104,3 +104,13 @@ func TestParseRedisURL(t *testing.T) {
 		}
 	}
 }
+
+func TestServeRefusesOpenDashboardOffLoopback(t *testing.T) {
+	srv := redisForTest(t)
+	env := map[string]string{"REDIS_URL": srv.URL(), "GITHUB_WEBHOOK_SECRET": "s"}
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"serve", "--addr", "0.0.0.0:0"}, envOf(env), &out, &out)
+	if err == nil || !strings.Contains(err.Error(), "PRQ_ADMIN_TOKEN") {
+		t.Fatalf("serve exposed the dashboard without auth: %v", err)
+	}
+}

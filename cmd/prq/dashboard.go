@@ -118,7 +118,14 @@ type dashState struct {
 	Calls   map[string]map[string]int64 `json:"calls"`
 	Quotas  []quotaState                `json:"quotas"`
 	Queues  map[string]map[string]int   `json:"queues"`
+	Tenants []tenantBacklog             `json:"tenants"`
 	Demo    bool                        `json:"demo"`
+}
+
+type tenantBacklog struct {
+	Tier    string `json:"tier"`
+	Tenant  string `json:"tenant"`
+	Backlog int64  `json:"backlog"`
 }
 
 type modelState struct {
@@ -190,8 +197,16 @@ func (a *app) dashState(ctx context.Context, smp *sampler) dashState {
 			st.Classes[c] = cs
 			waits[c] = append(waits[c], s.Waits[c]...)
 		}
+		for k, n := range s.TenantBacklog {
+			tier, tenant, _ := strings.Cut(k, "|")
+			st.Tenants = append(st.Tenants, tenantBacklog{Tier: tier, Tenant: tenant, Backlog: n})
+		}
 	}
 	sort.Slice(st.Models, func(i, j int) bool { return st.Models[i].Name < st.Models[j].Name })
+	sort.Slice(st.Tenants, func(i, j int) bool { return st.Tenants[i].Backlog > st.Tenants[j].Backlog })
+	if len(st.Tenants) > 20 {
+		st.Tenants = st.Tenants[:20]
+	}
 	for c, ws := range waits {
 		cs := st.Classes[c]
 		cs.WaitP50, cs.WaitP95 = quantile(ws, .5), quantile(ws, .95)

@@ -217,3 +217,5 @@ func TestHTTPSurface(t *testing.T) {
 		t.Fatalf("/api/dashboard: %d %s", code, body)
 	}
 }
+
+var httpClient = &http.Client{Timeout: 5 * time.Second}
