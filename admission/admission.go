@@ -191,6 +191,9 @@ func (s *Scheduler) now() string {
 	return strconv.FormatInt(s.cfg.NowFunc().UnixMicro(), 10)
 }
 
+// wakeChannel is where a registration wakes the admission loops.
+func wakeChannel(keys []string) string { return keys[1] + ":wake" }
+
 // Register adds a ticket; a ticket already waiting or released is not
 // added twice (registered=false).
 func (s *Scheduler) Register(ctx context.Context, t Ticket) (registered bool, err error) {
@@ -201,7 +204,7 @@ func (s *Scheduler) Register(ctx context.Context, t Ticket) (registered bool, er
 	if err != nil {
 		return false, err
 	}
-	n, err := script.Run(ctx, s.rdb, keys, "register", s.now(), t.ID, t.encode()).Int()
+	n, err := script.Run(ctx, s.rdb, keys, "register", s.now(), t.ID, t.encode(), wakeChannel(keys)).Int()
 	if err != nil {
 		return false, fmt.Errorf("admission: register %s: %w", t.ID, err)
 	}

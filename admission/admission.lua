@@ -115,8 +115,10 @@ local function register(id, enc)
 end
 
 if op == 'register' then
-  -- ARGV: op, now, id, encoded ticket
-  return register(ARGV[3], ARGV[4])
+  -- ARGV: op, now, id, encoded ticket, wake channel
+  local n = register(ARGV[3], ARGV[4])
+  if n == 1 and ARGV[5] ~= nil and ARGV[5] ~= '' then redis.call('PUBLISH', ARGV[5], '1') end
+  return n
 
 elseif op == 'cancel' then
   -- ARGV: op, now, id

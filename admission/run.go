@@ -50,8 +50,11 @@ type RunConfig struct {
 	// Capacity returns how many more jobs this process can start now
 	// (idle slots minus released work not yet started). Required.
 	Capacity func() int
-	// Poll is the longest sleep when nothing waits. Defaults to 20ms.
+	// Poll is the sleep when this process has no free slot. Defaults to 20ms.
 	Poll time.Duration
+	// MaxSleep bounds a sleep while tickets wait for room or none wait; a
+	// new ticket wakes the loop at once (pub/sub). Defaults to 250ms.
+	MaxSleep time.Duration
 	// ReconcileEvery is the reconciler's period. Defaults to 5s.
 	ReconcileEvery time.Duration
 	// TicketOf rebuilds a ticket from a held task without one (a crash
@@ -70,13 +73,37 @@ func (s *Scheduler) Run(ctx context.Context, rc RunConfig) {
 	if rc.ReconcileEvery == 0 {
 		rc.ReconcileEvery = 5 * time.Second
 	}
+	if rc.MaxSleep == 0 {
+		rc.MaxSleep = 250 * time.Millisecond
+	}
+	wake := map[string]chan struct{}{}
+	byChannel := map[string]string{}
+	var channels []string
+	for model := range s.buckets {
+		wake[model] = make(chan struct{}, 1)
+		keys, _, _ := s.keys(model)
+		byChannel[wakeChannel(keys)] = model
+		channels = append(channels, wakeChannel(keys))
+	}
+	sub := s.rdb.Subscribe(ctx, channels...)
+	defer sub.Close()
+	go func() {
+		for msg := range sub.Channel() {
+			if c, ok := wake[byChannel[msg.Channel]]; ok {
+				select {
+				case c <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
 	done := make(chan struct{})
 	n := 0
 	for model := range s.buckets {
 		n++
 		go func(model string) {
 			defer func() { done <- struct{}{} }()
-			s.loop(ctx, model, rc)
+			s.loop(ctx, model, rc, wake[model])
 		}(model)
 	}
 	n++
@@ -100,12 +127,12 @@ func (s *Scheduler) Run(ctx context.Context, rc RunConfig) {
 	}
 }
 
-func (s *Scheduler) loop(ctx context.Context, model string, rc RunConfig) {
+func (s *Scheduler) loop(ctx context.Context, model string, rc RunConfig, wake <-chan struct{}) {
 	backoff := rc.Poll
 	for ctx.Err() == nil {
 		budget := rc.Capacity()
 		if budget <= 0 {
-			sleep(ctx, rc.Poll/4)
+			sleep(ctx, rc.Poll, nil)
 			continue
 		}
 		adm, wait, err := s.Admit(ctx, model, budget)
@@ -113,7 +140,7 @@ func (s *Scheduler) loop(ctx context.Context, model string, rc RunConfig) {
 			if ctx.Err() == nil {
 				s.log.WarnContext(ctx, "admission failed", "model", model, "err", err)
 			}
-			sleep(ctx, backoff)
+			sleep(ctx, backoff, nil)
 			backoff = min(backoff*2, 2*time.Second)
 			continue
 		}
@@ -122,19 +149,22 @@ func (s *Scheduler) loop(ctx context.Context, model string, rc RunConfig) {
 		if len(adm) > 0 {
 			continue
 		}
-		if wait <= 0 || wait > rc.Poll {
-			wait = rc.Poll
+		// nothing fits until wait (exact), or nothing waits: sleep until
+		// then, or until a new ticket arrives
+		if wait <= 0 || wait > rc.MaxSleep {
+			wait = rc.MaxSleep
 		}
-		sleep(ctx, wait)
+		sleep(ctx, wait, wake)
 	}
 }
 
-func sleep(ctx context.Context, d time.Duration) {
+func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 	case <-t.C:
+	case <-wake:
 	}
 }
 

@@ -132,6 +132,8 @@ type File struct {
 	Estimate int64  `json:"estimate"`
 	Model    string `json:"model"`
 	PRSeq    int64  `json:"pr_seq"` // orders a tenant's PRs, older first
+	// Created is when the job was planned (unix ms), for wait figures.
+	Created int64 `json:"created,omitempty"`
 }
 
 // Finalize asks for a PR's results to be published.
@@ -156,6 +158,7 @@ type Chat struct {
 	Tier      Tier   `json:"tier"`
 	Estimate  int64  `json:"estimate"`
 	Model     string `json:"model"`
+	Created   int64  `json:"created,omitempty"` // unix ms
 }
 
 // IsLLM reports whether a task type calls the LLM and so goes through

@@ -41,6 +41,7 @@ func (e *Enqueuer) Plan(ctx context.Context, p jobs.Plan) (bool, error) {
 // admission, once per comment.
 func (e *Enqueuer) Chat(ctx context.Context, c jobs.Chat) (bool, error) {
 	c.Model = e.w.cfg.ChatModel
+	c.Created = time.Now().UnixMilli()
 	c.Estimate = EstimateChat(c, e.w.cfg.Models[c.Model])
 	return e.w.sched.Submit(ctx, asynq.NewTask(jobs.TypeChat, jobs.Marshal(c)), ChatTicket(c),
 		asynq.MaxRetry(8), asynq.Timeout(5*time.Minute), asynq.Retention(e.Retention))

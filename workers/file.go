@@ -116,6 +116,11 @@ func maxRetry(ctx context.Context) int { n, _ := asynq.GetMaxRetry(ctx); return 
 func (w *Workers) call(ctx context.Context, c callSpec) (llm.Response, error) {
 	model := c.model.Name
 	maxOut := c.model.MaxOutput
+	if w.cfg.Gate != nil {
+		if err := w.cfg.Gate(ctx, c.ticket); err != nil {
+			return llm.Response{}, err
+		}
+	}
 	var grant *ratelimit.Grant
 	if limit := w.cfg.Tiers[c.tier].QuotaTokens; limit > 0 && w.quota != nil {
 		agent := ""

@@ -119,7 +119,7 @@ func (w *Workers) plan(ctx context.Context, t *asynq.Task) error {
 	submit := func(list []jobs.File, typ string) error {
 		for k := range list {
 			f := &list[k]
-			f.Total, f.PRSeq = len(list), seq
+			f.Total, f.PRSeq, f.Created = len(list), seq, time.Now().UnixMilli()
 			fd := data[f.Index]
 			pm, err := buildFilePrompt(f.Kind, pr.Title, fd, w.cfg.Models[f.Model], w.tok[f.Model])
 			if err != nil {

@@ -36,6 +36,23 @@ type GitHub interface {
 	Comment(ctx context.Context, owner, repo string, n int, body string) (int64, error)
 }
 
+// Admitter is how LLM jobs are submitted, admitted and settled:
+// prq's admission scheduler, or a benchmark baseline.
+type Admitter interface {
+	Submit(ctx context.Context, task *asynq.Task, t admission.Ticket, opts ...asynq.Option) (bool, error)
+	Register(ctx context.Context, t admission.Ticket) (bool, error)
+	RegisterAt(ctx context.Context, t admission.Ticket, at time.Time) error
+	Started(ctx context.Context, model, id string) error
+	Settle(ctx context.Context, model, id string, actual ratelimit.Cost) error
+	Cancel(ctx context.Context, model, id string) (bool, error)
+	DeleteTask(queue, id string)
+	Pause(ctx context.Context, model, reason string, d time.Duration) error
+	Bucket(model string) (*ratelimit.Bucket, bool)
+	Models() []string
+}
+
+var _ Admitter = (*admission.Scheduler)(nil)
+
 // GitHubApp hands out an installation's GitHub client.
 type GitHubApp interface {
 	Client(installation int64) (*ghapp.Client, error)
@@ -80,13 +97,16 @@ type Config struct {
 	PauseFor time.Duration
 	// Hold is the far-future delay of held tasks. Defaults to ten years.
 	Hold time.Duration
+	// Gate, when set, runs before every LLM call and may delay or refuse
+	// it (the benchmark's baselines; prq itself gates by admission).
+	Gate func(ctx context.Context, t admission.Ticket) error
 }
 
 // Workers holds the job handlers' dependencies.
 type Workers struct {
 	cfg    Config
 	store  *store.Store
-	sched  *admission.Scheduler
+	sched  Admitter
 	gh     GitHubApp
 	llm    LLM
 	quota  *ratelimit.Quota
@@ -101,7 +121,7 @@ type Workers struct {
 }
 
 // New returns the workers.
-func New(cfg Config, st *store.Store, sched *admission.Scheduler, gh GitHubApp, model LLM, quota *ratelimit.Quota, pacer *Pacer, client *asynq.Client, log *slog.Logger) (*Workers, error) {
+func New(cfg Config, st *store.Store, sched Admitter, gh GitHubApp, model LLM, quota *ratelimit.Quota, pacer *Pacer, client *asynq.Client, log *slog.Logger) (*Workers, error) {
 	for _, name := range []string{cfg.SummaryModel, cfg.ReviewModel, cfg.ChatModel} {
 		m, ok := cfg.Models[name]
 		if !ok {

@@ -42,6 +42,15 @@ type app struct {
 	sampler *sampler
 	demo    bool
 	addr    atomic.Value // the HTTP listener's address
+
+	// Overrides for the benchmark's baselines; nil for prq itself.
+	admitter    workers.Admitter
+	gate        func(context.Context, admission.Ticket) error
+	wrapLLM     func(workers.LLM) workers.LLM
+	wrapHandler func(asynq.Handler) asynq.Handler
+	retryDelay  asynq.RetryDelayFunc
+	isFailure   func(error) bool
+	noAdmission bool // do not run the admission loop
 }
 
 // listenAddr returns the address the HTTP server listens on.
@@ -134,11 +143,21 @@ func (a *app) buildWorkers(tr http.RoundTripper) error {
 	if err != nil {
 		return err
 	}
-	client := llm.New(string(cfg.OpenAI.APIKey), cfg.OpenAI.BaseURL, cfg.OpenAI.Timeout.D(), nil)
+	var client workers.LLM = llm.New(string(cfg.OpenAI.APIKey), cfg.OpenAI.BaseURL, cfg.OpenAI.Timeout.D(), nil)
+	if a.wrapLLM != nil {
+		client = a.wrapLLM(client)
+	}
+	pacer := workers.NewPacer(a.rdb)
+	pacer.Gap = cfg.GitHub.WriteGap.D()
+	var adm workers.Admitter = a.sched
+	if a.admitter != nil {
+		adm = a.admitter
+	}
 	a.workers, err = workers.New(workers.Config{
 		Models: models, SummaryModel: cfg.Jobs.SummaryModel, ReviewModel: cfg.Jobs.ReviewModel, ChatModel: cfg.Jobs.ChatModel,
 		Tiers: tiers, QuotaPerKind: cfg.Quota.PerKind, Exclude: cfg.Filters.Exclude, SkipBotPRs: cfg.GitHub.SkipBotPRs == nil || *cfg.GitHub.SkipBotPRs,
-	}, a.store, a.sched, gh, client, quota, workers.NewPacer(a.rdb), a.client, a.log.With("component", "worker"))
+		Gate: a.gate,
+	}, a.store, adm, gh, client, quota, pacer, a.client, a.log.With("component", "worker"))
 	if err != nil {
 		return err
 	}
@@ -184,18 +203,26 @@ func (a *app) capacity(concurrency int) func() int {
 // startWorker starts the asynq server and the admission loop.
 func (a *app) startWorker(ctx context.Context) (stop func(), err error) {
 	hold := 10 * 365 * 24 * time.Hour
+	retryDelay, isFailure := asynq.RetryDelayFunc(workers.RetryDelay(hold)), workers.IsFailure
+	if a.retryDelay != nil {
+		retryDelay, isFailure = a.retryDelay, a.isFailure
+	}
+	var handler asynq.Handler = a.workers.Mux()
+	if a.wrapHandler != nil {
+		handler = a.wrapHandler(handler)
+	}
 	srv := asynq.NewServerFromRedisClient(a.rdb, asynq.Config{
 		Concurrency:       a.cfg.Worker.Concurrency,
 		Queues:            map[string]int{jobs.QueueChat: 8, jobs.QueuePaid: 4, jobs.QueueTrial: 2, jobs.QueueFree: 1},
 		StrictPriority:    true,
 		TaskCheckInterval: 20 * time.Millisecond,
 		ShutdownTimeout:   a.cfg.ShutdownTimeout.D(),
-		RetryDelayFunc:    workers.RetryDelay(hold),
-		IsFailure:         workers.IsFailure,
+		RetryDelayFunc:    retryDelay,
+		IsFailure:         isFailure,
 		Logger:            asynqLogger{a.log.With("component", "asynq")},
 		LogLevel:          asynq.WarnLevel,
 		ErrorHandler: asynq.ErrorHandlerFunc(func(ctx context.Context, t *asynq.Task, err error) {
-			if !workers.IsFailure(err) {
+			if !isFailure(err) {
 				a.log.DebugContext(ctx, "job rescheduled", "type", t.Type(), "reason", err)
 				return
 			}
@@ -204,13 +231,17 @@ func (a *app) startWorker(ctx context.Context) (stop func(), err error) {
 			a.log.WarnContext(ctx, "job failed", "type", t.Type(), "task", id, "retry", n, "err", err)
 		}),
 	})
-	if err := srv.Start(a.workers.Mux()); err != nil {
+	if err := srv.Start(handler); err != nil {
 		return nil, fmt.Errorf("start worker: %w", err)
 	}
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		if a.noAdmission {
+			<-lctx.Done()
+			return
+		}
 		a.sched.Run(lctx, admission.RunConfig{
 			Capacity: a.capacity(a.cfg.Worker.Concurrency),
 			Queues:   jobs.Queues,

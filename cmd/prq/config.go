@@ -71,6 +71,9 @@ type GitHubConfig struct {
 	SkipBotPRs *bool `yaml:"skip_bot_prs"`
 	// WebhookMaxBytes caps webhook bodies. Defaults to 25 MB, GitHub's maximum.
 	WebhookMaxBytes int64 `yaml:"webhook_max_bytes"`
+	// WriteGap is the least time between an installation's content-creating
+	// calls. Defaults to 1s (GitHub's advice); the demo compresses it.
+	WriteGap Duration `yaml:"write_gap"`
 }
 
 // OpenAIConfig configures the LLM provider.
@@ -209,7 +212,7 @@ func defaultConfig() Config {
 		Addr:            ":8080",
 		ShutdownTimeout: Duration(30 * time.Second),
 		Log:             LogConfig{Format: "text", Level: "info"},
-		GitHub:          GitHubConfig{APIURL: "https://api.github.com/", SkipBotPRs: boolPtr(true), WebhookMaxBytes: 25 << 20},
+		GitHub:          GitHubConfig{APIURL: "https://api.github.com/", SkipBotPRs: boolPtr(true), WebhookMaxBytes: 25 << 20, WriteGap: Duration(time.Second)},
 		OpenAI:          OpenAIConfig{Timeout: Duration(120 * time.Second)},
 		Models: []ModelConfig{
 			{Name: "gpt-4o-mini", RequestsPerMinute: 500, TokensPerMinute: 200000, MaxOutputTokens: 512},
@@ -410,6 +413,9 @@ func (c *Config) validate(m mode) error {
 		if u, err := url.Parse(c.OpenAI.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			bad("OPENAI_BASE_URL", "%q is not an http(s) URL", c.OpenAI.BaseURL)
 		}
+	}
+	if c.GitHub.WriteGap.D() < 0 {
+		bad("github.write_gap", "must not be negative")
 	}
 	if c.GitHub.WebhookMaxBytes <= 0 {
 		bad("github.webhook_max_bytes", "must be positive, got %d", c.GitHub.WebhookMaxBytes)

@@ -73,7 +73,7 @@ func TestConfigCheck(t *testing.T) {
 }
 
 func TestCommandsHelp(t *testing.T) {
-	for _, cmd := range []string{"serve", "worker", "all", "demo"} {
+	for _, cmd := range []string{"serve", "worker", "all", "demo", "bench", "bench-worker"} {
 		var out bytes.Buffer
 		if err := run(context.Background(), []string{cmd, "--help"}, envOf(nil), &out, &out); err != nil {
 			t.Errorf("%s --help: %v", cmd, err)

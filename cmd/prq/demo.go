@@ -91,6 +91,7 @@ func demoConfig(cfg *Config, d demoFlags) {
 	}
 	cfg.Jobs = JobsConfig{SummaryModel: "gpt-4o-mini", ReviewModel: "gpt-4o", ChatModel: "gpt-4o-mini"}
 	cfg.Worker.Concurrency = d.concurrency
+	cfg.GitHub.WriteGap = Duration(float64(time.Second) / d.compress)
 	if t, ok := cfg.Tiers["free"]; ok && t.QuotaTokens == 0 {
 		t.QuotaTokens = 40000 // free tenants run into their daily quota during the demo
 		cfg.Tiers["free"] = t

@@ -61,7 +61,7 @@ func fakeModels(cfg *Config) []fakeopenai.Model {
 
 // startFakes starts both fakes with the configuration's limits, periods
 // compressed by compress (limits per minute/compress).
-func startFakes(cfg *Config, compress float64, apiKey string, seed int64) (*fakeSet, error) {
+func startFakes(cfg *Config, compress float64, apiKey string, seed int64, record ...bool) (*fakeSet, error) {
 	key, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		return nil, err
@@ -69,7 +69,8 @@ func startFakes(cfg *Config, compress float64, apiKey string, seed int64) (*fake
 	f := &fakeSet{appID: 1, keyPEM: pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})}
 	per := time.Duration(float64(time.Minute) / compress)
 	f.github = fakegithub.New(fakegithub.Config{AppID: f.appID, PublicKey: &key.PublicKey, WritePeriod: per})
-	f.openai = fakeopenai.New(fakeopenai.Config{Models: fakeModels(cfg), Period: per, Keys: []string{apiKey}, Seed: seed, LatencyScale: 1 / compress})
+	f.openai = fakeopenai.New(fakeopenai.Config{Models: fakeModels(cfg), Period: per, Keys: []string{apiKey}, Seed: seed, LatencyScale: 1 / compress,
+		Record: len(record) > 0 && record[0]})
 	gurl, gclose, err := listenServe(f.github)
 	if err != nil {
 		return nil, err

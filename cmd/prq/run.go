@@ -40,14 +40,16 @@ type cmdEnv struct {
 
 func commands() map[string]command {
 	return map[string]command{
-		"serve":   {"run the webhook receiver, dashboard, asynq web UI, metrics and admin API", runServe},
-		"worker":  {"run jobs: admission, summaries, reviews, chat and publishing", runWorker},
-		"all":     {"serve and worker in one process", runAll},
-		"demo":    {"run everything on an embedded default: no Redis, GitHub or OpenAI account needed", runDemo},
-		"config":  {"config check: validate and print the effective configuration, secrets redacted", runConfig},
-		"fake":    {"fake github|openai: run a faithful fake of the GitHub API or an OpenAI-compatible provider", runFake},
-		"plan":    {"plan set|get|list: an installation's plan tier", runPlan},
-		"version": {"print the version", runVersion},
+		"serve":        {"run the webhook receiver, dashboard, asynq web UI, metrics and admin API", runServe},
+		"worker":       {"run jobs: admission, summaries, reviews, chat and publishing", runWorker},
+		"all":          {"serve and worker in one process", runAll},
+		"demo":         {"run everything on an embedded default: no Redis, GitHub or OpenAI account needed", runDemo},
+		"config":       {"config check: validate and print the effective configuration, secrets redacted", runConfig},
+		"fake":         {"fake github|openai: run a faithful fake of the GitHub API or an OpenAI-compatible provider", runFake},
+		"plan":         {"plan set|get|list: an installation's plan tier", runPlan},
+		"version":      {"print the version", runVersion},
+		"bench":        {"prq against today's alternatives on the same workload, side by side: table, JSON, SVG", runBench},
+		"bench-worker": {"a worker process of prq bench (internal)", runBenchWorker},
 	}
 }
 

@@ -90,6 +90,8 @@ type IssueComment struct {
 	Body   string `json:"body"`
 	Author string `json:"author"`
 	Edits  int    `json:"edits"`
+	// Created is when the comment was posted.
+	Created time.Time `json:"created"`
 }
 
 // ReviewComment is a comment on a diff line.
@@ -104,6 +106,8 @@ type ReviewComment struct {
 	Side      string `json:"side"`
 	Body      string `json:"body"`
 	Author    string `json:"author"`
+	// Created is when the comment was posted.
+	Created time.Time `json:"created"`
 }
 
 // Review is a submitted PR review.
@@ -543,7 +547,7 @@ func (s *Server) createComment(w http.ResponseWriter, r *http.Request, p *pullRe
 	k := key(p.owner, p.repo, p.number)
 	s.mu.Lock()
 	s.nextID++
-	c := &IssueComment{ID: s.nextID, PR: k, Body: in.Body, Author: BotLogin}
+	c := &IssueComment{ID: s.nextID, PR: k, Body: in.Body, Author: BotLogin, Created: s.cfg.NowFunc()}
 	s.comments[c.ID] = c
 	st := s.statsOf(k)
 	st.CommentsCreated++
@@ -760,7 +764,7 @@ func (s *Server) replyTo(w http.ResponseWriter, p *pullRequest, id int64, body s
 		return
 	}
 	s.nextID++
-	rc := &ReviewComment{ID: s.nextID, PR: k, InReplyTo: id, Path: parent.Path, Line: parent.Line, Side: parent.Side, Body: in.Body, Author: BotLogin}
+	rc := &ReviewComment{ID: s.nextID, PR: k, InReplyTo: id, Path: parent.Path, Line: parent.Line, Side: parent.Side, Body: in.Body, Author: BotLogin, Created: s.cfg.NowFunc()}
 	s.reviewCmt[rc.ID] = rc
 	st := s.statsOf(k)
 	st.Replies++

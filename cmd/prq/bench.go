@@ -1,0 +1,669 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"math/rand"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+	"gopkg.in/yaml.v3"
+
+	"github.com/prq-dev/prq/fake/corpus"
+	"github.com/prq-dev/prq/fake/fakeopenai"
+	"github.com/prq-dev/prq/fake/traffic"
+	"github.com/prq-dev/prq/internal/redistest"
+	"github.com/prq-dev/prq/jobs"
+	"github.com/prq-dev/prq/ratelimit"
+	"github.com/prq-dev/prq/store"
+	"github.com/prq-dev/prq/workers"
+)
+
+type benchFlags struct {
+	processes   int
+	concurrency int
+	sim         time.Duration
+	compress    float64
+	seed        int64
+	strategies  string
+	out         string
+	scale       string
+	drain       float64
+	corpus      string
+}
+
+// benchEvent is one webhook of the workload, at an offset in real time.
+type benchEvent struct {
+	at     time.Duration
+	event  string
+	body   []byte
+	pr     jobs.PR
+	tier   jobs.Tier
+	chatID int64
+}
+
+type benchWorkload struct {
+	events []benchEvent
+	prs    []corpus.PR // served by the fake GitHub, with their installation
+	insts  []int64
+	tiers  map[int64]jobs.Tier
+}
+
+// buildWorkload spreads PR arrivals over the simulated span, across
+// tenants of each tier, with one tenant sending very large PRs, and
+// bursts of chat comments. Same seed, same workload.
+func buildWorkload(prs []corpus.PR, b benchFlags) benchWorkload {
+	rng := rand.New(rand.NewSource(b.seed))
+	span := time.Duration(float64(b.sim) / b.compress)
+	w := benchWorkload{tiers: map[int64]jobs.Tier{}}
+	tenantTiers := []jobs.Tier{jobs.TierPaid, jobs.TierPaid, jobs.TierPaid, jobs.TierTrial, jobs.TierTrial, jobs.TierTrial, jobs.TierFree, jobs.TierFree, jobs.TierFree, jobs.TierFree}
+	for i, t := range tenantTiers {
+		w.tiers[int64(i+1)] = t
+		w.insts = append(w.insts, int64(i+1))
+	}
+	var big, normal []corpus.PR
+	for _, p := range prs {
+		switch {
+		case len(p.Files) >= 20:
+			big = append(big, p)
+		case len(p.Files) > 0:
+			normal = append(normal, p)
+		}
+	}
+	if len(big) == 0 {
+		big = normal
+	}
+	// arrivals: about one PR per simulated 8 s, enough to keep the review
+	// model saturated through the arrivals
+	n := int(b.sim.Seconds() / 8)
+	number := 1
+	add := func(inst int64, p corpus.PR, at time.Duration) {
+		p.Number = number
+		number++
+		p.HeadSHA = fmt.Sprintf("%040x", rng.Uint64())
+		owner := fmt.Sprintf("tenant-%d", inst)
+		w.prs = append(w.prs, p)
+		pr := jobs.PR{Installation: inst, Owner: owner, Repo: p.Name(), Number: p.Number}
+		body := traffic.PullRequestEvent("opened", traffic.PR{Installation: inst, Owner: owner, Repo: p.Name(), Number: p.Number, Title: p.Title, Head: p.HeadSHA, Base: p.BaseSHA})
+		w.events = append(w.events, benchEvent{at: at, event: "pull_request", body: body, pr: pr, tier: w.tiers[inst]})
+	}
+	for i := 0; i < n; i++ {
+		at := time.Duration(rng.Float64() * float64(span) * 0.8)
+		inst := w.insts[rng.Intn(len(w.insts)-1)+1] // tenant 1 is the big-PR tenant
+		add(inst, normal[rng.Intn(len(normal))], at)
+	}
+	for i := 0; i < 3; i++ { // the tenant with very large PRs, early
+		add(1, big[rng.Intn(len(big))], time.Duration(float64(span)*0.05*float64(i)))
+	}
+	// chat bursts at 30% and 60% of the span: ten comments at once
+	chatID := int64(7_000_000)
+	sort.Slice(w.events, func(i, j int) bool { return w.events[i].at < w.events[j].at })
+	for _, frac := range []float64{0.3, 0.6} {
+		at := time.Duration(float64(span) * frac)
+		var open []benchEvent
+		for _, e := range w.events {
+			if e.event == "pull_request" && e.at < at {
+				open = append(open, e)
+			}
+		}
+		for k := 0; k < 10 && len(open) > 0; k++ {
+			e := open[rng.Intn(len(open))]
+			chatID++
+			body := traffic.IssueCommentEvent(traffic.Comment{Installation: e.pr.Installation, Owner: e.pr.Owner, Repo: e.pr.Repo, Number: e.pr.Number,
+				ID: chatID, Author: "dev", Body: "@prq-bench is this change safe?"})
+			w.events = append(w.events, benchEvent{at: at, event: "issue_comment", body: body, pr: e.pr, tier: e.tier, chatID: chatID})
+		}
+	}
+	sort.SliceStable(w.events, func(i, j int) bool { return w.events[i].at < w.events[j].at })
+	return w
+}
+
+// benchResult is one strategy's figures.
+type benchResult struct {
+	Strategy          string             `json:"strategy"`
+	Processes         int                `json:"processes"`
+	Complete          bool               `json:"complete"`
+	PRsDone           int                `json:"prs_done"`
+	PRs               int                `json:"prs"`
+	Provider429s      int64              `json:"provider_429s"`
+	LLMCalls          int64              `json:"llm_calls"`
+	HandlerRuns       int64              `json:"handler_runs"`
+	HandlerRunsPerLLM float64            `json:"handler_runs_per_llm_call"`
+	RedisCmdsPerLLM   float64            `json:"redis_commands_per_llm_call"`
+	TPMUtilisation    float64            `json:"tpm_utilisation"`
+	RPMUtilisation    float64            `json:"rpm_utilisation"`
+	WorstVsAllowance  float64            `json:"worst_interval_vs_allowance"`
+	WorstWindowVsTPM  float64            `json:"worst_period_window_vs_tpm"`
+	ChatWaitP50       float64            `json:"chat_wait_p50_s"`
+	ChatWaitP99       float64            `json:"chat_wait_p99_s"`
+	ChatsAnswered     int                `json:"chats_answered"`
+	Chats             int                `json:"chats"`
+	PRTimeP50         map[string]float64 `json:"pr_time_p50_s"`
+	PRTimeP95         map[string]float64 `json:"pr_time_p95_s"`
+	Inversions        int                `json:"priority_inversions"`
+	Jain              map[string]float64 `json:"jain_index"`
+	MakespanS         float64            `json:"makespan_s"`
+	PeakRSSMB         float64            `json:"peak_worker_rss_mb"`
+	Series            []seriesPoint      `json:"series"`
+	LimitPerS         float64            `json:"limit_tokens_per_s"`
+}
+
+type seriesPoint struct {
+	T      float64 `json:"t"`
+	Tokens float64 `json:"tokens_per_s"`
+}
+
+func (b *benchFlags) register(fs *flag.FlagSet) {
+	fs.IntVar(&b.processes, "processes", 3, "worker OS processes")
+	fs.DurationVar(&b.sim, "duration", 10*time.Minute, "simulated length of the arrivals (real time: duration/compress)")
+	fs.Float64Var(&b.compress, "compress", 10, "time compression: limits per minute/compress")
+	fs.Int64Var(&b.seed, "seed", 1, "workload seed")
+	fs.StringVar(&b.strategies, "strategies", "prq,asynq-recipe,handler-wait,naive", "strategies to run, comma-separated")
+	fs.StringVar(&b.out, "out", "bench-out", "output directory (results.md, results.json, admitted.svg, logs)")
+	fs.StringVar(&b.scale, "scale", "1,2,4", "also run prq with these process counts (empty: skip)")
+	fs.Float64Var(&b.drain, "drain", 3, "give up when work is not done after this many arrival spans")
+	fs.StringVar(&b.corpus, "corpus", "", "prs.jsonl (default: ../shared/fixtures/pr-corpus when present, else generated PRs)")
+}
+
+func runBench(ctx context.Context, env *cmdEnv, args []string) error {
+	var b benchFlags
+	cfg, help, err := setup(env, "bench", "Runs prq and today's alternatives (asynq's rate-limit recipe, a handler-wait gate, naive backoff) on the same workload, side by side, with real worker processes, a real Redis and the fake provider and GitHub; prints a table and writes JSON and an SVG chart.", modeCheck, args, b.register)
+	if help || err != nil {
+		return err
+	}
+	b.concurrency = cfg.Worker.Concurrency
+	if b.processes <= 0 || b.concurrency <= 0 || b.compress <= 0 || b.sim <= 0 {
+		return &usageError{"--processes, --concurrency, --compress and --duration must be positive"}
+	}
+	if err := os.MkdirAll(b.out, 0o755); err != nil {
+		return err
+	}
+	redisURL := cfg.RedisURL
+	if redisURL == "" {
+		srv, err := redistest.Start()
+		if err != nil {
+			return fmt.Errorf("bench: start redis-server: %w", err)
+		}
+		defer srv.Stop()
+		redisURL = srv.URL()
+	} else {
+		fmt.Fprintf(env.stdout, "bench: using REDIS_URL %s; it will be FLUSHED between strategies\n", redactURL(redisURL))
+	}
+	prs, src, err := loadPRs(b.corpus, 200, b.seed)
+	if err != nil {
+		return err
+	}
+	w := buildWorkload(prs, b)
+	fmt.Fprintf(env.stdout, "bench: %d PRs and %d chat comments from %s over %s simulated (%s real), %d worker processes x %d\n",
+		len(w.prs), len(w.events)-len(w.prs), src, b.sim, time.Duration(float64(b.sim)/b.compress), b.processes, b.concurrency)
+	var results []benchResult
+	for _, s := range splitComma(b.strategies) {
+		r, err := benchStrategy(ctx, env, b, w, redisURL, s, b.processes)
+		if err != nil {
+			return fmt.Errorf("bench %s: %w", s, err)
+		}
+		results = append(results, r)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	var scale []benchResult
+	for _, n := range splitComma(b.scale) {
+		p, err := strconv.Atoi(n)
+		if err != nil || p <= 0 {
+			return &usageError{"--scale takes process counts like 1,2,4"}
+		}
+		r, err := benchStrategy(ctx, env, b, w, redisURL, "prq", p)
+		if err != nil {
+			return fmt.Errorf("bench scale %d: %w", p, err)
+		}
+		scale = append(scale, r)
+	}
+	return writeBench(env, b, results, scale)
+}
+
+func benchConfig(b benchFlags, redisURL string) Config {
+	cfg := defaultConfig()
+	cfg.sources = map[string]string{}
+	cfg.RedisURL = redisURL
+	demoConfig(&cfg, demoFlags{compress: b.compress, concurrency: b.concurrency})
+	cfg.Tiers["free"] = Tier{Weight: 1, Review: boolPtr(false)} // no quota: measure scheduling only
+	cfg.Log = LogConfig{Format: "text", Level: "warn"}
+	cfg.ShutdownTimeout = Duration(10 * time.Second)
+	return cfg
+}
+
+// benchStrategy runs the workload once under one strategy.
+func benchStrategy(ctx context.Context, env *cmdEnv, b benchFlags, w benchWorkload, redisURL, strategy string, processes int) (benchResult, error) {
+	res := benchResult{Strategy: strategy, Processes: processes, PRs: len(w.prs), PRTimeP50: map[string]float64{}, PRTimeP95: map[string]float64{}, Jain: map[string]float64{}}
+	opt, err := parseRedisURL(redisURL)
+	if err != nil {
+		return res, err
+	}
+	rdb := opt.MakeRedisClient().(redis.UniversalClient)
+	defer rdb.Close()
+	if err := rdb.FlushDB(ctx).Err(); err != nil {
+		return res, err
+	}
+	cfg := benchConfig(b, redisURL)
+	apiKey := "sk-bench-" + randomHex(8)
+	fakes, err := startFakes(&cfg, b.compress, apiKey, b.seed, true)
+	if err != nil {
+		return res, err
+	}
+	defer fakes.close()
+	for i, p := range w.prs {
+		_ = i
+		owner := fmt.Sprintf("tenant-%d", instOf(w, p))
+		fakes.github.AddPR(instOf(w, p), owner, p.Name(), p)
+	}
+	cfg.GitHub.AppID, cfg.GitHub.PrivateKey, cfg.GitHub.APIURL = fakes.appID, Secret(fakes.keyPEM), fakes.githubURL
+	cfg.GitHub.WebhookSecret, cfg.GitHub.AppSlug = Secret(randomHex(16)), "prq-bench"
+	cfg.OpenAI.APIKey, cfg.OpenAI.BaseURL = Secret(apiKey), fakes.openaiURL
+	cfg.Addr = "127.0.0.1:0"
+	// the workers' configuration file
+	cfgFile := filepath.Join(b.out, "bench-config.yaml")
+	yb, _ := yaml.Marshal(map[string]any{"models": cfg.Models, "jobs": cfg.Jobs, "tiers": cfg.Tiers, "log": cfg.Log, "shutdown_timeout": cfg.ShutdownTimeout, "worker": cfg.Worker})
+	if err := os.WriteFile(cfgFile, yb, 0o600); err != nil {
+		return res, err
+	}
+	// the serve side: webhooks in, jobs enqueued the strategy's way
+	sctx, stopServe := context.WithCancel(ctx)
+	defer stopServe()
+	log := newLogger(io.Discard, cfg.Log)
+	a, err := newApp(sctx, &cfg, log, opt)
+	if err != nil {
+		return res, err
+	}
+	defer a.close()
+	for inst, t := range w.tiers {
+		a.store.SetPlan(ctx, store.Plan{Installation: inst, Tier: t, Explicit: true})
+	}
+	if err := applyStrategy(a, strategy, processes); err != nil {
+		return res, err
+	}
+	served := make(chan error, 1)
+	go func() {
+		served <- a.run(sctx, &cmdEnv{getenv: env.getenv, stdout: io.Discard, stderr: io.Discard}, running{http: true}, nil)
+	}()
+	for a.listenAddr() == "" {
+		time.Sleep(10 * time.Millisecond)
+	}
+	// the worker processes
+	exe, err := os.Executable()
+	if err != nil {
+		return res, err
+	}
+	var procs []*exec.Cmd
+	var records []string
+	for i := 0; i < processes; i++ {
+		rec := filepath.Join(b.out, fmt.Sprintf("%s-%d-worker%d.json", strategy, processes, i))
+		os.Remove(rec)
+		records = append(records, rec)
+		logf, _ := os.Create(filepath.Join(b.out, fmt.Sprintf("%s-%d-worker%d.log", strategy, processes, i)))
+		cmd := exec.Command(exe, "bench-worker", "--strategy", strategy, "--processes", strconv.Itoa(processes), "--record", rec, "--config", cfgFile,
+			"--concurrency", strconv.Itoa(b.concurrency))
+		cmd.Env = append(os.Environ(), "REDIS_URL="+redisURL, "GITHUB_APP_ID=1", "GITHUB_PRIVATE_KEY="+string(fakes.keyPEM), "GITHUB_API_URL="+fakes.githubURL,
+			"OPENAI_API_KEY="+apiKey, "OPENAI_BASE_URL="+fakes.openaiURL, "GITHUB_APP_SLUG=prq-bench")
+		cmd.Stdout, cmd.Stderr = logf, logf
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			return res, err
+		}
+		defer logf.Close()
+		procs = append(procs, cmd)
+	}
+	rdb.ConfigResetStat(ctx)
+	sender := &traffic.Sender{URL: "http://" + a.listenAddr() + "/webhook", Secret: []byte(cfg.GitHub.WebhookSecret)}
+	start := time.Now()
+	sent := map[string]time.Time{}
+	chatSent := map[int64]time.Time{}
+	span := time.Duration(float64(b.sim) / b.compress)
+	deadline := start.Add(time.Duration(float64(span) * (1 + b.drain)))
+	next := 0
+	lastReport := start
+	for {
+		now := time.Now()
+		for next < len(w.events) && now.Sub(start) >= w.events[next].at {
+			e := w.events[next]
+			code, err := sender.Send(ctx, e.event, traffic.NewDelivery(), e.body)
+			if err != nil || code >= 300 {
+				return res, fmt.Errorf("webhook %s: %d %v", e.event, code, err)
+			}
+			if e.chatID != 0 {
+				chatSent[e.chatID] = time.Now()
+			} else {
+				sent[e.pr.String()] = time.Now()
+			}
+			next++
+		}
+		done, answered := benchProgress(fakes, w)
+		if time.Since(lastReport) >= 5*time.Second {
+			lastReport = time.Now()
+			fmt.Fprintf(env.stdout, "bench %-13s x%d  %5.0fs  sent %3d/%d  PRs done %3d/%d  chats %2d/%d  provider calls %d\n", strategy, processes,
+				time.Since(start).Seconds(), next, len(w.events), done, len(w.prs), answered, len(chatSent), totalCalls(fakes))
+		}
+		if next == len(w.events) && done == len(w.prs) && answered == len(chatSent) {
+			res.Complete = true
+			break
+		}
+		if now.After(deadline) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	cmds := redisCommands(ctx, rdb)
+	for _, p := range procs {
+		p.Process.Signal(syscall.SIGTERM)
+	}
+	for _, p := range procs {
+		waitTimeout(p, 30*time.Second)
+	}
+	stopServe()
+	<-served
+	// figures
+	var calls []callRecord
+	for _, rf := range records {
+		bb, err := os.ReadFile(rf)
+		if err != nil {
+			continue
+		}
+		var wr workerReport
+		if json.Unmarshal(bb, &wr) == nil {
+			calls = append(calls, wr.Calls...)
+			res.HandlerRuns += wr.HandlerRuns
+			res.PeakRSSMB = math.Max(res.PeakRSSMB, float64(wr.PeakRSS)/(1<<20))
+		}
+	}
+	stats := fakes.openai.Stats()
+	for _, st := range stats {
+		res.Provider429s += st.RateLimited
+		res.LLMCalls += st.Requests - st.RateLimited
+	}
+	if res.LLMCalls > 0 {
+		res.HandlerRunsPerLLM = float64(res.HandlerRuns) / float64(res.LLMCalls+res.Provider429s)
+		res.RedisCmdsPerLLM = float64(cmds) / float64(res.LLMCalls)
+	}
+	review := cfg.Jobs.ReviewModel
+	rm, _ := cfg.model(review)
+	lim, _ := rm.limits()
+	var adm, reqs []ratelimit.Admission
+	for _, x := range fakes.openai.Admissions(review) {
+		adm = append(adm, ratelimit.Admission{At: x.At, Cost: x.Cost})
+		reqs = append(reqs, ratelimit.Admission{At: x.At, Cost: 1})
+	}
+	tr := ratelimit.CheckIntervals(adm, lim.TokensPerPeriod, lim.Period, lim.BurstTokens)
+	rr := ratelimit.CheckIntervals(reqs, lim.RequestsPerPeriod, lim.Period, lim.BurstRequests)
+	res.TPMUtilisation, res.RPMUtilisation, res.WorstVsAllowance = tr.Utilisation, rr.Utilisation, tr.WorstRatio
+	res.WorstWindowVsTPM = float64(stats[review].MaxWindowTokens) / float64(lim.TokensPerPeriod)
+	res.Series = series(fakes.openai.Admissions(review), start, lim.Period/6)
+	res.LimitPerS = float64(lim.TokensPerPeriod) / lim.Period.Seconds()
+	// PR completion and chat waits, in uncompressed seconds
+	done := map[string][]float64{}
+	var last time.Time
+	for _, e := range w.events {
+		if e.chatID != 0 {
+			continue
+		}
+		for _, c := range fakes.github.Comments(e.pr.Owner, e.pr.Repo, e.pr.Number) {
+			if strings.Contains(c.Body, workers.SummaryMarker) {
+				res.PRsDone++
+				done[string(e.tier)] = append(done[string(e.tier)], c.Created.Sub(sent[e.pr.String()]).Seconds()*b.compress)
+				if c.Created.After(last) {
+					last = c.Created
+				}
+				break
+			}
+		}
+	}
+	for tier, ds := range done {
+		res.PRTimeP50[tier], res.PRTimeP95[tier] = pct(ds, .5), pct(ds, .95)
+	}
+	// replies are matched to chats in order, per PR
+	var chatWaits []float64
+	byPR := map[string][]benchEvent{}
+	for _, e := range w.events {
+		if e.chatID != 0 {
+			res.Chats++
+			byPR[e.pr.String()] = append(byPR[e.pr.String()], e)
+		}
+	}
+	for _, es := range byPR {
+		pr := es[0].pr
+		var replies []time.Time
+		for _, c := range fakes.github.Comments(pr.Owner, pr.Repo, pr.Number) {
+			if strings.HasPrefix(c.Body, "@dev ") {
+				replies = append(replies, c.Created)
+			}
+		}
+		sort.Slice(es, func(i, j int) bool { return chatSent[es[i].chatID].Before(chatSent[es[j].chatID]) })
+		for k, e := range es {
+			if k < len(replies) {
+				chatWaits = append(chatWaits, replies[k].Sub(chatSent[e.chatID]).Seconds()*b.compress)
+				res.ChatsAnswered++
+			}
+		}
+	}
+	res.ChatWaitP50, res.ChatWaitP99 = pct(chatWaits, .5), pct(chatWaits, .99)
+	if !last.IsZero() {
+		res.MakespanS = last.Sub(start).Seconds() * b.compress
+	} else {
+		res.MakespanS = elapsed.Seconds() * b.compress
+	}
+	res.Inversions = inversions(calls)
+	res.Jain = jain(calls, w.tiers, lim.Period)
+	fmt.Fprintf(env.stdout, "bench %-13s x%d  done in %s: %d/%d PRs, %d provider 429s, TPM utilisation %.1f%%, worst interval %.3f of allowance\n",
+		strategy, processes, elapsed.Round(time.Second), res.PRsDone, res.PRs, res.Provider429s, 100*res.TPMUtilisation, res.WorstVsAllowance)
+	return res, nil
+}
+
+func instOf(w benchWorkload, p corpus.PR) int64 {
+	for _, e := range w.events {
+		if e.chatID == 0 && e.pr.Number == p.Number {
+			return e.pr.Installation
+		}
+	}
+	return 1
+}
+
+func benchProgress(f *fakeSet, w benchWorkload) (done, answered int) {
+	for _, e := range w.events {
+		cs := f.github.Comments(e.pr.Owner, e.pr.Repo, e.pr.Number)
+		if e.chatID == 0 {
+			for _, c := range cs {
+				if strings.Contains(c.Body, workers.SummaryMarker) {
+					done++
+					break
+				}
+			}
+		}
+	}
+	for _, st := range f.github.AllStats() {
+		_ = st
+	}
+	for _, e := range w.events {
+		if e.chatID == 0 {
+			continue
+		}
+		n := 0
+		for _, c := range f.github.Comments(e.pr.Owner, e.pr.Repo, e.pr.Number) {
+			if strings.HasPrefix(c.Body, "@dev ") {
+				n++
+			}
+		}
+		if n > 0 {
+			answered++
+		}
+	}
+	return done, min(answered, countChats(w))
+}
+
+func countChats(w benchWorkload) int {
+	n := 0
+	for _, e := range w.events {
+		if e.chatID != 0 {
+			n++
+		}
+	}
+	return n
+}
+
+func totalCalls(f *fakeSet) int64 {
+	var n int64
+	for _, st := range f.openai.Stats() {
+		n += st.Requests
+	}
+	return n
+}
+
+func redisCommands(ctx context.Context, rdb redis.UniversalClient) int64 {
+	info, err := rdb.Info(ctx, "stats").Result()
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "total_commands_processed:"); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+func waitTimeout(cmd *exec.Cmd, d time.Duration) {
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d):
+		cmd.Process.Kill()
+		<-done
+	}
+}
+
+func pct(xs []float64, p float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	return s[min(len(s)-1, int(p*float64(len(s))))]
+}
+
+// series buckets admitted tokens per step, as tokens per second.
+func series(adm []fakeopenai.Admission, start time.Time, step time.Duration) []seriesPoint {
+	if len(adm) == 0 {
+		return nil
+	}
+	end := adm[len(adm)-1].At
+	n := int(end.Sub(start)/step) + 1
+	buckets := make([]float64, n)
+	for _, a := range adm {
+		i := int(a.At.Sub(start) / step)
+		if i >= 0 && i < n {
+			buckets[i] += float64(a.Cost)
+		}
+	}
+	out := make([]seriesPoint, n)
+	for i, v := range buckets {
+		out[i] = seriesPoint{T: (time.Duration(i) * step).Seconds(), Tokens: v / step.Seconds()}
+	}
+	return out
+}
+
+// inversions counts batch calls made while a chat job that was created
+// earlier still waited for its call: chat must never wait behind batch.
+func inversions(calls []callRecord) int {
+	var chats []callRecord
+	for _, c := range calls {
+		if c.Class == "chat" && c.Outcome != "429" {
+			chats = append(chats, c)
+		}
+	}
+	n := 0
+	for _, c := range calls {
+		if c.Class == "chat" || c.Class == "" {
+			continue
+		}
+		for _, ch := range chats {
+			if ch.Created < c.At && ch.At > c.At {
+				n++
+				break
+			}
+		}
+	}
+	return n
+}
+
+// jain is Jain's fairness index of tokens admitted per tenant inside each
+// tier, over windows of five periods in which every counted tenant was
+// backlogged the whole window (so equal service is the fair outcome),
+// weighted by the tokens in each window.
+func jain(calls []callRecord, tiers map[int64]jobs.Tier, period time.Duration) map[string]float64 {
+	// the review model is the bottleneck where tenants wait; free has no
+	// reviews, so its tenants are compared on summaries
+	kindOf := map[jobs.Tier]string{jobs.TierPaid: "review", jobs.TierTrial: "review", jobs.TierFree: "summary"}
+	out := map[string]float64{}
+	if len(calls) == 0 {
+		return out
+	}
+	lo, hi := calls[0].At, calls[0].At
+	for _, c := range calls {
+		lo, hi = min(lo, c.Created, c.At), max(hi, c.At)
+	}
+	step := 5 * period.Milliseconds()
+	for _, tier := range []jobs.Tier{jobs.TierPaid, jobs.TierTrial, jobs.TierFree} {
+		kind := kindOf[tier]
+		var wsum, jsum float64
+		for t := lo; t+step <= hi; t += step {
+			got := map[int64]float64{}
+			back := map[int64]bool{}
+			for _, c := range calls {
+				if tiers[c.Tenant] != tier || c.Kind != kind || c.Outcome == "429" {
+					continue
+				}
+				if c.Created <= t && c.At >= t+step {
+					back[c.Tenant] = true // waited through the whole window
+				}
+			}
+			if len(back) < 2 {
+				continue
+			}
+			for _, c := range calls {
+				if back[c.Tenant] && c.Kind == kind && c.At >= t && c.At < t+step && c.Outcome != "429" {
+					got[c.Tenant] += float64(c.Tokens)
+				}
+			}
+			var s, s2 float64
+			for ten := range back {
+				s += got[ten]
+				s2 += got[ten] * got[ten]
+			}
+			if s2 == 0 {
+				continue
+			}
+			j := s * s / (float64(len(back)) * s2)
+			wsum += s
+			jsum += j * s
+		}
+		if wsum > 0 {
+			out[string(tier)] = jsum / wsum
+		}
+	}
+	return out
+}
+
+var _ = asynq.TaskStateActive

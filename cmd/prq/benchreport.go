@@ -1,0 +1,124 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// writeBench prints the table and writes results.md, results.json and
+// admitted.svg into the output directory.
+func writeBench(env *cmdEnv, b benchFlags, results, scale []benchResult) error {
+	var md strings.Builder
+	fmt.Fprintf(&md, "Workload: %s simulated at %gx compression (limits per %s), seed %d, %d worker processes x %d.\n\n",
+		b.sim, b.compress, "minute/"+fmt.Sprint(b.compress), b.seed, b.processes, b.concurrency)
+	md.WriteString("| | " + strings.Join(names(results), " | ") + " |\n|---|" + strings.Repeat("---|", len(results)) + "\n")
+	row := func(label string, f func(r benchResult) string) {
+		cells := make([]string, len(results))
+		for i, r := range results {
+			cells[i] = f(r)
+		}
+		md.WriteString("| " + label + " | " + strings.Join(cells, " | ") + " |\n")
+	}
+	row("PRs published", func(r benchResult) string { return fmt.Sprintf("%d/%d", r.PRsDone, r.PRs) })
+	row("chats answered", func(r benchResult) string { return fmt.Sprintf("%d/%d", r.ChatsAnswered, r.Chats) })
+	row("provider 429s", func(r benchResult) string { return fmt.Sprint(r.Provider429s) })
+	row("TPM utilisation while queued (review model)", func(r benchResult) string { return pctf(r.TPMUtilisation) })
+	row("RPM utilisation while queued", func(r benchResult) string { return pctf(r.RPMUtilisation) })
+	row("worst interval / allowance (burst + rate·t)", func(r benchResult) string { return fmt.Sprintf("%.3f", r.WorstVsAllowance) })
+	row("worst one-minute window / TPM", func(r benchResult) string { return fmt.Sprintf("%.2f", r.WorstWindowVsTPM) })
+	row("LLM calls (admitted by the provider)", func(r benchResult) string { return fmt.Sprint(r.LLMCalls) })
+	row("handler runs per LLM call", func(r benchResult) string { return fmt.Sprintf("%.2f", r.HandlerRunsPerLLM) })
+	row("Redis commands per LLM call", func(r benchResult) string { return fmt.Sprintf("%.0f", r.RedisCmdsPerLLM) })
+	row("chat wait p50 / p99 (s, uncompressed)", func(r benchResult) string { return fmt.Sprintf("%.1f / %.1f", r.ChatWaitP50, r.ChatWaitP99) })
+	for _, tier := range []string{"paid", "trial", "free"} {
+		tier := tier
+		row("PR time p50 / p95, "+tier+" (s)", func(r benchResult) string {
+			return fmt.Sprintf("%.0f / %.0f", r.PRTimeP50[tier], r.PRTimeP95[tier])
+		})
+	}
+	row("priority inversions (batch called while chat waited)", func(r benchResult) string { return fmt.Sprint(r.Inversions) })
+	for _, tier := range []string{"paid", "trial", "free"} {
+		tier := tier
+		row("Jain's index across tenants, "+tier, func(r benchResult) string {
+			if v, ok := r.Jain[tier]; ok {
+				return fmt.Sprintf("%.3f", v)
+			}
+			return "n/a"
+		})
+	}
+	row("makespan (s, uncompressed)", func(r benchResult) string { return fmt.Sprintf("%.0f", r.MakespanS) })
+	row("peak worker RSS (MB)", func(r benchResult) string { return fmt.Sprintf("%.0f", r.PeakRSSMB) })
+	if len(scale) > 0 {
+		md.WriteString("\nScale (prq, same workload):\n\n| processes | PRs | provider 429s | TPM utilisation | worst interval / allowance | makespan (s) |\n|---|---|---|---|---|---|\n")
+		for _, r := range scale {
+			fmt.Fprintf(&md, "| %d | %d/%d | %d | %s | %.3f | %.0f |\n", r.Processes, r.PRsDone, r.PRs, r.Provider429s, pctf(r.TPMUtilisation), r.WorstVsAllowance, r.MakespanS)
+		}
+	}
+	fmt.Fprint(env.stdout, "\n"+md.String())
+	if err := os.WriteFile(filepath.Join(b.out, "results.md"), []byte(md.String()), 0o644); err != nil {
+		return err
+	}
+	js, _ := json.MarshalIndent(map[string]any{"flags": map[string]any{"processes": b.processes, "concurrency": b.concurrency, "duration": b.sim.String(),
+		"compress": b.compress, "seed": b.seed}, "results": results, "scale": scale}, "", "  ")
+	if err := os.WriteFile(filepath.Join(b.out, "results.json"), js, 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(b.out, "admitted.svg"), []byte(svgChart(results)), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(env.stdout, "\nwrote %s, %s and %s\n", filepath.Join(b.out, "results.md"), filepath.Join(b.out, "results.json"), filepath.Join(b.out, "admitted.svg"))
+	return nil
+}
+
+func names(rs []benchResult) []string {
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = r.Strategy
+	}
+	return out
+}
+
+func pctf(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) }
+
+// svgChart draws admitted tokens per second over time for each strategy
+// against the limit line, one panel per strategy.
+func svgChart(rs []benchResult) string {
+	const w, ph, pad = 900, 150, 40
+	colors := []string{"#2563eb", "#f59e0b", "#059669", "#b42318"}
+	h := len(rs)*(ph+30) + 20
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="11">`, w, h)
+	b.WriteString(`<rect width="100%" height="100%" fill="#fff"/>`)
+	var tmax, ymax float64
+	for _, r := range rs {
+		for _, p := range r.Series {
+			tmax = max(tmax, p.T)
+			ymax = max(ymax, p.Tokens)
+		}
+		ymax = max(ymax, r.LimitPerS)
+	}
+	ymax *= 1.1
+	if tmax == 0 || ymax == 0 {
+		return b.String() + "</svg>"
+	}
+	for i, r := range rs {
+		top := 20 + i*(ph+30)
+		x := func(t float64) float64 { return pad + (w-pad-10)*t/tmax }
+		y := func(v float64) float64 { return float64(top+ph) - float64(ph)*v/ymax }
+		fmt.Fprintf(&b, `<text x="%d" y="%d" font-weight="bold">%s: admitted tokens/s of the review model (limit dashed)</text>`, pad, top-5, r.Strategy)
+		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%d" height="%d" fill="#fbfcfd" stroke="#dde1e7"/>`, pad, top, w-pad-10, ph)
+		fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#b42318" stroke-dasharray="6 4"/>`, pad, w-10, y(r.LimitPerS), y(r.LimitPerS))
+		fmt.Fprintf(&b, `<text x="2" y="%.1f">%.0f</text>`, y(r.LimitPerS)+4, r.LimitPerS)
+		var pts []string
+		for _, p := range r.Series {
+			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(p.T), y(p.Tokens)))
+		}
+		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.5" points="%s"/>`, colors[i%len(colors)], strings.Join(pts, " "))
+		fmt.Fprintf(&b, `<text x="%d" y="%d">0s</text><text x="%d" y="%d" text-anchor="end">%.0fs real</text>`, pad, top+ph+12, w-10, top+ph+12, tmax)
+	}
+	b.WriteString("</svg>")
+	return b.String()
+}
