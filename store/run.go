@@ -351,3 +351,23 @@ func (s *Store) Draft(ctx context.Context, pr jobs.PR, what string) (string, err
 	}
 	return v, nil
 }
+
+func threadKey(root int64) string { return "prq:thread:" + strconv.FormatInt(root, 10) }
+
+// MarkThread records a review thread the App replied in (by its root
+// comment id), so later replies in it talk to the App without a mention.
+func (s *Store) MarkThread(ctx context.Context, root int64) error {
+	if err := s.rdb.Set(ctx, threadKey(root), 1, s.RunTTL).Err(); err != nil {
+		return fmt.Errorf("store: mark thread %d: %w", root, err)
+	}
+	return nil
+}
+
+// AppThread reports whether the App replied in the thread of root.
+func (s *Store) AppThread(ctx context.Context, root int64) (bool, error) {
+	n, err := s.rdb.Exists(ctx, threadKey(root)).Result()
+	if err != nil {
+		return false, fmt.Errorf("store: thread %d: %w", root, err)
+	}
+	return n == 1, nil
+}

@@ -38,6 +38,9 @@ type Plans interface {
 	Tier(ctx context.Context, inst int64) (jobs.Tier, error)
 	SetInstallation(ctx context.Context, inst int64, account string, accountID int64, action string) error
 	SetAccountTier(ctx context.Context, accountID int64, tier jobs.Tier, reason string) error
+	// AppThread reports whether the App replied in the review thread
+	// whose root comment is root.
+	AppThread(ctx context.Context, root int64) (bool, error)
 }
 
 // Config configures the receiver.
@@ -405,8 +408,21 @@ func (h *Handler) reviewComment(ctx context.Context, delivery string, e *github.
 		return ignored, nil
 	}
 	c := e.GetComment()
-	if h.fromApp(c.GetUser()) || c.GetUser().GetType() == "Bot" || !h.mentions(c.GetBody()) {
+	if h.fromApp(c.GetUser()) || c.GetUser().GetType() == "Bot" {
 		return ignored, nil
+	}
+	if !h.mentions(c.GetBody()) {
+		// a reply in a thread the App answered in talks to it too
+		if c.GetInReplyTo() == 0 {
+			return ignored, nil
+		}
+		ours, err := h.plans.AppThread(ctx, c.GetInReplyTo())
+		if err != nil {
+			return unavailable(err)
+		}
+		if !ours {
+			return ignored, nil
+		}
 	}
 	ref, err := prRef(e.GetInstallation().GetID(), e.GetRepo(), e.GetPullRequest().GetNumber())
 	if err != nil {

@@ -87,6 +87,10 @@ func (r *recorder) SetAccountTier(_ context.Context, accountID int64, tier jobs.
 	return r.fail
 }
 
+func (r *recorder) AppThread(_ context.Context, root int64) (bool, error) {
+	return root == 4242, r.fail
+}
+
 func (r *recorder) total() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -154,6 +158,10 @@ func TestGeneratedEvents(t *testing.T) {
 	similar.Body = "cc @prq-bottom"
 	self := c
 	self.Author = "prq-bot[bot]"
+	inThread := quiet
+	inThread.InReplyTo = 4242
+	otherThread := quiet
+	otherThread.InReplyTo = 77
 	tests := []struct {
 		name   string
 		event  string
@@ -174,6 +182,8 @@ func TestGeneratedEvents(t *testing.T) {
 		{"no mention", "issue_comment", traffic.IssueCommentEvent(quiet), 200, 0, 0, 0},
 		{"similar handle", "issue_comment", traffic.IssueCommentEvent(similar), 200, 0, 0, 0},
 		{"own comment", "issue_comment", traffic.IssueCommentEvent(self), 200, 0, 0, 0},
+		{"reply in the App's thread", "pull_request_review_comment", traffic.ReviewCommentEvent(inThread), 202, 0, 1, 0},
+		{"reply in another thread", "pull_request_review_comment", traffic.ReviewCommentEvent(otherThread), 200, 0, 0, 0},
 		{"unknown event", "deployment_status", []byte(`{"action":"created"}`), 200, 0, 0, 0},
 		{"ping", "ping", []byte(`{"zen":"Keep it logically awesome."}`), 200, 0, 0, 0},
 	}

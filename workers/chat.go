@@ -87,5 +87,14 @@ func (w *Workers) chat(ctx context.Context, t *asynq.Task) error {
 		}
 		return nil
 	}
+	if c.Review {
+		root := c.CommentID
+		if c.InReplyTo != 0 {
+			root = c.InReplyTo
+		}
+		if err := w.store.MarkThread(ctx, root); err != nil {
+			return err
+		}
+	}
 	return w.store.SetPosted(ctx, c.PR, what, id)
 }

@@ -69,6 +69,9 @@ func (w *Workers) plan(ctx context.Context, t *asynq.Task) error {
 		}
 	}
 	tierSpec := w.cfg.Tiers[p.Tier]
+	if plan, err := w.store.GetPlan(ctx, p.PR.Installation); err == nil && plan.Reason == "open_source_user" {
+		tierSpec.Review = true // open-source plans include reviews whatever their tier
+	}
 	var data []store.FileData
 	var summaries, reviews []jobs.File
 	for i, f := range files {

@@ -152,6 +152,9 @@ func parseReview(text string, f store.FileData) (summary string, out []store.Com
 	return r.Summary, out, nil
 }
 
+// Excluded reports whether a path matches an exclude glob, and which.
+func Excluded(p string, globs []string) (string, bool) { return excluded(p, globs) }
+
 // excluded reports whether a path matches an exclude glob. A glob without
 // a slash matches the base name; "dir/**" matches everything below dir.
 func excluded(p string, globs []string) (string, bool) {

@@ -491,22 +491,23 @@ func benchProgress(f *fakeSet, w benchWorkload) (done, answered int) {
 			}
 		}
 	}
-	for _, st := range f.github.AllStats() {
-		_ = st
-	}
+	chats := map[string]int{}
+	refs := map[string]jobs.PR{}
 	for _, e := range w.events {
-		if e.chatID == 0 {
-			continue
+		if e.chatID != 0 {
+			chats[e.pr.String()]++
+			refs[e.pr.String()] = e.pr
 		}
-		n := 0
-		for _, c := range f.github.Comments(e.pr.Owner, e.pr.Repo, e.pr.Number) {
+	}
+	for k, n := range chats {
+		pr := refs[k]
+		replies := 0
+		for _, c := range f.github.Comments(pr.Owner, pr.Repo, pr.Number) {
 			if strings.HasPrefix(c.Body, "@dev ") {
-				n++
+				replies++
 			}
 		}
-		if n > 0 {
-			answered++
-		}
+		answered += min(replies, n)
 	}
 	return done, min(answered, countChats(w))
 }

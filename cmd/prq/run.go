@@ -50,6 +50,7 @@ func commands() map[string]command {
 		"version":      {"print the version", runVersion},
 		"bench":        {"prq against today's alternatives on the same workload, side by side: table, JSON, SVG", runBench},
 		"bench-worker": {"a worker process of prq bench (internal)", runBenchWorker},
+		"chaos":        {"prove it survives: kill -9, SIGSTOP and Redis restarts under load; prints the figures", runChaos},
 	}
 }
 

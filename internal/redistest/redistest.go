@@ -182,6 +182,38 @@ func (s *Server) Restart() error {
 	return fmt.Errorf("redis-server did not restart on %s", s.Addr)
 }
 
+// StopGraceful stops the server with SIGTERM (AOF is flushed) and keeps
+// its directory for StartAgain.
+func (s *Server) StopGraceful() {
+	if s.cmd != nil {
+		s.cmd.Process.Signal(syscall.SIGTERM)
+		s.cmd.Wait()
+	}
+}
+
+// Kill stops the server with SIGKILL (no flush) and keeps its directory.
+func (s *Server) Kill() {
+	if s.cmd != nil {
+		s.cmd.Process.Kill()
+		s.cmd.Wait()
+	}
+}
+
+// StartAgain starts a stopped server on the same port and directory.
+func (s *Server) StartAgain() error {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return err
+	}
+	for i := 0; i < 50; i++ {
+		if err := s.launch(bin); err == nil {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("redis-server did not start again on %s", s.Addr)
+}
+
 // Stop stops the server and removes its directory.
 func (s *Server) Stop() {
 	if s.mini != nil {

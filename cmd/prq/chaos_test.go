@@ -1,0 +1,38 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+)
+
+// TestChaos runs short versions of `prq chaos`: workers killed with
+// SIGKILL and restarted under load, and Redis restarted (AOF on) mid-run.
+// Nothing may be lost or done twice.
+func TestChaos(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kills processes and waits out asynq's 30 s lease")
+	}
+	bin := buildBinary(t)
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"crash", []string{"--scenarios", "crash", "--prs", "40", "--kills", "4", "--kill-every", "2s", "--arrivals", "10s"}},
+		{"redis-restart", []string{"--scenarios", "redis-restart", "--prs", "30", "--arrivals", "8s"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out bytes.Buffer
+			args := append([]string{"chaos", "--worker-binary", bin, "--out", t.TempDir(), "--timeout", "3m"}, tc.args...)
+			err := run(context.Background(), args, func(string) string { return "" }, &out, &out)
+			t.Logf("%s", out.String())
+			if err != nil {
+				t.Fatalf("chaos: %v", err)
+			}
+			if !strings.Contains(out.String(), " 0 duplicates, 0 jobs lost") {
+				t.Fatalf("unexpected report:\n%s", out.String())
+			}
+		})
+	}
+}
