@@ -204,8 +204,10 @@ func (s *Scheduler) Reconcile(ctx context.Context, rc RunConfig, scan bool) erro
 			s.rdb.ZRem(ctx, keys[12], toAny(stale)...)
 		}
 	}
-	if scan && rc.TicketOf != nil && s.insp != nil {
-		return s.adoptOrphans(ctx, rc, now)
+	if rc.TicketOf != nil && s.insp != nil {
+		// the retry set holds what crashed workers left (small): every
+		// pass; the scheduled set holds the whole backlog: now and then
+		return s.adoptOrphans(ctx, rc, now, scan)
 	}
 	return nil
 }
@@ -244,11 +246,16 @@ func (s *Scheduler) rerelease(ctx context.Context, model, queue, id, releasedKey
 	s.rdb.ZAdd(ctx, releasedKey, redis.Z{Score: float64(now.Add(s.cfg.ReleaseTimeout).UnixMicro()), Member: id})
 }
 
-// adoptOrphans registers tickets for held tasks that have none.
-func (s *Scheduler) adoptOrphans(ctx context.Context, rc RunConfig, now time.Time) error {
+// adoptOrphans registers tickets for held tasks that have none: in the
+// retry set, and when scheduled is set, in the scheduled set too.
+func (s *Scheduler) adoptOrphans(ctx context.Context, rc RunConfig, now time.Time, scheduled bool) error {
 	horizon := now.Add(s.cfg.Hold / 2)
+	lists := []func(string, ...asynq.ListOption) ([]*asynq.TaskInfo, error){s.insp.ListRetryTasks}
+	if scheduled {
+		lists = append(lists, s.insp.ListScheduledTasks)
+	}
 	for _, q := range rc.Queues {
-		for _, list := range []func(string, ...asynq.ListOption) ([]*asynq.TaskInfo, error){s.insp.ListScheduledTasks, s.insp.ListRetryTasks} {
+		for _, list := range lists {
 			for page := 1; ; page++ {
 				tasks, err := list(q, asynq.Page(page), asynq.PageSize(500))
 				if err != nil {

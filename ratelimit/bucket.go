@@ -303,9 +303,11 @@ func (b *Bucket) Settle(ctx context.Context, jobID string, actual Cost) error {
 }
 
 // Lower brings the bucket down to what the provider reports remaining, in
-// requests and tokens (negative: unknown). It never raises the bucket.
-func (b *Bucket) Lower(ctx context.Context, remaining Cost) (bool, error) {
-	res, err := b.run(ctx, "sync", "", [4]int64{remaining.Requests, remaining.Tokens, -1, -1})
+// requests and tokens (negative: unknown), as of age ago: the provider
+// counted at admission, and its bucket has refilled since. It never
+// raises the bucket.
+func (b *Bucket) Lower(ctx context.Context, remaining Cost, age time.Duration) (bool, error) {
+	res, err := b.run(ctx, "sync", "", [4]int64{remaining.Requests, remaining.Tokens, -1, -1}, max(age, 0).Microseconds())
 	if err != nil {
 		return false, err
 	}

@@ -33,12 +33,19 @@ elseif op == 'settle' then
   redis.call('DEL', KEYS[2])
   return {1, 0, B.fmt(now)}
 elseif op == 'sync' then
-  -- val is the provider's remaining count, -1 when unknown: lower, never raise
+  -- val is the provider's remaining count, -1 when unknown, as of age µs
+  -- ago (when the provider admitted the call): what it reported has
+  -- refilled since. Lower to that, never raise.
+  local age = tonumber(ARGV[tail + 1] or '0') or 0
+  if age < 0 then age = 0 end
   local lowered = 0
   for i = 1, st.n do
-    if st.val[i] >= 0 and st.val[i] * st.per[i] < st.level[i] then
-      st.level[i] = st.val[i] * st.per[i]
-      lowered = 1
+    if st.val[i] >= 0 then
+      local theirs = st.val[i] * st.per[i] + age * st.lim[i]
+      if theirs < st.level[i] then
+        st.level[i] = theirs
+        lowered = 1
+      end
     end
   end
   if lowered == 1 then B.save(st) end

@@ -160,7 +160,7 @@ func TestBucketEdges(t *testing.T) {
 		h := http.Header{}
 		h.Set("x-ratelimit-remaining-tokens", "300")
 		h.Set("x-ratelimit-remaining-requests", "not-a-number")
-		if lowered, err := b.Sync(ctx, 200, h); err != nil || !lowered {
+		if lowered, err := b.Sync(ctx, 200, h, 0); err != nil || !lowered {
 			t.Fatalf("sync: %v %v", lowered, err)
 		}
 		avail, _, _ := b.Available(ctx)
@@ -168,18 +168,27 @@ func TestBucketEdges(t *testing.T) {
 			t.Fatalf("after sync: %+v, want 300 tokens and untouched requests", avail)
 		}
 		h.Set("x-ratelimit-remaining-tokens", "900")
-		if lowered, _ := b.Sync(ctx, 200, h); lowered {
+		if lowered, _ := b.Sync(ctx, 200, h, 0); lowered {
 			t.Fatal("sync raised the bucket")
 		}
-		if lowered, _ := b.Sync(ctx, 200, http.Header{}); lowered {
+		if lowered, _ := b.Sync(ctx, 200, http.Header{}, 0); lowered {
 			t.Fatal("missing headers changed the bucket")
+		}
+		// a report from a call that took 200 ms: the provider has refilled
+		// 200 tokens since it counted 50 remaining, so the bucket goes to 250
+		h.Set("x-ratelimit-remaining-tokens", "50")
+		if lowered, _ := b.Sync(ctx, 200, h, 200*time.Millisecond); !lowered {
+			t.Fatal("not lowered")
+		}
+		if avail, _, _ := b.Available(ctx); avail.Tokens != 250 {
+			t.Fatalf("after an aged report: %d tokens, want 250 (50 + 200 refilled)", avail.Tokens)
 		}
 	})
 	t.Run("429 empties the bucket until retry-after", func(t *testing.T) {
 		b, clk, _ := newBucket(t, t.Name(), l)
 		h := http.Header{}
 		h.Set("retry-after-ms", "1500")
-		if _, err := b.Sync(ctx, http.StatusTooManyRequests, h); err != nil {
+		if _, err := b.Sync(ctx, http.StatusTooManyRequests, h, 0); err != nil {
 			t.Fatal(err)
 		}
 		clk.advance(1499 * time.Millisecond)

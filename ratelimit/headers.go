@@ -63,11 +63,12 @@ func headerDuration(h http.Header, name string) time.Duration {
 }
 
 // Sync lowers the bucket to what the provider reports remaining (another
-// client may share the key); it never raises it. After a 429 (status
-// 429 or a retry-after), it empties the bucket until the provider's
+// client may share the key); it never raises it. age is how long ago the
+// provider counted (the call's duration: it reports remaining as of its
+// admission). After a 429 it empties the bucket until the provider's
 // retry time so every worker stops at once. It reports whether the
 // bucket changed.
-func (b *Bucket) Sync(ctx context.Context, status int, h http.Header) (bool, error) {
+func (b *Bucket) Sync(ctx context.Context, status int, h http.Header, age time.Duration) (bool, error) {
 	s := ParseHeaders(h)
 	if status == http.StatusTooManyRequests {
 		wait := s.RetryAfter
@@ -79,5 +80,5 @@ func (b *Bucket) Sync(ctx context.Context, status int, h http.Header) (bool, err
 	if s.RemainingRequests < 0 && s.RemainingTokens < 0 {
 		return false, nil
 	}
-	return b.Lower(ctx, Cost{Requests: s.RemainingRequests, Tokens: s.RemainingTokens})
+	return b.Lower(ctx, Cost{Requests: s.RemainingRequests, Tokens: s.RemainingTokens}, age)
 }

@@ -119,8 +119,12 @@ func (s *Store) StartRun(ctx context.Context, r Run, files []FileData) (previous
 	for _, k := range []string{runKey(r.PR), fk, resultsKey(r.PR, r.Head), postedKey(r.PR)} {
 		pipe.Expire(ctx, k, s.RunTTL)
 	}
-	pipe.ZAdd(ctx, activeIndex, redis.Z{Score: float64(r.CreatedAt.UnixMilli()), Member: string(mustJSON(r.PR))})
+	// one transaction per hash slot: the run's keys share the PR's tag;
+	// the active index lives elsewhere (Redis Cluster refuses CROSSSLOT)
 	if _, err := pipe.Exec(ctx); err != nil {
+		return "", false, fmt.Errorf("store: start run %s: %w", r.PR, err)
+	}
+	if err := s.rdb.ZAdd(ctx, activeIndex, redis.Z{Score: float64(r.CreatedAt.UnixMilli()), Member: string(mustJSON(r.PR))}).Err(); err != nil {
 		return "", false, fmt.Errorf("store: start run %s: %w", r.PR, err)
 	}
 	return previous, true, nil
@@ -247,10 +251,10 @@ func (s *Store) Results(ctx context.Context, pr jobs.PR, head string) ([]Result,
 // MarkFinalized records that the head's results were published and it is
 // the last reviewed commit; the PR leaves the active list.
 func (s *Store) MarkFinalized(ctx context.Context, pr jobs.PR, head string) error {
-	pipe := s.rdb.TxPipeline()
-	pipe.HSet(ctx, runKey(pr), "state", StateDone, "last_reviewed", head)
-	pipe.ZRem(ctx, activeIndex, string(mustJSON(pr)))
-	if _, err := pipe.Exec(ctx); err != nil {
+	if err := s.rdb.HSet(ctx, runKey(pr), "state", StateDone, "last_reviewed", head).Err(); err != nil {
+		return fmt.Errorf("store: finalize %s: %w", pr, err)
+	}
+	if err := s.rdb.ZRem(ctx, activeIndex, string(mustJSON(pr))).Err(); err != nil {
 		return fmt.Errorf("store: finalize %s: %w", pr, err)
 	}
 	return nil

@@ -72,10 +72,11 @@ func (s *Store) SetPlan(ctx context.Context, p Plan) error {
 	p.Default = false
 	p.UpdatedAt = s.NowFunc().UTC()
 	b, _ := json.Marshal(p)
-	pipe := s.rdb.TxPipeline()
-	pipe.Set(ctx, instKey(p.Installation), b, 0)
-	pipe.SAdd(ctx, instIndex, p.Installation)
-	if _, err := pipe.Exec(ctx); err != nil {
+	// two slots on Redis Cluster: the record first, then the index
+	if err := s.rdb.Set(ctx, instKey(p.Installation), b, 0).Err(); err != nil {
+		return fmt.Errorf("store: set plan %d: %w", p.Installation, err)
+	}
+	if err := s.rdb.SAdd(ctx, instIndex, p.Installation).Err(); err != nil {
 		return fmt.Errorf("store: set plan %d: %w", p.Installation, err)
 	}
 	return nil

@@ -140,12 +140,13 @@ func (w *Workers) call(ctx context.Context, c callSpec) (llm.Response, error) {
 		grant = &g
 		maxOut = g.Cap
 	}
+	callStart := time.Now()
 	resp, err := w.llm.Complete(ctx, llm.Request{Model: model, System: c.prompt.system, User: c.prompt.user, MaxOutput: maxOut, Reasoning: c.model.Reasoning})
 	bucket, _ := w.sched.Bucket(model)
 	var le *llm.Error
 	if err == nil {
 		if bucket != nil {
-			bucket.Sync(ctx, http.StatusOK, resp.Header)
+			bucket.Sync(ctx, http.StatusOK, resp.Header, time.Since(callStart))
 		}
 		used := resp.PromptTokens + resp.OutputTokens
 		w.sched.Settle(ctx, model, c.ticket.ID, ratelimit.Cost{Requests: 1, Tokens: max(used, 0)})
@@ -156,7 +157,7 @@ func (w *Workers) call(ctx context.Context, c callSpec) (llm.Response, error) {
 		return resp, nil
 	}
 	if errors.As(err, &le) && bucket != nil && le.Header != nil {
-		bucket.Sync(ctx, le.Status, le.Header)
+		bucket.Sync(ctx, le.Status, le.Header, time.Since(callStart))
 	}
 	settleQuota := func(spent bool) {
 		if grant == nil {

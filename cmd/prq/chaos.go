@@ -23,6 +23,7 @@ import (
 	"github.com/prq-dev/prq/fake/traffic"
 	"github.com/prq-dev/prq/internal/redistest"
 	"github.com/prq-dev/prq/jobs"
+	"github.com/prq-dev/prq/ratelimit"
 	"github.com/prq-dev/prq/store"
 	"github.com/prq-dev/prq/workers"
 )
@@ -42,10 +43,11 @@ type chaosFlags struct {
 	stallFor   time.Duration
 	arrivalFor time.Duration
 	exe        string
+	latency    float64
 }
 
 func (c *chaosFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.scenarios, "scenarios", "crash,stall,redis-restart,redis-kill", "scenarios to run, comma-separated")
+	fs.StringVar(&c.scenarios, "scenarios", "crash,stall,redis-restart,redis-kill,cluster", "scenarios to run, comma-separated")
 	fs.IntVar(&c.prs, "prs", 200, "pull requests per scenario")
 	fs.IntVar(&c.processes, "processes", 3, "worker processes")
 	fs.IntVar(&c.kills, "kills", 20, "crash: how many workers to kill -9 (each restarted)")
@@ -59,6 +61,7 @@ func (c *chaosFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.stallFor, "stall-for", 40*time.Second, "stall: how long a worker stays SIGSTOPped (past asynq's 30 s lease)")
 	fs.DurationVar(&c.arrivalFor, "arrivals", 20*time.Second, "how long the webhooks take to arrive")
 	fs.StringVar(&c.exe, "worker-binary", "", "the prq binary to run workers with (default: this one)")
+	fs.Float64Var(&c.latency, "latency-scale", 0.5, "provider latency scale (1: summaries ~0.8 s, reviews ~8 s), so kills catch jobs in flight")
 }
 
 // chaosReport is what one scenario found.
@@ -78,6 +81,7 @@ type chaosReport struct {
 	Elapsed         time.Duration
 	Problems        []string
 	ProviderLimited int64
+	Checked         []string
 }
 
 func runChaos(ctx context.Context, env *cmdEnv, args []string) error {
@@ -124,6 +128,12 @@ func printChaos(w io.Writer, r chaosReport) {
 	}
 	if r.Unavailable503 > 0 || r.ReadyzDown {
 		fmt.Fprintf(w, "  during the Redis outage: /readyz reported it: %v; webhooks answered 503: %d (none answered 2xx unsaved)\n", r.ReadyzDown, r.Unavailable503)
+	}
+	for _, c := range r.Checked {
+		fmt.Fprintf(w, "  limiter on the cluster: %s\n", c)
+	}
+	if r.ProviderLimited > 0 {
+		fmt.Fprintf(w, "  provider 429s: %d\n", r.ProviderLimited)
 	}
 	for _, p := range r.Problems {
 		fmt.Fprintf(w, "  PROBLEM: %s\n", p)
@@ -179,32 +189,46 @@ func (r *chaosRun) spawn(i int) error {
 func chaosScenario(ctx context.Context, env *cmdEnv, c chaosFlags, scenario string) (chaosReport, error) {
 	rep := chaosReport{Scenario: scenario}
 	switch scenario {
-	case "crash", "stall", "redis-restart", "redis-kill":
+	case "crash", "stall", "redis-restart", "redis-kill", "cluster":
 	default:
-		return rep, &usageError{fmt.Sprintf("unknown scenario %q (want crash, stall, redis-restart or redis-kill)", scenario)}
+		return rep, &usageError{fmt.Sprintf("unknown scenario %q (want crash, stall, redis-restart, redis-kill or cluster)", scenario)}
 	}
 	fsync := "everysec"
 	if scenario == "redis-kill" {
 		fsync = c.fsync
 	}
-	srv, err := redistest.Start("--appendonly", "yes", "--appendfsync", fsync)
-	if err != nil {
-		return rep, err
+	var srv *redistest.Server
+	var redisURL string
+	if scenario == "cluster" {
+		cl, err := startCluster(ctx)
+		if err != nil {
+			return rep, err
+		}
+		defer cl.stop()
+		redisURL = cl.url()
+	} else {
+		var err error
+		srv, err = redistest.Start("--appendonly", "yes", "--appendfsync", fsync)
+		if err != nil {
+			return rep, err
+		}
+		defer srv.Stop()
+		redisURL = srv.URL()
 	}
-	defer srv.Stop()
 	b := benchFlags{compress: c.compress, concurrency: 20, seed: c.seed}
-	cfg := benchConfig(b, srv.URL())
+	cfg := benchConfig(b, redisURL)
 	cfg.Tiers["free"] = Tier{Weight: 1, Review: boolPtr(false)}
 	// roomy limits: the point is failure, not the bucket
 	for i := range cfg.Models {
 		cfg.Models[i].TokensPerMinute *= 4
 	}
 	apiKey := "sk-chaos-" + randomHex(8)
-	fakes, err := startFakes(&cfg, c.compress, apiKey, c.seed)
+	fakes, err := startFakes(&cfg, c.compress, apiKey, c.seed, scenario == "cluster")
 	if err != nil {
 		return rep, err
 	}
 	defer fakes.close()
+	fakes.openai.SetLatencyScale(c.latency)
 	cfg.GitHub.AppID, cfg.GitHub.PrivateKey, cfg.GitHub.APIURL = fakes.appID, Secret(fakes.keyPEM), fakes.githubURL
 	cfg.GitHub.WebhookSecret, cfg.GitHub.AppSlug = Secret(randomHex(16)), "prq-chaos"
 	cfg.OpenAI.APIKey, cfg.OpenAI.BaseURL = Secret(apiKey), fakes.openaiURL
@@ -216,12 +240,12 @@ func chaosScenario(ctx context.Context, env *cmdEnv, c chaosFlags, scenario stri
 		return rep, err
 	}
 	r := &chaosRun{c: c, cfg: cfg, fakes: fakes, cfgFile: cfgFile, procs: make([]*exec.Cmd, c.processes),
-		env: append(os.Environ(), "REDIS_URL="+srv.URL(), "GITHUB_APP_ID=1", "GITHUB_PRIVATE_KEY="+string(fakes.keyPEM), "GITHUB_API_URL="+fakes.githubURL,
+		env: append(os.Environ(), "REDIS_URL="+redisURL, "GITHUB_APP_ID=1", "GITHUB_PRIVATE_KEY="+string(fakes.keyPEM), "GITHUB_API_URL="+fakes.githubURL,
 			"OPENAI_API_KEY="+apiKey, "OPENAI_BASE_URL="+fakes.openaiURL, "GITHUB_APP_SLUG=prq-chaos")}
 	// serve, in this process
 	sctx, stopServe := context.WithCancel(ctx)
 	defer stopServe()
-	opt, _ := parseRedisURL(srv.URL())
+	opt, _ := parseRedisURL(redisURL)
 	logf, _ := os.Create(filepath.Join(c.out, scenario+"-serve.log"))
 	defer logf.Close()
 	a, err := newApp(sctx, &cfg, newLogger(logf, LogConfig{Format: "json", Level: "info"}), opt)
@@ -360,10 +384,24 @@ func chaosScenario(ctx context.Context, env *cmdEnv, c chaosFlags, scenario stri
 	lost, archived := chaosJobs(ctx, a)
 	rep.Lost, rep.Archived = lost, archived
 	if lost > 0 {
-		rep.Problems = append(rep.Problems, fmt.Sprintf("%d jobs neither completed nor archived", lost))
+		rep.Problems = append(rep.Problems, fmt.Sprintf("%d jobs neither completed nor archived: %s", lost, strings.Join(stuckTasks(a, 8), "; ")))
 	}
 	if rep.Duplicates > 0 {
 		rep.Problems = append(rep.Problems, fmt.Sprintf("%d duplicated effects on GitHub", rep.Duplicates))
+	}
+	if scenario == "cluster" { // the limiter holds on a cluster too
+		for _, m := range cfg.Models {
+			lim, _ := m.limits()
+			var adm []ratelimit.Admission
+			for _, x := range fakes.openai.Admissions(m.Name) {
+				adm = append(adm, ratelimit.Admission{At: x.At, Cost: x.Cost})
+			}
+			chk := ratelimit.CheckIntervals(adm, lim.TokensPerPeriod, lim.Period, lim.BurstTokens)
+			rep.Checked = append(rep.Checked, fmt.Sprintf("%s: %d calls, worst interval %.3f of allowance", m.Name, chk.Admissions, chk.WorstRatio))
+			if chk.Violations > 0 {
+				rep.Problems = append(rep.Problems, fmt.Sprintf("%s: the limiter was exceeded in %d intervals on the cluster", m.Name, chk.Violations))
+			}
+		}
 	}
 	stopServe()
 	<-served
@@ -418,7 +456,13 @@ func (r *chaosRun) inject(ctx context.Context, scenario string, srv *redistest.S
 			r.mu.Lock()
 			victim := r.procs[i]
 			r.mu.Unlock()
-			running := activeTasksOf(a, victim.Process.Pid)
+			var running [][2]string
+			for _, t := range activeTasksOf(a, victim.Process.Pid) {
+				// the heartbeat may be a few seconds old: keep what is still running
+				if info, err := a.insp.GetTaskInfo(t[0], t[1]); err == nil && info.State == asynq.TaskStateActive {
+					running = append(running, t)
+				}
+			}
 			killed := time.Now()
 			victim.Process.Kill()
 			rep.Kills++
@@ -522,4 +566,20 @@ func runningElsewhere(servers []*asynq.ServerInfo, id string, killed time.Time) 
 		}
 	}
 	return false
+}
+
+// stuckTasks describes up to n tasks that are not completed or archived.
+func stuckTasks(a *app, n int) []string {
+	var out []string
+	for _, q := range jobs.Queues {
+		for _, list := range []func(string, ...asynq.ListOption) ([]*asynq.TaskInfo, error){a.insp.ListPendingTasks, a.insp.ListActiveTasks, a.insp.ListScheduledTasks, a.insp.ListRetryTasks} {
+			tasks, _ := list(q)
+			for _, t := range tasks {
+				if len(out) < n {
+					out = append(out, fmt.Sprintf("%s %s %s next %s retried %d err %q", q, t.State, t.ID, t.NextProcessAt.Format(time.RFC3339), t.Retried, t.LastErr))
+				}
+			}
+		}
+	}
+	return out
 }

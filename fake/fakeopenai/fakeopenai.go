@@ -153,6 +153,13 @@ func New(cfg Config) *Server {
 	return s
 }
 
+// SetLatencyScale changes how latencies are scaled (1: as configured).
+func (s *Server) SetLatencyScale(f float64) {
+	s.mu.Lock()
+	s.cfg.LatencyScale = f
+	s.mu.Unlock()
+}
+
 // SetFaults replaces the injected faults.
 func (s *Server) SetFaults(f Faults) {
 	s.mu.Lock()
