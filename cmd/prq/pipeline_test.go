@@ -219,3 +219,23 @@ func TestHTTPSurface(t *testing.T) {
 }
 
 var httpClient = &http.Client{Timeout: 5 * time.Second}
+
+// TestDeletedPRDroppedCleanly: a PR GitHub answers 404 for is dropped
+// with one log line, not retried forever.
+func TestDeletedPRDroppedCleanly(t *testing.T) {
+	s := startStack(t, stackOpts{})
+	body := traffic.PullRequestEvent("opened", traffic.PR{Installation: 4, Owner: "tenant-4", Repo: "gone", Number: 9, Head: randomHex(40), Base: randomHex(40)})
+	if code, err := s.sender.Send(context.Background(), "pull_request", traffic.NewDelivery(), body); err != nil || code != 202 {
+		t.Fatalf("webhook: %d %v", code, err)
+	}
+	s.waitFor("the plan job to finish", 20*time.Second, func() bool {
+		done, _ := s.app.insp.ListCompletedTasks(jobs.QueueFree)
+		return len(done) == 1
+	})
+	if n := strings.Count(s.logs.String(), "pull request is gone"); n != 1 {
+		t.Fatalf("%d log lines about the deleted PR, want 1", n)
+	}
+	if st := s.fakes.github.AllStats(); len(st) != 0 {
+		t.Fatalf("something was written for a deleted PR: %+v", st)
+	}
+}
