@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -69,6 +68,5 @@ func runHelper() int {
 			time.Sleep(min(max(wait, time.Millisecond), 10*time.Millisecond))
 		}
 	}
-	_ = strconv.Itoa
 	return 0
 }

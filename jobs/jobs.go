@@ -120,7 +120,7 @@ type Plan struct {
 }
 
 // File is a per-file LLM job: a summary or a review of one file of a PR
-// at one head commit. Part and Parts split a file too large for one call.
+// at one head commit.
 type File struct {
 	PR       PR     `json:"pr"`
 	HeadSHA  string `json:"head_sha"`

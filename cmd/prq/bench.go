@@ -17,7 +17,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 	"gopkg.in/yaml.v3"
 
@@ -264,8 +263,7 @@ func benchStrategy(ctx context.Context, env *cmdEnv, b benchFlags, w benchWorklo
 		return res, err
 	}
 	defer fakes.close()
-	for i, p := range w.prs {
-		_ = i
+	for _, p := range w.prs {
 		owner := fmt.Sprintf("tenant-%d", instOf(w, p))
 		fakes.github.AddPR(instOf(w, p), owner, p.Name(), p)
 	}
@@ -666,5 +664,3 @@ func jain(calls []callRecord, tiers map[int64]jobs.Tier, period time.Duration) m
 	}
 	return out
 }
-
-var _ = asynq.TaskStateActive

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -240,5 +239,3 @@ func runPlan(ctx context.Context, env *cmdEnv, args []string) error {
 	}
 	return &usageError{usage}
 }
-
-var errStopped = errors.New("stopped")

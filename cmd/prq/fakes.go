@@ -6,7 +6,6 @@ import (
 	"crypto/rsa"
 	"crypto/x509"
 	"encoding/pem"
-	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -186,5 +185,3 @@ func loadPRs(path string, n int, seed int64) ([]corpus.PR, string, error) {
 	}
 	return corpus.Generate(n, seed), fmt.Sprintf("%d generated PRs (seed %d)", n, seed), nil
 }
-
-var _ = flag.ContinueOnError
