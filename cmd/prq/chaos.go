@@ -10,7 +10,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -44,6 +46,7 @@ type chaosFlags struct {
 	arrivalFor time.Duration
 	exe        string
 	latency    float64
+	soak       time.Duration
 }
 
 func (c *chaosFlags) register(fs *flag.FlagSet) {
@@ -61,6 +64,7 @@ func (c *chaosFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.stallFor, "stall-for", 40*time.Second, "stall: how long a worker stays SIGSTOPped (past asynq's 30 s lease)")
 	fs.DurationVar(&c.arrivalFor, "arrivals", 20*time.Second, "how long the webhooks take to arrive")
 	fs.StringVar(&c.exe, "worker-binary", "", "the prq binary to run workers with (default: this one)")
+	fs.DurationVar(&c.soak, "soak-for", 5*time.Minute, "soak: how long the steady arrivals last")
 	fs.Float64Var(&c.latency, "latency-scale", 0.5, "provider latency scale (1: summaries ~0.8 s, reviews ~8 s), so kills catch jobs in flight")
 }
 
@@ -82,6 +86,45 @@ type chaosReport struct {
 	Problems        []string
 	ProviderLimited int64
 	Checked         []string
+	// soak: samples during the arrivals, and Redis memory before and after
+	Samples              []soakSample
+	Baseline, AfterDrain int64
+}
+
+type soakSample struct {
+	At         time.Duration
+	WorkerRSS  int64 // largest worker's resident set, bytes
+	Goroutines int   // the serve process's
+	RedisMem   int64
+}
+
+func usedMemory(ctx context.Context, a *app) int64 {
+	info, err := a.rdb.Info(ctx, "memory").Result()
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "used_memory:"); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// rssOf reads a process's resident set from /proc (0 where there is none).
+func rssOf(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb * 1024
+		}
+	}
+	return 0
 }
 
 func runChaos(ctx context.Context, env *cmdEnv, args []string) error {
@@ -128,6 +171,20 @@ func printChaos(w io.Writer, r chaosReport) {
 	}
 	if r.Unavailable503 > 0 || r.ReadyzDown {
 		fmt.Fprintf(w, "  during the Redis outage: /readyz reported it: %v; webhooks answered 503: %d (none answered 2xx unsaved)\n", r.ReadyzDown, r.Unavailable503)
+	}
+	if len(r.Samples) > 0 {
+		first, last := r.Samples[min(1, len(r.Samples)-1)], r.Samples[len(r.Samples)-1]
+		var maxRSS int64
+		maxG := 0
+		for _, x := range r.Samples {
+			maxRSS, maxG = max(maxRSS, x.WorkerRSS), max(maxG, x.Goroutines)
+		}
+		fmt.Fprintf(w, "  soak: worker RSS %.0f MB at %s, %.0f MB at %s, max %.0f MB; serve goroutines %d -> %d (max %d)\n",
+			float64(first.WorkerRSS)/(1<<20), first.At.Round(time.Second), float64(last.WorkerRSS)/(1<<20), last.At.Round(time.Second), float64(maxRSS)/(1<<20),
+			first.Goroutines, last.Goroutines, maxG)
+		fmt.Fprintf(w, "  soak: Redis memory %.1f MB before, %.1f MB at the end of arrivals, %.1f MB after the drain (%.1f KB per PR kept: runs live %s, finished plan and chat tasks 72 h)\n",
+			float64(r.Baseline)/(1<<20), float64(last.RedisMem)/(1<<20), float64(r.AfterDrain)/(1<<20),
+			float64(r.AfterDrain-r.Baseline)/1024/float64(max(r.PRs, 1)), "14 days")
 	}
 	for _, c := range r.Checked {
 		fmt.Fprintf(w, "  limiter on the cluster: %s\n", c)
@@ -189,9 +246,9 @@ func (r *chaosRun) spawn(i int) error {
 func chaosScenario(ctx context.Context, env *cmdEnv, c chaosFlags, scenario string) (chaosReport, error) {
 	rep := chaosReport{Scenario: scenario}
 	switch scenario {
-	case "crash", "stall", "redis-restart", "redis-kill", "cluster":
+	case "crash", "stall", "redis-restart", "redis-kill", "cluster", "soak":
 	default:
-		return rep, &usageError{fmt.Sprintf("unknown scenario %q (want crash, stall, redis-restart, redis-kill or cluster)", scenario)}
+		return rep, &usageError{fmt.Sprintf("unknown scenario %q (want crash, stall, redis-restart, redis-kill, cluster or soak)", scenario)}
 	}
 	fsync := "everysec"
 	if scenario == "redis-kill" {
@@ -304,7 +361,12 @@ func chaosScenario(ctx context.Context, env *cmdEnv, c chaosFlags, scenario stri
 		defer close(chaosDone)
 		r.inject(ctx, scenario, srv, a, sender, &rep)
 	}()
-	interval := c.arrivalFor / time.Duration(c.prs)
+	arrivals := c.arrivalFor
+	if scenario == "soak" {
+		arrivals = c.soak
+		rep.Baseline = usedMemory(ctx, a)
+	}
+	interval := arrivals / time.Duration(c.prs)
 	for i := 0; i < c.prs; i++ {
 		p := prs[rng.Intn(len(prs))]
 		for len(p.Files) == 0 || len(p.Files) > 30 {
@@ -351,6 +413,9 @@ func chaosScenario(ctx context.Context, env *cmdEnv, c chaosFlags, scenario stri
 	}
 	time.Sleep(2 * time.Second) // a late duplicate would show now
 	rep.Elapsed = time.Since(start)
+	if scenario == "soak" {
+		rep.AfterDrain = usedMemory(ctx, a)
+	}
 	rep.PRs = len(sent)
 	rep.ProviderLimited = 0
 	for _, st := range fakes.openai.Stats() {
@@ -481,6 +546,20 @@ func (r *chaosRun) inject(ctx context.Context, scenario string, srv *redistest.S
 			time.Sleep(r.c.killEvery)
 		}
 		wg.Wait()
+	case "soak":
+		start := time.Now()
+		for time.Since(start) < r.c.soak+30*time.Second && ctx.Err() == nil {
+			smp := soakSample{At: time.Since(start), Goroutines: runtime.NumGoroutine(), RedisMem: usedMemory(ctx, a)}
+			r.mu.Lock()
+			for _, p := range r.procs {
+				if p != nil && p.Process != nil {
+					smp.WorkerRSS = max(smp.WorkerRSS, rssOf(p.Process.Pid))
+				}
+			}
+			r.mu.Unlock()
+			rep.Samples = append(rep.Samples, smp)
+			time.Sleep(10 * time.Second)
+		}
 	case "stall":
 		r.mu.Lock()
 		victim := r.procs[0]
