@@ -363,7 +363,7 @@ func benchStrategy(ctx context.Context, env *cmdEnv, b benchFlags, w benchWorklo
 		time.Sleep(100 * time.Millisecond)
 	}
 	elapsed := time.Since(start)
-	cmds := redisCommands(ctx, rdb)
+	cmds := redisInfoInt(ctx, rdb, "stats", "total_commands_processed")
 	for _, p := range procs {
 		p.Process.Signal(syscall.SIGTERM)
 	}
@@ -526,20 +526,6 @@ func totalCalls(f *fakeSet) int64 {
 		n += st.Requests
 	}
 	return n
-}
-
-func redisCommands(ctx context.Context, rdb redis.UniversalClient) int64 {
-	info, err := rdb.Info(ctx, "stats").Result()
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "total_commands_processed:"); ok {
-			n, _ := strconv.ParseInt(v, 10, 64)
-			return n
-		}
-	}
-	return 0
 }
 
 func waitTimeout(cmd *exec.Cmd, d time.Duration) {

@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -105,23 +102,6 @@ func (r *recorder) Complete(ctx context.Context, req llm.Request) (llm.Response,
 	return resp, err
 }
 
-// peakRSS reads VmHWM from /proc (0 where there is none).
-func peakRSS() int64 {
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb * 1024
-		}
-	}
-	return 0
-}
-
 // applyStrategy sets a process's gating: prq's admission, or a baseline.
 func applyStrategy(a *app, strategy string, processes int) error {
 	switch strategy {
@@ -192,7 +172,7 @@ func runBenchWorker(ctx context.Context, env *cmdEnv, args []string) error {
 	err = a.run(ctx, env, running{worker: true}, nil)
 	if record != "" {
 		rec.mu.Lock()
-		b, _ := json.Marshal(workerReport{HandlerRuns: rec.runs.Load(), PeakRSS: peakRSS(), Calls: rec.calls})
+		b, _ := json.Marshal(workerReport{HandlerRuns: rec.runs.Load(), PeakRSS: procStatusBytes("self", "VmHWM"), Calls: rec.calls})
 		rec.mu.Unlock()
 		if werr := os.WriteFile(record, b, 0o644); werr != nil && err == nil {
 			err = werr

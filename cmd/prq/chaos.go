@@ -99,32 +99,7 @@ type soakSample struct {
 }
 
 func usedMemory(ctx context.Context, a *app) int64 {
-	info, err := a.rdb.Info(ctx, "memory").Result()
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "used_memory:"); ok {
-			n, _ := strconv.ParseInt(v, 10, 64)
-			return n
-		}
-	}
-	return 0
-}
-
-// rssOf reads a process's resident set from /proc (0 where there is none).
-func rssOf(pid int) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb * 1024
-		}
-	}
-	return 0
+	return redisInfoInt(ctx, a.rdb, "memory", "used_memory")
 }
 
 func runChaos(ctx context.Context, env *cmdEnv, args []string) error {
@@ -553,7 +528,7 @@ func (r *chaosRun) inject(ctx context.Context, scenario string, srv *redistest.S
 			r.mu.Lock()
 			for _, p := range r.procs {
 				if p != nil && p.Process != nil {
-					smp.WorkerRSS = max(smp.WorkerRSS, rssOf(p.Process.Pid))
+					smp.WorkerRSS = max(smp.WorkerRSS, procStatusBytes(strconv.Itoa(p.Process.Pid), "VmRSS"))
 				}
 			}
 			r.mu.Unlock()
