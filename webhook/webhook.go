@@ -19,6 +19,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/google/go-github/v56/github"
@@ -50,6 +52,16 @@ type Config struct {
 	Secret []byte
 	// MaxBytes caps a body. Defaults to 25 MB, GitHub's maximum.
 	MaxBytes int64
+	// MaxInFlightBytes caps the bytes of bodies being read or checked at
+	// once, across all requests, so unauthenticated floods cannot exhaust
+	// memory (the signature can only be checked over the whole body). A
+	// request that would go over it is answered 503 with Retry-After.
+	// Defaults to MaxBytes plus 4 MB (one largest delivery and ordinary
+	// ones beside it); never less than MaxBytes.
+	MaxInFlightBytes int64
+	// ReadTimeout bounds reading one body. Defaults to 10s: GitHub gives
+	// up on a delivery after 10 seconds anyway.
+	ReadTimeout time.Duration
 	// AppSlug is the App's handle: comments that mention @slug talk to it.
 	AppSlug string
 	// SkipBotPRs ignores PRs opened by bots.
@@ -58,10 +70,11 @@ type Config struct {
 
 // Handler is the webhook receiver.
 type Handler struct {
-	cfg   Config
-	queue Queue
-	plans Plans
-	log   *slog.Logger
+	cfg    Config
+	budget *byteBudget
+	queue  Queue
+	plans  Plans
+	log    *slog.Logger
 	// Count, when set, is told of each delivery's event and outcome.
 	Count func(event, outcome string)
 }
@@ -74,7 +87,16 @@ func New(cfg Config, q Queue, plans Plans, log *slog.Logger) (*Handler, error) {
 	if cfg.MaxBytes <= 0 {
 		cfg.MaxBytes = 25 << 20
 	}
-	return &Handler{cfg: cfg, queue: q, plans: plans, log: log}, nil
+	if cfg.MaxInFlightBytes <= 0 {
+		cfg.MaxInFlightBytes = cfg.MaxBytes + 4<<20
+	}
+	if cfg.MaxInFlightBytes < cfg.MaxBytes {
+		cfg.MaxInFlightBytes = cfg.MaxBytes
+	}
+	if cfg.ReadTimeout <= 0 {
+		cfg.ReadTimeout = 10 * time.Second
+	}
+	return &Handler{cfg: cfg, budget: &byteBudget{max: cfg.MaxInFlightBytes}, queue: q, plans: plans, log: log}, nil
 }
 
 // Errors of verification.
@@ -154,14 +176,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.reply(w, r, event, outcome{http.StatusMethodNotAllowed, "method not allowed"}, errors.New("webhooks are POSTed"))
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBytes))
+	body, release, err := h.readBody(w, r)
+	defer release()
 	if err != nil {
 		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
+		switch {
+		case errors.As(err, &mbe):
 			h.reply(w, r, event, outcome{http.StatusRequestEntityTooLarge, "too large"}, fmt.Errorf("body over %d bytes", h.cfg.MaxBytes))
-			return
+		case errors.Is(err, ErrBusy):
+			w.Header().Set("Retry-After", "1")
+			h.reply(w, r, event, outcome{http.StatusServiceUnavailable, "busy"}, err)
+		default:
+			h.reply(w, r, event, outcome{http.StatusBadRequest, "unreadable"}, fmt.Errorf("read body: %v", err))
 		}
-		h.reply(w, r, event, outcome{http.StatusBadRequest, "unreadable"}, fmt.Errorf("read body: %v", err))
 		return
 	}
 	if err := VerifySignature(h.cfg.Secret, body, r.Header.Get("X-Hub-Signature-256")); err != nil {
@@ -188,6 +215,90 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	o, err := h.dispatch(r.Context(), event, delivery, payload)
 	h.reply(w, r, event, o, err)
+}
+
+// ErrBusy is returned when bodies already being read use up
+// MaxInFlightBytes: the request is answered 503 with Retry-After.
+var ErrBusy = errors.New("webhook: too many bytes in flight; retry shortly")
+
+// readBody reads the whole body within the size cap, the read deadline
+// and the in-flight budget. release gives the body's bytes back to the
+// budget; call it when the body is no longer needed (always safe).
+func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) (body []byte, release func(), err error) {
+	var held int64
+	release = func() { h.budget.release(held); held = 0 }
+	if r.ContentLength > h.cfg.MaxBytes {
+		return nil, release, &http.MaxBytesError{Limit: h.cfg.MaxBytes}
+	}
+	// A deadline for this body alone; a server without deadline support
+	// (httptest's recorder) keeps its own limits.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(h.cfg.ReadTimeout))
+	rd := http.MaxBytesReader(w, r.Body, h.cfg.MaxBytes)
+	if r.ContentLength > 0 {
+		// Known size: take it all from the budget up front and read into a
+		// buffer of exactly that size (io.ReadAll would double it as it grows).
+		if !h.budget.acquire(r.ContentLength) {
+			return nil, release, ErrBusy
+		}
+		held = r.ContentLength
+		body = make([]byte, r.ContentLength)
+		if _, err := io.ReadFull(rd, body); err != nil {
+			return nil, release, err
+		}
+		// Nothing may follow the declared length.
+		if n, _ := rd.Read(make([]byte, 1)); n > 0 {
+			return nil, release, errors.New("body longer than Content-Length")
+		}
+		return body, release, nil
+	}
+	// Unknown size (chunked): take from the budget as the body grows.
+	var buf []byte
+	for {
+		if len(buf) == cap(buf) {
+			grow := max(int64(cap(buf)), 64<<10)
+			grow = min(grow, h.cfg.MaxBytes+1-int64(cap(buf))) // MaxBytesReader stops at MaxBytes+1
+			if grow <= 0 {
+				return nil, release, &http.MaxBytesError{Limit: h.cfg.MaxBytes}
+			}
+			if !h.budget.acquire(grow) {
+				return nil, release, ErrBusy
+			}
+			held += grow
+			next := make([]byte, len(buf), int64(cap(buf))+grow)
+			copy(next, buf)
+			buf = next
+		}
+		n, err := rd.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if errors.Is(err, io.EOF) {
+			return buf, release, nil
+		}
+		if err != nil {
+			return nil, release, err
+		}
+	}
+}
+
+// byteBudget is a counting limit on bytes held at once.
+type byteBudget struct {
+	mu        sync.Mutex
+	max, used int64
+}
+
+func (b *byteBudget) acquire(n int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.used+n > b.max {
+		return false
+	}
+	b.used += n
+	return true
+}
+
+func (b *byteBudget) release(n int64) {
+	b.mu.Lock()
+	b.used -= n
+	b.mu.Unlock()
 }
 
 var errContentType = errors.New("content type must be application/json or application/x-www-form-urlencoded")
