@@ -7,6 +7,7 @@ package llm
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -40,12 +41,80 @@ func New(apiKey, baseURL string, timeout time.Duration, hc *http.Client) *Client
 
 // Request is one chat call.
 type Request struct {
-	Model     string
-	System    string
-	User      string
+	Model  string
+	System string
+	User   string
+	// Turns follow User: an earlier reply and the correction asked for
+	// (a repair attempt), in order.
+	Turns     []Message
 	MaxOutput int64
 	// Reasoning models take MaxCompletionTokens (it includes reasoning).
 	Reasoning bool
+	// Format asks for a reply format; the zero value asks for nothing.
+	Format Format
+}
+
+// Message is one turn of a conversation.
+type Message struct {
+	Role    string // "user" or "assistant"
+	Content string
+}
+
+// Contents returns every message text the request sends, in order: what
+// an estimate or a token count must cover.
+func (r Request) Contents() []string {
+	out := []string{}
+	if r.System != "" {
+		out = append(out, r.System)
+	}
+	out = append(out, r.User)
+	for _, t := range r.Turns {
+		out = append(out, t.Content)
+	}
+	return out
+}
+
+// FormatType is how a reply's format is asked for.
+type FormatType string
+
+const (
+	// FormatText asks for nothing: the prompt describes the format and
+	// the parser finds it in the text.
+	FormatText FormatType = "text"
+	// FormatJSONObject asks for any JSON object (response_format
+	// json_object; a message must mention JSON).
+	FormatJSONObject FormatType = "json_object"
+	// FormatJSONSchema asks for JSON that follows a schema (structured
+	// outputs, strict).
+	FormatJSONSchema FormatType = "json_schema"
+)
+
+// ParseFormatType reads a format setting.
+func ParseFormatType(s string) (FormatType, error) {
+	switch f := FormatType(s); f {
+	case FormatText, FormatJSONObject, FormatJSONSchema:
+		return f, nil
+	}
+	return "", fmt.Errorf("llm: output format %q: want json_schema, json_object or text", s)
+}
+
+// Format is a reply format.
+type Format struct {
+	Type FormatType
+	// Name and Schema describe the JSON for FormatJSONSchema.
+	Name   string
+	Schema json.RawMessage
+}
+
+func (f Format) openai() *openai.ChatCompletionResponseFormat {
+	switch f.Type {
+	case FormatJSONObject:
+		return &openai.ChatCompletionResponseFormat{Type: openai.ChatCompletionResponseFormatTypeJSONObject}
+	case FormatJSONSchema:
+		return &openai.ChatCompletionResponseFormat{Type: openai.ChatCompletionResponseFormatTypeJSONSchema,
+			JSONSchema: &openai.ChatCompletionResponseFormatJSONSchema{Name: f.Name, Schema: f.Schema, Strict: true}}
+	}
+	return nil
 }
 
 // Response is a successful call.
@@ -107,6 +176,10 @@ func (c *Client) Complete(ctx context.Context, r Request) (Response, error) {
 		req.Messages = append(req.Messages, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleSystem, Content: r.System})
 	}
 	req.Messages = append(req.Messages, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: r.User})
+	for _, t := range r.Turns {
+		req.Messages = append(req.Messages, openai.ChatCompletionMessage{Role: t.Role, Content: t.Content})
+	}
+	req.ResponseFormat = r.Format.openai()
 	if r.Reasoning {
 		req.MaxCompletionTokens = int(r.MaxOutput)
 	} else {

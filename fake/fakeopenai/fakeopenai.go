@@ -68,6 +68,42 @@ type Config struct {
 	LatencyScale float64
 	// Record keeps every admission for Admissions (bounded runs only).
 	Record bool
+	// Replies is how the fake model formats review replies: one of the
+	// Reply* styles. Defaults to ReplyJSON.
+	Replies ReplyStyle
+}
+
+// ReplyStyle is how a fake model answers a review prompt, modelled on
+// what real models and OpenAI-compatible servers do.
+type ReplyStyle string
+
+const (
+	// ReplyJSON: the bare JSON object the system prompt asks for.
+	ReplyJSON ReplyStyle = "json"
+	// ReplyProse: prose about the file, no JSON, unless the request's
+	// response_format asks for JSON (smaller models and servers that
+	// follow the system prompt loosely).
+	ReplyProse ReplyStyle = "prose"
+	// ReplyFenced: the JSON inside a ```json fence with prose around it,
+	// and a `{}` quoted from the code before it, unless response_format
+	// asks for JSON.
+	ReplyFenced ReplyStyle = "fenced"
+	// ReplyOutside: JSON whose comments cite lines outside the diff as
+	// well as inside it.
+	ReplyOutside ReplyStyle = "outside"
+	// ReplyCut: the JSON cut off halfway with finish_reason "length".
+	ReplyCut ReplyStyle = "cut"
+)
+
+// ParseReplyStyle reads a reply style ("" is ReplyJSON).
+func ParseReplyStyle(s string) (ReplyStyle, error) {
+	switch r := ReplyStyle(s); r {
+	case "":
+		return ReplyJSON, nil
+	case ReplyJSON, ReplyProse, ReplyFenced, ReplyOutside, ReplyCut:
+		return r, nil
+	}
+	return "", fmt.Errorf("fakeopenai: reply style %q: want json, prose, fenced, outside or cut", s)
 }
 
 // Admission is one admitted request's cost, stamped with the fake's clock.
@@ -195,8 +231,50 @@ type chatRequest struct {
 		Role    string `json:"role"`
 		Content string `json:"content"`
 	} `json:"messages"`
-	MaxTokens           *int64 `json:"max_tokens"`
-	MaxCompletionTokens *int64 `json:"max_completion_tokens"`
+	MaxTokens           *int64          `json:"max_tokens"`
+	MaxCompletionTokens *int64          `json:"max_completion_tokens"`
+	ResponseFormat      *responseFormat `json:"response_format"`
+}
+
+type responseFormat struct {
+	Type       string `json:"type"`
+	JSONSchema *struct {
+		Name   string          `json:"name"`
+		Schema json.RawMessage `json:"schema"`
+		Strict bool            `json:"strict"`
+	} `json:"json_schema"`
+}
+
+// checkFormat validates response_format the way OpenAI does.
+func checkFormat(req chatRequest) string {
+	f := req.ResponseFormat
+	if f == nil {
+		return ""
+	}
+	switch f.Type {
+	case "text":
+	case "json_object":
+		for _, m := range req.Messages {
+			if strings.Contains(strings.ToLower(m.Content), "json") {
+				return ""
+			}
+		}
+		return "'messages' must contain the word 'json' in some form, to use 'response_format' of type 'json_object'."
+	case "json_schema":
+		if f.JSONSchema == nil {
+			return "Missing required parameter: 'response_format.json_schema'."
+		}
+		if f.JSONSchema.Name == "" || !regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`).MatchString(f.JSONSchema.Name) {
+			return "Invalid 'response_format.json_schema.name': string does not match pattern. Expected a string that matches the pattern '^[a-zA-Z0-9_-]+$'."
+		}
+		var sch map[string]any
+		if json.Unmarshal(f.JSONSchema.Schema, &sch) != nil || sch["type"] != "object" {
+			return "Invalid schema for response_format '" + f.JSONSchema.Name + "': schema must be a JSON Schema of 'type: \"object\"', got 'type: \"None\"'."
+		}
+	default:
+		return fmt.Sprintf("Invalid value: '%s'. Supported values are: 'json_object', 'json_schema', and 'text'.", f.Type)
+	}
+	return ""
 }
 
 func writeError(w http.ResponseWriter, status int, typ, code, msg string) {
@@ -247,6 +325,10 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(req.Messages) == 0 {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "", "'messages' must contain at least one message.")
+		return
+	}
+	if msg := checkFormat(req); msg != "" {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "", msg)
 		return
 	}
 	if req.MaxTokens != nil && req.MaxCompletionTokens != nil {
@@ -358,8 +440,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		case <-time.After(latency):
 		}
 	}
-	text := s.answer(req.Messages[0].Content, req.Messages[len(req.Messages)-1].Content)
-	finish := "stop"
+	text, finish := s.answer(req)
 	if roll >= 0 && roll < f.Empty {
 		s.countFault(m.Name)
 		text = ""
@@ -454,40 +535,100 @@ var annotated = regexp.MustCompile(`(?m)^\s*(\d+) \+(.*)$`)
 var pathLine = regexp.MustCompile(`(?m)^File: (\S+)`)
 
 // answer writes a plausible reply. A review prompt (the system message
-// asks for JSON comments) gets JSON citing real added lines of the
-// annotated diff; other prompts get prose naming the file.
-func (s *Server) answer(system, user string) string {
+// or the requested schema names "comments") gets a review citing real
+// added lines of the annotated diff, formatted in the server's reply
+// style; other prompts get prose naming the file.
+func (s *Server) answer(req chatRequest) (text, finish string) {
+	system := req.Messages[0].Content
+	var user string
+	for _, m := range req.Messages {
+		if m.Role == "user" {
+			user = m.Content // the first user message holds the diff
+			break
+		}
+	}
 	path := "the change"
 	if m := pathLine.FindStringSubmatch(user); m != nil {
 		path = m[1]
 	}
-	if strings.Contains(system, `"comments"`) {
-		lines := annotated.FindAllStringSubmatch(user, -1)
-		type c struct {
-			Line int    `json:"line"`
-			Body string `json:"body"`
+	format, schema := "", ""
+	if f := req.ResponseFormat; f != nil {
+		format = f.Type
+		if f.JSONSchema != nil {
+			schema = string(f.JSONSchema.Schema)
 		}
-		var cs []c
-		s.mu.Lock()
-		pick := s.rng.Perm(len(lines))
-		s.mu.Unlock()
-		for _, i := range pick[:min(2, len(pick))] {
-			n, _ := strconv.Atoi(lines[i][1])
-			code := strings.TrimSpace(lines[i][2])
-			if len(code) > 60 {
-				code = code[:60]
-			}
-			cs = append(cs, c{Line: n, Body: fmt.Sprintf("Consider whether `%s` handles the error and edge cases here; a test for this line would make the intent clear.", code)})
-		}
-		sort.Slice(cs, func(i, j int) bool { return cs[i].Line < cs[j].Line })
-		b, _ := json.Marshal(map[string]any{"summary": "Reviewed " + path + ".", "comments": cs})
-		return string(b)
+	}
+	if strings.Contains(system, `"comments"`) || strings.Contains(schema, `"comments"`) {
+		return s.review(user, path, format, schema)
 	}
 	if strings.Contains(strings.ToLower(system), "reply") {
-		return "Thanks for the question. Looking at " + path + ", the change keeps the existing behaviour and adds the new path guarded by its own checks; the tests in this PR cover the main case."
+		return "Thanks for the question. Looking at " + path + ", the change keeps the existing behaviour and adds the new path guarded by its own checks; the tests in this PR cover the main case.", "stop"
 	}
 	n := len(annotated.FindAllStringIndex(user, -1))
-	return fmt.Sprintf("%s: %d added lines. The change updates the implementation and keeps the public behaviour; it touches error handling and adds or adjusts tests where needed.", path, n)
+	return fmt.Sprintf("%s: %d added lines. The change updates the implementation and keeps the public behaviour; it touches error handling and adds or adjusts tests where needed.", path, n), "stop"
+}
+
+func (s *Server) review(user, path, format, schema string) (text, finish string) {
+	s.mu.Lock()
+	style := s.cfg.Replies
+	s.mu.Unlock()
+	asked := format == "json_object" || format == "json_schema"
+	lines := annotated.FindAllStringSubmatch(user, -1)
+	var cs []map[string]any
+	s.mu.Lock()
+	pick := s.rng.Perm(len(lines))
+	s.mu.Unlock()
+	add := func(line int, body string) {
+		c := map[string]any{"line": line, "body": body}
+		// Strict structured outputs send every property the schema has;
+		// an optional one comes as null.
+		if strings.Contains(schema, `"side"`) {
+			c["side"] = "RIGHT"
+		}
+		if strings.Contains(schema, `"start_line"`) {
+			c["start_line"] = nil
+		}
+		cs = append(cs, c)
+	}
+	for _, i := range pick[:min(2, len(pick))] {
+		n, _ := strconv.Atoi(lines[i][1])
+		code := strings.TrimSpace(lines[i][2])
+		if len(code) > 60 {
+			code = code[:60]
+		}
+		add(n, fmt.Sprintf("Consider whether `%s` handles the error and edge cases here; a test for this line would make the intent clear.", code))
+	}
+	if style == ReplyOutside && len(lines) > 0 {
+		last, _ := strconv.Atoi(lines[len(lines)-1][1])
+		add(last+500, "This line, far outside the diff, deserves a look as well.")
+	}
+	sort.Slice(cs, func(i, j int) bool { return cs[i]["line"].(int) < cs[j]["line"].(int) })
+	b, _ := json.Marshal(map[string]any{"summary": "Reviewed " + path + ".", "comments": cs})
+	js := string(b)
+	switch {
+	case style == ReplyCut:
+		return js[:len(js)/2], "length"
+	case asked:
+		return js, "stop"
+	case style == ReplyProse:
+		var p strings.Builder
+		fmt.Fprintf(&p, "I reviewed %s. ", path)
+		for _, c := range cs {
+			fmt.Fprintf(&p, "On line %d: %s ", c["line"], c["body"])
+		}
+		p.WriteString("Otherwise the change looks reasonable.")
+		return p.String(), "stop"
+	case style == ReplyFenced:
+		return "Here is my review of " + path + ". Note the empty block `if err != nil {}` in the old code.\n\n```json\n" + js + "\n```\n\nLet me know if you need more detail.", "stop"
+	}
+	return js, "stop"
+}
+
+// SetReplies changes the reply style of later requests.
+func (s *Server) SetReplies(r ReplyStyle) {
+	s.mu.Lock()
+	s.cfg.Replies = r
+	s.mu.Unlock()
 }
 
 // ModelStats are the counters of one model.
