@@ -106,6 +106,9 @@ type Client struct {
 var (
 	ErrNotFound      = errors.New("ghapp: not found")
 	ErrUnprocessable = errors.New("ghapp: unprocessable")
+	// ErrForbidden is a 403 that is not a rate limit: the App lacks a
+	// permission, or the installation is suspended.
+	ErrForbidden = errors.New("ghapp: forbidden")
 )
 
 // RateLimitedError is a primary or secondary rate limit: retry after RetryAfter.
@@ -156,6 +159,8 @@ func classify(op string, resp *github.Response, err error) error {
 			return fmt.Errorf("%s: %w", op, &RateLimitedError{RetryAfter: retryAfter(resp.Response), Secondary: true})
 		case code == http.StatusNotFound:
 			return fmt.Errorf("%s: %w", op, ErrNotFound)
+		case code == http.StatusForbidden:
+			return fmt.Errorf("%s: %w: %v", op, ErrForbidden, err)
 		case code == http.StatusUnprocessableEntity:
 			return fmt.Errorf("%s: %w: %v", op, ErrUnprocessable, err)
 		case code >= 500:

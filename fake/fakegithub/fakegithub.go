@@ -22,6 +22,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/golang-jwt/jwt/v4"
 
@@ -45,7 +46,23 @@ type Config struct {
 	LimitStatus int
 	// NowFunc is the clock. Defaults to time.Now.
 	NowFunc func() time.Time
+	// Permissions are the App's installation permissions. Default to what
+	// prq's manifest asks for (pull_requests, issues and checks: write;
+	// contents and metadata: read). An endpoint whose permission is
+	// missing answers 403 "Resource not accessible by integration".
+	Permissions map[string]string
 }
+
+// MaxBodyChars is GitHub's limit on comment, review and review comment
+// bodies; longer ones are refused with 422.
+const MaxBodyChars = 65536
+
+// MaxCheckOutputChars caps a check run's output.summary and output.text;
+// MaxAnnotations caps the annotations of one request.
+const (
+	MaxCheckOutputChars = 65535
+	MaxAnnotations      = 50
+)
 
 // Server is the fake GitHub API.
 type Server struct {
@@ -58,6 +75,7 @@ type Server struct {
 	comments  map[int64]*IssueComment
 	reviewCmt map[int64]*ReviewComment
 	reviews   []Review
+	checks    map[int64]*CheckRun
 	writes    map[int64][]time.Time
 	stats     map[string]*PRStats
 	nextID    int64
@@ -152,7 +170,10 @@ func New(cfg Config) *Server {
 	if cfg.NowFunc == nil {
 		cfg.NowFunc = time.Now
 	}
-	s := &Server{cfg: cfg, prs: map[string]*pullRequest{}, tokens: map[string]token{}, comments: map[int64]*IssueComment{},
+	if cfg.Permissions == nil {
+		cfg.Permissions = map[string]string{"pull_requests": "write", "issues": "write", "checks": "write", "contents": "read", "metadata": "read"}
+	}
+	s := &Server{cfg: cfg, prs: map[string]*pullRequest{}, tokens: map[string]token{}, comments: map[int64]*IssueComment{}, checks: map[int64]*CheckRun{},
 		reviewCmt: map[int64]*ReviewComment{}, writes: map[int64][]time.Time{}, stats: map[string]*PRStats{}, nextID: 1000,
 		failures: map[string]int{}}
 	m := http.NewServeMux()
@@ -167,6 +188,9 @@ func New(cfg Config) *Server {
 	m.HandleFunc("GET /repos/{owner}/{repo}/pulls/{n}/reviews", s.auth(s.listReviews))
 	m.HandleFunc("POST /repos/{owner}/{repo}/pulls/{n}/comments/{id}/replies", s.auth(s.write(s.reply)))
 	m.HandleFunc("POST /repos/{owner}/{repo}/pulls/{n}/comments", s.auth(s.write(s.createReviewComment)))
+	m.HandleFunc("POST /repos/{owner}/{repo}/check-runs", s.auth(s.needs("checks", s.write(s.createCheckRun))))
+	m.HandleFunc("PATCH /repos/{owner}/{repo}/check-runs/{id}", s.auth(s.needs("checks", s.write(s.updateCheckRun))))
+	m.HandleFunc("GET /repos/{owner}/{repo}/commits/{ref}/check-runs", s.auth(s.needs("checks", s.listCheckRuns)))
 	m.HandleFunc("GET /_fake/stats", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, s.AllStats()) })
 	s.mux = m
 	return s
@@ -251,6 +275,40 @@ func ghError(w http.ResponseWriter, status int, msg string, errs ...string) {
 	writeJSON(w, status, body)
 }
 
+// validationFailed answers 422 the way GitHub does for a field it refuses.
+func validationFailed(w http.ResponseWriter, resource, field, msg string) {
+	writeJSON(w, 422, map[string]any{"message": "Validation Failed", "documentation_url": "https://docs.github.com/rest",
+		"errors": []any{map[string]any{"resource": resource, "code": "custom", "field": field, "message": msg}}})
+}
+
+// tooLong reports whether body is over GitHub's limit, answering 422 if so.
+func (s *Server) tooLong(w http.ResponseWriter, k, resource, body string) bool {
+	if utf8.RuneCountInString(body) <= MaxBodyChars {
+		return false
+	}
+	s.mu.Lock()
+	s.statsOf(k).Rejected++
+	s.mu.Unlock()
+	validationFailed(w, resource, "body", fmt.Sprintf("body is too long (maximum is %d characters)", MaxBodyChars))
+	return true
+}
+
+// needs refuses a request the App's permissions do not cover.
+func (s *Server) needs(perm string, h handler) handler {
+	return func(w http.ResponseWriter, r *http.Request, p *pullRequest) {
+		want := "read"
+		if r.Method != http.MethodGet {
+			want = "write"
+		}
+		have := s.cfg.Permissions[perm]
+		if have == "" || (want == "write" && have != "write") {
+			ghError(w, 403, "Resource not accessible by integration")
+			return
+		}
+		h(w, r, p)
+	}
+}
+
 func (s *Server) accessToken(w http.ResponseWriter, r *http.Request) {
 	inst, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	if err != nil {
@@ -298,7 +356,7 @@ func (s *Server) accessToken(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.tokens[tok] = token{inst: inst, expires: exp}
 	s.mu.Unlock()
-	writeJSON(w, 201, map[string]any{"token": tok, "expires_at": exp.UTC().Format(time.RFC3339), "permissions": map[string]string{"pull_requests": "write", "issues": "write", "contents": "read", "metadata": "read"}})
+	writeJSON(w, 201, map[string]any{"token": tok, "expires_at": exp.UTC().Format(time.RFC3339), "permissions": s.cfg.Permissions})
 }
 
 type handler func(w http.ResponseWriter, r *http.Request, p *pullRequest)
@@ -545,6 +603,9 @@ func (s *Server) createComment(w http.ResponseWriter, r *http.Request, p *pullRe
 		return
 	}
 	k := key(p.owner, p.repo, p.number)
+	if s.tooLong(w, k, "IssueComment", in.Body) {
+		return
+	}
 	s.mu.Lock()
 	s.nextID++
 	c := &IssueComment{ID: s.nextID, PR: k, Body: in.Body, Author: BotLogin, Created: s.cfg.NowFunc()}
@@ -562,6 +623,9 @@ func (s *Server) editComment(w http.ResponseWriter, r *http.Request, p *pullRequ
 	id, _ := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	var in struct{ Body string }
 	if !readJSON(w, r, &in) {
+		return
+	}
+	if s.tooLong(w, key(p.owner, p.repo, p.number), "IssueComment", in.Body) {
 		return
 	}
 	s.mu.Lock()
@@ -600,6 +664,14 @@ func (s *Server) createReview(w http.ResponseWriter, r *http.Request, p *pullReq
 		return
 	}
 	k := key(p.owner, p.repo, p.number)
+	if s.tooLong(w, k, "PullRequestReview", in.Body) {
+		return
+	}
+	for _, c := range in.Comments {
+		if s.tooLong(w, k, "PullRequestReviewComment", c.Body) {
+			return
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	reject := func(msg string) {
@@ -715,11 +787,14 @@ func (s *Server) createReviewComment(w http.ResponseWriter, r *http.Request, p *
 	if !readJSON(w, r, &in) {
 		return
 	}
+	k := key(p.owner, p.repo, p.number)
+	if s.tooLong(w, k, "PullRequestReviewComment", in.Body) {
+		return
+	}
 	if in.InReplyTo != 0 {
 		s.replyTo(w, p, in.InReplyTo, in.Body)
 		return
 	}
-	k := key(p.owner, p.repo, p.number)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var d *diff.Patch
@@ -756,6 +831,9 @@ func (s *Server) reply(w http.ResponseWriter, r *http.Request, p *pullRequest) {
 func (s *Server) replyTo(w http.ResponseWriter, p *pullRequest, id int64, body string) {
 	in := struct{ Body string }{body}
 	k := key(p.owner, p.repo, p.number)
+	if s.tooLong(w, k, "PullRequestReviewComment", body) {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	parent, ok := s.reviewCmt[id]
@@ -833,5 +911,233 @@ func (s *Server) Reviews(owner, repo string, n int) []Review {
 			out = append(out, r)
 		}
 	}
+	return out
+}
+
+// CheckRun is a check run with every state it went through.
+type CheckRun struct {
+	ID         int64  `json:"id"`
+	Repo       string `json:"repo"`
+	Name       string `json:"name"`
+	HeadSHA    string `json:"head_sha"`
+	Status     string `json:"status"`
+	Conclusion string `json:"conclusion,omitempty"`
+	Title      string `json:"title,omitempty"`
+	Summary    string `json:"summary,omitempty"`
+	Text       string `json:"text,omitempty"`
+	DetailsURL string `json:"details_url,omitempty"`
+	ExternalID string `json:"external_id,omitempty"`
+	// History holds one entry per create or update, in order.
+	History []CheckRunState `json:"history"`
+}
+
+// CheckRunState is a check run as one write left it.
+type CheckRunState struct {
+	At         time.Time `json:"at"`
+	Status     string    `json:"status"`
+	Conclusion string    `json:"conclusion,omitempty"`
+	Summary    string    `json:"summary,omitempty"`
+}
+
+type checkRunIn struct {
+	Name        *string `json:"name"`
+	HeadSHA     *string `json:"head_sha"`
+	Status      *string `json:"status"`
+	Conclusion  *string `json:"conclusion"`
+	DetailsURL  *string `json:"details_url"`
+	ExternalID  *string `json:"external_id"`
+	StartedAt   *string `json:"started_at"`
+	CompletedAt *string `json:"completed_at"`
+	Output      *struct {
+		Title       *string          `json:"title"`
+		Summary     *string          `json:"summary"`
+		Text        *string          `json:"text"`
+		Annotations []map[string]any `json:"annotations"`
+	} `json:"output"`
+}
+
+var (
+	checkStatuses    = map[string]bool{"queued": true, "in_progress": true, "completed": true}
+	checkConclusions = map[string]bool{"action_required": true, "cancelled": true, "failure": true, "neutral": true,
+		"success": true, "skipped": true, "stale": true, "timed_out": true}
+)
+
+// applyCheckRun validates in and applies it to c, answering 422 as GitHub
+// does when it refuses a field.
+func applyCheckRun(w http.ResponseWriter, c *CheckRun, in checkRunIn) bool {
+	if in.Name != nil {
+		if *in.Name == "" {
+			validationFailed(w, "CheckRun", "name", "name can't be blank")
+			return false
+		}
+		c.Name = *in.Name
+	}
+	if in.Status != nil {
+		if !checkStatuses[*in.Status] {
+			validationFailed(w, "CheckRun", "status", "status is not included in the list")
+			return false
+		}
+		c.Status = *in.Status
+	}
+	if in.Conclusion != nil {
+		if !checkConclusions[*in.Conclusion] {
+			validationFailed(w, "CheckRun", "conclusion", "conclusion is not included in the list")
+			return false
+		}
+		c.Conclusion = *in.Conclusion
+		c.Status = "completed" // GitHub: a conclusion completes the run
+	}
+	if c.Status == "completed" && c.Conclusion == "" {
+		validationFailed(w, "CheckRun", "conclusion", "conclusion can't be blank when status is completed")
+		return false
+	}
+	if in.DetailsURL != nil {
+		c.DetailsURL = *in.DetailsURL
+	}
+	if in.ExternalID != nil {
+		c.ExternalID = *in.ExternalID
+	}
+	if o := in.Output; o != nil {
+		if o.Title == nil || o.Summary == nil {
+			validationFailed(w, "CheckRun", "output", "output requires title and summary")
+			return false
+		}
+		if utf8.RuneCountInString(*o.Summary) > MaxCheckOutputChars {
+			validationFailed(w, "CheckRun", "output.summary", fmt.Sprintf("Only %d characters are allowed; %d were supplied.", MaxCheckOutputChars, utf8.RuneCountInString(*o.Summary)))
+			return false
+		}
+		if o.Text != nil && utf8.RuneCountInString(*o.Text) > MaxCheckOutputChars {
+			validationFailed(w, "CheckRun", "output.text", fmt.Sprintf("Only %d characters are allowed; %d were supplied.", MaxCheckOutputChars, utf8.RuneCountInString(*o.Text)))
+			return false
+		}
+		if len(o.Annotations) > MaxAnnotations {
+			validationFailed(w, "CheckRun", "output.annotations", fmt.Sprintf("Only %d annotations are allowed per request.", MaxAnnotations))
+			return false
+		}
+		c.Title, c.Summary = *o.Title, *o.Summary
+		if o.Text != nil {
+			c.Text = *o.Text
+		}
+	}
+	return true
+}
+
+func (s *Server) knownCommit(owner, repo, sha string) bool {
+	for _, q := range s.prs {
+		if q.owner != owner || q.repo != repo {
+			continue
+		}
+		if q.head == sha || q.base == sha {
+			return true
+		}
+		for span := range q.pushes {
+			from, to, _ := strings.Cut(span, "...")
+			if from == sha || to == sha {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func checkRunJSON(c *CheckRun) map[string]any {
+	out := map[string]any{"id": c.ID, "name": c.Name, "head_sha": c.HeadSHA, "status": c.Status,
+		"output": map[string]any{"title": c.Title, "summary": c.Summary, "text": c.Text}, "details_url": c.DetailsURL, "external_id": c.ExternalID}
+	if c.Conclusion != "" {
+		out["conclusion"] = c.Conclusion
+	} else {
+		out["conclusion"] = nil
+	}
+	return out
+}
+
+func (s *Server) createCheckRun(w http.ResponseWriter, r *http.Request, p *pullRequest) {
+	var in checkRunIn
+	if !readJSON(w, r, &in) {
+		return
+	}
+	if in.Name == nil || *in.Name == "" {
+		validationFailed(w, "CheckRun", "name", "name can't be blank")
+		return
+	}
+	if in.HeadSHA == nil || *in.HeadSHA == "" {
+		validationFailed(w, "CheckRun", "head_sha", "head_sha can't be blank")
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.knownCommit(p.owner, p.repo, *in.HeadSHA) {
+		validationFailed(w, "CheckRun", "head_sha", "No commit found for SHA: "+*in.HeadSHA)
+		return
+	}
+	c := &CheckRun{Repo: p.owner + "/" + p.repo, HeadSHA: *in.HeadSHA, Status: "queued"}
+	if !applyCheckRun(w, c, in) {
+		return
+	}
+	s.nextID++
+	c.ID = s.nextID
+	c.History = append(c.History, CheckRunState{At: s.cfg.NowFunc(), Status: c.Status, Conclusion: c.Conclusion, Summary: c.Summary})
+	s.checks[c.ID] = c
+	writeJSON(w, 201, checkRunJSON(c))
+}
+
+func (s *Server) updateCheckRun(w http.ResponseWriter, r *http.Request, p *pullRequest) {
+	id, _ := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	var in checkRunIn
+	if !readJSON(w, r, &in) {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.checks[id]
+	if !ok || c.Repo != p.owner+"/"+p.repo {
+		ghError(w, 404, "Not Found")
+		return
+	}
+	next := *c
+	if !applyCheckRun(w, &next, in) {
+		return
+	}
+	next.History = append(append([]CheckRunState(nil), c.History...), CheckRunState{At: s.cfg.NowFunc(), Status: next.Status, Conclusion: next.Conclusion, Summary: next.Summary})
+	*c = next
+	writeJSON(w, 200, checkRunJSON(c))
+}
+
+func (s *Server) listCheckRuns(w http.ResponseWriter, r *http.Request, p *pullRequest) {
+	ref := r.PathValue("ref")
+	name := r.URL.Query().Get("check_name")
+	s.mu.Lock()
+	var runs []any
+	ids := make([]int64, 0, len(s.checks))
+	for id := range s.checks {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] > ids[j] }) // newest first, as GitHub lists them
+	for _, id := range ids {
+		c := s.checks[id]
+		if c.Repo == p.owner+"/"+p.repo && c.HeadSHA == ref && (name == "" || c.Name == name) {
+			runs = append(runs, checkRunJSON(c))
+		}
+	}
+	s.mu.Unlock()
+	if runs == nil {
+		runs = []any{}
+	}
+	writeJSON(w, 200, map[string]any{"total_count": len(runs), "check_runs": runs})
+}
+
+// CheckRuns returns the check runs of a repository's commit, oldest first.
+func (s *Server) CheckRuns(owner, repo, sha string) []CheckRun {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []CheckRun
+	for _, c := range s.checks {
+		if c.Repo == owner+"/"+repo && c.HeadSHA == sha {
+			cp := *c
+			cp.History = append([]CheckRunState(nil), c.History...)
+			out = append(out, cp)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
 }
