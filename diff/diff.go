@@ -224,19 +224,102 @@ func (p *Patch) Added() []int {
 }
 
 // Annotate renders the patch for a prompt: every line of the head side
-// prefixed with its new-file line number, deletions marked without one,
-// so the model can cite real lines.
+// prefixed with its new-file line number, deletions with L and their
+// base-file line number, so the model can cite real lines on either side.
 func (p *Patch) Annotate() string {
 	var b strings.Builder
 	for _, h := range p.Hunks {
 		fmt.Fprintf(&b, "@@ -%d,%d +%d,%d @@ %s\n", h.OldStart, h.OldLines, h.NewStart, h.NewLines, h.Section)
 		for _, l := range h.Lines {
 			if l.Op == '-' {
-				fmt.Fprintf(&b, "     -%s\n", l.Text)
+				fmt.Fprintf(&b, "%4s -%s\n", "L"+strconv.Itoa(l.Old), l.Text)
 				continue
 			}
 			fmt.Fprintf(&b, "%4d %c%s\n", l.New, l.Op, l.Text)
 		}
 	}
 	return b.String()
+}
+
+// Split divides the patch into parts for which fits reports true, so a
+// file too large for one model call can be reviewed in several: whole
+// hunks grouped in order while they fit; a hunk that does not fit alone
+// is cut into runs of consecutive lines (each a valid hunk with its own
+// header, keeping real line numbers), each led by up to three context
+// lines from before it. fits must be monotone: a part that fits still
+// fits with lines taken away. A single line that does not fit is
+// returned alone; the caller decides what to do with it.
+func (p *Patch) Split(fits func(*Patch) bool) []*Patch {
+	if fits(p) {
+		return []*Patch{p}
+	}
+	var parts []*Patch
+	var group []Hunk
+	flush := func() {
+		if len(group) > 0 {
+			parts = append(parts, &Patch{Hunks: group})
+			group = nil
+		}
+	}
+	for _, h := range p.Hunks {
+		if fits(&Patch{Hunks: append(append([]Hunk(nil), group...), h)}) {
+			group = append(group, h)
+			continue
+		}
+		flush()
+		if fits(&Patch{Hunks: []Hunk{h}}) {
+			group = []Hunk{h}
+			continue
+		}
+		for _, piece := range cutHunk(h, fits) {
+			parts = append(parts, &Patch{Hunks: []Hunk{piece}})
+		}
+	}
+	flush()
+	return parts
+}
+
+// cutHunk cuts h into the longest runs of lines that fit, found by binary
+// search (fits is monotone in the run's length).
+func cutHunk(h Hunk, fits func(*Patch) bool) []Hunk {
+	oldAt := make([]int, len(h.Lines)+1)
+	newAt := make([]int, len(h.Lines)+1)
+	oldAt[0], newAt[0] = h.OldStart, h.NewStart
+	for i, l := range h.Lines {
+		oldAt[i+1], newAt[i+1] = oldAt[i], newAt[i]
+		if l.Op != '+' {
+			oldAt[i+1]++
+		}
+		if l.Op != '-' {
+			newAt[i+1]++
+		}
+	}
+	sub := func(from, to int) Hunk {
+		s := Hunk{OldStart: oldAt[from], NewStart: newAt[from], Section: h.Section, Lines: h.Lines[from:to]}
+		s.OldLines, s.NewLines = oldAt[to]-oldAt[from], newAt[to]-newAt[from]
+		return s
+	}
+	var out []Hunk
+	for start := 0; start < len(h.Lines); {
+		// lead with up to three context lines already sent
+		lead := start
+		for lead > 0 && start-lead < 3 && h.Lines[lead-1].Op == ' ' {
+			lead--
+		}
+		if !fits(&Patch{Hunks: []Hunk{sub(lead, start+1)}}) {
+			lead = start
+		}
+		lo, hi := start+1, len(h.Lines) // the longest end in [lo, hi] that fits
+		for lo < hi {
+			mid := (lo + hi + 1) / 2
+			if fits(&Patch{Hunks: []Hunk{sub(lead, mid)}}) {
+				lo = mid
+			} else {
+				hi = mid - 1
+			}
+		}
+		out = append(out, sub(lead, lo))
+		start = lo
+	}
+	return out
 }

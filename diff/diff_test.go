@@ -2,6 +2,7 @@ package diff_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -77,7 +78,7 @@ func TestLines(t *testing.T) {
 	if got := p.Added(); len(got) != 3 || got[0] != 11 || got[2] != 41 {
 		t.Errorf("Added = %v", got)
 	}
-	if a := p.Annotate(); !strings.Contains(a, "  11 +c") || !strings.Contains(a, "     -b") {
+	if a := p.Annotate(); !strings.Contains(a, "  11 +c") || !strings.Contains(a, " L11 -b") {
 		t.Errorf("Annotate:\n%s", a)
 	}
 }
@@ -100,4 +101,68 @@ func FuzzParse(f *testing.F) {
 		}
 		_ = p.Annotate()
 	})
+}
+
+func TestSplit(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("@@ -1,2 +1,2 @@\n a\n-b\n+B\n@@ -100,2 +100,41 @@\n x\n")
+	for i := 0; i < 39; i++ {
+		fmt.Fprintf(&b, "+line %d\n", i)
+	}
+	b.WriteString(" y\n@@ -300 +339 @@\n-p\n+q")
+	p, err := diff.Parse(b.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := func(q *diff.Patch) int {
+		n := 0
+		for _, h := range q.Hunks {
+			n += len(h.Lines)
+		}
+		return n
+	}
+	for _, budget := range []int{1000, 50, 12, 5, 1} {
+		parts := p.Split(func(q *diff.Patch) bool { return lines(q) <= budget })
+		seen := map[string]bool{}
+		for _, part := range parts {
+			if lines(part) > budget && lines(part) > 1 {
+				t.Errorf("budget %d: a part of %d lines", budget, lines(part))
+			}
+			for _, h := range part.Hunks {
+				for _, l := range h.Lines {
+					// every line keeps its real numbers: commentable where it was
+					if l.Op != '-' && !p.Has(diff.Right, l.New) {
+						t.Errorf("budget %d: line %+v lost its number", budget, l)
+					}
+					seen[fmt.Sprint(l.Op, l.Old, l.New)] = true
+				}
+				// headers agree with the lines they hold
+				olds, news := 0, 0
+				for _, l := range h.Lines {
+					if l.Op != '+' {
+						olds++
+					}
+					if l.Op != '-' {
+						news++
+					}
+				}
+				if h.OldLines != olds || h.NewLines != news || (h.Lines[0].Op != '-' && h.Lines[0].New != h.NewStart) {
+					t.Errorf("budget %d: header %d,%d %d,%d for %d old and %d new lines from %+v", budget, h.OldStart, h.OldLines, h.NewStart, h.NewLines, olds, news, h.Lines[0])
+				}
+			}
+		}
+		for _, h := range p.Hunks {
+			for _, l := range h.Lines {
+				if !seen[fmt.Sprint(l.Op, l.Old, l.New)] {
+					t.Errorf("budget %d: line %+v in no part", budget, l)
+				}
+			}
+		}
+		if budget == 1000 && len(parts) != 1 {
+			t.Errorf("a patch that fits was split into %d", len(parts))
+		}
+		if budget == 12 && len(parts) < 5 {
+			t.Errorf("budget 12: %d parts, want the 41-line hunk cut", len(parts))
+		}
+	}
 }

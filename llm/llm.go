@@ -60,8 +60,9 @@ type Message struct {
 	Content string
 }
 
-// Contents returns every message text the request sends, in order: what
-// an estimate or a token count must cover.
+// Contents returns every text the request sends to the model, in order:
+// the messages, then a response format's schema (the provider puts it in
+// the prompt and counts it). An estimate or a token count covers these.
 func (r Request) Contents() []string {
 	out := []string{}
 	if r.System != "" {
@@ -70,6 +71,9 @@ func (r Request) Contents() []string {
 	out = append(out, r.User)
 	for _, t := range r.Turns {
 		out = append(out, t.Content)
+	}
+	if r.Format.Type == FormatJSONSchema && len(r.Format.Schema) > 0 {
+		out = append(out, string(r.Format.Schema))
 	}
 	return out
 }
