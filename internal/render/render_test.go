@@ -1,0 +1,122 @@
+package render
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+func marker(i int) string { return fmt.Sprintf("<!-- prq:summary:%d -->", i) }
+
+func files(n, textLen int) []File {
+	var fs []File
+	for i := 0; i < n; i++ {
+		f := File{Path: fmt.Sprintf("pkg/dir%03d/file_%04d.go", i%50, i), Summary: strings.Repeat("word ", textLen/5), Reviewed: i%2 == 0, Comments: i % 3}
+		switch i % 10 {
+		case 7:
+			f.Summary, f.Note = "", "excluded by pattern *.go (generated)"
+		case 9:
+			f.Summary, f.Failed, f.Note = "", true, "the model's reply could not be read"
+		}
+		fs = append(fs, f)
+	}
+	return fs
+}
+
+func TestSummaryFitsWhateverTheSize(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		n, text       int
+		wantParts     int // 0: more than one
+		wantCollapsed bool
+	}{
+		{"small", 3, 200, 1, false},
+		{"corpus-sized", 70, 300, 1, false},
+		{"collapsed", 120, 1000, 1, true},
+		{"continued", 3000, 300, 0, true},
+		{"huge texts", 200, 20000, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := Summary{Repo: "acme/w", Head: strings.Repeat("a", 40), Files: files(tc.n, tc.text), Marker: marker, State: "<!-- prq:reviewed=abc -->"}
+			parts := s.Parts(0)
+			if tc.wantParts > 0 && len(parts) != tc.wantParts {
+				t.Fatalf("%d parts, want %d", len(parts), tc.wantParts)
+			}
+			if tc.wantParts == 0 && len(parts) < 2 {
+				t.Fatalf("%d parts, want it continued", len(parts))
+			}
+			all := strings.Join(parts, "\n")
+			for i, p := range parts {
+				if n := utf8.RuneCountInString(p); n > MaxBody {
+					t.Errorf("part %d: %d characters, over GitHub's %d", i+1, n, MaxBody)
+				}
+				if !strings.Contains(p, marker(i+1)) {
+					t.Errorf("part %d lacks its marker", i+1)
+				}
+				if strings.Count(p, "<details>") != strings.Count(p, "</details>") {
+					t.Errorf("part %d: unbalanced <details>", i+1)
+				}
+			}
+			if !strings.Contains(parts[0], "<!-- prq:reviewed=abc -->") {
+				t.Error("part 1 lacks the state line")
+			}
+			if got := strings.Contains(parts[0], "<details><summary>Per-file"); got != tc.wantCollapsed {
+				t.Errorf("collapsed = %v, want %v", got, tc.wantCollapsed)
+			}
+			for _, f := range s.Files {
+				if !strings.Contains(all, f.Path) {
+					t.Fatalf("file %s is in no part", f.Path)
+				}
+			}
+		})
+	}
+}
+
+func TestSummaryRendersUntrustedTextInert(t *testing.T) {
+	s := Summary{Repo: "acme/w", Head: "abc", Marker: marker, Files: []File{
+		{Path: "a|b`c.go", Summary: "cc @acme/team ![x](https://e.example/i.png) <!-- prq:summary:1 --> | col", Reviewed: true},
+		{Path: "<img src=x>.go", Note: "skipped: <b>bold</b> @octocat"},
+	}}
+	body := s.Parts(0)[0]
+	if !strings.Contains(body, "- `<img src=x>.go`:") {
+		t.Errorf("a path is shown as code:\n%s", body)
+	}
+	for _, bad := range []string{"@acme/team ", "![x]", "<b>", " @octocat"} {
+		if strings.Contains(body, bad) {
+			t.Errorf("body holds %q live:\n%s", bad, body)
+		}
+	}
+	if strings.Count(body, "<!-- prq:summary:1 -->") != 1 {
+		t.Errorf("a copied marker survived:\n%s", body)
+	}
+	// the table keeps three columns on every row
+	for _, line := range strings.Split(body, "\n") {
+		if strings.HasPrefix(line, "| `") || strings.HasPrefix(line, "| ``") {
+			if n := strings.Count(line, " | ") + 2; n != 4 {
+				t.Errorf("row with %d cells: %s", n-1, line)
+			}
+		}
+	}
+}
+
+func TestReviewBody(t *testing.T) {
+	clean := Review{Repo: "acme/w", Head: "abcdef0123", Files: 4, Marker: "<!-- prq:review -->"}.Body(0)
+	if !strings.Contains(clean, "no problems found") || !strings.Contains(clean, "<!-- prq:review -->") {
+		t.Errorf("clean review: %q", clean)
+	}
+	var fs []Finding
+	for i := 0; i < 2000; i++ {
+		fs = append(fs, Finding{Path: fmt.Sprintf("f%d.go", i/10), Line: i, Body: strings.Repeat("x", 100) + " @octocat"})
+	}
+	big := Review{Repo: "acme/w", Head: "abc", Files: 200, Comments: 3, Findings: fs, Marker: "<!-- prq:review -->"}.Body(0)
+	if n := utf8.RuneCountInString(big); n > MaxBody {
+		t.Fatalf("%d characters", n)
+	}
+	if !strings.Contains(big, "more findings did not fit") || !strings.HasSuffix(strings.TrimSpace(big), "<!-- prq:review -->") {
+		t.Errorf("a cut review body says so and keeps its marker")
+	}
+	if strings.Contains(big, " @octocat") {
+		t.Error("a live mention in the review body")
+	}
+}
