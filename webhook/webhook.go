@@ -66,7 +66,16 @@ type Config struct {
 	AppSlug string
 	// SkipBotPRs ignores PRs opened by bots.
 	SkipBotPRs bool
+	// ChatAssociations are the author associations (GitHub's
+	// author_association) whose comments can start chat, besides the pull
+	// request's own author. Defaults to OWNER, MEMBER and COLLABORATOR:
+	// anyone else who can comment on a public repository cannot spend
+	// the installation's tokens.
+	ChatAssociations []string
 }
+
+// DefaultChatAssociations are who can talk to the bot by default.
+var DefaultChatAssociations = []string{"OWNER", "MEMBER", "COLLABORATOR"}
 
 // Handler is the webhook receiver.
 type Handler struct {
@@ -95,6 +104,16 @@ func New(cfg Config, q Queue, plans Plans, log *slog.Logger) (*Handler, error) {
 	}
 	if cfg.ReadTimeout <= 0 {
 		cfg.ReadTimeout = 10 * time.Second
+	}
+	if cfg.ChatAssociations == nil {
+		cfg.ChatAssociations = DefaultChatAssociations
+	}
+	for i, a := range cfg.ChatAssociations {
+		a = strings.ToUpper(strings.TrimSpace(a))
+		if !knownAssociations[a] {
+			return nil, fmt.Errorf("webhook: chat association %q: want one of OWNER, MEMBER, COLLABORATOR, CONTRIBUTOR, FIRST_TIME_CONTRIBUTOR, FIRST_TIMER, NONE", cfg.ChatAssociations[i])
+		}
+		cfg.ChatAssociations[i] = a
 	}
 	return &Handler{cfg: cfg, budget: &byteBudget{max: cfg.MaxInFlightBytes}, queue: q, plans: plans, log: log}, nil
 }
@@ -490,6 +509,26 @@ func isHandleChar(c byte) bool {
 	return c == '-' || c == '_' || c == '[' || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')
 }
 
+var knownAssociations = map[string]bool{"OWNER": true, "MEMBER": true, "COLLABORATOR": true, "CONTRIBUTOR": true,
+	"FIRST_TIME_CONTRIBUTOR": true, "FIRST_TIMER": true, "NONE": true, "MANNEQUIN": true}
+
+// mayChat reports whether a commenter may start chat: the pull request's
+// author, or an author association the configuration allows.
+func (h *Handler) mayChat(commenter *github.User, association string, prAuthor *github.User) bool {
+	if commenter.GetLogin() != "" && strings.EqualFold(commenter.GetLogin(), prAuthor.GetLogin()) {
+		return true
+	}
+	for _, a := range h.cfg.ChatAssociations {
+		if strings.EqualFold(a, association) {
+			return true
+		}
+	}
+	return false
+}
+
+// notAllowed is a comment to the bot from someone who may not chat.
+var notAllowed = outcome{http.StatusOK, "not allowed"}
+
 // fromApp reports whether a comment is the App's own.
 func (h *Handler) fromApp(u *github.User) bool {
 	login := strings.ToLower(u.GetLogin())
@@ -503,6 +542,9 @@ func (h *Handler) issueComment(ctx context.Context, delivery string, e *github.I
 	c := e.GetComment()
 	if h.fromApp(c.GetUser()) || c.GetUser().GetType() == "Bot" || !h.mentions(c.GetBody()) {
 		return ignored, nil
+	}
+	if !h.mayChat(c.GetUser(), c.GetAuthorAssociation(), e.GetIssue().GetUser()) {
+		return notAllowed, nil
 	}
 	ref, err := prRef(e.GetInstallation().GetID(), e.GetRepo(), e.GetIssue().GetNumber())
 	if err != nil {
@@ -534,6 +576,9 @@ func (h *Handler) reviewComment(ctx context.Context, delivery string, e *github.
 		if !ours {
 			return ignored, nil
 		}
+	}
+	if !h.mayChat(c.GetUser(), c.GetAuthorAssociation(), e.GetPullRequest().GetUser()) {
+		return notAllowed, nil
 	}
 	ref, err := prRef(e.GetInstallation().GetID(), e.GetRepo(), e.GetPullRequest().GetNumber())
 	if err != nil {

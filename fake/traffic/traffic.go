@@ -84,15 +84,33 @@ type Comment struct {
 	Line      int
 	DiffHunk  string
 	InReplyTo int64
+	// Association is GitHub's author_association of the commenter.
+	// Defaults to MEMBER; PRAuthor is the pull request's author.
+	Association string
+	PRAuthor    string
+}
+
+func (c Comment) association() string {
+	if c.Association == "" {
+		return "MEMBER"
+	}
+	return c.Association
+}
+
+func (c Comment) prAuthor() map[string]any {
+	if c.PRAuthor == "" {
+		return user("author", false)
+	}
+	return user(c.PRAuthor, false)
 }
 
 // IssueCommentEvent is an issue_comment "created" on a pull request.
 func IssueCommentEvent(c Comment) []byte {
 	b, _ := json.Marshal(map[string]any{
 		"action": "created",
-		"issue": map[string]any{"number": c.Number, "title": "PR", "state": "open",
+		"issue": map[string]any{"number": c.Number, "title": "PR", "state": "open", "user": c.prAuthor(),
 			"pull_request": map[string]any{"url": fmt.Sprintf("https://api.github.com/repos/%s/%s/pulls/%d", c.Owner, c.Repo, c.Number)}},
-		"comment":      map[string]any{"id": c.ID, "body": c.Body, "user": user(c.Author, false)},
+		"comment":      map[string]any{"id": c.ID, "body": c.Body, "user": user(c.Author, false), "author_association": c.association()},
 		"repository":   repoJSON(c.Owner, c.Repo),
 		"installation": map[string]any{"id": c.Installation},
 		"sender":       user(c.Author, false),
@@ -102,13 +120,14 @@ func IssueCommentEvent(c Comment) []byte {
 
 // ReviewCommentEvent is a pull_request_review_comment "created".
 func ReviewCommentEvent(c Comment) []byte {
-	comment := map[string]any{"id": c.ID, "body": c.Body, "user": user(c.Author, false), "path": c.Path, "line": c.Line, "side": "RIGHT", "diff_hunk": c.DiffHunk}
+	comment := map[string]any{"id": c.ID, "body": c.Body, "user": user(c.Author, false), "path": c.Path, "line": c.Line, "side": "RIGHT",
+		"diff_hunk": c.DiffHunk, "author_association": c.association()}
 	if c.InReplyTo != 0 {
 		comment["in_reply_to_id"] = c.InReplyTo
 	}
 	b, _ := json.Marshal(map[string]any{
 		"action": "created", "comment": comment,
-		"pull_request": map[string]any{"number": c.Number, "state": "open"},
+		"pull_request": map[string]any{"number": c.Number, "state": "open", "user": c.prAuthor()},
 		"repository":   repoJSON(c.Owner, c.Repo),
 		"installation": map[string]any{"id": c.Installation},
 		"sender":       user(c.Author, false),
