@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bradleyfalzon/ghinstallation/v2"
@@ -32,6 +33,26 @@ type App struct {
 
 	mu      sync.Mutex
 	clients map[int64]*Client
+	bot     string // "<slug>[bot]", lower case; "" until SetBot
+}
+
+// SetBot names the App's bot account by the App's slug: only comments
+// and reviews written by "<slug>[bot]" (a user of type Bot) count as
+// prq's when a write is found again by its marker. Without it, any Bot
+// account's write counts.
+func (a *App) SetBot(slug string) {
+	a.mu.Lock()
+	a.bot = strings.ToLower(strings.TrimSpace(slug))
+	if a.bot != "" && !strings.HasSuffix(a.bot, "[bot]") {
+		a.bot += "[bot]"
+	}
+	a.mu.Unlock()
+}
+
+func (a *App) botLogin() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.bot
 }
 
 // New returns the App. apiURL defaults to https://api.github.com/; an
@@ -91,7 +112,7 @@ func (a *App) Client(installation int64) (*Client, error) {
 	gh := github.NewClient(&http.Client{Transport: itr, Timeout: 30 * time.Second})
 	gh.BaseURL = a.baseURL
 	gh.UploadURL = a.baseURL
-	c := &Client{gh: gh, installation: installation}
+	c := &Client{gh: gh, installation: installation, app: a}
 	a.clients[installation] = c
 	return c, nil
 }
@@ -100,6 +121,38 @@ func (a *App) Client(installation int64) (*Client, error) {
 type Client struct {
 	gh           *github.Client
 	installation int64
+	app          *App
+	botID        atomic.Int64 // the bot's user id, once seen on a write of ours
+}
+
+// ours reports whether u is the App's bot account: by user id once known
+// (learned from what this client wrote), else by login and type.
+func (c *Client) ours(u *github.User) bool {
+	if u == nil || u.GetType() != "Bot" {
+		return false
+	}
+	if id := c.botID.Load(); id != 0 {
+		return u.GetID() == id
+	}
+	bot := ""
+	if c.app != nil {
+		bot = c.app.botLogin()
+	}
+	return bot == "" || strings.EqualFold(u.GetLogin(), bot)
+}
+
+// learn records the bot's user id from a write of ours.
+func (c *Client) learn(u *github.User) {
+	if u == nil || u.GetID() == 0 || u.GetType() != "Bot" {
+		return
+	}
+	bot := ""
+	if c.app != nil {
+		bot = c.app.botLogin()
+	}
+	if bot == "" || strings.EqualFold(u.GetLogin(), bot) {
+		c.botID.CompareAndSwap(0, u.GetID())
+	}
 }
 
 // Errors the caller branches on.
@@ -270,7 +323,8 @@ func (c *Client) UpsertComment(ctx context.Context, owner, repo string, n int, k
 				return 0, classify("list comments", resp, err)
 			}
 			for _, cm := range cs {
-				if strings.Contains(cm.GetBody(), marker) {
+				// only the App's own comment: anyone can paste a marker
+				if c.ours(cm.GetUser()) && strings.Contains(cm.GetBody(), marker) {
 					id = cm.GetID()
 				}
 			}
@@ -293,6 +347,7 @@ func (c *Client) UpsertComment(ctx context.Context, owner, repo string, n int, k
 	if err != nil {
 		return 0, classify("create comment", resp, err)
 	}
+	c.learn(cm.GetUser())
 	return cm.GetID(), nil
 }
 
@@ -321,6 +376,7 @@ func (c *Client) CreateReview(ctx context.Context, owner, repo string, n int, co
 	if err != nil {
 		return 0, classify("create review", resp, err)
 	}
+	c.learn(rv.GetUser())
 	return rv.GetID(), nil
 }
 
@@ -365,7 +421,7 @@ func (c *Client) HasReview(ctx context.Context, owner, repo string, n int, marke
 			return 0, classify("list reviews", resp, err)
 		}
 		for _, r := range rs {
-			if strings.Contains(r.GetBody(), marker) {
+			if c.ours(r.GetUser()) && strings.Contains(r.GetBody(), marker) {
 				return r.GetID(), nil
 			}
 		}

@@ -136,6 +136,7 @@ type Review struct {
 	Body     string `json:"body"`
 	Event    string `json:"event"`
 	Comments int    `json:"comments"`
+	Author   string `json:"author"`
 }
 
 // PRStats counts the writes to one PR.
@@ -150,8 +151,44 @@ type PRStats struct {
 	bodies          map[string]int
 }
 
-// BotLogin is the author the fake records for the App's writes.
-const BotLogin = "prq-bot[bot]"
+// BotLogin is the author the fake records for the App's writes, and
+// BotID its user id.
+const (
+	BotLogin = "prq-bot[bot]"
+	BotID    = 41898282
+)
+
+// userJSON is a user object as GitHub sends it: the App's bot account is
+// of type Bot; everyone else here is a User with an id from their login.
+func userJSON(login string) map[string]any {
+	if login == BotLogin {
+		return map[string]any{"login": login, "id": BotID, "type": "Bot"}
+	}
+	var id int64 = 1000
+	for _, c := range login {
+		id = id*31 + int64(c)
+	}
+	return map[string]any{"login": login, "id": id & 0xffffffff, "type": "User"}
+}
+
+// AddComment records a conversation comment by someone else (a test's
+// user), as if they had posted it.
+func (s *Server) AddComment(owner, repo string, n int, body, author string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nextID++
+	s.comments[s.nextID] = &IssueComment{ID: s.nextID, PR: key(owner, repo, n), Body: body, Author: author, Created: s.cfg.NowFunc()}
+	return s.nextID
+}
+
+// AddReview records a review by someone else.
+func (s *Server) AddReview(owner, repo string, n int, commit, body, author string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nextID++
+	s.reviews = append(s.reviews, Review{ID: s.nextID, PR: key(owner, repo, n), CommitID: commit, Body: body, Event: "COMMENT", Author: author})
+	return s.nextID
+}
 
 // New returns a fake GitHub.
 func New(cfg Config) *Server {
@@ -584,7 +621,7 @@ func (s *Server) listComments(w http.ResponseWriter, r *http.Request, p *pullReq
 	out := []any{}
 	for _, id := range ids[lo:hi] {
 		c := s.comments[id]
-		out = append(out, map[string]any{"id": c.ID, "body": c.Body, "user": map[string]any{"login": c.Author, "type": "Bot"}})
+		out = append(out, map[string]any{"id": c.ID, "body": c.Body, "user": userJSON(c.Author)})
 	}
 	s.mu.Unlock()
 	if link := linkHeader(r, perPage, page, max(1, (len(ids)+perPage-1)/perPage)); link != "" {
@@ -616,7 +653,7 @@ func (s *Server) createComment(w http.ResponseWriter, r *http.Request, p *pullRe
 		st.Duplicates++
 	}
 	s.mu.Unlock()
-	writeJSON(w, 201, map[string]any{"id": c.ID, "body": c.Body, "user": map[string]any{"login": c.Author}})
+	writeJSON(w, 201, map[string]any{"id": c.ID, "body": c.Body, "user": userJSON(c.Author)})
 }
 
 func (s *Server) editComment(w http.ResponseWriter, r *http.Request, p *pullRequest) {
@@ -630,6 +667,11 @@ func (s *Server) editComment(w http.ResponseWriter, r *http.Request, p *pullRequ
 	}
 	s.mu.Lock()
 	c, ok := s.comments[id]
+	if ok && c.Author != BotLogin {
+		s.mu.Unlock()
+		ghError(w, 403, "Resource not accessible by integration") // an App edits only its own comments
+		return
+	}
 	if ok {
 		c.Body = in.Body
 		c.Edits++
@@ -731,7 +773,7 @@ func (s *Server) createReview(w http.ResponseWriter, r *http.Request, p *pullReq
 		}
 	}
 	s.nextID++
-	rv := Review{ID: s.nextID, PR: k, CommitID: p.head, Body: in.Body, Event: in.Event, Comments: len(in.Comments)}
+	rv := Review{ID: s.nextID, PR: k, CommitID: p.head, Body: in.Body, Event: in.Event, Comments: len(in.Comments), Author: BotLogin}
 	s.reviews = append(s.reviews, rv)
 	st := s.statsOf(k)
 	st.Reviews++
@@ -747,7 +789,7 @@ func (s *Server) createReview(w http.ResponseWriter, r *http.Request, p *pullReq
 		}
 		s.reviewCmt[rc.ID] = rc
 	}
-	writeJSON(w, 200, map[string]any{"id": rv.ID, "state": "COMMENTED", "commit_id": p.head, "body": rv.Body})
+	writeJSON(w, 200, map[string]any{"id": rv.ID, "state": "COMMENTED", "commit_id": p.head, "body": rv.Body, "user": userJSON(rv.Author)})
 }
 
 func (s *Server) listReviews(w http.ResponseWriter, r *http.Request, p *pullRequest) {
@@ -756,7 +798,7 @@ func (s *Server) listReviews(w http.ResponseWriter, r *http.Request, p *pullRequ
 	out := []any{}
 	for _, rv := range s.reviews {
 		if rv.PR == k {
-			out = append(out, map[string]any{"id": rv.ID, "body": rv.Body, "commit_id": rv.CommitID, "state": "COMMENTED"})
+			out = append(out, map[string]any{"id": rv.ID, "body": rv.Body, "commit_id": rv.CommitID, "state": "COMMENTED", "user": userJSON(rv.Author)})
 		}
 	}
 	s.mu.Unlock()
