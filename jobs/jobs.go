@@ -77,7 +77,9 @@ type PR struct {
 func (p PR) String() string { return fmt.Sprintf("%s/%s#%d", p.Owner, p.Repo, p.Number) }
 
 // Key is a compact identifier safe for Redis keys and asynq task ids:
-// it contains no braces, colons or spaces.
+// it contains no braces, colons or spaces, and distinct pull requests
+// have distinct keys (characters other than letters, digits, '-' and '_'
+// are escaped as %XX, never replaced).
 func (p PR) Key() string {
 	return fmt.Sprintf("%d.%s.%s.%d", p.Installation, safe(p.Owner), safe(p.Repo), p.Number)
 }
@@ -99,13 +101,17 @@ func (p PR) Validate() error {
 // change the cluster hash tag (asynq issue #480), colons and dots our own
 // separators.
 func safe(s string) string {
-	return strings.Map(func(r rune) rune {
-		switch r {
-		case '{', '}', ':', '.', ' ', '\t', '\n', '\r':
-			return '_'
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c == '-' || c == '_' || (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') {
+			b.WriteByte(c)
+			continue
 		}
-		return r
-	}, s)
+		// escaped, not replaced: "my.lib" and "my_lib" stay apart
+		fmt.Fprintf(&b, "%%%02X", c)
+	}
+	return b.String()
 }
 
 // Plan asks for a pull request to be planned into per-file jobs.
