@@ -1,11 +1,13 @@
 -- Record a per-file result once and count it; report the last one.
 -- KEYS[1] run hash   KEYS[2] results hash of the head
 -- ARGV[1] head  ARGV[2] field (kind:index)  ARGV[3] result JSON
--- ARGV[4] kind  ARGV[5] 1 when skipped for quota
+-- ARGV[4] kind  ARGV[5] 1 when skipped for quota  ARGV[6] ttl ms
 -- -> 0 stale head or duplicate, 1 recorded, 2 recorded and last (finalize)
 local run = redis.call('HMGET', KEYS[1], 'head', 'state')
 if run[1] ~= ARGV[1] or run[2] == 'cancelled' then return 0 end
 if redis.call('HSETNX', KEYS[2], ARGV[2], ARGV[3]) == 0 then return 0 end
+-- the results hash may be new: it gets its TTL in the same step
+redis.call('PEXPIRE', KEYS[2], ARGV[6])
 redis.call('HINCRBY', KEYS[1], ARGV[4] .. '_done', 1)
 if ARGV[5] == '1' then redis.call('HINCRBY', KEYS[1], 'skipped_quota', 1) end
 local c = redis.call('HMGET', KEYS[1], 'summary_total', 'summary_done', 'review_total', 'review_done')

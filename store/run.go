@@ -87,43 +87,37 @@ var completeSource string
 
 var completeScript = redis.NewScript(completeSource)
 
+//go:embed start.lua
+var startSource string
+
+var startScript = redis.NewScript(startSource)
+
 // StartRun records a planned head of a PR with its files. It returns the
 // previous head when this one supersedes it, and started=false when this
 // head was planned already (a re-run plan job changes nothing).
 func (s *Store) StartRun(ctx context.Context, r Run, files []FileData) (previous string, started bool, err error) {
-	cur, err := s.GetRun(ctx, r.PR)
-	if err != nil && !errors.Is(err, ErrNotFound) {
-		return "", false, err
-	}
-	if err == nil && cur.Head == r.Head && cur.State != StateCancelled {
-		return "", false, nil
-	}
-	if err == nil && cur.Head != r.Head {
-		previous = cur.Head
-		r.LastReviewed = cur.LastReviewed
-	}
 	r.State = StateRunning
 	r.CreatedAt = s.NowFunc().UTC()
-	pipe := s.rdb.TxPipeline()
-	fk := filesKey(r.PR, r.Head)
-	pipe.Del(ctx, fk, resultsKey(r.PR, r.Head))
-	for _, f := range files {
-		b, _ := json.Marshal(f)
-		pipe.HSet(ctx, fk, strconv.Itoa(f.Index), b)
-	}
-	pipe.HSet(ctx, runKey(r.PR), map[string]any{
+	// strings only: Lua's numbers would print large integers inexactly
+	fields := map[string]string{
 		"pr": string(mustJSON(r.PR)), "head": r.Head, "base": r.Base, "tier": string(r.Tier), "state": r.State,
-		"summary_total": r.SummaryTotal, "summary_done": 0, "review_total": r.ReviewTotal, "review_done": 0,
-		"finalized": 0, "created": r.CreatedAt.UnixMilli(), "last_reviewed": r.LastReviewed, "skipped_quota": 0,
-	})
-	for _, k := range []string{runKey(r.PR), fk, resultsKey(r.PR, r.Head), postedKey(r.PR)} {
-		pipe.Expire(ctx, k, s.RunTTL)
+		"summary_total": strconv.Itoa(r.SummaryTotal), "summary_done": "0", "review_total": strconv.Itoa(r.ReviewTotal), "review_done": "0",
+		"finalized": "0", "created": strconv.FormatInt(r.CreatedAt.UnixMilli(), 10), "last_reviewed": r.LastReviewed, "skipped_quota": "0",
 	}
-	// one transaction per hash slot: the run's keys share the PR's tag;
-	// the active index lives elsewhere (Redis Cluster refuses CROSSSLOT)
-	if _, err := pipe.Exec(ctx); err != nil {
+	args := []any{r.Head, s.RunTTL.Milliseconds(), string(mustJSON(fields))}
+	for _, f := range files {
+		args = append(args, strconv.Itoa(f.Index), string(mustJSON(f)))
+	}
+	// one script on the PR's hash slot: read and write in one step
+	res, err := startScript.Run(ctx, s.rdb, []string{runKey(r.PR), filesKey(r.PR, r.Head), resultsKey(r.PR, r.Head), postedKey(r.PR)}, args...).Slice()
+	if err != nil {
 		return "", false, fmt.Errorf("store: start run %s: %w", r.PR, err)
 	}
+	if n, _ := res[0].(int64); n == 0 {
+		return "", false, nil
+	}
+	previous, _ = res[1].(string)
+	// the active index lives in another slot (Redis Cluster refuses CROSSSLOT)
 	if err := s.rdb.ZAdd(ctx, activeIndex, redis.Z{Score: float64(r.CreatedAt.UnixMilli()), Member: string(mustJSON(r.PR))}).Err(); err != nil {
 		return "", false, fmt.Errorf("store: start run %s: %w", r.PR, err)
 	}
@@ -224,7 +218,7 @@ func (s *Store) CompleteFile(ctx context.Context, pr jobs.PR, head string, r Res
 		quota = 1
 	}
 	res, err := completeScript.Run(ctx, s.rdb, []string{runKey(pr), resultsKey(pr, head)},
-		head, string(r.Kind)+":"+strconv.Itoa(r.Index), b, string(r.Kind), quota).Int()
+		head, string(r.Kind)+":"+strconv.Itoa(r.Index), b, string(r.Kind), quota, s.RunTTL.Milliseconds()).Int()
 	if err != nil {
 		return false, fmt.Errorf("store: complete file %s %s: %w", pr, r.Path, err)
 	}
@@ -338,7 +332,10 @@ func (s *Store) ActiveRuns(ctx context.Context, limit int64) ([]Run, error) {
 // SetDraft keeps a reply written but not yet posted, so a retry posts it
 // without asking the LLM again.
 func (s *Store) SetDraft(ctx context.Context, pr jobs.PR, what, text string) error {
-	if err := s.rdb.HSet(ctx, postedKey(pr), "draft:"+what, text).Err(); err != nil {
+	pipe := s.rdb.TxPipeline()
+	pipe.HSet(ctx, postedKey(pr), "draft:"+what, text)
+	pipe.Expire(ctx, postedKey(pr), s.RunTTL)
+	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("store: set draft %s: %w", pr, err)
 	}
 	return nil

@@ -1,0 +1,100 @@
+package store_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/prq-dev/prq/internal/redistest"
+	"github.com/prq-dev/prq/jobs"
+	"github.com/prq-dev/prq/store"
+)
+
+// TestReopenedRunFinalizesAgain: closing a pull request and reopening it
+// at the same head restarts its run; the restarted run's last file must
+// trigger finalize again (it never did: the trigger stayed set).
+func TestReopenedRunFinalizesAgain(t *testing.T) {
+	ctx := context.Background()
+	st := store.New(redistest.Shared(t).Client(t), jobs.TierFree)
+	pr := jobs.PR{Installation: 1, Owner: "o", Repo: "reopen", Number: 1}
+	run := store.Run{PR: pr, Head: "h1", Tier: jobs.TierPaid, SummaryTotal: 1}
+	if _, started, err := st.StartRun(ctx, run, []store.FileData{{Path: "a.go", Index: 0}}); err != nil || !started {
+		t.Fatal(started, err)
+	}
+	if last, err := st.CompleteFile(ctx, pr, "h1", store.Result{Kind: jobs.KindSummary, Index: 0, Path: "a.go"}); err != nil || !last {
+		t.Fatalf("first run: last=%v %v", last, err)
+	}
+	if _, err := st.Cancel(ctx, pr); err != nil { // closed
+		t.Fatal(err)
+	}
+	if _, started, err := st.StartRun(ctx, run, []store.FileData{{Path: "a.go", Index: 0}}); err != nil || !started {
+		t.Fatalf("reopened: started=%v %v", started, err)
+	}
+	if last, err := st.CompleteFile(ctx, pr, "h1", store.Result{Kind: jobs.KindSummary, Index: 0, Path: "a.go"}); err != nil || !last {
+		t.Fatalf("reopened run's last file: last=%v %v, want finalize triggered", last, err)
+	}
+}
+
+// TestStartRunIsAtomic: concurrent plans of one head start it once.
+func TestStartRunIsAtomic(t *testing.T) {
+	ctx := context.Background()
+	st := store.New(redistest.Shared(t).Client(t), jobs.TierFree)
+	pr := jobs.PR{Installation: 1, Owner: "o", Repo: "race", Number: 1}
+	var started atomic.Int64
+	var wg sync.WaitGroup
+	for i := 0; i < 20; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, ok, err := st.StartRun(ctx, store.Run{PR: pr, Head: "h1", SummaryTotal: 1}, []store.FileData{{Path: "a.go"}})
+			if err != nil {
+				t.Error(err)
+			}
+			if ok {
+				started.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if started.Load() != 1 {
+		t.Fatalf("started %d times, want once", started.Load())
+	}
+	prev, ok, err := st.StartRun(ctx, store.Run{PR: pr, Head: "h2", SummaryTotal: 1}, nil)
+	if err != nil || !ok || prev != "h1" {
+		t.Fatalf("a push: previous=%q started=%v %v", prev, ok, err)
+	}
+}
+
+// TestEveryRunKeyHasATTL: per-PR and per-head keys get their TTL when
+// they are created, whichever write creates them.
+func TestEveryRunKeyHasATTL(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Shared(t).Client(t)
+	st := store.New(rdb, jobs.TierFree)
+	pr := jobs.PR{Installation: 1, Owner: "o", Repo: "ttl", Number: 1}
+	if _, _, err := st.StartRun(ctx, store.Run{PR: pr, Head: "h1", SummaryTotal: 2}, []store.FileData{{Path: "a.go"}, {Path: "b.go", Index: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.CompleteFile(ctx, pr, "h1", store.Result{Kind: jobs.KindSummary, Index: 0, Path: "a.go"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetDraft(ctx, pr, "chat:1", "hello"); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetPosted(ctx, pr, "summary", 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetTaskIDs(ctx, pr, "h1", []string{"x"}); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := rdb.Keys(ctx, "{prq:pr:"+pr.Key()+"}*").Result()
+	if err != nil || len(keys) < 4 {
+		t.Fatalf("keys %v %v", keys, err)
+	}
+	for _, k := range keys {
+		if ttl, err := rdb.PTTL(ctx, k).Result(); err != nil || ttl <= 0 {
+			t.Errorf("%s has no TTL (%v, %v)", k, ttl, err)
+		}
+	}
+}

@@ -1,0 +1,35 @@
+-- Start (or restart) a pull request's run at a head, in one atomic step.
+-- KEYS[1] run hash  KEYS[2] files hash of the head  KEYS[3] results hash
+-- of the head  KEYS[4] posted hash
+-- ARGV[1] head  ARGV[2] ttl ms  ARGV[3] run fields as JSON (an object)
+-- ARGV[4..] files: index, JSON, index, JSON, ...
+-- -> {started (0|1), previous head or ""}
+local cur = redis.call('HMGET', KEYS[1], 'head', 'state', 'last_reviewed')
+if cur[1] == ARGV[1] and cur[2] ~= 'cancelled' then
+  return {0, ''}
+end
+local previous = ''
+local fields = cjson.decode(ARGV[3])
+if cur[1] and cur[1] ~= ARGV[1] then
+  previous = cur[1]
+end
+if cur[3] and cur[3] ~= '' and (fields['last_reviewed'] == nil or fields['last_reviewed'] == '') then
+  fields['last_reviewed'] = cur[3]
+end
+redis.call('DEL', KEYS[2], KEYS[3])
+-- a restarted run reports its last file again (closed and reopened)
+redis.call('HDEL', KEYS[1], 'finalize_triggered')
+local flat = {}
+for k, v in pairs(fields) do
+  flat[#flat + 1] = k
+  flat[#flat + 1] = tostring(v)
+end
+redis.call('HSET', KEYS[1], unpack(flat))
+for i = 4, #ARGV, 2 do
+  redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
+end
+local ttl = tonumber(ARGV[2])
+for i = 1, 4 do
+  if redis.call('EXISTS', KEYS[i]) == 1 then redis.call('PEXPIRE', KEYS[i], ttl) end
+end
+return {1, previous}
