@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path"
+	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -82,6 +84,11 @@ func NewPlanner(cfg PlannerConfig) (*Planner, error) {
 		return nil, errors.New("workers: planner: GitHub is required")
 	case cfg.Queue == nil:
 		return nil, errors.New("workers: planner: Queue is required")
+	}
+	for _, g := range cfg.Exclude {
+		if _, err := path.Match(strings.TrimSuffix(g, "/**"), "x"); err != nil {
+			return nil, fmt.Errorf("workers: planner: Exclude glob %q: %w", g, err)
+		}
 	}
 	ms, err := models(cfg.Models, cfg.SummaryModel, cfg.ReviewModel)
 	if err != nil {
