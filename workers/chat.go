@@ -4,40 +4,139 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"time"
 
 	"github.com/hibiken/asynq"
 
 	"github.com/prq-dev/prq/jobs"
+	"github.com/prq-dev/prq/ratelimit"
+	"github.com/prq-dev/prq/store"
 )
 
-// chat answers a comment that talks to the bot, once: in the review
-// thread for a diff comment, as a conversation comment otherwise.
-func (w *Workers) chat(ctx context.Context, t *asynq.Task) error {
+// Replies records what was posted, so a comment is answered once, and
+// marks prq's review threads (a *store.Store).
+type Replies interface {
+	Posted(ctx context.Context, pr jobs.PR, what string) (int64, error)
+	SetPosted(ctx context.Context, pr jobs.PR, what string, id int64) error
+	MarkThread(ctx context.Context, root int64) error
+}
+
+// Drafts keeps a reply between the LLM call and posting it, so a retried
+// post makes no second call (a *store.Store).
+type Drafts interface {
+	Draft(ctx context.Context, pr jobs.PR, what string) (string, error)
+	SetDraft(ctx context.Context, pr jobs.PR, what, text string) error
+}
+
+// Turns serialises an installation's GitHub writes (a *Pacer).
+type Turns interface {
+	Do(ctx context.Context, installation int64, write func() error) error
+}
+
+var (
+	_ Replies = (*store.Store)(nil)
+	_ Drafts  = (*store.Store)(nil)
+	_ Turns   = (*Pacer)(nil)
+)
+
+// ChatResponderConfig configures a ChatResponder.
+type ChatResponderConfig struct {
+	// Replies and Drafts record the answer. Required.
+	Replies Replies
+	Drafts  Drafts
+	// Ledger records the job's start. Required.
+	Ledger Ledger
+	// Requeue puts a reply GitHub refused for now back in admission.
+	// Required.
+	Requeue Requeue
+	// Caller makes the LLM call. Required.
+	Caller *Caller
+	// GitHub posts the reply. Required.
+	GitHub Repliers
+	// Turns paces the post among the installation's writes. Required.
+	Turns Turns
+	// Models are the configured models (the jobs name theirs).
+	Models map[string]Model
+	// Backoff is the first delay before a failed post goes back to
+	// admission; it doubles. Defaults to 2s.
+	Backoff time.Duration
+	// Log defaults to discarding.
+	Log *slog.Logger
+}
+
+// ChatResponder handles chat:reply: it answers a comment that talks to
+// the bot, once: in the review thread for a diff comment, as a
+// conversation comment otherwise.
+type ChatResponder struct {
+	cfg ChatResponderConfig
+	tok map[string]*ratelimit.Tokenizer
+}
+
+// NewChatResponder returns a ChatResponder.
+func NewChatResponder(cfg ChatResponderConfig) (*ChatResponder, error) {
+	switch {
+	case cfg.Replies == nil || cfg.Drafts == nil:
+		return nil, errors.New("workers: chat responder: Replies and Drafts are required")
+	case cfg.Ledger == nil:
+		return nil, errors.New("workers: chat responder: Ledger is required")
+	case cfg.Requeue == nil:
+		return nil, errors.New("workers: chat responder: Requeue is required")
+	case cfg.Caller == nil:
+		return nil, errors.New("workers: chat responder: Caller is required")
+	case cfg.GitHub == nil:
+		return nil, errors.New("workers: chat responder: GitHub is required")
+	case cfg.Turns == nil:
+		return nil, errors.New("workers: chat responder: Turns is required")
+	case cfg.Backoff < 0:
+		return nil, errors.New("workers: chat responder: Backoff must not be negative")
+	}
+	if cfg.Backoff == 0 {
+		cfg.Backoff = 2 * time.Second
+	}
+	ms, err := models(cfg.Models)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Models = ms
+	tok, err := tokenizers(ms)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Log = logOrDiscard(cfg.Log)
+	return &ChatResponder{cfg: cfg, tok: tok}, nil
+}
+
+// ProcessTask answers one admitted chat job.
+func (r *ChatResponder) ProcessTask(ctx context.Context, t *asynq.Task) error {
+	cfg, log := &r.cfg, r.cfg.Log
 	var c jobs.Chat
 	if err := jobs.Unmarshal(t.Type(), t.Payload(), &c); err != nil {
 		return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
 	}
 	ticket := ChatTicket(c)
-	w.sched.Started(ctx, c.Model, ticket.ID)
+	started(ctx, cfg.Ledger, log, ticket)
 	what := "reply:" + strconv.FormatInt(c.CommentID, 10)
-	if id, err := w.store.Posted(ctx, c.PR, what); err != nil {
+	if id, err := cfg.Replies.Posted(ctx, c.PR, what); err != nil {
 		return err
 	} else if id != 0 {
 		return nil // answered already
 	}
-	body, err := w.store.Draft(ctx, c.PR, what)
+	body, err := cfg.Drafts.Draft(ctx, c.PR, what)
 	if err != nil {
 		return err
 	}
 	if body == "" {
-		m := w.cfg.Models[c.Model]
-		pm, err := buildChatPrompt(c, m, w.tok[c.Model])
+		m, ok := cfg.Models[c.Model]
+		if !ok {
+			return fmt.Errorf("%w: model %q is not configured", asynq.SkipRetry, c.Model)
+		}
+		pm, err := buildChatPrompt(c, m, r.tok[c.Model])
 		if err != nil {
 			return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
 		}
-		out, err := w.call(ctx, callSpec{ticket: ticket, kind: jobs.KindChat, tier: c.Tier, inst: c.PR.Installation, prompt: pm, model: m, retried: retried(ctx), maxRetry: maxRetry(ctx)})
+		out, err := cfg.Caller.call(ctx, callSpec{ticket: ticket, kind: jobs.KindChat, tier: c.Tier, inst: c.PR.Installation, prompt: pm, model: m, retried: retried(ctx), maxRetry: maxRetry(ctx)})
 		var skip *skipError
 		switch {
 		case errors.As(err, &skip):
@@ -50,22 +149,22 @@ func (w *Workers) chat(ctx context.Context, t *asynq.Task) error {
 		if !c.Review {
 			body = fmt.Sprintf("@%s %s", c.Author, body)
 		}
-		if err := w.store.SetDraft(ctx, c.PR, what, body); err != nil {
+		if err := cfg.Drafts.SetDraft(ctx, c.PR, what, body); err != nil {
 			return err
 		}
 	}
-	gh, err := w.gh.Client(c.PR.Installation)
+	gh, err := cfg.GitHub.Replier(c.PR.Installation)
 	if err != nil {
 		return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
 	}
+	root := c.CommentID
+	if c.InReplyTo != 0 {
+		root = c.InReplyTo
+	}
 	var id int64
-	err = w.pacer.Do(ctx, c.PR.Installation, func() error {
+	err = cfg.Turns.Do(ctx, c.PR.Installation, func() error {
 		var err error
 		if c.Review {
-			root := c.CommentID
-			if c.InReplyTo != 0 {
-				root = c.InReplyTo
-			}
 			id, err = gh.Reply(ctx, c.PR.Owner, c.PR.Repo, c.PR.Number, root, body)
 		} else {
 			id, err = gh.Comment(ctx, c.PR.Owner, c.PR.Repo, c.PR.Number, body)
@@ -76,25 +175,25 @@ func (w *Workers) chat(ctx context.Context, t *asynq.Task) error {
 	if errors.As(err, &ra) {
 		// GitHub said wait: come back through admission then (the draft
 		// is kept, so no second LLM call)
-		return w.backToAdmission(ctx, ticket, ra.After, err)
+		return backToAdmission(ctx, cfg.Requeue, ticket, ra.After, err)
 	}
 	if err != nil {
-		if gerr := w.ghFailed(ctx, c.PR, "chat reply", err); gerr != nil {
-			if retried(ctx) < maxRetry(ctx) {
-				w.sched.RegisterAt(ctx, ticket, time.Now().Add(w.cfg.Backoff*time.Duration(1<<min(retried(ctx), 8))))
-			}
-			return gerr
+		gerr := ghFailed(ctx, log, c.PR, "chat reply", err)
+		if gerr == nil {
+			return nil
 		}
-		return nil
+		if n := retried(ctx); n < maxRetry(ctx) {
+			// asynq holds the task again; its ticket comes back after the backoff
+			if rerr := cfg.Requeue.RegisterAt(ctx, ticket, time.Now().Add(cfg.Backoff*time.Duration(1<<min(n, 8)))); rerr != nil {
+				log.WarnContext(ctx, "could not put the chat reply back in admission; the reconciler adopts the held task", "task", ticket.ID, "err", rerr)
+			}
+		}
+		return gerr
 	}
 	if c.Review {
-		root := c.CommentID
-		if c.InReplyTo != 0 {
-			root = c.InReplyTo
-		}
-		if err := w.store.MarkThread(ctx, root); err != nil {
+		if err := cfg.Replies.MarkThread(ctx, root); err != nil {
 			return err
 		}
 	}
-	return w.store.SetPosted(ctx, c.PR, what, id)
+	return cfg.Replies.SetPosted(ctx, c.PR, what, id)
 }

@@ -4,29 +4,76 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/hibiken/asynq"
 
 	"github.com/prq-dev/prq/jobs"
+	"github.com/prq-dev/prq/store"
 )
 
-// Enqueuer is how the webhook receiver hands work over: it only writes
-// to Redis, never calls GitHub or the LLM.
-type Enqueuer struct {
-	w *Workers
+// CancelStore ends a PR's run and lists its jobs (a *store.Store).
+type CancelStore interface {
+	Cancel(ctx context.Context, pr jobs.PR) (head string, err error)
+	TaskIDs(ctx context.Context, pr jobs.PR, head string) ([]string, error)
+}
+
+var _ CancelStore = (*store.Store)(nil)
+
+// EnqueuerConfig configures an Enqueuer.
+type EnqueuerConfig struct {
+	// Queue enqueues plan jobs. Required.
+	Queue TaskQueue
+	// Tickets submits chat jobs and drops a cancelled PR's. Required.
+	Tickets Tickets
+	// Store ends a cancelled PR's run. Required.
+	Store CancelStore
+	// ChatModel answers chat; its Name is required.
+	ChatModel Model
 	// Retention keeps a finished plan's task id taken, so a redelivered
 	// webhook enqueues nothing. Defaults to 72h.
 	Retention time.Duration
+	// NowFunc stamps chat jobs. Defaults to time.Now.
+	NowFunc func() time.Time
+	// Log defaults to discarding.
+	Log *slog.Logger
 }
 
-// Enqueuer returns the workers' enqueuer.
-func (w *Workers) Enqueuer() *Enqueuer { return &Enqueuer{w: w, Retention: 72 * time.Hour} }
+// Enqueuer is how the webhook receiver hands work over: it only writes
+// to Redis, never calls GitHub or the LLM, so a serve process needs no
+// handlers, GitHub App key or provider key.
+type Enqueuer struct{ cfg EnqueuerConfig }
+
+// NewEnqueuer returns an Enqueuer.
+func NewEnqueuer(cfg EnqueuerConfig) (*Enqueuer, error) {
+	switch {
+	case cfg.Queue == nil:
+		return nil, errors.New("workers: enqueuer: Queue is required")
+	case cfg.Tickets == nil:
+		return nil, errors.New("workers: enqueuer: Tickets is required")
+	case cfg.Store == nil:
+		return nil, errors.New("workers: enqueuer: Store is required")
+	case cfg.ChatModel.Name == "":
+		return nil, errors.New("workers: enqueuer: ChatModel.Name is required")
+	case cfg.Retention < 0:
+		return nil, errors.New("workers: enqueuer: Retention must not be negative")
+	}
+	cfg.ChatModel = cfg.ChatModel.withDefaults()
+	if cfg.Retention == 0 {
+		cfg.Retention = 72 * time.Hour
+	}
+	if cfg.NowFunc == nil {
+		cfg.NowFunc = time.Now
+	}
+	cfg.Log = logOrDiscard(cfg.Log)
+	return &Enqueuer{cfg: cfg}, nil
+}
 
 // Plan enqueues a PR's planning job, once per delivery.
 func (e *Enqueuer) Plan(ctx context.Context, p jobs.Plan) (bool, error) {
-	_, err := e.w.client.EnqueueContext(ctx, asynq.NewTask(jobs.TypePlan, jobs.Marshal(p)),
-		asynq.TaskID(jobs.PlanTaskID(p)), asynq.Queue(p.Tier.Queue()), asynq.Retention(e.Retention),
+	_, err := e.cfg.Queue.EnqueueContext(ctx, asynq.NewTask(jobs.TypePlan, jobs.Marshal(p)),
+		asynq.TaskID(jobs.PlanTaskID(p)), asynq.Queue(p.Tier.Queue()), asynq.Retention(e.cfg.Retention),
 		asynq.MaxRetry(10), asynq.Timeout(5*time.Minute))
 	if errors.Is(err, asynq.ErrTaskIDConflict) {
 		return false, nil
@@ -40,12 +87,22 @@ func (e *Enqueuer) Plan(ctx context.Context, p jobs.Plan) (bool, error) {
 // Chat holds a chat reply in the chat queue and registers it for
 // admission, once per comment.
 func (e *Enqueuer) Chat(ctx context.Context, c jobs.Chat) (bool, error) {
-	c.Model = e.w.cfg.ChatModel
-	c.Created = time.Now().UnixMilli()
-	c.Estimate = EstimateChat(c, e.w.cfg.Models[c.Model])
-	return e.w.sched.Submit(ctx, asynq.NewTask(jobs.TypeChat, jobs.Marshal(c)), ChatTicket(c),
-		asynq.MaxRetry(8), asynq.Timeout(5*time.Minute), asynq.Retention(e.Retention))
+	c.Model = e.cfg.ChatModel.Name
+	c.Created = e.cfg.NowFunc().UnixMilli()
+	c.Estimate = EstimateChat(c, e.cfg.ChatModel)
+	return e.cfg.Tickets.Submit(ctx, asynq.NewTask(jobs.TypeChat, jobs.Marshal(c)), ChatTicket(c),
+		asynq.MaxRetry(8), asynq.Timeout(5*time.Minute), asynq.Retention(e.cfg.Retention))
 }
 
 // Cancel drops a closed or drafted PR's pending work.
-func (e *Enqueuer) Cancel(ctx context.Context, pr jobs.PR) error { return e.w.Cancel(ctx, pr) }
+func (e *Enqueuer) Cancel(ctx context.Context, pr jobs.PR) error {
+	head, err := e.cfg.Store.Cancel(ctx, pr)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	supersede(ctx, e.cfg.Store, e.cfg.Tickets, e.cfg.Log, pr, head)
+	return nil
+}

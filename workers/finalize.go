@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"strings"
 
@@ -20,81 +21,129 @@ const SummaryMarker = "<!-- prq:summary -->"
 
 func reviewMarker(head string) string { return "<!-- prq:review " + head + " -->" }
 
-// finalize publishes a head's results: one summary comment (upserted by
-// its marker) and one review with line comments. Both are recorded in
-// the store and found again on GitHub by marker, so a retried or re-run
-// finalize never posts twice.
-func (w *Workers) finalize(ctx context.Context, t *asynq.Task) error {
+// RunResults reads a head's run, files and results (a *store.Store).
+type RunResults interface {
+	Current(ctx context.Context, pr jobs.PR, head string) (bool, error)
+	GetRun(ctx context.Context, pr jobs.PR) (store.Run, error)
+	Files(ctx context.Context, pr jobs.PR, head string) (map[int]store.FileData, error)
+	Results(ctx context.Context, pr jobs.PR, head string) ([]store.Result, error)
+}
+
+// Publications records what was published, so nothing is posted twice
+// (a *store.Store).
+type Publications interface {
+	Posted(ctx context.Context, pr jobs.PR, what string) (int64, error)
+	SetPosted(ctx context.Context, pr jobs.PR, what string, id int64) error
+	MarkFinalized(ctx context.Context, pr jobs.PR, head string) error
+}
+
+var (
+	_ RunResults   = (*store.Store)(nil)
+	_ Publications = (*store.Store)(nil)
+)
+
+// FinalizerConfig configures a Finalizer.
+type FinalizerConfig struct {
+	// Results and Publications read the head's results and record what
+	// was published. Required.
+	Results      RunResults
+	Publications Publications
+	// GitHub publishes. Required.
+	GitHub ReviewWriters
+	// Turns paces the writes among the installation's. Required.
+	Turns Turns
+	// Log defaults to discarding.
+	Log *slog.Logger
+}
+
+// Finalizer handles pr:finalize: it publishes a head's results, one
+// summary comment (upserted by its marker) and one review with line
+// comments. Both are recorded in the store and found again on GitHub by
+// marker, so a retried or re-run finalize never posts twice.
+type Finalizer struct{ cfg FinalizerConfig }
+
+// NewFinalizer returns a Finalizer.
+func NewFinalizer(cfg FinalizerConfig) (*Finalizer, error) {
+	switch {
+	case cfg.Results == nil || cfg.Publications == nil:
+		return nil, errors.New("workers: finalizer: Results and Publications are required")
+	case cfg.GitHub == nil:
+		return nil, errors.New("workers: finalizer: GitHub is required")
+	case cfg.Turns == nil:
+		return nil, errors.New("workers: finalizer: Turns is required")
+	}
+	cfg.Log = logOrDiscard(cfg.Log)
+	return &Finalizer{cfg: cfg}, nil
+}
+
+// ProcessTask publishes one head's results.
+func (p *Finalizer) ProcessTask(ctx context.Context, t *asynq.Task) error {
+	cfg, log := &p.cfg, p.cfg.Log
 	var f jobs.Finalize
 	if err := jobs.Unmarshal(t.Type(), t.Payload(), &f); err != nil {
 		return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
 	}
-	current, err := w.store.Current(ctx, f.PR, f.HeadSHA)
+	current, err := cfg.Results.Current(ctx, f.PR, f.HeadSHA)
 	if err != nil {
 		return err
 	}
 	if !current {
 		return fmt.Errorf("finalize of a superseded head: %w", asynq.RevokeTask)
 	}
-	run, err := w.store.GetRun(ctx, f.PR)
+	run, err := cfg.Results.GetRun(ctx, f.PR)
 	if err != nil {
 		return err
 	}
-	files, err := w.store.Files(ctx, f.PR, f.HeadSHA)
+	files, err := cfg.Results.Files(ctx, f.PR, f.HeadSHA)
 	if err != nil {
 		return err
 	}
-	results, err := w.store.Results(ctx, f.PR, f.HeadSHA)
+	results, err := cfg.Results.Results(ctx, f.PR, f.HeadSHA)
 	if err != nil {
 		return err
 	}
-	gh, err := w.gh.Client(f.PR.Installation)
+	gh, err := cfg.GitHub.ReviewWriter(f.PR.Installation)
 	if err != nil {
 		return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
 	}
 	var prev []store.Result
 	if run.LastReviewed != "" && run.LastReviewed != f.HeadSHA {
-		prev, _ = w.store.Results(ctx, f.PR, run.LastReviewed)
+		if prev, err = cfg.Results.Results(ctx, f.PR, run.LastReviewed); err != nil {
+			// without them the summary would drop the files this push left alone
+			return err
+		}
 	}
 	body := summaryComment(run, files, results, prev)
-	known, err := w.store.Posted(ctx, f.PR, "summary")
+	known, err := cfg.Publications.Posted(ctx, f.PR, "summary")
 	if err != nil {
 		return err
 	}
 	var id int64
-	err = w.pacer.Do(ctx, f.PR.Installation, func() error {
+	err = cfg.Turns.Do(ctx, f.PR.Installation, func() error {
 		var err error
 		id, err = gh.UpsertComment(ctx, f.PR.Owner, f.PR.Repo, f.PR.Number, known, SummaryMarker, body)
 		return err
 	})
 	if err != nil {
-		return w.ghFailed(ctx, f.PR, "summary comment", err)
+		return ghFailed(ctx, log, f.PR, "summary comment", err)
 	}
-	if err := w.store.SetPosted(ctx, f.PR, "summary", id); err != nil {
+	if err := cfg.Publications.SetPosted(ctx, f.PR, "summary", id); err != nil {
 		return err
 	}
-	if err := w.postReview(ctx, gh, f, results); err != nil {
-		return w.ghFailed(ctx, f.PR, "review", err)
+	if err := p.postReview(ctx, gh, f, results); err != nil {
+		return ghFailed(ctx, log, f.PR, "review", err)
 	}
-	if err := w.store.MarkFinalized(ctx, f.PR, f.HeadSHA); err != nil {
+	if err := cfg.Publications.MarkFinalized(ctx, f.PR, f.HeadSHA); err != nil {
 		return err
 	}
-	w.log.InfoContext(ctx, "results published", "pr", f.PR.String(), "head", short(f.HeadSHA), "results", len(results))
+	log.InfoContext(ctx, "results published", "pr", f.PR.String(), "head", short(f.HeadSHA), "results", len(results))
 	return nil
 }
 
-// ghFailed drops the job cleanly when the PR is gone, else retries.
-func (w *Workers) ghFailed(ctx context.Context, pr jobs.PR, what string, err error) error {
-	if errors.Is(err, ghapp.ErrNotFound) {
-		w.log.InfoContext(ctx, "pull request is gone; dropped", "pr", pr.String(), "what", what)
-		return nil
-	}
-	return err
-}
-
-func (w *Workers) postReview(ctx context.Context, gh *ghapp.Client, f jobs.Finalize, results []store.Result) error {
+func (p *Finalizer) postReview(ctx context.Context, gh ReviewWriter, f jobs.Finalize, results []store.Result) error {
+	pub := p.cfg.Publications
 	what := "review:" + f.HeadSHA
-	if id, err := w.store.Posted(ctx, f.PR, what); err != nil || id != 0 {
+	if id, err := pub.Posted(ctx, f.PR, what); err != nil || id != 0 {
 		return err
 	}
 	var comments []ghapp.ReviewComment
@@ -107,7 +156,7 @@ func (w *Workers) postReview(ctx context.Context, gh *ghapp.Client, f jobs.Final
 		}
 	}
 	if len(comments) == 0 {
-		return w.store.SetPosted(ctx, f.PR, what, -1) // nothing to say: no review
+		return pub.SetPosted(ctx, f.PR, what, -1) // nothing to say: no review
 	}
 	sort.Slice(comments, func(i, j int) bool {
 		if comments[i].Path != comments[j].Path {
@@ -117,7 +166,7 @@ func (w *Workers) postReview(ctx context.Context, gh *ghapp.Client, f jobs.Final
 	})
 	marker := reviewMarker(f.HeadSHA)
 	var id int64
-	err := w.pacer.Do(ctx, f.PR.Installation, func() error {
+	err := p.cfg.Turns.Do(ctx, f.PR.Installation, func() error {
 		var err error
 		// a crash after posting and before recording: find it by marker
 		if id, err = gh.HasReview(ctx, f.PR.Owner, f.PR.Repo, f.PR.Number, marker); err != nil || id != 0 {
@@ -141,7 +190,7 @@ func (w *Workers) postReview(ctx context.Context, gh *ghapp.Client, f jobs.Final
 	if err != nil {
 		return err
 	}
-	return w.store.SetPosted(ctx, f.PR, what, id)
+	return pub.SetPosted(ctx, f.PR, what, id)
 }
 
 func countKind(rs []store.Result, k jobs.Kind) int {

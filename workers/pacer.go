@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 // after a rate limit nobody writes until GitHub's retry time.
 type Pacer struct {
 	rdb redis.UniversalClient
+	log *slog.Logger
 	// Gap between writes of one installation. Defaults to 1s (GitHub's advice).
 	Gap time.Duration
 	// Wait is the longest a job waits for its turn before rescheduling.
@@ -24,9 +26,9 @@ type Pacer struct {
 	Wait time.Duration
 }
 
-// NewPacer returns a pacer.
-func NewPacer(rdb redis.UniversalClient) *Pacer {
-	return &Pacer{rdb: rdb, Gap: time.Second, Wait: 20 * time.Second}
+// NewPacer returns a pacer; a nil log discards.
+func NewPacer(rdb redis.UniversalClient, log *slog.Logger) *Pacer {
+	return &Pacer{rdb: rdb, log: logOrDiscard(log), Gap: time.Second, Wait: 20 * time.Second}
 }
 
 var acquire = redis.NewScript(`
@@ -69,12 +71,10 @@ func (p *Pacer) Do(ctx context.Context, inst int64, write func() error) error {
 	var rl *ghapp.RateLimitedError
 	if errors.As(err, &rl) {
 		after := max(rl.RetryAfter, time.Second)
-		p.rdb.Set(ctx, pacerKey(inst), strconv.FormatInt(time.Now().Add(after).UnixMilli(), 10), after+time.Hour)
+		if serr := p.rdb.Set(ctx, pacerKey(inst), strconv.FormatInt(time.Now().Add(after).UnixMilli(), 10), after+time.Hour).Err(); serr != nil {
+			p.log.WarnContext(ctx, "could not hold back the installation's other GitHub writers; they may hit the rate limit too", "installation", inst, "err", serr)
+		}
 		return &RetryAfterError{After: after, Err: err}
 	}
-	var tr *ghapp.TransientError
-	if errors.As(err, &tr) {
-		return err // asynq retries with backoff
-	}
-	return err
+	return err // a transient failure: asynq retries with backoff
 }

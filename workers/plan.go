@@ -4,33 +4,124 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"path"
+	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
 
 	"github.com/prq-dev/prq/ghapp"
 	"github.com/prq-dev/prq/jobs"
+	"github.com/prq-dev/prq/ratelimit"
 	"github.com/prq-dev/prq/store"
 )
 
-// plan turns a PR event into per-file jobs (no LLM): list the files,
-// filter them, record the run, supersede the previous head's work, and
-// submit summary and review jobs through admission.
-func (w *Workers) plan(ctx context.Context, t *asynq.Task) error {
-	var p jobs.Plan
-	if err := jobs.Unmarshal(t.Type(), t.Payload(), &p); err != nil {
+// PlanStore records a planned run and its job ids (a *store.Store).
+type PlanStore interface {
+	GetRun(ctx context.Context, pr jobs.PR) (store.Run, error)
+	StartRun(ctx context.Context, r store.Run, files []store.FileData) (previous string, started bool, err error)
+	TaskIDs(ctx context.Context, pr jobs.PR, head string) ([]string, error)
+	SetTaskIDs(ctx context.Context, pr jobs.PR, head string, ids []string) error
+}
+
+// Plans looks up an installation's plan (a *store.Store).
+type Plans interface {
+	GetPlan(ctx context.Context, id int64) (store.Plan, error)
+}
+
+var (
+	_ PlanStore = (*store.Store)(nil)
+	_ Plans     = (*store.Store)(nil)
+)
+
+// PlannerConfig configures a Planner.
+type PlannerConfig struct {
+	// Store records the run. Required.
+	Store PlanStore
+	// Plans tells open-source plans, which include reviews whatever their
+	// tier. Required.
+	Plans Plans
+	// Tickets submits the per-file jobs and drops a superseded head's.
+	// Required.
+	Tickets Tickets
+	// GitHub reads the pull request. Required.
+	GitHub PRReaders
+	// Queue enqueues finalize when no file needs the LLM. Required.
+	Queue TaskQueue
+	// Models are the configured models; SummaryModel and ReviewModel
+	// must be among them.
+	Models                    map[string]Model
+	SummaryModel, ReviewModel string
+	// Tiers says which tiers get reviews.
+	Tiers map[jobs.Tier]TierSpec
+	// Exclude are path globs never reviewed.
+	Exclude []string
+	// SkipBotPRs skips PRs opened by bots. Defaults to false here; the
+	// command sets it from configuration (default true).
+	SkipBotPRs bool
+	// Log defaults to discarding.
+	Log *slog.Logger
+}
+
+// Planner handles pr:plan: it turns a PR event into per-file jobs (no
+// LLM call).
+type Planner struct {
+	cfg PlannerConfig
+	tok map[string]*ratelimit.Tokenizer
+}
+
+// NewPlanner returns a Planner.
+func NewPlanner(cfg PlannerConfig) (*Planner, error) {
+	switch {
+	case cfg.Store == nil:
+		return nil, errors.New("workers: planner: Store is required")
+	case cfg.Plans == nil:
+		return nil, errors.New("workers: planner: Plans is required")
+	case cfg.Tickets == nil:
+		return nil, errors.New("workers: planner: Tickets is required")
+	case cfg.GitHub == nil:
+		return nil, errors.New("workers: planner: GitHub is required")
+	case cfg.Queue == nil:
+		return nil, errors.New("workers: planner: Queue is required")
+	}
+	for _, g := range cfg.Exclude {
+		if _, err := path.Match(strings.TrimSuffix(g, "/**"), "x"); err != nil {
+			return nil, fmt.Errorf("workers: planner: Exclude glob %q: %w", g, err)
+		}
+	}
+	ms, err := models(cfg.Models, cfg.SummaryModel, cfg.ReviewModel)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Models = ms
+	tok, err := tokenizers(ms)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Log = logOrDiscard(cfg.Log)
+	return &Planner{cfg: cfg, tok: tok}, nil
+}
+
+// ProcessTask lists the PR's files, filters them, records the run,
+// supersedes the previous head's work, and submits summary and review
+// jobs through admission.
+func (p *Planner) ProcessTask(ctx context.Context, t *asynq.Task) error {
+	cfg, log := &p.cfg, p.cfg.Log
+	var pl jobs.Plan
+	if err := jobs.Unmarshal(t.Type(), t.Payload(), &pl); err != nil {
 		return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
 	}
-	if err := p.PR.Validate(); err != nil {
+	if err := pl.PR.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
 	}
-	gh, err := w.gh.Client(p.PR.Installation)
+	gh, err := cfg.GitHub.PRReader(pl.PR.Installation)
 	if err != nil {
 		return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
 	}
-	pr, err := gh.PR(ctx, p.PR.Owner, p.PR.Repo, p.PR.Number)
+	pr, err := gh.PR(ctx, pl.PR.Owner, pl.PR.Repo, pl.PR.Number)
 	if errors.Is(err, ghapp.ErrNotFound) {
-		w.log.InfoContext(ctx, "pull request is gone; nothing to plan", "pr", p.PR.String())
+		log.InfoContext(ctx, "pull request is gone; nothing to plan", "pr", pl.PR.String())
 		return nil
 	}
 	if err != nil {
@@ -38,25 +129,28 @@ func (w *Workers) plan(ctx context.Context, t *asynq.Task) error {
 	}
 	switch {
 	case pr.State != "open" || pr.Draft:
-		w.log.InfoContext(ctx, "pull request is closed or a draft; skipped", "pr", p.PR.String())
+		log.InfoContext(ctx, "pull request is closed or a draft; skipped", "pr", pl.PR.String())
 		return nil
-	case pr.HeadSHA != p.HeadSHA:
-		w.log.InfoContext(ctx, "pull request moved on; a newer event plans it", "pr", p.PR.String(), "event_head", p.HeadSHA, "head", pr.HeadSHA)
+	case pr.HeadSHA != pl.HeadSHA:
+		log.InfoContext(ctx, "pull request moved on; a newer event plans it", "pr", pl.PR.String(), "event_head", pl.HeadSHA, "head", pr.HeadSHA)
 		return nil
-	case pr.AuthorIsBot && w.cfg.SkipBotPRs:
-		w.log.InfoContext(ctx, "pull request opened by a bot; skipped", "pr", p.PR.String(), "author", pr.Author)
+	case pr.AuthorIsBot && cfg.SkipBotPRs:
+		log.InfoContext(ctx, "pull request opened by a bot; skipped", "pr", pl.PR.String(), "author", pr.Author)
 		return nil
 	}
-	files, err := gh.Files(ctx, p.PR.Owner, p.PR.Repo, p.PR.Number)
+	files, err := gh.Files(ctx, pl.PR.Owner, pl.PR.Repo, pl.PR.Number)
 	if err != nil {
 		return ghRetry(err)
 	}
-	prev, _ := w.store.GetRun(ctx, p.PR)
+	prev, err := cfg.Store.GetRun(ctx, pl.PR)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
 	// Incremental: on a new push, review only what changed since the
 	// last reviewed commit.
 	var changed map[string]bool
-	if prev.LastReviewed != "" && prev.LastReviewed != p.HeadSHA && p.Action == "synchronize" {
-		cmp, err := gh.Compare(ctx, p.PR.Owner, p.PR.Repo, prev.LastReviewed, p.HeadSHA)
+	if prev.LastReviewed != "" && prev.LastReviewed != pl.HeadSHA && pl.Action == "synchronize" {
+		cmp, err := gh.Compare(ctx, pl.PR.Owner, pl.PR.Repo, prev.LastReviewed, pl.HeadSHA)
 		switch {
 		case err == nil:
 			changed = map[string]bool{}
@@ -68,9 +162,15 @@ func (w *Workers) plan(ctx context.Context, t *asynq.Task) error {
 			return ghRetry(err)
 		}
 	}
-	tierSpec := w.cfg.Tiers[p.Tier]
-	if plan, err := w.store.GetPlan(ctx, p.PR.Installation); err == nil && plan.Reason == "open_source_user" {
-		tierSpec.Review = true // open-source plans include reviews whatever their tier
+	tierSpec := cfg.Tiers[pl.Tier]
+	plan, err := cfg.Plans.GetPlan(ctx, pl.PR.Installation)
+	switch {
+	case err == nil:
+		if plan.Reason == "open_source_user" {
+			tierSpec.Review = true // open-source plans include reviews whatever their tier
+		}
+	default:
+		log.WarnContext(ctx, "could not read the installation's plan; planned by its tier", "pr", pl.PR.String(), "err", err)
 	}
 	var data []store.FileData
 	var summaries, reviews []jobs.File
@@ -79,7 +179,7 @@ func (w *Workers) plan(ctx context.Context, t *asynq.Task) error {
 		if f.Patch != nil {
 			fd.Patch = *f.Patch
 		}
-		switch g, ex := excluded(f.Filename, w.cfg.Exclude); {
+		switch g, ex := excluded(f.Filename, cfg.Exclude); {
 		case f.Patch == nil:
 			fd.SkipReason = "binary or too large for a patch"
 		case f.Status == "removed":
@@ -93,27 +193,27 @@ func (w *Workers) plan(ctx context.Context, t *asynq.Task) error {
 		if fd.SkipReason != "" {
 			continue
 		}
-		summaries = append(summaries, jobs.File{PR: p.PR, HeadSHA: p.HeadSHA, Kind: jobs.KindSummary, Tier: p.Tier, Path: f.Filename, Index: i, Model: w.cfg.SummaryModel})
+		summaries = append(summaries, jobs.File{PR: pl.PR, HeadSHA: pl.HeadSHA, Kind: jobs.KindSummary, Tier: pl.Tier, Path: f.Filename, Index: i, Model: cfg.SummaryModel})
 		if tierSpec.Review {
-			reviews = append(reviews, jobs.File{PR: p.PR, HeadSHA: p.HeadSHA, Kind: jobs.KindReview, Tier: p.Tier, Path: f.Filename, Index: i, Model: w.cfg.ReviewModel})
+			reviews = append(reviews, jobs.File{PR: pl.PR, HeadSHA: pl.HeadSHA, Kind: jobs.KindReview, Tier: pl.Tier, Path: f.Filename, Index: i, Model: cfg.ReviewModel})
 		}
 	}
-	run := store.Run{PR: p.PR, Head: p.HeadSHA, Base: pr.BaseSHA, Tier: p.Tier, SummaryTotal: len(summaries), ReviewTotal: len(reviews)}
-	previous, started, err := w.store.StartRun(ctx, run, data)
+	run := store.Run{PR: pl.PR, Head: pl.HeadSHA, Base: pr.BaseSHA, Tier: pl.Tier, SummaryTotal: len(summaries), ReviewTotal: len(reviews)}
+	previous, startedRun, err := cfg.Store.StartRun(ctx, run, data)
 	if err != nil {
 		return err
 	}
-	if !started {
+	if !startedRun {
 		// planned already (a retried plan): make sure its jobs exist
-		ids, err := w.store.TaskIDs(ctx, p.PR, p.HeadSHA)
+		ids, err := cfg.Store.TaskIDs(ctx, pl.PR, pl.HeadSHA)
 		if err != nil || len(ids) > 0 || len(summaries)+len(reviews) == 0 {
 			return err
 		}
 	}
 	if previous != "" {
-		w.supersede(ctx, p.PR, previous)
+		supersede(ctx, cfg.Store, cfg.Tickets, log, pl.PR, previous)
 	}
-	cur, err := w.store.GetRun(ctx, p.PR)
+	cur, err := cfg.Store.GetRun(ctx, pl.PR)
 	if err != nil {
 		return err
 	}
@@ -124,7 +224,7 @@ func (w *Workers) plan(ctx context.Context, t *asynq.Task) error {
 			f := &list[k]
 			f.Total, f.PRSeq, f.Created = len(list), seq, time.Now().UnixMilli()
 			fd := data[f.Index]
-			pm, err := buildFilePrompt(f.Kind, pr.Title, fd, w.cfg.Models[f.Model], w.tok[f.Model])
+			pm, err := buildFilePrompt(f.Kind, pr.Title, fd, cfg.Models[f.Model], p.tok[f.Model])
 			if err != nil {
 				// the job records why it could not run; estimate little
 				pm.estimate = 1
@@ -134,7 +234,7 @@ func (w *Workers) plan(ctx context.Context, t *asynq.Task) error {
 			ticket := fileTicket(*f)
 			ids = append(ids, ticket.ID)
 			payload := jobs.Marshal(fileRef{File: *f, FileIndex: fd.Index})
-			if _, err := w.sched.Submit(ctx, asynq.NewTask(typ, payload), ticket, asynq.MaxRetry(8), asynq.Timeout(10*time.Minute)); err != nil {
+			if _, err := cfg.Tickets.Submit(ctx, asynq.NewTask(typ, payload), ticket, asynq.MaxRetry(8), asynq.Timeout(10*time.Minute)); err != nil {
 				return err
 			}
 		}
@@ -146,13 +246,13 @@ func (w *Workers) plan(ctx context.Context, t *asynq.Task) error {
 	if err := submit(reviews, jobs.TypeReview); err != nil {
 		return err
 	}
-	if err := w.store.SetTaskIDs(ctx, p.PR, p.HeadSHA, ids); err != nil {
+	if err := cfg.Store.SetTaskIDs(ctx, pl.PR, pl.HeadSHA, ids); err != nil {
 		return err
 	}
-	w.log.InfoContext(ctx, "pull request planned", "pr", p.PR.String(), "head", short(p.HeadSHA), "tier", p.Tier,
+	log.InfoContext(ctx, "pull request planned", "pr", pl.PR.String(), "head", short(pl.HeadSHA), "tier", pl.Tier,
 		"files", len(files), "summaries", len(summaries), "reviews", len(reviews), "superseded", short(previous))
 	if len(summaries)+len(reviews) == 0 {
-		return w.enqueueFinalize(ctx, jobs.Finalize{PR: p.PR, HeadSHA: p.HeadSHA, Tier: p.Tier})
+		return enqueueFinalize(ctx, cfg.Queue, jobs.Finalize{PR: pl.PR, HeadSHA: pl.HeadSHA, Tier: pl.Tier})
 	}
 	return nil
 }
@@ -165,64 +265,35 @@ type fileRef struct {
 	FileIndex int `json:"file_index"`
 }
 
+// taskIDs lists a head's job ids (a *store.Store).
+type taskIDs interface {
+	TaskIDs(ctx context.Context, pr jobs.PR, head string) ([]string, error)
+}
+
 // supersede drops a replaced head's waiting work: tickets out of
 // admission, held tasks deleted. A stale job that still starts exits
-// without effects (the store says its head is not current).
-func (w *Workers) supersede(ctx context.Context, pr jobs.PR, head string) {
-	ids, err := w.store.TaskIDs(ctx, pr, head)
+// without effects (the store says its head is not current), so a
+// failure here is logged and costs only a wasted admission.
+func supersede(ctx context.Context, st taskIDs, tk Tickets, log *slog.Logger, pr jobs.PR, head string) {
+	ids, err := st.TaskIDs(ctx, pr, head)
 	if err != nil {
-		w.log.WarnContext(ctx, "could not list superseded jobs", "pr", pr.String(), "err", err)
+		log.WarnContext(ctx, "could not list superseded jobs; they exit as stale when they run", "pr", pr.String(), "err", err)
 		return
 	}
 	dropped := 0
 	for _, id := range ids {
-		for _, model := range w.sched.Models() {
-			if ok, _ := w.sched.Cancel(ctx, model, id); ok {
+		for _, model := range tk.Models() {
+			ok, err := tk.Cancel(ctx, model, id)
+			if err != nil {
+				log.WarnContext(ctx, "could not drop a superseded ticket; the job exits as stale when it runs", "pr", pr.String(), "task", id, "model", model, "err", err)
+			}
+			if ok {
 				dropped++
 			}
 		}
 		for _, q := range []string{jobs.QueuePaid, jobs.QueueTrial, jobs.QueueFree} {
-			w.sched.DeleteTask(q, id)
+			tk.DeleteTask(q, id)
 		}
 	}
-	w.log.InfoContext(ctx, "superseded work dropped", "pr", pr.String(), "head", short(head), "tickets", dropped, "jobs", len(ids))
-}
-
-// Cancel drops a PR's pending work (closed, or turned draft).
-func (w *Workers) Cancel(ctx context.Context, pr jobs.PR) error {
-	head, err := w.store.Cancel(ctx, pr)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	w.supersede(ctx, pr, head)
-	return nil
-}
-
-func (w *Workers) enqueueFinalize(ctx context.Context, f jobs.Finalize) error {
-	_, err := w.client.EnqueueContext(ctx, asynq.NewTask(jobs.TypeFinalize, jobs.Marshal(f)),
-		asynq.TaskID(jobs.FinalizeTaskID(f)), asynq.Queue(f.Tier.Queue()), asynq.MaxRetry(20), asynq.Timeout(5*time.Minute))
-	if errors.Is(err, asynq.ErrTaskIDConflict) {
-		return nil
-	}
-	return err
-}
-
-// ghRetry turns GitHub failures into asynq outcomes: rate limits wait as
-// told (not a failure), others retry with backoff.
-func ghRetry(err error) error {
-	var rl *ghapp.RateLimitedError
-	if errors.As(err, &rl) {
-		return &RetryAfterError{After: rl.RetryAfter, Err: err}
-	}
-	return err
-}
-
-func short(sha string) string {
-	if len(sha) > 7 {
-		return sha[:7]
-	}
-	return sha
+	log.InfoContext(ctx, "superseded work dropped", "pr", pr.String(), "head", short(head), "tickets", dropped, "jobs", len(ids))
 }

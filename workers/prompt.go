@@ -169,7 +169,7 @@ func excluded(p string, globs []string) (string, bool) {
 		if !strings.Contains(g, "/") {
 			target = path.Base(p)
 		}
-		if ok, _ := path.Match(g, target); ok {
+		if ok, _ := path.Match(g, target); ok { // NewPlanner rejects malformed globs
 			return g, true
 		}
 	}

@@ -1,8 +1,3 @@
-// Package workers runs prq's jobs: planning a PR into per-file jobs,
-// summarising and reviewing files with the LLM, answering chat, and
-// publishing results to GitHub exactly once. LLM jobs start only when
-// admitted (package admission) and return to admission, never around it,
-// when they must run again. It does not receive webhooks or decide order.
 package workers
 
 import (
@@ -11,52 +6,64 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
 
 	"github.com/prq-dev/prq/admission"
-	"github.com/prq-dev/prq/ghapp"
 	"github.com/prq-dev/prq/jobs"
 	"github.com/prq-dev/prq/llm"
 	"github.com/prq-dev/prq/ratelimit"
-	"github.com/prq-dev/prq/store"
 )
 
-// GitHub is what the workers call on GitHub, per installation.
-type GitHub interface {
-	PR(ctx context.Context, owner, repo string, n int) (ghapp.PullRequest, error)
-	Files(ctx context.Context, owner, repo string, n int) ([]ghapp.File, error)
-	Compare(ctx context.Context, owner, repo, base, head string) ([]ghapp.File, error)
-	UpsertComment(ctx context.Context, owner, repo string, n int, knownID int64, marker, body string) (int64, error)
-	CreateReview(ctx context.Context, owner, repo string, n int, commit, body string, comments []ghapp.ReviewComment) (int64, error)
-	HasReview(ctx context.Context, owner, repo string, n int, marker string) (int64, error)
-	Reply(ctx context.Context, owner, repo string, n int, commentID int64, body string) (int64, error)
-	Comment(ctx context.Context, owner, repo string, n int, body string) (int64, error)
-}
-
-// Admitter is how LLM jobs are submitted, admitted and settled:
-// prq's admission scheduler, or a benchmark baseline.
-type Admitter interface {
-	Submit(ctx context.Context, task *asynq.Task, t admission.Ticket, opts ...asynq.Option) (bool, error)
-	Register(ctx context.Context, t admission.Ticket) (bool, error)
-	RegisterAt(ctx context.Context, t admission.Ticket, at time.Time) error
+// Ledger is a running LLM job's record in admission: that it started,
+// and what it really used, which keeps the shared bucket exact.
+type Ledger interface {
 	Started(ctx context.Context, model, id string) error
 	Settle(ctx context.Context, model, id string, actual ratelimit.Cost) error
+}
+
+// Requeue puts an LLM job's ticket back in admission, now or later.
+type Requeue interface {
+	Register(ctx context.Context, t admission.Ticket) (bool, error)
+	RegisterAt(ctx context.Context, t admission.Ticket, at time.Time) error
+}
+
+// Provider is what an LLM call tells admission about the provider: the
+// rate-limit headers, to the model's bucket; an account problem, as a
+// pause of the model's admissions.
+type Provider interface {
+	Bucket(model string) (*ratelimit.Bucket, bool)
+	Pause(ctx context.Context, model, reason string, d time.Duration) error
+}
+
+// Tickets is how planned work enters admission and superseded work
+// leaves it.
+type Tickets interface {
+	Submit(ctx context.Context, task *asynq.Task, t admission.Ticket, opts ...asynq.Option) (bool, error)
 	Cancel(ctx context.Context, model, id string) (bool, error)
 	DeleteTask(queue, id string)
-	Pause(ctx context.Context, model, reason string, d time.Duration) error
-	Bucket(model string) (*ratelimit.Bucket, bool)
 	Models() []string
+}
+
+// Admitter is every side of admission the handlers use: prq's admission
+// scheduler, or a benchmark baseline. The wiring passes one Admitter;
+// each handler keeps only the sides it uses.
+type Admitter interface {
+	Tickets
+	Ledger
+	Requeue
+	Provider
 }
 
 var _ Admitter = (*admission.Scheduler)(nil)
 
-// GitHubApp hands out an installation's GitHub client.
-type GitHubApp interface {
-	Client(installation int64) (*ghapp.Client, error)
+// TaskQueue enqueues an ordinary asynq task (an *asynq.Client).
+type TaskQueue interface {
+	EnqueueContext(ctx context.Context, task *asynq.Task, opts ...asynq.Option) (*asynq.TaskInfo, error)
 }
+
+var _ TaskQueue = (*asynq.Client)(nil)
 
 // LLM makes one chat call.
 type LLM interface {
@@ -65,10 +72,22 @@ type LLM interface {
 
 // Model is what the workers need to know of a model.
 type Model struct {
-	Name          string
-	MaxOutput     int64 // requested output cap. Defaults to 1024.
-	ContextTokens int64 // Defaults to 128000.
+	Name string
+	// MaxOutput is the requested output cap. Defaults to 1024.
+	MaxOutput int64
+	// ContextTokens is the model's context window. Defaults to 128000.
+	ContextTokens int64
 	Reasoning     bool
+}
+
+func (m Model) withDefaults() Model {
+	if m.MaxOutput == 0 {
+		m.MaxOutput = 1024
+	}
+	if m.ContextTokens == 0 {
+		m.ContextTokens = 128000
+	}
+	return m
 }
 
 // TierSpec is a tier's plan.
@@ -77,105 +96,40 @@ type TierSpec struct {
 	QuotaTokens int64 // per quota period per installation; 0: unlimited
 }
 
-// Config configures the workers.
-type Config struct {
-	Models map[string]Model
-	// SummaryModel, ReviewModel and ChatModel pick the model of each kind.
-	SummaryModel, ReviewModel, ChatModel string
-	Tiers                                map[jobs.Tier]TierSpec
-	// QuotaPerKind splits each installation's quota per job kind.
-	QuotaPerKind bool
-	// Exclude are path globs never reviewed.
-	Exclude []string
-	// SkipBotPRs skips PRs opened by bots. Defaults to false here; the
-	// command sets it from configuration (default true).
-	SkipBotPRs bool
-	// Backoff is the first retry delay of a transient failure; it doubles.
-	// Defaults to 2s.
-	Backoff time.Duration
-	// PauseFor is how long an account problem pauses a model. Defaults to 5m.
-	PauseFor time.Duration
-	// Hold is the far-future delay of held tasks. Defaults to ten years.
-	Hold time.Duration
-	// Gate, when set, runs before every LLM call and may delay or refuse
-	// it (the benchmark's baselines; prq itself gates by admission).
-	Gate func(ctx context.Context, t admission.Ticket) error
-}
-
-// Workers holds the job handlers' dependencies.
-type Workers struct {
-	cfg    Config
-	store  *store.Store
-	sched  Admitter
-	gh     GitHubApp
-	llm    LLM
-	quota  *ratelimit.Quota
-	pacer  *Pacer
-	client *asynq.Client
-	log    *slog.Logger
-	tok    map[string]*ratelimit.Tokenizer
-
-	running atomic.Int64
-	// Calls counts LLM calls by outcome, for metrics.
-	Calls func(model, outcome string)
-}
-
-// New returns the workers.
-func New(cfg Config, st *store.Store, sched Admitter, gh GitHubApp, model LLM, quota *ratelimit.Quota, pacer *Pacer, client *asynq.Client, log *slog.Logger) (*Workers, error) {
-	for _, name := range []string{cfg.SummaryModel, cfg.ReviewModel, cfg.ChatModel} {
-		m, ok := cfg.Models[name]
-		if !ok {
+// models applies the defaults to every model and checks that each name
+// in use is configured; it returns a copy, so the caller's map is not
+// written to.
+func models(in map[string]Model, use ...string) (map[string]Model, error) {
+	out := make(map[string]Model, len(in))
+	for name, m := range in {
+		out[name] = m.withDefaults()
+	}
+	for _, name := range use {
+		if _, ok := out[name]; !ok {
 			return nil, fmt.Errorf("workers: model %q is not configured", name)
 		}
-		if m.MaxOutput == 0 {
-			m.MaxOutput = 1024
-		}
-		if m.ContextTokens == 0 {
-			m.ContextTokens = 128000
-		}
-		cfg.Models[name] = m
 	}
-	if cfg.Backoff == 0 {
-		cfg.Backoff = 2 * time.Second
-	}
-	if cfg.PauseFor == 0 {
-		cfg.PauseFor = 5 * time.Minute
-	}
-	if cfg.Hold == 0 {
-		cfg.Hold = 10 * 365 * 24 * time.Hour
-	}
-	w := &Workers{cfg: cfg, store: st, sched: sched, gh: gh, llm: model, quota: quota, pacer: pacer, client: client, log: log, tok: map[string]*ratelimit.Tokenizer{}}
-	for name := range cfg.Models {
+	return out, nil
+}
+
+// tokenizers returns a tokenizer per model.
+func tokenizers(ms map[string]Model) (map[string]*ratelimit.Tokenizer, error) {
+	out := make(map[string]*ratelimit.Tokenizer, len(ms))
+	for name := range ms {
 		t, err := ratelimit.NewTokenizer(name)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("workers: model %q: %w", name, err)
 		}
-		w.tok[name] = t
+		out[name] = t
 	}
-	return w, nil
+	return out, nil
 }
 
-// Running returns how many jobs this process runs now.
-func (w *Workers) Running() int { return int(w.running.Load()) }
-
-// Mux returns the handlers of every task type.
-func (w *Workers) Mux() *asynq.ServeMux {
-	mux := asynq.NewServeMux()
-	mux.Use(w.track)
-	mux.HandleFunc(jobs.TypePlan, w.plan)
-	mux.HandleFunc(jobs.TypeSummary, w.file)
-	mux.HandleFunc(jobs.TypeReview, w.file)
-	mux.HandleFunc(jobs.TypeFinalize, w.finalize)
-	mux.HandleFunc(jobs.TypeChat, w.chat)
-	return mux
-}
-
-func (w *Workers) track(h asynq.Handler) asynq.Handler {
-	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
-		w.running.Add(1)
-		defer w.running.Add(-1)
-		return h.ProcessTask(ctx, t)
-	})
+func logOrDiscard(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return l
 }
 
 // errBackToAdmission marks a job that went back to admission: asynq
@@ -246,16 +200,66 @@ func ChatTicket(c jobs.Chat) admission.Ticket {
 		Tenant: strconv.FormatInt(c.PR.Installation, 10), Tokens: c.Estimate}
 }
 
-// backToAdmission puts an LLM job's ticket back, at once or after delay.
-func (w *Workers) backToAdmission(ctx context.Context, t admission.Ticket, delay time.Duration, cause error) error {
+// backToAdmission puts an LLM job's ticket back, at once or after delay,
+// and returns the error that tells asynq to hold the task again.
+func backToAdmission(ctx context.Context, rq Requeue, t admission.Ticket, delay time.Duration, cause error) error {
 	var err error
 	if delay > 0 {
-		err = w.sched.RegisterAt(ctx, t, time.Now().Add(delay))
+		err = rq.RegisterAt(ctx, t, time.Now().Add(delay))
 	} else {
-		_, err = w.sched.Register(ctx, t)
+		_, err = rq.Register(ctx, t)
 	}
 	if err != nil {
 		return fmt.Errorf("%w (and re-registering failed: %v)", cause, err)
 	}
 	return fmt.Errorf("%w: %v", errBackToAdmission, cause)
+}
+
+// started records that an admitted job reached its handler. A failure
+// is logged, not returned: the job can run, and the reconciler only
+// finds the ticket still released and releases the task again, which
+// asynq refuses for a running task.
+func started(ctx context.Context, l Ledger, log *slog.Logger, t admission.Ticket) {
+	if err := l.Started(ctx, t.Model, t.ID); err != nil {
+		log.WarnContext(ctx, "could not record the job's start in admission; the reconciler may release it again", "task", t.ID, "model", t.Model, "err", err)
+	}
+}
+
+// settle replaces an admitted job's estimate with what it used. A job
+// holding no reservation (a retry settled already, a baseline without a
+// bucket) is fine; another failure is logged: the bucket keeps the
+// estimate until the reservation expires, so admission is cautious,
+// never over the limit.
+func settle(ctx context.Context, l Ledger, log *slog.Logger, t admission.Ticket, cost ratelimit.Cost) {
+	err := l.Settle(ctx, t.Model, t.ID, cost)
+	switch {
+	case err == nil:
+	case errors.Is(err, ratelimit.ErrNotReserved):
+		log.DebugContext(ctx, "nothing to settle in admission", "task", t.ID, "model", t.Model)
+	default:
+		log.WarnContext(ctx, "could not settle the job's use in admission; the bucket keeps its estimate until the reservation expires", "task", t.ID, "model", t.Model, "err", err)
+	}
+}
+
+// enqueueFinalize enqueues a head's finalize job, once.
+func enqueueFinalize(ctx context.Context, q TaskQueue, f jobs.Finalize) error {
+	_, err := q.EnqueueContext(ctx, asynq.NewTask(jobs.TypeFinalize, jobs.Marshal(f)),
+		asynq.TaskID(jobs.FinalizeTaskID(f)), asynq.Queue(f.Tier.Queue()), asynq.MaxRetry(20), asynq.Timeout(5*time.Minute))
+	if errors.Is(err, asynq.ErrTaskIDConflict) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("workers: enqueue finalize: %w", err)
+	}
+	return nil
+}
+
+func retried(ctx context.Context) int  { n, _ := asynq.GetRetryCount(ctx); return n }
+func maxRetry(ctx context.Context) int { n, _ := asynq.GetMaxRetry(ctx); return n }
+
+func short(sha string) string {
+	if len(sha) > 7 {
+		return sha[:7]
+	}
+	return sha
 }

@@ -35,7 +35,7 @@ type app struct {
 	rdb     redis.UniversalClient
 	store   *store.Store
 	sched   *admission.Scheduler
-	workers *workers.Workers
+	workers *workers.Set
 	client  *asynq.Client
 	insp    *asynq.Inspector
 	metrics *metrics
@@ -110,7 +110,7 @@ func newApp(ctx context.Context, cfg *Config, log *slog.Logger, connOpt asynq.Re
 }
 
 // buildWorkers builds the job handlers (needs GitHub App and provider
-// credentials; serve needs them too, to cancel work and estimate chat).
+// credentials; serve does not build them).
 func (a *app) buildWorkers(tr http.RoundTripper) error {
 	cfg := a.cfg
 	key := []byte(cfg.GitHub.PrivateKey)
@@ -130,10 +130,6 @@ func (a *app) buildWorkers(tr http.RoundTripper) error {
 	} else {
 		gh = missingApp{}
 	}
-	models := map[string]workers.Model{}
-	for _, m := range cfg.Models {
-		models[m.Name] = workers.Model{Name: m.Name, MaxOutput: m.MaxOutputTokens, ContextTokens: m.ContextTokens, Reasoning: m.Reasoning}
-	}
 	tiers := map[jobs.Tier]workers.TierSpec{}
 	for name, t := range cfg.Tiers {
 		tiers[jobs.Tier(name)] = workers.TierSpec{Review: t.Review == nil || *t.Review, QuotaTokens: t.QuotaTokens}
@@ -147,22 +143,32 @@ func (a *app) buildWorkers(tr http.RoundTripper) error {
 	if a.wrapLLM != nil {
 		client = a.wrapLLM(client)
 	}
-	pacer := workers.NewPacer(a.rdb)
+	log := a.log.With("component", "worker")
+	pacer := workers.NewPacer(a.rdb, log)
 	pacer.Gap = cfg.GitHub.WriteGap.D()
-	var adm workers.Admitter = a.sched
-	if a.admitter != nil {
-		adm = a.admitter
-	}
 	a.workers, err = workers.New(workers.Config{
-		Models: models, SummaryModel: cfg.Jobs.SummaryModel, ReviewModel: cfg.Jobs.ReviewModel, ChatModel: cfg.Jobs.ChatModel,
+		Models: a.workerModels(), SummaryModel: cfg.Jobs.SummaryModel, ReviewModel: cfg.Jobs.ReviewModel, ChatModel: cfg.Jobs.ChatModel,
 		Tiers: tiers, QuotaPerKind: cfg.Quota.PerKind, Exclude: cfg.Filters.Exclude, SkipBotPRs: cfg.GitHub.SkipBotPRs == nil || *cfg.GitHub.SkipBotPRs,
-		Gate: a.gate,
-	}, a.store, adm, gh, client, quota, pacer, a.client, a.log.With("component", "worker"))
-	if err != nil {
-		return err
+		Gate: a.gate, CountFunc: a.metrics.countCall,
+	}, workers.Deps{Store: a.store, Admitter: a.admission(), GitHub: gh, LLM: client, Quota: quota, Pacer: pacer, Queue: a.client, Log: log})
+	return err
+}
+
+// workerModels returns the configured models as the workers see them.
+func (a *app) workerModels() map[string]workers.Model {
+	models := map[string]workers.Model{}
+	for _, m := range a.cfg.Models {
+		models[m.Name] = workers.Model{Name: m.Name, MaxOutput: m.MaxOutputTokens, ContextTokens: m.ContextTokens, Reasoning: m.Reasoning}
 	}
-	a.workers.Calls = a.metrics.countCall
-	return nil
+	return models
+}
+
+// admission returns prq's admission scheduler, or the benchmark's baseline.
+func (a *app) admission() workers.Admitter {
+	if a.admitter != nil {
+		return a.admitter
+	}
+	return a.sched
 }
 
 // missingApp stands where no GitHub App credentials are configured
@@ -347,9 +353,15 @@ func (a *app) close() {
 }
 
 func (a *app) webhookHandler() (*webhook.Handler, error) {
+	log := a.log.With("component", "webhook")
+	q, err := workers.NewEnqueuer(workers.EnqueuerConfig{Queue: a.client, Tickets: a.admission(), Store: a.store,
+		ChatModel: a.workerModels()[a.cfg.Jobs.ChatModel], Log: log})
+	if err != nil {
+		return nil, err
+	}
 	h, err := webhook.New(webhook.Config{Secret: []byte(a.cfg.GitHub.WebhookSecret), MaxBytes: a.cfg.GitHub.WebhookMaxBytes,
 		AppSlug: a.cfg.GitHub.AppSlug, SkipBotPRs: a.cfg.GitHub.SkipBotPRs == nil || *a.cfg.GitHub.SkipBotPRs},
-		a.workers.Enqueuer(), a.store, a.log.With("component", "webhook"))
+		q, a.store, log)
 	if err != nil {
 		return nil, err
 	}

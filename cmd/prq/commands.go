@@ -71,8 +71,10 @@ func runProcess(ctx context.Context, env *cmdEnv, cfg *Config, what running, pre
 
 func (a *app) run(ctx context.Context, env *cmdEnv, what running, prepare func(*app) error) error {
 	cfg, log := a.cfg, a.log
-	if err := a.buildWorkers(nil); err != nil {
-		return err
+	if what.worker {
+		if err := a.buildWorkers(nil); err != nil {
+			return err
+		}
 	}
 	if prepare != nil {
 		if err := prepare(a); err != nil {

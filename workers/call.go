@@ -1,0 +1,209 @@
+package workers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prq-dev/prq/admission"
+	"github.com/prq-dev/prq/jobs"
+	"github.com/prq-dev/prq/llm"
+	"github.com/prq-dev/prq/ratelimit"
+)
+
+// Quota caps an installation's tokens per period (a *ratelimit.Quota).
+type Quota interface {
+	Reserve(ctx context.Context, tenant, agent, jobID string, limit, input, requestedMax int64) (ratelimit.Grant, error)
+	Settle(ctx context.Context, g ratelimit.Grant, actual int64) error
+}
+
+var _ Quota = (*ratelimit.Quota)(nil)
+
+// CallerConfig configures a Caller.
+type CallerConfig struct {
+	// LLM makes the call. Required.
+	LLM LLM
+	// Ledger settles the model's bucket with what a call used. Required.
+	Ledger Ledger
+	// Requeue puts a job that must run again back in admission. Required.
+	Requeue Requeue
+	// Provider takes the provider's rate-limit headers and pauses a model
+	// on account problems. Required.
+	Provider Provider
+	// Quota caps installations' tokens per tier. Defaults to none.
+	Quota Quota
+	// Tiers give each tier's quota.
+	Tiers map[jobs.Tier]TierSpec
+	// QuotaPerKind splits each installation's quota per job kind.
+	QuotaPerKind bool
+	// Backoff is the first retry delay of a transient failure; it doubles.
+	// Defaults to 2s.
+	Backoff time.Duration
+	// PauseFor is how long an account problem pauses a model. Defaults to 5m.
+	PauseFor time.Duration
+	// Gate, when set, runs before every LLM call and may delay or refuse
+	// it (the benchmark's baselines; prq itself gates by admission).
+	Gate func(ctx context.Context, t admission.Ticket) error
+	// CountFunc, when set, counts LLM calls by model and outcome (metrics).
+	CountFunc func(model, outcome string)
+	// Log defaults to discarding.
+	Log *slog.Logger
+}
+
+// Caller makes one admitted LLM call under the tenant's quota and
+// settles the bucket and the quota with what it really used. The file
+// worker and the chat responder share it.
+type Caller struct{ cfg CallerConfig }
+
+// NewCaller returns a Caller.
+func NewCaller(cfg CallerConfig) (*Caller, error) {
+	switch {
+	case cfg.LLM == nil:
+		return nil, errors.New("workers: caller: LLM is required")
+	case cfg.Ledger == nil:
+		return nil, errors.New("workers: caller: Ledger is required")
+	case cfg.Requeue == nil:
+		return nil, errors.New("workers: caller: Requeue is required")
+	case cfg.Provider == nil:
+		return nil, errors.New("workers: caller: Provider is required")
+	case cfg.Backoff < 0:
+		return nil, errors.New("workers: caller: Backoff must not be negative")
+	case cfg.PauseFor < 0:
+		return nil, errors.New("workers: caller: PauseFor must not be negative")
+	}
+	if cfg.Backoff == 0 {
+		cfg.Backoff = 2 * time.Second
+	}
+	if cfg.PauseFor == 0 {
+		cfg.PauseFor = 5 * time.Minute
+	}
+	cfg.Log = logOrDiscard(cfg.Log)
+	return &Caller{cfg: cfg}, nil
+}
+
+type callSpec struct {
+	ticket   admission.Ticket
+	kind     jobs.Kind
+	tier     jobs.Tier
+	inst     int64
+	prompt   prompt
+	model    Model
+	retried  int
+	maxRetry int
+}
+
+// skipError ends a job with a recorded reason instead of a result.
+type skipError struct{ reason string }
+
+func (e *skipError) Error() string { return e.reason }
+
+// call makes the call. Failures come back classified: a skip (quota, too
+// large, permanent), a return to admission (429, account problems,
+// transient failures with backoff).
+func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
+	cfg, log := &c.cfg, c.cfg.Log
+	model := s.model.Name
+	maxOut := s.model.MaxOutput
+	if cfg.Gate != nil {
+		if err := cfg.Gate(ctx, s.ticket); err != nil {
+			return llm.Response{}, err
+		}
+	}
+	var grant *ratelimit.Grant
+	if limit := cfg.Tiers[s.tier].QuotaTokens; limit > 0 && cfg.Quota != nil {
+		agent := ""
+		if cfg.QuotaPerKind {
+			agent = string(s.kind)
+		}
+		g, err := cfg.Quota.Reserve(ctx, strconv.FormatInt(s.inst, 10), agent, s.ticket.ID, limit, s.prompt.input, maxOut)
+		var qe *ratelimit.QuotaError
+		if errors.As(err, &qe) {
+			settle(ctx, cfg.Ledger, log, s.ticket, ratelimit.Cost{Requests: 1, Tokens: s.ticket.Tokens})
+			c.count(model, "quota")
+			return llm.Response{}, &skipError{reason: "skipped: quota reached, resets at " + qe.Reset.UTC().Format("2006-01-02 15:04 UTC")}
+		}
+		if err != nil {
+			return llm.Response{}, err
+		}
+		grant = &g
+		maxOut = g.Cap
+	}
+	callStart := time.Now()
+	resp, err := cfg.LLM.Complete(ctx, llm.Request{Model: model, System: s.prompt.system, User: s.prompt.user, MaxOutput: maxOut, Reasoning: s.model.Reasoning})
+	bucket, _ := cfg.Provider.Bucket(model)
+	sync := func(status int, h http.Header) {
+		if bucket == nil {
+			return
+		}
+		if _, err := bucket.Sync(ctx, status, h, time.Since(callStart)); err != nil {
+			log.WarnContext(ctx, "could not sync the model's bucket with the provider's headers; admission goes by its own count", "model", model, "err", err)
+		}
+	}
+	settleQuota := func(actual int64) {
+		if grant == nil {
+			return
+		}
+		if err := cfg.Quota.Settle(ctx, *grant, actual); err != nil && !errors.Is(err, ratelimit.ErrNotReserved) {
+			log.WarnContext(ctx, "could not settle the quota; the reservation counts in full until it expires", "task", s.ticket.ID, "err", err)
+		}
+	}
+	if err == nil {
+		sync(http.StatusOK, resp.Header)
+		used := resp.PromptTokens + resp.OutputTokens
+		settle(ctx, cfg.Ledger, log, s.ticket, ratelimit.Cost{Requests: 1, Tokens: max(used, 0)})
+		settleQuota(used)
+		c.count(model, "ok")
+		return resp, nil
+	}
+	var le *llm.Error
+	if errors.As(err, &le) && le.Header != nil {
+		sync(le.Status, le.Header)
+	}
+	switch {
+	case errors.Is(err, llm.ErrRateLimited):
+		settleQuota(0)
+		c.count(model, "rate_limited")
+		// the bucket is empty until the provider's retry time: wait there
+		return llm.Response{}, backToAdmission(ctx, cfg.Requeue, s.ticket, 0, err)
+	case errors.Is(err, llm.ErrAccount):
+		settleQuota(0)
+		c.count(model, "account")
+		log.ErrorContext(ctx, "provider account problem: pausing the model's admissions", "model", model, "pause", cfg.PauseFor, "err", err)
+		if perr := cfg.Provider.Pause(ctx, model, err.Error(), cfg.PauseFor); perr != nil {
+			log.ErrorContext(ctx, "could not pause the model's admissions; its jobs keep failing until the account is fixed", "model", model, "err", perr)
+		}
+		return llm.Response{}, backToAdmission(ctx, cfg.Requeue, s.ticket, 0, err)
+	case errors.Is(err, llm.ErrContextLength):
+		settleQuota(0)
+		c.count(model, "context_length")
+		return llm.Response{}, &skipError{reason: "too large for " + model}
+	case errors.Is(err, llm.ErrPermanent):
+		settleQuota(0)
+		c.count(model, "failed")
+		return llm.Response{}, &skipError{reason: "failed: " + err.Error()}
+	default: // transient: retry with backoff, through admission, bounded
+		// the provider may have run it: count it all, never overshoot
+		if grant != nil {
+			settleQuota(grant.Input + grant.Cap)
+		}
+		c.count(model, "transient")
+		if s.retried >= s.maxRetry {
+			return llm.Response{}, &skipError{reason: fmt.Sprintf("failed after %d attempts: %v", s.retried+1, err)}
+		}
+		delay := cfg.Backoff * time.Duration(1<<min(s.retried, 8))
+		if err := backToAdmission(ctx, cfg.Requeue, s.ticket, delay, err); !errors.Is(err, errBackToAdmission) {
+			return llm.Response{}, err
+		}
+		return llm.Response{}, fmt.Errorf("transient provider failure, retrying in %s through admission: %w", delay, err)
+	}
+}
+
+func (c *Caller) count(model, outcome string) {
+	if c.cfg.CountFunc != nil {
+		c.cfg.CountFunc(model, outcome)
+	}
+}

@@ -1,0 +1,27 @@
+// Package workers runs prq's jobs, one type per job kind:
+//
+//   - [Planner] (pr:plan) turns a PR event into per-file jobs: it lists
+//     the files on GitHub, filters them, records the run, supersedes the
+//     previous head's work and submits the jobs through admission.
+//   - [FileWorker] (file:summary, file:review) summarises or reviews one
+//     file with the LLM and records the result exactly once.
+//   - [ChatResponder] (chat:reply) answers a comment that talks to the bot.
+//   - [Finalizer] (pr:finalize) publishes a head's results to GitHub
+//     exactly once: a summary comment and a review.
+//
+// [Caller] is the one LLM call the file worker and the chat responder
+// share: under the tenant's quota, settling what it really used, and
+// back to admission (never around it) when the call must run again.
+// [Enqueuer] is what the webhook receiver hands work to; it stands alone
+// so a serve process builds no handlers. [Set] composes the four
+// handlers for a worker process and registers them on an asynq mux.
+//
+// Each type declares, where it is used, the few methods it needs of the
+// store, admission, GitHub and the LLM; *store.Store, *admission.Scheduler
+// and *ghapp.Client satisfy them (GitHub through [Installations]).
+//
+// workers does not receive webhooks (package webhook), decide the order
+// or the rate of LLM calls (packages admission and ratelimit), speak
+// GitHub's or the provider's HTTP (packages ghapp and llm), or keep state
+// of its own: runs, results and drafts live in package store.
+package workers

@@ -1,0 +1,275 @@
+package workers_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/prq-dev/prq/admission"
+	"github.com/prq-dev/prq/ghapp"
+	"github.com/prq-dev/prq/internal/redistest"
+	"github.com/prq-dev/prq/jobs"
+	"github.com/prq-dev/prq/llm"
+	"github.com/prq-dev/prq/ratelimit"
+	"github.com/prq-dev/prq/store"
+	"github.com/prq-dev/prq/workers"
+)
+
+// fakeAdmission records what the handlers tell admission; a nil
+// function field means success.
+type fakeAdmission struct {
+	mu     sync.Mutex
+	events []string
+
+	SubmitFunc     func(t admission.Ticket) (bool, error)
+	SettleFunc     func(id string, c ratelimit.Cost) error
+	StartedFunc    func(id string) error
+	RegisterAtFunc func(t admission.Ticket, at time.Time) error
+	PauseFunc      func(model string) error
+	models         []string
+}
+
+var (
+	_ workers.Admitter = (*fakeAdmission)(nil)
+	_ workers.Ledger   = (*fakeAdmission)(nil)
+	_ workers.Requeue  = (*fakeAdmission)(nil)
+	_ workers.Provider = (*fakeAdmission)(nil)
+	_ workers.Tickets  = (*fakeAdmission)(nil)
+)
+
+func (f *fakeAdmission) record(format string, a ...any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.events = append(f.events, fmt.Sprintf(format, a...))
+}
+
+// Events returns the recorded events that start with prefix.
+func (f *fakeAdmission) Events(prefix string) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, e := range f.events {
+		if strings.HasPrefix(e, prefix) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func (f *fakeAdmission) Submit(_ context.Context, task *asynq.Task, t admission.Ticket, _ ...asynq.Option) (bool, error) {
+	f.record("submit %s %s", task.Type(), t.ID)
+	if f.SubmitFunc != nil {
+		return f.SubmitFunc(t)
+	}
+	return true, nil
+}
+
+func (f *fakeAdmission) Register(_ context.Context, t admission.Ticket) (bool, error) {
+	f.record("register %s", t.ID)
+	return true, nil
+}
+
+func (f *fakeAdmission) RegisterAt(_ context.Context, t admission.Ticket, at time.Time) error {
+	f.record("registerAt %s", t.ID)
+	if f.RegisterAtFunc != nil {
+		return f.RegisterAtFunc(t, at)
+	}
+	return nil
+}
+
+func (f *fakeAdmission) Started(_ context.Context, model, id string) error {
+	f.record("started %s", id)
+	if f.StartedFunc != nil {
+		return f.StartedFunc(id)
+	}
+	return nil
+}
+
+func (f *fakeAdmission) Settle(_ context.Context, model, id string, c ratelimit.Cost) error {
+	f.record("settle %s %d", id, c.Tokens)
+	if f.SettleFunc != nil {
+		return f.SettleFunc(id, c)
+	}
+	return nil
+}
+
+func (f *fakeAdmission) Cancel(_ context.Context, model, id string) (bool, error) {
+	f.record("cancel %s %s", model, id)
+	return true, nil
+}
+
+func (f *fakeAdmission) DeleteTask(queue, id string) { f.record("delete %s %s", queue, id) }
+
+func (f *fakeAdmission) Pause(_ context.Context, model, reason string, d time.Duration) error {
+	f.record("pause %s", model)
+	if f.PauseFunc != nil {
+		return f.PauseFunc(model)
+	}
+	return nil
+}
+
+func (f *fakeAdmission) Bucket(string) (*ratelimit.Bucket, bool) { return nil, false }
+
+func (f *fakeAdmission) Models() []string { return f.models }
+
+// fakeLLM answers with CompleteFunc and counts calls.
+type fakeLLM struct {
+	mu           sync.Mutex
+	calls        int
+	CompleteFunc func(r llm.Request) (llm.Response, error)
+}
+
+var _ workers.LLM = (*fakeLLM)(nil)
+
+func (f *fakeLLM) Complete(_ context.Context, r llm.Request) (llm.Response, error) {
+	f.mu.Lock()
+	f.calls++
+	f.mu.Unlock()
+	return f.CompleteFunc(r)
+}
+
+func (f *fakeLLM) Calls() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls
+}
+
+func answer(text string) func(llm.Request) (llm.Response, error) {
+	return func(llm.Request) (llm.Response, error) {
+		return llm.Response{Text: text, PromptTokens: 100, OutputTokens: 20}, nil
+	}
+}
+
+func fail(kind error) func(llm.Request) (llm.Response, error) {
+	return func(llm.Request) (llm.Response, error) {
+		return llm.Response{}, &llm.Error{Kind: kind, Status: 500, Message: "provider says no"}
+	}
+}
+
+// fakeGitHub is one installation's GitHub; each factory hands it out.
+type fakeGitHub struct {
+	mu     sync.Mutex
+	writes []string
+
+	PRFunc            func() (ghapp.PullRequest, error)
+	FilesFunc         func() ([]ghapp.File, error)
+	CompareFunc       func(base, head string) ([]ghapp.File, error)
+	UpsertCommentFunc func(knownID int64, body string) (int64, error)
+	HasReviewFunc     func(marker string) (int64, error)
+	CreateReviewFunc  func(body string, comments []ghapp.ReviewComment) (int64, error)
+	ReplyFunc         func(commentID int64, body string) (int64, error)
+	CommentFunc       func(body string) (int64, error)
+}
+
+var (
+	_ workers.PRReader      = (*fakeGitHub)(nil)
+	_ workers.ReviewWriter  = (*fakeGitHub)(nil)
+	_ workers.Replier       = (*fakeGitHub)(nil)
+	_ workers.PRReaders     = (*fakeGitHub)(nil)
+	_ workers.ReviewWriters = (*fakeGitHub)(nil)
+	_ workers.Repliers      = (*fakeGitHub)(nil)
+)
+
+func (g *fakeGitHub) PRReader(int64) (workers.PRReader, error)         { return g, nil }
+func (g *fakeGitHub) ReviewWriter(int64) (workers.ReviewWriter, error) { return g, nil }
+func (g *fakeGitHub) Replier(int64) (workers.Replier, error)           { return g, nil }
+
+func (g *fakeGitHub) write(format string, a ...any) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.writes = append(g.writes, fmt.Sprintf(format, a...))
+}
+
+// Writes returns the content-creating calls made.
+func (g *fakeGitHub) Writes() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]string(nil), g.writes...)
+}
+
+func (g *fakeGitHub) PR(context.Context, string, string, int) (ghapp.PullRequest, error) {
+	return g.PRFunc()
+}
+
+func (g *fakeGitHub) Files(context.Context, string, string, int) ([]ghapp.File, error) {
+	return g.FilesFunc()
+}
+
+func (g *fakeGitHub) Compare(_ context.Context, _, _, base, head string) ([]ghapp.File, error) {
+	return g.CompareFunc(base, head)
+}
+
+func (g *fakeGitHub) UpsertComment(_ context.Context, _, _ string, _ int, knownID int64, _, body string) (int64, error) {
+	g.write("upsert")
+	return g.UpsertCommentFunc(knownID, body)
+}
+
+func (g *fakeGitHub) HasReview(_ context.Context, _, _ string, _ int, marker string) (int64, error) {
+	return g.HasReviewFunc(marker)
+}
+
+func (g *fakeGitHub) CreateReview(_ context.Context, _, _ string, _ int, _, body string, comments []ghapp.ReviewComment) (int64, error) {
+	g.write("review %d", len(comments))
+	return g.CreateReviewFunc(body, comments)
+}
+
+func (g *fakeGitHub) Reply(_ context.Context, _, _ string, _ int, commentID int64, body string) (int64, error) {
+	g.write("reply %d %s", commentID, body)
+	return g.ReplyFunc(commentID, body)
+}
+
+func (g *fakeGitHub) Comment(_ context.Context, _, _ string, _ int, body string) (int64, error) {
+	g.write("comment %s", body)
+	return g.CommentFunc(body)
+}
+
+// fakeQueue records enqueued tasks.
+type fakeQueue struct {
+	mu    sync.Mutex
+	tasks []string
+}
+
+var _ workers.TaskQueue = (*fakeQueue)(nil)
+
+func (q *fakeQueue) EnqueueContext(_ context.Context, task *asynq.Task, _ ...asynq.Option) (*asynq.TaskInfo, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.tasks = append(q.tasks, task.Type())
+	return &asynq.TaskInfo{Type: task.Type()}, nil
+}
+
+func (q *fakeQueue) Tasks() []string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return append([]string(nil), q.tasks...)
+}
+
+// newStore returns a store on the package's real Redis.
+func newStore(t *testing.T) *store.Store {
+	t.Helper()
+	return store.New(redistest.Shared(t).Client(t), jobs.TierFree)
+}
+
+var testModels = map[string]workers.Model{"gpt-4o-mini": {Name: "gpt-4o-mini"}, "gpt-4o": {Name: "gpt-4o"}}
+
+// newCaller returns a Caller on the fakes.
+func newCaller(t *testing.T, adm *fakeAdmission, l *fakeLLM, q workers.Quota, tiers map[jobs.Tier]workers.TierSpec) *workers.Caller {
+	t.Helper()
+	c, err := workers.NewCaller(workers.CallerConfig{LLM: l, Ledger: adm, Requeue: adm, Provider: adm, Quota: q, Tiers: tiers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// testPR is a PR of its own per test, so tests can run in parallel.
+func testPR(t *testing.T, inst int64) jobs.PR {
+	return jobs.PR{Installation: inst, Owner: "o", Repo: strings.ReplaceAll(t.Name(), "/", "-"), Number: 7}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,181 @@
+package workers_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/prq-dev/prq/ghapp"
+	"github.com/prq-dev/prq/jobs"
+	"github.com/prq-dev/prq/store"
+	"github.com/prq-dev/prq/workers"
+)
+
+// finishedRun records a head whose one file has a summary and a review
+// with a line comment, and returns its finalize task.
+func finishedRun(t *testing.T, st *store.Store, pr jobs.PR) *asynq.Task {
+	t.Helper()
+	ctx := context.Background()
+	if _, _, err := st.StartRun(ctx, store.Run{PR: pr, Head: "h1", Tier: jobs.TierPaid, SummaryTotal: 1, ReviewTotal: 1},
+		[]store.FileData{{Path: "a.go", Status: "modified", Patch: patchA}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []store.Result{
+		{Kind: jobs.KindSummary, Path: "a.go", Text: "Adds b."},
+		{Kind: jobs.KindReview, Path: "a.go", Text: "b lacks a check", Comments: []store.Comment{{Path: "a.go", Line: 2, Side: "RIGHT", Body: "check b"}}},
+	} {
+		if _, err := st.CompleteFile(ctx, pr, "h1", r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return asynq.NewTask(jobs.TypeFinalize, jobs.Marshal(jobs.Finalize{PR: pr, HeadSHA: "h1", Tier: jobs.TierPaid}))
+}
+
+func newFinalizer(t *testing.T, st *store.Store, gh *fakeGitHub) *workers.Finalizer {
+	t.Helper()
+	f, err := workers.NewFinalizer(workers.FinalizerConfig{Results: st, Publications: st, GitHub: gh, Turns: newPacer(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// github is a fake GitHub that posts everything.
+func github() *fakeGitHub {
+	return &fakeGitHub{
+		UpsertCommentFunc: func(known int64, body string) (int64, error) {
+			if known != 0 {
+				return known, nil
+			}
+			return 71, nil
+		},
+		HasReviewFunc:    func(string) (int64, error) { return 0, nil },
+		CreateReviewFunc: func(string, []ghapp.ReviewComment) (int64, error) { return 81, nil },
+	}
+}
+
+func TestFinalizerPublishesOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, gh := newStore(t), github()
+	var knownOnRerun int64 = -1
+	upsert := gh.UpsertCommentFunc
+	gh.UpsertCommentFunc = func(known int64, body string) (int64, error) {
+		if !strings.Contains(body, "Adds b.") || !strings.Contains(body, workers.SummaryMarker) {
+			t.Errorf("summary body lacks the summary or its marker:\n%s", body)
+		}
+		knownOnRerun = known
+		return upsert(known, body)
+	}
+	pr := testPR(t, 401)
+	task := finishedRun(t, st, pr)
+	f := newFinalizer(t, st, gh)
+	if err := f.ProcessTask(ctx, task); err != nil {
+		t.Fatal(err)
+	}
+	if w := gh.Writes(); len(w) != 2 || w[0] != "upsert" || w[1] != "review 1" {
+		t.Fatalf("writes %q, want the summary and a review with one comment", w)
+	}
+	if run, err := st.GetRun(ctx, pr); err != nil || run.State != store.StateDone || run.LastReviewed != "h1" {
+		t.Fatalf("run %+v (%v), want done, last reviewed at h1", run, err)
+	}
+	// a rerun edits the summary it knows and posts no second review
+	if err := f.ProcessTask(ctx, task); err != nil {
+		t.Fatal(err)
+	}
+	if w := gh.Writes(); len(w) != 3 || w[2] != "upsert" || knownOnRerun != 71 {
+		t.Errorf("rerun writes %q, summary id %d: want one edit of comment 71", w, knownOnRerun)
+	}
+}
+
+func TestFinalizerFindsAReviewPostedBeforeACrash(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, gh := newStore(t), github()
+	gh.HasReviewFunc = func(marker string) (int64, error) {
+		if !strings.Contains(marker, "h1") {
+			t.Errorf("marker %q does not name the head", marker)
+		}
+		return 82, nil
+	}
+	pr := testPR(t, 402)
+	if err := newFinalizer(t, st, gh).ProcessTask(ctx, finishedRun(t, st, pr)); err != nil {
+		t.Fatal(err)
+	}
+	if w := gh.Writes(); len(w) != 1 || w[0] != "upsert" {
+		t.Fatalf("writes %q, want only the summary: the review exists", w)
+	}
+	if id, err := st.Posted(ctx, pr, "review:h1"); err != nil || id != 82 {
+		t.Errorf("recorded review %d (%v), want the one found, 82", id, err)
+	}
+}
+
+func TestFinalizerUnprocessableLinesGoInTheBody(t *testing.T) {
+	t.Parallel()
+	st, gh := newStore(t), github()
+	var bodies []string
+	gh.CreateReviewFunc = func(body string, comments []ghapp.ReviewComment) (int64, error) {
+		bodies = append(bodies, body)
+		if len(comments) > 0 {
+			return 0, ghapp.ErrUnprocessable
+		}
+		return 83, nil
+	}
+	if err := newFinalizer(t, st, gh).ProcessTask(context.Background(), finishedRun(t, st, testPR(t, 403))); err != nil {
+		t.Fatal(err)
+	}
+	if len(bodies) != 2 || !strings.Contains(bodies[1], "GitHub refused some line comments") || !strings.Contains(bodies[1], "`a.go` line 2: check b") {
+		t.Fatalf("review bodies %q", bodies)
+	}
+}
+
+func TestFinalizerOutcomes(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name    string
+		inst    int64
+		stale   bool
+		upsert  error
+		wantErr func(error) bool
+	}{
+		{name: "superseded head: revoked, nothing posted", inst: 411, stale: true,
+			wantErr: func(err error) bool { return errors.Is(err, asynq.RevokeTask) }},
+		{name: "PR gone: dropped", inst: 412, upsert: ghapp.ErrNotFound, wantErr: func(err error) bool { return err == nil }},
+		{name: "GitHub rate limit: retried when told, not a failure", inst: 413, upsert: &ghapp.RateLimitedError{RetryAfter: time.Minute},
+			wantErr: func(err error) bool {
+				var ra *workers.RetryAfterError
+				return errors.As(err, &ra) && !workers.IsFailure(err)
+			}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			st, gh := newStore(t), github()
+			if tc.upsert != nil {
+				gh.UpsertCommentFunc = func(int64, string) (int64, error) { return 0, tc.upsert }
+			}
+			pr := testPR(t, tc.inst)
+			task := finishedRun(t, st, pr)
+			if tc.stale {
+				if _, _, err := st.StartRun(ctx, store.Run{PR: pr, Head: "h2", Tier: jobs.TierPaid}, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			err := newFinalizer(t, st, gh).ProcessTask(ctx, task)
+			if !tc.wantErr(err) {
+				t.Fatalf("ProcessTask = %v", err)
+			}
+			if w := gh.Writes(); tc.stale && len(w) != 0 || len(w) > 1 {
+				t.Errorf("writes %q", w)
+			}
+			if id, _ := st.Posted(ctx, pr, "review:h1"); id != 0 {
+				t.Errorf("review recorded as %d after a failed summary", id)
+			}
+		})
+	}
+}

@@ -1,0 +1,140 @@
+package workers
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/prq-dev/prq/admission"
+	"github.com/prq-dev/prq/jobs"
+	"github.com/prq-dev/prq/ratelimit"
+	"github.com/prq-dev/prq/store"
+)
+
+// Config holds the settings the handlers of a worker process share.
+type Config struct {
+	Models map[string]Model
+	// SummaryModel, ReviewModel and ChatModel pick the model of each kind.
+	SummaryModel, ReviewModel, ChatModel string
+	Tiers                                map[jobs.Tier]TierSpec
+	// QuotaPerKind splits each installation's quota per job kind.
+	QuotaPerKind bool
+	// Exclude are path globs never reviewed.
+	Exclude []string
+	// SkipBotPRs skips PRs opened by bots. Defaults to false here; the
+	// command sets it from configuration (default true).
+	SkipBotPRs bool
+	// Backoff is the first retry delay of a transient failure; it doubles.
+	// Defaults to 2s.
+	Backoff time.Duration
+	// PauseFor is how long an account problem pauses a model. Defaults to 5m.
+	PauseFor time.Duration
+	// Gate, when set, runs before every LLM call and may delay or refuse
+	// it (the benchmark's baselines; prq itself gates by admission).
+	Gate func(ctx context.Context, t admission.Ticket) error
+	// CountFunc, when set, counts LLM calls by model and outcome (metrics).
+	CountFunc func(model, outcome string)
+}
+
+// Deps are what the handlers of a worker process share.
+type Deps struct {
+	Store    *store.Store
+	Admitter Admitter
+	GitHub   GitHubApp
+	LLM      LLM
+	// Quota caps installations' tokens; nil: no quotas.
+	Quota *ratelimit.Quota
+	Pacer *Pacer
+	// Queue is the asynq client that enqueues finalize jobs.
+	Queue TaskQueue
+	Log   *slog.Logger
+}
+
+// Set is a worker process's handlers, one per job kind.
+type Set struct {
+	Planner   *Planner
+	Files     *FileWorker
+	Chat      *ChatResponder
+	Finalizer *Finalizer
+
+	running atomic.Int64
+}
+
+// New builds the four handlers from the shared settings and dependencies.
+func New(cfg Config, d Deps) (*Set, error) {
+	switch {
+	case d.Store == nil:
+		return nil, errors.New("workers: Store is required")
+	case d.Admitter == nil:
+		return nil, errors.New("workers: Admitter is required")
+	case d.GitHub == nil:
+		return nil, errors.New("workers: GitHub is required")
+	case d.Pacer == nil:
+		return nil, errors.New("workers: Pacer is required")
+	}
+	if _, err := models(cfg.Models, cfg.SummaryModel, cfg.ReviewModel, cfg.ChatModel); err != nil {
+		return nil, err
+	}
+	gh := Installations{App: d.GitHub}
+	var quota Quota
+	if d.Quota != nil {
+		quota = d.Quota
+	}
+	caller, err := NewCaller(CallerConfig{LLM: d.LLM, Ledger: d.Admitter, Requeue: d.Admitter, Provider: d.Admitter, Quota: quota,
+		Tiers: cfg.Tiers, QuotaPerKind: cfg.QuotaPerKind, Backoff: cfg.Backoff, PauseFor: cfg.PauseFor,
+		Gate: cfg.Gate, CountFunc: cfg.CountFunc, Log: d.Log})
+	if err != nil {
+		return nil, err
+	}
+	s := &Set{}
+	if s.Planner, err = NewPlanner(PlannerConfig{Store: d.Store, Plans: d.Store, Tickets: d.Admitter, GitHub: gh, Queue: d.Queue,
+		Models: cfg.Models, SummaryModel: cfg.SummaryModel, ReviewModel: cfg.ReviewModel, Tiers: cfg.Tiers,
+		Exclude: cfg.Exclude, SkipBotPRs: cfg.SkipBotPRs, Log: d.Log}); err != nil {
+		return nil, err
+	}
+	if s.Files, err = NewFileWorker(FileWorkerConfig{Store: d.Store, Ledger: d.Admitter, Caller: caller, Queue: d.Queue,
+		Models: cfg.Models, Log: d.Log}); err != nil {
+		return nil, err
+	}
+	if s.Chat, err = NewChatResponder(ChatResponderConfig{Replies: d.Store, Drafts: d.Store, Ledger: d.Admitter, Requeue: d.Admitter,
+		Caller: caller, GitHub: gh, Turns: d.Pacer, Models: cfg.Models, Backoff: cfg.Backoff, Log: d.Log}); err != nil {
+		return nil, err
+	}
+	if s.Finalizer, err = NewFinalizer(FinalizerConfig{Results: d.Store, Publications: d.Store, GitHub: gh, Turns: d.Pacer, Log: d.Log}); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Register registers each handler for its task types on mux.
+func (s *Set) Register(mux *asynq.ServeMux) {
+	mux.Handle(jobs.TypePlan, s.Planner)
+	mux.Handle(jobs.TypeSummary, s.Files)
+	mux.Handle(jobs.TypeReview, s.Files)
+	mux.Handle(jobs.TypeFinalize, s.Finalizer)
+	mux.Handle(jobs.TypeChat, s.Chat)
+}
+
+// Mux returns a mux with every handler registered, counting the jobs
+// running (Running).
+func (s *Set) Mux() *asynq.ServeMux {
+	mux := asynq.NewServeMux()
+	mux.Use(s.track)
+	s.Register(mux)
+	return mux
+}
+
+// Running returns how many jobs this process runs now.
+func (s *Set) Running() int { return int(s.running.Load()) }
+
+func (s *Set) track(h asynq.Handler) asynq.Handler {
+	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		s.running.Add(1)
+		defer s.running.Add(-1)
+		return h.ProcessTask(ctx, t)
+	})
+}
