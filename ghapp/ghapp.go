@@ -246,6 +246,7 @@ type PullRequest struct {
 	State            string
 	Draft            bool
 	Title            string
+	Body             string
 	HeadSHA, BaseSHA string
 	Author           string
 	AuthorIsBot      bool
@@ -257,7 +258,7 @@ func (c *Client) PR(ctx context.Context, owner, repo string, n int) (PullRequest
 	if err != nil {
 		return PullRequest{}, classify("get pull request", resp, err)
 	}
-	return PullRequest{Number: pr.GetNumber(), State: pr.GetState(), Draft: pr.GetDraft(), Title: pr.GetTitle(),
+	return PullRequest{Number: pr.GetNumber(), State: pr.GetState(), Draft: pr.GetDraft(), Title: pr.GetTitle(), Body: pr.GetBody(),
 		HeadSHA: pr.GetHead().GetSHA(), BaseSHA: pr.GetBase().GetSHA(), Author: pr.GetUser().GetLogin(),
 		AuthorIsBot: pr.GetUser().GetType() == "Bot"}, nil
 }

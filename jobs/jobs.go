@@ -138,6 +138,10 @@ type File struct {
 	Estimate int64  `json:"estimate"`
 	Model    string `json:"model"`
 	PRSeq    int64  `json:"pr_seq"` // orders a tenant's PRs, older first
+	// Part and Parts split the review of a file too large for one call:
+	// part Part (1-based) of Parts, each a group of whole hunks.
+	Part  int `json:"part,omitempty"`
+	Parts int `json:"parts,omitempty"`
 	// Created is when the job was planned (unix ms), for wait figures.
 	Created int64 `json:"created,omitempty"`
 }

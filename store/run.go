@@ -44,6 +44,20 @@ type Result struct {
 	Comments []Comment `json:"comments,omitempty"`
 	Skipped  string    `json:"skipped,omitempty"` // why no LLM result, for the summary
 	Tokens   int64     `json:"tokens,omitempty"`
+	// Failed: the job ran but has no usable result (Skipped says why);
+	// shown as a failure, never as a clean file.
+	Failed bool `json:"failed,omitempty"`
+	// Notes are review findings that sit on no line of the diff.
+	Notes []Note `json:"notes,omitempty"`
+	// Part of Parts: one part of a file reviewed in several calls.
+	Part  int `json:"part,omitempty"`
+	Parts int `json:"parts,omitempty"`
+}
+
+// Note is a review finding that belongs to no line of the diff.
+type Note struct {
+	Line int    `json:"line,omitempty"`
+	Body string `json:"body"`
 }
 
 // Run is a PR's current planned head and its progress.
@@ -60,6 +74,9 @@ type Run struct {
 	Finalized     bool      `json:"finalized"`
 	CreatedAt     time.Time `json:"created_at"`
 	LastReviewed  string    `json:"last_reviewed,omitempty"`
+	// Title and Body are the pull request's, Body cut to what prompts use.
+	Title string `json:"title,omitempty"`
+	Body  string `json:"body,omitempty"`
 	SkippedQuota  int       `json:"skipped_quota,omitempty"`
 	TaskIDsQueued []string  `json:"-"`
 }
@@ -103,6 +120,7 @@ func (s *Store) StartRun(ctx context.Context, r Run, files []FileData) (previous
 		"pr": string(mustJSON(r.PR)), "head": r.Head, "base": r.Base, "tier": string(r.Tier), "state": r.State,
 		"summary_total": strconv.Itoa(r.SummaryTotal), "summary_done": "0", "review_total": strconv.Itoa(r.ReviewTotal), "review_done": "0",
 		"finalized": "0", "created": strconv.FormatInt(r.CreatedAt.UnixMilli(), 10), "last_reviewed": r.LastReviewed, "skipped_quota": "0",
+		"title": r.Title, "body": r.Body,
 	}
 	args := []any{r.Head, s.RunTTL.Milliseconds(), string(mustJSON(fields))}
 	for _, f := range files {
@@ -145,7 +163,7 @@ func (s *Store) GetRun(ctx context.Context, pr jobs.PR) (Run, error) {
 		SummaryTotal: atoi("summary_total"), SummaryDone: atoi("summary_done"),
 		ReviewTotal: atoi("review_total"), ReviewDone: atoi("review_done"),
 		Finalized: m["finalized"] == "1", CreatedAt: time.UnixMilli(created).UTC(),
-		LastReviewed: m["last_reviewed"], SkippedQuota: atoi("skipped_quota"),
+		LastReviewed: m["last_reviewed"], SkippedQuota: atoi("skipped_quota"), Title: m["title"], Body: m["body"],
 	}, nil
 }
 

@@ -28,9 +28,11 @@ type File struct {
 
 // PR is one pull request.
 type PR struct {
-	Repo    string `json:"repo"` // owner/name
-	Number  int    `json:"number"`
-	Title   string `json:"title"`
+	Repo   string `json:"repo"` // owner/name
+	Number int    `json:"number"`
+	Title  string `json:"title"`
+	// Body is the description (the shared corpus has none; generated PRs do).
+	Body    string `json:"body,omitempty"`
 	HeadSHA string `json:"head_sha"`
 	BaseSHA string `json:"base_sha"`
 	Files   []File `json:"files"`
@@ -112,6 +114,7 @@ func Generate(n int, seed int64) []PR {
 			Repo:    repos[rng.Intn(len(repos))],
 			Number:  1000 + i,
 			Title:   fmt.Sprintf("%s %s", verbs[rng.Intn(len(verbs))], objects[rng.Intn(len(objects))]),
+			Body:    fmt.Sprintf("This %s %s. It keeps the public behaviour and adds tests for the new cases.", verbs[rng.Intn(len(verbs))], objects[rng.Intn(len(objects))]),
 			HeadSHA: sha(rng),
 			BaseSHA: sha(rng),
 		}

@@ -91,7 +91,7 @@ type pullRequest struct {
 	inst        int64
 	owner, repo string
 	number      int
-	title       string
+	title, body string
 	head, base  string
 	author      string
 	authorType  string
@@ -255,7 +255,7 @@ func (s *Server) AddPR(inst int64, owner, repo string, p corpus.PR) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.prs[key(owner, repo, p.Number)] = &pullRequest{inst: inst, owner: owner, repo: repo, number: p.Number, title: p.Title,
+	s.prs[key(owner, repo, p.Number)] = &pullRequest{inst: inst, owner: owner, repo: repo, number: p.Number, title: p.Title, body: p.Body,
 		head: p.HeadSHA, base: p.BaseSHA, author: "octocat", authorType: "User", state: "open", files: p.Files,
 		pushes: map[string][]corpus.File{}}
 }
@@ -480,7 +480,7 @@ func (s *Server) write(h handler) handler {
 
 func (s *Server) prJSON(p *pullRequest) map[string]any {
 	return map[string]any{
-		"number": p.number, "state": p.state, "draft": p.draft, "title": p.title,
+		"number": p.number, "state": p.state, "draft": p.draft, "title": p.title, "body": p.body,
 		"user":          map[string]any{"login": p.author, "type": p.authorType},
 		"head":          map[string]any{"sha": p.head, "ref": "feature", "repo": map[string]any{"name": p.repo, "owner": map[string]any{"login": p.owner}}},
 		"base":          map[string]any{"sha": p.base, "ref": "main", "repo": map[string]any{"name": p.repo, "owner": map[string]any{"login": p.owner}}},
