@@ -165,12 +165,14 @@ type SyncBuffer struct {
 	b  bytes.Buffer
 }
 
+// Write appends p.
 func (s *SyncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
 }
 
+// String returns what was written so far.
 func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()

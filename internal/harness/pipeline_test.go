@@ -251,7 +251,10 @@ func TestDashboardDisabled(t *testing.T) {
 			t.Errorf("%s: %d, want %d", path, code, want)
 		}
 	}
-	if code, _ := get(t, base+"/", ""); code != 401 {
-		t.Errorf("/ without auth: %d, want 401 (auth comes before routing)", code)
+	if code, _ := get(t, base+"/api/plans", ""); code != 401 {
+		t.Errorf("/api/plans without auth: %d, want 401", code)
+	}
+	if strings.Contains(s.logs.String(), "prq: dashboard") {
+		t.Errorf("serve announced a dashboard it does not serve:\n%s", s.logs.String())
 	}
 }

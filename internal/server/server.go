@@ -203,7 +203,12 @@ func (s *Server) Run(ctx context.Context, out io.Writer, roles Roles, opt Option
 		defer closeMon()
 		waitHTTP = serveHTTP(ctx, ln, h, log)
 		log.InfoContext(ctx, "serving", "addr", ln.Addr().String(), "webhook", wh != nil, "dashboard", !cfg.Dashboard.Disabled)
-		fmt.Fprintf(out, "prq: dashboard http://%s/  asynq web UI http://%s/monitoring/  metrics http://%s/metrics\n", hostPort(ln.Addr()), hostPort(ln.Addr()), hostPort(ln.Addr()))
+		at := hostPort(ln.Addr())
+		if cfg.Dashboard.Disabled {
+			fmt.Fprintf(out, "prq: asynq web UI http://%s/monitoring/  metrics http://%s/metrics\n", at, at)
+		} else {
+			fmt.Fprintf(out, "prq: dashboard http://%s/  asynq web UI http://%s/monitoring/  metrics http://%s/metrics\n", at, at, at)
+		}
 	}
 	var stopWorker func()
 	if roles.Worker {
