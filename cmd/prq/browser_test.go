@@ -3,12 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"net/http"
 	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/prq-dev/prq/internal/harness"
 )
 
 // TestDashboardInBrowser runs a short demo and loads the dashboard and the
@@ -25,10 +28,13 @@ func TestDashboardInBrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a demo for several seconds")
 	}
-	addr := freeAddr(t)
+	addr, err := harness.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out syncBuffer
+	var out harness.SyncBuffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"demo", "--addr", addr, "--duration", "60s", "--rate", "2", "--log-level", "warn"}, func(string) string { return "" }, &out, &out)
@@ -82,7 +88,7 @@ func TestDashboardInBrowser(t *testing.T) {
 }
 
 func getNoAuth(url string) (int, error) {
-	resp, err := httpClient.Get(url)
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(url)
 	if err != nil {
 		return 0, err
 	}

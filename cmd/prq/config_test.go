@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/prq-dev/prq/internal/redistest"
 )
 
 func envOf(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -91,22 +93,8 @@ func TestCommandsHelp(t *testing.T) {
 	}
 }
 
-func TestParseRedisURL(t *testing.T) {
-	for _, good := range []string{"redis://127.0.0.1:6379", "redis://:pw@h:1/2", "rediss://h:6380", "redis-sentinel://a:26379,b:26379?master=m",
-		"redis-cluster://a:7000,b:7001"} {
-		if _, err := parseRedisURL(good); err != nil {
-			t.Errorf("%s: %v", good, err)
-		}
-	}
-	for _, bad := range []string{"redis://h", "redis://a:1,b:2", "redis-sentinel://a:1", "redis-cluster://a:1/3", "redis://h:99999", "redis://h:1/x", "::"} {
-		if _, err := parseRedisURL(bad); err == nil {
-			t.Errorf("%s accepted", bad)
-		}
-	}
-}
-
 func TestServeRefusesOpenDashboardOffLoopback(t *testing.T) {
-	srv := redisForTest(t)
+	srv := redistest.New(t)
 	env := map[string]string{"REDIS_URL": srv.URL(), "GITHUB_WEBHOOK_SECRET": "s"}
 	var out bytes.Buffer
 	err := run(context.Background(), []string{"serve", "--addr", "0.0.0.0:0"}, envOf(env), &out, &out)

@@ -2,150 +2,259 @@ package main
 
 import (
 	"context"
-	"errors"
+	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
-	"runtime/debug"
-	"sort"
-	"strings"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/prq-dev/prq/fake/fakegithub"
+	"github.com/prq-dev/prq/fake/fakeopenai"
+	"github.com/prq-dev/prq/internal/bench"
+	"github.com/prq-dev/prq/internal/chaos"
+	"github.com/prq-dev/prq/internal/config"
+	"github.com/prq-dev/prq/internal/demo"
+	"github.com/prq-dev/prq/internal/harness"
+	"github.com/prq-dev/prq/internal/logging"
+	"github.com/prq-dev/prq/internal/server"
+	"github.com/prq-dev/prq/jobs"
+	"github.com/prq-dev/prq/store"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
-
-// usageError is a command-line mistake: exit code 2.
-type usageError struct{ msg string }
-
-func (e *usageError) Error() string { return e.msg }
-
-func exitCode(err error) int {
-	var u *usageError
-	if errors.As(err, &u) {
-		return 2
+// setup parses a running command's flags and configuration.
+func setup(env *cmdEnv, name, usage string, m config.Mode, args []string, extra func(*flag.FlagSet)) (*config.Config, bool, error) {
+	fs := newFlagSet(env, name, usage)
+	var fl config.Flags
+	fl.Register(fs)
+	if extra != nil {
+		extra(fs)
 	}
-	return 1
+	if help, err := parseFlags(fs, args); help || err != nil {
+		return nil, help, err
+	}
+	cfg, err := config.Load(env.getenv, &fl)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := cfg.Validate(m); err != nil {
+		return nil, false, fmt.Errorf("invalid configuration:\n  %s", indent(err.Error()))
+	}
+	return cfg, false, nil
 }
 
-type command struct {
-	summary string
-	run     func(ctx context.Context, env *cmdEnv, args []string) error
-}
-
-// cmdEnv is what every command gets: environment lookup and output.
-type cmdEnv struct {
-	getenv         func(string) string
-	stdout, stderr io.Writer
-}
-
-func commands() map[string]command {
-	return map[string]command{
-		"serve":        {"run the webhook receiver, dashboard, asynq web UI, metrics and admin API", runServe},
-		"worker":       {"run jobs: admission, summaries, reviews, chat and publishing", runWorker},
-		"all":          {"serve and worker in one process", runAll},
-		"demo":         {"run everything on an embedded default: no Redis, GitHub or OpenAI account needed", runDemo},
-		"config":       {"config check: validate and print the effective configuration, secrets redacted", runConfig},
-		"fake":         {"fake github|openai: run a faithful fake of the GitHub API or an OpenAI-compatible provider", runFake},
-		"plan":         {"plan set|get|list: an installation's plan tier", runPlan},
-		"version":      {"print the version", runVersion},
-		"bench":        {"prq against today's alternatives on the same workload, side by side: table, JSON, SVG", runBench},
-		"bench-worker": {"a worker process of prq bench (internal)", runBenchWorker},
-		"chaos":        {"prove it survives: kill -9, SIGSTOP and Redis restarts under load; prints the figures", runChaos},
-	}
-}
-
-// run is prq's whole program; main only adds signals and the exit code.
-func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	env := &cmdEnv{getenv: getenv, stdout: stdout, stderr: stderr}
-	cmds := commands()
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		printUsage(stdout, cmds)
-		if len(args) == 0 {
-			return &usageError{"no command given"}
-		}
-		return nil
-	}
-	c, ok := cmds[args[0]]
-	if !ok {
-		printUsage(stderr, cmds)
-		return &usageError{fmt.Sprintf("unknown command %q", args[0])}
-	}
-	return c.run(ctx, env, args[1:])
-}
-
-func printUsage(w io.Writer, cmds map[string]command) {
-	fmt.Fprintln(w, "prq: a durable job queue and worker pool for LLM pull-request review")
-	fmt.Fprintln(w, "\nUsage: prq <command> [flags]   (prq <command> --help for its flags)")
-	fmt.Fprintln(w, "\nCommands:")
-	names := make([]string, 0, len(cmds))
-	for n := range cmds {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(w, "  %-8s %s\n", n, cmds[n].summary)
-	}
-}
-
-// newFlagSet returns a flag set that reports errors instead of exiting.
-func newFlagSet(env *cmdEnv, name, usage string) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(env.stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(env.stderr, "Usage: prq %s\n\n%s\n\nFlags:\n", name, usage)
-		fs.PrintDefaults()
-	}
-	return fs
-}
-
-// parseFlags parses args; --help is not an error.
-func parseFlags(fs *flag.FlagSet, args []string) (help bool, err error) {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return true, nil
-		}
-		return false, &usageError{err.Error()}
-	}
-	return false, nil
-}
-
-func runVersion(_ context.Context, env *cmdEnv, args []string) error {
-	v := version
-	if bi, ok := debug.ReadBuildInfo(); ok && v == "dev" {
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-				v = "dev-" + s.Value[:12]
-			}
+func indent(s string) string {
+	out := []byte{}
+	for i := 0; i < len(s); i++ {
+		out = append(out, s[i])
+		if s[i] == '\n' {
+			out = append(out, ' ', ' ')
 		}
 	}
-	fmt.Fprintln(env.stdout, "prq", v)
-	return nil
+	return string(out)
 }
 
-func runConfig(_ context.Context, env *cmdEnv, args []string) error {
-	fs := newFlagSet(env, "config check [--for serve|worker|all|demo]", "Validates the configuration (file, environment, flags) and prints the effective configuration with every secret redacted.")
-	var fl flags
-	fl.register(fs)
-	forMode := fs.String("for", "", "also check what this command needs: serve, worker, all or demo")
-	if len(args) == 0 || args[0] != "check" {
-		fs.Usage()
-		return &usageError{"usage: prq config check"}
-	}
-	if help, err := parseFlags(fs, args[1:]); help || err != nil {
+func runServe(ctx context.Context, env *cmdEnv, args []string) error {
+	cfg, help, err := setup(env, "serve", "Runs the webhook receiver, dashboard, asynq web UI, metrics and admin API.", config.ModeServe, args, nil)
+	if help || err != nil {
 		return err
 	}
-	m := map[string]mode{"": modeCheck, "serve": modeServe, "worker": modeWorker, "all": modeAll, "demo": modeDemo}
-	md, ok := m[*forMode]
-	if !ok {
-		return &usageError{fmt.Sprintf("--for %q: want serve, worker, all or demo", *forMode)}
+	return server.RunProcess(ctx, cfg, server.Roles{HTTP: true}, env.stdout, env.stderr)
+}
+
+func runWorker(ctx context.Context, env *cmdEnv, args []string) error {
+	cfg, help, err := setup(env, "worker", "Runs jobs: admission, planning, summaries, reviews, chat and publishing. Scale by running more.", config.ModeWorker, args, nil)
+	if help || err != nil {
+		return err
 	}
-	cfg, err := loadConfig(env.getenv, &fl)
+	return server.RunProcess(ctx, cfg, server.Roles{Worker: true}, env.stdout, env.stderr)
+}
+
+func runAll(ctx context.Context, env *cmdEnv, args []string) error {
+	cfg, help, err := setup(env, "all", "Runs serve and worker in one process.", config.ModeAll, args, nil)
+	if help || err != nil {
+		return err
+	}
+	return server.RunProcess(ctx, cfg, server.Roles{HTTP: true, Worker: true}, env.stdout, env.stderr)
+}
+
+func runDemo(ctx context.Context, env *cmdEnv, args []string) error {
+	var d demo.Flags
+	cfg, help, err := setup(env, "demo", demo.Usage, config.ModeDemo, args, d.Register)
+	if help || err != nil {
+		return err
+	}
+	return demo.Run(ctx, cfg, d, env.stdout, env.stderr)
+}
+
+func runBench(ctx context.Context, env *cmdEnv, args []string) error {
+	var b bench.Flags
+	cfg, help, err := setup(env, "bench", bench.Usage, config.ModeCheck, args, b.Register)
+	if help || err != nil {
+		return err
+	}
+	return bench.Run(ctx, cfg, b, env.stdout)
+}
+
+func runBenchWorker(ctx context.Context, env *cmdEnv, args []string) error {
+	var w bench.WorkerFlags
+	cfg, help, err := setup(env, "bench-worker", "A worker process of prq bench (internal).", config.ModeWorker, args, w.Register)
+	if help || err != nil {
+		return err
+	}
+	return bench.RunWorker(ctx, cfg, w, env.stdout, env.stderr)
+}
+
+func runChaos(ctx context.Context, env *cmdEnv, args []string) error {
+	var c chaos.Flags
+	_, help, err := setup(env, "chaos", chaos.Usage, config.ModeCheck, args, c.Register)
+	if help || err != nil {
+		return err
+	}
+	return chaos.Run(ctx, c, env.stdout)
+}
+
+func runPlan(ctx context.Context, env *cmdEnv, args []string) error {
+	usage := "prq plan set <installation> <tier> [reason] | get <installation> | list"
+	if len(args) == 0 {
+		return &usageError{Msg: usage}
+	}
+	sub, rest := args[0], args[1:]
+	fs := newFlagSet(env, "plan "+sub, usage)
+	var fl config.Flags
+	fl.Register(fs)
+	if help, err := parseFlags(fs, rest); help || err != nil {
+		return err
+	}
+	cfg, err := config.Load(env.getenv, &fl)
 	if err != nil {
 		return err
 	}
-	if err := cfg.validate(md); err != nil {
-		return fmt.Errorf("invalid configuration:\n  %s", strings.ReplaceAll(err.Error(), "\n", "\n  "))
+	if cfg.RedisURL == "" {
+		return &config.SettingError{Name: "REDIS_URL", Problem: "is required"}
 	}
-	fmt.Fprint(env.stdout, cfg.redacted())
-	return nil
+	conn, err := config.ParseRedisURL(cfg.RedisURL)
+	if err != nil {
+		return &config.SettingError{Name: "REDIS_URL", Problem: err.Error()}
+	}
+	log := logging.New(env.stderr, cfg.Log)
+	rdb, err := server.Open(ctx, conn, true, log)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	def, _ := jobs.ParseTier(cfg.DefaultTier)
+	st := store.New(rdb, def)
+	pos := fs.Args()
+	enc := json.NewEncoder(env.stdout)
+	enc.SetIndent("", "  ")
+	switch sub {
+	case "set":
+		if len(pos) < 2 {
+			return &usageError{Msg: usage}
+		}
+		id, err := strconv.ParseInt(pos[0], 10, 64)
+		if err != nil || id <= 0 {
+			return &usageError{Msg: "installation must be a positive integer"}
+		}
+		tier, err := jobs.ParseTier(pos[1])
+		if err != nil {
+			return &usageError{Msg: err.Error()}
+		}
+		reason := ""
+		if len(pos) > 2 {
+			reason = pos[2]
+		}
+		if err := st.UpdatePlan(ctx, id, func(p *store.Plan) { p.Tier, p.Reason, p.Explicit = tier, reason, true }); err != nil {
+			return err
+		}
+		p, _ := st.GetPlan(ctx, id)
+		return enc.Encode(p)
+	case "get":
+		if len(pos) != 1 {
+			return &usageError{Msg: usage}
+		}
+		id, err := strconv.ParseInt(pos[0], 10, 64)
+		if err != nil || id <= 0 {
+			return &usageError{Msg: "installation must be a positive integer"}
+		}
+		p, err := st.GetPlan(ctx, id)
+		if err != nil {
+			return err
+		}
+		return enc.Encode(p)
+	case "list":
+		ps, err := st.ListPlans(ctx)
+		if err != nil {
+			return err
+		}
+		return enc.Encode(ps)
+	}
+	return &usageError{Msg: usage}
+}
+
+func runFake(ctx context.Context, env *cmdEnv, args []string) error {
+	usage := "prq fake github|openai [--addr 127.0.0.1:9100] — a faithful fake of the GitHub API or an OpenAI-compatible provider"
+	if len(args) == 0 || (args[0] != "github" && args[0] != "openai") {
+		return &usageError{Msg: usage}
+	}
+	which := args[0]
+	fs := newFlagSet(env, "fake "+which, usage)
+	addr := fs.String("addr", "127.0.0.1:9100", "listen address")
+	compress := fs.Float64("compress", 1, "time compression: limits per minute/compress")
+	keyPath := fs.String("app-public-key", "", "github: PEM of the App's RSA key (private or public) to verify JWTs")
+	appID := fs.Int64("app-id", 1, "github: the App id JWTs must carry")
+	corpusPath := fs.String("corpus", "", "github: prs.jsonl to serve (default: ../shared/fixtures/pr-corpus when present, else generated PRs)")
+	inst := fs.Int64("installation", 1, "github: the installation serving the PRs")
+	apiKey := fs.String("api-key", "", "openai: the only API key accepted (default: any)")
+	if help, err := parseFlags(fs, args[1:]); help || err != nil {
+		return err
+	}
+	if *compress <= 0 {
+		return &usageError{Msg: "--compress must be positive"}
+	}
+	per := time.Duration(float64(time.Minute) / *compress)
+	var h http.Handler
+	switch which {
+	case "openai":
+		cfg := config.Default()
+		var keys []string
+		if *apiKey != "" {
+			keys = []string{*apiKey}
+		}
+		h = fakeopenai.New(fakeopenai.Config{Models: harness.FakeModels(&cfg), Period: per, Keys: keys, LatencyScale: 1 / *compress})
+	case "github":
+		if *keyPath == "" {
+			return &usageError{Msg: "fake github needs --app-public-key (the App's key, to verify its JWTs)"}
+		}
+		b, err := os.ReadFile(*keyPath)
+		if err != nil {
+			return err
+		}
+		pub, err := harness.PublicKey(b)
+		if err != nil {
+			return err
+		}
+		gh := fakegithub.New(fakegithub.Config{AppID: *appID, PublicKey: pub, WritePeriod: per})
+		prs, src, err := harness.LoadPRs(*corpusPath, 200, 1)
+		if err != nil {
+			return err
+		}
+		for _, p := range prs {
+			gh.AddPR(*inst, "", "", p)
+		}
+		fmt.Fprintf(env.stdout, "serving %d PRs from %s for installation %d\n", len(prs), src, *inst)
+		h = gh
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	fmt.Fprintf(env.stdout, "fake %s listening on http://%s (limits per %s)\n", which, ln.Addr(), per)
+	<-ctx.Done()
+	return srv.Close()
 }

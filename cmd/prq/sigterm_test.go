@@ -2,9 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -16,11 +13,14 @@ import (
 
 	"github.com/prq-dev/prq/fake/fakeopenai"
 	"github.com/prq-dev/prq/fake/traffic"
+	"github.com/prq-dev/prq/internal/config"
+	"github.com/prq-dev/prq/internal/harness"
+	"github.com/prq-dev/prq/internal/redistest"
 	"github.com/prq-dev/prq/jobs"
 	"github.com/prq-dev/prq/store"
 )
 
-// buildBinary builds prq once per test run.
+// buildBinary builds prq (this package) into a temporary directory.
 func buildBinary(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "prq")
@@ -31,15 +31,6 @@ func buildBinary(t *testing.T) string {
 	return bin
 }
 
-func freeAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // TestSIGTERMLetsRunningJobFinish runs the real binary (`prq all`), sends
 // SIGTERM while an LLM call is in flight, and expects the job to finish
 // and the process to exit 0.
@@ -48,36 +39,43 @@ func TestSIGTERMLetsRunningJobFinish(t *testing.T) {
 		t.Skip("builds and runs the binary")
 	}
 	bin := buildBinary(t)
-	srv := redisForTest(t)
-	cfg := defaultConfig()
-	apiKey := "sk-term-" + randomHex(6)
-	fakes, err := startFakes(&cfg, 1, apiKey, 1)
+	srv := redistest.New(t)
+	cfg := config.Default()
+	apiKey := "sk-term-" + harness.RandomHex(6)
+	fakes, err := harness.StartFakes(&cfg, 1, apiKey, 1, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer fakes.close()
+	defer fakes.Close()
 	// every call takes 2 s: long enough to be in flight at SIGTERM
 	slow := fakeopenai.New(fakeopenai.Config{Models: []fakeopenai.Model{{Name: "gpt-4o-mini", RPM: 1000, TPM: 10_000_000, Latency: 2 * time.Second},
 		{Name: "gpt-4o", RPM: 1000, TPM: 10_000_000, Latency: 2 * time.Second}}, Keys: []string{apiKey}})
-	url, closeSlow, err := listenServe(slow)
+	url, closeSlow, err := harness.ListenServe(slow)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer closeSlow()
-	addr := freeAddr(t)
-	secret := randomHex(16)
+	addr, err := harness.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := harness.RandomHex(16)
 	cmd := exec.Command(bin, "all", "--log-format", "json")
-	var logs syncBuffer
+	var logs harness.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
-	cmd.Env = append(os.Environ(), "REDIS_URL="+srv.URL(), "PRQ_ADDR="+addr, "GITHUB_APP_ID=1", "GITHUB_PRIVATE_KEY="+string(fakes.keyPEM),
-		"GITHUB_WEBHOOK_SECRET="+secret, "GITHUB_API_URL="+fakes.githubURL, "OPENAI_API_KEY="+apiKey, "OPENAI_BASE_URL="+url+"/v1", "GITHUB_APP_SLUG=prq")
+	// the fakes' worker environment, the slow provider instead of theirs
+	cmd.Env = append(fakes.WorkerEnv(srv.URL(), "prq"), "PRQ_ADDR="+addr, "GITHUB_WEBHOOK_SECRET="+secret, "OPENAI_BASE_URL="+url+"/v1")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer cmd.Process.Kill()
-	p := testPRs(t, 1)[0]
+	prs, err := harness.SmallPRs(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := prs[0]
 	p.Files = p.Files[:1]
-	fakes.github.AddPR(3, "tenant-3", p.Name(), p)
+	fakes.GitHub.AddPR(3, "tenant-3", p.Name(), p)
 	sender := &traffic.Sender{URL: "http://" + addr + "/webhook", Secret: []byte(secret)}
 	body := traffic.PullRequestEvent("opened", traffic.PR{Installation: 3, Owner: "tenant-3", Repo: p.Name(), Number: p.Number, Head: p.HeadSHA, Base: p.BaseSHA})
 	deadline := time.Now().Add(20 * time.Second)
@@ -119,5 +117,4 @@ func TestSIGTERMLetsRunningJobFinish(t *testing.T) {
 	if !strings.Contains(logs.String(), `"msg":"stopped"`) {
 		t.Fatalf("no orderly shutdown in the logs:\n%s", logs.String())
 	}
-	fmt.Fprint(os.Stderr)
 }

@@ -7,15 +7,15 @@ package traffic
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/prq-dev/prq/webhook"
 )
 
 // PR is what a pull_request payload needs.
@@ -143,13 +143,6 @@ func NewDelivery() string {
 	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
 
-// Sign returns the X-Hub-Signature-256 value of body.
-func Sign(secret, body []byte) string {
-	m := hmac.New(sha256.New, secret)
-	m.Write(body)
-	return "sha256=" + hex.EncodeToString(m.Sum(nil))
-}
-
 // Sender posts deliveries to a webhook URL.
 type Sender struct {
 	URL    string
@@ -167,7 +160,7 @@ func (s *Sender) Send(ctx context.Context, event, delivery string, body []byte) 
 	req.Header.Set("User-Agent", "GitHub-Hookshot/prq-traffic")
 	req.Header.Set("X-GitHub-Event", event)
 	req.Header.Set("X-GitHub-Delivery", delivery)
-	req.Header.Set("X-Hub-Signature-256", Sign(s.Secret, body))
+	req.Header.Set("X-Hub-Signature-256", webhook.Sign(s.Secret, body))
 	c := s.Client
 	if c == nil {
 		c = &http.Client{Timeout: 15 * time.Second}

@@ -1,8 +1,9 @@
-package main
+package harness
 
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"sort"
 	"sync"
@@ -11,7 +12,10 @@ import (
 	"time"
 
 	"github.com/prq-dev/prq/fake/traffic"
+	"github.com/prq-dev/prq/internal/config"
+	"github.com/prq-dev/prq/internal/logging"
 	"github.com/prq-dev/prq/internal/redistest"
+	"github.com/prq-dev/prq/internal/server"
 )
 
 // BenchmarkWebhook drives POST /webhook of a real serve process (real
@@ -20,28 +24,21 @@ import (
 // requests/s and latency percentiles.
 func BenchmarkWebhook(b *testing.B) {
 	srv := redistest.New(b)
-	cfg := defaultConfig()
-	cfg.sources = map[string]string{}
+	cfg := config.Default()
 	cfg.RedisURL, cfg.Addr = srv.URL(), "127.0.0.1:0"
-	cfg.GitHub.WebhookSecret = Secret("bench-secret")
+	cfg.GitHub.WebhookSecret = config.Secret("bench-secret")
 	cfg.Log.Level = "error"
-	conn, _ := parseRedisURL(cfg.RedisURL)
+	conn, _ := config.ParseRedisURL(cfg.RedisURL)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	a, err := newApp(ctx, &cfg, discardLog, conn)
+	a, err := server.New(ctx, &cfg, logging.New(io.Discard, cfg.Log), conn)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer a.close()
-	done := make(chan error, 1)
-	go func() {
-		done <- a.run(ctx, &cmdEnv{getenv: func(string) string { return "" }, stdout: &syncBuffer{}, stderr: &syncBuffer{}}, running{http: true}, nil)
-	}()
-	for a.listenAddr() == "" {
-		time.Sleep(5 * time.Millisecond)
-	}
+	defer a.Close()
+	done := Serve(ctx, a, io.Discard, server.Roles{HTTP: true}, server.Options{})
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
-	sender := &traffic.Sender{URL: "http://" + a.listenAddr() + "/webhook", Secret: []byte("bench-secret"), Client: client}
+	sender := &traffic.Sender{URL: "http://" + a.ListenAddr() + "/webhook", Secret: []byte("bench-secret"), Client: client}
 	var next atomic.Int64
 	lat := make([]time.Duration, b.N)
 	var failed atomic.Int64

@@ -1,4 +1,11 @@
-package main
+// Package chaos proves prq survives failure under load: it runs serve in
+// this process and workers as child processes against a real Redis (or a
+// local Redis Cluster) and the fakes, kills workers with SIGKILL, stops
+// them past asynq's lease, restarts or kills Redis, soaks, and then checks
+// that every accepted PR was published exactly once and no job was lost.
+// It owns the scenarios and their report, not the fakes or processes
+// (internal/harness) or Redis (internal/redisproc).
+package chaos
 
 import (
 	"context"
@@ -8,10 +15,8 @@ import (
 	"math/rand"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,14 +28,20 @@ import (
 
 	"github.com/prq-dev/prq/fake/corpus"
 	"github.com/prq-dev/prq/fake/traffic"
-	"github.com/prq-dev/prq/internal/redistest"
+	"github.com/prq-dev/prq/internal/config"
+	"github.com/prq-dev/prq/internal/harness"
+	"github.com/prq-dev/prq/internal/logging"
+	"github.com/prq-dev/prq/internal/quantile"
+	"github.com/prq-dev/prq/internal/redisproc"
+	"github.com/prq-dev/prq/internal/server"
 	"github.com/prq-dev/prq/jobs"
 	"github.com/prq-dev/prq/ratelimit"
 	"github.com/prq-dev/prq/store"
 	"github.com/prq-dev/prq/workers"
 )
 
-type chaosFlags struct {
+// Flags are the chaos run's settings.
+type Flags struct {
 	scenarios  string
 	prs        int
 	processes  int
@@ -49,7 +60,8 @@ type chaosFlags struct {
 	soak       time.Duration
 }
 
-func (c *chaosFlags) register(fs *flag.FlagSet) {
+// Register adds the chaos run's flags to fs.
+func (c *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.scenarios, "scenarios", "crash,stall,redis-restart,redis-kill,cluster", "scenarios to run, comma-separated")
 	fs.IntVar(&c.prs, "prs", 200, "pull requests per scenario")
 	fs.IntVar(&c.processes, "processes", 3, "worker processes")
@@ -98,29 +110,29 @@ type soakSample struct {
 	RedisMem   int64
 }
 
-func usedMemory(ctx context.Context, a *app) int64 {
-	return redisInfoInt(ctx, a.rdb, "memory", "used_memory")
+func usedMemory(ctx context.Context, s *server.Server) int64 {
+	return harness.RedisInfoInt(ctx, s.Redis(), "memory", "used_memory")
 }
 
-func runChaos(ctx context.Context, env *cmdEnv, args []string) error {
-	var c chaosFlags
-	_, help, err := setup(env, "chaos", "Proves prq survives: kills, stalls and Redis restarts under load, with real processes, a real Redis and the fake provider and GitHub. Prints what it found; exits non-zero on any lost or duplicated work.", modeCheck, args, c.register)
-	if help || err != nil {
-		return err
-	}
+// Usage describes the chaos command.
+const Usage = "Proves prq survives: kills, stalls and Redis restarts under load, with real processes, a real Redis and the fake provider and GitHub. Prints what it found; exits non-zero on any lost or duplicated work."
+
+// Run runs the scenarios and prints what each found; it fails on any
+// lost or duplicated work.
+func Run(ctx context.Context, c Flags, stdout io.Writer) error {
 	if c.prs <= 0 || c.processes <= 0 || c.compress <= 0 {
-		return &usageError{"--prs, --processes and --compress must be positive"}
+		return &config.UsageError{Msg: "--prs, --processes and --compress must be positive"}
 	}
 	if err := os.MkdirAll(c.out, 0o755); err != nil {
 		return err
 	}
 	failed := false
-	for _, sc := range splitComma(c.scenarios) {
-		rep, err := chaosScenario(ctx, env, c, sc)
+	for _, sc := range config.SplitList(c.scenarios) {
+		rep, err := chaosScenario(ctx, c, sc)
 		if err != nil {
 			return fmt.Errorf("chaos %s: %w", sc, err)
 		}
-		printChaos(env.stdout, rep)
+		printChaos(stdout, rep)
 		if len(rep.Problems) > 0 {
 			failed = true
 		}
@@ -135,12 +147,7 @@ func printChaos(w io.Writer, r chaosReport) {
 	fmt.Fprintf(w, "chaos %s: %d/%d PRs published, %d/%d reviews, %d duplicates, %d jobs lost, %d archived, %d deliveries accepted, %s\n",
 		r.Scenario, r.Published, r.PRs, r.Reviews, r.WantReviews, r.Duplicates, r.Lost, r.Archived, r.Accepted, r.Elapsed.Round(time.Second))
 	if r.Kills > 0 {
-		ds := append([]time.Duration(nil), r.Recovery...)
-		sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
-		p50, mx := time.Duration(0), time.Duration(0)
-		if len(ds) > 0 {
-			p50, mx = ds[len(ds)/2], ds[len(ds)-1]
-		}
+		p50, mx := quantile.Of(r.Recovery, .5), quantile.Of(r.Recovery, 1)
 		fmt.Fprintf(w, "  %d kill -9; %d jobs were running in killed workers; recovery (kill to the job running again or done): p50 %s, max %s\n",
 			r.Kills, len(r.Recovery), p50.Round(100*time.Millisecond), mx.Round(100*time.Millisecond))
 	}
@@ -172,127 +179,94 @@ func printChaos(w io.Writer, r chaosReport) {
 	}
 }
 
-// chaosRedis is a redis-server the scenario controls (restart, kill -9).
-type chaosRedis struct {
-	srv *redistest.Server
-}
-
 // chaosRun is the system under test: serve in this process, workers as
 // processes that can be killed, stopped and restarted.
 type chaosRun struct {
-	c       chaosFlags
-	cfg     Config
-	fakes   *fakeSet
-	app     *app
+	c       Flags
 	cfgFile string
 	env     []string
 	mu      sync.Mutex
-	procs   []*exec.Cmd
+	procs   []*harness.Proc
 	n       int
 }
 
 func (r *chaosRun) spawn(i int) error {
-	exe := r.c.exe
-	if exe == "" {
-		var err error
-		if exe, err = os.Executable(); err != nil {
-			return err
-		}
-	}
-	r.n++
-	logf, err := os.Create(filepath.Join(r.c.out, fmt.Sprintf("worker%d-%d.log", i, r.n)))
+	exe, err := harness.Executable(r.c.exe)
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(exe, "worker", "--config", r.cfgFile)
-	cmd.Env = r.env
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	r.n++
+	p, err := harness.StartProc(exe, []string{"worker", "--config", r.cfgFile}, r.env, filepath.Join(r.c.out, fmt.Sprintf("worker%d-%d.log", i, r.n)))
+	if err != nil {
 		return err
 	}
-	go func() { cmd.Wait(); logf.Close() }()
 	r.mu.Lock()
-	r.procs[i] = cmd
+	r.procs[i] = p
 	r.mu.Unlock()
 	return nil
 }
 
-func chaosScenario(ctx context.Context, env *cmdEnv, c chaosFlags, scenario string) (chaosReport, error) {
+func chaosScenario(ctx context.Context, c Flags, scenario string) (chaosReport, error) {
 	rep := chaosReport{Scenario: scenario}
 	switch scenario {
 	case "crash", "stall", "redis-restart", "redis-kill", "cluster", "soak":
 	default:
-		return rep, &usageError{fmt.Sprintf("unknown scenario %q (want crash, stall, redis-restart, redis-kill, cluster or soak)", scenario)}
+		return rep, &config.UsageError{Msg: fmt.Sprintf("unknown scenario %q (want crash, stall, redis-restart, redis-kill, cluster or soak)", scenario)}
 	}
 	fsync := "everysec"
 	if scenario == "redis-kill" {
 		fsync = c.fsync
 	}
-	var srv *redistest.Server
+	var srv *redisproc.Server
 	var redisURL string
 	if scenario == "cluster" {
-		cl, err := startCluster(ctx)
+		cl, err := redisproc.StartCluster(ctx)
 		if err != nil {
 			return rep, err
 		}
-		defer cl.stop()
-		redisURL = cl.url()
+		defer cl.Stop()
+		redisURL = cl.URL()
 	} else {
 		var err error
-		srv, err = redistest.Start("--appendonly", "yes", "--appendfsync", fsync)
+		srv, err = redisproc.Start("--appendonly", "yes", "--appendfsync", fsync)
 		if err != nil {
 			return rep, err
 		}
 		defer srv.Stop()
 		redisURL = srv.URL()
 	}
-	b := benchFlags{compress: c.compress, concurrency: 20, seed: c.seed}
-	cfg := benchConfig(b, redisURL)
-	cfg.Tiers["free"] = Tier{Weight: 1, Review: boolPtr(false)}
+	cfg := harness.RunConfig(redisURL, c.compress, 20)
 	// roomy limits: the point is failure, not the bucket
 	for i := range cfg.Models {
 		cfg.Models[i].TokensPerMinute *= 4
 	}
-	apiKey := "sk-chaos-" + randomHex(8)
-	fakes, err := startFakes(&cfg, c.compress, apiKey, c.seed, scenario == "cluster")
+	fakes, err := harness.StartFakes(&cfg, c.compress, "sk-chaos-"+harness.RandomHex(8), c.seed, scenario == "cluster")
 	if err != nil {
 		return rep, err
 	}
-	defer fakes.close()
-	fakes.openai.SetLatencyScale(c.latency)
-	cfg.GitHub.AppID, cfg.GitHub.PrivateKey, cfg.GitHub.APIURL = fakes.appID, Secret(fakes.keyPEM), fakes.githubURL
-	cfg.GitHub.WebhookSecret, cfg.GitHub.AppSlug = Secret(randomHex(16)), "prq-chaos"
-	cfg.OpenAI.APIKey, cfg.OpenAI.BaseURL = Secret(apiKey), fakes.openaiURL
+	defer fakes.Close()
+	fakes.OpenAI.SetLatencyScale(c.latency)
+	fakes.Configure(&cfg, "prq-chaos")
 	cfg.Addr = "127.0.0.1:0"
 	cfgFile := filepath.Join(c.out, "chaos-config.yaml")
-	yb, _ := yaml.Marshal(map[string]any{"models": cfg.Models, "jobs": cfg.Jobs, "tiers": cfg.Tiers, "log": LogConfig{Format: "json", Level: "info"},
+	yb, _ := yaml.Marshal(map[string]any{"models": cfg.Models, "jobs": cfg.Jobs, "tiers": cfg.Tiers, "log": config.LogConfig{Format: "json", Level: "info"},
 		"shutdown_timeout": cfg.ShutdownTimeout, "worker": cfg.Worker, "github": map[string]any{"write_gap": cfg.GitHub.WriteGap}})
 	if err := os.WriteFile(cfgFile, yb, 0o600); err != nil {
 		return rep, err
 	}
-	r := &chaosRun{c: c, cfg: cfg, fakes: fakes, cfgFile: cfgFile, procs: make([]*exec.Cmd, c.processes),
-		env: append(os.Environ(), "REDIS_URL="+redisURL, "GITHUB_APP_ID=1", "GITHUB_PRIVATE_KEY="+string(fakes.keyPEM), "GITHUB_API_URL="+fakes.githubURL,
-			"OPENAI_API_KEY="+apiKey, "OPENAI_BASE_URL="+fakes.openaiURL, "GITHUB_APP_SLUG=prq-chaos")}
+	r := &chaosRun{c: c, cfgFile: cfgFile, procs: make([]*harness.Proc, c.processes), env: fakes.WorkerEnv(redisURL, "prq-chaos")}
 	// serve, in this process
 	sctx, stopServe := context.WithCancel(ctx)
 	defer stopServe()
-	opt, _ := parseRedisURL(redisURL)
+	opt, _ := config.ParseRedisURL(redisURL)
 	logf, _ := os.Create(filepath.Join(c.out, scenario+"-serve.log"))
 	defer logf.Close()
-	a, err := newApp(sctx, &cfg, newLogger(logf, LogConfig{Format: "json", Level: "info"}), opt)
+	a, err := server.New(sctx, &cfg, logging.New(logf, config.LogConfig{Format: "json", Level: "info"}), opt)
 	if err != nil {
 		return rep, err
 	}
-	defer a.close()
-	r.app = a
-	served := make(chan error, 1)
-	go func() {
-		served <- a.run(sctx, &cmdEnv{getenv: env.getenv, stdout: io.Discard, stderr: io.Discard}, running{http: true}, nil)
-	}()
-	for a.listenAddr() == "" {
-		time.Sleep(10 * time.Millisecond)
-	}
+	defer a.Close()
+	served := harness.Serve(sctx, a, io.Discard, server.Roles{HTTP: true}, server.Options{})
 	for i := 0; i < c.processes; i++ {
 		if err := r.spawn(i); err != nil {
 			return rep, err
@@ -300,27 +274,27 @@ func chaosScenario(ctx context.Context, env *cmdEnv, c chaosFlags, scenario stri
 	}
 	defer func() {
 		for _, p := range r.procs {
-			if p != nil && p.Process != nil {
-				p.Process.Signal(syscall.SIGCONT)
-				p.Process.Signal(syscall.SIGTERM)
+			if p != nil {
+				p.Signal(syscall.SIGCONT)
+				p.Signal(syscall.SIGTERM)
 			}
 		}
 		time.Sleep(2 * time.Second)
 		for _, p := range r.procs {
-			if p != nil && p.Process != nil {
-				p.Process.Kill()
+			if p != nil {
+				p.Kill()
 			}
 		}
 	}()
 	// the workload: PRs across tiers and tenants
-	prs, _, err := loadPRs(c.corpus, max(200, c.prs), c.seed)
+	prs, _, err := harness.LoadPRs(c.corpus, max(200, c.prs), c.seed)
 	if err != nil {
 		return rep, err
 	}
 	rng := rand.New(rand.NewSource(c.seed))
 	tiers := []jobs.Tier{jobs.TierPaid, jobs.TierTrial, jobs.TierFree}
 	for inst := int64(1); inst <= 9; inst++ {
-		a.store.SetPlan(ctx, store.Plan{Installation: inst, Tier: tiers[inst%3], Explicit: true})
+		a.Store().SetPlan(ctx, store.Plan{Installation: inst, Tier: tiers[inst%3], Explicit: true})
 	}
 	type sentPR struct {
 		pr     jobs.PR
@@ -329,7 +303,7 @@ func chaosScenario(ctx context.Context, env *cmdEnv, c chaosFlags, scenario stri
 		ok     bool
 	}
 	var sent []sentPR
-	sender := &traffic.Sender{URL: "http://" + a.listenAddr() + "/webhook", Secret: []byte(cfg.GitHub.WebhookSecret)}
+	sender := &traffic.Sender{URL: "http://" + a.ListenAddr() + "/webhook", Secret: []byte(cfg.GitHub.WebhookSecret)}
 	start := time.Now()
 	chaosDone := make(chan struct{})
 	go func() {
@@ -348,9 +322,9 @@ func chaosScenario(ctx context.Context, env *cmdEnv, c chaosFlags, scenario stri
 			p = prs[rng.Intn(len(prs))]
 		}
 		inst := int64(1 + rng.Intn(9))
-		p.Number, p.HeadSHA = 1000+i, randomHex(40)
+		p.Number, p.HeadSHA = 1000+i, harness.RandomHex(40)
 		owner := fmt.Sprintf("tenant-%d", inst)
-		fakes.github.AddPR(inst, owner, p.Name(), p)
+		fakes.GitHub.AddPR(inst, owner, p.Name(), p)
 		pr := jobs.PR{Installation: inst, Owner: owner, Repo: p.Name(), Number: p.Number}
 		body := traffic.PullRequestEvent("opened", traffic.PR{Installation: inst, Owner: owner, Repo: p.Name(), Number: p.Number, Head: p.HeadSHA, Base: p.BaseSHA})
 		delivery := traffic.NewDelivery()
@@ -377,7 +351,7 @@ func chaosScenario(ctx context.Context, env *cmdEnv, c chaosFlags, scenario stri
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		done := 0
 		for _, s := range sent {
-			if chaosSummaries(fakes, s.pr) > 0 {
+			if fakes.Summaries(s.pr) > 0 {
 				done++
 			}
 		}
@@ -393,15 +367,15 @@ func chaosScenario(ctx context.Context, env *cmdEnv, c chaosFlags, scenario stri
 	}
 	rep.PRs = len(sent)
 	rep.ProviderLimited = 0
-	for _, st := range fakes.openai.Stats() {
+	for _, st := range fakes.OpenAI.Stats() {
 		rep.ProviderLimited += st.RateLimited
 	}
 	for _, s := range sent {
 		if s.ok {
 			rep.Accepted++
 		}
-		n := chaosSummaries(fakes, s.pr)
-		st := fakes.github.Stats(s.pr.Owner, s.pr.Repo, s.pr.Number)
+		n := fakes.Summaries(s.pr)
+		st := fakes.GitHub.Stats(s.pr.Owner, s.pr.Repo, s.pr.Number)
 		if n > 0 {
 			rep.Published++
 		}
@@ -431,9 +405,9 @@ func chaosScenario(ctx context.Context, env *cmdEnv, c chaosFlags, scenario stri
 	}
 	if scenario == "cluster" { // the limiter holds on a cluster too
 		for _, m := range cfg.Models {
-			lim, _ := m.limits()
+			lim, _ := m.Limits()
 			var adm []ratelimit.Admission
-			for _, x := range fakes.openai.Admissions(m.Name) {
+			for _, x := range fakes.OpenAI.Admissions(m.Name) {
 				adm = append(adm, ratelimit.Admission{At: x.At, Cost: x.Cost})
 			}
 			chk := ratelimit.CheckIntervals(adm, lim.TokensPerPeriod, lim.Period, lim.BurstTokens)
@@ -460,21 +434,11 @@ func reviewable(p corpus.PR, exclude []string) bool {
 	return false
 }
 
-func chaosSummaries(f *fakeSet, pr jobs.PR) int {
-	n := 0
-	for _, c := range f.github.Comments(pr.Owner, pr.Repo, pr.Number) {
-		if strings.Contains(c.Body, workers.SummaryMarker) {
-			n++
-		}
-	}
-	return n
-}
-
 // chaosJobs counts tasks that are neither completed nor archived (lost or
 // stuck) and the archived ones.
-func chaosJobs(ctx context.Context, a *app) (lost, archived int) {
+func chaosJobs(ctx context.Context, a *server.Server) (lost, archived int) {
 	for _, q := range jobs.Queues {
-		info, err := a.insp.GetQueueInfo(q)
+		info, err := a.Inspector().GetQueueInfo(q)
 		if err != nil {
 			continue
 		}
@@ -485,7 +449,7 @@ func chaosJobs(ctx context.Context, a *app) (lost, archived int) {
 }
 
 // inject runs the scenario's fault while the workload arrives.
-func (r *chaosRun) inject(ctx context.Context, scenario string, srv *redistest.Server, a *app, sender *traffic.Sender, rep *chaosReport) {
+func (r *chaosRun) inject(ctx context.Context, scenario string, srv *redisproc.Server, a *server.Server, sender *traffic.Sender, rep *chaosReport) {
 	time.Sleep(r.c.arrivalFor / 4)
 	switch scenario {
 	case "crash":
@@ -497,14 +461,14 @@ func (r *chaosRun) inject(ctx context.Context, scenario string, srv *redistest.S
 			victim := r.procs[i]
 			r.mu.Unlock()
 			var running [][2]string
-			for _, t := range activeTasksOf(a, victim.Process.Pid) {
+			for _, t := range activeTasksOf(a, victim.Pid()) {
 				// the heartbeat may be a few seconds old: keep what is still running
-				if info, err := a.insp.GetTaskInfo(t[0], t[1]); err == nil && info.State == asynq.TaskStateActive {
+				if info, err := a.Inspector().GetTaskInfo(t[0], t[1]); err == nil && info.State == asynq.TaskStateActive {
 					running = append(running, t)
 				}
 			}
 			killed := time.Now()
-			victim.Process.Kill()
+			victim.Kill()
 			rep.Kills++
 			r.spawn(i)
 			for _, t := range running {
@@ -527,8 +491,8 @@ func (r *chaosRun) inject(ctx context.Context, scenario string, srv *redistest.S
 			smp := soakSample{At: time.Since(start), Goroutines: runtime.NumGoroutine(), RedisMem: usedMemory(ctx, a)}
 			r.mu.Lock()
 			for _, p := range r.procs {
-				if p != nil && p.Process != nil {
-					smp.WorkerRSS = max(smp.WorkerRSS, procStatusBytes(strconv.Itoa(p.Process.Pid), "VmRSS"))
+				if p != nil {
+					smp.WorkerRSS = max(smp.WorkerRSS, harness.ProcStatusBytes(strconv.Itoa(p.Pid()), "VmRSS"))
 				}
 			}
 			r.mu.Unlock()
@@ -539,11 +503,11 @@ func (r *chaosRun) inject(ctx context.Context, scenario string, srv *redistest.S
 		r.mu.Lock()
 		victim := r.procs[0]
 		r.mu.Unlock()
-		victim.Process.Signal(syscall.SIGSTOP)
+		victim.Signal(syscall.SIGSTOP)
 		time.Sleep(r.c.stallFor)
-		victim.Process.Signal(syscall.SIGCONT)
+		victim.Signal(syscall.SIGCONT)
 	case "redis-restart", "redis-kill":
-		base := "http://" + a.listenAddr()
+		base := "http://" + a.ListenAddr()
 		down := func() {
 			for i := 0; i < 10; i++ {
 				if resp, err := http.Get(base + "/readyz"); err == nil {
@@ -570,8 +534,8 @@ func (r *chaosRun) inject(ctx context.Context, scenario string, srv *redistest.S
 }
 
 // activeTasksOf lists (queue, id) of the tasks a worker process runs.
-func activeTasksOf(a *app, pid int) [][2]string {
-	servers, err := a.insp.Servers()
+func activeTasksOf(a *server.Server, pid int) [][2]string {
+	servers, err := a.Inspector().Servers()
 	if err != nil {
 		return nil
 	}
@@ -589,9 +553,9 @@ func activeTasksOf(a *app, pid int) [][2]string {
 
 // waitRerun waits until a task killed mid-run is running again (on
 // another worker) or done, and returns how long that took.
-func waitRerun(a *app, queue, id string, killed time.Time, limit time.Duration) (time.Duration, bool) {
+func waitRerun(a *server.Server, queue, id string, killed time.Time, limit time.Duration) (time.Duration, bool) {
 	for time.Since(killed) < limit {
-		info, err := a.insp.GetTaskInfo(queue, id)
+		info, err := a.Inspector().GetTaskInfo(queue, id)
 		if err != nil {
 			return time.Since(killed), true // done and gone (or revoked)
 		}
@@ -602,7 +566,7 @@ func waitRerun(a *app, queue, id string, killed time.Time, limit time.Duration) 
 			if !info.LastFailedAt.IsZero() && info.LastFailedAt.After(killed) {
 				return time.Since(killed), true
 			}
-			if servers, err := a.insp.Servers(); err == nil && runningElsewhere(servers, id, killed) {
+			if servers, err := a.Inspector().Servers(); err == nil && runningElsewhere(servers, id, killed) {
 				return time.Since(killed), true
 			}
 		}
@@ -623,10 +587,10 @@ func runningElsewhere(servers []*asynq.ServerInfo, id string, killed time.Time) 
 }
 
 // stuckTasks describes up to n tasks that are not completed or archived.
-func stuckTasks(a *app, n int) []string {
+func stuckTasks(a *server.Server, n int) []string {
 	var out []string
 	for _, q := range jobs.Queues {
-		for _, list := range []func(string, ...asynq.ListOption) ([]*asynq.TaskInfo, error){a.insp.ListPendingTasks, a.insp.ListActiveTasks, a.insp.ListScheduledTasks, a.insp.ListRetryTasks} {
+		for _, list := range []func(string, ...asynq.ListOption) ([]*asynq.TaskInfo, error){a.Inspector().ListPendingTasks, a.Inspector().ListActiveTasks, a.Inspector().ListScheduledTasks, a.Inspector().ListRetryTasks} {
 			tasks, _ := list(q)
 			for _, t := range tasks {
 				if len(out) < n {

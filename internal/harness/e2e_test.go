@@ -1,4 +1,4 @@
-package main
+package harness
 
 import (
 	"context"
@@ -7,34 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prq-dev/prq/fake/corpus"
 	"github.com/prq-dev/prq/fake/fakeopenai"
 	"github.com/prq-dev/prq/fake/traffic"
+	"github.com/prq-dev/prq/internal/config"
 	"github.com/prq-dev/prq/jobs"
 )
-
-// testPRs are PRs sized like the corpus: the shared corpus's first PRs
-// with patches when present, else generated ones.
-func testPRs(t *testing.T, n int) []corpus.PR {
-	t.Helper()
-	prs, _, err := loadPRs("", 200, 7)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []corpus.PR
-	for _, p := range prs {
-		if len(p.Files) == 0 || len(p.Files) > 12 {
-			continue
-		}
-		p.Number = 100 + len(out)
-		p.HeadSHA = randomHex(40)
-		out = append(out, p)
-		if len(out) == n {
-			break
-		}
-	}
-	return out
-}
 
 type e2eCase struct {
 	prs   []jobs.PR
@@ -64,7 +41,7 @@ func runE2E(t *testing.T, s *stack, n int) e2eCase {
 			body = traffic.IssueCommentEvent(cm)
 		} else {
 			event = "pull_request_review_comment"
-			cm.ID = s.fakes.github.AddReviewComment(pr.Owner, pr.Repo, pr.Number, "x.go", 1, cm.Body, "dev")
+			cm.ID = s.fakes.GitHub.AddReviewComment(pr.Owner, pr.Repo, pr.Number, "x.go", 1, cm.Body, "dev")
 			cm.Path, cm.Line, cm.DiffHunk = "x.go", 1, "@@ -1 +1 @@\n-a\n+b"
 			body = traffic.ReviewCommentEvent(cm)
 		}
@@ -78,12 +55,12 @@ func runE2E(t *testing.T, s *stack, n int) e2eCase {
 	}
 	s.waitFor("every PR published and every chat answered", 90*time.Second, func() bool {
 		for _, pr := range c.prs {
-			if run, err := s.app.store.GetRun(ctx, pr); err != nil || run.State != "done" {
+			if run, err := s.app.Store().GetRun(ctx, pr); err != nil || run.State != "done" {
 				return false
 			}
 		}
 		for i, pr := range c.chats {
-			st := s.fakes.github.Stats(pr.Owner, pr.Repo, pr.Number)
+			st := s.fakes.GitHub.Stats(pr.Owner, pr.Repo, pr.Number)
 			if (i == 0 && st.CommentsCreated < 2) || (i == 1 && st.Replies < 1) {
 				return false
 			}
@@ -93,7 +70,7 @@ func runE2E(t *testing.T, s *stack, n int) e2eCase {
 	time.Sleep(300 * time.Millisecond) // let any duplicate show itself
 	reviews := 0
 	for i, pr := range c.prs {
-		st := s.fakes.github.Stats(pr.Owner, pr.Repo, pr.Number)
+		st := s.fakes.GitHub.Stats(pr.Owner, pr.Repo, pr.Number)
 		if got := s.summaryComments(pr); got != 1 {
 			t.Errorf("%s: %d summary comments, want exactly 1", pr, got)
 		}
@@ -104,7 +81,7 @@ func runE2E(t *testing.T, s *stack, n int) e2eCase {
 			t.Errorf("%s: a free-tier PR got a review", pr)
 		}
 		reviews += st.Reviews
-		for _, rc := range s.fakes.github.ReviewComments(pr.Owner, pr.Repo, pr.Number) {
+		for _, rc := range s.fakes.GitHub.ReviewComments(pr.Owner, pr.Repo, pr.Number) {
 			if rc.Line <= 0 {
 				t.Errorf("%s: review comment without a line: %+v", pr, rc)
 			}
@@ -113,10 +90,10 @@ func runE2E(t *testing.T, s *stack, n int) e2eCase {
 	if reviews == 0 {
 		t.Errorf("no review was posted at all")
 	}
-	if st := s.fakes.github.Stats(c.chats[0].Owner, c.chats[0].Repo, c.chats[0].Number); st.CommentsCreated != 2 {
+	if st := s.fakes.GitHub.Stats(c.chats[0].Owner, c.chats[0].Repo, c.chats[0].Number); st.CommentsCreated != 2 {
 		t.Errorf("conversation chat: %d comments (summary + reply), want 2", st.CommentsCreated)
 	}
-	if st := s.fakes.github.Stats(c.chats[1].Owner, c.chats[1].Repo, c.chats[1].Number); st.Replies != 1 {
+	if st := s.fakes.GitHub.Stats(c.chats[1].Owner, c.chats[1].Repo, c.chats[1].Number); st.Replies != 1 {
 		t.Errorf("diff chat: %d replies, want 1", st.Replies)
 	}
 	return c
@@ -125,7 +102,7 @@ func runE2E(t *testing.T, s *stack, n int) e2eCase {
 func TestEndToEnd(t *testing.T) {
 	s := startStack(t, stackOpts{})
 	runE2E(t, s, 9)
-	for model, st := range s.fakes.openai.Stats() {
+	for model, st := range s.fakes.OpenAI.Stats() {
 		if st.RateLimited != 0 {
 			t.Errorf("%s: %d provider 429s; prq must keep the provider at its limit, never over", model, st.RateLimited)
 		}
@@ -134,8 +111,8 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatalf("shutdown: %v", err)
 	}
 	logs := s.logs.String()
-	for name, secret := range map[string]string{"webhook secret": string(s.app.cfg.GitHub.WebhookSecret), "API key": string(s.app.cfg.OpenAI.APIKey),
-		"admin token": string(s.app.cfg.Admin.Token), "private key": strings.Split(string(s.app.cfg.GitHub.PrivateKey), "\n")[1]} {
+	for name, secret := range map[string]string{"webhook secret": string(s.app.Config().GitHub.WebhookSecret), "API key": string(s.app.Config().OpenAI.APIKey),
+		"admin token": string(s.app.Config().Admin.Token), "private key": strings.Split(string(s.app.Config().GitHub.PrivateKey), "\n")[1]} {
 		if strings.Contains(logs, secret) {
 			t.Fatalf("the %s reached the logs", name)
 		}
@@ -143,11 +120,11 @@ func TestEndToEnd(t *testing.T) {
 }
 
 func TestEndToEndWithFaults(t *testing.T) {
-	s := startStack(t, stackOpts{tune: func(c *Config) {}})
-	s.fakes.openai.SetFaults(fakeopenai.Faults{TooMany: 0.15, ServerError: 0.1, Truncated: 0.05, Empty: 0.05})
-	s.fakes.github.FailNext("/comments", 502)
+	s := startStack(t, stackOpts{tune: func(c *config.Config) {}})
+	s.fakes.OpenAI.SetFaults(fakeopenai.Faults{TooMany: 0.15, ServerError: 0.1, Truncated: 0.05, Empty: 0.05})
+	s.fakes.GitHub.FailNext("/comments", 502)
 	c := runE2E(t, s, 6)
-	st := s.fakes.openai.Stats()
+	st := s.fakes.OpenAI.Stats()
 	calls, faults := int64(0), int64(0)
 	for _, m := range st {
 		calls += m.Requests
@@ -155,7 +132,7 @@ func TestEndToEndWithFaults(t *testing.T) {
 	}
 	jobs := 0
 	for _, pr := range c.prs {
-		r, _ := s.app.store.GetRun(context.Background(), pr)
+		r, _ := s.app.Store().GetRun(context.Background(), pr)
 		jobs += r.SummaryTotal + r.ReviewTotal
 	}
 	jobs += len(c.chats)

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -13,7 +14,11 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"github.com/prq-dev/prq/baseline"
+	"github.com/prq-dev/prq/internal/bench/baseline"
+	"github.com/prq-dev/prq/internal/config"
+	"github.com/prq-dev/prq/internal/harness"
+	"github.com/prq-dev/prq/internal/logging"
+	"github.com/prq-dev/prq/internal/server"
 	"github.com/prq-dev/prq/jobs"
 	"github.com/prq-dev/prq/llm"
 	"github.com/prq-dev/prq/ratelimit"
@@ -102,79 +107,86 @@ func (r *recorder) Complete(ctx context.Context, req llm.Request) (llm.Response,
 	return resp, err
 }
 
-// applyStrategy sets a process's gating: prq's admission, or a baseline.
-func applyStrategy(a *app, strategy string, processes int) error {
+// strategyOptions are a process's options under a strategy: none for
+// prq's admission, or a baseline's gating.
+func strategyOptions(s *server.Server, strategy string, processes int) (server.Options, error) {
+	var o server.Options
 	switch strategy {
 	case "prq":
-		return nil
+		return o, nil
 	case baseline.Recipe, baseline.Wait, baseline.Naive:
 	default:
-		return &usageError{fmt.Sprintf("unknown strategy %q (want prq, %s, %s or %s)", strategy, baseline.Recipe, baseline.Wait, baseline.Naive)}
+		return o, &config.UsageError{Msg: fmt.Sprintf("unknown strategy %q (want prq, %s, %s or %s)", strategy, baseline.Recipe, baseline.Wait, baseline.Naive)}
 	}
-	d := &baseline.Direct{Client: a.client}
-	a.admitter, a.noAdmission = d, true
-	a.retryDelay = func(n int, err error, t *asynq.Task) time.Duration {
+	d := &baseline.Direct{Client: s.Client()}
+	o.Admitter, o.NoAdmission = d, true
+	o.RetryDelay = func(n int, err error, t *asynq.Task) time.Duration {
 		var ra *workers.RetryAfterError
 		if errors.As(err, &ra) {
 			return ra.After
 		}
 		return baseline.RetryDelay(n, err, t)
 	}
-	a.isFailure = func(err error) bool {
+	o.IsFailure = func(err error) bool {
 		var ra *workers.RetryAfterError
 		return baseline.IsFailure(err) && !errors.As(err, &ra)
 	}
 	limits := map[string]ratelimit.Limits{}
 	buckets := map[string]*ratelimit.Bucket{}
-	for _, m := range a.sched.Models() {
-		b, _ := a.sched.Bucket(m)
+	for _, m := range s.Scheduler().Models() {
+		b, _ := s.Scheduler().Bucket(m)
 		limits[m] = b.Limits()
 		buckets[m] = b
 	}
 	switch strategy {
 	case baseline.Recipe:
-		a.gate = baseline.NewLocalLimiter(limits, processes).Gate
+		o.Gate = baseline.NewLocalLimiter(limits, processes).Gate
 	case baseline.Wait:
 		d.Buckets = buckets
-		a.gate = baseline.WaitGate(buckets)
+		o.Gate = baseline.WaitGate(buckets)
 	}
-	return nil
+	return o, nil
 }
 
-// runBenchWorker is one worker OS process of `prq bench`.
-func runBenchWorker(ctx context.Context, env *cmdEnv, args []string) error {
-	var strategy, record string
-	var processes int
-	cfg, help, err := setup(env, "bench-worker", "A worker process of prq bench (internal).", modeWorker, args, func(fs *flag.FlagSet) {
-		fs.StringVar(&strategy, "strategy", "prq", "prq, asynq-recipe, handler-wait or naive")
-		fs.IntVar(&processes, "processes", 1, "worker processes in the run (the recipe splits limits by it)")
-		fs.StringVar(&record, "record", "", "file for the report at exit")
-	})
-	if help || err != nil {
-		return err
-	}
-	conn, err := parseRedisURL(cfg.RedisURL)
+// WorkerFlags are a bench worker's settings.
+type WorkerFlags struct {
+	Strategy, Record string
+	Processes        int
+}
+
+// Register adds the bench worker's flags to fs.
+func (w *WorkerFlags) Register(fs *flag.FlagSet) {
+	fs.StringVar(&w.Strategy, "strategy", "prq", "prq, asynq-recipe, handler-wait or naive")
+	fs.IntVar(&w.Processes, "processes", 1, "worker processes in the run (the recipe splits limits by it)")
+	fs.StringVar(&w.Record, "record", "", "file for the report at exit")
+}
+
+// RunWorker is one worker OS process of `prq bench`: it runs jobs under
+// the strategy until ctx ends, then writes what it recorded.
+func RunWorker(ctx context.Context, cfg *config.Config, wf WorkerFlags, stdout, stderr io.Writer) error {
+	conn, err := config.ParseRedisURL(cfg.RedisURL)
 	if err != nil {
 		return err
 	}
-	log := newLogger(env.stderr, cfg.Log)
-	a, err := newApp(ctx, cfg, log, conn)
+	log := logging.New(stderr, cfg.Log)
+	s, err := server.New(ctx, cfg, log, conn)
 	if err != nil {
 		return err
 	}
-	defer a.close()
-	if err := applyStrategy(a, strategy, processes); err != nil {
+	defer s.Close()
+	opts, err := strategyOptions(s, wf.Strategy, wf.Processes)
+	if err != nil {
 		return err
 	}
 	rec := &recorder{meta: map[string]taskMeta{}}
-	a.wrapLLM = func(l workers.LLM) workers.LLM { rec.next = l; return rec }
-	a.wrapHandler = rec.handler
-	err = a.run(ctx, env, running{worker: true}, nil)
-	if record != "" {
+	opts.WrapLLM = func(l workers.LLM) workers.LLM { rec.next = l; return rec }
+	opts.WrapHandler = rec.handler
+	err = s.Run(ctx, stdout, server.Roles{Worker: true}, opts)
+	if wf.Record != "" {
 		rec.mu.Lock()
-		b, _ := json.Marshal(workerReport{HandlerRuns: rec.runs.Load(), PeakRSS: procStatusBytes("self", "VmHWM"), Calls: rec.calls})
+		b, _ := json.Marshal(workerReport{HandlerRuns: rec.runs.Load(), PeakRSS: harness.ProcStatusBytes("self", "VmHWM"), Calls: rec.calls})
 		rec.mu.Unlock()
-		if werr := os.WriteFile(record, b, 0o644); werr != nil && err == nil {
+		if werr := os.WriteFile(wf.Record, b, 0o644); werr != nil && err == nil {
 			err = werr
 		}
 	}

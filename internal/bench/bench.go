@@ -1,4 +1,11 @@
-package main
+// Package bench measures prq against today's alternatives (its baseline
+// strategies) on one seeded workload, with real worker processes, a real
+// Redis and the fake provider and GitHub: it builds the workload, runs
+// each strategy, computes the figures (utilisation, worst interval,
+// waits, fairness, inversions) and writes the table, JSON and SVG. The
+// bench-worker process (RunWorker) records every LLM call. It owns the
+// measurement, not the fakes or processes (internal/harness).
+package bench
 
 import (
 	"context"
@@ -9,7 +16,6 @@ import (
 	"math"
 	"math/rand"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -23,14 +29,20 @@ import (
 	"github.com/prq-dev/prq/fake/corpus"
 	"github.com/prq-dev/prq/fake/fakeopenai"
 	"github.com/prq-dev/prq/fake/traffic"
-	"github.com/prq-dev/prq/internal/redistest"
+	"github.com/prq-dev/prq/internal/config"
+	"github.com/prq-dev/prq/internal/harness"
+	"github.com/prq-dev/prq/internal/logging"
+	"github.com/prq-dev/prq/internal/quantile"
+	"github.com/prq-dev/prq/internal/redisproc"
+	"github.com/prq-dev/prq/internal/server"
 	"github.com/prq-dev/prq/jobs"
 	"github.com/prq-dev/prq/ratelimit"
 	"github.com/prq-dev/prq/store"
 	"github.com/prq-dev/prq/workers"
 )
 
-type benchFlags struct {
+// Flags are the benchmark's settings.
+type Flags struct {
 	processes   int
 	concurrency int
 	sim         time.Duration
@@ -63,7 +75,7 @@ type benchWorkload struct {
 // buildWorkload spreads PR arrivals over the simulated span, across
 // tenants of each tier, with one tenant sending very large PRs, and
 // bursts of chat comments. Same seed, same workload.
-func buildWorkload(prs []corpus.PR, b benchFlags) benchWorkload {
+func buildWorkload(prs []corpus.PR, b Flags) benchWorkload {
 	rng := rand.New(rand.NewSource(b.seed))
 	span := time.Duration(float64(b.sim) / b.compress)
 	w := benchWorkload{tiers: map[int64]jobs.Tier{}}
@@ -164,7 +176,8 @@ type seriesPoint struct {
 	Tokens float64 `json:"tokens_per_s"`
 }
 
-func (b *benchFlags) register(fs *flag.FlagSet) {
+// Register adds the benchmark's flags to fs.
+func (b *Flags) Register(fs *flag.FlagSet) {
 	fs.IntVar(&b.processes, "processes", 3, "worker OS processes")
 	fs.DurationVar(&b.sim, "duration", 10*time.Minute, "simulated length of the arrivals (real time: duration/compress)")
 	fs.Float64Var(&b.compress, "compress", 10, "time compression: limits per minute/compress")
@@ -176,40 +189,39 @@ func (b *benchFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&b.corpus, "corpus", "", "prs.jsonl (default: ../shared/fixtures/pr-corpus when present, else generated PRs)")
 }
 
-func runBench(ctx context.Context, env *cmdEnv, args []string) error {
-	var b benchFlags
-	cfg, help, err := setup(env, "bench", "Runs prq and today's alternatives (asynq's rate-limit recipe, a handler-wait gate, naive backoff) on the same workload, side by side, with real worker processes, a real Redis and the fake provider and GitHub; prints a table and writes JSON and an SVG chart.", modeCheck, args, b.register)
-	if help || err != nil {
-		return err
-	}
+// Usage describes the bench command.
+const Usage = "Runs prq and today's alternatives (asynq's rate-limit recipe, a handler-wait gate, naive backoff) on the same workload, side by side, with real worker processes, a real Redis and the fake provider and GitHub; prints a table and writes JSON and an SVG chart."
+
+// Run runs every strategy and the scale runs and writes the report.
+func Run(ctx context.Context, cfg *config.Config, b Flags, stdout io.Writer) error {
 	b.concurrency = cfg.Worker.Concurrency
 	if b.processes <= 0 || b.concurrency <= 0 || b.compress <= 0 || b.sim <= 0 {
-		return &usageError{"--processes, --concurrency, --compress and --duration must be positive"}
+		return &config.UsageError{Msg: "--processes, --concurrency, --compress and --duration must be positive"}
 	}
 	if err := os.MkdirAll(b.out, 0o755); err != nil {
 		return err
 	}
 	redisURL := cfg.RedisURL
 	if redisURL == "" {
-		srv, err := redistest.Start()
+		srv, err := redisproc.Start()
 		if err != nil {
 			return fmt.Errorf("bench: start redis-server: %w", err)
 		}
 		defer srv.Stop()
 		redisURL = srv.URL()
 	} else {
-		fmt.Fprintf(env.stdout, "bench: using REDIS_URL %s; it will be FLUSHED between strategies\n", redactURL(redisURL))
+		fmt.Fprintf(stdout, "bench: using REDIS_URL %s; it will be FLUSHED between strategies\n", config.RedactURL(redisURL))
 	}
-	prs, src, err := loadPRs(b.corpus, 200, b.seed)
+	prs, src, err := harness.LoadPRs(b.corpus, 200, b.seed)
 	if err != nil {
 		return err
 	}
 	w := buildWorkload(prs, b)
-	fmt.Fprintf(env.stdout, "bench: %d PRs and %d chat comments from %s over %s simulated (%s real), %d worker processes x %d\n",
+	fmt.Fprintf(stdout, "bench: %d PRs and %d chat comments from %s over %s simulated (%s real), %d worker processes x %d\n",
 		len(w.prs), len(w.events)-len(w.prs), src, b.sim, time.Duration(float64(b.sim)/b.compress), b.processes, b.concurrency)
 	var results []benchResult
-	for _, s := range splitComma(b.strategies) {
-		r, err := benchStrategy(ctx, env, b, w, redisURL, s, b.processes)
+	for _, s := range config.SplitList(b.strategies) {
+		r, err := benchStrategy(ctx, stdout, b, w, redisURL, s, b.processes)
 		if err != nil {
 			return fmt.Errorf("bench %s: %w", s, err)
 		}
@@ -219,35 +231,24 @@ func runBench(ctx context.Context, env *cmdEnv, args []string) error {
 		}
 	}
 	var scale []benchResult
-	for _, n := range splitComma(b.scale) {
+	for _, n := range config.SplitList(b.scale) {
 		p, err := strconv.Atoi(n)
 		if err != nil || p <= 0 {
-			return &usageError{"--scale takes process counts like 1,2,4"}
+			return &config.UsageError{Msg: "--scale takes process counts like 1,2,4"}
 		}
-		r, err := benchStrategy(ctx, env, b, w, redisURL, "prq", p)
+		r, err := benchStrategy(ctx, stdout, b, w, redisURL, "prq", p)
 		if err != nil {
 			return fmt.Errorf("bench scale %d: %w", p, err)
 		}
 		scale = append(scale, r)
 	}
-	return writeBench(env, b, results, scale)
-}
-
-func benchConfig(b benchFlags, redisURL string) Config {
-	cfg := defaultConfig()
-	cfg.sources = map[string]string{}
-	cfg.RedisURL = redisURL
-	demoConfig(&cfg, demoFlags{compress: b.compress, concurrency: b.concurrency})
-	cfg.Tiers["free"] = Tier{Weight: 1, Review: boolPtr(false)} // no quota: measure scheduling only
-	cfg.Log = LogConfig{Format: "text", Level: "warn"}
-	cfg.ShutdownTimeout = Duration(10 * time.Second)
-	return cfg
+	return writeBench(stdout, b, results, scale)
 }
 
 // benchStrategy runs the workload once under one strategy.
-func benchStrategy(ctx context.Context, env *cmdEnv, b benchFlags, w benchWorkload, redisURL, strategy string, processes int) (benchResult, error) {
+func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorkload, redisURL, strategy string, processes int) (benchResult, error) {
 	res := benchResult{Strategy: strategy, Processes: processes, PRs: len(w.prs), PRTimeP50: map[string]float64{}, PRTimeP95: map[string]float64{}, Jain: map[string]float64{}}
-	opt, err := parseRedisURL(redisURL)
+	opt, err := config.ParseRedisURL(redisURL)
 	if err != nil {
 		return res, err
 	}
@@ -256,20 +257,17 @@ func benchStrategy(ctx context.Context, env *cmdEnv, b benchFlags, w benchWorklo
 	if err := rdb.FlushDB(ctx).Err(); err != nil {
 		return res, err
 	}
-	cfg := benchConfig(b, redisURL)
-	apiKey := "sk-bench-" + randomHex(8)
-	fakes, err := startFakes(&cfg, b.compress, apiKey, b.seed, true)
+	cfg := harness.RunConfig(redisURL, b.compress, b.concurrency)
+	fakes, err := harness.StartFakes(&cfg, b.compress, "sk-bench-"+harness.RandomHex(8), b.seed, true)
 	if err != nil {
 		return res, err
 	}
-	defer fakes.close()
+	defer fakes.Close()
 	for _, p := range w.prs {
 		owner := fmt.Sprintf("tenant-%d", instOf(w, p))
-		fakes.github.AddPR(instOf(w, p), owner, p.Name(), p)
+		fakes.GitHub.AddPR(instOf(w, p), owner, p.Name(), p)
 	}
-	cfg.GitHub.AppID, cfg.GitHub.PrivateKey, cfg.GitHub.APIURL = fakes.appID, Secret(fakes.keyPEM), fakes.githubURL
-	cfg.GitHub.WebhookSecret, cfg.GitHub.AppSlug = Secret(randomHex(16)), "prq-bench"
-	cfg.OpenAI.APIKey, cfg.OpenAI.BaseURL = Secret(apiKey), fakes.openaiURL
+	fakes.Configure(&cfg, "prq-bench")
 	cfg.Addr = "127.0.0.1:0"
 	// the workers' configuration file
 	cfgFile := filepath.Join(b.out, "bench-config.yaml")
@@ -280,51 +278,40 @@ func benchStrategy(ctx context.Context, env *cmdEnv, b benchFlags, w benchWorklo
 	// the serve side: webhooks in, jobs enqueued the strategy's way
 	sctx, stopServe := context.WithCancel(ctx)
 	defer stopServe()
-	log := newLogger(io.Discard, cfg.Log)
-	a, err := newApp(sctx, &cfg, log, opt)
+	log := logging.New(io.Discard, cfg.Log)
+	s, err := server.New(sctx, &cfg, log, opt)
 	if err != nil {
 		return res, err
 	}
-	defer a.close()
+	defer s.Close()
 	for inst, t := range w.tiers {
-		a.store.SetPlan(ctx, store.Plan{Installation: inst, Tier: t, Explicit: true})
+		s.Store().SetPlan(ctx, store.Plan{Installation: inst, Tier: t, Explicit: true})
 	}
-	if err := applyStrategy(a, strategy, processes); err != nil {
+	opts, err := strategyOptions(s, strategy, processes)
+	if err != nil {
 		return res, err
 	}
-	served := make(chan error, 1)
-	go func() {
-		served <- a.run(sctx, &cmdEnv{getenv: env.getenv, stdout: io.Discard, stderr: io.Discard}, running{http: true}, nil)
-	}()
-	for a.listenAddr() == "" {
-		time.Sleep(10 * time.Millisecond)
-	}
+	served := harness.Serve(sctx, s, io.Discard, server.Roles{HTTP: true}, opts)
 	// the worker processes
 	exe, err := os.Executable()
 	if err != nil {
 		return res, err
 	}
-	var procs []*exec.Cmd
+	var procs []*harness.Proc
 	var records []string
 	for i := 0; i < processes; i++ {
 		rec := filepath.Join(b.out, fmt.Sprintf("%s-%d-worker%d.json", strategy, processes, i))
 		os.Remove(rec)
 		records = append(records, rec)
-		logf, _ := os.Create(filepath.Join(b.out, fmt.Sprintf("%s-%d-worker%d.log", strategy, processes, i)))
-		cmd := exec.Command(exe, "bench-worker", "--strategy", strategy, "--processes", strconv.Itoa(processes), "--record", rec, "--config", cfgFile,
-			"--concurrency", strconv.Itoa(b.concurrency))
-		cmd.Env = append(os.Environ(), "REDIS_URL="+redisURL, "GITHUB_APP_ID=1", "GITHUB_PRIVATE_KEY="+string(fakes.keyPEM), "GITHUB_API_URL="+fakes.githubURL,
-			"OPENAI_API_KEY="+apiKey, "OPENAI_BASE_URL="+fakes.openaiURL, "GITHUB_APP_SLUG=prq-bench")
-		cmd.Stdout, cmd.Stderr = logf, logf
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
+		p, err := harness.StartProc(exe, []string{"bench-worker", "--strategy", strategy, "--processes", strconv.Itoa(processes), "--record", rec, "--config", cfgFile,
+			"--concurrency", strconv.Itoa(b.concurrency)}, fakes.WorkerEnv(redisURL, "prq-bench"), filepath.Join(b.out, fmt.Sprintf("%s-%d-worker%d.log", strategy, processes, i)))
+		if err != nil {
 			return res, err
 		}
-		defer logf.Close()
-		procs = append(procs, cmd)
+		procs = append(procs, p)
 	}
 	rdb.ConfigResetStat(ctx)
-	sender := &traffic.Sender{URL: "http://" + a.listenAddr() + "/webhook", Secret: []byte(cfg.GitHub.WebhookSecret)}
+	sender := &traffic.Sender{URL: "http://" + s.ListenAddr() + "/webhook", Secret: []byte(cfg.GitHub.WebhookSecret)}
 	start := time.Now()
 	sent := map[string]time.Time{}
 	chatSent := map[int64]time.Time{}
@@ -350,8 +337,8 @@ func benchStrategy(ctx context.Context, env *cmdEnv, b benchFlags, w benchWorklo
 		done, answered := benchProgress(fakes, w)
 		if time.Since(lastReport) >= 5*time.Second {
 			lastReport = time.Now()
-			fmt.Fprintf(env.stdout, "bench %-13s x%d  %5.0fs  sent %3d/%d  PRs done %3d/%d  chats %2d/%d  provider calls %d\n", strategy, processes,
-				time.Since(start).Seconds(), next, len(w.events), done, len(w.prs), answered, len(chatSent), totalCalls(fakes))
+			fmt.Fprintf(stdout, "bench %-13s x%d  %5.0fs  sent %3d/%d  PRs done %3d/%d  chats %2d/%d  provider calls %d\n", strategy, processes,
+				time.Since(start).Seconds(), next, len(w.events), done, len(w.prs), answered, len(chatSent), fakes.LLMCalls())
 		}
 		if next == len(w.events) && done == len(w.prs) && answered == len(chatSent) {
 			res.Complete = true
@@ -363,12 +350,12 @@ func benchStrategy(ctx context.Context, env *cmdEnv, b benchFlags, w benchWorklo
 		time.Sleep(100 * time.Millisecond)
 	}
 	elapsed := time.Since(start)
-	cmds := redisInfoInt(ctx, rdb, "stats", "total_commands_processed")
+	cmds := harness.RedisInfoInt(ctx, rdb, "stats", "total_commands_processed")
 	for _, p := range procs {
-		p.Process.Signal(syscall.SIGTERM)
+		p.Signal(syscall.SIGTERM)
 	}
 	for _, p := range procs {
-		waitTimeout(p, 30*time.Second)
+		p.Wait(30 * time.Second)
 	}
 	stopServe()
 	<-served
@@ -386,7 +373,7 @@ func benchStrategy(ctx context.Context, env *cmdEnv, b benchFlags, w benchWorklo
 			res.PeakRSSMB = math.Max(res.PeakRSSMB, float64(wr.PeakRSS)/(1<<20))
 		}
 	}
-	stats := fakes.openai.Stats()
+	stats := fakes.OpenAI.Stats()
 	for _, st := range stats {
 		res.Provider429s += st.RateLimited
 		res.LLMCalls += st.Requests - st.RateLimited
@@ -396,10 +383,10 @@ func benchStrategy(ctx context.Context, env *cmdEnv, b benchFlags, w benchWorklo
 		res.RedisCmdsPerLLM = float64(cmds) / float64(res.LLMCalls)
 	}
 	review := cfg.Jobs.ReviewModel
-	rm, _ := cfg.model(review)
-	lim, _ := rm.limits()
+	rm, _ := cfg.Model(review)
+	lim, _ := rm.Limits()
 	var adm, reqs []ratelimit.Admission
-	for _, x := range fakes.openai.Admissions(review) {
+	for _, x := range fakes.OpenAI.Admissions(review) {
 		adm = append(adm, ratelimit.Admission{At: x.At, Cost: x.Cost})
 		reqs = append(reqs, ratelimit.Admission{At: x.At, Cost: 1})
 	}
@@ -407,7 +394,7 @@ func benchStrategy(ctx context.Context, env *cmdEnv, b benchFlags, w benchWorklo
 	rr := ratelimit.CheckIntervals(reqs, lim.RequestsPerPeriod, lim.Period, lim.BurstRequests)
 	res.TPMUtilisation, res.RPMUtilisation, res.WorstVsAllowance = tr.Utilisation, rr.Utilisation, tr.WorstRatio
 	res.WorstWindowVsTPM = float64(stats[review].MaxWindowTokens) / float64(lim.TokensPerPeriod)
-	res.Series = series(fakes.openai.Admissions(review), start, lim.Period/6)
+	res.Series = series(fakes.OpenAI.Admissions(review), start, lim.Period/6)
 	res.LimitPerS = float64(lim.TokensPerPeriod) / lim.Period.Seconds()
 	// PR completion and chat waits, in uncompressed seconds
 	done := map[string][]float64{}
@@ -416,7 +403,7 @@ func benchStrategy(ctx context.Context, env *cmdEnv, b benchFlags, w benchWorklo
 		if e.chatID != 0 {
 			continue
 		}
-		for _, c := range fakes.github.Comments(e.pr.Owner, e.pr.Repo, e.pr.Number) {
+		for _, c := range fakes.GitHub.Comments(e.pr.Owner, e.pr.Repo, e.pr.Number) {
 			if strings.Contains(c.Body, workers.SummaryMarker) {
 				res.PRsDone++
 				done[string(e.tier)] = append(done[string(e.tier)], c.Created.Sub(sent[e.pr.String()]).Seconds()*b.compress)
@@ -428,7 +415,7 @@ func benchStrategy(ctx context.Context, env *cmdEnv, b benchFlags, w benchWorklo
 		}
 	}
 	for tier, ds := range done {
-		res.PRTimeP50[tier], res.PRTimeP95[tier] = pct(ds, .5), pct(ds, .95)
+		res.PRTimeP50[tier], res.PRTimeP95[tier] = quantile.Of(ds, .5), quantile.Of(ds, .95)
 	}
 	// replies are matched to chats in order, per PR
 	var chatWaits []float64
@@ -442,7 +429,7 @@ func benchStrategy(ctx context.Context, env *cmdEnv, b benchFlags, w benchWorklo
 	for _, es := range byPR {
 		pr := es[0].pr
 		var replies []time.Time
-		for _, c := range fakes.github.Comments(pr.Owner, pr.Repo, pr.Number) {
+		for _, c := range fakes.GitHub.Comments(pr.Owner, pr.Repo, pr.Number) {
 			if strings.HasPrefix(c.Body, "@dev ") {
 				replies = append(replies, c.Created)
 			}
@@ -455,7 +442,7 @@ func benchStrategy(ctx context.Context, env *cmdEnv, b benchFlags, w benchWorklo
 			}
 		}
 	}
-	res.ChatWaitP50, res.ChatWaitP99 = pct(chatWaits, .5), pct(chatWaits, .99)
+	res.ChatWaitP50, res.ChatWaitP99 = quantile.Of(chatWaits, .5), quantile.Of(chatWaits, .99)
 	if !last.IsZero() {
 		res.MakespanS = last.Sub(start).Seconds() * b.compress
 	} else {
@@ -463,7 +450,7 @@ func benchStrategy(ctx context.Context, env *cmdEnv, b benchFlags, w benchWorklo
 	}
 	res.Inversions = inversions(calls)
 	res.Jain = jain(calls, w.tiers, lim.Period)
-	fmt.Fprintf(env.stdout, "bench %-13s x%d  done in %s: %d/%d PRs, %d provider 429s, TPM utilisation %.1f%%, worst interval %.3f of allowance\n",
+	fmt.Fprintf(stdout, "bench %-13s x%d  done in %s: %d/%d PRs, %d provider 429s, TPM utilisation %.1f%%, worst interval %.3f of allowance\n",
 		strategy, processes, elapsed.Round(time.Second), res.PRsDone, res.PRs, res.Provider429s, 100*res.TPMUtilisation, res.WorstVsAllowance)
 	return res, nil
 }
@@ -477,16 +464,10 @@ func instOf(w benchWorkload, p corpus.PR) int64 {
 	return 1
 }
 
-func benchProgress(f *fakeSet, w benchWorkload) (done, answered int) {
+func benchProgress(f *harness.Fakes, w benchWorkload) (done, answered int) {
 	for _, e := range w.events {
-		cs := f.github.Comments(e.pr.Owner, e.pr.Repo, e.pr.Number)
-		if e.chatID == 0 {
-			for _, c := range cs {
-				if strings.Contains(c.Body, workers.SummaryMarker) {
-					done++
-					break
-				}
-			}
+		if e.chatID == 0 && f.Summaries(e.pr) > 0 {
+			done++
 		}
 	}
 	chats := map[string]int{}
@@ -500,7 +481,7 @@ func benchProgress(f *fakeSet, w benchWorkload) (done, answered int) {
 	for k, n := range chats {
 		pr := refs[k]
 		replies := 0
-		for _, c := range f.github.Comments(pr.Owner, pr.Repo, pr.Number) {
+		for _, c := range f.GitHub.Comments(pr.Owner, pr.Repo, pr.Number) {
 			if strings.HasPrefix(c.Body, "@dev ") {
 				replies++
 			}
@@ -518,34 +499,6 @@ func countChats(w benchWorkload) int {
 		}
 	}
 	return n
-}
-
-func totalCalls(f *fakeSet) int64 {
-	var n int64
-	for _, st := range f.openai.Stats() {
-		n += st.Requests
-	}
-	return n
-}
-
-func waitTimeout(cmd *exec.Cmd, d time.Duration) {
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(d):
-		cmd.Process.Kill()
-		<-done
-	}
-}
-
-func pct(xs []float64, p float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	return s[min(len(s)-1, int(p*float64(len(s))))]
 }
 
 // series buckets admitted tokens per step, as tokens per second.

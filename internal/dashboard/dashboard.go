@@ -1,4 +1,10 @@
-package main
+// Package dashboard owns prq's operator pages: the dashboard at / with its
+// data at /api/dashboard, the admin API for installation plans, and the
+// sampler that turns the shared admission counters into token-rate
+// series. It reads everything through the narrow Source and Plans
+// interfaces declared here; it does not wire the process, authenticate
+// requests (the caller wraps its handlers) or serve /metrics.
+package dashboard
 
 import (
 	"context"
@@ -11,11 +17,54 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hibiken/asynq"
+
 	"github.com/prq-dev/prq/admission"
+	"github.com/prq-dev/prq/internal/quantile"
 	"github.com/prq-dev/prq/jobs"
 	"github.com/prq-dev/prq/ratelimit"
 	"github.com/prq-dev/prq/store"
 )
+
+// Source is what the dashboard reads; nothing in it writes.
+type Source interface {
+	Models() []string
+	Stats(ctx context.Context, model string) (admission.Stats, error)
+	Bucket(model string) (*ratelimit.Bucket, bool)
+	Paused(ctx context.Context) map[string]string
+	ActiveRuns(ctx context.Context, limit int64) ([]store.Run, error)
+	GetQueueInfo(queue string) (*asynq.QueueInfo, error)
+	// CallCounts are every process's LLM calls by model and outcome.
+	CallCounts(ctx context.Context) map[string]map[string]int64
+	// QuotaUsed is an installation's quota use; ok is false where the
+	// tier has no quota (or quotas are split per job kind).
+	QuotaUsed(ctx context.Context, installation int64, tier jobs.Tier) (u ratelimit.Usage, limit int64, ok bool)
+}
+
+// Plans is what the admin API reads and changes: installation plans.
+type Plans interface {
+	ListPlans(ctx context.Context) ([]store.Plan, error)
+	GetPlan(ctx context.Context, id int64) (store.Plan, error)
+	UpdatePlan(ctx context.Context, id int64, fn func(*store.Plan)) error
+}
+
+// Dashboard serves the dashboard and the admin API.
+type Dashboard struct {
+	src     Source
+	plans   Plans
+	demo    bool
+	sampler *sampler
+}
+
+// New returns the dashboard of src and the admin API of plans; demo marks
+// the page as the demo's.
+func New(src Source, plans Plans, demo bool) *Dashboard {
+	return &Dashboard{src: src, plans: plans, demo: demo, sampler: newSampler(src)}
+}
+
+// Sample records the token rates every interval until ctx ends: the
+// charts' data.
+func (d *Dashboard) Sample(ctx context.Context, every time.Duration) { d.sampler.run(ctx, every) }
 
 //go:embed dashboard.html
 var dashboardHTML []byte
@@ -32,7 +81,7 @@ type sample struct {
 // sampler keeps the last minutes of token rates per model, read from the
 // shared admission counters (so it shows every worker's work).
 type sampler struct {
-	a      *app
+	src    Source
 	mu     sync.Mutex
 	series map[string][]sample
 	last   map[string]admission.Stats
@@ -41,8 +90,8 @@ type sampler struct {
 
 const keepSamples = 600
 
-func newSampler(a *app) *sampler {
-	return &sampler{a: a, series: map[string][]sample{}, last: map[string]admission.Stats{}}
+func newSampler(src Source) *sampler {
+	return &sampler{src: src, series: map[string][]sample{}, last: map[string]admission.Stats{}}
 }
 
 func sum(m map[string]int64) (t int64) {
@@ -70,8 +119,8 @@ func (s *sampler) tick(ctx context.Context) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	dt := now.Sub(s.lastAt).Seconds()
-	for _, model := range s.a.sched.Models() {
-		st, err := s.a.sched.Stats(ctx, model)
+	for _, model := range s.src.Models() {
+		st, err := s.src.Stats(ctx, model)
 		if err != nil {
 			continue
 		}
@@ -80,7 +129,7 @@ func (s *sampler) tick(ctx context.Context) {
 		if !ok || dt <= 0 {
 			continue
 		}
-		b, _ := s.a.sched.Bucket(model)
+		b, _ := s.src.Bucket(model)
 		l := b.Limits()
 		sm := sample{T: now.UnixMilli(), Limit: float64(l.TokensPerPeriod) / l.Period.Seconds(),
 			Incoming: float64(sum(st.InTokens)-sum(prev.InTokens)) / dt,
@@ -161,28 +210,20 @@ type quotaState struct {
 	Reset  string `json:"reset"`
 }
 
-func quantile(ds []time.Duration, q float64) float64 {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := append([]time.Duration(nil), ds...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	return s[min(len(s)-1, int(q*float64(len(s))))].Seconds()
-}
-
-func (a *app) dashState(ctx context.Context, smp *sampler) dashState {
-	st := dashState{Now: time.Now().UnixMilli(), Classes: map[string]classState{}, Calls: a.callCounts(ctx), Queues: map[string]map[string]int{}, Demo: a.demo}
+func (d *Dashboard) state(ctx context.Context, smp *sampler) dashState {
+	src := d.src
+	st := dashState{Now: time.Now().UnixMilli(), Classes: map[string]classState{}, Calls: src.CallCounts(ctx), Queues: map[string]map[string]int{}, Demo: d.demo}
 	if smp != nil {
 		st.Series = smp.snapshot()
 	}
-	paused := a.sched.Paused(ctx)
+	paused := src.Paused(ctx)
 	waits := map[string][]time.Duration{}
-	for _, model := range a.sched.Models() {
-		s, err := a.sched.Stats(ctx, model)
+	for _, model := range src.Models() {
+		s, err := src.Stats(ctx, model)
 		if err != nil {
 			continue
 		}
-		b, _ := a.sched.Bucket(model)
+		b, _ := src.Bucket(model)
 		l := b.Limits()
 		avail, _, _ := b.Available(ctx)
 		st.Models = append(st.Models, modelState{Name: model, LimitPerSecond: float64(l.TokensPerPeriod) / l.Period.Seconds(),
@@ -208,10 +249,10 @@ func (a *app) dashState(ctx context.Context, smp *sampler) dashState {
 	}
 	for c, ws := range waits {
 		cs := st.Classes[c]
-		cs.WaitP50, cs.WaitP95 = quantile(ws, .5), quantile(ws, .95)
+		cs.WaitP50, cs.WaitP95 = quantile.Of(ws, .5).Seconds(), quantile.Of(ws, .95).Seconds()
 		st.Classes[c] = cs
 	}
-	runs, _ := a.store.ActiveRuns(ctx, 25)
+	runs, _ := src.ActiveRuns(ctx, 25)
 	tenants := map[int64]jobs.Tier{}
 	for _, r := range runs {
 		total := r.SummaryTotal + r.ReviewTotal
@@ -223,29 +264,21 @@ func (a *app) dashState(ctx context.Context, smp *sampler) dashState {
 		st.PRs = append(st.PRs, prState{PR: r.PR.String(), Tier: string(r.Tier), Done: done, Total: total, Progress: p, AgeSec: time.Since(r.CreatedAt).Seconds()})
 		tenants[r.PR.Installation] = r.Tier
 	}
-	period, _ := ratelimit.ParsePeriod(a.cfg.Quota.Period)
-	if q, err := ratelimit.NewQuota(a.rdb, ratelimit.QuotaConfig{Period: period}); err == nil {
-		for inst, tier := range tenants {
-			limit := a.cfg.Tiers[string(tier)].QuotaTokens
-			if limit <= 0 || a.cfg.Quota.PerKind {
-				continue
-			}
-			u, err := q.Used(ctx, strconv.FormatInt(inst, 10), "", limit)
-			if err == nil {
-				st.Quotas = append(st.Quotas, quotaState{Tenant: strconv.FormatInt(inst, 10), Tier: string(tier), Used: u.Used, Limit: limit, Reset: u.Reset.Format(time.RFC3339)})
-			}
+	for inst, tier := range tenants {
+		if u, limit, ok := src.QuotaUsed(ctx, inst, tier); ok {
+			st.Quotas = append(st.Quotas, quotaState{Tenant: strconv.FormatInt(inst, 10), Tier: string(tier), Used: u.Used, Limit: limit, Reset: u.Reset.Format(time.RFC3339)})
 		}
 	}
 	for _, q := range jobs.Queues {
-		if info, err := a.insp.GetQueueInfo(q); err == nil {
+		if info, err := src.GetQueueInfo(q); err == nil {
 			st.Queues[q] = map[string]int{"held": info.Scheduled, "pending": info.Pending, "active": info.Active, "retry": info.Retry, "archived": info.Archived, "completed": info.Completed}
 		}
 	}
 	return st
 }
 
-// dashboard serves the page at / and its data at /api/dashboard.
-func (a *app) dashboard() http.Handler {
+// Page serves the page at /.
+func (d *Dashboard) Page() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/" {
 			http.NotFound(w, r)
@@ -256,14 +289,17 @@ func (a *app) dashboard() http.Handler {
 	})
 }
 
-// adminAPI serves /api/: the dashboard's data and installation plans.
-func (a *app) adminAPI() http.Handler {
+// AdminAPI serves /api/: installation plans, and the dashboard's data
+// at /api/dashboard unless withDashboard is false.
+func (d *Dashboard) AdminAPI(withDashboard bool) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /api/dashboard", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, a.dashState(r.Context(), a.sampler))
-	})
+	if withDashboard {
+		mux.HandleFunc("GET /api/dashboard", func(w http.ResponseWriter, r *http.Request) {
+			writeJSON(w, http.StatusOK, d.state(r.Context(), d.sampler))
+		})
+	}
 	mux.HandleFunc("GET /api/plans", func(w http.ResponseWriter, r *http.Request) {
-		plans, err := a.store.ListPlans(r.Context())
+		plans, err := d.plans.ListPlans(r.Context())
 		if err != nil {
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
 			return
@@ -276,7 +312,7 @@ func (a *app) adminAPI() http.Handler {
 			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "installation id must be a positive integer"})
 			return
 		}
-		p, err := a.store.GetPlan(r.Context(), id)
+		p, err := d.plans.GetPlan(r.Context(), id)
 		if err != nil {
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
 			return
@@ -299,12 +335,12 @@ func (a *app) adminAPI() http.Handler {
 			writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
 			return
 		}
-		err = a.store.UpdatePlan(r.Context(), id, func(p *store.Plan) { p.Tier, p.Reason, p.Explicit = tier, in.Reason, true })
+		err = d.plans.UpdatePlan(r.Context(), id, func(p *store.Plan) { p.Tier, p.Reason, p.Explicit = tier, in.Reason, true })
 		if err != nil {
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
 			return
 		}
-		p, _ := a.store.GetPlan(r.Context(), id)
+		p, _ := d.plans.GetPlan(r.Context(), id)
 		writeJSON(w, http.StatusOK, p)
 	})
 	return mux
@@ -314,14 +350,4 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	json.NewEncoder(w).Encode(v)
-}
-
-func splitComma(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }

@@ -1,4 +1,8 @@
-package main
+// Package config owns prq's configuration: the Config struct and its
+// defaults, the YAML file (PRQ_CONFIG), the environment, the shared
+// command-line flags, validation per section and per mode, REDIS_URL
+// parsing and redaction. It knows nothing of how a process is wired or run.
+package config
 
 import (
 	"errors"
@@ -38,16 +42,16 @@ type Config struct {
 	Jobs            JobsConfig      `yaml:"jobs"`
 	Tiers           map[string]Tier `yaml:"tiers"`
 	// DefaultTier is the tier of installations with no plan. Defaults to free.
-	DefaultTier string        `yaml:"default_tier"`
-	Plans       []PlanConfig  `yaml:"plans"`
-	Scheduler   SchedulerCfg  `yaml:"scheduler"`
-	Filters     FiltersConfig `yaml:"filters"`
-	Worker      WorkerConfig  `yaml:"worker"`
-	Admin       AdminConfig   `yaml:"admin"`
-	Quota       QuotaSettings `yaml:"quota"`
-	Dashboard   DashboardCfg  `yaml:"dashboard"`
-	path        string        // the file read, if any
-	sources     map[string]string
+	DefaultTier string            `yaml:"default_tier"`
+	Plans       []PlanConfig      `yaml:"plans"`
+	Scheduler   SchedulerCfg      `yaml:"scheduler"`
+	Filters     FiltersConfig     `yaml:"filters"`
+	Worker      WorkerConfig      `yaml:"worker"`
+	Admin       AdminConfig       `yaml:"admin"`
+	Quota       QuotaSettings     `yaml:"quota"`
+	Dashboard   DashboardCfg      `yaml:"dashboard"`
+	path        string            // the file read, if any
+	sources     map[string]string // setting name -> where it was set, for errors
 }
 
 // LogConfig configures logging.
@@ -167,6 +171,8 @@ type QuotaSettings struct {
 
 // DashboardCfg configures the dashboard.
 type DashboardCfg struct {
+	// Disabled: serve mounts no dashboard (/ and /api/dashboard); metrics,
+	// the admin API and the asynq web UI stay. Defaults to false.
 	Disabled bool `yaml:"disabled"`
 }
 
@@ -203,16 +209,16 @@ func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(),
 // D returns the duration.
 func (d Duration) D() time.Duration { return time.Duration(d) }
 
-func boolPtr(b bool) *bool { return &b }
+func BoolPtr(b bool) *bool { return &b }
 
-// defaultConfig is what prq runs with when nothing is set.
-func defaultConfig() Config {
+// Default is what prq runs with when nothing is set.
+func Default() Config {
 	share := 0.05
 	return Config{
 		Addr:            ":8080",
 		ShutdownTimeout: Duration(30 * time.Second),
 		Log:             LogConfig{Format: "text", Level: "info"},
-		GitHub:          GitHubConfig{APIURL: "https://api.github.com/", SkipBotPRs: boolPtr(true), WebhookMaxBytes: 25 << 20, WriteGap: Duration(time.Second)},
+		GitHub:          GitHubConfig{APIURL: "https://api.github.com/", SkipBotPRs: BoolPtr(true), WebhookMaxBytes: 25 << 20, WriteGap: Duration(time.Second)},
 		OpenAI:          OpenAIConfig{Timeout: Duration(120 * time.Second)},
 		Models: []ModelConfig{
 			{Name: "gpt-4o-mini", RequestsPerMinute: 500, TokensPerMinute: 200000, MaxOutputTokens: 512},
@@ -220,9 +226,9 @@ func defaultConfig() Config {
 		},
 		Jobs: JobsConfig{SummaryModel: "gpt-4o-mini", ReviewModel: "gpt-4o", ChatModel: "gpt-4o-mini"},
 		Tiers: map[string]Tier{
-			"paid":  {Weight: 8, Review: boolPtr(true)},
-			"trial": {Weight: 2, Review: boolPtr(true)},
-			"free":  {Weight: 1, Review: boolPtr(false)},
+			"paid":  {Weight: 8, Review: BoolPtr(true)},
+			"trial": {Weight: 2, Review: BoolPtr(true)},
+			"free":  {Weight: 1, Review: BoolPtr(false)},
 		},
 		DefaultTier: "free",
 		Scheduler:   SchedulerCfg{Mode: "weighted", ChatShare: &share, Aging: Duration(10 * time.Minute)},
@@ -230,28 +236,32 @@ func defaultConfig() Config {
 			"*.lock", "package-lock.json", "yarn.lock", "pnpm-lock.yaml", "go.sum", "Cargo.lock", "poetry.lock",
 			"vendor/**", "node_modules/**", "third_party/**", "*.min.js", "*.min.css", "*.pb.go", "*_gen.go", "*.generated.*", "dist/**",
 		}},
-		Worker: WorkerConfig{Concurrency: 20},
-		Quota:  QuotaSettings{Period: "day"},
+		Worker:  WorkerConfig{Concurrency: 20},
+		Quota:   QuotaSettings{Period: "day"},
+		sources: map[string]string{},
 	}
 }
 
-// settingErr names the setting and its accepted form.
-type settingErr struct {
-	name, source, problem string
+// SetBy reports where the named setting was set ("environment", "flag
+// --addr"), or "" when it has its default or the file's value.
+func (c *Config) SetBy(name string) string { return c.sources[name] }
+
+// SettingError names the setting and its accepted form.
+type SettingError struct {
+	Name, Source, Problem string
 }
 
-func (e *settingErr) Error() string {
-	if e.source != "" {
-		return fmt.Sprintf("config: %s (from %s): %s", e.name, e.source, e.problem)
+func (e *SettingError) Error() string {
+	if e.Source != "" {
+		return fmt.Sprintf("config: %s (from %s): %s", e.Name, e.Source, e.Problem)
 	}
-	return fmt.Sprintf("config: %s: %s", e.name, e.problem)
+	return fmt.Sprintf("config: %s: %s", e.Name, e.Problem)
 }
 
-// loadConfig reads the YAML file, then the environment, then the flags
+// Load reads the YAML file, then the environment, then the flags
 // already parsed into fl.
-func loadConfig(getenv func(string) string, fl *flags) (*Config, error) {
-	c := defaultConfig()
-	c.sources = map[string]string{}
+func Load(getenv func(string) string, fl *Flags) (*Config, error) {
+	c := Default()
 	file := getenv("PRQ_CONFIG")
 	if fl != nil && fl.config != "" {
 		file = fl.config
@@ -259,7 +269,7 @@ func loadConfig(getenv func(string) string, fl *flags) (*Config, error) {
 	if file != "" {
 		b, err := os.ReadFile(file)
 		if err != nil {
-			return nil, &settingErr{name: "PRQ_CONFIG", problem: err.Error()}
+			return nil, &SettingError{Name: "PRQ_CONFIG", Problem: err.Error()}
 		}
 		var fc Config
 		fc = c
@@ -267,7 +277,7 @@ func loadConfig(getenv func(string) string, fl *flags) (*Config, error) {
 		dec := yaml.NewDecoder(strings.NewReader(string(b)))
 		dec.KnownFields(true)
 		if err := dec.Decode(&fc); err != nil && !errors.Is(err, io.EOF) {
-			return nil, &settingErr{name: "PRQ_CONFIG", source: file, problem: err.Error()}
+			return nil, &SettingError{Name: "PRQ_CONFIG", Source: file, Problem: err.Error()}
 		}
 		if fc.Models == nil {
 			fc.Models = c.Models
@@ -311,7 +321,7 @@ func loadConfig(getenv func(string) string, fl *flags) (*Config, error) {
 	if v := getenv("GITHUB_APP_ID"); v != "" {
 		id, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || id <= 0 {
-			return nil, &settingErr{name: "GITHUB_APP_ID", source: "environment", problem: fmt.Sprintf("%q is not a positive integer", v)}
+			return nil, &SettingError{Name: "GITHUB_APP_ID", Source: "environment", Problem: fmt.Sprintf("%q is not a positive integer", v)}
 		}
 		c.GitHub.AppID = id
 	}
@@ -321,8 +331,8 @@ func loadConfig(getenv func(string) string, fl *flags) (*Config, error) {
 	return &c, nil
 }
 
-// flags are the command-line settings shared by the commands that run prq.
-type flags struct {
+// Flags are the command-line settings shared by the commands that run prq.
+type Flags struct {
 	config, addr, redisURL, logFormat, logLevel string
 	concurrency                                 int
 	shutdownTimeout                             time.Duration
@@ -330,7 +340,8 @@ type flags struct {
 	set                                         map[string]bool
 }
 
-func (f *flags) register(fs *flag.FlagSet) {
+// Register adds the flags to fs.
+func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.config, "config", "", "YAML configuration file (env PRQ_CONFIG)")
 	fs.StringVar(&f.addr, "addr", "", "HTTP listen address (env PRQ_ADDR; default :8080)")
 	fs.StringVar(&f.redisURL, "redis-url", "", "Redis URL (env REDIS_URL)")
@@ -341,7 +352,7 @@ func (f *flags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.allowEviction, "allow-eviction", false, "start even if Redis may evict keys (unsafe: jobs can vanish)")
 }
 
-func (f *flags) apply(c *Config) {
+func (f *Flags) apply(c *Config) {
 	if f.addr != "" {
 		c.Addr, c.sources["PRQ_ADDR"] = f.addr, "flag --addr"
 	}
@@ -365,28 +376,28 @@ func (f *flags) apply(c *Config) {
 	}
 }
 
-// mode is what the configuration will run: the checks differ.
-type mode int
+// Mode is what the configuration will run: the checks differ.
+type Mode int
 
 const (
-	modeCheck mode = iota
-	modeServe
-	modeWorker
-	modeAll
-	modeDemo
+	ModeCheck Mode = iota // only what every command needs
+	ModeServe
+	ModeWorker
+	ModeAll
+	ModeDemo
 )
 
-// validate reports every bad setting, each named with its accepted form.
-func (c *Config) validate(m mode) error {
+// Validate reports every bad setting, each named with its accepted form.
+func (c *Config) Validate(m Mode) error {
 	var errs []error
 	bad := func(name, format string, a ...any) {
-		errs = append(errs, &settingErr{name: name, source: c.sources[name], problem: fmt.Sprintf(format, a...)})
+		errs = append(errs, &SettingError{Name: name, Source: c.sources[name], Problem: fmt.Sprintf(format, a...)})
 	}
 	if c.RedisURL != "" {
-		if _, err := parseRedisURL(c.RedisURL); err != nil {
+		if _, err := ParseRedisURL(c.RedisURL); err != nil {
 			bad("REDIS_URL", "%v (want redis://[:password@]host:port[/db], rediss://..., redis-sentinel://host:port[,host:port]?master=name or redis-cluster://host:port[,host:port])", err)
 		}
-	} else if m == modeServe || m == modeWorker || m == modeAll {
+	} else if m == ModeServe || m == ModeWorker || m == ModeAll {
 		bad("REDIS_URL", "is required (for example redis://127.0.0.1:6379); only `prq demo` runs without Redis")
 	}
 	if c.Addr == "" {
@@ -397,7 +408,7 @@ func (c *Config) validate(m mode) error {
 	if f := c.Log.Format; f != "text" && f != "json" {
 		bad("log.format", "%q: want text or json", f)
 	}
-	if _, err := parseLevel(c.Log.Level); err != nil {
+	if _, err := ParseLevel(c.Log.Level); err != nil {
 		bad("log.level", "%v", err)
 	}
 	if c.ShutdownTimeout.D() <= 0 {
@@ -420,12 +431,12 @@ func (c *Config) validate(m mode) error {
 	if c.GitHub.WebhookMaxBytes <= 0 {
 		bad("github.webhook_max_bytes", "must be positive, got %d", c.GitHub.WebhookMaxBytes)
 	}
-	if m == modeServe || m == modeAll {
+	if m == ModeServe || m == ModeAll {
 		if c.GitHub.WebhookSecret == "" {
 			bad("GITHUB_WEBHOOK_SECRET", "is required for serve: unsigned webhooks would be trusted")
 		}
 	}
-	if m == modeWorker || m == modeAll {
+	if m == ModeWorker || m == ModeAll {
 		if c.GitHub.AppID == 0 {
 			bad("GITHUB_APP_ID", "is required for worker (the GitHub App's numeric id)")
 		}
@@ -452,7 +463,7 @@ func (c *Config) validate(m mode) error {
 			bad(name+".name", "model %q is configured twice", mc.Name)
 		}
 		models[mc.Name] = true
-		if _, err := mc.limits(); err != nil {
+		if _, err := mc.Limits(); err != nil {
 			bad("models."+mc.Name, "%v", err)
 		}
 		if mc.MaxOutputTokens < 0 || mc.ContextTokens < 0 {
@@ -506,8 +517,8 @@ func (c *Config) validate(m mode) error {
 	return errors.Join(errs...)
 }
 
-// limits returns the model's bucket limits.
-func (m ModelConfig) limits() (ratelimit.Limits, error) {
+// Limits returns the model's bucket limits.
+func (m ModelConfig) Limits() (ratelimit.Limits, error) {
 	l := ratelimit.Limits{
 		RequestsPerPeriod: m.RequestsPerMinute, TokensPerPeriod: m.TokensPerMinute, Period: m.Period.D(),
 		BurstRequests: m.BurstRequests, BurstTokens: m.BurstTokens,
@@ -525,8 +536,8 @@ func (m ModelConfig) limits() (ratelimit.Limits, error) {
 	return l, l.Validate()
 }
 
-// model returns the named model's configuration.
-func (c *Config) model(name string) (ModelConfig, bool) {
+// Model returns the named model's configuration.
+func (c *Config) Model(name string) (ModelConfig, bool) {
 	for _, m := range c.Models {
 		if m.Name == name {
 			return m, true
@@ -535,17 +546,18 @@ func (c *Config) model(name string) (ModelConfig, bool) {
 	return ModelConfig{}, false
 }
 
-// redacted renders the effective configuration with every secret hidden.
-func (c *Config) redacted() string {
+// Redacted renders the effective configuration with every secret hidden.
+func (c *Config) Redacted() string {
 	out := *c
 	if out.RedisURL != "" {
-		out.RedisURL = redactURL(out.RedisURL)
+		out.RedisURL = RedactURL(out.RedisURL)
 	}
 	b, _ := yaml.Marshal(out)
 	return string(b)
 }
 
-func redactURL(s string) string {
+// RedactURL hides the password of a URL.
+func RedactURL(s string) string {
 	u, err := url.Parse(s)
 	if err != nil || u.User == nil {
 		return s

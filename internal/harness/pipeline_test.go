@@ -1,4 +1,4 @@
-package main
+package harness
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/prq-dev/prq/fake/corpus"
 	"github.com/prq-dev/prq/fake/traffic"
+	"github.com/prq-dev/prq/internal/config"
 	"github.com/prq-dev/prq/jobs"
 )
 
@@ -24,7 +25,7 @@ func TestSameDeliveryTenTimes(t *testing.T) {
 	p := testPRs(t, 1)[0]
 	inst := int64(5)
 	owner := "tenant-5"
-	s.fakes.github.AddPR(inst, owner, p.Name(), p)
+	s.fakes.GitHub.AddPR(inst, owner, p.Name(), p)
 	body := traffic.PullRequestEvent("opened", traffic.PR{Installation: inst, Owner: owner, Repo: p.Name(), Number: p.Number, Head: p.HeadSHA, Base: p.BaseSHA})
 	codes := make(chan int, 10)
 	var wg sync.WaitGroup
@@ -56,7 +57,7 @@ func TestSameDeliveryTenTimes(t *testing.T) {
 	}
 	pr := jobs.PR{Installation: inst, Owner: owner, Repo: p.Name(), Number: p.Number}
 	s.waitFor("the PR published", 60*time.Second, func() bool { return s.summaryComments(pr) == 1 })
-	info, err := s.app.insp.ListCompletedTasks(jobs.QueueFree)
+	info, err := s.app.Inspector().ListCompletedTasks(jobs.QueueFree)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,12 +88,12 @@ func TestSynchronizeSupersedes(t *testing.T) {
 	pr := s.openPR(2, jobs.TierPaid, p)
 	ctx := context.Background()
 	s.waitFor("the first head finalized", 60*time.Second, func() bool {
-		r, err := s.app.store.GetRun(ctx, pr)
+		r, err := s.app.Store().GetRun(ctx, pr)
 		return err == nil && r.State == "done"
 	})
-	newHead := randomHex(40)
+	newHead := RandomHex(40)
 	changed := []corpus.File{p.Files[0]}
-	if err := s.fakes.github.Push(pr.Owner, pr.Repo, pr.Number, newHead, changed); err != nil {
+	if err := s.fakes.GitHub.Push(pr.Owner, pr.Repo, pr.Number, newHead, changed); err != nil {
 		t.Fatal(err)
 	}
 	body := traffic.PullRequestEvent("synchronize", traffic.PR{Installation: 2, Owner: pr.Owner, Repo: pr.Repo, Number: pr.Number, Head: newHead, Before: p.HeadSHA, Base: p.BaseSHA})
@@ -100,21 +101,21 @@ func TestSynchronizeSupersedes(t *testing.T) {
 		t.Fatalf("synchronize: %d %v", code, err)
 	}
 	s.waitFor("the new head finalized", 60*time.Second, func() bool {
-		r, err := s.app.store.GetRun(ctx, pr)
+		r, err := s.app.Store().GetRun(ctx, pr)
 		return err == nil && r.Head == newHead && r.State == "done"
 	})
-	r, _ := s.app.store.GetRun(ctx, pr)
+	r, _ := s.app.Store().GetRun(ctx, pr)
 	if r.ReviewTotal != 1 || r.SummaryTotal != 1 {
 		t.Fatalf("incremental review: %d reviews and %d summaries planned, want only the changed file", r.ReviewTotal, r.SummaryTotal)
 	}
 	if n := s.summaryComments(pr); n != 1 {
 		t.Fatalf("%d summary comments after a push, want 1 (upserted)", n)
 	}
-	st := s.fakes.github.Stats(pr.Owner, pr.Repo, pr.Number)
+	st := s.fakes.GitHub.Stats(pr.Owner, pr.Repo, pr.Number)
 	if st.CommentsEdited < 1 {
 		t.Fatalf("the summary was not updated for the new head: %+v", st)
 	}
-	c := s.fakes.github.Comments(pr.Owner, pr.Repo, pr.Number)
+	c := s.fakes.GitHub.Comments(pr.Owner, pr.Repo, pr.Number)
 	if !strings.Contains(c[0].Body, "prq:reviewed="+p.HeadSHA+","+newHead) {
 		t.Fatalf("the marker does not record both reviewed commits:\n%s", c[0].Body)
 	}
@@ -123,7 +124,7 @@ func TestSynchronizeSupersedes(t *testing.T) {
 // TestSupersedeWhileWaiting: a push while the old head's jobs still wait
 // drops them (tickets and held tasks) before they run.
 func TestSupersedeWhileWaiting(t *testing.T) {
-	s := startStack(t, stackOpts{compress: 1, tune: func(c *Config) {
+	s := startStack(t, stackOpts{compress: 1, tune: func(c *config.Config) {
 		c.Models[1].TokensPerMinute = 6000 // the review model admits about one job a few seconds
 	}})
 	ctx := context.Background()
@@ -137,19 +138,19 @@ func TestSupersedeWhileWaiting(t *testing.T) {
 	p.Number = 88
 	pr := s.openPR(1, jobs.TierPaid, p)
 	s.waitFor("the plan", 20*time.Second, func() bool {
-		r, err := s.app.store.GetRun(ctx, pr)
+		r, err := s.app.Store().GetRun(ctx, pr)
 		return err == nil && r.Head == p.HeadSHA
 	})
-	newHead := randomHex(40)
-	s.fakes.github.Push(pr.Owner, pr.Repo, pr.Number, newHead, nil)
+	newHead := RandomHex(40)
+	s.fakes.GitHub.Push(pr.Owner, pr.Repo, pr.Number, newHead, nil)
 	body := traffic.PullRequestEvent("synchronize", traffic.PR{Installation: 1, Owner: pr.Owner, Repo: pr.Repo, Number: pr.Number, Head: newHead, Before: p.HeadSHA})
 	if code, _ := s.sender.Send(ctx, "pull_request", traffic.NewDelivery(), body); code != 202 {
 		t.Fatalf("synchronize: %d", code)
 	}
 	s.waitFor("old head's held review jobs dropped", 20*time.Second, func() bool {
-		ids, _ := s.app.store.TaskIDs(ctx, pr, p.HeadSHA)
+		ids, _ := s.app.Store().TaskIDs(ctx, pr, p.HeadSHA)
 		for _, id := range ids {
-			if info, err := s.app.insp.GetTaskInfo(jobs.QueuePaid, id); err == nil && info.State.String() == "scheduled" {
+			if info, err := s.app.Inspector().GetTaskInfo(jobs.QueuePaid, id); err == nil && info.State.String() == "scheduled" {
 				return false
 			}
 		}
@@ -174,8 +175,8 @@ func get(t *testing.T, url, token string) (int, string) {
 
 func TestHTTPSurface(t *testing.T) {
 	s := startStack(t, stackOpts{})
-	base := "http://" + s.app.listenAddr()
-	token := string(s.app.cfg.Admin.Token)
+	base := "http://" + s.app.ListenAddr()
+	token := string(s.app.Config().Admin.Token)
 	for _, path := range []string{"/", "/api/dashboard", "/api/plans", "/monitoring/"} {
 		if code, _ := get(t, base+path, ""); code != 401 {
 			t.Errorf("%s without auth: %d, want 401", path, code)
@@ -209,7 +210,7 @@ func TestHTTPSurface(t *testing.T) {
 			t.Errorf("/metrics lacks %s", name)
 		}
 	}
-	if strings.Contains(body, string(s.app.cfg.OpenAI.APIKey)) {
+	if strings.Contains(body, string(s.app.Config().OpenAI.APIKey)) {
 		t.Fatal("the API key is in /metrics")
 	}
 	code, body = get(t, base+"/api/dashboard", token)
@@ -218,24 +219,42 @@ func TestHTTPSurface(t *testing.T) {
 	}
 }
 
-var httpClient = &http.Client{Timeout: 5 * time.Second}
-
 // TestDeletedPRDroppedCleanly: a PR GitHub answers 404 for is dropped
 // with one log line, not retried forever.
 func TestDeletedPRDroppedCleanly(t *testing.T) {
 	s := startStack(t, stackOpts{})
-	body := traffic.PullRequestEvent("opened", traffic.PR{Installation: 4, Owner: "tenant-4", Repo: "gone", Number: 9, Head: randomHex(40), Base: randomHex(40)})
+	body := traffic.PullRequestEvent("opened", traffic.PR{Installation: 4, Owner: "tenant-4", Repo: "gone", Number: 9, Head: RandomHex(40), Base: RandomHex(40)})
 	if code, err := s.sender.Send(context.Background(), "pull_request", traffic.NewDelivery(), body); err != nil || code != 202 {
 		t.Fatalf("webhook: %d %v", code, err)
 	}
 	s.waitFor("the plan job to finish", 20*time.Second, func() bool {
-		done, _ := s.app.insp.ListCompletedTasks(jobs.QueueFree)
+		done, _ := s.app.Inspector().ListCompletedTasks(jobs.QueueFree)
 		return len(done) == 1
 	})
 	if n := strings.Count(s.logs.String(), "pull request is gone"); n != 1 {
 		t.Fatalf("%d log lines about the deleted PR, want 1", n)
 	}
-	if st := s.fakes.github.AllStats(); len(st) != 0 {
+	if st := s.fakes.GitHub.AllStats(); len(st) != 0 {
 		t.Fatalf("something was written for a deleted PR: %+v", st)
+	}
+}
+
+// TestDashboardDisabled: with dashboard.disabled, serve mounts no
+// dashboard (page and data) and runs no sampler; the admin API, the web
+// UI and metrics stay.
+func TestDashboardDisabled(t *testing.T) {
+	s := startStack(t, stackOpts{tune: func(c *config.Config) { c.Dashboard.Disabled = true }})
+	base := "http://" + s.app.ListenAddr()
+	token := string(s.app.Config().Admin.Token)
+	for path, want := range map[string]int{"/": 404, "/api/dashboard": 404, "/api/plans": 200, "/monitoring/": 200, "/metrics": 200, "/healthz": 200} {
+		if code, _ := get(t, base+path, token); code != want {
+			t.Errorf("%s: %d, want %d", path, code, want)
+		}
+	}
+	if code, _ := get(t, base+"/api/plans", ""); code != 401 {
+		t.Errorf("/api/plans without auth: %d, want 401", code)
+	}
+	if strings.Contains(s.logs.String(), "prq: dashboard") {
+		t.Errorf("serve announced a dashboard it does not serve:\n%s", s.logs.String())
 	}
 }

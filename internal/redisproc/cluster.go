@@ -1,4 +1,4 @@
-package main
+package redisproc
 
 import (
 	"context"
@@ -15,16 +15,18 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// redisCluster is a local 3-master Redis Cluster for the chaos run.
-type redisCluster struct {
+// Cluster is a local 3-master Redis Cluster.
+type Cluster struct {
 	dir   string
 	addrs []string
 	procs []*exec.Cmd
 }
 
-func (c *redisCluster) url() string { return "redis-cluster://" + strings.Join(c.addrs, ",") }
+// URL returns the redis-cluster:// URL of the nodes.
+func (c *Cluster) URL() string { return "redis-cluster://" + strings.Join(c.addrs, ",") }
 
-func (c *redisCluster) stop() {
+// Stop kills the nodes and removes their directories.
+func (c *Cluster) Stop() {
 	for _, p := range c.procs {
 		p.Process.Kill()
 		p.Wait()
@@ -32,9 +34,9 @@ func (c *redisCluster) stop() {
 	os.RemoveAll(c.dir)
 }
 
-// startCluster starts three redis-server --cluster-enabled nodes on free
+// StartCluster starts three redis-server --cluster-enabled nodes on free
 // ports and joins them with redis-cli --cluster create.
-func startCluster(ctx context.Context) (*redisCluster, error) {
+func StartCluster(ctx context.Context) (*Cluster, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, fmt.Errorf("redis-server is needed for the cluster run: %w", err)
@@ -47,11 +49,11 @@ func startCluster(ctx context.Context) (*redisCluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &redisCluster{dir: dir}
+	c := &Cluster{dir: dir}
 	for i := 0; i < 3; i++ {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			c.stop()
+			c.Stop()
 			return nil, err
 		}
 		port := l.Addr().(*net.TCPAddr).Port
@@ -67,7 +69,7 @@ func startCluster(ctx context.Context) (*redisCluster, error) {
 			"--cluster-config-file", "nodes.conf", "--dir", nodeDir, "--save", "", "--appendonly", "no", "--maxmemory-policy", "noeviction")
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {
-			c.stop()
+			c.Stop()
 			return nil, err
 		}
 		c.procs = append(c.procs, cmd)
@@ -81,7 +83,7 @@ func startCluster(ctx context.Context) (*redisCluster, error) {
 				break
 			}
 			if i > 100 {
-				c.stop()
+				c.Stop()
 				return nil, fmt.Errorf("cluster node %s did not start", a)
 			}
 			time.Sleep(50 * time.Millisecond)
@@ -90,7 +92,7 @@ func startCluster(ctx context.Context) (*redisCluster, error) {
 	args := append([]string{"--cluster", "create"}, c.addrs...)
 	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
 	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
-		c.stop()
+		c.Stop()
 		return nil, fmt.Errorf("redis-cli --cluster create: %v\n%s", err, out)
 	}
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.addrs})
@@ -101,7 +103,7 @@ func startCluster(ctx context.Context) (*redisCluster, error) {
 			break
 		}
 		if i > 100 {
-			c.stop()
+			c.Stop()
 			return nil, fmt.Errorf("the cluster did not become ready")
 		}
 		time.Sleep(100 * time.Millisecond)

@@ -1,4 +1,4 @@
-package main
+package harness
 
 import (
 	"context"
@@ -10,9 +10,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// redisInfoInt reads one integer field of a Redis INFO section (0 when
+// RedisInfoInt reads one integer field of a Redis INFO section (0 when
 // Redis cannot be asked or has no such field).
-func redisInfoInt(ctx context.Context, rdb redis.UniversalClient, section, field string) int64 {
+func RedisInfoInt(ctx context.Context, rdb redis.UniversalClient, section, field string) int64 {
 	info, err := rdb.Info(ctx, section).Result()
 	if err != nil {
 		return 0
@@ -26,9 +26,9 @@ func redisInfoInt(ctx context.Context, rdb redis.UniversalClient, section, field
 	return 0
 }
 
-// procStatusBytes reads a kB field of /proc/<pid>/status ("self" for this
+// ProcStatusBytes reads a kB field of /proc/<pid>/status ("self" for this
 // process), such as VmRSS or VmHWM, in bytes (0 where there is none).
-func procStatusBytes(pid, field string) int64 {
+func ProcStatusBytes(pid, field string) int64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%s/status", pid))
 	if err != nil {
 		return 0

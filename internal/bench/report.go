@@ -1,8 +1,9 @@
-package main
+package bench
 
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,7 +11,7 @@ import (
 
 // writeBench prints the table and writes results.md, results.json and
 // admitted.svg into the output directory.
-func writeBench(env *cmdEnv, b benchFlags, results, scale []benchResult) error {
+func writeBench(out io.Writer, b Flags, results, scale []benchResult) error {
 	var md strings.Builder
 	fmt.Fprintf(&md, "Workload: %s simulated at %gx compression (limits per %s), seed %d, %d worker processes x %d.\n\n",
 		b.sim, b.compress, "minute/"+fmt.Sprint(b.compress), b.seed, b.processes, b.concurrency)
@@ -57,7 +58,7 @@ func writeBench(env *cmdEnv, b benchFlags, results, scale []benchResult) error {
 			fmt.Fprintf(&md, "| %d | %d/%d | %d | %s | %.3f | %.0f |\n", r.Processes, r.PRsDone, r.PRs, r.Provider429s, pctf(r.TPMUtilisation), r.WorstVsAllowance, r.MakespanS)
 		}
 	}
-	fmt.Fprint(env.stdout, "\n"+md.String())
+	fmt.Fprint(out, "\n"+md.String())
 	if err := os.WriteFile(filepath.Join(b.out, "results.md"), []byte(md.String()), 0o644); err != nil {
 		return err
 	}
@@ -69,7 +70,7 @@ func writeBench(env *cmdEnv, b benchFlags, results, scale []benchResult) error {
 	if err := os.WriteFile(filepath.Join(b.out, "admitted.svg"), []byte(svgChart(results)), 0o644); err != nil {
 		return err
 	}
-	fmt.Fprintf(env.stdout, "\nwrote %s, %s and %s\n", filepath.Join(b.out, "results.md"), filepath.Join(b.out, "results.json"), filepath.Join(b.out, "admitted.svg"))
+	fmt.Fprintf(out, "\nwrote %s, %s and %s\n", filepath.Join(b.out, "results.md"), filepath.Join(b.out, "results.json"), filepath.Join(b.out, "admitted.svg"))
 	return nil
 }
 

@@ -1,11 +1,17 @@
-package main
+// Package demo runs prq end to end on one machine with nothing to set
+// up: serve and worker in one process on an in-process Redis (or
+// REDIS_URL), the fake GitHub and provider, compressed limits, and a
+// traffic generator that sends signed webhooks for PRs across tenants and
+// tiers and chat comments, enough to saturate the provider. It owns the
+// demo's flags and traffic, not the wiring (internal/server) or the fakes
+// (internal/harness).
+package demo
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"flag"
 	"fmt"
+	"io"
 	mrand "math/rand"
 	"net"
 	"sort"
@@ -19,12 +25,16 @@ import (
 
 	"github.com/prq-dev/prq/fake/corpus"
 	"github.com/prq-dev/prq/fake/traffic"
+	"github.com/prq-dev/prq/internal/config"
+	"github.com/prq-dev/prq/internal/harness"
+	"github.com/prq-dev/prq/internal/logging"
+	"github.com/prq-dev/prq/internal/server"
 	"github.com/prq-dev/prq/jobs"
 	"github.com/prq-dev/prq/store"
 )
 
-// demoFlags are the demo's own settings.
-type demoFlags struct {
+// Flags are the demo's own settings.
+type Flags struct {
 	rate, chatRate, compress float64
 	tenants, concurrency     int
 	mix                      string
@@ -33,7 +43,8 @@ type demoFlags struct {
 	corpus                   string
 }
 
-func (d *demoFlags) register(fs *flag.FlagSet) {
+// Register adds the demo's flags to fs.
+func (d *Flags) Register(fs *flag.FlagSet) {
 	fs.Float64Var(&d.rate, "rate", 1, "pull requests opened per second (in compressed time, per real second)")
 	fs.Float64Var(&d.chatRate, "chat-rate", 0.2, "chat comments per second")
 	fs.Float64Var(&d.compress, "compress", 10, "time compression: provider limits per minute/compress, latencies /compress")
@@ -48,7 +59,7 @@ func (d *demoFlags) register(fs *flag.FlagSet) {
 // parseMix reads "paid=3,trial=3,free=6" into tiers per tenant.
 func parseMix(s string, tenants int) ([]jobs.Tier, error) {
 	var tiers []jobs.Tier
-	for _, part := range splitComma(s) {
+	for _, part := range config.SplitList(s) {
 		name, n, ok := strings.Cut(part, "=")
 		if !ok {
 			return nil, fmt.Errorf("--mix %q: want tier=count pairs like paid=3,trial=3,free=6", s)
@@ -75,43 +86,19 @@ func parseMix(s string, tenants int) ([]jobs.Tier, error) {
 	return out, nil
 }
 
-func randomHex(n int) string {
-	b := make([]byte, n/2)
-	rand.Read(b)
-	return hex.EncodeToString(b)
-}
+// Usage describes the demo command.
+const Usage = "Runs prq end to end on an embedded default: an in-process Redis (or REDIS_URL), a fake GitHub and a fake OpenAI-compatible provider, serve and worker in one process, and traffic that saturates the provider. Prints the dashboard URL."
 
-// demoConfig sets the demo's limits: small enough that the traffic keeps
-// the fake provider saturated, periods compressed.
-func demoConfig(cfg *Config, d demoFlags) {
-	per := Duration(float64(time.Minute) / d.compress)
-	cfg.Models = []ModelConfig{
-		{Name: "gpt-4o-mini", RequestsPerMinute: 600, TokensPerMinute: 60000, MaxOutputTokens: 300, Period: per},
-		{Name: "gpt-4o", RequestsPerMinute: 300, TokensPerMinute: 24000, MaxOutputTokens: 600, Period: per},
-	}
-	cfg.Jobs = JobsConfig{SummaryModel: "gpt-4o-mini", ReviewModel: "gpt-4o", ChatModel: "gpt-4o-mini"}
-	cfg.Worker.Concurrency = d.concurrency
-	cfg.GitHub.WriteGap = Duration(float64(time.Second) / d.compress)
-	if t, ok := cfg.Tiers["free"]; ok && t.QuotaTokens == 0 {
-		t.QuotaTokens = 40000 // free tenants run into their daily quota during the demo
-		cfg.Tiers["free"] = t
-	}
-}
-
-func runDemo(ctx context.Context, env *cmdEnv, args []string) error {
-	var d demoFlags
-	cfg, help, err := setup(env, "demo", "Runs prq end to end on an embedded default: an in-process Redis (or REDIS_URL), a fake GitHub and a fake OpenAI-compatible provider, serve and worker in one process, and traffic that saturates the provider. Prints the dashboard URL.", modeDemo, args, d.register)
-	if help || err != nil {
-		return err
-	}
+// Run runs the demo until ctx ends (or --duration passes).
+func Run(ctx context.Context, cfg *config.Config, d Flags, stdout, stderr io.Writer) error {
 	if d.compress <= 0 || d.rate < 0 || d.chatRate < 0 || d.tenants <= 0 || d.concurrency <= 0 {
-		return &usageError{"--compress, --tenants and --workers must be positive; --rate and --chat-rate not negative"}
+		return &config.UsageError{Msg: "--compress, --tenants and --workers must be positive; --rate and --chat-rate not negative"}
 	}
 	tiers, err := parseMix(d.mix, d.tenants)
 	if err != nil {
-		return &usageError{err.Error()}
+		return &config.UsageError{Msg: err.Error()}
 	}
-	if cfg.sources["PRQ_ADDR"] == "" {
+	if cfg.SetBy("PRQ_ADDR") == "" {
 		cfg.Addr = "127.0.0.1:8080"
 		if ln, err := net.Listen("tcp", cfg.Addr); err != nil {
 			cfg.Addr = "127.0.0.1:0" // 8080 is taken: any free port
@@ -119,8 +106,8 @@ func runDemo(ctx context.Context, env *cmdEnv, args []string) error {
 			ln.Close()
 		}
 	}
-	demoConfig(cfg, d)
-	log := newLogger(env.stderr, cfg.Log)
+	harness.Compress(cfg, d.compress, d.concurrency)
+	log := logging.New(stderr, cfg.Log)
 	if d.duration > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, d.duration)
@@ -129,8 +116,8 @@ func runDemo(ctx context.Context, env *cmdEnv, args []string) error {
 
 	var conn asynq.RedisConnOpt
 	if cfg.RedisURL != "" {
-		if conn, err = parseRedisURL(cfg.RedisURL); err != nil {
-			return &settingErr{name: "REDIS_URL", problem: err.Error()}
+		if conn, err = config.ParseRedisURL(cfg.RedisURL); err != nil {
+			return &config.SettingError{Name: "REDIS_URL", Problem: err.Error()}
 		}
 	} else {
 		mr, err := miniredis.Run()
@@ -139,60 +126,54 @@ func runDemo(ctx context.Context, env *cmdEnv, args []string) error {
 		}
 		defer mr.Close()
 		conn = asynq.RedisClientOpt{Addr: mr.Addr()}
-		fmt.Fprintln(env.stdout, "prq demo: using an in-process Redis: nothing is durable (set REDIS_URL to use a real one)")
+		fmt.Fprintln(stdout, "prq demo: using an in-process Redis: nothing is durable (set REDIS_URL to use a real one)")
 	}
-	apiKey := "sk-demo-" + randomHex(16)
-	fakes, err := startFakes(cfg, d.compress, apiKey, d.seed)
+	fakes, err := harness.StartFakes(cfg, d.compress, "sk-demo-"+harness.RandomHex(16), d.seed, false)
 	if err != nil {
 		return err
 	}
-	defer fakes.close()
-	cfg.GitHub.AppID, cfg.GitHub.PrivateKey, cfg.GitHub.APIURL = fakes.appID, Secret(fakes.keyPEM), fakes.githubURL
-	cfg.GitHub.WebhookSecret, cfg.GitHub.AppSlug = Secret(randomHex(32)), "prq-demo"
-	cfg.OpenAI.APIKey, cfg.OpenAI.BaseURL = Secret(apiKey), fakes.openaiURL
+	defer fakes.Close()
+	fakes.Configure(cfg, "prq-demo")
 
-	prs, src, err := loadPRs(d.corpus, 200, d.seed)
+	prs, src, err := harness.LoadPRs(d.corpus, 200, d.seed)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(env.stdout, "prq demo: replaying %d PRs from %s across %d tenants (%s); provider limits per %s\n",
+	fmt.Fprintf(stdout, "prq demo: replaying %d PRs from %s across %d tenants (%s); provider limits per %s\n",
 		len(prs), src, d.tenants, d.mix, time.Duration(float64(time.Minute)/d.compress))
 
-	a, err := newApp(ctx, cfg, log, conn)
+	s, err := server.New(ctx, cfg, log, conn)
 	if err != nil {
 		return err
 	}
-	defer a.close()
-	a.demo = true
-	gen := &demoTraffic{d: d, tiers: tiers, prs: prs, fakes: fakes, secret: []byte(cfg.GitHub.WebhookSecret), out: env}
-	return a.run(ctx, env, running{http: true, worker: true}, func(a *app) error {
-		for i, t := range tiers {
-			inst := int64(i + 1)
-			reason := map[jobs.Tier]string{jobs.TierPaid: "paid_user", jobs.TierTrial: "trial_user", jobs.TierFree: "open_source_user"}[t]
-			if err := a.store.SetPlan(ctx, store.Plan{Installation: inst, Account: fmt.Sprintf("tenant-%d", inst), Tier: t, Reason: reason, Explicit: true}); err != nil {
-				return err
-			}
+	defer s.Close()
+	for i, t := range tiers {
+		inst := int64(i + 1)
+		reason := map[jobs.Tier]string{jobs.TierPaid: "paid_user", jobs.TierTrial: "trial_user", jobs.TierFree: "open_source_user"}[t]
+		if err := s.Store().SetPlan(ctx, store.Plan{Installation: inst, Account: fmt.Sprintf("tenant-%d", inst), Tier: t, Reason: reason, Explicit: true}); err != nil {
+			return err
 		}
-		gen.url = func() string {
-			if a.listenAddr() == "" {
-				return ""
-			}
-			return "http://" + a.listenAddr() + "/webhook"
+	}
+	gen := &generator{d: d, tiers: tiers, prs: prs, fakes: fakes, secret: []byte(cfg.GitHub.WebhookSecret), out: stdout}
+	gen.url = func() string {
+		if s.ListenAddr() == "" {
+			return ""
 		}
-		go gen.run(ctx)
-		return nil
-	})
+		return "http://" + s.ListenAddr() + "/webhook"
+	}
+	go gen.run(ctx)
+	return s.Run(ctx, stdout, server.Roles{HTTP: true, Worker: true}, server.Options{Demo: true})
 }
 
-// demoTraffic sends signed webhooks for PRs and chat comments.
-type demoTraffic struct {
-	d      demoFlags
+// generator sends signed webhooks for PRs and chat comments.
+type generator struct {
+	d      Flags
 	tiers  []jobs.Tier
 	prs    []corpus.PR
-	fakes  *fakeSet
+	fakes  *harness.Fakes
 	secret []byte
 	url    func() string
-	out    *cmdEnv
+	out    io.Writer
 
 	sent, chats, refused atomic.Int64
 }
@@ -203,7 +184,7 @@ type openPR struct {
 	number      int
 }
 
-func (g *demoTraffic) run(ctx context.Context) {
+func (g *generator) run(ctx context.Context) {
 	rng := mrand.New(mrand.NewSource(g.d.seed))
 	for g.url() == "" { // the HTTP server is starting
 		select {
@@ -237,9 +218,9 @@ func (g *demoTraffic) run(ctx context.Context) {
 			inst := int64(i + 1)
 			p := g.prs[rng.Intn(len(g.prs))]
 			owner := fmt.Sprintf("tenant-%d", inst)
-			p.Number, p.HeadSHA, p.BaseSHA = number, randomHex(40), randomHex(40)
+			p.Number, p.HeadSHA, p.BaseSHA = number, harness.RandomHex(40), harness.RandomHex(40)
 			number++
-			g.fakes.github.AddPR(inst, owner, p.Name(), p)
+			g.fakes.GitHub.AddPR(inst, owner, p.Name(), p)
 			body := traffic.PullRequestEvent("opened", traffic.PR{Installation: inst, Owner: owner, Repo: p.Name(), Number: p.Number, Title: p.Title, Head: p.HeadSHA, Base: p.BaseSHA})
 			if code, err := s.Send(ctx, "pull_request", traffic.NewDelivery(), body); err != nil || code >= 300 {
 				g.refused.Add(1)
@@ -264,21 +245,21 @@ func (g *demoTraffic) run(ctx context.Context) {
 	}
 }
 
-func (g *demoTraffic) report(start time.Time) {
+func (g *generator) report(start time.Time) {
 	published := 0
-	for _, st := range g.fakes.github.AllStats() {
+	for _, st := range g.fakes.GitHub.AllStats() {
 		if st.CommentsCreated > 0 {
 			published++
 		}
 	}
 	calls, limited := int64(0), int64(0)
 	var models []string
-	for name, st := range g.fakes.openai.Stats() {
+	for name, st := range g.fakes.OpenAI.Stats() {
 		calls += st.Requests
 		limited += st.RateLimited
 		models = append(models, fmt.Sprintf("%s %d/%d tok (worst window %d of %d)", name, st.AdmittedTokens, st.Requests, st.MaxWindowTokens, st.TPM))
 	}
 	sort.Strings(models)
-	fmt.Fprintf(g.out.stdout, "demo %s: %d PRs opened, %d summaries published, %d chat comments, %d provider calls, %d provider 429s\n",
+	fmt.Fprintf(g.out, "demo %s: %d PRs opened, %d summaries published, %d chat comments, %d provider calls, %d provider 429s\n",
 		time.Since(start).Round(time.Second), g.sent.Load(), published, g.chats.Load(), calls, limited)
 }

@@ -1,25 +1,52 @@
-package main
+// Package metrics owns prq's Prometheus series: counters the process
+// bumps (webhook deliveries, LLM calls, admissions) and gauges read from
+// the shared admission state at scrape time, plus the cross-process LLM
+// call counts kept in Redis. It reads the scheduler and the queues through
+// small interfaces and knows nothing of how the process is wired.
+package metrics
 
 import (
 	"context"
-	"crypto/subtle"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/prq-dev/prq/admission"
 	"github.com/prq-dev/prq/jobs"
+	"github.com/prq-dev/prq/ratelimit"
 )
 
-// metrics are prq's Prometheus series. Labels stay low-cardinality:
+// Admission is what the metrics read of the admission scheduler.
+type Admission interface {
+	Models() []string
+	Stats(ctx context.Context, model string) (admission.Stats, error)
+	Bucket(model string) (*ratelimit.Bucket, bool)
+	Paused(ctx context.Context) map[string]string
+}
+
+// Queues is what the metrics read of asynq's queues.
+type Queues interface {
+	GetQueueInfo(queue string) (*asynq.QueueInfo, error)
+}
+
+// Counts is the Redis hash of LLM calls by model and outcome, shared by
+// every process.
+type Counts interface {
+	HIncrBy(ctx context.Context, key, field string, incr int64) *redis.IntCmd
+	HGetAll(ctx context.Context, key string) *redis.MapStringStringCmd
+}
+
+// Metrics are prq's Prometheus series. Labels stay low-cardinality:
 // model, class (chat or tier), event, outcome, queue, state.
-type metrics struct {
-	a          *app
+type Metrics struct {
+	counts     Counts
 	reg        *prometheus.Registry
 	deliveries *prometheus.CounterVec
 	calls      *prometheus.CounterVec
@@ -27,22 +54,25 @@ type metrics struct {
 	wait       *prometheus.HistogramVec
 }
 
-func newMetrics(a *app) *metrics {
-	m := &metrics{a: a, reg: prometheus.NewRegistry()}
+// New registers the series; adm and queues are read at scrape time.
+func New(adm Admission, queues Queues, counts Counts) *Metrics {
+	m := &Metrics{counts: counts, reg: prometheus.NewRegistry()}
 	m.deliveries = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_webhook_deliveries_total", Help: "Webhook deliveries by event and outcome."}, []string{"event", "outcome"})
 	m.calls = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_llm_calls_total", Help: "LLM calls by model and outcome (ok, rate_limited, transient, account, context_length, failed, quota)."}, []string{"model", "outcome"})
 	m.admitted = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_admitted_jobs_total", Help: "Jobs admitted by this process, by model, class and path (chat, fair, aged)."}, []string{"model", "class", "via"})
 	m.wait = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "prq_admission_wait_seconds", Help: "Time from a ticket's registration to its admission.",
 		Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}}, []string{"model", "class"})
-	m.reg.MustRegister(m.deliveries, m.calls, m.admitted, m.wait, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), &stateCollector{a: a})
+	m.reg.MustRegister(m.deliveries, m.calls, m.admitted, m.wait, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), &stateCollector{adm: adm, queues: queues})
 	return m
 }
 
-func (m *metrics) handler() http.Handler {
+// Handler serves /metrics.
+func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 }
 
-func (m *metrics) countDelivery(event, outcome string) {
+// CountDelivery counts a webhook delivery (webhook.Handler.Count).
+func (m *Metrics) CountDelivery(event, outcome string) {
 	switch event {
 	case "pull_request", "issue_comment", "pull_request_review_comment", "installation", "installation_repositories", "marketplace_purchase", "ping":
 	default:
@@ -51,19 +81,19 @@ func (m *metrics) countDelivery(event, outcome string) {
 	m.deliveries.WithLabelValues(event, outcome).Inc()
 }
 
-// countCall counts an LLM call here and in Redis (the dashboard may run
+// CountCall counts an LLM call here and in Redis (the dashboard may run
 // in another process).
-func (m *metrics) countCall(model, outcome string) {
+func (m *Metrics) CountCall(model, outcome string) {
 	m.calls.WithLabelValues(model, outcome).Inc()
-	m.a.rdb.HIncrBy(context.Background(), callsKey, model+"|"+outcome, 1)
+	m.counts.HIncrBy(context.Background(), callsKey, model+"|"+outcome, 1)
 }
 
 const callsKey = "prq:llm:calls"
 
-// callCounts returns every process's LLM call counts by model and outcome.
-func (a *app) callCounts(ctx context.Context) map[string]map[string]int64 {
+// CallCounts returns every process's LLM call counts by model and outcome.
+func CallCounts(ctx context.Context, counts Counts) map[string]map[string]int64 {
 	out := map[string]map[string]int64{}
-	m, err := a.rdb.HGetAll(ctx, callsKey).Result()
+	m, err := counts.HGetAll(ctx, callsKey).Result()
 	if err != nil {
 		return out
 	}
@@ -81,7 +111,8 @@ func (a *app) callCounts(ctx context.Context) map[string]map[string]int64 {
 	return out
 }
 
-func (m *metrics) observeAdmission(a admission.Admitted) {
+// ObserveAdmission records an admission (admission.Scheduler.Observe).
+func (m *Metrics) ObserveAdmission(a admission.Admitted) {
 	m.admitted.WithLabelValues(a.Model, a.Class, a.Via).Inc()
 	m.wait.WithLabelValues(a.Model, a.Class).Observe(a.Waited.Seconds())
 }
@@ -100,7 +131,10 @@ var (
 )
 
 // stateCollector reads shared state from Redis at scrape time.
-type stateCollector struct{ a *app }
+type stateCollector struct {
+	adm    Admission
+	queues Queues
+}
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descBacklog, descInTok, descAdmTok, descAhead, descBehind, descReleased, descAvail, descLimit, descPaused, descQueue} {
@@ -111,9 +145,9 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	paused := c.a.sched.Paused(ctx)
-	for _, model := range c.a.sched.Models() {
-		st, err := c.a.sched.Stats(ctx, model)
+	paused := c.adm.Paused(ctx)
+	for _, model := range c.adm.Models() {
+		st, err := c.adm.Stats(ctx, model)
 		if err != nil {
 			continue
 		}
@@ -125,7 +159,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descBehind, prometheus.CounterValue, float64(st.BehindTokens[class]), model, class)
 		}
 		ch <- prometheus.MustNewConstMetric(descReleased, prometheus.GaugeValue, float64(st.Released), model)
-		if b, ok := c.a.sched.Bucket(model); ok {
+		if b, ok := c.adm.Bucket(model); ok {
 			if avail, _, err := b.Available(ctx); err == nil {
 				ch <- prometheus.MustNewConstMetric(descAvail, prometheus.GaugeValue, float64(avail.Tokens), model)
 			}
@@ -139,7 +173,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descPaused, prometheus.GaugeValue, p, model)
 	}
 	for _, q := range jobs.Queues {
-		info, err := c.a.insp.GetQueueInfo(q)
+		info, err := c.queues.GetQueueInfo(q)
 		if err != nil {
 			continue
 		}
@@ -149,5 +183,3 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 }
-
-func constEq(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1 }

@@ -1,22 +1,21 @@
-package main
+package harness
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/prq-dev/prq/fake/corpus"
 	"github.com/prq-dev/prq/fake/traffic"
+	"github.com/prq-dev/prq/internal/config"
+	"github.com/prq-dev/prq/internal/logging"
 	"github.com/prq-dev/prq/internal/redistest"
+	"github.com/prq-dev/prq/internal/server"
 	"github.com/prq-dev/prq/jobs"
 	"github.com/prq-dev/prq/store"
-	"github.com/prq-dev/prq/workers"
 )
 
 func TestMain(m *testing.M) {
@@ -25,32 +24,14 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// syncBuffer collects a process's logs for scanning.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // stack is serve + worker in one process (the same wiring as `prq all`)
 // on a real Redis, with the fake GitHub and provider.
 type stack struct {
 	t      *testing.T
-	app    *app
-	fakes  *fakeSet
+	app    *server.Server
+	fakes  *Fakes
 	sender *traffic.Sender
-	logs   *syncBuffer
+	logs   *SyncBuffer
 	cancel context.CancelFunc
 	done   chan error
 	redis  *redistest.Server
@@ -59,7 +40,7 @@ type stack struct {
 type stackOpts struct {
 	compress    float64
 	concurrency int
-	tune        func(*Config)
+	tune        func(*config.Config)
 }
 
 func startStack(t *testing.T, o stackOpts) *stack {
@@ -71,51 +52,44 @@ func startStack(t *testing.T, o stackOpts) *stack {
 		o.concurrency = 20
 	}
 	srv := redistest.New(t)
-	cfg := defaultConfig()
-	cfg.sources = map[string]string{}
+	cfg := config.Default()
 	cfg.RedisURL = srv.URL()
 	cfg.Addr = "127.0.0.1:0"
 	cfg.Log.Level = "debug"
-	demoConfig(&cfg, demoFlags{compress: o.compress, concurrency: o.concurrency})
-	cfg.ShutdownTimeout = Duration(20 * time.Second)
+	Compress(&cfg, o.compress, o.concurrency)
+	cfg.ShutdownTimeout = config.Duration(20 * time.Second)
 	if o.tune != nil {
 		o.tune(&cfg)
 	}
-	apiKey := "sk-test-" + randomHex(8)
-	fakes, err := startFakes(&cfg, o.compress, apiKey, 1)
+	fakes, err := StartFakes(&cfg, o.compress, "sk-test-"+RandomHex(8), 1, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(fakes.close)
-	cfg.GitHub.AppID, cfg.GitHub.PrivateKey, cfg.GitHub.APIURL = fakes.appID, Secret(fakes.keyPEM), fakes.githubURL
-	cfg.GitHub.WebhookSecret, cfg.GitHub.AppSlug = Secret(randomHex(32)), "prq-test"
-	cfg.OpenAI.APIKey, cfg.OpenAI.BaseURL = Secret(apiKey), fakes.openaiURL
-	cfg.Admin.Token = Secret("admin-" + randomHex(8))
-	if err := cfg.validate(modeAll); err != nil {
+	t.Cleanup(fakes.Close)
+	fakes.Configure(&cfg, "prq-test")
+	cfg.Admin.Token = config.Secret("admin-" + RandomHex(8))
+	if err := cfg.Validate(config.ModeAll); err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
-	log := newLogger(logs, cfg.Log)
-	conn, _ := parseRedisURL(cfg.RedisURL)
+	logs := &SyncBuffer{}
+	log := logging.New(logs, cfg.Log)
+	conn, _ := config.ParseRedisURL(cfg.RedisURL)
 	ctx, cancel := context.WithCancel(context.Background())
-	a, err := newApp(ctx, &cfg, log, conn)
+	a, err := server.New(ctx, &cfg, log, conn)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
 	}
 	s := &stack{t: t, app: a, fakes: fakes, logs: logs, cancel: cancel, done: make(chan error, 1), redis: srv}
+	served := Serve(ctx, a, logs, server.Roles{HTTP: true, Worker: true}, server.Options{})
 	go func() {
-		defer a.close()
-		s.done <- a.run(ctx, &cmdEnv{getenv: func(string) string { return "" }, stdout: logs, stderr: logs}, running{http: true, worker: true}, nil)
+		s.done <- <-served
+		a.Close()
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for a.listenAddr() == "" {
-		if time.Now().After(deadline) {
-			t.Fatalf("stack did not start:\n%s", logs.String())
-		}
-		time.Sleep(10 * time.Millisecond)
+	if a.ListenAddr() == "" {
+		t.Fatalf("stack did not start:\n%s", logs.String())
 	}
-	s.sender = &traffic.Sender{URL: "http://" + a.listenAddr() + "/webhook", Secret: []byte(cfg.GitHub.WebhookSecret)}
+	s.sender = &traffic.Sender{URL: "http://" + a.ListenAddr() + "/webhook", Secret: []byte(cfg.GitHub.WebhookSecret)}
 	t.Cleanup(func() {
 		s.stop()
 		if t.Failed() {
@@ -151,11 +125,11 @@ func (s *stack) stop() error {
 func (s *stack) openPR(inst int64, tier jobs.Tier, p corpus.PR) jobs.PR {
 	s.t.Helper()
 	ctx := context.Background()
-	if err := s.app.store.SetPlan(ctx, store.Plan{Installation: inst, Tier: tier, Explicit: true}); err != nil {
+	if err := s.app.Store().SetPlan(ctx, store.Plan{Installation: inst, Tier: tier, Explicit: true}); err != nil {
 		s.t.Fatal(err)
 	}
 	owner := fmt.Sprintf("tenant-%d", inst)
-	s.fakes.github.AddPR(inst, owner, p.Name(), p)
+	s.fakes.GitHub.AddPR(inst, owner, p.Name(), p)
 	body := traffic.PullRequestEvent("opened", traffic.PR{Installation: inst, Owner: owner, Repo: p.Name(), Number: p.Number, Title: p.Title, Head: p.HeadSHA, Base: p.BaseSHA})
 	code, err := s.sender.Send(ctx, "pull_request", traffic.NewDelivery(), body)
 	if err != nil || code != 202 {
@@ -165,15 +139,7 @@ func (s *stack) openPR(inst int64, tier jobs.Tier, p corpus.PR) jobs.PR {
 }
 
 // summaryComments counts the PR's comments holding the summary marker.
-func (s *stack) summaryComments(pr jobs.PR) int {
-	n := 0
-	for _, c := range s.fakes.github.Comments(pr.Owner, pr.Repo, pr.Number) {
-		if strings.Contains(c.Body, workers.SummaryMarker) {
-			n++
-		}
-	}
-	return n
-}
+func (s *stack) summaryComments(pr jobs.PR) int { return s.fakes.Summaries(pr) }
 
 // waitFor polls cond until it holds or the timeout passes.
 func (s *stack) waitFor(what string, timeout time.Duration, cond func() bool) {
@@ -187,6 +153,12 @@ func (s *stack) waitFor(what string, timeout time.Duration, cond func() bool) {
 	}
 }
 
-var discardLog = slog.New(slog.NewTextHandler(&bytes.Buffer{}, nil))
-
-func redisForTest(t *testing.T) *redistest.Server { return redistest.New(t) }
+// testPRs are PRs sized like the corpus (SmallPRs).
+func testPRs(t *testing.T, n int) []corpus.PR {
+	t.Helper()
+	prs, err := SmallPRs(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return prs
+}

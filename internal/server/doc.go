@@ -1,0 +1,12 @@
+// Package server wires one prq process and runs it: it opens Redis
+// (refusing one that may evict keys), builds the store, the admission
+// scheduler, the job workers and the asynq server, client and inspector,
+// mounts the HTTP surface (webhook, health, metrics, dashboard, admin API,
+// asynq web UI, token auth) and runs serve, worker or both until the
+// context ends, then shuts down in order.
+//
+// It owns the wiring and the shutdown order, not the parts it wires:
+// configuration lives in internal/config, the pages in internal/dashboard,
+// the series in internal/metrics. The benchmark's hooks come in as Options;
+// production passes none.
+package server

@@ -1,0 +1,170 @@
+package server
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/hibiken/asynqmon"
+
+	"github.com/prq-dev/prq/admission"
+	"github.com/prq-dev/prq/internal/dashboard"
+	"github.com/prq-dev/prq/internal/metrics"
+	"github.com/prq-dev/prq/jobs"
+	"github.com/prq-dev/prq/ratelimit"
+	"github.com/prq-dev/prq/store"
+	"github.com/prq-dev/prq/webhook"
+)
+
+// handler returns prq's HTTP routes; ctx bounds the dashboard's sampler.
+// Everything but the webhook, health checks and metrics needs the admin
+// token (unless open, for the demo).
+func (s *Server) handler(ctx context.Context, wh http.Handler, open bool) (http.Handler, func()) {
+	auth := tokenAuth(string(s.cfg.Admin.Token), open)
+	mux := http.NewServeMux()
+	if wh != nil {
+		mux.Handle("POST /webhook", wh)
+	}
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := s.rdb.Ping(ctx).Err(); err != nil {
+			http.Error(w, "redis unavailable", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	mux.Handle("GET /metrics", s.metrics.Handler())
+	mon := asynqmon.New(asynqmon.Options{RootPath: "/monitoring", RedisConnOpt: s.connOpt, ReadOnly: s.cfg.Admin.ReadOnly})
+	mux.Handle("/monitoring/", auth(mon))
+	dash := dashboard.New(dashSource{s}, s.store, open)
+	withDashboard := !s.cfg.Dashboard.Disabled
+	mux.Handle("/api/", auth(dash.AdminAPI(withDashboard)))
+	if withDashboard {
+		go dash.Sample(ctx, time.Second)
+		mux.Handle("/", auth(dash.Page()))
+	}
+	return mux, func() { mon.Close() }
+}
+
+// dashSource is the dashboard's read-only view of the process.
+type dashSource struct{ s *Server }
+
+var _ dashboard.Source = dashSource{}
+
+func (d dashSource) Models() []string { return d.s.sched.Models() }
+func (d dashSource) Stats(ctx context.Context, model string) (admission.Stats, error) {
+	return d.s.sched.Stats(ctx, model)
+}
+func (d dashSource) Bucket(model string) (*ratelimit.Bucket, bool) { return d.s.sched.Bucket(model) }
+func (d dashSource) Paused(ctx context.Context) map[string]string  { return d.s.sched.Paused(ctx) }
+func (d dashSource) ActiveRuns(ctx context.Context, limit int64) ([]store.Run, error) {
+	return d.s.store.ActiveRuns(ctx, limit)
+}
+func (d dashSource) GetQueueInfo(q string) (*asynq.QueueInfo, error) { return d.s.insp.GetQueueInfo(q) }
+func (d dashSource) CallCounts(ctx context.Context) map[string]map[string]int64 {
+	return metrics.CallCounts(ctx, d.s.rdb)
+}
+
+// QuotaUsed reads the installation's whole quota (none where quotas are
+// split per job kind).
+func (d dashSource) QuotaUsed(ctx context.Context, inst int64, tier jobs.Tier) (ratelimit.Usage, int64, bool) {
+	cfg := d.s.cfg
+	limit := cfg.Tiers[string(tier)].QuotaTokens
+	if limit <= 0 || cfg.Quota.PerKind {
+		return ratelimit.Usage{}, 0, false
+	}
+	period, _ := ratelimit.ParsePeriod(cfg.Quota.Period)
+	q, err := ratelimit.NewQuota(d.s.rdb, ratelimit.QuotaConfig{Period: period})
+	if err != nil {
+		return ratelimit.Usage{}, 0, false
+	}
+	u, err := q.Used(ctx, strconv.FormatInt(inst, 10), "", limit)
+	return u, limit, err == nil
+}
+
+// tokenAuth requires the admin token (bearer or basic password) unless
+// the demo runs; without a token, serve refuses non-loopback addresses.
+func tokenAuth(token string, open bool) func(http.Handler) http.Handler {
+	return func(h http.Handler) http.Handler {
+		if open {
+			return h
+		}
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if _, pw, ok := r.BasicAuth(); ok {
+				got = pw
+			}
+			if token == "" || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+				w.Header().Set("WWW-Authenticate", `Basic realm="prq"`)
+				http.Error(w, "authentication required (PRQ_ADMIN_TOKEN as a bearer token or basic-auth password)", http.StatusUnauthorized)
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	}
+}
+
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func hostPort(a net.Addr) string {
+	host, port, _ := net.SplitHostPort(a.String())
+	if host == "::" || host == "0.0.0.0" || host == "" {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// serveHTTP runs the HTTP server until ctx ends, then shuts it down.
+func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, log *slog.Logger) (wait func() error) {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 60 * time.Second, WriteTimeout: 60 * time.Second}
+	errc := make(chan error, 1)
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- err
+		}
+		close(errc)
+	}()
+	return func() error {
+		select {
+		case <-ctx.Done():
+		case err := <-errc:
+			if err != nil {
+				return err
+			}
+		}
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return srv.Shutdown(sctx)
+	}
+}
+
+func (s *Server) webhookHandler() (*webhook.Handler, error) {
+	h, err := webhook.New(webhook.Config{Secret: []byte(s.cfg.GitHub.WebhookSecret), MaxBytes: s.cfg.GitHub.WebhookMaxBytes,
+		AppSlug: s.cfg.GitHub.AppSlug, SkipBotPRs: s.cfg.GitHub.SkipBotPRs == nil || *s.cfg.GitHub.SkipBotPRs},
+		s.jobs.enqueuer, s.store, s.log.With("component", "webhook"))
+	if err != nil {
+		return nil, err
+	}
+	h.Count = s.metrics.CountDelivery
+	return h, nil
+}

@@ -1,0 +1,51 @@
+package server
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+)
+
+func TestTokenAuth(t *testing.T) {
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	tests := []struct {
+		name  string
+		token string
+		open  bool
+		set   func(*http.Request)
+		want  int
+	}{
+		{"bearer", "tok", false, func(r *http.Request) { r.Header.Set("Authorization", "Bearer tok") }, 204},
+		{"basic password", "tok", false, func(r *http.Request) { r.SetBasicAuth("any", "tok") }, 204},
+		{"wrong bearer", "tok", false, func(r *http.Request) { r.Header.Set("Authorization", "Bearer nope") }, 401},
+		{"wrong basic", "tok", false, func(r *http.Request) { r.SetBasicAuth("tok", "nope") }, 401},
+		{"none", "tok", false, func(*http.Request) {}, 401},
+		{"no token configured refuses all", "", false, func(r *http.Request) { r.Header.Set("Authorization", "Bearer ") }, 401},
+		{"demo is open", "", true, func(*http.Request) {}, 204},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := httptest.NewRequest("GET", "/api/plans", nil)
+			tt.set(r)
+			w := httptest.NewRecorder()
+			tokenAuth(tt.token, tt.open)(ok).ServeHTTP(w, r)
+			if w.Code != tt.want {
+				t.Fatalf("status %d, want %d", w.Code, tt.want)
+			}
+			if w.Code == 401 && w.Header().Get("WWW-Authenticate") == "" {
+				t.Fatal("401 without WWW-Authenticate")
+			}
+		})
+	}
+}
+
+func TestIsLoopback(t *testing.T) {
+	for addr, want := range map[string]bool{
+		"127.0.0.1:8080": true, "localhost:8080": true, "[::1]:8080": true,
+		":8080": false, "0.0.0.0:8080": false, "10.0.0.5:80": false, "example.com:80": false, "nonsense": false,
+	} {
+		if got := isLoopback(addr); got != want {
+			t.Errorf("isLoopback(%q) = %v, want %v", addr, got, want)
+		}
+	}
+}

@@ -1,0 +1,313 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/prq-dev/prq/admission"
+	"github.com/prq-dev/prq/internal/config"
+	"github.com/prq-dev/prq/internal/logging"
+	"github.com/prq-dev/prq/internal/metrics"
+	"github.com/prq-dev/prq/jobs"
+	"github.com/prq-dev/prq/ratelimit"
+	"github.com/prq-dev/prq/store"
+	"github.com/prq-dev/prq/workers"
+)
+
+// Roles is what a process runs: serve (HTTP), worker, or both (all).
+type Roles struct {
+	HTTP   bool
+	Worker bool
+}
+
+// Options change how the process runs jobs. Production passes the zero
+// value; the benchmark sets them to run today's alternatives (its
+// baselines) through the same wiring, and the demo opens the HTTP surface.
+type Options struct {
+	// Admitter replaces the admission scheduler where jobs are submitted.
+	Admitter workers.Admitter
+	// Gate runs before each LLM call (a baseline's limiter).
+	Gate func(context.Context, admission.Ticket) error
+	// WrapLLM wraps the provider client (to record calls).
+	WrapLLM func(workers.LLM) workers.LLM
+	// WrapHandler wraps the job handler (to count runs).
+	WrapHandler func(asynq.Handler) asynq.Handler
+	// RetryDelay and IsFailure replace asynq's retry policy; both or none.
+	RetryDelay asynq.RetryDelayFunc
+	IsFailure  func(error) bool
+	// NoAdmission: do not run the admission loop.
+	NoAdmission bool
+	// Demo serves the HTTP surface without auth on any address and marks
+	// the dashboard as the demo's.
+	Demo bool
+}
+
+// Server is one prq process: what serve, worker, all and the demo share.
+type Server struct {
+	cfg     *config.Config
+	log     *slog.Logger
+	connOpt asynq.RedisConnOpt
+	rdb     redis.UniversalClient
+	store   *store.Store
+	sched   *admission.Scheduler
+	client  *asynq.Client
+	insp    *asynq.Inspector
+	metrics *metrics.Metrics
+	jobs    *jobSide
+	addr    atomic.Value // the HTTP listener's address
+}
+
+// RunProcess runs serve, worker or both until ctx ends (the commands
+// serve, worker and all).
+func RunProcess(ctx context.Context, cfg *config.Config, roles Roles, stdout, stderr io.Writer) error {
+	log := logging.New(stderr, cfg.Log)
+	conn, err := config.ParseRedisURL(cfg.RedisURL)
+	if err != nil {
+		return &config.SettingError{Name: "REDIS_URL", Problem: err.Error()}
+	}
+	s, err := New(ctx, cfg, log, conn)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	return s.Run(ctx, stdout, roles, Options{})
+}
+
+// New connects Redis and builds the shared components.
+func New(ctx context.Context, cfg *config.Config, log *slog.Logger, connOpt asynq.RedisConnOpt) (*Server, error) {
+	rdb, err := Open(ctx, connOpt, cfg.AllowEviction, log)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: log, connOpt: connOpt, rdb: rdb}
+	ok := false
+	defer func() {
+		if !ok {
+			s.Close()
+		}
+	}()
+	defTier, _ := jobs.ParseTier(cfg.DefaultTier)
+	s.store = store.New(rdb, defTier)
+	for _, p := range cfg.Plans {
+		tier, _ := jobs.ParseTier(p.Tier)
+		if err := s.store.SetPlan(ctx, store.Plan{Installation: p.Installation, Tier: tier, Reason: p.Reason, Explicit: true}); err != nil {
+			return nil, err
+		}
+	}
+	s.client = asynq.NewClientFromRedisClient(rdb)
+	s.insp = asynq.NewInspectorFromRedisClient(rdb)
+	buckets := map[string]*ratelimit.Bucket{}
+	apiKey := string(cfg.OpenAI.APIKey)
+	for _, m := range cfg.Models {
+		l, err := m.Limits()
+		if err != nil {
+			return nil, fmt.Errorf("model %s: %w", m.Name, err)
+		}
+		if buckets[m.Name], err = ratelimit.NewBucket(rdb, m.Name, apiKey, l); err != nil {
+			return nil, err
+		}
+	}
+	weights := map[jobs.Tier]int64{}
+	for name, t := range cfg.Tiers {
+		weights[jobs.Tier(name)] = t.Weight
+	}
+	s.sched, err = admission.New(rdb, buckets, s.client, s.insp, admission.Config{
+		Strict: cfg.Scheduler.Mode == "strict", Weights: weights, ChatShare: *cfg.Scheduler.ChatShare, Aging: cfg.Scheduler.Aging.D(),
+	}, log.With("component", "admission"))
+	if err != nil {
+		return nil, err
+	}
+	s.metrics = metrics.New(s.sched, s.insp, rdb)
+	s.sched.Observe = s.metrics.ObserveAdmission
+	ok = true
+	return s, nil
+}
+
+// Close closes the asynq client and Redis.
+func (s *Server) Close() {
+	if s.client != nil {
+		s.client.Close()
+	}
+	if s.rdb != nil {
+		s.rdb.Close()
+	}
+}
+
+// ListenAddr returns the address the HTTP server listens on ("" until it
+// listens).
+func (s *Server) ListenAddr() string {
+	v, _ := s.addr.Load().(string)
+	return v
+}
+
+// Config returns the process's configuration.
+func (s *Server) Config() *config.Config { return s.cfg }
+
+// Store returns the run and plan store.
+func (s *Server) Store() *store.Store { return s.store }
+
+// Scheduler returns the admission scheduler.
+func (s *Server) Scheduler() *admission.Scheduler { return s.sched }
+
+// Client returns the asynq client.
+func (s *Server) Client() *asynq.Client { return s.client }
+
+// Inspector returns the asynq inspector.
+func (s *Server) Inspector() *asynq.Inspector { return s.insp }
+
+// Redis returns the process's Redis client.
+func (s *Server) Redis() redis.UniversalClient { return s.rdb }
+
+// Run runs the roles until ctx ends, then shuts down in order: stop
+// taking HTTP requests, stop admitting, let in-flight jobs finish (asynq
+// Shutdown, bounded by the shutdown timeout). The caller closes Redis
+// (Close) afterwards. Run prints the URLs it serves to out.
+func (s *Server) Run(ctx context.Context, out io.Writer, roles Roles, opt Options) error {
+	cfg, log := s.cfg, s.log
+	js, err := s.buildWorkers(nil, opt, roles.Worker)
+	if err != nil {
+		return err
+	}
+	s.jobs = js
+	var waitHTTP func() error
+	if roles.HTTP {
+		if cfg.Admin.Token == "" && !opt.Demo && !isLoopback(cfg.Addr) {
+			return &config.SettingError{Name: "PRQ_ADMIN_TOKEN", Problem: fmt.Sprintf("is required to expose the dashboard, admin API and asynq web UI on %s; set it, or bind to loopback (--addr 127.0.0.1:8080)", cfg.Addr)}
+		}
+		ln, err := net.Listen("tcp", cfg.Addr)
+		if err != nil {
+			return &config.SettingError{Name: "PRQ_ADDR", Problem: err.Error()}
+		}
+		s.addr.Store(hostPort(ln.Addr()))
+		var wh http.Handler
+		if cfg.GitHub.WebhookSecret != "" {
+			h, err := s.webhookHandler()
+			if err != nil {
+				return err
+			}
+			wh = h
+		}
+		hctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		h, closeMon := s.handler(hctx, wh, opt.Demo)
+		defer closeMon()
+		waitHTTP = serveHTTP(ctx, ln, h, log)
+		log.InfoContext(ctx, "serving", "addr", ln.Addr().String(), "webhook", wh != nil, "dashboard", !cfg.Dashboard.Disabled)
+		at := hostPort(ln.Addr())
+		if cfg.Dashboard.Disabled {
+			fmt.Fprintf(out, "prq: asynq web UI http://%s/monitoring/  metrics http://%s/metrics\n", at, at)
+		} else {
+			fmt.Fprintf(out, "prq: dashboard http://%s/  asynq web UI http://%s/monitoring/  metrics http://%s/metrics\n", at, at, at)
+		}
+	}
+	var stopWorker func()
+	if roles.Worker {
+		stop, err := s.startWorker(ctx, opt)
+		if err != nil {
+			return err
+		}
+		stopWorker = stop
+		log.InfoContext(ctx, "worker started", "concurrency", cfg.Worker.Concurrency, "models", s.sched.Models())
+	}
+	<-ctx.Done()
+	log.Info("shutting down")
+	if waitHTTP != nil {
+		err = waitHTTP()
+	}
+	if stopWorker != nil {
+		stopWorker()
+	}
+	log.Info("stopped")
+	return err
+}
+
+// capacity is how many more jobs this process can start: idle slots
+// minus tasks already released and waiting in the queues.
+func (s *Server) capacity(concurrency int) func() int {
+	var mu sync.Mutex
+	var pending int64
+	var at time.Time
+	return func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		if time.Since(at) > 10*time.Millisecond {
+			pipe := s.rdb.Pipeline()
+			cmds := make([]*redis.IntCmd, len(jobs.Queues))
+			for i, q := range jobs.Queues {
+				cmds[i] = pipe.LLen(context.Background(), "asynq:{"+q+"}:pending")
+			}
+			pipe.Exec(context.Background())
+			pending = 0
+			for _, c := range cmds {
+				pending += c.Val()
+			}
+			at = time.Now()
+		}
+		free := concurrency - s.jobs.running() - int(pending)
+		return max(free, 0)
+	}
+}
+
+// startWorker starts the asynq server and the admission loop.
+func (s *Server) startWorker(ctx context.Context, opt Options) (stop func(), err error) {
+	retryDelay, isFailure := s.jobs.retryDelay, s.jobs.isFailure
+	if opt.RetryDelay != nil {
+		retryDelay, isFailure = opt.RetryDelay, opt.IsFailure
+	}
+	handler := s.jobs.handler
+	if opt.WrapHandler != nil {
+		handler = opt.WrapHandler(handler)
+	}
+	srv := asynq.NewServerFromRedisClient(s.rdb, asynq.Config{
+		Concurrency:       s.cfg.Worker.Concurrency,
+		Queues:            map[string]int{jobs.QueueChat: 8, jobs.QueuePaid: 4, jobs.QueueTrial: 2, jobs.QueueFree: 1},
+		StrictPriority:    true,
+		TaskCheckInterval: 20 * time.Millisecond,
+		ShutdownTimeout:   s.cfg.ShutdownTimeout.D(),
+		RetryDelayFunc:    retryDelay,
+		IsFailure:         isFailure,
+		Logger:            logging.Asynq{Log: s.log.With("component", "asynq")},
+		LogLevel:          asynq.WarnLevel,
+		ErrorHandler: asynq.ErrorHandlerFunc(func(ctx context.Context, t *asynq.Task, err error) {
+			if !isFailure(err) {
+				s.log.DebugContext(ctx, "job rescheduled", "type", t.Type(), "reason", err)
+				return
+			}
+			id, _ := asynq.GetTaskID(ctx)
+			n, _ := asynq.GetRetryCount(ctx)
+			s.log.WarnContext(ctx, "job failed", "type", t.Type(), "task", id, "retry", n, "err", err)
+		}),
+	})
+	if err := srv.Start(handler); err != nil {
+		return nil, fmt.Errorf("start worker: %w", err)
+	}
+	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if opt.NoAdmission {
+			<-lctx.Done()
+			return
+		}
+		s.sched.Run(lctx, admission.RunConfig{
+			Capacity: s.capacity(s.cfg.Worker.Concurrency),
+			Queues:   jobs.Queues,
+			TicketOf: s.jobs.ticketOf,
+		})
+	}()
+	return func() {
+		cancel() // stop admitting first, then let running jobs finish
+		<-done
+		srv.Shutdown()
+	}, nil
+}
