@@ -42,7 +42,7 @@ func (paidPlans) SetInstallation(context.Context, int64, string, int64, string) 
 	return nil
 }
 func (paidPlans) SetAccountTier(context.Context, int64, jobs.Tier, string) error { return nil }
-func (paidPlans) AppThread(context.Context, int64) (bool, error)               { return false, nil }
+func (paidPlans) AppThread(context.Context, int64) (bool, error)                 { return false, nil }
 
 var (
 	_ webhook.Queue = printQueue{}
