@@ -3,6 +3,10 @@
 // ever calling GitHub, and turns events into planned work: PR plans,
 // chat replies, cancellations and plan changes. A delivery is never
 // enqueued twice, and no 2xx is sent for work that was not saved.
+//
+// It owns verification, parsing and the mapping of events to jobs values.
+// It does not enqueue, store or call GitHub itself: the Queue and Plans it
+// is given (declared here, implemented by the wiring and the store) do.
 package webhook
 
 import (
