@@ -112,6 +112,7 @@ func (c *Client) Complete(ctx context.Context, r Request) (Response, error) {
 	if r.Reasoning {
 		req.MaxCompletionTokens = int(r.MaxOutput)
 	} else {
+		//lint:ignore SA1019 max_tokens is what non-reasoning models and most OpenAI-compatible providers accept
 		req.MaxTokens = int(r.MaxOutput)
 	}
 	resp, err := c.c.CreateChatCompletion(ctx, req)
