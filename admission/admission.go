@@ -242,7 +242,9 @@ func (s *Scheduler) Release(ctx context.Context, adm []Admitted) {
 		if a.Via == "reject" {
 			s.log.ErrorContext(ctx, "job can never fit the model's bucket; dropped", "task", a.ID, "model", a.Model, "tokens", a.Tokens, "dimension", a.Dim)
 			if s.insp != nil {
-				s.insp.ArchiveTask(a.Queue, a.ID)
+				if err := s.insp.ArchiveTask(a.Queue, a.ID); err != nil && !errors.Is(err, asynq.ErrTaskNotFound) {
+					s.log.WarnContext(ctx, "archiving a rejected task failed", "task", a.ID, "err", err)
+				}
 			}
 			continue
 		}
@@ -257,7 +259,7 @@ func (s *Scheduler) Release(ctx context.Context, adm []Admitted) {
 		case err == nil:
 		case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
 			s.log.InfoContext(ctx, "admitted task is gone (superseded or deleted)", "task", a.ID, "queue", a.Queue)
-			s.Started(ctx, a.Model, a.ID)
+			s.forget(ctx, a.Model, a.ID)
 		default:
 			// already pending or active: fine; anything else the reconciler retries
 			if !s.onItsWay(a.Queue, a.ID) {
@@ -285,6 +287,14 @@ func (s *Scheduler) Started(ctx context.Context, model, id string) error {
 		return fmt.Errorf("admission: started %s: %w", id, err)
 	}
 	return nil
+}
+
+// forget drops the ticket of a task that is gone, so nothing waits on it;
+// a failure is logged (the reconciler meets the ticket again).
+func (s *Scheduler) forget(ctx context.Context, model, id string) {
+	if err := s.Started(ctx, model, id); err != nil {
+		s.log.WarnContext(ctx, "dropping the ticket of a gone task failed", "task", id, "err", err)
+	}
 }
 
 // Settle replaces an admitted job's estimate with its actual usage, once.
@@ -335,7 +345,10 @@ func (s *Scheduler) Models() []string {
 
 // DeleteTask deletes a held task (superseded work); a missing task is fine.
 func (s *Scheduler) DeleteTask(queue, id string) {
-	if s.insp != nil {
-		s.insp.DeleteTask(queue, id)
+	if s.insp == nil {
+		return
+	}
+	if err := s.insp.DeleteTask(queue, id); err != nil && !errors.Is(err, asynq.ErrTaskNotFound) && !errors.Is(err, asynq.ErrQueueNotFound) {
+		s.log.Warn("deleting a superseded task failed", "task", id, "queue", queue, "err", err)
 	}
 }

@@ -31,15 +31,20 @@ func (s *Scheduler) Reconcile(ctx context.Context, rc RunConfig, scan bool) erro
 		for _, id := range due {
 			enc, err := s.rdb.HGet(ctx, keys.Tickets, id).Result()
 			if errors.Is(err, redis.Nil) {
-				s.rdb.ZRem(ctx, keys.Released, id)
+				if err := s.rdb.ZRem(ctx, keys.Released, id).Err(); err != nil {
+					return fmt.Errorf("admission: reconcile: %w", err)
+				}
 				continue
 			}
 			if err != nil {
 				return fmt.Errorf("admission: reconcile: %w", err)
 			}
 			t, err := decodeTicket(enc)
-			if err != nil {
-				s.log.WarnContext(ctx, "released ticket unreadable; leaving it to expire", "task", id, "err", err)
+			if err != nil { // written by no codec of ours: stop tracking it, say so once
+				s.log.WarnContext(ctx, "released ticket unreadable; no longer re-released", "task", id, "err", err)
+				if err := s.rdb.ZRem(ctx, keys.Released, id).Err(); err != nil {
+					return fmt.Errorf("admission: reconcile: %w", err)
+				}
 				continue
 			}
 			s.rerelease(ctx, model, t.Queue, id, keys.Released, now)
@@ -47,8 +52,12 @@ func (s *Scheduler) Reconcile(ctx context.Context, rc RunConfig, scan bool) erro
 		old := strconv.FormatInt(now.Add(-s.cfg.ReservationTTL).UnixMicro(), 10)
 		stale, err := s.rdb.ZRangeByScore(ctx, keys.ReservationAge, &redis.ZRangeBy{Min: "-inf", Max: old, Count: 1000}).Result()
 		if err == nil && len(stale) > 0 {
-			s.rdb.HDel(ctx, keys.Reservations, stale...)
-			s.rdb.ZRem(ctx, keys.ReservationAge, toAny(stale)...)
+			if err := s.rdb.HDel(ctx, keys.Reservations, stale...).Err(); err != nil {
+				return fmt.Errorf("admission: reconcile: expire reservations: %w", err)
+			}
+			if err := s.rdb.ZRem(ctx, keys.ReservationAge, toAny(stale)...).Err(); err != nil {
+				return fmt.Errorf("admission: reconcile: expire reservations: %w", err)
+			}
 		}
 	}
 	if rc.TicketOf != nil && s.insp != nil {
@@ -74,7 +83,7 @@ func (s *Scheduler) rerelease(ctx context.Context, model, queue, id, releasedKey
 	info, err := s.insp.GetTaskInfo(queue, id)
 	if err != nil {
 		s.log.InfoContext(ctx, "released task is gone; dropping its ticket", "task", id, "err", err)
-		s.Started(ctx, model, id)
+		s.forget(ctx, model, id)
 		return
 	}
 	switch info.State {
@@ -87,10 +96,12 @@ func (s *Scheduler) rerelease(ctx context.Context, model, queue, id, releasedKey
 	case asynq.TaskStatePending, asynq.TaskStateActive:
 		// on its way: give it another timeout
 	default:
-		s.Started(ctx, model, id)
+		s.forget(ctx, model, id)
 		return
 	}
-	s.rdb.ZAdd(ctx, releasedKey, redis.Z{Score: float64(now.Add(s.cfg.ReleaseTimeout).UnixMicro()), Member: id})
+	if err := s.rdb.ZAdd(ctx, releasedKey, redis.Z{Score: float64(now.Add(s.cfg.ReleaseTimeout).UnixMicro()), Member: id}).Err(); err != nil {
+		s.log.WarnContext(ctx, "extending a release deadline failed", "task", id, "err", err)
+	}
 }
 
 // adoptOrphans registers tickets for held tasks that have none: in the
