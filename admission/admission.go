@@ -1,16 +1,3 @@
-// Package admission is prq's admission scheduler: LLM jobs wait held in
-// asynq (scheduled far in the future, under deterministic task ids) while
-// their tickets wait here, in one global order per model, across every
-// worker process. An admission loop in each worker takes tickets in that
-// order while the model's shared bucket admits them — chat first, with a
-// share of the bucket batch may not use; then paid, trial and free by
-// weight (or strictly); weighted fair queuing across tenants inside a
-// tier; a bump for PRs further along; aging so nothing starves — charges
-// the bucket in the same Lua call, and releases the task
-// (Inspector.RunTask), so asynq workers only ever dequeue admitted work.
-//
-// It does not run jobs or call the provider; the workers do, and report
-// back through Started and Settle.
 package admission
 
 import (
@@ -20,8 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -31,70 +16,16 @@ import (
 	"github.com/prq-dev/prq/ratelimit"
 )
 
-//go:embed admission.lua
-var source string
+var (
+	//go:embed admission.lua
+	source string
+	//go:embed ticket.lua
+	ticketLua string
+)
 
-var script = redis.NewScript(ratelimit.LuaLibrary + "\n" + source)
-
-// ClassChat is the class of chat tickets; batch classes are tier names.
-const ClassChat = "chat"
-
-// Classes lists every class, highest first.
-var Classes = []string{ClassChat, string(jobs.TierPaid), string(jobs.TierTrial), string(jobs.TierFree)}
-
-// Ticket is a held job waiting for admission.
-type Ticket struct {
-	ID     string // the asynq task id
-	Queue  string // the asynq queue holding the task
-	Model  string
-	Class  string // chat, paid, trial or free
-	Tenant string // the installation
-	// PRSeq orders a tenant's PRs: older first, so work in progress
-	// finishes before new work of the same tenant starts.
-	PRSeq int64
-	// Index and Total place the job in its PR; progress (Index/Total)
-	// bumps the flow's priority across tenants.
-	Index, Total int
-	// Tokens is the estimated cost (the provider's admission rule).
-	Tokens int64
-	// Enqueued is when the job first waited (zero: now, by Redis's clock).
-	Enqueued time.Time
-}
-
-func (t Ticket) validate() error {
-	switch {
-	case t.ID == "" || t.Queue == "" || t.Model == "":
-		return errors.New("admission: ticket needs id, queue and model")
-	case t.Tokens < 0:
-		return fmt.Errorf("admission: ticket %s: negative cost %d", t.ID, t.Tokens)
-	case strings.ContainsAny(t.ID+t.Tenant+t.Queue, "|{}"):
-		return fmt.Errorf("admission: ticket %s: id, tenant and queue must not contain | { }", t.ID)
-	}
-	for _, c := range Classes {
-		if t.Class == c {
-			return nil
-		}
-	}
-	return fmt.Errorf("admission: ticket %s: unknown class %q", t.ID, t.Class)
-}
-
-func (t Ticket) prio() float64 {
-	if t.Total <= 0 {
-		return 1
-	}
-	p := float64(t.Index) / float64(t.Total)
-	return 1 + 2*min(max(p, 0), 1)
-}
-
-func (t Ticket) encode() string {
-	var enq int64
-	if !t.Enqueued.IsZero() {
-		enq = t.Enqueued.UnixMicro()
-	}
-	rank := fmt.Sprintf("%012d%06d", t.PRSeq, t.Index)
-	return strings.Join([]string{t.Class, t.Tenant, rank, strconv.FormatInt(t.Tokens, 10),
-		strconv.FormatInt(enq, 10), t.Queue, strconv.FormatFloat(t.prio(), 'f', 3, 64)}, "|")
-}
+// script is admission.lua on top of the bucket library and the ticket
+// codec, so one EVALSHA admits and charges atomically.
+var script = redis.NewScript(ratelimit.LuaLibrary + "\n" + ticketLua + "\n" + source)
 
 // Config configures admission.
 type Config struct {
@@ -114,7 +45,7 @@ type Config struct {
 	// Defaults to 30m.
 	ReservationTTL time.Duration
 	// Hold is how far in the future a held task is scheduled. Defaults to
-	// ten years.
+	// jobs.Hold (ten years); every writer of held tasks must agree on it.
 	Hold time.Duration
 	// NowFunc replaces Redis TIME (deterministic tests only).
 	NowFunc func() time.Time
@@ -142,7 +73,7 @@ func (c *Config) setDefaults() error {
 		c.ReservationTTL = 30 * time.Minute
 	}
 	if c.Hold == 0 {
-		c.Hold = 10 * 365 * 24 * time.Hour
+		c.Hold = jobs.Hold
 	}
 	return nil
 }
@@ -158,8 +89,6 @@ type Scheduler struct {
 
 	// Observe, when set, is told of every admission (for metrics).
 	Observe func(Admitted)
-
-	mu sync.Mutex
 }
 
 // New returns a scheduler for the models' buckets. client and insp may be
@@ -174,14 +103,12 @@ func New(rdb redis.UniversalClient, buckets map[string]*ratelimit.Bucket, client
 	return &Scheduler{rdb: rdb, cfg: cfg, log: log, buckets: buckets, client: client, insp: insp}, nil
 }
 
-func (s *Scheduler) keys(model string) ([]string, *ratelimit.Bucket, error) {
+func (s *Scheduler) keys(model string) (keySet, *ratelimit.Bucket, error) {
 	b, ok := s.buckets[model]
 	if !ok {
-		return nil, nil, fmt.Errorf("admission: unknown model %q", model)
+		return keySet{}, nil, fmt.Errorf("admission: unknown model %q", model)
 	}
-	p := b.Tag() + ":adm:"
-	return []string{b.StateKey(), p + "tickets", p + "lex", p + "chat", p + "heads:paid", p + "heads:trial", p + "heads:free",
-		p + "vt", p + "age", p + "released", p + "stats", p + "res", p + "resage", p + "delayed", p + "paused", p + "waits"}, b, nil
+	return newKeySet(b), b, nil
 }
 
 func (s *Scheduler) now() string {
@@ -190,9 +117,6 @@ func (s *Scheduler) now() string {
 	}
 	return strconv.FormatInt(s.cfg.NowFunc().UnixMicro(), 10)
 }
-
-// wakeChannel is where a registration wakes the admission loops.
-func wakeChannel(keys []string) string { return keys[1] + ":wake" }
 
 // Register adds a ticket; a ticket already waiting or released is not
 // added twice (registered=false).
@@ -204,7 +128,7 @@ func (s *Scheduler) Register(ctx context.Context, t Ticket) (registered bool, er
 	if err != nil {
 		return false, err
 	}
-	n, err := script.Run(ctx, s.rdb, keys, "register", s.now(), t.ID, t.encode(), wakeChannel(keys)).Int()
+	n, err := script.Run(ctx, s.rdb, keys.list(), "register", s.now(), t.ID, encodeTicket(t.stored()), keys.wake()).Int()
 	if err != nil {
 		return false, fmt.Errorf("admission: register %s: %w", t.ID, err)
 	}
@@ -221,7 +145,7 @@ func (s *Scheduler) RegisterAt(ctx context.Context, t Ticket, at time.Time) erro
 	if err != nil {
 		return err
 	}
-	if err := script.Run(ctx, s.rdb, keys, "delay", s.now(), t.ID, t.encode(), at.UnixMicro()).Err(); err != nil {
+	if err := script.Run(ctx, s.rdb, keys.list(), "delay", s.now(), t.ID, encodeTicket(t.stored()), at.UnixMicro()).Err(); err != nil {
 		return fmt.Errorf("admission: delay %s: %w", t.ID, err)
 	}
 	return nil
@@ -286,7 +210,7 @@ func (s *Scheduler) Admit(ctx context.Context, model string, budget int) ([]Admi
 	args := []any{"admit", s.now(), budget, mode, strconv.FormatFloat(s.cfg.ChatShare, 'f', 6, 64), s.cfg.Aging.Microseconds(),
 		s.cfg.ReleaseTimeout.Microseconds(), s.cfg.Weights[jobs.TierPaid], s.cfg.Weights[jobs.TierTrial], s.cfg.Weights[jobs.TierFree]}
 	args = append(args, b.ScriptArgs([4]int64{0, 1, 0, 1})...)
-	res, err := script.Run(ctx, s.rdb, keys, args...).Slice()
+	res, err := script.Run(ctx, s.rdb, keys.list(), args...).Slice()
 	if err != nil {
 		return nil, 0, fmt.Errorf("admission: admit %s: %w", model, err)
 	}
@@ -304,18 +228,9 @@ func (s *Scheduler) Admit(ctx context.Context, model string, budget int) ([]Admi
 	for i := 0; i+1 < len(items); i += 2 {
 		id, _ := items[i].(string)
 		desc, _ := items[i+1].(string)
-		f := strings.Split(desc, "|")
-		if len(f) < 6 {
-			continue
+		if a, ok := decodeAdmitted(id, desc, model, now); ok {
+			out = append(out, a)
 		}
-		tok, _ := strconv.ParseInt(f[4], 10, 64)
-		enq, _ := strconv.ParseInt(f[5], 10, 64)
-		a := Admitted{ID: id, Via: f[0], Queue: f[1], Class: f[2], Tenant: f[3], Model: model, Tokens: tok,
-			Enqueued: time.UnixMicro(enq), Waited: now.Sub(time.UnixMicro(enq))}
-		if a.Via == "reject" && len(f) > 6 {
-			a.Dim = f[6]
-		}
-		out = append(out, a)
 	}
 	return out, time.Duration(waitUS) * time.Microsecond, nil
 }
@@ -327,7 +242,9 @@ func (s *Scheduler) Release(ctx context.Context, adm []Admitted) {
 		if a.Via == "reject" {
 			s.log.ErrorContext(ctx, "job can never fit the model's bucket; dropped", "task", a.ID, "model", a.Model, "tokens", a.Tokens, "dimension", a.Dim)
 			if s.insp != nil {
-				s.insp.ArchiveTask(a.Queue, a.ID)
+				if err := s.insp.ArchiveTask(a.Queue, a.ID); err != nil && !errors.Is(err, asynq.ErrTaskNotFound) {
+					s.log.WarnContext(ctx, "archiving a rejected task failed", "task", a.ID, "err", err)
+				}
 			}
 			continue
 		}
@@ -342,14 +259,22 @@ func (s *Scheduler) Release(ctx context.Context, adm []Admitted) {
 		case err == nil:
 		case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
 			s.log.InfoContext(ctx, "admitted task is gone (superseded or deleted)", "task", a.ID, "queue", a.Queue)
-			s.Started(ctx, a.Model, a.ID)
+			s.forget(ctx, a.Model, a.ID)
 		default:
 			// already pending or active: fine; anything else the reconciler retries
-			if !strings.Contains(err.Error(), "already") {
+			if !s.onItsWay(a.Queue, a.ID) {
 				s.log.WarnContext(ctx, "release failed; the reconciler will retry", "task", a.ID, "err", err)
 			}
 		}
 	}
+}
+
+// onItsWay reports whether a task is pending or active already: RunTask
+// refuses those, and asynq exports no error value to tell that refusal
+// from others, so ask for the state.
+func (s *Scheduler) onItsWay(queue, id string) bool {
+	info, err := s.insp.GetTaskInfo(queue, id)
+	return err == nil && (info.State == asynq.TaskStatePending || info.State == asynq.TaskStateActive)
 }
 
 // Started records that an admitted task reached its handler.
@@ -358,10 +283,18 @@ func (s *Scheduler) Started(ctx context.Context, model, id string) error {
 	if err != nil {
 		return err
 	}
-	if err := script.Run(ctx, s.rdb, keys, "started", s.now(), id).Err(); err != nil {
+	if err := script.Run(ctx, s.rdb, keys.list(), "started", s.now(), id).Err(); err != nil {
 		return fmt.Errorf("admission: started %s: %w", id, err)
 	}
 	return nil
+}
+
+// forget drops the ticket of a task that is gone, so nothing waits on it;
+// a failure is logged (the reconciler meets the ticket again).
+func (s *Scheduler) forget(ctx context.Context, model, id string) {
+	if err := s.Started(ctx, model, id); err != nil {
+		s.log.WarnContext(ctx, "dropping the ticket of a gone task failed", "task", id, "err", err)
+	}
 }
 
 // Settle replaces an admitted job's estimate with its actual usage, once.
@@ -372,7 +305,7 @@ func (s *Scheduler) Settle(ctx context.Context, model, id string, actual ratelim
 	}
 	args := []any{"settle", s.now(), id, string(b.Limits().Policy)}
 	args = append(args, b.ScriptArgs([4]int64{actual.Requests, actual.Tokens, actual.Requests, actual.Tokens})...)
-	n, err := script.Run(ctx, s.rdb, keys, args...).Int()
+	n, err := script.Run(ctx, s.rdb, keys.list(), args...).Int()
 	if err != nil {
 		return fmt.Errorf("admission: settle %s: %w", id, err)
 	}
@@ -388,7 +321,7 @@ func (s *Scheduler) Cancel(ctx context.Context, model, id string) (bool, error) 
 	if err != nil {
 		return false, err
 	}
-	n, err := script.Run(ctx, s.rdb, keys, "cancel", s.now(), id).Int()
+	n, err := script.Run(ctx, s.rdb, keys.list(), "cancel", s.now(), id).Int()
 	if err != nil {
 		return false, fmt.Errorf("admission: cancel %s: %w", id, err)
 	}
@@ -412,7 +345,10 @@ func (s *Scheduler) Models() []string {
 
 // DeleteTask deletes a held task (superseded work); a missing task is fine.
 func (s *Scheduler) DeleteTask(queue, id string) {
-	if s.insp != nil {
-		s.insp.DeleteTask(queue, id)
+	if s.insp == nil {
+		return
+	}
+	if err := s.insp.DeleteTask(queue, id); err != nil && !errors.Is(err, asynq.ErrTaskNotFound) && !errors.Is(err, asynq.ErrQueueNotFound) {
+		s.log.Warn("deleting a superseded task failed", "task", id, "queue", queue, "err", err)
 	}
 }

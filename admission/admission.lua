@@ -2,7 +2,9 @@
 -- call admits, in that order, as many as the model's bucket admits (at
 -- most a budget), charging the bucket in the same atomic step.
 --
--- Keys (one hash tag, the model bucket's):
+-- Runs after ratelimit's library (B) and ticket.lua (decode, stamp).
+--
+-- Keys (one hash tag, the model bucket's; Go: keySet in keys.go, same order):
 --  K[1] bucket state      K[2] tickets hash (id -> encoded ticket)
 --  K[3] batch lex zset    (members "class|tenant|rank|id", score 0)
 --  K[4] chat zset (id by seq)   K[5..7] flow heads per tier (tenant by finish tag)
@@ -12,24 +14,12 @@
 --  K[14] delayed zset (id NUL encoded, by due µs)      K[15] paused (reason)
 --  K[16] recent admission waits ("class:µs", newest first, capped)
 --
--- A ticket is encoded as "class|tenant|rank|tokens|enq_us|queue|prio".
--- prio (>= 1) divides the ticket's cost in fair queuing: the bump of a PR
--- that is further along.
+-- Tickets are stored encoded (see ticket.lua); admit replies with
+-- "via|queue|class|tenant|tokens|enq_us" (plus "|dim" for a reject) per
+-- admitted id, read by decodeAdmitted in ticket.go.
 
 local TIERS = {'paid', 'trial', 'free'}
 local HEADS = {paid = KEYS[5], trial = KEYS[6], free = KEYS[7]}
-
-local function split(s)
-  local out = {}
-  for part in string.gmatch(s, '([^|]*)|?') do out[#out + 1] = part end
-  return out
-end
-
-local function decode(id, enc)
-  local p = split(enc)
-  return {id = id, class = p[1], tenant = p[2], rank = p[3], tokens = tonumber(p[4]),
-    enq = tonumber(p[5]), queue = p[6], prio = tonumber(p[7]) or 1}
-end
 
 local function lexmember(t) return t.class .. '|' .. t.tenant .. '|' .. t.rank .. '|' .. t.id end
 
@@ -90,9 +80,7 @@ local function register(id, enc)
   local t = decode(id, enc)
   if t.enq == 0 then
     t.enq = now
-    local p = split(enc)
-    p[5] = B.fmt(now)
-    enc = table.concat(p, '|')
+    enc = stamp(enc, B.fmt(now))
   end
   redis.call('HSET', KEYS[2], id, enc)
   redis.call('ZADD', KEYS[9], t.enq, id)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
 
 	"github.com/prq-dev/prq/admission"
 	"github.com/prq-dev/prq/internal/redistest"
@@ -22,7 +23,15 @@ func TestMain(m *testing.M) {
 		os.Exit(runHelper())
 	}
 	code := m.Run()
-	redistest.StopShared()
+	redistest.StopShared() // first: its output reader ends with the server
+	if code == 0 {
+		// the admission loop, its pub/sub reader and the reconciler must
+		// all end with their context
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
 
@@ -84,6 +93,7 @@ func drain(t *testing.T, s *admission.Scheduler, clk *clock, model string, n int
 }
 
 func TestChatBeatsEverything(t *testing.T) {
+	t.Parallel()
 	s, clk, model := newOrdered(t, 1000, admission.Config{ChatShare: 0.05})
 	for i := 0; i < 20; i++ {
 		reg(t, s, admission.Ticket{ID: fmt.Sprint("paid-", i), Model: model, Class: "paid", Tenant: "1", PRSeq: 1, Index: i, Total: 20, Tokens: 400})
@@ -98,6 +108,7 @@ func TestChatBeatsEverything(t *testing.T) {
 }
 
 func TestChatShareIsKeptFromBatch(t *testing.T) {
+	t.Parallel()
 	s, _, model := newOrdered(t, 1000, admission.Config{ChatShare: 0.1})
 	reg(t, s, admission.Ticket{ID: "p1", Model: model, Class: "paid", Tenant: "1", Tokens: 850})
 	reg(t, s, admission.Ticket{ID: "p2", Model: model, Class: "paid", Tenant: "1", Tokens: 60, Index: 1})
@@ -112,6 +123,7 @@ func TestChatShareIsKeptFromBatch(t *testing.T) {
 }
 
 func TestWeightedShares(t *testing.T) {
+	t.Parallel()
 	s, clk, model := newOrdered(t, 10000, admission.Config{})
 	for i := 0; i < 400; i++ {
 		for _, tier := range []string{"paid", "trial", "free"} {
@@ -132,6 +144,7 @@ func TestWeightedShares(t *testing.T) {
 }
 
 func TestStrictMode(t *testing.T) {
+	t.Parallel()
 	s, clk, model := newOrdered(t, 1000, admission.Config{Strict: true})
 	reg(t, s, admission.Ticket{ID: "f", Model: model, Class: "free", Tenant: "1", Tokens: 100})
 	reg(t, s, admission.Ticket{ID: "t", Model: model, Class: "trial", Tenant: "2", Tokens: 100})
@@ -143,6 +156,7 @@ func TestStrictMode(t *testing.T) {
 }
 
 func TestTenantsAlternate(t *testing.T) {
+	t.Parallel()
 	s, clk, model := newOrdered(t, 1000, admission.Config{})
 	for i := 0; i < 60; i++ {
 		reg(t, s, admission.Ticket{ID: fmt.Sprint("big-", i), Model: model, Class: "paid", Tenant: "big", PRSeq: 1, Index: i, Total: 500, Tokens: 300})
@@ -168,6 +182,7 @@ func TestTenantsAlternate(t *testing.T) {
 }
 
 func TestPRInProgressFinishesFirst(t *testing.T) {
+	t.Parallel()
 	s, clk, model := newOrdered(t, 1000, admission.Config{})
 	for i := 0; i < 10; i++ {
 		reg(t, s, admission.Ticket{ID: fmt.Sprint("pr1-", i), Model: model, Class: "trial", Tenant: "7", PRSeq: 1, Index: i, Total: 10, Tokens: 200})
@@ -183,6 +198,7 @@ func TestPRInProgressFinishesFirst(t *testing.T) {
 }
 
 func TestProgressBumpAcrossTenants(t *testing.T) {
+	t.Parallel()
 	s, clk, model := newOrdered(t, 100000, admission.Config{})
 	// two tenants with equal service so far; one PR is nearly done
 	reg(t, s, admission.Ticket{ID: "fresh", Model: model, Class: "paid", Tenant: "a", PRSeq: 1, Index: 0, Total: 10, Tokens: 900})
@@ -194,6 +210,7 @@ func TestProgressBumpAcrossTenants(t *testing.T) {
 }
 
 func TestAgingBound(t *testing.T) {
+	t.Parallel()
 	aging := 2 * time.Second
 	s, clk, model := newOrdered(t, 1000, admission.Config{Aging: aging, Strict: true})
 	reg(t, s, admission.Ticket{ID: "free-1", Model: model, Class: "free", Tenant: "f", Tokens: 500})
@@ -218,6 +235,7 @@ func TestAgingBound(t *testing.T) {
 }
 
 func TestRejectNeverFits(t *testing.T) {
+	t.Parallel()
 	s, _, model := newOrdered(t, 1000, admission.Config{})
 	reg(t, s, admission.Ticket{ID: "huge", Model: model, Class: "paid", Tenant: "1", Tokens: 5000})
 	reg(t, s, admission.Ticket{ID: "ok", Model: model, Class: "paid", Tenant: "1", Tokens: 10, Index: 1})
@@ -228,6 +246,7 @@ func TestRejectNeverFits(t *testing.T) {
 }
 
 func TestCancelAndDuplicates(t *testing.T) {
+	t.Parallel()
 	s, clk, model := newOrdered(t, 1000, admission.Config{})
 	tk := admission.Ticket{ID: "a", Queue: "free", Model: model, Class: "free", Tenant: "1", Tokens: 10}
 	reg(t, s, tk)
@@ -256,6 +275,7 @@ func TestCancelAndDuplicates(t *testing.T) {
 }
 
 func TestSettleOnce(t *testing.T) {
+	t.Parallel()
 	s, _, model := newOrdered(t, 1000, admission.Config{})
 	reg(t, s, admission.Ticket{ID: "a", Model: model, Class: "paid", Tenant: "1", Tokens: 300})
 	s.Admit(context.Background(), model, 1)

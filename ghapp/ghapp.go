@@ -3,7 +3,8 @@
 // ghinstallation) against GITHUB_API_URL, and offers the handful of calls
 // prq makes, with GitHub's failures classified for the caller: rate
 // limits with their retry time (v56 maps 403 limits but not 429), 404s,
-// 422s and transient errors. It does not pace writes; the workers do.
+// 422s and transient errors. It does not pace or retry writes, nor decide
+// what to post; the workers do.
 package ghapp
 
 import (

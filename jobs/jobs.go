@@ -1,13 +1,16 @@
 // Package jobs is the bottom of prq: task type names, payload structs,
-// queue names and the rules that map tiers and job kinds to queues.
-// It imports nothing of prq's own, so every other package can pass its
-// values around.
+// deterministic task ids, queue names with their priorities, the hold of
+// admission-bound tasks, and the rules that map tiers and job kinds to
+// queues. It imports nothing of prq's own, so every other package can pass
+// its values around. It does not enqueue, run or admit anything: asynq,
+// workers and admission do.
 package jobs
 
 import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Task type names, namespaced with a colon as asynq recommends.
@@ -26,6 +29,16 @@ const (
 	QueueTrial = "trial"
 	QueueFree  = "free"
 )
+
+// QueuePriorities are the asynq queue weights (asynq.Config.Queues),
+// served in strict order: chat first, then paid, trial, free.
+var QueuePriorities = map[string]int{QueueChat: 8, QueuePaid: 4, QueueTrial: 2, QueueFree: 1}
+
+// Hold is how far in the future an LLM task is scheduled while it waits
+// for admission: never due by itself, so only admission releases it.
+// Admission's reconciler treats a scheduled task due later than Hold/2
+// from now as held, so every writer of held tasks must use this one value.
+const Hold = 10 * 365 * 24 * time.Hour
 
 // Tier is an installation's plan tier; each tier has its own queue.
 type Tier string
@@ -128,13 +141,16 @@ type Plan struct {
 // File is a per-file LLM job: a summary or a review of one file of a PR
 // at one head commit.
 type File struct {
-	PR       PR     `json:"pr"`
-	HeadSHA  string `json:"head_sha"`
-	Kind     Kind   `json:"kind"`
-	Tier     Tier   `json:"tier"`
-	Path     string `json:"path"`
-	Index    int    `json:"index"` // position of the file in the PR's plan
-	Total    int    `json:"total"` // files of this kind in the plan
+	PR      PR     `json:"pr"`
+	HeadSHA string `json:"head_sha"`
+	Kind    Kind   `json:"kind"`
+	Tier    Tier   `json:"tier"`
+	Path    string `json:"path"`
+	// Index is the job's position among the plan's jobs of its kind
+	// (0..Total-1), which orders admission; the file's position in the
+	// plan's stored files travels beside it in the task payload.
+	Index    int    `json:"index"`
+	Total    int    `json:"total"` // jobs of this kind in the plan
 	Estimate int64  `json:"estimate"`
 	Model    string `json:"model"`
 	PRSeq    int64  `json:"pr_seq"` // orders a tenant's PRs, older first

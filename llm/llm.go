@@ -3,6 +3,8 @@
 // response headers kept for the rate-limit sync, the right max-tokens
 // field for reasoning models, and every failure classified so the caller
 // knows whether to go back to admission, retry, split, pause or give up.
+// It does not retry, wait for room or count tokens against limits:
+// ratelimit and admission own those, and the workers act on its errors.
 package llm
 
 import (
@@ -187,6 +189,7 @@ func (c *Client) Complete(ctx context.Context, r Request) (Response, error) {
 	if r.Reasoning {
 		req.MaxCompletionTokens = int(r.MaxOutput)
 	} else {
+		//lint:ignore SA1019 max_tokens is what non-reasoning models and most OpenAI-compatible providers accept
 		req.MaxTokens = int(r.MaxOutput)
 	}
 	resp, err := c.c.CreateChatCompletion(ctx, req)

@@ -246,6 +246,7 @@ func TestCheckerCatchesNaiveLimiter(t *testing.T) {
 }
 
 func TestCheckIntervals(t *testing.T) {
+	t.Parallel()
 	t0 := time.UnixMicro(1_000_000)
 	at := func(ms int64) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	tests := []struct {

@@ -18,6 +18,7 @@ import (
 // plus a random output no larger than its cap, as a provider honouring
 // max_tokens does.
 func TestQuotaNeverOvershoots(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	rdb := redistest.Shared(t).Client(t)
 	q, err := ratelimit.NewQuota(rdb, ratelimit.QuotaConfig{Period: ratelimit.Day})
@@ -88,6 +89,7 @@ func TestQuotaNeverOvershoots(t *testing.T) {
 }
 
 func TestQuotaCapAndRefusal(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	rdb := redistest.Shared(t).Client(t)
 	q, _ := ratelimit.NewQuota(rdb, ratelimit.QuotaConfig{Period: ratelimit.Hour})
@@ -124,6 +126,7 @@ func TestQuotaCapAndRefusal(t *testing.T) {
 }
 
 func TestQuotaPeriodBoundary(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	rdb := redistest.Shared(t).Client(t)
 	// Our clock says the previous hour; Redis decides: the reservation
@@ -150,6 +153,7 @@ func TestQuotaPeriodBoundary(t *testing.T) {
 }
 
 func TestQuotaNegative(t *testing.T) {
+	t.Parallel()
 	rdb := redistest.Shared(t).Client(t)
 	q, _ := ratelimit.NewQuota(rdb, ratelimit.QuotaConfig{})
 	if _, err := q.Reserve(context.Background(), "t", "", "j", 100, -1, 10); err == nil {
@@ -161,6 +165,7 @@ func TestQuotaNegative(t *testing.T) {
 }
 
 func TestTokenizer(t *testing.T) {
+	t.Parallel()
 	tk, err := ratelimit.NewTokenizer("gpt-4o-mini")
 	if err != nil {
 		t.Fatal(err)

@@ -2,10 +2,13 @@ package store_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"go.uber.org/goleak"
 
 	"github.com/prq-dev/prq/internal/redistest"
 	"github.com/prq-dev/prq/jobs"
@@ -14,11 +17,18 @@ import (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	redistest.StopShared()
+	redistest.StopShared() // first: its output reader ends with the server
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
 
 func TestLastFileTriggersFinalizeOnce(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	st := store.New(redistest.Shared(t).Client(t), jobs.TierFree)
 	pr := jobs.PR{Installation: 1, Owner: "o", Repo: "r", Number: 1}
@@ -59,6 +69,7 @@ func TestLastFileTriggersFinalizeOnce(t *testing.T) {
 }
 
 func TestSupersedeAndPlans(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	st := store.New(redistest.Shared(t).Client(t), jobs.TierTrial)
 	pr := jobs.PR{Installation: 2, Owner: "o", Repo: "r", Number: 2}

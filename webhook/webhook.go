@@ -3,6 +3,10 @@
 // ever calling GitHub, and turns events into planned work: PR plans,
 // chat replies, cancellations and plan changes. A delivery is never
 // enqueued twice, and no 2xx is sent for work that was not saved.
+//
+// It owns verification, parsing and the mapping of events to jobs values.
+// It does not enqueue, store or call GitHub itself: the Queue and Plans it
+// is given (declared here, implemented by the wiring and the store) do.
 package webhook
 
 import (
@@ -373,11 +377,11 @@ func (h *Handler) dispatch(ctx context.Context, event, delivery string, payload 
 	if event == "ping" {
 		return outcome{http.StatusOK, "pong"}, nil
 	}
+	if github.EventForType(event) == nil {
+		return ignored, nil // an event go-github does not know: nothing prq acts on
+	}
 	parsed, err := github.ParseWebHook(event, payload)
 	if err != nil {
-		if strings.Contains(err.Error(), "unknown X-Github-Event") {
-			return ignored, nil
-		}
 		return malformed("payload of %s: %v", event, err)
 	}
 	switch e := parsed.(type) {

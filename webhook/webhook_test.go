@@ -123,6 +123,7 @@ func send(h http.Handler, event, delivery string, body []byte, mutate func(*http
 }
 
 func TestSignatureVector(t *testing.T) {
+	t.Parallel()
 	const want = "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17"
 	if got := webhook.Sign([]byte("It's a Secret to Everybody"), []byte("Hello, World!")); got != want {
 		t.Fatalf("sign = %s, want GitHub's test vector %s", got, want)
@@ -144,6 +145,7 @@ func TestSignatureVector(t *testing.T) {
 }
 
 func TestGeneratedEvents(t *testing.T) {
+	t.Parallel()
 	pr := traffic.PR{Installation: 7, Owner: "acme", Repo: "api", Number: 3, Head: strings.Repeat("a", 40), Base: strings.Repeat("b", 40)}
 	botPR := pr
 	botPR.Bot = true
@@ -185,10 +187,13 @@ func TestGeneratedEvents(t *testing.T) {
 		{"reply in the App's thread", "pull_request_review_comment", traffic.ReviewCommentEvent(inThread), 202, 0, 1, 0},
 		{"reply in another thread", "pull_request_review_comment", traffic.ReviewCommentEvent(otherThread), 200, 0, 0, 0},
 		{"unknown event", "deployment_status", []byte(`{"action":"created"}`), 200, 0, 0, 0},
+		{"event go-github does not know", "not_a_github_event", []byte(`{"action":"created"}`), 200, 0, 0, 0},
+		{"malformed payload of a known event", "pull_request", []byte(`{"action":5}`), 400, 0, 0, 0},
 		{"ping", "ping", []byte(`{"zen":"Keep it logically awesome."}`), 200, 0, 0, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			rec := &recorder{tiers: map[int64]jobs.Tier{7: jobs.TierPaid}}
 			delivery := "d-" + strings.ReplaceAll(tt.name, " ", "-")
 			w := send(newHandler(t, rec), tt.event, delivery, tt.body, nil)
@@ -204,6 +209,7 @@ func TestGeneratedEvents(t *testing.T) {
 }
 
 func TestRefusals(t *testing.T) {
+	t.Parallel()
 	body := traffic.PullRequestEvent("opened", traffic.PR{Installation: 7, Owner: "a", Repo: "b", Number: 1, Head: "h"})
 	tests := []struct {
 		name   string
@@ -243,6 +249,7 @@ func TestRefusals(t *testing.T) {
 }
 
 func TestUnavailableIsNever2xx(t *testing.T) {
+	t.Parallel()
 	rec := &recorder{fail: errors.New("redis: connection refused")}
 	body := traffic.PullRequestEvent("opened", traffic.PR{Installation: 7, Owner: "a", Repo: "b", Number: 1, Head: "h"})
 	if w := send(newHandler(t, rec), "pull_request", "d1", body, nil); w.Code != 503 {
@@ -251,6 +258,7 @@ func TestUnavailableIsNever2xx(t *testing.T) {
 }
 
 func TestFormEncodedPayload(t *testing.T) {
+	t.Parallel()
 	rec := &recorder{}
 	js := traffic.PullRequestEvent("opened", traffic.PR{Installation: 7, Owner: "a", Repo: "b", Number: 1, Head: "h"})
 	form := []byte("payload=" + urlQueryEscape(string(js)))
@@ -263,6 +271,7 @@ func TestFormEncodedPayload(t *testing.T) {
 // TestFixtures replays GitHub's own example payloads with valid
 // signatures; each yields the job its event and action call for, or none.
 func TestFixtures(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join("..", "..", "shared", "fixtures", "github-webhooks")
 	if _, err := os.Stat(dir); err != nil {
 		t.Skip("../shared/fixtures/github-webhooks not present: skipping the replay of GitHub's example payloads")

@@ -3,6 +3,7 @@
 // (read from disk, never copied into the repository) or PRs generated
 // here, sized like it (median 2 files, mean 4, a long tail to 70; patches
 // median 1 kB, mean 2.8 kB), so everything works without ../shared.
+// It only provides data: fakegithub serves it and traffic announces it.
 package corpus
 
 import (

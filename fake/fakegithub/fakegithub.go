@@ -5,7 +5,9 @@
 // Link headers (3,000-file cap, nil patches for binaries), validates that
 // review comments sit inside a hunk on the chosen side (422 otherwise),
 // enforces the secondary limit on content-creating requests, honours an
-// Enterprise base path (/api/v3), and records every write.
+// Enterprise base path (/api/v3), and records every write. It covers
+// only those calls (any other route answers 404) and sends no webhooks:
+// package traffic does.
 package fakegithub
 
 import (

@@ -1,3 +1,5 @@
+//lint:file-ignore SA1019 the fake must accept max_tokens: clients of non-reasoning models still send it
+
 package fakeopenai_test
 
 import (

@@ -1,7 +1,8 @@
 // Package traffic makes GitHub webhook deliveries the way GitHub sends
 // them (signed, with event and delivery headers, payloads shaped like
 // GitHub's) for the demo, the benchmark, the chaos runs and tests. It
-// sends only to the URL it is given.
+// sends only to the URL it is given. It keeps no GitHub state (the PRs
+// its events name live in fakegithub) and does not judge the replies.
 package traffic
 
 import (

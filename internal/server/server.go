@@ -270,7 +270,7 @@ func (s *Server) startWorker(ctx context.Context, opt Options) (stop func(), err
 	}
 	srv := asynq.NewServerFromRedisClient(s.rdb, asynq.Config{
 		Concurrency:       s.cfg.Worker.Concurrency,
-		Queues:            map[string]int{jobs.QueueChat: 8, jobs.QueuePaid: 4, jobs.QueueTrial: 2, jobs.QueueFree: 1},
+		Queues:            jobs.QueuePriorities,
 		StrictPriority:    true,
 		TaskCheckInterval: 20 * time.Millisecond,
 		ShutdownTimeout:   s.cfg.ShutdownTimeout.D(),

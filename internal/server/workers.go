@@ -4,7 +4,6 @@ import (
 	"errors"
 	"net/http"
 	"os"
-	"time"
 
 	"github.com/hibiken/asynq"
 
@@ -29,10 +28,6 @@ type jobSide struct {
 	isFailure  func(error) bool
 }
 
-// hold is how long a job waits in asynq's scheduled set for admission
-// before it would run anyway: never, in practice.
-const hold = 10 * 365 * 24 * time.Hour
-
 // buildWorkers builds the enqueuer the webhook hands work to and, for a
 // worker (handlers true), the job handlers, which need the GitHub App
 // and provider credentials; serve alone builds no handlers.
@@ -54,7 +49,7 @@ func (s *Server) buildWorkers(tr http.RoundTripper, opt Options, handlers bool) 
 	js := &jobSide{
 		enqueuer:   enq,
 		ticketOf:   func(ti *asynq.TaskInfo) (admission.Ticket, bool) { return workers.TicketOf(ti.Type, ti.Payload) },
-		retryDelay: workers.RetryDelay(hold),
+		retryDelay: workers.RetryDelay(jobs.Hold),
 		isFailure:  workers.IsFailure,
 	}
 	if !handlers {

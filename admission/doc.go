@@ -1,0 +1,20 @@
+// Package admission is prq's admission scheduler: LLM jobs wait held in
+// asynq (scheduled jobs.Hold in the future, under deterministic task ids)
+// while their tickets wait here, in one global order per model, across
+// every worker process. An admission loop in each worker takes tickets in
+// that order while the model's shared bucket admits them — chat first,
+// with a share of the bucket batch may not use; then paid, trial and free
+// by weight (or strictly); weighted fair queuing across tenants inside a
+// tier; a bump for PRs further along; aging so nothing starves — charges
+// the bucket in the same Lua call, and releases the task
+// (Inspector.RunTask), so asynq workers only ever dequeue admitted work.
+//
+// Files: admission.go (the scheduler and its calls), keys.go (the Redis
+// keys of a model), ticket.go and ticket.lua (the ticket and its stored
+// form, encoded in Go and decoded in both Go and Lua), loop.go (the
+// admission loop), reconcile.go (crash repair), pause.go and stats.go.
+//
+// It owns the order and the tickets. It does not run jobs or call the
+// provider (the workers do, and report back through Started and Settle),
+// and it does not own the bucket arithmetic (ratelimit's Lua library).
+package admission

@@ -1,0 +1,56 @@
+package admission
+
+import "github.com/prq-dev/prq/ratelimit"
+
+// keySet names every Redis key of one model's admission state. All share
+// the bucket's hash tag, so one script call works on Redis Cluster.
+// list gives them in the order admission.lua reads KEYS[1..16].
+type keySet struct {
+	State          string // K[1] the model bucket's state (ratelimit)
+	Tickets        string // K[2] hash: id -> encoded ticket
+	Lex            string // K[3] batch zset, members "class|tenant|rank|id"
+	Chat           string // K[4] chat zset: id by arrival sequence
+	HeadsPaid      string // K[5] flow heads of paid: tenant by finish tag
+	HeadsTrial     string // K[6] flow heads of trial
+	HeadsFree      string // K[7] flow heads of free
+	VirtualTimes   string // K[8] hash of virtual times and the chat sequence
+	Age            string // K[9] zset: id by enqueue µs
+	Released       string // K[10] zset: id by release deadline µs
+	Stats          string // K[11] hash of counters
+	Reservations   string // K[12] hash: id -> "requests tokens" charged
+	ReservationAge string // K[13] zset: id by reservation µs
+	Delayed        string // K[14] zset: "id NUL ticket" by due µs
+	Paused         string // K[15] string: why admissions are paused
+	Waits          string // K[16] list: recent waits "class:µs", newest first
+}
+
+func newKeySet(b *ratelimit.Bucket) keySet {
+	p := b.Tag() + ":adm:"
+	return keySet{
+		State:          b.StateKey(),
+		Tickets:        p + "tickets",
+		Lex:            p + "lex",
+		Chat:           p + "chat",
+		HeadsPaid:      p + "heads:paid",
+		HeadsTrial:     p + "heads:trial",
+		HeadsFree:      p + "heads:free",
+		VirtualTimes:   p + "vt",
+		Age:            p + "age",
+		Released:       p + "released",
+		Stats:          p + "stats",
+		Reservations:   p + "res",
+		ReservationAge: p + "resage",
+		Delayed:        p + "delayed",
+		Paused:         p + "paused",
+		Waits:          p + "waits",
+	}
+}
+
+// list returns the keys in admission.lua's KEYS order.
+func (k keySet) list() []string {
+	return []string{k.State, k.Tickets, k.Lex, k.Chat, k.HeadsPaid, k.HeadsTrial, k.HeadsFree,
+		k.VirtualTimes, k.Age, k.Released, k.Stats, k.Reservations, k.ReservationAge, k.Delayed, k.Paused, k.Waits}
+}
+
+// wake is the channel where a registration wakes the admission loops.
+func (k keySet) wake() string { return k.Tickets + ":wake" }

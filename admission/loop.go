@@ -1,0 +1,131 @@
+package admission
+
+import (
+	"context"
+	"time"
+
+	"github.com/hibiken/asynq"
+)
+
+// RunConfig tunes the admission loop.
+type RunConfig struct {
+	// Capacity returns how many more jobs this process can start now
+	// (idle slots minus released work not yet started). Required.
+	Capacity func() int
+	// Poll is the sleep when this process has no free slot. Defaults to 20ms.
+	Poll time.Duration
+	// MaxSleep bounds a sleep while tickets wait for room or none wait; a
+	// new ticket wakes the loop at once (pub/sub). Defaults to 250ms.
+	MaxSleep time.Duration
+	// ReconcileEvery is the reconciler's period. Defaults to 5s.
+	ReconcileEvery time.Duration
+	// TicketOf rebuilds a ticket from a held task without one (a crash
+	// between hold and register, or in a handler). Nil disables that repair.
+	TicketOf func(*asynq.TaskInfo) (Ticket, bool)
+	// Queues to reconcile.
+	Queues []string
+}
+
+// Run admits and releases until ctx ends: one loop per model, and the
+// reconciler. Many processes may run it at once; each decision is atomic.
+func (s *Scheduler) Run(ctx context.Context, rc RunConfig) {
+	if rc.Poll == 0 {
+		rc.Poll = 20 * time.Millisecond
+	}
+	if rc.ReconcileEvery == 0 {
+		rc.ReconcileEvery = 5 * time.Second
+	}
+	if rc.MaxSleep == 0 {
+		rc.MaxSleep = 250 * time.Millisecond
+	}
+	wake := map[string]chan struct{}{}
+	byChannel := map[string]string{}
+	var channels []string
+	for model := range s.buckets {
+		wake[model] = make(chan struct{}, 1)
+		keys, _, _ := s.keys(model)
+		byChannel[keys.wake()] = model
+		channels = append(channels, keys.wake())
+	}
+	sub := s.rdb.Subscribe(ctx, channels...)
+	defer sub.Close()
+	go func() {
+		for msg := range sub.Channel() {
+			if c, ok := wake[byChannel[msg.Channel]]; ok {
+				select {
+				case c <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	done := make(chan struct{})
+	n := 0
+	for model := range s.buckets {
+		n++
+		go func(model string) {
+			defer func() { done <- struct{}{} }()
+			s.loop(ctx, model, rc, wake[model])
+		}(model)
+	}
+	n++
+	go func() {
+		defer func() { done <- struct{}{} }()
+		t := time.NewTicker(rc.ReconcileEvery)
+		defer t.Stop()
+		for pass := 0; ; pass++ {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if err := s.Reconcile(ctx, rc, pass%12 == 0); err != nil && ctx.Err() == nil {
+				s.log.WarnContext(ctx, "reconcile failed", "err", err)
+			}
+		}
+	}()
+	for i := 0; i < n; i++ {
+		<-done
+	}
+}
+
+func (s *Scheduler) loop(ctx context.Context, model string, rc RunConfig, wake <-chan struct{}) {
+	backoff := rc.Poll
+	for ctx.Err() == nil {
+		budget := rc.Capacity()
+		if budget <= 0 {
+			sleep(ctx, rc.Poll, nil)
+			continue
+		}
+		adm, wait, err := s.Admit(ctx, model, budget)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.WarnContext(ctx, "admission failed", "model", model, "err", err)
+			}
+			sleep(ctx, backoff, nil)
+			backoff = min(backoff*2, 2*time.Second)
+			continue
+		}
+		backoff = rc.Poll
+		s.Release(ctx, adm)
+		if len(adm) > 0 {
+			continue
+		}
+		// nothing fits until wait (exact), or nothing waits: sleep until
+		// then, or until a new ticket arrives
+		if wait <= 0 || wait > rc.MaxSleep {
+			wait = rc.MaxSleep
+		}
+		sleep(ctx, wait, wake)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	case <-wake:
+	}
+}

@@ -1,0 +1,151 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+)
+
+// Reconcile repairs what crashes leave: released tasks that never reached
+// a handler are released again; reservations nobody settled expire; and,
+// when scan is set, held tasks without a ticket get one again.
+func (s *Scheduler) Reconcile(ctx context.Context, rc RunConfig, scan bool) error {
+	now, err := s.rdb.Time(ctx).Result()
+	if err != nil {
+		return fmt.Errorf("admission: reconcile: %w", err)
+	}
+	if s.cfg.NowFunc != nil {
+		now = s.cfg.NowFunc()
+	}
+	for model := range s.buckets {
+		keys, _, _ := s.keys(model)
+		due, err := s.rdb.ZRangeByScore(ctx, keys.Released, &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(now.UnixMicro(), 10), Count: 1000}).Result()
+		if err != nil {
+			return fmt.Errorf("admission: reconcile: %w", err)
+		}
+		for _, id := range due {
+			enc, err := s.rdb.HGet(ctx, keys.Tickets, id).Result()
+			if errors.Is(err, redis.Nil) {
+				if err := s.rdb.ZRem(ctx, keys.Released, id).Err(); err != nil {
+					return fmt.Errorf("admission: reconcile: %w", err)
+				}
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("admission: reconcile: %w", err)
+			}
+			t, err := decodeTicket(enc)
+			if err != nil { // written by no codec of ours: stop tracking it, say so once
+				s.log.WarnContext(ctx, "released ticket unreadable; no longer re-released", "task", id, "err", err)
+				if err := s.rdb.ZRem(ctx, keys.Released, id).Err(); err != nil {
+					return fmt.Errorf("admission: reconcile: %w", err)
+				}
+				continue
+			}
+			s.rerelease(ctx, model, t.Queue, id, keys.Released, now)
+		}
+		old := strconv.FormatInt(now.Add(-s.cfg.ReservationTTL).UnixMicro(), 10)
+		stale, err := s.rdb.ZRangeByScore(ctx, keys.ReservationAge, &redis.ZRangeBy{Min: "-inf", Max: old, Count: 1000}).Result()
+		if err == nil && len(stale) > 0 {
+			if err := s.rdb.HDel(ctx, keys.Reservations, stale...).Err(); err != nil {
+				return fmt.Errorf("admission: reconcile: expire reservations: %w", err)
+			}
+			if err := s.rdb.ZRem(ctx, keys.ReservationAge, toAny(stale)...).Err(); err != nil {
+				return fmt.Errorf("admission: reconcile: expire reservations: %w", err)
+			}
+		}
+	}
+	if rc.TicketOf != nil && s.insp != nil {
+		// the retry set holds what crashed workers left (small): every
+		// pass; the scheduled set holds the whole backlog: now and then
+		return s.adoptOrphans(ctx, rc, now, scan)
+	}
+	return nil
+}
+
+func toAny(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}
+
+func (s *Scheduler) rerelease(ctx context.Context, model, queue, id, releasedKey string, now time.Time) {
+	if s.insp == nil {
+		return
+	}
+	info, err := s.insp.GetTaskInfo(queue, id)
+	if err != nil {
+		s.log.InfoContext(ctx, "released task is gone; dropping its ticket", "task", id, "err", err)
+		s.forget(ctx, model, id)
+		return
+	}
+	switch info.State {
+	case asynq.TaskStateScheduled, asynq.TaskStateRetry:
+		if err := s.insp.RunTask(queue, id); err != nil {
+			s.log.WarnContext(ctx, "re-release failed", "task", id, "err", err)
+		} else {
+			s.log.InfoContext(ctx, "re-released a task that never started (crash between admission and release?)", "task", id)
+		}
+	case asynq.TaskStatePending, asynq.TaskStateActive:
+		// on its way: give it another timeout
+	default:
+		s.forget(ctx, model, id)
+		return
+	}
+	if err := s.rdb.ZAdd(ctx, releasedKey, redis.Z{Score: float64(now.Add(s.cfg.ReleaseTimeout).UnixMicro()), Member: id}).Err(); err != nil {
+		s.log.WarnContext(ctx, "extending a release deadline failed", "task", id, "err", err)
+	}
+}
+
+// adoptOrphans registers tickets for held tasks that have none: in the
+// retry set, and when scheduled is set, in the scheduled set too.
+func (s *Scheduler) adoptOrphans(ctx context.Context, rc RunConfig, now time.Time, scheduled bool) error {
+	horizon := now.Add(s.cfg.Hold / 2)
+	lists := []func(string, ...asynq.ListOption) ([]*asynq.TaskInfo, error){s.insp.ListRetryTasks}
+	if scheduled {
+		lists = append(lists, s.insp.ListScheduledTasks)
+	}
+	for _, q := range rc.Queues {
+		for _, list := range lists {
+			for page := 1; ; page++ {
+				tasks, err := list(q, asynq.Page(page), asynq.PageSize(500))
+				if err != nil {
+					if errors.Is(err, asynq.ErrQueueNotFound) {
+						break
+					}
+					return fmt.Errorf("admission: list held tasks of %s: %w", q, err)
+				}
+				for _, ti := range tasks {
+					if ti.NextProcessAt.Before(horizon) {
+						continue // not held: an ordinary scheduled task
+					}
+					t, ok := rc.TicketOf(ti)
+					if !ok {
+						continue
+					}
+					keys, _, err := s.keys(t.Model)
+					if err != nil {
+						continue
+					}
+					if n, _ := s.rdb.HExists(ctx, keys.Tickets, t.ID).Result(); n {
+						continue
+					}
+					if reg, err := s.Register(ctx, t); err == nil && reg {
+						s.log.InfoContext(ctx, "adopted a held task without a ticket", "task", t.ID, "queue", q)
+					}
+				}
+				if len(tasks) < 500 {
+					break
+				}
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,67 @@
+package admission_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/prq-dev/prq/admission"
+	"github.com/prq-dev/prq/internal/redistest"
+	"github.com/prq-dev/prq/ratelimit"
+)
+
+// TestReleaseOfPendingTaskIsQuiet: releasing a task that is pending
+// already (a second process's release, the reconciler's) is fine and
+// says nothing; a task that is gone loses its ticket.
+func TestReleaseOfPendingTaskIsQuiet(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Shared(t).Client(t)
+	ctx := context.Background()
+	model := fmt.Sprintf("rel-%d", time.Now().UnixNano())
+	b, err := ratelimit.NewBucket(rdb, model, "sk", ratelimit.Limits{RequestsPerPeriod: 1000, TokensPerPeriod: 100000, Period: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	insp := asynq.NewInspectorFromRedisClient(rdb)
+	s, err := admission.New(rdb, map[string]*ratelimit.Bucket{model: b}, asynq.NewClientFromRedisClient(rdb), insp, admission.Config{},
+		slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue := "q-" + model
+	for _, id := range []string{model + "-a", model + "-gone"} {
+		tk := admission.Ticket{ID: id, Queue: queue, Model: model, Class: "paid", Tenant: "1", Tokens: 10}
+		if ok, err := s.Submit(ctx, asynq.NewTask("file:review", nil), tk); !ok || err != nil {
+			t.Fatalf("submit %s: %v %v", id, ok, err)
+		}
+	}
+	if err := insp.DeleteTask(queue, model+"-gone"); err != nil {
+		t.Fatal(err)
+	}
+	adm, _, err := s.Admit(ctx, model, 10)
+	if err != nil || len(adm) != 2 {
+		t.Fatalf("admit: %+v %v", adm, err)
+	}
+	s.Release(ctx, adm)
+	s.Release(ctx, adm[:1]) // pending already
+	if info, err := insp.GetTaskInfo(queue, model+"-a"); err != nil || info.State != asynq.TaskStatePending {
+		t.Fatalf("task after release: %v %v", info, err)
+	}
+	if strings.Contains(logs.String(), "release failed") {
+		t.Fatalf("a second release of a pending task warned:\n%s", logs.String())
+	}
+	if !strings.Contains(logs.String(), "admitted task is gone") {
+		t.Fatalf("the deleted task was not reported gone:\n%s", logs.String())
+	}
+	st, err := s.Stats(ctx, model)
+	if err != nil || st.Released != 1 {
+		t.Fatalf("released and not started: %d (%v), want 1: the gone task's ticket is dropped", st.Released, err)
+	}
+}

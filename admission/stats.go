@@ -1,0 +1,90 @@
+package admission
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Stats is a model's admission state.
+type Stats struct {
+	Backlog  map[string]int64 // waiting tickets per class
+	Released int64            // admitted, not yet started
+	// Per class: incoming and admitted tokens and jobs; tokens admitted
+	// ahead of FIFO order, and tokens by which the class was passed.
+	InTokens, InJobs, AdmTokens, AdmJobs, AheadTokens, BehindTokens map[string]int64
+	Now                                                             time.Time
+	// Waits are the recent admissions' waits per class, newest first.
+	Waits map[string][]time.Duration
+	// TenantBacklog counts waiting tickets per "tier|tenant" (active
+	// flows, at most 50 per tier).
+	TenantBacklog map[string]int64
+}
+
+// Stats returns a model's admission counters.
+func (s *Scheduler) Stats(ctx context.Context, model string) (Stats, error) {
+	keys, _, err := s.keys(model)
+	if err != nil {
+		return Stats{}, err
+	}
+	res, err := script.Run(ctx, s.rdb, keys.list(), "stats", s.now()).Slice()
+	if err != nil {
+		return Stats{}, fmt.Errorf("admission: stats: %w", err)
+	}
+	st := Stats{Backlog: map[string]int64{}, InTokens: map[string]int64{}, InJobs: map[string]int64{}, AdmTokens: map[string]int64{},
+		AdmJobs: map[string]int64{}, AheadTokens: map[string]int64{}, BehindTokens: map[string]int64{}}
+	us, _ := strconv.ParseInt(fmt.Sprint(res[0]), 10, 64)
+	st.Now = time.UnixMicro(us)
+	for i, c := range Classes {
+		st.Backlog[c], _ = res[1+i].(int64)
+	}
+	st.Released, _ = res[5].(int64)
+	kv, _ := res[6].([]any)
+	for i := 0; i+1 < len(kv); i += 2 {
+		k, _ := kv[i].(string)
+		v, _ := strconv.ParseInt(fmt.Sprint(kv[i+1]), 10, 64)
+		name, class, ok := strings.Cut(k, ":")
+		if !ok {
+			continue
+		}
+		switch name {
+		case "in_tok":
+			st.InTokens[class] = v
+		case "in_n":
+			st.InJobs[class] = v
+		case "adm_tok":
+			st.AdmTokens[class] = v
+		case "adm_n":
+			st.AdmJobs[class] = v
+		case "ahead_tok":
+			st.AheadTokens[class] = v
+		case "behind_tok":
+			st.BehindTokens[class] = v
+		}
+	}
+	st.TenantBacklog = map[string]int64{}
+	if len(res) > 7 {
+		tb, _ := res[7].([]any)
+		for i := 0; i+1 < len(tb); i += 2 {
+			k, _ := tb[i].(string)
+			n, _ := tb[i+1].(int64)
+			st.TenantBacklog[k] = n
+		}
+	}
+	recent, err := s.rdb.LRange(ctx, keys.Waits, 0, -1).Result()
+	if err != nil {
+		return Stats{}, fmt.Errorf("admission: stats: %w", err)
+	}
+	st.Waits = map[string][]time.Duration{}
+	for _, r := range recent {
+		class, us, ok := strings.Cut(r, ":")
+		if !ok {
+			continue
+		}
+		n, _ := strconv.ParseInt(us, 10, 64)
+		st.Waits[class] = append(st.Waits[class], time.Duration(n)*time.Microsecond)
+	}
+	return st, nil
+}
