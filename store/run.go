@@ -62,23 +62,23 @@ type Note struct {
 
 // Run is a PR's current planned head and its progress.
 type Run struct {
-	PR            jobs.PR   `json:"pr"`
-	Head          string    `json:"head"`
-	Base          string    `json:"base"`
-	Tier          jobs.Tier `json:"tier"`
-	State         string    `json:"state"` // running, done, cancelled
-	SummaryTotal  int       `json:"summary_total"`
-	SummaryDone   int       `json:"summary_done"`
-	ReviewTotal   int       `json:"review_total"`
-	ReviewDone    int       `json:"review_done"`
-	Finalized     bool      `json:"finalized"`
-	CreatedAt     time.Time `json:"created_at"`
-	LastReviewed  string    `json:"last_reviewed,omitempty"`
+	PR           jobs.PR   `json:"pr"`
+	Head         string    `json:"head"`
+	Base         string    `json:"base"`
+	Tier         jobs.Tier `json:"tier"`
+	State        string    `json:"state"` // running, done, cancelled
+	SummaryTotal int       `json:"summary_total"`
+	SummaryDone  int       `json:"summary_done"`
+	ReviewTotal  int       `json:"review_total"`
+	ReviewDone   int       `json:"review_done"`
+	Finalized    bool      `json:"finalized"`
+	CreatedAt    time.Time `json:"created_at"`
+	LastReviewed string    `json:"last_reviewed,omitempty"`
 	// Title and Body are the pull request's, Body cut to what prompts use.
-	Title string `json:"title,omitempty"`
-	Body  string `json:"body,omitempty"`
-	SkippedQuota  int       `json:"skipped_quota,omitempty"`
-	TaskIDsQueued []string  `json:"-"`
+	Title         string   `json:"title,omitempty"`
+	Body          string   `json:"body,omitempty"`
+	SkippedQuota  int      `json:"skipped_quota,omitempty"`
+	TaskIDsQueued []string `json:"-"`
 }
 
 // Run states.
