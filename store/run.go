@@ -390,3 +390,14 @@ func (s *Store) AppThread(ctx context.Context, root int64) (bool, error) {
 	}
 	return n == 1, nil
 }
+
+// Throttle reports whether an action paced to once per every may run now
+// for a pull request, across processes: the first caller in each period
+// gets true.
+func (s *Store) Throttle(ctx context.Context, pr jobs.PR, what string, every time.Duration) (bool, error) {
+	ok, err := s.rdb.SetNX(ctx, prTag(pr)+":throttle:"+what, 1, every).Result()
+	if err != nil {
+		return false, fmt.Errorf("store: throttle %s %s: %w", pr, what, err)
+	}
+	return ok, nil
+}

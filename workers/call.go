@@ -2,6 +2,8 @@ package workers
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -96,8 +98,30 @@ type callSpec struct {
 	maxRetry int
 }
 
-// skipError ends a job with a recorded reason instead of a result.
-type skipError struct{ reason string }
+// skipError ends a job with a recorded reason instead of a result;
+// failed: the call failed (shown as a failure), rather than a file that
+// was skipped for a reason of its own (quota, size).
+type skipError struct {
+	reason string
+	failed bool
+}
+
+// publicFailure is what a pull request may read of a provider failure:
+// a generic sentence and a reference; the details (which can carry
+// project ids or internal URLs) go to the log under the same reference.
+func publicFailure(ctx context.Context, log *slog.Logger, what string, err error) string {
+	ref := newRef()
+	log.WarnContext(ctx, "provider failure", "ref", ref, "what", what, "err", err)
+	return fmt.Sprintf("%s (ref %s)", what, ref)
+}
+
+func newRef() string {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "unknown"
+	}
+	return hex.EncodeToString(b[:])
+}
 
 func (e *skipError) Error() string { return e.reason }
 
@@ -133,7 +157,7 @@ func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
 		maxOut = g.Cap
 	}
 	callStart := time.Now()
-	resp, err := cfg.LLM.Complete(ctx, llm.Request{Model: model, System: s.prompt.system, User: s.prompt.user, MaxOutput: maxOut, Reasoning: s.model.Reasoning})
+	resp, err := cfg.LLM.Complete(ctx, s.prompt.request(s.model, maxOut))
 	bucket, _ := cfg.Provider.Bucket(model)
 	sync := func(status int, h http.Header) {
 		if bucket == nil {
@@ -184,7 +208,7 @@ func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
 	case errors.Is(err, llm.ErrPermanent):
 		settleQuota(0)
 		c.count(model, "failed")
-		return llm.Response{}, &skipError{reason: "failed: " + err.Error()}
+		return llm.Response{}, &skipError{reason: publicFailure(ctx, log, "the model provider refused the request", err), failed: true}
 	default: // transient: retry with backoff, through admission, bounded
 		// the provider may have run it: count it all, never overshoot
 		if grant != nil {
@@ -192,7 +216,7 @@ func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
 		}
 		c.count(model, "transient")
 		if s.retried >= s.maxRetry {
-			return llm.Response{}, &skipError{reason: fmt.Sprintf("failed after %d attempts: %v", s.retried+1, err)}
+			return llm.Response{}, &skipError{reason: publicFailure(ctx, log, fmt.Sprintf("the model provider failed %d times", s.retried+1), err), failed: true}
 		}
 		delay := cfg.Backoff * time.Duration(1<<min(s.retried, 8))
 		if err := backToAdmission(ctx, cfg.Requeue, s.ticket, delay, err); !errors.Is(err, errBackToAdmission) {

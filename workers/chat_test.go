@@ -62,7 +62,7 @@ func TestChatResponder(t *testing.T) {
 		{name: "conversation comment answered, author mentioned", inst: 301, llm: answer("Because."), wantWrite: "comment @dev Because."},
 		{name: "diff comment answered in its thread", inst: 302, review: true, llm: answer("Because."), wantWrite: "reply 5 Because."},
 		{name: "quota refused: an apology, no call", inst: 303, llm: answer("never"), quota: 10, wantWrite: "comment @dev Sorry, I can't answer right now: skipped: quota reached"},
-		{name: "permanent failure: an apology", inst: 304, llm: fail(llm.ErrPermanent), wantWrite: "comment @dev Sorry, I can't answer right now: failed: "},
+		{name: "permanent failure: an apology", inst: 304, llm: fail(llm.ErrPermanent), wantWrite: "comment @dev Sorry, I can't answer right now: the model provider refused the request (ref "},
 		{name: "provider 429: back to admission, nothing posted", inst: 305, llm: fail(llm.ErrRateLimited), back: true},
 	}
 	for _, tc := range cases {

@@ -2,12 +2,14 @@ package workers
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 
 	"github.com/hibiken/asynq"
 
+	"github.com/prq-dev/prq/internal/review"
 	"github.com/prq-dev/prq/jobs"
 	"github.com/prq-dev/prq/ratelimit"
 	"github.com/prq-dev/prq/store"
@@ -16,6 +18,7 @@ import (
 // FileStore reads a planned file and records its result (a *store.Store).
 type FileStore interface {
 	Current(ctx context.Context, pr jobs.PR, head string) (bool, error)
+	GetRun(ctx context.Context, pr jobs.PR) (store.Run, error)
 	File(ctx context.Context, pr jobs.PR, head string, index int) (store.FileData, error)
 	CompleteFile(ctx context.Context, pr jobs.PR, head string, r store.Result) (last bool, err error)
 }
@@ -35,6 +38,16 @@ type FileWorkerConfig struct {
 	Queue TaskQueue
 	// Models are the configured models (the jobs name theirs).
 	Models map[string]Model
+	// Repairs keep an unreadable review reply for its one repair attempt,
+	// and Requeue sends that attempt back through admission. Required.
+	Repairs Drafts
+	Requeue Requeue
+	// UnusableFunc, when set, counts replies that could not be read, by
+	// model and job kind (prq_llm_unusable_replies_total).
+	UnusableFunc func(model, kind string)
+	// Progress, when set, is told when a file of a head is done (the
+	// check run's "n of m files"); its failures are its own.
+	Progress func(ctx context.Context, pr jobs.PR, head string)
 	// Log defaults to discarding.
 	Log *slog.Logger
 }
@@ -57,6 +70,8 @@ func NewFileWorker(cfg FileWorkerConfig) (*FileWorker, error) {
 		return nil, errors.New("workers: file worker: Caller is required")
 	case cfg.Queue == nil:
 		return nil, errors.New("workers: file worker: Queue is required")
+	case cfg.Repairs == nil || cfg.Requeue == nil:
+		return nil, errors.New("workers: file worker: Repairs and Requeue are required")
 	}
 	ms, err := models(cfg.Models)
 	if err != nil {
@@ -102,20 +117,44 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		res.Skipped = "model " + f.Model + " is not configured"
 		return w.complete(ctx, f, res)
 	}
-	pm, perr := buildFilePrompt(f.Kind, f.PR.String(), fd, m, w.tok[f.Model])
+	run, err := cfg.Store.GetRun(ctx, f.PR)
+	if err != nil {
+		return err
+	}
+	title := run.Title
+	if title == "" {
+		title = f.PR.String()
+	}
+	pm, perr := buildFilePrompt(f.Kind, contextOf(title, run.Body), fd, m, w.tok[f.Model], f.Part)
 	if perr != nil {
 		settle(ctx, cfg.Ledger, log, ticket, ratelimit.Cost{Requests: 1, Tokens: f.Estimate})
 		res.Skipped = "too large for " + f.Model
 		if !errors.Is(perr, errTooLarge) {
-			res.Skipped = "patch could not be read: " + perr.Error()
+			res.Skipped, res.Failed = "the patch could not be read", true
+			log.WarnContext(ctx, "patch could not be read", "pr", f.PR.String(), "path", fd.Path, "err", perr)
 		}
 		return w.complete(ctx, f, res)
+	}
+	res.Part, res.Parts = f.Part, f.Parts
+	// A repair attempt: the unreadable reply and what was wrong with it
+	// follow the prompt.
+	repairKey := "repair:" + ticket.ID
+	var repair struct{ Reply, Err string }
+	if f.Kind == jobs.KindReview {
+		if raw, err := cfg.Repairs.Draft(ctx, f.PR, repairKey); err != nil {
+			return err
+		} else if raw != "" && json.Unmarshal([]byte(raw), &repair) == nil {
+			pm.turns = review.RepairTurns(repair.Reply, errors.New(repair.Err))
+			if err := pm.measure(m, w.tok[f.Model]); err != nil {
+				return err
+			}
+		}
 	}
 	out, err := cfg.Caller.call(ctx, callSpec{ticket: ticket, kind: f.Kind, tier: f.Tier, inst: f.PR.Installation, prompt: pm, model: m, retried: retried(ctx), maxRetry: maxRetry(ctx)})
 	if err != nil {
 		var skip *skipError
 		if errors.As(err, &skip) {
-			res.Skipped = skip.reason
+			res.Skipped, res.Failed = skip.reason, skip.failed
 			return w.complete(ctx, f, res)
 		}
 		return err
@@ -124,16 +163,39 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	if pm.truncated > 0 {
 		res.Skipped = fmt.Sprintf("partial: %d hunks did not fit the model", pm.truncated)
 	}
-	switch f.Kind {
-	case jobs.KindReview:
-		summary, comments, perr := parseReview(out.Text, fd)
-		if perr != nil {
-			log.WarnContext(ctx, "review reply unusable; recorded without comments", "pr", f.PR.String(), "path", fd.Path, "err", perr)
-			res.Skipped = "the model's review could not be read"
-		}
-		res.Text, res.Comments = summary, comments
-	default:
+	if f.Kind != jobs.KindReview {
 		res.Text = out.Text
+		return w.complete(ctx, f, res)
+	}
+	reply, perr := review.Parse(out.Text)
+	if perr != nil {
+		if cfg.UnusableFunc != nil {
+			cfg.UnusableFunc(f.Model, string(f.Kind))
+		}
+		if repair.Reply == "" {
+			// One repair attempt, through admission like any call.
+			b, _ := json.Marshal(struct{ Reply, Err string }{out.Text, perr.Error()})
+			if err := cfg.Repairs.SetDraft(ctx, f.PR, repairKey, string(b)); err != nil {
+				return err
+			}
+			pm.turns = review.RepairTurns(out.Text, perr)
+			if err := pm.measure(m, w.tok[f.Model]); err == nil {
+				ticket.Tokens = pm.estimate
+			}
+			log.WarnContext(ctx, "review reply unusable; asking the model once more", "pr", f.PR.String(), "path", fd.Path, "model", f.Model, "err", perr)
+			return backToAdmission(ctx, cfg.Requeue, ticket, 0, perr)
+		}
+		log.WarnContext(ctx, "review reply unusable after a repair attempt; the file is shown as failed", "pr", f.PR.String(), "path", fd.Path, "model", f.Model, "err", perr)
+		res.Skipped, res.Failed = "review failed: the model's reply could not be read", true
+		return w.complete(ctx, f, res)
+	}
+	res.Text = reply.Summary
+	comments, notes := review.Place(reply, pm.patch)
+	for _, c := range comments {
+		res.Comments = append(res.Comments, store.Comment{Path: fd.Path, Line: c.Line, StartLine: c.StartLine, Side: string(c.Side), Body: c.Body})
+	}
+	for _, n := range notes {
+		res.Notes = append(res.Notes, store.Note{Line: n.Line, Body: n.Body})
 	}
 	return w.complete(ctx, f, res)
 }
@@ -145,6 +207,9 @@ func (w *FileWorker) complete(ctx context.Context, f jobs.File, res store.Result
 	}
 	if last {
 		return enqueueFinalize(ctx, w.cfg.Queue, jobs.Finalize{PR: f.PR, HeadSHA: f.HeadSHA, Tier: f.Tier})
+	}
+	if w.cfg.Progress != nil {
+		w.cfg.Progress(ctx, f.PR, f.HeadSHA)
 	}
 	return nil
 }

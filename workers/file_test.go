@@ -62,7 +62,7 @@ func plannedFile(t *testing.T, st *store.Store, pr jobs.PR, kind jobs.Kind) (job
 
 func newFileWorker(t *testing.T, st *store.Store, adm *fakeAdmission, c *workers.Caller, q *fakeQueue, log *slog.Logger) *workers.FileWorker {
 	t.Helper()
-	w, err := workers.NewFileWorker(workers.FileWorkerConfig{Store: st, Ledger: adm, Caller: c, Queue: q, Models: testModels, Log: log})
+	w, err := workers.NewFileWorker(workers.FileWorkerConfig{Store: st, Ledger: adm, Caller: c, Queue: q, Models: testModels, Repairs: st, Requeue: adm, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,9 +94,9 @@ func TestFileWorker(t *testing.T) {
 		{name: "provider 429: back to admission", inst: 203, kind: jobs.KindSummary, llm: fail(llm.ErrRateLimited), back: true},
 		{name: "account problem: model paused, back to admission", inst: 204, kind: jobs.KindSummary, llm: fail(llm.ErrAccount), back: true, wantPause: true},
 		{name: "transient failure with no retry left: recorded as failed", inst: 205, kind: jobs.KindSummary, llm: fail(llm.ErrTransient),
-			wantSkipped: "failed after 1 attempts"},
+			wantSkipped: "the model provider failed 1 times (ref "},
 		{name: "permanent failure: recorded as failed", inst: 206, kind: jobs.KindSummary, llm: fail(llm.ErrPermanent),
-			wantSkipped: "failed: "},
+			wantSkipped: "the model provider refused the request (ref "},
 		{name: "too large for the model", inst: 207, kind: jobs.KindSummary, llm: fail(llm.ErrContextLength),
 			wantSkipped: "too large for gpt-4o-mini"},
 		{name: "quota refused: skipped without a call, estimate settled", inst: 208, kind: jobs.KindSummary, llm: answer("never"), quota: 10,

@@ -11,15 +11,20 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/prq-dev/prq/ghapp"
+	"github.com/prq-dev/prq/internal/render"
+	"github.com/prq-dev/prq/internal/safemd"
 	"github.com/prq-dev/prq/jobs"
 	"github.com/prq-dev/prq/store"
 )
 
-// SummaryMarker marks prq's summary comment so it is upserted, never
-// posted twice.
-const SummaryMarker = "<!-- prq:summary -->"
+// SummaryMarker begins the hidden marker of part 1 of prq's summary
+// comment (the rest of each marker is a keyed tag; see render.Markers):
+// tools and tests count summary comments by it.
+const SummaryMarker = "<!-- prq:summary part=1 "
 
-func reviewMarker(head string) string { return "<!-- prq:review " + head + " -->" }
+// MaxReviewComments caps the line comments of one review (very large
+// reviews time out on GitHub); the rest are listed in the review body.
+const MaxReviewComments = 60
 
 // RunResults reads a head's run, files and results (a *store.Store).
 type RunResults interface {
@@ -52,6 +57,10 @@ type FinalizerConfig struct {
 	GitHub ReviewWriters
 	// Turns paces the writes among the installation's. Required.
 	Turns Turns
+	// Markers make the keyed markers prq finds its writes by.
+	Markers render.Markers
+	// Checks, when set, completes the head's check run.
+	Checks *Checks
 	// Log defaults to discarding.
 	Log *slog.Logger
 }
@@ -113,40 +122,78 @@ func (p *Finalizer) ProcessTask(ctx context.Context, t *asynq.Task) error {
 			return err
 		}
 	}
-	body := summaryComment(run, files, results, prev)
-	known, err := cfg.Publications.Posted(ctx, f.PR, "summary")
+	sum, rows := summaryOf(run, files, results, prev)
+	sum.Marker = func(part int) string { return cfg.Markers.Summary(f.PR.Key(), part) }
+	parts := sum.Parts(0)
+	var summaryID int64
+	for i, body := range parts {
+		id, err := p.upsert(ctx, gh, f.PR, fmt.Sprintf("summary:%d", i+1), cfg.Markers.Summary(f.PR.Key(), i+1), body)
+		if err != nil {
+			return ghFailed(ctx, log, f.PR, "summary comment", err)
+		}
+		if i == 0 {
+			summaryID = id
+		}
+	}
+	// parts a longer summary used before and this one does not
+	before, err := cfg.Publications.Posted(ctx, f.PR, "summary_parts")
 	if err != nil {
 		return err
 	}
-	var id int64
-	err = cfg.Turns.Do(ctx, f.PR.Installation, func() error {
-		var err error
-		id, err = gh.UpsertComment(ctx, f.PR.Owner, f.PR.Repo, f.PR.Number, known, SummaryMarker, body)
-		return err
-	})
-	if err != nil {
-		return ghFailed(ctx, log, f.PR, "summary comment", err)
+	for k := len(parts) + 1; k <= int(before); k++ {
+		marker := cfg.Markers.Summary(f.PR.Key(), k)
+		if _, err := p.upsert(ctx, gh, f.PR, fmt.Sprintf("summary:%d", k), marker, "_This part of prq's summary is no longer used._\n\n"+marker+"\n"); err != nil {
+			return ghFailed(ctx, log, f.PR, "summary comment", err)
+		}
 	}
-	if err := cfg.Publications.SetPosted(ctx, f.PR, "summary", id); err != nil {
+	if err := cfg.Publications.SetPosted(ctx, f.PR, "summary_parts", int64(len(parts))); err != nil {
 		return err
 	}
-	if err := p.postReview(ctx, gh, f, results); err != nil {
-		return ghFailed(ctx, log, f.PR, "review", err)
+	comments := 0
+	if run.ReviewTotal > 0 {
+		if comments, err = p.postReview(ctx, gh, f, results, rows); err != nil {
+			return ghFailed(ctx, log, f.PR, "review", err)
+		}
+	}
+	if cfg.Checks != nil {
+		if err := cfg.Checks.Complete(ctx, f.PR, f.HeadSHA, rows, comments, summaryID); err != nil {
+			return ghRetry(err)
+		}
 	}
 	if err := cfg.Publications.MarkFinalized(ctx, f.PR, f.HeadSHA); err != nil {
 		return err
 	}
-	log.InfoContext(ctx, "results published", "pr", f.PR.String(), "head", short(f.HeadSHA), "results", len(results))
+	log.InfoContext(ctx, "results published", "pr", f.PR.String(), "head", short(f.HeadSHA), "results", len(results), "summary_parts", len(parts))
 	return nil
 }
 
-func (p *Finalizer) postReview(ctx context.Context, gh ReviewWriter, f jobs.Finalize, results []store.Result) error {
+// upsert writes one comment found again by its marker, recording its id.
+func (p *Finalizer) upsert(ctx context.Context, gh ReviewWriter, pr jobs.PR, what, marker, body string) (int64, error) {
+	known, err := p.cfg.Publications.Posted(ctx, pr, what)
+	if err != nil {
+		return 0, err
+	}
+	var id int64
+	err = p.cfg.Turns.Do(ctx, pr.Installation, func() error {
+		var err error
+		id, err = gh.UpsertComment(ctx, pr.Owner, pr.Repo, pr.Number, known, marker, body)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return id, p.cfg.Publications.SetPosted(ctx, pr, what, id)
+}
+
+// postReview posts the head's one review, whatever it found: line
+// comments (up to MaxReviewComments), findings that sit on no line in its
+// body, and "no problems found" when there is nothing to say, so a clean
+// review can be told from a missing one. It returns the comments made.
+func (p *Finalizer) postReview(ctx context.Context, gh ReviewWriter, f jobs.Finalize, results []store.Result, rows []render.File) (int, error) {
 	pub := p.cfg.Publications
 	what := "review:" + f.HeadSHA
-	if id, err := pub.Posted(ctx, f.PR, what); err != nil || id != 0 {
-		return err
-	}
 	var comments []ghapp.ReviewComment
+	var findings []render.Finding
 	for _, r := range results {
 		if r.Kind != jobs.KindReview {
 			continue
@@ -154,9 +201,9 @@ func (p *Finalizer) postReview(ctx context.Context, gh ReviewWriter, f jobs.Fina
 		for _, c := range r.Comments {
 			comments = append(comments, ghapp.ReviewComment{Path: c.Path, Line: c.Line, StartLine: c.StartLine, Side: c.Side, Body: c.Body})
 		}
-	}
-	if len(comments) == 0 {
-		return pub.SetPosted(ctx, f.PR, what, -1) // nothing to say: no review
+		for _, n := range r.Notes {
+			findings = append(findings, render.Finding{Path: r.Path, Line: n.Line, Body: n.Body})
+		}
 	}
 	sort.Slice(comments, func(i, j int) bool {
 		if comments[i].Path != comments[j].Path {
@@ -164,7 +211,27 @@ func (p *Finalizer) postReview(ctx context.Context, gh ReviewWriter, f jobs.Fina
 		}
 		return comments[i].Line < comments[j].Line
 	})
-	marker := reviewMarker(f.HeadSHA)
+	for i := range comments {
+		comments[i].Body = safemd.Text(comments[i].Body, f.PR.Owner+"/"+f.PR.Repo)
+	}
+	if len(comments) > MaxReviewComments {
+		for _, c := range comments[MaxReviewComments:] {
+			findings = append(findings, render.Finding{Path: c.Path, Line: c.Line, Body: c.Body})
+		}
+		comments = comments[:MaxReviewComments]
+	}
+	sort.SliceStable(findings, func(i, j int) bool { return findings[i].Path < findings[j].Path })
+	if id, err := pub.Posted(ctx, f.PR, what); err != nil || id != 0 {
+		return len(comments), err
+	}
+	reviewed := 0
+	for _, r := range rows {
+		if r.Reviewed {
+			reviewed++
+		}
+	}
+	marker := p.cfg.Markers.Review(f.PR.Key(), f.HeadSHA)
+	repo := f.PR.Owner + "/" + f.PR.Repo
 	var id int64
 	err := p.cfg.Turns.Do(ctx, f.PR.Installation, func() error {
 		var err error
@@ -172,25 +239,25 @@ func (p *Finalizer) postReview(ctx context.Context, gh ReviewWriter, f jobs.Fina
 		if id, err = gh.HasReview(ctx, f.PR.Owner, f.PR.Repo, f.PR.Number, marker); err != nil || id != 0 {
 			return err
 		}
-		body := fmt.Sprintf("prq reviewed %d files at %s. %s", countKind(results, jobs.KindReview), short(f.HeadSHA), marker)
+		body := render.Review{Repo: repo, Head: f.HeadSHA, Files: reviewed, Comments: len(comments), Findings: findings, Marker: marker}.Body(0)
 		id, err = gh.CreateReview(ctx, f.PR.Owner, f.PR.Repo, f.PR.Number, f.HeadSHA, body, comments)
-		if errors.Is(err, ghapp.ErrUnprocessable) {
-			// A line GitHub will not take: post the review without line
+		if errors.Is(err, ghapp.ErrUnprocessable) && len(comments) > 0 {
+			// A line GitHub will not take: the review without line
 			// comments, and the comments in its body.
-			var b strings.Builder
-			fmt.Fprintf(&b, "prq reviewed %d files at %s. GitHub refused some line comments; here they are:\n\n", countKind(results, jobs.KindReview), short(f.HeadSHA))
+			all := findings
 			for _, c := range comments {
-				fmt.Fprintf(&b, "- `%s` line %d: %s\n", c.Path, c.Line, c.Body)
+				all = append(all, render.Finding{Path: c.Path, Line: c.Line, Body: c.Body})
 			}
-			b.WriteString(marker)
-			id, err = gh.CreateReview(ctx, f.PR.Owner, f.PR.Repo, f.PR.Number, f.HeadSHA, b.String(), nil)
+			body = render.Review{Repo: repo, Head: f.HeadSHA, Files: reviewed, Findings: all, Marker: marker}.Body(0)
+			id, err = gh.CreateReview(ctx, f.PR.Owner, f.PR.Repo, f.PR.Number, f.HeadSHA, body, nil)
+			comments = nil
 		}
 		return err
 	})
 	if err != nil {
-		return err
+		return 0, err
 	}
-	return pub.SetPosted(ctx, f.PR, what, id)
+	return len(comments), pub.SetPosted(ctx, f.PR, what, id)
 }
 
 func countKind(rs []store.Result, k jobs.Kind) int {
@@ -203,12 +270,12 @@ func countKind(rs []store.Result, k jobs.Kind) int {
 	return n
 }
 
-// summaryComment renders the PR's summary comment.
-func summaryComment(run store.Run, files map[int]store.FileData, results, prev []store.Result) string {
-	var b strings.Builder
-	b.WriteString("## prq summary\n\n")
+// summaryOf gathers a head's files for its summary comment: each file's
+// summary (carried from the last reviewed head when this push left the
+// file alone), its review parts merged, and why a file has none.
+func summaryOf(run store.Run, files map[int]store.FileData, results, prev []store.Result) (render.Summary, []render.File) {
 	summaries := map[string]store.Result{}
-	reviews := map[string]store.Result{}
+	reviews := map[string][]store.Result{}
 	for _, r := range prev {
 		if r.Kind == jobs.KindSummary {
 			summaries[r.Path] = r
@@ -218,7 +285,7 @@ func summaryComment(run store.Run, files map[int]store.FileData, results, prev [
 		if r.Kind == jobs.KindSummary {
 			summaries[r.Path] = r
 		} else {
-			reviews[r.Path] = r
+			reviews[r.Path] = append(reviews[r.Path], r)
 		}
 	}
 	idx := make([]int, 0, len(files))
@@ -226,45 +293,71 @@ func summaryComment(run store.Run, files map[int]store.FileData, results, prev [
 		idx = append(idx, i)
 	}
 	sort.Ints(idx)
-	var skipped, quota []string
-	comments := 0
-	b.WriteString("| File | Summary |\n|---|---|\n")
+	var rows []render.File
+	quotaReset := ""
 	for _, i := range idx {
 		fd := files[i]
-		s, ok := summaries[fd.Path]
-		switch {
-		case fd.SkipReason != "" && !ok:
-			skipped = append(skipped, fmt.Sprintf("- `%s`: %s", fd.Path, fd.SkipReason))
-			continue
-		case s.Skipped != "" && strings.HasPrefix(s.Skipped, "skipped: quota"):
-			quota = append(quota, fmt.Sprintf("- `%s`: %s", fd.Path, s.Skipped))
-			continue
-		case s.Text == "":
-			reason := s.Skipped
-			if reason == "" {
-				reason = fd.SkipReason
+		s, summarised := summaries[fd.Path]
+		row := render.File{Path: fd.Path, Summary: s.Text}
+		var notes []string
+		note := func(n string) {
+			if n != "" {
+				notes = append(notes, n)
 			}
-			skipped = append(skipped, fmt.Sprintf("- `%s`: %s", fd.Path, reason))
-			continue
 		}
-		text := strings.ReplaceAll(strings.TrimSpace(s.Text), "\n", " ")
-		text = strings.ReplaceAll(text, "|", "\\|")
-		b.WriteString(fmt.Sprintf("| `%s` | %s |\n", fd.Path, text))
-		comments += len(reviews[fd.Path].Comments)
-	}
-	if run.ReviewTotal > 0 {
-		fmt.Fprintf(&b, "\nReview: %d line comments on %d files.\n", comments, run.ReviewTotal)
-	}
-	if len(skipped) > 0 {
-		b.WriteString("\n<details><summary>Files not summarised</summary>\n\n" + strings.Join(skipped, "\n") + "\n</details>\n")
-	}
-	if len(quota) > 0 {
-		b.WriteString("\n**Quota:** some files were skipped because this installation's token quota is used up.\n\n" + strings.Join(quota, "\n") + "\n")
+		switch {
+		case strings.HasPrefix(s.Skipped, "skipped: quota"):
+			row.Quota = true
+			quotaReset = strings.TrimPrefix(s.Skipped, "skipped: quota reached, resets at ")
+		case s.Failed:
+			row.Failed = true
+			note(s.Skipped)
+		case summarised:
+			note(s.Skipped) // partial, or why there is no text
+		}
+		if fd.SkipReason != "" && (!summarised || len(reviews[fd.Path]) == 0) {
+			note(fd.SkipReason)
+		}
+		if rs := reviews[fd.Path]; len(rs) > 0 {
+			row.Reviewed = true
+			for _, r := range rs {
+				row.Comments += len(r.Comments)
+				switch {
+				case r.Failed:
+					row.Failed = true
+					note(r.Skipped)
+				case strings.HasPrefix(r.Skipped, "skipped: quota"):
+					row.Quota = true
+				case r.Skipped != "":
+					note(r.Skipped)
+				}
+			}
+			if rs[0].Parts > 1 {
+				note(fmt.Sprintf("reviewed in %d parts", rs[0].Parts))
+			}
+			if row.Failed || row.Quota {
+				row.Reviewed = false
+			}
+		}
+		row.Note = strings.Join(dedupe(notes), "; ")
+		rows = append(rows, row)
 	}
 	reviewed := run.Head
 	if run.LastReviewed != "" && run.LastReviewed != run.Head {
 		reviewed = run.LastReviewed + "," + run.Head
 	}
-	fmt.Fprintf(&b, "\n%s\n<!-- prq:reviewed=%s -->\n", SummaryMarker, reviewed)
-	return b.String()
+	return render.Summary{Repo: run.PR.Owner + "/" + run.PR.Repo, Head: run.Head, Files: rows, QuotaReset: quotaReset,
+		State: "<!-- prq:reviewed=" + reviewed + " -->"}, rows
+}
+
+func dedupe(xs []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, x := range xs {
+		if !seen[x] {
+			seen[x] = true
+			out = append(out, x)
+		}
+	}
+	return out
 }

@@ -128,7 +128,7 @@ func TestFinalizerUnprocessableLinesGoInTheBody(t *testing.T) {
 	if err := newFinalizer(t, st, gh).ProcessTask(context.Background(), finishedRun(t, st, testPR(t, 403))); err != nil {
 		t.Fatal(err)
 	}
-	if len(bodies) != 2 || !strings.Contains(bodies[1], "GitHub refused some line comments") || !strings.Contains(bodies[1], "`a.go` line 2: check b") {
+	if len(bodies) != 2 || !strings.Contains(bodies[1], "**`a.go`**") || !strings.Contains(bodies[1], "line 2: check b") {
 		t.Fatalf("review bodies %q", bodies)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/prq-dev/prq/diff"
 	"github.com/prq-dev/prq/ghapp"
 	"github.com/prq-dev/prq/jobs"
 	"github.com/prq-dev/prq/ratelimit"
@@ -57,6 +58,11 @@ type PlannerConfig struct {
 	Tiers map[jobs.Tier]TierSpec
 	// Exclude are path globs never reviewed.
 	Exclude []string
+	// MaxParts caps the calls one file's review may be split into; a file
+	// that needs more is listed as not reviewed. Defaults to 20.
+	MaxParts int
+	// Checks, when set, shows the planned head as a queued check run.
+	Checks *Checks
 	// SkipBotPRs skips PRs opened by bots. Defaults to false here; the
 	// command sets it from configuration (default true).
 	SkipBotPRs bool
@@ -95,6 +101,9 @@ func NewPlanner(cfg PlannerConfig) (*Planner, error) {
 		return nil, err
 	}
 	cfg.Models = ms
+	if cfg.MaxParts <= 0 {
+		cfg.MaxParts = 20
+	}
 	tok, err := tokenizers(ms)
 	if err != nil {
 		return nil, err
@@ -198,7 +207,36 @@ func (p *Planner) ProcessTask(ctx context.Context, t *asynq.Task) error {
 			reviews = append(reviews, jobs.File{PR: pl.PR, HeadSHA: pl.HeadSHA, Kind: jobs.KindReview, Tier: pl.Tier, Path: f.Filename, Index: i, Model: cfg.ReviewModel})
 		}
 	}
-	run := store.Run{PR: pl.PR, Head: pl.HeadSHA, Base: pr.BaseSHA, Tier: pl.Tier, SummaryTotal: len(summaries), ReviewTotal: len(reviews)}
+	// A review of a file too large for one call becomes several jobs,
+	// one per part; a file over the hard cap is not reviewed at all.
+	pc := contextOf(pr.Title, pr.Body)
+	var split []jobs.File
+	for _, f := range reviews {
+		fd := &data[f.Index]
+		d, err := diff.Parse(fd.Patch)
+		if err != nil {
+			split = append(split, f) // the job records that the patch could not be read
+			continue
+		}
+		parts, err := reviewParts(pc, *fd, d, cfg.Models[f.Model], p.tok[f.Model])
+		switch {
+		case err != nil:
+			split = append(split, f)
+		case len(parts) > cfg.MaxParts:
+			fd.SkipReason = fmt.Sprintf("not reviewed: its diff needs %d calls, over the limit of %d (max_review_parts)", len(parts), cfg.MaxParts)
+		case len(parts) == 1:
+			split = append(split, f)
+		default:
+			for k := range parts {
+				part := f
+				part.Part, part.Parts = k+1, len(parts)
+				split = append(split, part)
+			}
+		}
+	}
+	reviews = split
+	run := store.Run{PR: pl.PR, Head: pl.HeadSHA, Base: pr.BaseSHA, Tier: pl.Tier, SummaryTotal: len(summaries), ReviewTotal: len(reviews),
+		Title: pc.title, Body: pc.body}
 	previous, startedRun, err := cfg.Store.StartRun(ctx, run, data)
 	if err != nil {
 		return err
@@ -224,7 +262,7 @@ func (p *Planner) ProcessTask(ctx context.Context, t *asynq.Task) error {
 			f := &list[k]
 			f.Total, f.PRSeq, f.Created = len(list), seq, time.Now().UnixMilli()
 			fd := data[f.Index]
-			pm, err := buildFilePrompt(f.Kind, pr.Title, fd, cfg.Models[f.Model], p.tok[f.Model])
+			pm, err := buildFilePrompt(f.Kind, pc, fd, cfg.Models[f.Model], p.tok[f.Model], f.Part)
 			if err != nil {
 				// the job records why it could not run; estimate little
 				pm.estimate = 1
@@ -248,6 +286,9 @@ func (p *Planner) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	}
 	if err := cfg.Store.SetTaskIDs(ctx, pl.PR, pl.HeadSHA, ids); err != nil {
 		return err
+	}
+	if cfg.Checks != nil && startedRun && len(summaries)+len(reviews) > 0 {
+		cfg.Checks.Queued(ctx, pl.PR, pl.HeadSHA, len(summaries)+len(reviews))
 	}
 	log.InfoContext(ctx, "pull request planned", "pr", pl.PR.String(), "head", short(pl.HeadSHA), "tier", pl.Tier,
 		"files", len(files), "summaries", len(summaries), "reviews", len(reviews), "superseded", short(previous))

@@ -5,26 +5,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prq-dev/prq/diff"
+	"github.com/prq-dev/prq/internal/render"
 	"github.com/prq-dev/prq/jobs"
+	"github.com/prq-dev/prq/llm"
 	"github.com/prq-dev/prq/ratelimit"
 	"github.com/prq-dev/prq/store"
 )
 
 const patch = "@@ -10,3 +10,4 @@ func f() {\n a\n-b\n+c\n+d\n e\n@@ -40 +41 @@\n-x\n+y"
-
-func TestParseReview(t *testing.T) {
-	f := store.FileData{Path: "x.go", Patch: patch}
-	sum, cs, err := parseReview("Here you go:\n```json\n{\"summary\":\"ok\",\"comments\":[{\"line\":11,\"body\":\"check c\"},{\"line\":30,\"body\":\"far away\"},{\"line\":11,\"body\":\"dup line\"},{\"line\":12,\"body\":\"  \"}]}\n```", f)
-	if err != nil || sum != "ok" {
-		t.Fatal(sum, err)
-	}
-	if len(cs) != 2 || cs[0].Line != 11 || cs[1].Line != 41 || !strings.Contains(cs[1].Body, "(about line 30)") {
-		t.Fatalf("comments %+v: want line 11 kept, line 30 moved to the nearest diff line 41, duplicates and blanks dropped", cs)
-	}
-	if _, _, err := parseReview("I think it's fine.", f); err == nil {
-		t.Fatal("prose accepted as a review")
-	}
-}
 
 func TestExcluded(t *testing.T) {
 	globs := []string{"*.lock", "go.sum", "vendor/**", "*.pb.go", "docs/*.md"}
@@ -38,51 +27,115 @@ func TestExcluded(t *testing.T) {
 	}
 }
 
-func TestFilePromptFitsTheModel(t *testing.T) {
-	tok, _ := ratelimit.NewTokenizer("gpt-4o")
+func bigPatch(hunks int) string {
 	var b strings.Builder
-	for i := 0; i < 40; i++ {
+	for i := 0; i < hunks; i++ {
 		b.WriteString("@@ -" + itoa(i*20+1) + ",1 +" + itoa(i*20+1) + ",2 @@\n-old line number " + itoa(i) + "\n+new line with some words " + itoa(i) + "\n+another added line " + itoa(i) + "\n")
 	}
-	f := store.FileData{Path: "big.go", Status: "modified", Patch: strings.TrimSuffix(b.String(), "\n")}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+func TestSummaryPromptFitsTheModel(t *testing.T) {
+	tok, _ := ratelimit.NewTokenizer("gpt-4o")
+	f := store.FileData{Path: "big.go", Status: "modified", Patch: bigPatch(40)}
 	small := Model{Name: "gpt-4o", MaxOutput: 100, ContextTokens: 900}
-	p, err := buildFilePrompt(jobs.KindReview, "PR", f, small, tok)
+	pc := contextOf("Speed up the parser", "It caches tokens.")
+	p, err := buildFilePrompt(jobs.KindSummary, pc, f, small, tok, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if p.truncated == 0 || p.input > small.ContextTokens-small.MaxOutput || !strings.Contains(p.user, "more hunks were left out") {
 		t.Fatalf("not cut to fit: %d tokens, %d hunks left out", p.input, p.truncated)
 	}
+	if !strings.Contains(p.user, "Speed up the parser") || !strings.Contains(p.user, "It caches tokens.") {
+		t.Fatalf("the prompt lacks the PR's title and description:\n%s", p.user)
+	}
 	if p.estimate <= p.input/2 {
 		t.Fatalf("estimate %d looks wrong for %d input tokens", p.estimate, p.input)
 	}
 	tiny := Model{Name: "gpt-4o", MaxOutput: 100, ContextTokens: 150}
-	if _, err := buildFilePrompt(jobs.KindReview, "PR", f, tiny, tok); err != errTooLarge {
+	if _, err := buildFilePrompt(jobs.KindSummary, pc, f, tiny, tok, 0); err != errTooLarge {
 		t.Fatalf("a file that cannot fit: %v", err)
+	}
+}
+
+// TestReviewPartsCoverTheFile: a file too large for one review call is
+// reviewed in parts that each fit and together hold every line.
+func TestReviewPartsCoverTheFile(t *testing.T) {
+	tok, _ := ratelimit.NewTokenizer("gpt-4o")
+	f := store.FileData{Path: "big.go", Status: "modified", Patch: bigPatch(40)}
+	small := Model{Name: "gpt-4o", MaxOutput: 100, ContextTokens: 1400}.withDefaults()
+	pc := contextOf("Speed up the parser", strings.Repeat("A long description. ", 400))
+	if len([]rune(pc.body)) > descriptionChars+1 {
+		t.Fatalf("description not cut: %d characters", len(pc.body))
+	}
+	d, _ := diff.Parse(f.Patch)
+	parts, err := reviewParts(pc, f, d, small, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(parts) < 2 {
+		t.Fatalf("%d parts, want the file split", len(parts))
+	}
+	covered := map[int]bool{}
+	for k := range parts {
+		p, err := buildFilePrompt(jobs.KindReview, pc, f, small, tok, k+1)
+		if err != nil {
+			t.Fatalf("part %d: %v", k+1, err)
+		}
+		if p.input > budget(small) {
+			t.Fatalf("part %d: %d tokens over the budget %d", k+1, p.input, budget(small))
+		}
+		if !strings.Contains(p.user, "part "+itoa(k+1)+" of "+itoa(len(parts))) || p.format.Type != llm.FormatJSONSchema {
+			t.Fatalf("part %d prompt: format %q\n%s", k+1, p.format.Type, p.user)
+		}
+		// the estimate covers exactly what is sent, schema included
+		want := ratelimit.EstimateOpenAI(p.request(small, small.MaxOutput).Contents(), small.MaxOutput)
+		if p.estimate != want {
+			t.Fatalf("part %d: estimate %d, want %d", k+1, p.estimate, want)
+		}
+		for _, line := range p.patch.Added() {
+			covered[line] = true
+		}
+	}
+	for _, line := range d.Added() {
+		if !covered[line] {
+			t.Fatalf("added line %d is in no part", line)
+		}
 	}
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
 
-func TestSummaryComment(t *testing.T) {
-	run := store.Run{Head: "bbbbbbb", LastReviewed: "aaaaaaa", ReviewTotal: 1}
+func TestSummaryOf(t *testing.T) {
+	run := store.Run{PR: jobs.PR{Installation: 1, Owner: "o", Repo: "r", Number: 1}, Head: "bbbbbbb", LastReviewed: "aaaaaaa", ReviewTotal: 3}
 	files := map[int]store.FileData{
 		0: {Path: "a.go", Index: 0},
 		1: {Path: "go.sum", Index: 1, SkipReason: "excluded by go.sum"},
 		2: {Path: "b.go", Index: 2},
 		3: {Path: "c.go", Index: 3},
+		4: {Path: "d.go", Index: 4},
 	}
 	results := []store.Result{
 		{Kind: jobs.KindSummary, Path: "a.go", Text: "Adds a | pipe."},
 		{Kind: jobs.KindSummary, Path: "b.go", Skipped: "skipped: quota reached, resets at 2026-12-01 00:00 UTC"},
-		{Kind: jobs.KindReview, Path: "a.go", Comments: []store.Comment{{Line: 1}}},
+		{Kind: jobs.KindReview, Path: "a.go", Comments: []store.Comment{{Line: 1}}, Part: 1, Parts: 2},
+		{Kind: jobs.KindReview, Path: "a.go", Comments: []store.Comment{{Line: 9}}, Part: 2, Parts: 2},
+		{Kind: jobs.KindSummary, Path: "d.go", Text: "Changes d."},
+		{Kind: jobs.KindReview, Path: "d.go", Failed: true, Skipped: "review failed: the model's reply could not be read"},
 	}
 	prev := []store.Result{{Kind: jobs.KindSummary, Path: "c.go", Text: "Kept from the last push."}}
-	body := summaryComment(run, files, results, prev)
+	sum, rows := summaryOf(run, files, results, prev)
+	sum.Marker = func(part int) string { return render.NewMarkers(nil).Summary("x", part) }
+	body := sum.Parts(0)[0]
 	for _, want := range []string{SummaryMarker, "prq:reviewed=aaaaaaa,bbbbbbb", "Adds a \\| pipe.", "Kept from the last push.", "`go.sum`: excluded by go.sum",
-		"**Quota:**", "resets at 2026-12-01", "1 line comments"} {
+		"skipped: this installation's token quota is used up until 2026-12-01", "2 comments (reviewed in 2 parts)", "failed: review failed: the model's reply could not be read",
+		"1 could not be processed"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("summary lacks %q:\n%s", want, body)
 		}
+	}
+	if rows[4].Reviewed || !rows[4].Failed {
+		t.Errorf("a failed review is not a clean one: %+v", rows[4])
 	}
 }

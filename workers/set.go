@@ -10,6 +10,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/prq-dev/prq/admission"
+	"github.com/prq-dev/prq/internal/render"
 	"github.com/prq-dev/prq/jobs"
 	"github.com/prq-dev/prq/ratelimit"
 	"github.com/prq-dev/prq/store"
@@ -38,6 +39,19 @@ type Config struct {
 	Gate func(ctx context.Context, t admission.Ticket) error
 	// CountFunc, when set, counts LLM calls by model and outcome (metrics).
 	CountFunc func(model, outcome string)
+	// UnusableFunc, when set, counts model replies that could not be read.
+	UnusableFunc func(model, kind string)
+	// Markers make the keyed markers of prq's writes (key from the
+	// webhook secret).
+	Markers render.Markers
+	// MaxReviewParts caps the calls one file's review may be split into.
+	// Defaults to 20.
+	MaxReviewParts int
+	// NoCheckRuns turns the check run per head off (it needs the App
+	// permission checks: write).
+	NoCheckRuns bool
+	// WebURL is GitHub's web address for links. Defaults to https://github.com.
+	WebURL string
 }
 
 // Deps are what the handlers of a worker process share.
@@ -91,20 +105,29 @@ func New(cfg Config, d Deps) (*Set, error) {
 		return nil, err
 	}
 	s := &Set{}
+	var checks *Checks
+	var progress func(ctx context.Context, pr jobs.PR, head string)
+	if !cfg.NoCheckRuns {
+		if checks, err = NewChecks(ChecksConfig{GitHub: gh, Store: d.Store, Turns: d.Pacer, WebURL: cfg.WebURL, Log: d.Log}); err != nil {
+			return nil, err
+		}
+		progress = checks.Progress
+	}
 	if s.Planner, err = NewPlanner(PlannerConfig{Store: d.Store, Plans: d.Store, Tickets: d.Admitter, GitHub: gh, Queue: d.Queue,
 		Models: cfg.Models, SummaryModel: cfg.SummaryModel, ReviewModel: cfg.ReviewModel, Tiers: cfg.Tiers,
-		Exclude: cfg.Exclude, SkipBotPRs: cfg.SkipBotPRs, Log: d.Log}); err != nil {
+		Exclude: cfg.Exclude, SkipBotPRs: cfg.SkipBotPRs, MaxParts: cfg.MaxReviewParts, Checks: checks, Log: d.Log}); err != nil {
 		return nil, err
 	}
 	if s.Files, err = NewFileWorker(FileWorkerConfig{Store: d.Store, Ledger: d.Admitter, Caller: caller, Queue: d.Queue,
-		Models: cfg.Models, Log: d.Log}); err != nil {
+		Models: cfg.Models, Repairs: d.Store, Requeue: d.Admitter, UnusableFunc: cfg.UnusableFunc, Progress: progress, Log: d.Log}); err != nil {
 		return nil, err
 	}
 	if s.Chat, err = NewChatResponder(ChatResponderConfig{Replies: d.Store, Drafts: d.Store, Ledger: d.Admitter, Requeue: d.Admitter,
 		Caller: caller, GitHub: gh, Turns: d.Pacer, Models: cfg.Models, Backoff: cfg.Backoff, Log: d.Log}); err != nil {
 		return nil, err
 	}
-	if s.Finalizer, err = NewFinalizer(FinalizerConfig{Results: d.Store, Publications: d.Store, GitHub: gh, Turns: d.Pacer, Log: d.Log}); err != nil {
+	if s.Finalizer, err = NewFinalizer(FinalizerConfig{Results: d.Store, Publications: d.Store, GitHub: gh, Turns: d.Pacer,
+		Markers: cfg.Markers, Checks: checks, Log: d.Log}); err != nil {
 		return nil, err
 	}
 	return s, nil

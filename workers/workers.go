@@ -11,6 +11,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/prq-dev/prq/admission"
+	"github.com/prq-dev/prq/internal/review"
 	"github.com/prq-dev/prq/jobs"
 	"github.com/prq-dev/prq/llm"
 	"github.com/prq-dev/prq/ratelimit"
@@ -78,6 +79,9 @@ type Model struct {
 	// ContextTokens is the model's context window. Defaults to 128000.
 	ContextTokens int64
 	Reasoning     bool
+	// Output is how reviews are asked for: json_schema, json_object or
+	// text. Defaults to the model family's (review.DefaultFormat).
+	Output llm.FormatType
 }
 
 func (m Model) withDefaults() Model {
@@ -86,6 +90,9 @@ func (m Model) withDefaults() Model {
 	}
 	if m.ContextTokens == 0 {
 		m.ContextTokens = 128000
+	}
+	if m.Output == "" {
+		m.Output = review.DefaultFormat(m.Name)
 	}
 	return m
 }

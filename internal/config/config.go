@@ -18,6 +18,8 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/prq-dev/prq/llm"
+
 	"github.com/prq-dev/prq/jobs"
 	"github.com/prq-dev/prq/ratelimit"
 )
@@ -78,6 +80,21 @@ type GitHubConfig struct {
 	// WriteGap is the least time between an installation's content-creating
 	// calls. Defaults to 1s (GitHub's advice); the demo compresses it.
 	WriteGap Duration `yaml:"write_gap"`
+	// WebhookMaxInFlightBytes caps the webhook bodies being read at once,
+	// across requests (503 with Retry-After past it). Defaults to
+	// webhook_max_bytes plus 4 MB.
+	WebhookMaxInFlightBytes int64 `yaml:"webhook_max_in_flight_bytes"`
+	// ChatAssociations are who may start chat besides the PR's author
+	// (GitHub author_association). Defaults to OWNER, MEMBER, COLLABORATOR.
+	ChatAssociations []string `yaml:"chat_associations"`
+	// CheckRuns shows each head's progress as a check run (the App needs
+	// checks: write). Defaults to true.
+	CheckRuns *bool `yaml:"check_runs"`
+	// WebURL is GitHub's web address, for links. Defaults to https://github.com.
+	WebURL string `yaml:"web_url"`
+	// MaxReviewParts caps the calls one file's review may be split into.
+	// Defaults to 20.
+	MaxReviewParts int `yaml:"max_review_parts"`
 }
 
 // OpenAIConfig configures the LLM provider.
@@ -105,6 +122,12 @@ type ModelConfig struct {
 	ContextTokens int64 `yaml:"context_tokens"`
 	// Period of the limits. Defaults to 1m; the demo compresses it.
 	Period Duration `yaml:"period"`
+	// OutputFormat is how reviews are asked for: json_schema (strict
+	// structured outputs), json_object, or text (a delimited block the
+	// prompt describes). Defaults by model family: json_schema for
+	// gpt-4o, gpt-4.1, gpt-5 and o-series models, text for Claude,
+	// json_object otherwise.
+	OutputFormat string `yaml:"output_format"`
 }
 
 // JobsConfig picks the model of each job kind.
@@ -431,6 +454,19 @@ func (c *Config) Validate(m Mode) error {
 	if c.GitHub.WebhookMaxBytes <= 0 {
 		bad("github.webhook_max_bytes", "must be positive, got %d", c.GitHub.WebhookMaxBytes)
 	}
+	if c.GitHub.WebhookMaxInFlightBytes < 0 || (c.GitHub.WebhookMaxInFlightBytes > 0 && c.GitHub.WebhookMaxInFlightBytes < c.GitHub.WebhookMaxBytes) {
+		bad("github.webhook_max_in_flight_bytes", "must be at least webhook_max_bytes (%d), got %d", c.GitHub.WebhookMaxBytes, c.GitHub.WebhookMaxInFlightBytes)
+	}
+	for _, a := range c.GitHub.ChatAssociations {
+		switch strings.ToUpper(strings.TrimSpace(a)) {
+		case "OWNER", "MEMBER", "COLLABORATOR", "CONTRIBUTOR", "FIRST_TIME_CONTRIBUTOR", "FIRST_TIMER", "NONE", "MANNEQUIN":
+		default:
+			bad("github.chat_associations", "%q is not a GitHub author association (OWNER, MEMBER, COLLABORATOR, CONTRIBUTOR, FIRST_TIME_CONTRIBUTOR, FIRST_TIMER, NONE)", a)
+		}
+	}
+	if c.GitHub.MaxReviewParts < 0 {
+		bad("github.max_review_parts", "must not be negative, got %d", c.GitHub.MaxReviewParts)
+	}
 	if m == ModeServe || m == ModeAll {
 		if c.GitHub.WebhookSecret == "" {
 			bad("GITHUB_WEBHOOK_SECRET", "is required for serve: unsigned webhooks would be trusted")
@@ -468,6 +504,11 @@ func (c *Config) Validate(m Mode) error {
 		}
 		if mc.MaxOutputTokens < 0 || mc.ContextTokens < 0 {
 			bad("models."+mc.Name, "max_output_tokens and context_tokens must not be negative")
+		}
+		if mc.OutputFormat != "" {
+			if _, err := llm.ParseFormatType(mc.OutputFormat); err != nil {
+				bad("models."+mc.Name+".output_format", "%q: want json_schema, json_object or text", mc.OutputFormat)
+			}
 		}
 	}
 	for setting, model := range map[string]string{"jobs.summary_model": c.Jobs.SummaryModel, "jobs.review_model": c.Jobs.ReviewModel, "jobs.chat_model": c.Jobs.ChatModel} {

@@ -50,6 +50,7 @@ type Metrics struct {
 	reg        *prometheus.Registry
 	deliveries *prometheus.CounterVec
 	calls      *prometheus.CounterVec
+	unusable   *prometheus.CounterVec
 	admitted   *prometheus.CounterVec
 	wait       *prometheus.HistogramVec
 }
@@ -59,10 +60,11 @@ func New(adm Admission, queues Queues, counts Counts) *Metrics {
 	m := &Metrics{counts: counts, reg: prometheus.NewRegistry()}
 	m.deliveries = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_webhook_deliveries_total", Help: "Webhook deliveries by event and outcome."}, []string{"event", "outcome"})
 	m.calls = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_llm_calls_total", Help: "LLM calls by model and outcome (ok, rate_limited, transient, account, context_length, failed, quota)."}, []string{"model", "outcome"})
+	m.unusable = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_llm_unusable_replies_total", Help: "Model replies that could not be read as what was asked for (a review not in the schema), by model and job kind."}, []string{"model", "kind"})
 	m.admitted = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_admitted_jobs_total", Help: "Jobs admitted by this process, by model, class and path (chat, fair, aged)."}, []string{"model", "class", "via"})
 	m.wait = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "prq_admission_wait_seconds", Help: "Time from a ticket's registration to its admission.",
 		Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}}, []string{"model", "class"})
-	m.reg.MustRegister(m.deliveries, m.calls, m.admitted, m.wait, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), &stateCollector{adm: adm, queues: queues})
+	m.reg.MustRegister(m.deliveries, m.calls, m.unusable, m.admitted, m.wait, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), &stateCollector{adm: adm, queues: queues})
 	return m
 }
 
@@ -79,6 +81,13 @@ func (m *Metrics) CountDelivery(event, outcome string) {
 		event = "other" // bounded labels, whatever arrives
 	}
 	m.deliveries.WithLabelValues(event, outcome).Inc()
+}
+
+// CountUnusable counts a model reply that could not be read; the
+// dashboard shows it with the calls (outcome "unusable").
+func (m *Metrics) CountUnusable(model, kind string) {
+	m.unusable.WithLabelValues(model, kind).Inc()
+	m.counts.HIncrBy(context.Background(), callsKey, model+"|unusable", 1)
 }
 
 // CountCall counts an LLM call here and in Redis (the dashboard may run

@@ -160,6 +160,7 @@ func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, log *slog.L
 
 func (s *Server) webhookHandler() (*webhook.Handler, error) {
 	h, err := webhook.New(webhook.Config{Secret: []byte(s.cfg.GitHub.WebhookSecret), MaxBytes: s.cfg.GitHub.WebhookMaxBytes,
+		MaxInFlightBytes: s.cfg.GitHub.WebhookMaxInFlightBytes, ChatAssociations: s.cfg.GitHub.ChatAssociations,
 		AppSlug: s.cfg.GitHub.AppSlug, SkipBotPRs: s.cfg.GitHub.SkipBotPRs == nil || *s.cfg.GitHub.SkipBotPRs},
 		s.jobs.enqueuer, s.store, s.log.With("component", "webhook"))
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/prq-dev/prq/admission"
 	"github.com/prq-dev/prq/ghapp"
 	"github.com/prq-dev/prq/internal/config"
+	"github.com/prq-dev/prq/internal/render"
 	"github.com/prq-dev/prq/jobs"
 	"github.com/prq-dev/prq/llm"
 	"github.com/prq-dev/prq/ratelimit"
@@ -39,7 +40,8 @@ func (s *Server) buildWorkers(tr http.RoundTripper, opt Options, handlers bool) 
 	}
 	models := map[string]workers.Model{}
 	for _, m := range cfg.Models {
-		models[m.Name] = workers.Model{Name: m.Name, MaxOutput: m.MaxOutputTokens, ContextTokens: m.ContextTokens, Reasoning: m.Reasoning}
+		models[m.Name] = workers.Model{Name: m.Name, MaxOutput: m.MaxOutputTokens, ContextTokens: m.ContextTokens, Reasoning: m.Reasoning,
+			Output: llm.FormatType(m.OutputFormat)}
 	}
 	enq, err := workers.NewEnqueuer(workers.EnqueuerConfig{Queue: s.client, Tickets: adm, Store: s.store,
 		ChatModel: models[cfg.Jobs.ChatModel], Log: s.log.With("component", "webhook")})
@@ -91,7 +93,9 @@ func (s *Server) buildWorkers(tr http.RoundTripper, opt Options, handlers bool) 
 	w, err := workers.New(workers.Config{
 		Models: models, SummaryModel: cfg.Jobs.SummaryModel, ReviewModel: cfg.Jobs.ReviewModel, ChatModel: cfg.Jobs.ChatModel,
 		Tiers: tiers, QuotaPerKind: cfg.Quota.PerKind, Exclude: cfg.Filters.Exclude, SkipBotPRs: cfg.GitHub.SkipBotPRs == nil || *cfg.GitHub.SkipBotPRs,
-		Gate: opt.Gate, CountFunc: s.metrics.CountCall,
+		Gate: opt.Gate, CountFunc: s.metrics.CountCall, UnusableFunc: s.metrics.CountUnusable,
+		Markers: render.NewMarkers([]byte(cfg.GitHub.WebhookSecret)), MaxReviewParts: cfg.GitHub.MaxReviewParts,
+		NoCheckRuns: cfg.GitHub.CheckRuns != nil && !*cfg.GitHub.CheckRuns, WebURL: cfg.GitHub.WebURL,
 	}, workers.Deps{Store: s.store, Admitter: adm, GitHub: gh, LLM: client, Quota: quota, Pacer: pacer, Queue: s.client, Log: log})
 	if err != nil {
 		return nil, err
