@@ -112,6 +112,7 @@ func New(cfg Config, q Queue, plans Plans, log *slog.Logger) (*Handler, error) {
 	if cfg.ChatAssociations == nil {
 		cfg.ChatAssociations = DefaultChatAssociations
 	}
+	cfg.ChatAssociations = append([]string(nil), cfg.ChatAssociations...) // normalised below: never the caller's
 	for i, a := range cfg.ChatAssociations {
 		a = strings.ToUpper(strings.TrimSpace(a))
 		if !knownAssociations[a] {

@@ -23,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -78,6 +79,7 @@ type Server struct {
 	reviewCmt map[int64]*ReviewComment
 	reviews   []Review
 	checks    map[int64]*CheckRun
+	botLogin  atomic.Value // string: the App's bot login
 	writes    map[int64][]time.Time
 	stats     map[string]*PRStats
 	nextID    int64
@@ -153,17 +155,24 @@ type PRStats struct {
 	bodies          map[string]int
 }
 
-// BotLogin is the author the fake records for the App's writes, and
-// BotID its user id.
+// BotLogin is the author the fake records for the App's writes until
+// SetAppSlug names the App ("<slug>[bot]", as GitHub does), and BotID its
+// user id.
 const (
 	BotLogin = "prq-bot[bot]"
 	BotID    = 41898282
 )
 
+// SetAppSlug names the App: its writes are recorded as "<slug>[bot]".
+func (s *Server) SetAppSlug(slug string) { s.botLogin.Store(slug + "[bot]") }
+
+// Bot returns the login the App's writes are recorded under.
+func (s *Server) Bot() string { return s.botLogin.Load().(string) }
+
 // userJSON is a user object as GitHub sends it: the App's bot account is
 // of type Bot; everyone else here is a User with an id from their login.
-func userJSON(login string) map[string]any {
-	if login == BotLogin {
+func (s *Server) userJSON(login string) map[string]any {
+	if login == s.Bot() {
 		return map[string]any{"login": login, "id": BotID, "type": "Bot"}
 	}
 	var id int64 = 1000
@@ -215,6 +224,7 @@ func New(cfg Config) *Server {
 	s := &Server{cfg: cfg, prs: map[string]*pullRequest{}, tokens: map[string]token{}, comments: map[int64]*IssueComment{}, checks: map[int64]*CheckRun{},
 		reviewCmt: map[int64]*ReviewComment{}, writes: map[int64][]time.Time{}, stats: map[string]*PRStats{}, nextID: 1000,
 		failures: map[string]int{}}
+	s.botLogin.Store(BotLogin)
 	m := http.NewServeMux()
 	m.HandleFunc("POST /app/installations/{id}/access_tokens", s.accessToken)
 	m.HandleFunc("GET /repos/{owner}/{repo}/pulls/{n}", s.auth(s.getPR))
@@ -623,7 +633,7 @@ func (s *Server) listComments(w http.ResponseWriter, r *http.Request, p *pullReq
 	out := []any{}
 	for _, id := range ids[lo:hi] {
 		c := s.comments[id]
-		out = append(out, map[string]any{"id": c.ID, "body": c.Body, "user": userJSON(c.Author)})
+		out = append(out, map[string]any{"id": c.ID, "body": c.Body, "user": s.userJSON(c.Author)})
 	}
 	s.mu.Unlock()
 	if link := linkHeader(r, perPage, page, max(1, (len(ids)+perPage-1)/perPage)); link != "" {
@@ -647,7 +657,7 @@ func (s *Server) createComment(w http.ResponseWriter, r *http.Request, p *pullRe
 	}
 	s.mu.Lock()
 	s.nextID++
-	c := &IssueComment{ID: s.nextID, PR: k, Body: in.Body, Author: BotLogin, Created: s.cfg.NowFunc()}
+	c := &IssueComment{ID: s.nextID, PR: k, Body: in.Body, Author: s.Bot(), Created: s.cfg.NowFunc()}
 	s.comments[c.ID] = c
 	st := s.statsOf(k)
 	st.CommentsCreated++
@@ -655,7 +665,7 @@ func (s *Server) createComment(w http.ResponseWriter, r *http.Request, p *pullRe
 		st.Duplicates++
 	}
 	s.mu.Unlock()
-	writeJSON(w, 201, map[string]any{"id": c.ID, "body": c.Body, "user": userJSON(c.Author)})
+	writeJSON(w, 201, map[string]any{"id": c.ID, "body": c.Body, "user": s.userJSON(c.Author)})
 }
 
 func (s *Server) editComment(w http.ResponseWriter, r *http.Request, p *pullRequest) {
@@ -669,7 +679,7 @@ func (s *Server) editComment(w http.ResponseWriter, r *http.Request, p *pullRequ
 	}
 	s.mu.Lock()
 	c, ok := s.comments[id]
-	if ok && c.Author != BotLogin {
+	if ok && c.Author != s.Bot() {
 		s.mu.Unlock()
 		ghError(w, 403, "Resource not accessible by integration") // an App edits only its own comments
 		return
@@ -775,7 +785,7 @@ func (s *Server) createReview(w http.ResponseWriter, r *http.Request, p *pullReq
 		}
 	}
 	s.nextID++
-	rv := Review{ID: s.nextID, PR: k, CommitID: p.head, Body: in.Body, Event: in.Event, Comments: len(in.Comments), Author: BotLogin}
+	rv := Review{ID: s.nextID, PR: k, CommitID: p.head, Body: in.Body, Event: in.Event, Comments: len(in.Comments), Author: s.Bot()}
 	s.reviews = append(s.reviews, rv)
 	st := s.statsOf(k)
 	st.Reviews++
@@ -785,13 +795,13 @@ func (s *Server) createReview(w http.ResponseWriter, r *http.Request, p *pullReq
 	}
 	for _, c := range in.Comments {
 		s.nextID++
-		rc := &ReviewComment{ID: s.nextID, PR: k, ReviewID: rv.ID, Path: c.Path, Line: *c.Line, Side: c.Side, Body: c.Body, Author: BotLogin}
+		rc := &ReviewComment{ID: s.nextID, PR: k, ReviewID: rv.ID, Path: c.Path, Line: *c.Line, Side: c.Side, Body: c.Body, Author: s.Bot()}
 		if c.StartLine != nil {
 			rc.StartLine = *c.StartLine
 		}
 		s.reviewCmt[rc.ID] = rc
 	}
-	writeJSON(w, 200, map[string]any{"id": rv.ID, "state": "COMMENTED", "commit_id": p.head, "body": rv.Body, "user": userJSON(rv.Author)})
+	writeJSON(w, 200, map[string]any{"id": rv.ID, "state": "COMMENTED", "commit_id": p.head, "body": rv.Body, "user": s.userJSON(rv.Author)})
 }
 
 func (s *Server) listReviews(w http.ResponseWriter, r *http.Request, p *pullRequest) {
@@ -800,7 +810,7 @@ func (s *Server) listReviews(w http.ResponseWriter, r *http.Request, p *pullRequ
 	out := []any{}
 	for _, rv := range s.reviews {
 		if rv.PR == k {
-			out = append(out, map[string]any{"id": rv.ID, "body": rv.Body, "commit_id": rv.CommitID, "state": "COMMENTED", "user": userJSON(rv.Author)})
+			out = append(out, map[string]any{"id": rv.ID, "body": rv.Body, "commit_id": rv.CommitID, "state": "COMMENTED", "user": s.userJSON(rv.Author)})
 		}
 	}
 	s.mu.Unlock()
@@ -857,7 +867,7 @@ func (s *Server) createReviewComment(w http.ResponseWriter, r *http.Request, p *
 		return
 	}
 	s.nextID++
-	rc := &ReviewComment{ID: s.nextID, PR: k, Path: in.Path, Line: in.Line, Side: string(side), Body: in.Body, Author: BotLogin}
+	rc := &ReviewComment{ID: s.nextID, PR: k, Path: in.Path, Line: in.Line, Side: string(side), Body: in.Body, Author: s.Bot()}
 	s.reviewCmt[rc.ID] = rc
 	s.statsOf(k).ReviewComments++
 	writeJSON(w, 201, map[string]any{"id": rc.ID, "body": rc.Body, "path": rc.Path, "line": rc.Line})
@@ -886,7 +896,7 @@ func (s *Server) replyTo(w http.ResponseWriter, p *pullRequest, id int64, body s
 		return
 	}
 	s.nextID++
-	rc := &ReviewComment{ID: s.nextID, PR: k, InReplyTo: id, Path: parent.Path, Line: parent.Line, Side: parent.Side, Body: in.Body, Author: BotLogin, Created: s.cfg.NowFunc()}
+	rc := &ReviewComment{ID: s.nextID, PR: k, InReplyTo: id, Path: parent.Path, Line: parent.Line, Side: parent.Side, Body: in.Body, Author: s.Bot(), Created: s.cfg.NowFunc()}
 	s.reviewCmt[rc.ID] = rc
 	st := s.statsOf(k)
 	st.Replies++

@@ -138,6 +138,7 @@ func LoadPRs(path string, n int, seed int64) ([]corpus.PR, string, error) {
 func (f *Fakes) Configure(cfg *config.Config, slug string) {
 	cfg.GitHub.AppID, cfg.GitHub.PrivateKey, cfg.GitHub.APIURL = f.AppID, config.Secret(f.KeyPEM), f.GitHubURL
 	cfg.GitHub.WebhookSecret, cfg.GitHub.AppSlug = config.Secret(RandomHex(32)), slug
+	f.GitHub.SetAppSlug(slug) // the fake writes as "<slug>[bot]", as GitHub does
 	cfg.OpenAI.APIKey, cfg.OpenAI.BaseURL = config.Secret(f.APIKey), f.OpenAIURL
 }
 
@@ -145,6 +146,7 @@ func (f *Fakes) Configure(cfg *config.Config, slug string) {
 // bench-worker) that uses the fakes and the Redis at redisURL: this
 // process's environment plus the settings; later entries win.
 func (f *Fakes) WorkerEnv(redisURL, slug string) []string {
+	f.GitHub.SetAppSlug(slug)
 	return append(os.Environ(), "REDIS_URL="+redisURL, "GITHUB_APP_ID="+strconv.FormatInt(f.AppID, 10), "GITHUB_PRIVATE_KEY="+string(f.KeyPEM),
 		"GITHUB_API_URL="+f.GitHubURL, "OPENAI_API_KEY="+f.APIKey, "OPENAI_BASE_URL="+f.OpenAIURL, "GITHUB_APP_SLUG="+slug)
 }
