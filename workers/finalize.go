@@ -260,16 +260,6 @@ func (p *Finalizer) postReview(ctx context.Context, gh ReviewWriter, f jobs.Fina
 	return len(comments), pub.SetPosted(ctx, f.PR, what, id)
 }
 
-func countKind(rs []store.Result, k jobs.Kind) int {
-	n := 0
-	for _, r := range rs {
-		if r.Kind == k {
-			n++
-		}
-	}
-	return n
-}
-
 // summaryOf gathers a head's files for its summary comment: each file's
 // summary (carried from the last reviewed head when this push left the
 // file alone), its review parts merged, and why a file has none.

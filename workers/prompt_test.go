@@ -13,8 +13,6 @@ import (
 	"github.com/prq-dev/prq/store"
 )
 
-const patch = "@@ -10,3 +10,4 @@ func f() {\n a\n-b\n+c\n+d\n e\n@@ -40 +41 @@\n-x\n+y"
-
 func TestExcluded(t *testing.T) {
 	globs := []string{"*.lock", "go.sum", "vendor/**", "*.pb.go", "docs/*.md"}
 	for path, want := range map[string]bool{

@@ -209,6 +209,7 @@ func runFake(ctx context.Context, env *cmdEnv, args []string) error {
 	corpusPath := fs.String("corpus", "", "github: prs.jsonl to serve (default: ../shared/fixtures/pr-corpus when present, else generated PRs)")
 	inst := fs.Int64("installation", 1, "github: the installation serving the PRs")
 	apiKey := fs.String("api-key", "", "openai: the only API key accepted (default: any)")
+	replies := fs.String("replies", "json", "openai: how the fake model answers reviews: json, prose (unless response_format asks for JSON), fenced, outside (lines outside the diff) or cut")
 	if help, err := parseFlags(fs, args[1:]); help || err != nil {
 		return err
 	}
@@ -224,7 +225,11 @@ func runFake(ctx context.Context, env *cmdEnv, args []string) error {
 		if *apiKey != "" {
 			keys = []string{*apiKey}
 		}
-		h = fakeopenai.New(fakeopenai.Config{Models: harness.FakeModels(&cfg), Period: per, Keys: keys, LatencyScale: 1 / *compress})
+		style, err := fakeopenai.ParseReplyStyle(*replies)
+		if err != nil {
+			return &usageError{Msg: err.Error()}
+		}
+		h = fakeopenai.New(fakeopenai.Config{Models: harness.FakeModels(&cfg), Period: per, Keys: keys, LatencyScale: 1 / *compress, Replies: style})
 	case "github":
 		if *keyPath == "" {
 			return &usageError{Msg: "fake github needs --app-public-key (the App's key, to verify its JWTs)"}

@@ -33,9 +33,6 @@ type Server struct {
 // URL returns the redis:// URL of the server.
 func (s *Server) URL() string { return "redis://" + s.Addr }
 
-// Real reports whether this is a real redis-server process.
-func (s *Server) Real() bool { return s.cmd != nil }
-
 // Start starts a redis-server on a free port.
 func Start(args ...string) (*Server, error) {
 	bin, err := exec.LookPath("redis-server")

@@ -7,7 +7,6 @@
 package redistest
 
 import (
-	"context"
 	"sync"
 	"testing"
 
@@ -25,16 +24,6 @@ func (s *Server) Client(tb testing.TB) *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: s.Addr})
 	tb.Cleanup(func() { c.Close() })
 	return c
-}
-
-// Flush empties the server between tests that share it.
-func (s *Server) Flush(tb testing.TB) {
-	tb.Helper()
-	c := redis.NewClient(&redis.Options{Addr: s.Addr})
-	defer c.Close()
-	if err := c.FlushAll(context.Background()).Err(); err != nil {
-		tb.Fatalf("redistest: flush: %v", err)
-	}
 }
 
 var (
