@@ -15,10 +15,28 @@ import (
 // BenchmarkReserve measures decisions/s from one process (parallel
 // clients) and reports Redis CPU time per decision from INFO commandstats.
 func BenchmarkReserve(b *testing.B) {
+	benchReserve(b, ratelimit.Limits{RequestsPerPeriod: 1 << 30, TokensPerPeriod: 1 << 30, Period: time.Minute})
+}
+
+// BenchmarkReserveWindow is the same for a window limiter with a
+// sub-window; its window is short (1s of 120 slots), so slots leave the
+// sums all the time, as they would at thousands of decisions a second.
+func BenchmarkReserveWindow(b *testing.B) {
+	benchReserve(b, ratelimit.Limits{RequestsPerPeriod: 1 << 30, TokensPerPeriod: 1 << 30, Period: time.Second,
+		Limiter: ratelimit.LimiterWindow, SubWindow: 100 * time.Millisecond, SubWindowShare: 0.5})
+}
+
+// BenchmarkReserveWindowSaturated decides against a full window: every
+// refusal computes its wait from the slots.
+func BenchmarkReserveWindowSaturated(b *testing.B) {
+	benchReserve(b, ratelimit.Limits{RequestsPerPeriod: 1000, TokensPerPeriod: 100000, Period: time.Second, Limiter: ratelimit.LimiterWindow})
+}
+
+func benchReserve(b *testing.B, l ratelimit.Limits) {
 	srv := redistest.Shared(b)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
 	defer rdb.Close()
-	bk, err := ratelimit.NewBucket(rdb, "bench", "k", ratelimit.Limits{RequestsPerPeriod: 1 << 30, TokensPerPeriod: 1 << 30, Period: time.Minute})
+	bk, err := ratelimit.NewBucket(rdb, "bench-"+b.Name(), "k", l)
 	if err != nil {
 		b.Fatal(err)
 	}

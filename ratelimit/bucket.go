@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"time"
 
@@ -43,6 +44,24 @@ const (
 	PolicyRefund Policy = "refund"
 )
 
+// Limiter is how a provider counts its per-period limits.
+type Limiter string
+
+const (
+	// LimiterBucket is a token bucket that refills continuously up to a
+	// full period's limit: what OpenAI documents.
+	LimiterBucket Limiter = "bucket"
+	// LimiterWindow admits at most the limit in any window (t−Window, t]:
+	// what many gateways and some providers enforce. A bucket's refill
+	// would overrun such a provider after every burst.
+	LimiterWindow Limiter = "window"
+)
+
+// windowSlots is how many slots the shortest window is summed in: the
+// limiter counts a slot whole as long as any of it is in the window, so
+// it may leave up to 1/windowSlots of the limit unused, never overrun.
+const windowSlots = 120
+
 // Limits are one model and API key's provider limits.
 type Limits struct {
 	// RequestsPerPeriod is the request limit (RPM). Required.
@@ -55,17 +74,51 @@ type Limits struct {
 	// BurstRequests and BurstTokens cap how much may be admitted at once
 	// after idleness. Default to a full period's limit, which is the bucket
 	// OpenAI describes (continuous refill up to the limit). Lower them when
-	// a provider enforces per-minute limits over shorter slices.
+	// a provider enforces per-minute limits over shorter slices. A window
+	// limiter takes SubWindow instead.
 	BurstRequests, BurstTokens int64
 	// RequestsPerDay and TokensPerDay are optional daily limits (0: none).
+	// A window limiter counts them over a sliding 24 hours.
 	RequestsPerDay, TokensPerDay int64
 	// Policy settles reservations. Defaults to PolicyDebt.
 	Policy Policy
+	// Limiter is how the provider counts. Defaults to LimiterBucket.
+	Limiter Limiter
+	// Window is the window limiter's span: at most the per-period limits
+	// in any Window. Defaults to Period.
+	Window time.Duration
+	// SubWindow, when set, also caps any shorter SubWindow at
+	// SubWindowShare of the limits (providers that evaluate per-minute
+	// limits over shorter intervals). Window limiter only.
+	SubWindow time.Duration
+	// SubWindowShare is the share of the limits any SubWindow may hold, in
+	// (0, 1]. Defaults to SubWindow/Window.
+	SubWindowShare float64
+	// WindowMargin is how much later than prq admits a call the provider
+	// may count it (the job's start, the request on its way): the window
+	// limiter holds every admission that much longer, or the provider
+	// would still count a call when prq lets the next one in. Defaults to
+	// Window/60 (1s of a minute).
+	WindowMargin time.Duration
 }
 
 func (l *Limits) setDefaults() {
 	if l.Period == 0 {
 		l.Period = time.Minute
+	}
+	if l.Limiter == "" {
+		l.Limiter = LimiterBucket
+	}
+	if l.Limiter == LimiterWindow {
+		if l.Window == 0 {
+			l.Window = l.Period
+		}
+		if l.SubWindow > 0 && l.SubWindowShare == 0 && l.Window > 0 {
+			l.SubWindowShare = float64(l.SubWindow) / float64(l.Window)
+		}
+		if l.WindowMargin == 0 {
+			l.WindowMargin = l.Window / 60
+		}
 	}
 	if l.BurstRequests == 0 {
 		l.BurstRequests = l.RequestsPerPeriod
@@ -94,6 +147,9 @@ func (l Limits) Validate() error {
 	case l.Policy != "" && l.Policy != PolicyDebt && l.Policy != PolicyRefund:
 		return fmt.Errorf("policy must be %q or %q, got %q", PolicyDebt, PolicyRefund, l.Policy)
 	}
+	if err := l.validateLimiter(); err != nil {
+		return err
+	}
 	// level = burst * period_us is exact below 2^53; past it a double's
 	// rounding is far below a millionth of a token, but past 2^62 the
 	// numbers no longer fit the int64 replies.
@@ -103,6 +159,56 @@ func (l Limits) Validate() error {
 		return fmt.Errorf("token limit too large (limit x period in µs must stay below 2^62)")
 	}
 	return nil
+}
+
+func (l Limits) validateLimiter() error {
+	switch l.Limiter {
+	case "", LimiterBucket:
+		if l.Window != 0 || l.SubWindow != 0 || l.SubWindowShare != 0 || l.WindowMargin != 0 {
+			return fmt.Errorf("window, window margin, sub-window and sub-window share apply to limiter %q only (limiter is %q)", LimiterWindow, LimiterBucket)
+		}
+		return nil
+	case LimiterWindow:
+	default:
+		return fmt.Errorf("limiter must be %q or %q, got %q", LimiterBucket, LimiterWindow, l.Limiter)
+	}
+	w := l.Window
+	if w == 0 {
+		w = l.Period
+	}
+	switch {
+	case w < time.Millisecond || w > 24*time.Hour:
+		return fmt.Errorf("window must be between 1ms and 24h, got %s", w)
+	case (l.BurstRequests != 0 && l.BurstRequests != l.RequestsPerPeriod) || (l.BurstTokens != 0 && l.BurstTokens != l.TokensPerPeriod):
+		return fmt.Errorf("burst applies to limiter %q; a window limiter caps bursts with a sub-window", LimiterBucket)
+	case l.WindowMargin < 0 || l.WindowMargin > w:
+		return fmt.Errorf("window margin must be between 0 and the window %s, got %s", w, l.WindowMargin)
+	case l.SubWindow < 0:
+		return fmt.Errorf("sub-window must not be negative, got %s", l.SubWindow)
+	case l.SubWindow == 0 && l.SubWindowShare != 0:
+		return fmt.Errorf("sub-window share needs a sub-window")
+	case l.SubWindow == 0:
+		return nil
+	case l.SubWindow >= w:
+		return fmt.Errorf("sub-window %s must be shorter than the window %s", l.SubWindow, w)
+	case w/l.SubWindow > 60:
+		return fmt.Errorf("sub-window %s is too short: at most 60 sub-windows per window %s", l.SubWindow, w)
+	case l.SubWindowShare < 0 || l.SubWindowShare > 1:
+		return fmt.Errorf("sub-window share must be in (0, 1], got %g", l.SubWindowShare)
+	}
+	share := l.SubWindowShare
+	if share == 0 {
+		share = float64(l.SubWindow) / float64(w)
+	}
+	if int64(share*float64(l.RequestsPerPeriod)) < 1 || int64(share*float64(l.TokensPerPeriod)) < 1 {
+		return fmt.Errorf("sub-window share %g of the limits admits nothing (less than one request or token)", share)
+	}
+	return nil
+}
+
+// subLimit is what any sub-window may hold of limit.
+func (l Limits) subLimit(limit int64) int64 {
+	return int64(l.SubWindowShare * float64(limit))
 }
 
 // Cost is what one call takes from a bucket.
@@ -153,6 +259,11 @@ type Bucket struct {
 	// ReservationTTL bounds how long a crashed worker's reservation
 	// lingers. Defaults to 10 minutes.
 	ReservationTTL time.Duration
+	// Log, when set, gets one warning when the provider looks
+	// window-limited while the bucket is not (see WindowSuspected).
+	Log *slog.Logger
+
+	model string
 }
 
 // KeyHash returns a short, non-reversible label for an API key, the only
@@ -175,6 +286,7 @@ func NewBucket(rdb Scripter, model, apiKey string, limits Limits) (*Bucket, erro
 		rdb:            rdb,
 		limits:         limits,
 		tag:            BucketTag(model, apiKey),
+		model:          model,
 		ReservationTTL: 10 * time.Minute,
 	}, nil
 }
@@ -202,17 +314,42 @@ var dimNames = []string{"requests", "tokens", "requests/day", "tokens/day"}
 // (cost, actual usage, remaining or wait per dimension, in dimNames order).
 func (b *Bucket) ScriptArgs(v [4]int64) []any {
 	l := b.limits
-	day := (24 * time.Hour).Microseconds()
-	per := l.Period.Microseconds()
-	args := []any{nil, l.RequestsPerPeriod, per, l.BurstRequests, v[0], l.TokensPerPeriod, per, l.BurstTokens, v[1]}
-	n := 2
-	if l.RequestsPerDay > 0 {
-		args = append(args, l.RequestsPerDay, day, l.RequestsPerDay, v[2])
+	day := 24 * time.Hour
+	args := []any{nil}
+	n := 0
+	dim := func(limit, burst int64, span time.Duration, sub bool, value int64) {
 		n++
+		if l.Limiter != LimiterWindow {
+			args = append(args, "b", limit, span.Microseconds(), burst, value)
+			return
+		}
+		var subUS, subLimit int64
+		shortest := span
+		if sub && l.SubWindow > 0 {
+			subUS, subLimit, shortest = l.SubWindow.Microseconds(), l.subLimit(limit), l.SubWindow
+		}
+		slot := max(shortest.Microseconds()/windowSlots, 1)
+		// an admission counts a margin longer than the provider's window
+		var margin int64
+		if sub {
+			margin = l.WindowMargin.Microseconds()
+			if subUS > 0 {
+				subUS += margin
+			}
+		}
+		args = append(args, "w", limit, span.Microseconds()+margin, subUS, subLimit, slot, value)
+	}
+	span := l.Period
+	if l.Limiter == LimiterWindow {
+		span = l.Window
+	}
+	dim(l.RequestsPerPeriod, l.BurstRequests, span, true, v[0])
+	dim(l.TokensPerPeriod, l.BurstTokens, span, true, v[1])
+	if l.RequestsPerDay > 0 {
+		dim(l.RequestsPerDay, l.RequestsPerDay, day, false, v[2])
 	}
 	if l.TokensPerDay > 0 {
-		args = append(args, l.TokensPerDay, day, l.TokensPerDay, v[3])
-		n++
+		dim(l.TokensPerDay, l.TokensPerDay, day, false, v[3])
 	}
 	args[0] = n
 	return args
@@ -234,11 +371,18 @@ func (b *Bucket) dimName(i int64) string {
 }
 
 func (b *Bucket) burstOf(i int64, c Cost) (cost, burst int64) {
+	l := b.limits
 	switch b.dimName(i) {
 	case "requests":
-		return c.Requests, b.limits.BurstRequests
+		if l.Limiter == LimiterWindow && l.SubWindow > 0 {
+			return c.Requests, l.subLimit(l.RequestsPerPeriod)
+		}
+		return c.Requests, l.BurstRequests
 	case "tokens":
-		return c.Tokens, b.limits.BurstTokens
+		if l.Limiter == LimiterWindow && l.SubWindow > 0 {
+			return c.Tokens, l.subLimit(l.TokensPerPeriod)
+		}
+		return c.Tokens, l.BurstTokens
 	case "requests/day":
 		return c.Requests, b.limits.RequestsPerDay
 	default:

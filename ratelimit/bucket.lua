@@ -1,7 +1,8 @@
 -- KEYS[1] bucket state hash   KEYS[2] reservation key (per job id)
 -- ARGV[1] op: reserve | settle | sync | penalize | peek
 -- ARGV[2] now in µs, or "" for Redis TIME
--- ARGV[3..] dimensions (see B.load), then reserve: ttl_ms; settle: policy
+-- ARGV[3..] dimensions (see B.load), then reserve: ttl_ms; settle: policy;
+-- sync: age_us
 local now = B.clock(ARGV[2])
 local op = ARGV[1]
 local st, tail = B.load(KEYS[1], ARGV, 2, now)
@@ -15,18 +16,23 @@ if op == 'reserve' then
   B.save(st)
   local costs = {}
   for i = 1, st.n do costs[i] = B.fmt(st.val[i]) end
+  -- the charge's time: a window gives a refund back in its slot
+  costs[#costs + 1] = '@' .. B.fmt(now)
   redis.call('SET', KEYS[2], table.concat(costs, ' '), 'PX', tonumber(ARGV[tail + 1]))
   return {1, 0, B.fmt(now)}
 elseif op == 'settle' then
   local r = redis.call('GET', KEYS[2])
   if not r then return {0, 0, B.fmt(now)} end
   local refund = ARGV[tail + 1] == 'refund'
+  local at = tonumber(string.match(r, '@(%d+)'))
   local i = 0
   for c in string.gmatch(r, '%S+') do
-    i = i + 1
-    if i <= st.n then
-      local delta = tonumber(c) - st.val[i] -- estimate minus actual
-      if delta < 0 or refund then B.give(st, i, delta) end
+    if string.sub(c, 1, 1) ~= '@' then
+      i = i + 1
+      if i <= st.n then
+        local delta = tonumber(c) - st.val[i] -- estimate minus actual
+        if delta < 0 or refund then B.give(st, i, delta, at) end
+      end
     end
   end
   B.save(st)
@@ -34,28 +40,18 @@ elseif op == 'settle' then
   return {1, 0, B.fmt(now)}
 elseif op == 'sync' then
   -- val is the provider's remaining count, -1 when unknown, as of age µs
-  -- ago (when the provider admitted the call): what it reported has
-  -- refilled since. Lower to that, never raise.
+  -- ago (when the provider admitted the call). Lower to that, never raise.
   local age = tonumber(ARGV[tail + 1] or '0') or 0
   if age < 0 then age = 0 end
   local lowered = 0
   for i = 1, st.n do
-    if st.val[i] >= 0 then
-      local theirs = st.val[i] * st.per[i] + age * st.lim[i]
-      if theirs < st.level[i] then
-        st.level[i] = theirs
-        lowered = 1
-      end
-    end
+    if st.val[i] >= 0 and B.lower(st, i, st.val[i], age) then lowered = 1 end
   end
   if lowered == 1 then B.save(st) end
   return {lowered, 0, B.fmt(now)}
 elseif op == 'penalize' then
-  -- val is the wait in µs: the level drops so that it refills to zero then
-  for i = 1, st.n do
-    local l = -st.val[i] * st.lim[i]
-    if l < st.level[i] then st.level[i] = l end
-  end
+  -- val is the wait in µs: nothing is admitted until it has passed
+  for i = 1, st.n do B.block(st, i, st.val[i]) end
   B.save(st)
   return {1, 0, B.fmt(now)}
 elseif op == 'peek' then

@@ -31,12 +31,10 @@ func newBucket(t *testing.T, name string, l ratelimit.Limits) (*ratelimit.Bucket
 }
 
 func TestBucketEdges(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	l := ratelimit.Limits{RequestsPerPeriod: 10, TokensPerPeriod: 1000, Period: time.Second}
 
 	t.Run("zero cost is admitted without charge", func(t *testing.T) {
-		t.Parallel()
 		b, _, _ := newBucket(t, t.Name(), l)
 		d, err := b.Reserve(ctx, "j0", ratelimit.Cost{})
 		if err != nil || !d.Admitted {
@@ -48,7 +46,6 @@ func TestBucketEdges(t *testing.T) {
 		}
 	})
 	t.Run("negative cost is an error", func(t *testing.T) {
-		t.Parallel()
 		b, _, _ := newBucket(t, t.Name(), l)
 		_, err := b.Reserve(ctx, "j", ratelimit.Cost{Requests: 1, Tokens: -5})
 		var ce *ratelimit.CostError
@@ -57,7 +54,6 @@ func TestBucketEdges(t *testing.T) {
 		}
 	})
 	t.Run("cost above burst is an error, not a wait", func(t *testing.T) {
-		t.Parallel()
 		b, _, _ := newBucket(t, t.Name(), l)
 		_, err := b.Reserve(ctx, "j", ratelimit.Cost{Requests: 1, Tokens: 1001})
 		var ce *ratelimit.CostError
@@ -66,7 +62,6 @@ func TestBucketEdges(t *testing.T) {
 		}
 	})
 	t.Run("exact wait until the cost fits", func(t *testing.T) {
-		t.Parallel()
 		b, clk, _ := newBucket(t, t.Name(), l)
 		if d, _ := b.Reserve(ctx, "a", ratelimit.Cost{Requests: 1, Tokens: 900}); !d.Admitted {
 			t.Fatal("first reservation refused")
@@ -88,7 +83,6 @@ func TestBucketEdges(t *testing.T) {
 		}
 	})
 	t.Run("all dimensions or none", func(t *testing.T) {
-		t.Parallel()
 		b, _, _ := newBucket(t, t.Name(), l)
 		for i := 0; i < 10; i++ {
 			if d, _ := b.Reserve(ctx, "r"+string(rune('a'+i)), ratelimit.Cost{Requests: 1, Tokens: 1}); !d.Admitted {
@@ -105,7 +99,6 @@ func TestBucketEdges(t *testing.T) {
 		}
 	})
 	t.Run("reservation is idempotent per job", func(t *testing.T) {
-		t.Parallel()
 		b, _, _ := newBucket(t, t.Name(), l)
 		b.Reserve(ctx, "same", ratelimit.Cost{Requests: 1, Tokens: 400})
 		d, _ := b.Reserve(ctx, "same", ratelimit.Cost{Requests: 1, Tokens: 400})
@@ -118,7 +111,6 @@ func TestBucketEdges(t *testing.T) {
 		}
 	})
 	t.Run("settle twice", func(t *testing.T) {
-		t.Parallel()
 		b, _, _ := newBucket(t, t.Name(), l)
 		b.Reserve(ctx, "s", ratelimit.Cost{Requests: 1, Tokens: 400})
 		if err := b.Settle(ctx, "s", ratelimit.Cost{Requests: 1, Tokens: 500}); err != nil {
@@ -133,7 +125,6 @@ func TestBucketEdges(t *testing.T) {
 		}
 	})
 	t.Run("debt policy keeps unused estimate, refund policy returns it", func(t *testing.T) {
-		t.Parallel()
 		b, _, _ := newBucket(t, t.Name(), l)
 		b.Reserve(ctx, "d", ratelimit.Cost{Requests: 1, Tokens: 400})
 		b.Settle(ctx, "d", ratelimit.Cost{Requests: 1, Tokens: 100})
@@ -150,7 +141,6 @@ func TestBucketEdges(t *testing.T) {
 		}
 	})
 	t.Run("settle of an expired reservation", func(t *testing.T) {
-		t.Parallel()
 		b, _, rdb := newBucket(t, t.Name(), l)
 		b.ReservationTTL = 50 * time.Millisecond
 		b.Reserve(ctx, "e", ratelimit.Cost{Requests: 1, Tokens: 100})
@@ -166,7 +156,6 @@ func TestBucketEdges(t *testing.T) {
 		}
 	})
 	t.Run("provider headers lower, never raise", func(t *testing.T) {
-		t.Parallel()
 		b, _, _ := newBucket(t, t.Name(), l)
 		h := http.Header{}
 		h.Set("x-ratelimit-remaining-tokens", "300")
@@ -196,7 +185,6 @@ func TestBucketEdges(t *testing.T) {
 		}
 	})
 	t.Run("429 empties the bucket until retry-after", func(t *testing.T) {
-		t.Parallel()
 		b, clk, _ := newBucket(t, t.Name(), l)
 		h := http.Header{}
 		h.Set("retry-after-ms", "1500")
@@ -213,7 +201,6 @@ func TestBucketEdges(t *testing.T) {
 		}
 	})
 	t.Run("daily limit", func(t *testing.T) {
-		t.Parallel()
 		ld := l
 		ld.TokensPerDay = 1500
 		b, clk, _ := newBucket(t, t.Name(), ld)
@@ -231,7 +218,6 @@ func TestBucketEdges(t *testing.T) {
 }
 
 func TestLimitsValidate(t *testing.T) {
-	t.Parallel()
 	rdb := redistest.Shared(t).Client(t)
 	tests := []struct {
 		name string
@@ -244,7 +230,6 @@ func TestLimitsValidate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
 			if _, err := ratelimit.NewBucket(rdb, "m", "k", tt.l); err == nil {
 				t.Fatal("accepted")
 			}
@@ -253,7 +238,6 @@ func TestLimitsValidate(t *testing.T) {
 }
 
 func TestParseHeadersMalformed(t *testing.T) {
-	t.Parallel()
 	h := http.Header{}
 	h.Set("x-ratelimit-remaining-tokens", "-4")
 	h.Set("x-ratelimit-reset-tokens", "soon")

@@ -1,11 +1,25 @@
--- prq token bucket library: a multi-dimensional token bucket decided
--- all-or-nothing. Shared by ratelimit's own script and by scripts that
--- must charge a bucket in the same atomic step (the admission scheduler).
+-- prq limiter library: multi-dimensional limits decided all-or-nothing.
+-- Shared by ratelimit's own script and by scripts that must charge a
+-- bucket in the same atomic step (the admission scheduler).
 --
--- Levels are stored scaled by the dimension's period in microseconds
--- (level = tokens * period_us), so refill (elapsed_us * limit) is exact
--- integer arithmetic in Lua's doubles (exact below 2^53). Numbers are
--- written with %.0f: tostring keeps only 14 significant digits.
+-- Each dimension is one of two kinds:
+--
+-- bucket ('b'): a token bucket. Levels are stored scaled by the period in
+-- microseconds (level = tokens * period_us), so refill (elapsed_us *
+-- limit) is exact integer arithmetic in Lua's doubles (exact below 2^53).
+--
+-- window ('w'): at most limit in any window (t-W, t], and optionally at
+-- most sub_limit in any sub-window (t-S, t]. Admissions are summed into
+-- slots of slot_us (field wI:<slot>); a running sum of the slots that
+-- still count (those from the slot holding t-W, so a slot's partial
+-- overlap is counted whole: never over, at most one slot conservative)
+-- and one of the sub-window's are kept, and slots are dropped from the
+-- sums as time passes: each slot is read once per sum, so a decision
+-- costs O(1) amortised and at most the window's slots after idleness.
+-- Slots stay stored for a second window after they stop counting, so a
+-- provider's report of some seconds ago can be compared with ours then.
+--
+-- Numbers are written with %.0f: tostring keeps only 14 significant digits.
 
 local B = {}
 
@@ -18,34 +32,186 @@ function B.clock(override)
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- B.load reads n dimensions from argv at base+1 (count) and then four
--- values each (limit, period_us, burst, value) and refills the state.
--- It returns the state and the index of the last argument it read.
+local function slotfield(i, j) return 'w' .. i .. ':' .. B.fmt(j) end
+
+-- readslots returns the values of slots a..b of window dimension i
+-- (cached in st: the admission loop may ask several times).
+local function readslots(st, i, a, b)
+  local cache = st.cache[i]
+  local want, idx = {}, {}
+  for j = a, b do
+    if cache[j] == nil then
+      want[#want + 1] = slotfield(i, j)
+      idx[#idx + 1] = j
+    end
+  end
+  -- HMGET in chunks: unpack has a stack limit
+  for c = 1, #want, 500 do
+    local part = {}
+    for k = c, math.min(c + 499, #want) do part[#part + 1] = want[k] end
+    local got = redis.call('HMGET', st.key, unpack(part))
+    for k = 1, #part do cache[idx[c + k - 1]] = tonumber(got[k] or '') or 0 end
+  end
+  return cache
+end
+
+local function addslot(st, i, j, amount)
+  local cache = readslots(st, i, j, j)
+  cache[j] = cache[j] + amount
+  st.dirty[i][j] = true
+  if j >= st.p[i] then st.sum[i] = st.sum[i] + amount end
+  if st.sub[i] > 0 and j >= st.q[i] then st.subsum[i] = st.subsum[i] + amount end
+  if j > st.h[i] then st.h[i] = j end
+end
+
+-- B.load reads n dimensions from argv at base+1 (count) and then per
+-- dimension its kind and values: 'b', limit, period_us, burst, value; or
+-- 'w', limit, window_us, sub_us (0: none), sub_limit, slot_us, value.
+-- It brings the state up to now and returns it and the index of the last
+-- argument it read. st.burst[i] is the most one call may ever take.
 function B.load(key, argv, base, now)
-  local st = {key = key, now = now, lim = {}, per = {}, burst = {}, val = {}, level = {}}
+  local st = {key = key, now = now, kind = {}, lim = {}, per = {}, burst = {}, val = {}, level = {},
+    sub = {}, sublim = {}, slot = {}, sum = {}, subsum = {}, p = {}, q = {}, d = {}, h = {}, base = {}, learn = {},
+    cache = {}, dirty = {}, del = {}}
   local n = tonumber(argv[base + 1])
   st.n = n
+  local b = base + 1
   for i = 1, n do
-    local b = base + 1 + (i - 1) * 4
-    st.lim[i] = tonumber(argv[b + 1])
-    st.per[i] = tonumber(argv[b + 2])
-    st.burst[i] = tonumber(argv[b + 3])
-    st.val[i] = tonumber(argv[b + 4])
+    local kind = argv[b + 1]
+    st.kind[i] = kind
+    st.lim[i] = tonumber(argv[b + 2])
+    st.per[i] = tonumber(argv[b + 3])
+    if kind == 'w' then
+      st.sub[i] = tonumber(argv[b + 4])
+      st.sublim[i] = tonumber(argv[b + 5])
+      st.slot[i] = tonumber(argv[b + 6])
+      st.val[i] = tonumber(argv[b + 7])
+      st.burst[i] = st.lim[i]
+      if st.sub[i] > 0 and st.sublim[i] < st.burst[i] then st.burst[i] = st.sublim[i] end
+      st.cache[i], st.dirty[i], st.del[i] = {}, {}, {}
+      b = b + 7
+    elseif kind == 'b' then
+      st.burst[i] = tonumber(argv[b + 4])
+      st.val[i] = tonumber(argv[b + 5])
+      b = b + 5
+    else
+      error('bucket: unknown limiter kind ' .. tostring(kind))
+    end
   end
   local fields = {'t'}
-  for i = 1, n do fields[i + 1] = 'l' .. i end
+  for i = 1, n do
+    if st.kind[i] == 'w' then
+      for _, f in ipairs({'s', 'u', 'p', 'q', 'd', 'h', 'g', 'm'}) do fields[#fields + 1] = 'w' .. i .. f end
+    else
+      fields[#fields + 1] = 'l' .. i
+    end
+  end
   local stored = redis.call('HMGET', key, unpack(fields))
   st.last = tonumber(stored[1] or '') or now
   local elapsed = now - st.last
   if elapsed < 0 then elapsed = 0 end
+  local k = 2
   for i = 1, n do
-    local cap = st.burst[i] * st.per[i]
-    local l = tonumber(stored[i + 1] or '') or cap
-    l = l + elapsed * st.lim[i]
-    if l > cap then l = cap end
-    st.level[i] = l
+    if st.kind[i] == 'w' then
+      local g = st.slot[i]
+      -- learned margin: a 429 while the window admitted means the
+      -- provider counts calls later than we do; hold admissions longer
+      local oldg0 = tonumber(stored[k + 6] or '')
+      st.base[i] = st.per[i]
+      st.learn[i] = tonumber(stored[k + 7] or '') or 0
+      if oldg0 ~= g then st.learn[i] = 0 end
+      st.per[i] = st.per[i] + st.learn[i]
+      if st.sub[i] > 0 then st.sub[i] = st.sub[i] + st.learn[i] end
+      local lo = math.floor((now - st.per[i]) / g)
+      local los = lo
+      if st.sub[i] > 0 then los = math.floor((now - st.sub[i]) / g) end
+      local lod = math.floor((now - 2 * st.per[i]) / g)
+      local s, u, p, q, d, h = stored[k], stored[k + 1], stored[k + 2], stored[k + 3], stored[k + 4], stored[k + 5]
+      local oldg = oldg0
+      k = k + 8
+      if p and oldg ~= g then
+        -- the window was reconfigured: its slots mean other times; start
+        -- afresh (as a new bucket starts full) and drop the old slots
+        local from, to = tonumber(d) or 0, tonumber(h) or -1
+        for j = from, math.min(to, from + 30000) do st.del[i][#st.del[i] + 1] = slotfield(i, j) end
+        p = false
+      end
+      if p == false or p == nil then
+        st.sum[i], st.subsum[i], st.p[i], st.q[i], st.d[i], st.h[i] = 0, 0, lo, los, lod, lo - 1
+      else
+        st.sum[i], st.subsum[i] = tonumber(s) or 0, tonumber(u) or 0
+        st.p[i], st.q[i], st.d[i], st.h[i] = tonumber(p), tonumber(q) or los, tonumber(d) or lod, tonumber(h) or lo - 1
+        -- slots leaving the sub-window, then the window, then storage;
+        -- none past the newest written (the walks stay bounded)
+        if st.sub[i] > 0 and st.q[i] < los then
+          local top = math.min(los - 1, st.h[i])
+          if top >= st.q[i] then
+            local c = readslots(st, i, st.q[i], top)
+            for j = st.q[i], top do st.subsum[i] = st.subsum[i] - c[j] end
+          end
+          st.q[i] = los
+        end
+        if st.p[i] < lo then
+          local top = math.min(lo - 1, st.h[i])
+          if top >= st.p[i] then
+            local c = readslots(st, i, st.p[i], top)
+            for j = st.p[i], top do st.sum[i] = st.sum[i] - c[j] end
+          end
+          st.p[i] = lo
+        end
+        if st.d[i] < lod then
+          for j = st.d[i], math.min(lod - 1, st.h[i]) do st.del[i][#st.del[i] + 1] = slotfield(i, j) end
+          st.d[i] = lod
+        end
+      end
+      if st.sub[i] == 0 then st.q[i] = st.p[i] end
+      st.level[i] = st.lim[i] - st.sum[i]
+      if st.sub[i] > 0 and st.sublim[i] - st.subsum[i] < st.level[i] then st.level[i] = st.sublim[i] - st.subsum[i] end
+    else
+      local cap = st.burst[i] * st.per[i]
+      local l = tonumber(stored[k] or '') or cap
+      k = k + 1
+      l = l + elapsed * st.lim[i]
+      if l > cap then l = cap end
+      st.level[i] = l
+    end
   end
-  return st, base + 1 + n * 4
+  return st, b
+end
+
+-- windowwait returns the µs until amount more fits in window dimension i
+-- with keep (units of burst) left untouched: when enough of the oldest
+-- slots have stopped counting. 0 when it fits now.
+local function windowwait(st, i, c, k)
+  local wait = 0
+  local checks = {{st.lim[i], st.sum[i], st.p[i], st.per[i]}}
+  if st.sub[i] > 0 then checks[2] = {st.sublim[i], st.subsum[i], st.q[i], st.sub[i]} end
+  for _, ck in ipairs(checks) do
+    local limit, sum, from, span = ck[1], ck[2], ck[3], ck[4]
+    local kk = k * limit / st.burst[i]
+    local need = sum + c + kk - limit
+    if need > 0 then
+      local h = st.h[i]
+      local w = (h + 1) * st.slot[i] + span - st.now -- everything gone
+      -- oldest first, read a few slots at a time: usually the first free enough
+      local acc, j = 0, from
+      while j <= h and acc < need do
+        local top = math.min(j + 7, h)
+        local cache = readslots(st, i, j, top)
+        while j <= top do
+          acc = acc + cache[j]
+          if acc >= need then
+            w = (j + 1) * st.slot[i] + span - st.now
+            break
+          end
+          j = j + 1
+        end
+      end
+      if w < 1 then w = 1 end
+      if w > wait then wait = w end
+    end
+  end
+  return wait
 end
 
 -- B.wait returns the µs until costs (plus an amount to leave untouched,
@@ -59,32 +225,155 @@ function B.wait(st, costs, keep)
     if c > st.burst[i] then return -1, i end
     local k = 0
     if keep ~= nil and keep[i] ~= nil then k = keep[i] end
-    local need = (c + k) * st.per[i]
-    if st.level[i] < need then
-      local w = math.ceil((need - st.level[i]) / st.lim[i])
+    if st.kind[i] == 'w' then
+      local w = windowwait(st, i, c, k)
       if w > wait then wait = w end
+    else
+      local need = (c + k) * st.per[i]
+      if st.level[i] < need then
+        local w = math.ceil((need - st.level[i]) / st.lim[i])
+        if w > wait then wait = w end
+      end
     end
   end
   return wait, 0
 end
 
-function B.take(st, costs)
-  for i = 1, st.n do st.level[i] = st.level[i] - costs[i] * st.per[i] end
+local function refreshlevel(st, i)
+  st.level[i] = st.lim[i] - st.sum[i]
+  if st.sub[i] > 0 and st.sublim[i] - st.subsum[i] < st.level[i] then st.level[i] = st.sublim[i] - st.subsum[i] end
 end
 
-function B.give(st, i, amount)
+function B.take(st, costs)
+  for i = 1, st.n do
+    if st.kind[i] == 'w' then
+      if costs[i] ~= 0 then
+        addslot(st, i, math.floor(st.now / st.slot[i]), costs[i])
+        refreshlevel(st, i)
+      end
+    else
+      st.level[i] = st.level[i] - costs[i] * st.per[i]
+    end
+  end
+end
+
+-- B.give gives amount back to dimension i (negative: charges more, as
+-- for usage beyond an estimate). at, when known, is when the amount was
+-- charged (µs): a window gives it back in that slot, if it still counts.
+-- A window charges more in the current slot, and keeps a give-back whose
+-- time is unknown (it cannot know which slot held it: safe, not exact).
+function B.give(st, i, amount, at)
+  if st.kind[i] == 'w' then
+    if amount < 0 then
+      addslot(st, i, math.floor(st.now / st.slot[i]), -amount)
+    elseif amount > 0 and at ~= nil then
+      local j = math.floor(at / st.slot[i])
+      if j >= st.p[i] and j <= st.h[i] then
+        local c = readslots(st, i, j, j)
+        addslot(st, i, j, -math.min(amount, c[j]))
+      end
+    end
+    refreshlevel(st, i)
+    return
+  end
   st.level[i] = st.level[i] + amount * st.per[i]
   local cap = st.burst[i] * st.per[i]
   if st.level[i] > cap then st.level[i] = cap end
+end
+
+-- B.lower brings dimension i down to what the provider reported
+-- remaining as of age µs ago; it never raises. It reports whether it
+-- lowered. A bucket has refilled since; a window compares the provider's
+-- count then with its own then and books what it did not know of in the
+-- slot of then (it stops counting no earlier than the provider's would).
+function B.lower(st, i, remaining, age)
+  if st.kind[i] == 'w' then
+    if age > st.per[i] then return false end -- too old to compare
+    local g = st.slot[i]
+    local at = st.now - age
+    local from = math.max(math.floor((at - st.per[i]) / g), st.d[i])
+    local to = math.min(math.floor(at / g), st.h[i])
+    local ours = 0
+    if to >= from then
+      local c = readslots(st, i, from, to)
+      for j = from, to do ours = ours + c[j] end
+    end
+    local extra = (st.lim[i] - remaining) - ours
+    if extra <= 0 then return false end
+    local j = math.floor(at / g)
+    if j < st.p[i] then j = st.p[i] end
+    addslot(st, i, j, extra)
+    refreshlevel(st, i)
+    return true
+  end
+  local theirs = remaining * st.per[i] + age * st.lim[i]
+  if theirs < st.level[i] then
+    st.level[i] = theirs
+    return true
+  end
+  return false
+end
+
+-- B.block makes dimension i admit nothing for wait µs (after a 429). A
+-- window also learns a longer margin: it admitted what the provider
+-- still counted, so the provider counts calls later than it does (up to
+-- a tenth of the window).
+function B.block(st, i, wait)
+  if st.kind[i] == 'w' then
+    local g = st.slot[i]
+    local learn = math.min(math.max(2 * st.learn[i], g), math.floor(st.base[i] / 10))
+    st.per[i] = st.per[i] + learn - st.learn[i]
+    if st.sub[i] > 0 then st.sub[i] = st.sub[i] + learn - st.learn[i] end
+    st.learn[i] = learn
+    -- the slot that stops counting at now+wait at the earliest
+    local j = math.ceil((st.now + wait - st.per[i]) / g) - 1
+    if j < st.p[i] then j = st.p[i] end
+    local cur = math.floor(st.now / g)
+    local far = cur + math.ceil(st.per[i] / g)
+    if j > far then j = far end
+    local after = 0
+    if st.h[i] >= j then
+      local c = readslots(st, i, j, st.h[i])
+      for x = j, st.h[i] do after = after + c[x] end
+    end
+    if after < st.lim[i] then addslot(st, i, j, st.lim[i] - after) end
+    refreshlevel(st, i)
+    return
+  end
+  local l = -wait * st.lim[i]
+  if l < st.level[i] then st.level[i] = l end
 end
 
 function B.save(st)
   local args = {'t', B.fmt(math.max(st.now, st.last))}
   local maxper = 0
   for i = 1, st.n do
-    args[#args + 1] = 'l' .. i
-    args[#args + 1] = B.fmt(st.level[i])
-    if st.per[i] > maxper then maxper = st.per[i] end
+    if st.kind[i] == 'w' then
+      local pre = 'w' .. i
+      for _, kv in ipairs({{'s', st.sum[i]}, {'u', st.subsum[i]}, {'p', st.p[i]}, {'q', st.q[i]}, {'d', st.d[i]}, {'h', st.h[i]}, {'g', st.slot[i]}, {'m', st.learn[i]}}) do
+        args[#args + 1] = pre .. kv[1]
+        args[#args + 1] = B.fmt(kv[2])
+      end
+      for j in pairs(st.dirty[i]) do
+        if j >= st.d[i] then
+          args[#args + 1] = slotfield(i, j)
+          args[#args + 1] = B.fmt(st.cache[i][j])
+        end
+      end
+      if #st.del[i] > 0 then
+        for c = 1, #st.del[i], 500 do
+          local part = {}
+          for x = c, math.min(c + 499, #st.del[i]) do part[#part + 1] = st.del[i][x] end
+          redis.call('HDEL', st.key, unpack(part))
+        end
+      end
+      -- a window's state lives as long as its slots are kept
+      if 3 * st.per[i] > maxper then maxper = 3 * st.per[i] end
+    else
+      args[#args + 1] = 'l' .. i
+      args[#args + 1] = B.fmt(st.level[i])
+      if st.per[i] > maxper then maxper = st.per[i] end
+    end
   end
   redis.call('HSET', st.key, unpack(args))
   -- an idle bucket refills to full; keep it two periods, then let it go
@@ -94,6 +383,12 @@ end
 -- B.available returns the whole units available per dimension.
 function B.available(st)
   local out = {}
-  for i = 1, st.n do out[i] = math.floor(st.level[i] / st.per[i]) end
+  for i = 1, st.n do
+    if st.kind[i] == 'w' then
+      out[i] = st.level[i]
+    else
+      out[i] = math.floor(st.level[i] / st.per[i])
+    end
+  end
   return out
 end

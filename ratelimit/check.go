@@ -77,3 +77,69 @@ func CommandMicrosPerCall(info, command string) float64 {
 	}
 	return 0
 }
+
+// WindowReport is what CheckWindows found.
+type WindowReport struct {
+	Admissions int
+	Total      int64
+	// Violations counts windows (t−W, t] ending at an admission whose
+	// admitted cost exceeded the limit.
+	Violations int
+	// Worst is the largest cost admitted in any window, over the limit:
+	// ≤ 1 for an exact window limiter.
+	Worst float64
+	// Utilisation is how full the windows are on average (windows ending
+	// from one window after the first admission to the last): ≤ 1 for an
+	// exact window limiter, near 1 when it keeps the limit busy.
+	Utilisation float64
+}
+
+// CheckWindows verifies that every window (t−W, t] holds at most limit.
+// The fullest windows end at an admission, so only those are checked:
+// O(n log n).
+func CheckWindows(adm []Admission, limit int64, window time.Duration) WindowReport {
+	a := append([]Admission(nil), adm...)
+	sort.Slice(a, func(i, j int) bool { return a[i].At.Before(a[j].At) })
+	rep := WindowReport{Admissions: len(a)}
+	w := window.Microseconds()
+	var sum int64
+	lo := 0
+	for i := range a {
+		rep.Total += a[i].Cost
+		sum += a[i].Cost
+		t := a[i].At.UnixMicro()
+		for a[lo].At.UnixMicro() <= t-w {
+			sum -= a[lo].Cost
+			lo++
+		}
+		if sum > limit {
+			rep.Violations++
+		}
+		if r := float64(sum) / float64(limit); r > rep.Worst {
+			rep.Worst = r
+		}
+	}
+	// mean fill of the windows ending on a grid after the first window
+	if n := len(a); n > 0 {
+		first, last := a[0].At.UnixMicro(), a[n-1].At.UnixMicro()
+		const samples = 1000
+		if span := last - first - w; span > 0 {
+			var fill float64
+			lo, hi, sum := 0, 0, int64(0)
+			for k := 0; k <= samples; k++ {
+				t := first + w + span*int64(k)/samples
+				for hi < n && a[hi].At.UnixMicro() <= t {
+					sum += a[hi].Cost
+					hi++
+				}
+				for lo < hi && a[lo].At.UnixMicro() <= t-w {
+					sum -= a[lo].Cost
+					lo++
+				}
+				fill += float64(sum) / float64(limit)
+			}
+			rep.Utilisation = fill / (samples + 1)
+		}
+	}
+	return rep
+}

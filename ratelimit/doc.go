@@ -8,6 +8,15 @@
 // all, returning the exact wait until it would fit. Reservations are
 // idempotent per job id and settled once with actual usage.
 //
+// A Bucket's Limits.Limiter says how the provider counts: LimiterBucket
+// refills continuously (OpenAI's documented behaviour); LimiterWindow
+// admits at most the limit in any sliding window, optionally also capping
+// a shorter sub-window, as many gateways do. The window sums admissions in
+// slots of the bucket's own hash, so a decision stays one atomic script
+// of bounded cost. Sync learns from the provider's x-ratelimit-* headers:
+// it lowers the limiter to what the provider reports, and flags a
+// provider whose reset times only a window explains (WindowSuspected).
+//
 // A Quota holds a tenant's token allowance for a calendar window. It never
 // overshoots: a call reserves its exact input tokens plus an output cap
 // equal to what is left, so the caller rewrites the request's max output

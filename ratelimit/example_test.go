@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -40,4 +41,35 @@ func Example() {
 	// max_tokens rewritten to 300
 	// used 950 of 1000
 	// true
+}
+
+// A provider that admits at most 1,000 tokens in any second: the second
+// call waits until the first leaves the window (and the margin), where
+// a token bucket would have let it in after 200 ms of refill.
+func ExampleBucket_window() {
+	srv, err := redistest.Start()
+	if err != nil {
+		fmt.Println(err)
+		os.Exit(1)
+	}
+	defer srv.Stop()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rdb.Close()
+	ctx := context.Background()
+
+	b, _ := ratelimit.NewBucket(rdb, "gpt-4o", "sk-example", ratelimit.Limits{
+		RequestsPerPeriod: 100, TokensPerPeriod: 1000, Period: time.Second,
+		Limiter: ratelimit.LimiterWindow, WindowMargin: 10 * time.Millisecond,
+	})
+	now := time.Unix(1_800_000_000, 0)
+	b.NowFunc = func() time.Time { return now }
+
+	d, _ := b.Reserve(ctx, "job-1", ratelimit.Cost{Requests: 1, Tokens: 800})
+	fmt.Println("first admitted:", d.Admitted)
+	now = now.Add(200 * time.Millisecond)
+	d, _ = b.Reserve(ctx, "job-2", ratelimit.Cost{Requests: 1, Tokens: 400})
+	fmt.Println("second admitted:", d.Admitted, "wait:", d.Wait.Round(10*time.Millisecond))
+	// Output:
+	// first admitted: true
+	// second admitted: false wait: 810ms
 }

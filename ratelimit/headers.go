@@ -2,10 +2,15 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // ProviderState is what a provider's response headers say about its
@@ -62,6 +67,78 @@ func headerDuration(h http.Header, name string) time.Duration {
 	return d
 }
 
+// WindowLike reports whether s contradicts a token bucket of period per
+// in a way only a window explains. A bucket that has remaining of limit
+// is full again after (limit−remaining)/limit of a period, whoever used
+// it, so its reset can never be longer; a window's reset is when its
+// newest admission leaves the window, a whole window after any call.
+func (s ProviderState) WindowLike(per time.Duration) bool {
+	slack := max(per/10, 100*time.Millisecond) // rounding, clocks
+	like := func(limit, remaining int64, reset time.Duration) bool {
+		if limit <= 0 || remaining < 0 || reset < 0 || remaining > limit {
+			return false
+		}
+		refill := time.Duration(float64(limit-remaining) / float64(limit) * float64(per))
+		return reset > refill+slack
+	}
+	return like(s.LimitRequests, s.RemainingRequests, s.ResetRequests) || like(s.LimitTokens, s.RemainingTokens, s.ResetTokens)
+}
+
+// windowEvidence is how many window-like reports make a suspicion: one
+// could be a provider's hiccup, a bucket never shows three.
+const windowEvidence = 3
+
+// The count of window-like reports is shared by every process of the
+// bucket (workers see the headers, the dashboard shows the suspicion).
+var (
+	windowLikeIncr = redis.NewScript(`local n = redis.call('INCR', KEYS[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+return n`)
+	windowLikeGet = redis.NewScript(`return tonumber(redis.call('GET', KEYS[1]) or '0')`)
+)
+
+func (b *Bucket) windowLikeKey() string { return b.tag + ":windowlike" }
+
+// WindowLikeReports counts the provider reports that only a window
+// explains (see ProviderState.WindowLike), over every process, in the
+// last day.
+func (b *Bucket) WindowLikeReports(ctx context.Context) (int64, error) {
+	n, err := windowLikeGet.Run(ctx, b.rdb, []string{b.windowLikeKey()}).Int64()
+	if err != nil {
+		return 0, fmt.Errorf("ratelimit: window-like reports: %w", err)
+	}
+	return n, nil
+}
+
+// WindowSuspected reports whether the provider's headers have shown at
+// least three times what only a window limiter explains while this
+// bucket is configured as a token bucket: set the limiter to window.
+func (b *Bucket) WindowSuspected(ctx context.Context) (bool, error) {
+	if b.limits.Limiter == LimiterWindow {
+		return false, nil
+	}
+	n, err := b.WindowLikeReports(ctx)
+	return n >= windowEvidence, err
+}
+
+// observe counts a window-like report; the process whose report makes
+// the suspicion logs it, so it is logged once.
+func (b *Bucket) observe(ctx context.Context, s ProviderState) error {
+	if !s.WindowLike(b.limits.Period) {
+		return nil
+	}
+	n, err := windowLikeIncr.Run(ctx, b.rdb, []string{b.windowLikeKey()}, (24 * time.Hour).Milliseconds()).Int64()
+	if err != nil {
+		return fmt.Errorf("ratelimit: count window-like report: %w", err)
+	}
+	if n == windowEvidence && b.limits.Limiter != LimiterWindow && b.Log != nil {
+		b.Log.LogAttrs(ctx, slog.LevelWarn, "provider looks window-limited; set limiter: window",
+			slog.String("model", b.model), slog.Int64("remaining_tokens", s.RemainingTokens),
+			slog.Int64("limit_tokens", s.LimitTokens), slog.Duration("reset_tokens", s.ResetTokens))
+	}
+	return nil
+}
+
 // Sync lowers the bucket to what the provider reports remaining (another
 // client may share the key); it never raises it. age is how long ago the
 // provider counted (the call's duration: it reports remaining as of its
@@ -70,15 +147,17 @@ func headerDuration(h http.Header, name string) time.Duration {
 // bucket changed.
 func (b *Bucket) Sync(ctx context.Context, status int, h http.Header, age time.Duration) (bool, error) {
 	s := ParseHeaders(h)
+	oerr := b.observe(ctx, s)
 	if status == http.StatusTooManyRequests {
 		wait := s.RetryAfter
 		if wait <= 0 {
 			wait = max(s.ResetRequests, s.ResetTokens, time.Second)
 		}
-		return true, b.Penalize(ctx, wait)
+		return true, errors.Join(b.Penalize(ctx, wait), oerr)
 	}
 	if s.RemainingRequests < 0 && s.RemainingTokens < 0 {
-		return false, nil
+		return false, oerr
 	}
-	return b.Lower(ctx, Cost{Requests: s.RemainingRequests, Tokens: s.RemainingTokens}, age)
+	lowered, err := b.Lower(ctx, Cost{Requests: s.RemainingRequests, Tokens: s.RemainingTokens}, age)
+	return lowered, errors.Join(err, oerr)
 }

@@ -23,6 +23,18 @@ const helperEnv = "PRQ_RATELIMIT_HELPER"
 
 var propLimits = ratelimit.Limits{RequestsPerPeriod: 300, TokensPerPeriod: 30000, Period: time.Second}
 
+// propWindow is the same limits counted in a sliding one-second window,
+// with a quarter-second sub-window that may hold 40% of them.
+var propWindow = ratelimit.Limits{RequestsPerPeriod: 300, TokensPerPeriod: 30000, Period: time.Second,
+	Limiter: ratelimit.LimiterWindow, SubWindow: 250 * time.Millisecond, SubWindowShare: 0.4}
+
+func propLimitsFor(limiter string) ratelimit.Limits {
+	if limiter == string(ratelimit.LimiterWindow) {
+		return propWindow
+	}
+	return propLimits
+}
+
 type stamped struct {
 	at       time.Time
 	requests int64
@@ -73,7 +85,8 @@ func runHelperProcess() int {
 	seed, _ := strconv.ParseInt(os.Getenv("PRQ_HELPER_SEED"), 10, 64)
 	rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: clients + 4})
 	defer rdb.Close()
-	b, err := ratelimit.NewBucket(rdb, "prop-model", "sk-prop", propLimits)
+	limiter := os.Getenv("PRQ_HELPER_LIMITER")
+	b, err := ratelimit.NewBucket(rdb, "prop-model-"+limiter, "sk-prop", propLimitsFor(limiter))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -99,22 +112,18 @@ func split(all []stamped) (req, tok []ratelimit.Admission) {
 	return req, tok
 }
 
-// TestBucketNeverOverLimit: 64 concurrent clients, 32 goroutines here and
-// 16 in each of two more OS processes, share one bucket; every interval
-// between admissions (stamped with Redis time) stays within
-// burst + rate·(b−a) in both dimensions.
-func TestBucketNeverOverLimit(t *testing.T) {
-	if testing.Short() {
-		t.Skip("property test runs for seconds")
-	}
+// shareAcrossProcesses runs 64 concurrent clients on one limiter for d:
+// 32 goroutines here and 16 in each of two more OS processes. It returns
+// every admission, stamped with Redis time.
+func shareAcrossProcesses(t *testing.T, limiter ratelimit.Limiter, d time.Duration) []stamped {
+	t.Helper()
 	srv := redistest.New(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 40})
 	defer rdb.Close()
-	b, err := ratelimit.NewBucket(rdb, "prop-model", "sk-prop", propLimits)
+	b, err := ratelimit.NewBucket(rdb, "prop-model-"+string(limiter), "sk-prop", propLimitsFor(string(limiter)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	const d = 3 * time.Second
 	type procOut struct {
 		lines []stamped
 		err   error
@@ -123,7 +132,7 @@ func TestBucketNeverOverLimit(t *testing.T) {
 	for p := 0; p < 2; p++ {
 		go func(p int) {
 			cmd := exec.Command(os.Args[0], "-test.run=^$")
-			cmd.Env = append(os.Environ(), helperEnv+"="+srv.Addr, "PRQ_HELPER_CLIENTS=16",
+			cmd.Env = append(os.Environ(), helperEnv+"="+srv.Addr, "PRQ_HELPER_CLIENTS=16", "PRQ_HELPER_LIMITER="+string(limiter),
 				"PRQ_HELPER_DURATION="+d.String(), "PRQ_HELPER_SEED="+strconv.Itoa(1000*(p+1)))
 			out, err := cmd.Output()
 			var res procOut
@@ -159,17 +168,73 @@ func TestBucketNeverOverLimit(t *testing.T) {
 			t.Fatalf("client group %d admitted nothing: the test did not exercise sharing", i)
 		}
 	}
+	t.Logf("%s: %d admissions (per process %v)", limiter, len(all), perProc)
+	return all
+}
+
+// TestBucketNeverOverLimit: 64 concurrent clients, 32 goroutines here and
+// 16 in each of two more OS processes, share one bucket; every interval
+// between admissions (stamped with Redis time) stays within
+// burst + rate·(b−a) in both dimensions.
+func TestBucketNeverOverLimit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("property test runs for seconds")
+	}
+	all := shareAcrossProcesses(t, ratelimit.LimiterBucket, 3*time.Second)
 	req, tok := split(all)
-	l := b.Limits()
-	rr := ratelimit.CheckIntervals(req, l.RequestsPerPeriod, l.Period, l.BurstRequests)
-	tr := ratelimit.CheckIntervals(tok, l.TokensPerPeriod, l.Period, l.BurstTokens)
-	t.Logf("admissions %d (per process %v); tokens: worst window %.4f of allowance, utilisation %.2f%%; requests: worst %.4f, utilisation %.2f%%",
-		len(all), perProc, tr.WorstRatio, 100*tr.Utilisation, rr.WorstRatio, 100*rr.Utilisation)
+	l := propLimits
+	rr := ratelimit.CheckIntervals(req, l.RequestsPerPeriod, l.Period, l.RequestsPerPeriod)
+	tr := ratelimit.CheckIntervals(tok, l.TokensPerPeriod, l.Period, l.TokensPerPeriod)
+	t.Logf("tokens: worst window %.4f of allowance, utilisation %.2f%%; requests: worst %.4f, utilisation %.2f%%",
+		tr.WorstRatio, 100*tr.Utilisation, rr.WorstRatio, 100*rr.Utilisation)
 	if rr.Violations != 0 || tr.Violations != 0 {
 		t.Fatalf("limit exceeded: %d request intervals and %d token intervals over the allowance", rr.Violations, tr.Violations)
 	}
 	if tr.Utilisation < 0.9 {
 		t.Errorf("token utilisation %.2f%% under saturation; want ≥ 90%%", 100*tr.Utilisation)
+	}
+	// the bucket is exact for what it models, and still overruns a
+	// provider that counts in windows: its refill admits a second window's
+	// worth while the first is still counted
+	tw := ratelimit.CheckWindows(tok, l.TokensPerPeriod, l.Period)
+	t.Logf("bucket against a one-second window: %d windows over the limit, worst %.2fx", tw.Violations, tw.Worst)
+	if tw.Violations == 0 {
+		t.Fatal("the window checker did not flag the bucket limiter against a window limit")
+	}
+}
+
+// TestWindowNeverOverLimit: the same 64 clients in three processes share
+// one window limiter; no window (t−1s, t] and no sub-window (t−250ms, t]
+// ever holds more than its limit, in either dimension.
+func TestWindowNeverOverLimit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("property test runs for seconds")
+	}
+	l := propWindow
+	all := shareAcrossProcesses(t, ratelimit.LimiterWindow, 3*time.Second)
+	req, tok := split(all)
+	checks := []struct {
+		name  string
+		adm   []ratelimit.Admission
+		limit int64
+		w     time.Duration
+	}{
+		{"requests per window", req, l.RequestsPerPeriod, l.Period},
+		{"tokens per window", tok, l.TokensPerPeriod, l.Period},
+		{"requests per sub-window", req, int64(l.SubWindowShare * float64(l.RequestsPerPeriod)), l.SubWindow},
+		{"tokens per sub-window", tok, int64(l.SubWindowShare * float64(l.TokensPerPeriod)), l.SubWindow},
+	}
+	for _, c := range checks {
+		rep := ratelimit.CheckWindows(c.adm, c.limit, c.w)
+		t.Logf("%s: worst %.4f of the limit", c.name, rep.Worst)
+		if rep.Violations != 0 {
+			t.Errorf("%s: %d windows over the limit (worst %.4f)", c.name, rep.Violations, rep.Worst)
+		}
+	}
+	tr := ratelimit.CheckWindows(tok, l.TokensPerPeriod, l.Period)
+	t.Logf("tokens: utilisation %.2f%% of the limit after the first window", 100*tr.Utilisation)
+	if tr.Utilisation < 0.85 {
+		t.Errorf("token utilisation %.2f%% under saturation; want ≥ 85%%", 100*tr.Utilisation)
 	}
 }
 
@@ -246,7 +311,6 @@ func TestCheckerCatchesNaiveLimiter(t *testing.T) {
 }
 
 func TestCheckIntervals(t *testing.T) {
-	t.Parallel()
 	t0 := time.UnixMicro(1_000_000)
 	at := func(ms int64) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	tests := []struct {

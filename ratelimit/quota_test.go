@@ -18,7 +18,6 @@ import (
 // plus a random output no larger than its cap, as a provider honouring
 // max_tokens does.
 func TestQuotaNeverOvershoots(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	rdb := redistest.Shared(t).Client(t)
 	q, err := ratelimit.NewQuota(rdb, ratelimit.QuotaConfig{Period: ratelimit.Day})
@@ -89,7 +88,6 @@ func TestQuotaNeverOvershoots(t *testing.T) {
 }
 
 func TestQuotaCapAndRefusal(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	rdb := redistest.Shared(t).Client(t)
 	q, _ := ratelimit.NewQuota(rdb, ratelimit.QuotaConfig{Period: ratelimit.Hour})
@@ -126,7 +124,6 @@ func TestQuotaCapAndRefusal(t *testing.T) {
 }
 
 func TestQuotaPeriodBoundary(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	rdb := redistest.Shared(t).Client(t)
 	// Our clock says the previous hour; Redis decides: the reservation
@@ -153,7 +150,6 @@ func TestQuotaPeriodBoundary(t *testing.T) {
 }
 
 func TestQuotaNegative(t *testing.T) {
-	t.Parallel()
 	rdb := redistest.Shared(t).Client(t)
 	q, _ := ratelimit.NewQuota(rdb, ratelimit.QuotaConfig{})
 	if _, err := q.Reserve(context.Background(), "t", "", "j", 100, -1, 10); err == nil {
@@ -165,7 +161,6 @@ func TestQuotaNegative(t *testing.T) {
 }
 
 func TestTokenizer(t *testing.T) {
-	t.Parallel()
 	tk, err := ratelimit.NewTokenizer("gpt-4o-mini")
 	if err != nil {
 		t.Fatal(err)

@@ -25,6 +25,8 @@ func TestConfigCheck(t *testing.T) {
 	negative := write("neg.yaml", "models:\n  - {name: gpt-4o-mini, requests_per_minute: 10, tokens_per_minute: -5}\n  - {name: gpt-4o, requests_per_minute: 10, tokens_per_minute: 100}\n")
 	badTier := write("tier.yaml", "plans:\n  - {installation: 5, tier: platinum}\n")
 	unknownKey := write("key.yaml", "modles: []\n")
+	badLimiter := write("limiter.yaml", "models:\n  - {name: gpt-4o-mini, requests_per_minute: 10, tokens_per_minute: 100, limiter: leaky}\n  - {name: gpt-4o, requests_per_minute: 10, tokens_per_minute: 100}\n")
+	badSub := write("sub.yaml", "models:\n  - {name: gpt-4o-mini, requests_per_minute: 10, tokens_per_minute: 100}\n  - {name: gpt-4o, requests_per_minute: 10, tokens_per_minute: 100, limiter: window, sub_window: 2m}\n")
 	tests := []struct {
 		name string
 		args []string
@@ -35,6 +37,8 @@ func TestConfigCheck(t *testing.T) {
 		{"unknown scheme", []string{"check"}, map[string]string{"REDIS_URL": "mysql://h:1"}, "REDIS_URL"},
 		{"negative limit", []string{"check"}, map[string]string{"PRQ_CONFIG": negative}, "models.gpt-4o-mini"},
 		{"unknown tier in a plan", []string{"check"}, map[string]string{"PRQ_CONFIG": badTier}, "plans[0].tier"},
+		{"unknown limiter", []string{"check"}, map[string]string{"PRQ_CONFIG": badLimiter}, "models.gpt-4o-mini: limiter must be"},
+		{"sub-window longer than the window", []string{"check"}, map[string]string{"PRQ_CONFIG": badSub}, "models.gpt-4o: sub-window 2m0s must be shorter"},
 		{"unknown key", []string{"check"}, map[string]string{"PRQ_CONFIG": unknownKey}, "PRQ_CONFIG"},
 		{"serve without webhook secret", []string{"check", "--for", "serve"}, map[string]string{"REDIS_URL": "redis://127.0.0.1:6379"}, "GITHUB_WEBHOOK_SECRET"},
 		{"serve without redis", []string{"check", "--for", "serve"}, map[string]string{"GITHUB_WEBHOOK_SECRET": "s"}, "REDIS_URL"},
@@ -56,6 +60,16 @@ func TestConfigCheck(t *testing.T) {
 			}
 		})
 	}
+	t.Run("window limiter", func(t *testing.T) {
+		p := write("window.yaml", "models:\n  - {name: gpt-4o-mini, requests_per_minute: 10, tokens_per_minute: 100}\n  - {name: gpt-4o, requests_per_minute: 10, tokens_per_minute: 100, limiter: window, sub_window: 10s, sub_window_share: 0.25}\n")
+		var out bytes.Buffer
+		if err := run(context.Background(), []string{"config", "check"}, envOf(map[string]string{"PRQ_CONFIG": p}), &out, &out); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out.String(), "limiter: window") || !strings.Contains(out.String(), "sub_window: 10s") {
+			t.Fatalf("window settings not in the effective config:\n%s", out.String())
+		}
+	})
 	t.Run("good config is printed redacted", func(t *testing.T) {
 		env := map[string]string{"REDIS_URL": "redis://:hunter2@127.0.0.1:6379/0", "GITHUB_WEBHOOK_SECRET": "webhook-secret-xyz",
 			"OPENAI_API_KEY": "sk-live-abcdef", "GITHUB_PRIVATE_KEY": "-----BEGIN RSA PRIVATE KEY-----\nabc", "GITHUB_APP_ID": "12", "PRQ_ADMIN_TOKEN": "tok-123"}

@@ -5,7 +5,9 @@
 // tokens, continuous refill), answers 429 with OpenAI's error body and
 // retry headers, sets x-ratelimit-* on every response, takes seconds for
 // heavy models, cites real diff lines in reviews, and injects faults on
-// request. It keeps the counters a benchmark needs. It is not prq's
+// request. It keeps the counters a benchmark needs. With Limiter "window"
+// it enforces a sliding window instead: at most RPM and TPM in any
+// (t−Period, t], as many gateways do. It is not prq's
 // limiter: it shares no code with package ratelimit.
 package fakeopenai
 
@@ -71,6 +73,11 @@ type Config struct {
 	// Replies is how the fake model formats review replies: one of the
 	// Reply* styles. Defaults to ReplyJSON.
 	Replies ReplyStyle
+	// Limiter is how the limits are counted: "bucket" (continuous refill,
+	// OpenAI's) or "window" (at most the limits in any sliding Period; the
+	// reset headers say when the window empties, a 429's retry when enough
+	// of it has left). Defaults to bucket.
+	Limiter string
 }
 
 // ReplyStyle is how a fake model answers a review prompt, modelled on
@@ -106,6 +113,12 @@ func ParseReplyStyle(s string) (ReplyStyle, error) {
 	return "", fmt.Errorf("fakeopenai: reply style %q: want json, prose, fenced, outside or cut", s)
 }
 
+// Limiter values.
+const (
+	LimiterBucket = "bucket"
+	LimiterWindow = "window"
+)
+
 // Admission is one admitted request's cost, stamped with the fake's clock.
 type Admission struct {
 	At   time.Time
@@ -133,9 +146,13 @@ type Server struct {
 	recorded map[string][]Admission
 }
 
+// bucket is one (model, key)'s limiter state: a token bucket, or the
+// admissions still in the window.
 type bucket struct {
 	req, tok float64
 	last     time.Time
+	win      []admission
+	winTok   int64
 }
 
 type admission struct {
@@ -174,6 +191,12 @@ func New(cfg Config) *Server {
 	if cfg.LatencyScale == 0 {
 		cfg.LatencyScale = 1
 	}
+	if cfg.Limiter == "" {
+		cfg.Limiter = LimiterBucket
+	}
+	if cfg.Limiter != LimiterBucket && cfg.Limiter != LimiterWindow {
+		panic(fmt.Sprintf("fakeopenai: limiter must be %q or %q, got %q", LimiterBucket, LimiterWindow, cfg.Limiter))
+	}
 	codec, err := tokenizer.Get(tokenizer.O200kBase)
 	if err != nil {
 		panic(fmt.Sprintf("fakeopenai: tokenizer: %v", err)) // embedded vocabulary
@@ -194,6 +217,19 @@ func (s *Server) SetLatencyScale(f float64) {
 	s.mu.Lock()
 	s.cfg.LatencyScale = f
 	s.mu.Unlock()
+}
+
+// SetLimiter switches how the limits are counted ("bucket" or "window");
+// the limiter state starts afresh.
+func (s *Server) SetLimiter(limiter string) error {
+	if limiter != LimiterBucket && limiter != LimiterWindow {
+		return fmt.Errorf("fakeopenai: limiter must be %q or %q, got %q", LimiterBucket, LimiterWindow, limiter)
+	}
+	s.mu.Lock()
+	s.cfg.Limiter = limiter
+	s.buckets = map[string]*bucket{}
+	s.mu.Unlock()
+	return nil
 }
 
 // SetFaults replaces the injected faults.
@@ -376,12 +412,12 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("Request too large for %s on tokens per min (TPM): Limit %d, Requested %d.", m.Name, m.TPM, cost))
 		return
 	}
-	if b.req < 1 || b.tok < float64(cost) {
+	if reqLeft, tokLeft := s.remaining(m, b); reqLeft < 1 || tokLeft < float64(cost) {
 		st.RateLimited++
-		wait := s.waitFor(m, b, cost)
-		s.setLimitHeaders(w.Header(), m, b)
-		dim, lim, used := "tokens per min (TPM)", m.TPM, m.TPM-int64(b.tok)
-		if b.req < 1 {
+		wait := s.waitFor(m, b, cost, now)
+		s.setLimitHeaders(w.Header(), m, b, now)
+		dim, lim, used := "tokens per min (TPM)", m.TPM, m.TPM-int64(tokLeft)
+		if reqLeft < 1 {
 			dim, lim, used = "requests per min (RPM)", m.RPM, m.RPM
 		}
 		s.mu.Unlock()
@@ -392,13 +428,12 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 				m.Name, dim, lim, used, cost, wait.Round(time.Millisecond)))
 		return
 	}
-	b.req--
-	b.tok -= float64(cost)
+	s.charge(b, cost, now)
 	st.admit(now, cost, s.cfg.Period)
 	if s.cfg.Record {
 		s.recorded[m.Name] = append(s.recorded[m.Name], Admission{At: now, Cost: cost})
 	}
-	s.setLimitHeaders(w.Header(), m, b)
+	s.setLimitHeaders(w.Header(), m, b, now)
 	f := s.faults
 	roll := s.rng.Float64()
 	latency := time.Duration(float64(m.Latency+time.Duration((s.rng.Float64()*2-1)*float64(m.Jitter))) * s.cfg.LatencyScale)
@@ -485,13 +520,22 @@ func (s *Server) statsOf(model string) *modelStats {
 	return st
 }
 
-// bucketOf refills and returns the (model, key) bucket. Caller holds mu.
+// bucketOf refills (or slides) and returns the (model, key) limiter
+// state. Caller holds mu.
 func (s *Server) bucketOf(m Model, key string, now time.Time) *bucket {
 	k := m.Name + "\x00" + key
 	b, ok := s.buckets[k]
 	if !ok {
 		b = &bucket{req: float64(m.RPM), tok: float64(m.TPM), last: now}
 		s.buckets[k] = b
+	}
+	if s.cfg.Limiter == LimiterWindow {
+		// (t−Period, t]: an admission stops counting a whole period later
+		for len(b.win) > 0 && now.Sub(b.win[0].at) >= s.cfg.Period {
+			b.winTok -= b.win[0].cost
+			b.win = b.win[1:]
+		}
+		return b
 	}
 	el := now.Sub(b.last).Seconds() / s.cfg.Period.Seconds()
 	if el > 0 {
@@ -502,7 +546,40 @@ func (s *Server) bucketOf(m Model, key string, now time.Time) *bucket {
 	return b
 }
 
-func (s *Server) waitFor(m Model, b *bucket, cost int64) time.Duration {
+// remaining is what the limiter would admit now, per dimension.
+func (s *Server) remaining(m Model, b *bucket) (req, tok float64) {
+	if s.cfg.Limiter == LimiterWindow {
+		return float64(m.RPM - int64(len(b.win))), float64(m.TPM - b.winTok)
+	}
+	return b.req, b.tok
+}
+
+func (s *Server) charge(b *bucket, cost int64, now time.Time) {
+	if s.cfg.Limiter == LimiterWindow {
+		b.win = append(b.win, admission{at: now, cost: cost})
+		b.winTok += cost
+		return
+	}
+	b.req--
+	b.tok -= float64(cost)
+}
+
+func (s *Server) waitFor(m Model, b *bucket, cost int64, now time.Time) time.Duration {
+	if s.cfg.Limiter == LimiterWindow {
+		// until enough of the oldest admissions have left the window
+		var wait time.Duration
+		needReq := int64(len(b.win)) + 1 - m.RPM
+		needTok := b.winTok + cost - m.TPM
+		for _, a := range b.win {
+			if needReq <= 0 && needTok <= 0 {
+				break
+			}
+			wait = a.at.Add(s.cfg.Period).Sub(now)
+			needReq--
+			needTok -= a.cost
+		}
+		return max(wait, 0)
+	}
 	var w float64
 	if b.req < 1 {
 		w = (1 - b.req) / float64(m.RPM)
@@ -513,14 +590,25 @@ func (s *Server) waitFor(m Model, b *bucket, cost int64) time.Duration {
 	return time.Duration(w * float64(s.cfg.Period))
 }
 
-func (s *Server) setLimitHeaders(h http.Header, m Model, b *bucket) {
+func (s *Server) setLimitHeaders(h http.Header, m Model, b *bucket, now time.Time) {
+	req, tok := s.remaining(m, b)
 	h.Set("x-ratelimit-limit-requests", strconv.FormatInt(m.RPM, 10))
 	h.Set("x-ratelimit-limit-tokens", strconv.FormatInt(m.TPM, 10))
-	h.Set("x-ratelimit-remaining-requests", strconv.FormatInt(int64(math.Max(0, b.req)), 10))
-	h.Set("x-ratelimit-remaining-tokens", strconv.FormatInt(int64(math.Max(0, b.tok)), 10))
+	h.Set("x-ratelimit-remaining-requests", strconv.FormatInt(int64(math.Max(0, req)), 10))
+	h.Set("x-ratelimit-remaining-tokens", strconv.FormatInt(int64(math.Max(0, tok)), 10))
 	per := s.cfg.Period
-	h.Set("x-ratelimit-reset-requests", fmtDuration(time.Duration((float64(m.RPM)-b.req)/float64(m.RPM)*float64(per))))
-	h.Set("x-ratelimit-reset-tokens", fmtDuration(time.Duration((float64(m.TPM)-b.tok)/float64(m.TPM)*float64(per))))
+	resetReq := time.Duration((float64(m.RPM) - req) / float64(m.RPM) * float64(per))
+	resetTok := time.Duration((float64(m.TPM) - tok) / float64(m.TPM) * float64(per))
+	if s.cfg.Limiter == LimiterWindow {
+		// back to the full limits when the newest admission leaves
+		resetReq, resetTok = 0, 0
+		if n := len(b.win); n > 0 {
+			resetReq = max(b.win[n-1].at.Add(per).Sub(now), 0)
+			resetTok = resetReq
+		}
+	}
+	h.Set("x-ratelimit-reset-requests", fmtDuration(resetReq))
+	h.Set("x-ratelimit-reset-tokens", fmtDuration(resetTok))
 }
 
 // fmtDuration writes durations as OpenAI does: 6m0s, 1s, 20ms.

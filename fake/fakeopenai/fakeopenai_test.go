@@ -211,3 +211,121 @@ func TestReviewCitesRealLines(t *testing.T) {
 		t.Fatalf("review does not cite the added line 2: %s", resp.Choices[0].Message.Content)
 	}
 }
+
+// hammerFake runs 32 clients against a fake for d and returns its
+// admissions and how many 429s it answered.
+func hammerFake(t *testing.T, fake *fakeopenai.Server, d time.Duration) (tok, req []ratelimit.Admission, limited int) {
+	t.Helper()
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+	c := newClient(srv.URL, "sk-test")
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	deadline := time.Now().Add(d)
+	for i := 0; i < 32; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				_, err := c.CreateChatCompletion(context.Background(), openai.ChatCompletionRequest{
+					Model: "m", MaxTokens: 100 + 10*i,
+					Messages: []openai.ChatCompletionMessage{{Role: "user", Content: strings.Repeat("word ", 50+i)}},
+				})
+				var apiErr *openai.APIError
+				switch {
+				case err == nil:
+				case errors.As(err, &apiErr) && apiErr.HTTPStatusCode == 429:
+					mu.Lock()
+					limited++
+					mu.Unlock()
+					time.Sleep(5 * time.Millisecond)
+				default:
+					t.Error(err)
+					return
+				}
+			}
+		}(i)
+	}
+	wg.Wait()
+	for _, a := range fake.Admissions("m") {
+		tok = append(tok, ratelimit.Admission{At: a.At, Cost: a.Cost})
+		req = append(req, ratelimit.Admission{At: a.At, Cost: 1})
+	}
+	return tok, req, limited
+}
+
+// TestWindowLimiterUnderConcurrency: in window mode no window (t−1s, t]
+// ever holds more than the limits; in bucket mode the same load overruns
+// such a window (the refill admits more while the burst still counts).
+func TestWindowLimiterUnderConcurrency(t *testing.T) {
+	for _, limiter := range []string{fakeopenai.LimiterWindow, fakeopenai.LimiterBucket} {
+		t.Run(limiter, func(t *testing.T) {
+			fake := fakeopenai.New(fakeopenai.Config{
+				Models: []fakeopenai.Model{{Name: "m", RPM: 1000, TPM: 20000}},
+				Period: time.Second, Record: true, Limiter: limiter,
+			})
+			tok, req, limited := hammerFake(t, fake, 2500*time.Millisecond)
+			tr := ratelimit.CheckWindows(tok, 20000, time.Second)
+			rr := ratelimit.CheckWindows(req, 1000, time.Second)
+			t.Logf("%s: %d admitted, %d 429s, worst window %.3f of TPM, %.3f of RPM", limiter, len(tok), limited, tr.Worst, rr.Worst)
+			if limited == 0 {
+				t.Fatal("the load never reached the limit")
+			}
+			over := tr.Violations + rr.Violations
+			if limiter == fakeopenai.LimiterWindow && over > 0 {
+				t.Fatalf("window fake admitted over its limits in %d windows", over)
+			}
+			if limiter == fakeopenai.LimiterBucket && over == 0 {
+				t.Fatal("bucket fake never overran a window: the test cannot tell the modes apart")
+			}
+		})
+	}
+}
+
+func TestWindowHeaders(t *testing.T) {
+	per := 2 * time.Second
+	fake := fakeopenai.New(fakeopenai.Config{Models: []fakeopenai.Model{{Name: "m", RPM: 2, TPM: 10000}}, Period: per, Limiter: fakeopenai.LimiterWindow})
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+	body := `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`
+	do := func() *http.Response {
+		req, _ := http.NewRequest("POST", srv.URL+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer k")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	r := do()
+	if r.StatusCode != 200 {
+		t.Fatalf("first: %d", r.StatusCode)
+	}
+	s := ratelimit.ParseHeaders(r.Header)
+	// one request of two: a bucket would be full again in half a period;
+	// the window empties only when this request leaves it
+	if s.RemainingRequests != 1 || s.RemainingTokens != 10000-11 || s.ResetRequests <= per/2 || s.ResetRequests > per {
+		t.Fatalf("headers after one call: %+v", s)
+	}
+	if !s.WindowLike(per) {
+		t.Fatalf("headers %+v do not look window-limited", s)
+	}
+	if r := do(); r.StatusCode != 200 {
+		t.Fatalf("second: %d", r.StatusCode)
+	}
+	r = do()
+	if r.StatusCode != 429 {
+		t.Fatalf("third: %d", r.StatusCode)
+	}
+	s = ratelimit.ParseHeaders(r.Header)
+	if s.RetryAfter <= 0 || s.RetryAfter > per+time.Millisecond || s.RemainingRequests != 0 {
+		t.Fatalf("429: retry after %s, want until the first call leaves the %s window; %+v", s.RetryAfter, per, s)
+	}
+	var e struct {
+		Error struct{ Code, Message string }
+	}
+	decode(t, r, &e)
+	if e.Error.Code != "rate_limit_exceeded" || !strings.Contains(e.Error.Message, "requests per min (RPM)") {
+		t.Fatalf("body: %+v", e)
+	}
+}

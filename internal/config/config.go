@@ -122,6 +122,22 @@ type ModelConfig struct {
 	ContextTokens int64 `yaml:"context_tokens"`
 	// Period of the limits. Defaults to 1m; the demo compresses it.
 	Period Duration `yaml:"period"`
+	// Limiter is how the provider counts: bucket (continuous refill,
+	// OpenAI's) or window (at most the limits in any sliding window).
+	// Defaults to bucket.
+	Limiter string `yaml:"limiter"`
+	// Window is a window limiter's span. Defaults to the period.
+	Window Duration `yaml:"window"`
+	// SubWindow, when set, also caps any shorter sub-window at
+	// SubWindowShare of the limits (window limiter only).
+	SubWindow Duration `yaml:"sub_window"`
+	// SubWindowShare of the limits any sub-window may hold, in (0, 1].
+	// Defaults to sub_window/window.
+	SubWindowShare float64 `yaml:"sub_window_share"`
+	// WindowMargin: a window limiter holds each admission this much longer
+	// than the window, for the time until the provider counts the call.
+	// Defaults to window/60.
+	WindowMargin Duration `yaml:"window_margin"`
 	// OutputFormat is how reviews are asked for: json_schema (strict
 	// structured outputs), json_object, or text (a delimited block the
 	// prompt describes). Defaults by model family: json_schema for
@@ -564,9 +580,14 @@ func (m ModelConfig) Limits() (ratelimit.Limits, error) {
 		RequestsPerPeriod: m.RequestsPerMinute, TokensPerPeriod: m.TokensPerMinute, Period: m.Period.D(),
 		BurstRequests: m.BurstRequests, BurstTokens: m.BurstTokens,
 		RequestsPerDay: m.RequestsPerDay, TokensPerDay: m.TokensPerDay,
+		Limiter: ratelimit.Limiter(m.Limiter), Window: m.Window.D(), SubWindow: m.SubWindow.D(), SubWindowShare: m.SubWindowShare,
+		WindowMargin: m.WindowMargin.D(),
 	}
 	if l.Period == 0 {
 		l.Period = time.Minute
+	}
+	if l.Limiter == ratelimit.LimiterWindow && l.Window == 0 {
+		l.Window = l.Period
 	}
 	if l.BurstRequests == 0 {
 		l.BurstRequests = l.RequestsPerPeriod

@@ -1,0 +1,351 @@
+package ratelimit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prq-dev/prq/ratelimit"
+)
+
+var winLimits = ratelimit.Limits{RequestsPerPeriod: 10, TokensPerPeriod: 1000, Period: time.Second, Limiter: ratelimit.LimiterWindow}
+
+// slot is the window's counting grain for winLimits (Window/120), margin
+// how much longer than the window an admission counts (Window/60).
+const (
+	slot   = time.Second / 120
+	margin = time.Second / 60
+)
+
+func TestWindowEdges(t *testing.T) {
+	ctx := context.Background()
+	reserve := func(t *testing.T, b *ratelimit.Bucket, id string, tokens int64) ratelimit.Decision {
+		t.Helper()
+		d, err := b.Reserve(ctx, id, ratelimit.Cost{Requests: 1, Tokens: tokens})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	t.Run("waits for the window, not for a refill", func(t *testing.T) {
+		b, clk, _ := newBucket(t, t.Name(), winLimits)
+		if d := reserve(t, b, "a", 900); !d.Admitted {
+			t.Fatal("first reservation refused")
+		}
+		clk.advance(200 * time.Millisecond) // a bucket would have refilled 200
+		d := reserve(t, b, "b", 300)
+		if d.Admitted {
+			t.Fatal("admitted 1200 tokens within one window")
+		}
+		// the first admission leaves a window and the margin after it,
+		// give or take a slot
+		if want := 800*time.Millisecond + margin; d.Wait < want-slot || d.Wait > want+slot {
+			t.Fatalf("wait = %s, want %s within a slot", d.Wait, want)
+		}
+		clk.advance(d.Wait - time.Microsecond)
+		if reserve(t, b, "b", 300).Admitted {
+			t.Fatal("admitted before the wait had passed")
+		}
+		clk.advance(time.Microsecond)
+		if !reserve(t, b, "b", 300).Admitted {
+			t.Fatal("not admitted when the wait had passed")
+		}
+	})
+	t.Run("a small cost fits beside what the window holds", func(t *testing.T) {
+		b, _, _ := newBucket(t, t.Name(), winLimits)
+		reserve(t, b, "a", 900)
+		if !reserve(t, b, "b", 100).Admitted {
+			t.Fatal("100 more refused with 100 left")
+		}
+		if reserve(t, b, "c", 1).Admitted {
+			t.Fatal("admitted over the limit")
+		}
+	})
+	t.Run("wait names the slot that frees enough", func(t *testing.T) {
+		b, clk, _ := newBucket(t, t.Name(), winLimits)
+		reserve(t, b, "a", 400)
+		clk.advance(300 * time.Millisecond)
+		reserve(t, b, "b", 600)
+		d := reserve(t, b, "c", 400) // needs the 400 to leave, not the 600
+		if want := 700*time.Millisecond + margin; d.Admitted || d.Wait < want-slot || d.Wait > want+slot {
+			t.Fatalf("decision %+v, want a wait of %s within a slot", d, want)
+		}
+		d = reserve(t, b, "d", 1000) // needs both to leave
+		if want := time.Second + margin; d.Wait < want-slot || d.Wait > want+slot {
+			t.Fatalf("wait for everything = %s, want %s within a slot", d.Wait, want)
+		}
+	})
+	t.Run("requests and tokens all or nothing", func(t *testing.T) {
+		b, _, _ := newBucket(t, t.Name(), winLimits)
+		for i := 0; i < 10; i++ {
+			if !reserve(t, b, fmt.Sprint("r", i), 1).Admitted {
+				t.Fatal("request refused early")
+			}
+		}
+		if reserve(t, b, "over", 1).Admitted {
+			t.Fatal("11th request admitted")
+		}
+		avail, _, _ := b.Available(ctx)
+		if avail.Tokens != 990 || avail.Requests != 0 {
+			t.Fatalf("available %+v, want 0 requests and 990 tokens", avail)
+		}
+	})
+	t.Run("daily limit over a sliding day", func(t *testing.T) {
+		l := winLimits
+		l.TokensPerDay = 1500
+		b, clk, _ := newBucket(t, t.Name(), l)
+		reserve(t, b, "a", 1000)
+		clk.advance(2 * time.Second)
+		d := reserve(t, b, "b", 600)
+		if d.Admitted || d.Wait < 23*time.Hour {
+			t.Fatalf("daily window: %+v", d)
+		}
+		if !reserve(t, b, "c", 500).Admitted {
+			t.Fatal("500 within the day refused")
+		}
+	})
+	t.Run("sub-window caps bursts", func(t *testing.T) {
+		l := winLimits
+		l.SubWindow = 100 * time.Millisecond // share defaults to 1/10: 1 request, 100 tokens
+		b, clk, _ := newBucket(t, t.Name(), l)
+		_, err := b.Reserve(ctx, "big", ratelimit.Cost{Requests: 1, Tokens: 101})
+		var ce *ratelimit.CostError
+		if !errors.As(err, &ce) || ce.Burst != 100 {
+			t.Fatalf("want CostError with the sub-window's 100, got %v", err)
+		}
+		if !reserve(t, b, "a", 100).Admitted {
+			t.Fatal("a sub-window's share refused")
+		}
+		d := reserve(t, b, "b", 10)
+		if want := 100*time.Millisecond + margin; d.Admitted || d.Wait > want+time.Second/1200 || d.Wait < want-time.Second/1200 {
+			t.Fatalf("decision %+v, want a wait of one sub-window and the margin", d)
+		}
+		clk.advance(d.Wait)
+		if !reserve(t, b, "b", 10).Admitted {
+			t.Fatal("not admitted once the sub-window moved on")
+		}
+	})
+	t.Run("settle refunds in the slot charged, debt counts now", func(t *testing.T) {
+		l := winLimits
+		l.Policy = ratelimit.PolicyRefund
+		b, clk, _ := newBucket(t, t.Name(), l)
+		reserve(t, b, "a", 900)
+		clk.advance(500 * time.Millisecond)
+		if err := b.Settle(ctx, "a", ratelimit.Cost{Requests: 1, Tokens: 100}); err != nil {
+			t.Fatal(err)
+		}
+		if avail, _, _ := b.Available(ctx); avail.Tokens != 900 {
+			t.Fatalf("after refund %d available, want 900", avail.Tokens)
+		}
+		reserve(t, b, "b", 100)
+		if err := b.Settle(ctx, "b", ratelimit.Cost{Requests: 1, Tokens: 400}); err != nil {
+			t.Fatal(err)
+		}
+		if avail, _, _ := b.Available(ctx); avail.Tokens != 500 {
+			t.Fatalf("after debt %d available, want 500", avail.Tokens)
+		}
+		// the refunded admission leaves at 1s: only the 100 it kept goes
+		clk.advance(500*time.Millisecond + margin + slot)
+		if avail, _, _ := b.Available(ctx); avail.Tokens != 600 {
+			t.Fatalf("after the first slot left %d available, want 600", avail.Tokens)
+		}
+	})
+	t.Run("lower books what the provider counted and we did not", func(t *testing.T) {
+		b, _, _ := newBucket(t, t.Name(), winLimits)
+		reserve(t, b, "a", 100)
+		if lowered, err := b.Lower(ctx, ratelimit.Cost{Requests: -1, Tokens: 950}, 0); err != nil || lowered {
+			t.Fatalf("provider counts less than we do: lowered %v %v", lowered, err)
+		}
+		if lowered, _ := b.Lower(ctx, ratelimit.Cost{Requests: -1, Tokens: 500}, 0); !lowered {
+			t.Fatal("not lowered to the provider's remaining")
+		}
+		if avail, _, _ := b.Available(ctx); avail.Tokens != 500 {
+			t.Fatalf("%d available, want 500", avail.Tokens)
+		}
+		if lowered, _ := b.Lower(ctx, ratelimit.Cost{Requests: -1, Tokens: 500}, 0); lowered {
+			t.Fatal("the same report lowered twice")
+		}
+	})
+	t.Run("a report from before our admission compares with then", func(t *testing.T) {
+		b, clk, _ := newBucket(t, t.Name(), winLimits)
+		reserve(t, b, "a", 300)
+		clk.advance(100 * time.Millisecond)
+		reserve(t, b, "b", 300)
+		// as of 100ms ago the provider had seen only a's 300
+		if lowered, _ := b.Lower(ctx, ratelimit.Cost{Requests: -1, Tokens: 700}, 100*time.Millisecond); lowered {
+			t.Fatal("a report agreeing with our window then lowered it")
+		}
+	})
+	t.Run("penalize stops all until the wait", func(t *testing.T) {
+		b, clk, _ := newBucket(t, t.Name(), winLimits)
+		reserve(t, b, "a", 10)
+		if err := b.Penalize(ctx, 300*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		d := reserve(t, b, "b", 1)
+		if d.Admitted || d.Wait < 300*time.Millisecond {
+			t.Fatalf("after a 429's 300ms: %+v", d)
+		}
+		clk.advance(d.Wait)
+		if !reserve(t, b, "b", 1).Admitted {
+			t.Fatal("still refused after the wait")
+		}
+	})
+}
+
+func TestWindowLimitsValidate(t *testing.T) {
+	base := ratelimit.Limits{RequestsPerPeriod: 10, TokensPerPeriod: 1000, Period: time.Minute}
+	tests := []struct {
+		name string
+		edit func(*ratelimit.Limits)
+		want string // "" valid
+	}{
+		{"bucket", func(*ratelimit.Limits) {}, ""},
+		{"window", func(l *ratelimit.Limits) { l.Limiter = ratelimit.LimiterWindow }, ""},
+		{"sub-window", func(l *ratelimit.Limits) {
+			l.Limiter, l.SubWindow, l.SubWindowShare = ratelimit.LimiterWindow, 10*time.Second, 0.25
+		}, ""},
+		{"unknown limiter", func(l *ratelimit.Limits) { l.Limiter = "leaky" }, `limiter must be "bucket" or "window", got "leaky"`},
+		{"window on a bucket", func(l *ratelimit.Limits) { l.SubWindow = time.Second }, "apply to limiter \"window\" only"},
+		{"burst on a window", func(l *ratelimit.Limits) { l.Limiter, l.BurstTokens = ratelimit.LimiterWindow, 10 }, "burst applies to limiter \"bucket\""},
+		{"sub-window too long", func(l *ratelimit.Limits) { l.Limiter, l.SubWindow = ratelimit.LimiterWindow, time.Minute }, "must be shorter than the window"},
+		{"sub-window too short", func(l *ratelimit.Limits) { l.Limiter, l.SubWindow = ratelimit.LimiterWindow, 100*time.Millisecond }, "at most 60 sub-windows"},
+		{"share out of range", func(l *ratelimit.Limits) {
+			l.Limiter, l.SubWindow, l.SubWindowShare = ratelimit.LimiterWindow, 10*time.Second, 1.5
+		}, "share must be in (0, 1]"},
+		{"share without sub-window", func(l *ratelimit.Limits) { l.Limiter, l.SubWindowShare = ratelimit.LimiterWindow, 0.5 }, "needs a sub-window"},
+		{"share admits nothing", func(l *ratelimit.Limits) {
+			l.Limiter, l.SubWindow, l.SubWindowShare = ratelimit.LimiterWindow, 10*time.Second, 0.05
+		}, "admits nothing"},
+		{"margin too long", func(l *ratelimit.Limits) { l.Limiter, l.WindowMargin = ratelimit.LimiterWindow, 2*time.Minute }, "window margin must be between"},
+		{"window too long", func(l *ratelimit.Limits) { l.Limiter, l.Window = ratelimit.LimiterWindow, 48*time.Hour }, "between 1ms and 24h"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := base
+			tt.edit(&l)
+			_, err := ratelimit.NewBucket(nil, "m", "k", l)
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("want valid, got %v", err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Fatalf("want error containing %q, got %v", tt.want, err)
+			}
+		})
+	}
+}
+
+func TestCheckWindows(t *testing.T) {
+	t0 := time.UnixMicro(1_000_000)
+	at := func(ms int64) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	tests := []struct {
+		name string
+		adm  []ratelimit.Admission
+		viol bool
+	}{
+		{"limit at once", []ratelimit.Admission{{at(0), 50}, {at(0), 50}}, false},
+		{"over at once", []ratelimit.Admission{{at(0), 60}, {at(0), 50}}, true},
+		{"a window later", []ratelimit.Admission{{at(0), 100}, {at(1000), 100}}, false},
+		{"a refill is not a window", []ratelimit.Admission{{at(0), 100}, {at(500), 50}}, true},
+		{"just inside", []ratelimit.Admission{{at(0), 100}, {at(999), 1}}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rep := ratelimit.CheckWindows(tt.adm, 100, time.Second)
+			if got := rep.Violations > 0; got != tt.viol {
+				t.Fatalf("violations = %d, want violation %v", rep.Violations, tt.viol)
+			}
+		})
+	}
+}
+
+func TestWindowLike(t *testing.T) {
+	h := func(remaining, reset string) http.Header {
+		x := http.Header{}
+		x.Set("x-ratelimit-limit-tokens", "1000")
+		x.Set("x-ratelimit-remaining-tokens", remaining)
+		x.Set("x-ratelimit-reset-tokens", reset)
+		return x
+	}
+	tests := []struct {
+		name, remaining, reset string
+		want                   bool
+	}{
+		{"bucket refill", "900", "6s", false},
+		{"bucket empty", "0", "1m0s", false},
+		{"window after a small call", "900", "59.5s", true},
+		{"window full", "0", "59s", false}, // a bucket could say so too
+		{"no headers", "", "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := ratelimit.ParseHeaders(h(tt.remaining, tt.reset)).WindowLike(time.Minute); got != tt.want {
+				t.Fatalf("WindowLike = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestWindowReconfigured: a window whose slots change size (a new window
+// or sub-window) starts afresh instead of reading old slots as new times.
+func TestWindowReconfigured(t *testing.T) {
+	ctx := context.Background()
+	b, clk, rdb := newBucket(t, t.Name(), winLimits)
+	if d, _ := b.Reserve(ctx, "a", ratelimit.Cost{Requests: 1, Tokens: 1000}); !d.Admitted {
+		t.Fatal("refused")
+	}
+	l := winLimits
+	l.Window = 10 * time.Second
+	b2, err := ratelimit.NewBucket(rdb, t.Name(), "sk-"+t.Name(), l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b2.NowFunc = clk.now
+	d, err := b2.Reserve(ctx, "b", ratelimit.Cost{Requests: 1, Tokens: 500})
+	if err != nil || !d.Admitted {
+		t.Fatalf("after reconfiguring: %+v %v", d, err)
+	}
+	d, _ = b2.Reserve(ctx, "c", ratelimit.Cost{Requests: 1, Tokens: 600})
+	if want := 10*time.Second + 10*margin; d.Admitted || d.Wait > want+time.Second/12 || d.Wait < want-time.Second/12 {
+		t.Fatalf("the new 10s window: %+v", d)
+	}
+	fields, _ := rdb.HLen(ctx, b2.StateKey()).Result()
+	if fields > 20 {
+		t.Fatalf("%d fields left in the state: the old slots were not dropped", fields)
+	}
+}
+
+// TestWindowLearnsMargin: a 429 while the window admitted means the
+// provider counts calls later than prq admits them; each one doubles how
+// much longer admissions are held (from one slot, up to a tenth of the
+// window).
+func TestWindowLearnsMargin(t *testing.T) {
+	ctx := context.Background()
+	b, clk, _ := newBucket(t, t.Name(), winLimits)
+	for i := 0; i < 2; i++ {
+		if err := b.Penalize(ctx, time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk.advance(3 * time.Second) // the penalties have left
+	if d, _ := b.Reserve(ctx, "a", ratelimit.Cost{Requests: 1, Tokens: 1000}); !d.Admitted {
+		t.Fatal("refused after the penalties left")
+	}
+	d, _ := b.Reserve(ctx, "b", ratelimit.Cost{Requests: 1, Tokens: 1})
+	if want := time.Second + margin + 2*slot; d.Admitted || d.Wait < want-slot || d.Wait > want+slot {
+		t.Fatalf("after two 429s: %+v, want a wait of %s within a slot", d, want)
+	}
+	for i := 0; i < 20; i++ {
+		b.Penalize(ctx, time.Millisecond)
+	}
+	clk.advance(3 * time.Second)
+	b.Reserve(ctx, "c", ratelimit.Cost{Requests: 1, Tokens: 1000})
+	d, _ = b.Reserve(ctx, "d", ratelimit.Cost{Requests: 1, Tokens: 1})
+	if want := time.Second + margin + (time.Second+margin)/10; d.Wait < want-slot || d.Wait > want+slot {
+		t.Fatalf("after many 429s: wait %s, want %s (capped at a tenth of the window) within a slot", d.Wait, want)
+	}
+}
