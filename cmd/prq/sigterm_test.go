@@ -21,7 +21,7 @@ import (
 )
 
 // buildBinary builds prq (this package) into a temporary directory.
-func buildBinary(t *testing.T) string {
+func buildBinary(t testing.TB) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "prq")
 	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
