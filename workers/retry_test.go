@@ -302,3 +302,40 @@ func TestRetryBudgetValidated(t *testing.T) {
 		t.Errorf("NewFinalizer with a negative budget = %v, want an error naming Budget", err)
 	}
 }
+
+// A plan job carries no planned time: its age runs from its first run,
+// recorded in Redis. GitHub rate limiting it forever ends it once that
+// age passes the budget, on the injected clock, however few attempts.
+func TestPlanGivesUpAfterItsAge(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, adm, q := newStore(t), &fakeAdmission{}, &fakeQueue{}
+	gh := &fakeGitHub{PRFunc: func() (ghapp.PullRequest, error) {
+		return ghapp.PullRequest{}, &ghapp.RateLimitedError{RetryAfter: time.Minute}
+	}}
+	clk := &clock{now: time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)}
+	gave := &gaveUp{}
+	p, err := workers.NewPlanner(workers.PlannerConfig{Attempts: newAttempts(t), Store: st, Plans: st, Tickets: adm, GitHub: gh, Queue: q,
+		Models: testModels, SummaryModel: "gpt-4o-mini", ReviewModel: "gpt-4o",
+		Budget: workers.RetryBudget{MaxAttempts: 100, MaxAge: 24 * time.Hour}, GaveUpFunc: gave.Func, NowFunc: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	task := planTask(testPR(t, 606), "h1", "opened", jobs.TierPaid)
+	for _, step := range []time.Duration{0, 12 * time.Hour, 11 * time.Hour} {
+		clk.Add(step)
+		err := p.ProcessTask(ctx, task)
+		var ra *workers.RetryAfterError
+		if !errors.As(err, &ra) || workers.IsFailure(err) || errors.Is(err, asynq.SkipRetry) {
+			t.Fatalf("at +%s: %v, want a rate-limit wait within the budget", step, err)
+		}
+	}
+	clk.Add(time.Hour) // 24h since its first run
+	err = p.ProcessTask(ctx, task)
+	if !errors.Is(err, asynq.SkipRetry) || !strings.Contains(err.Error(), "gave up after 4 attempts over 24h0m0s: GitHub kept rate limiting") {
+		t.Fatalf("past the age budget: %v, want archived with the reason", err)
+	}
+	if got, want := gave.Seen(), []string{"plan github_rate_limited"}; !slices.Equal(got, want) {
+		t.Errorf("gave up %q, want %q", got, want)
+	}
+}
