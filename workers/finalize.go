@@ -106,7 +106,7 @@ func NewFinalizer(cfg FinalizerConfig) (*Finalizer, error) {
 		cfg.NowFunc = time.Now
 	}
 	cfg.Log = logOrDiscard(cfg.Log)
-	return &Finalizer{cfg: cfg, budget: budgetOf{attempts: cfg.Attempts, budget: cfg.Budget, gaveUp: cfg.GaveUpFunc, now: cfg.NowFunc}}, nil
+	return &Finalizer{cfg: cfg, budget: budgetOf{attempts: cfg.Attempts, budget: cfg.Budget, gaveUp: cfg.GaveUpFunc, now: cfg.NowFunc, log: cfg.Log}}, nil
 }
 
 // ProcessTask publishes one head's results. Its retries, GitHub's

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"time"
 
@@ -184,6 +185,7 @@ type budgetOf struct {
 	budget   RetryBudget
 	gaveUp   func(kind, reason string)
 	now      func() time.Time
+	log      *slog.Logger
 }
 
 // run runs one job under its budget: it counts the run, and a retry
@@ -199,7 +201,10 @@ func (b budgetOf) run(ctx context.Context, kind, id string, process func() error
 		b.gaveUp(kind, reason)
 	}
 	if err == nil || errors.Is(err, asynq.SkipRetry) || errors.Is(err, asynq.RevokeTask) {
-		_ = b.attempts.Forget(ctx, id) // it expires on its own otherwise
+		if ferr := b.attempts.Forget(ctx, id); ferr != nil {
+			// the record expires on its own; until then the id starts counted
+			b.log.WarnContext(ctx, "could not forget a finished job's attempts", "task", id, "err", ferr)
+		}
 	}
 	return err
 }
