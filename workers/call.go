@@ -96,6 +96,8 @@ type callSpec struct {
 	model    Model
 	retried  int
 	maxRetry int
+	// attempt counts the job's runs against its retry budget.
+	attempt attempt
 }
 
 // skipError ends a job with a recorded reason instead of a result;
@@ -104,6 +106,9 @@ type callSpec struct {
 type skipError struct {
 	reason string
 	failed bool
+	// gaveUp, when set, is why the job spent its retry budget
+	// (GaveUpRateLimited ...).
+	gaveUp string
 }
 
 // publicFailure is what a pull request may read of a provider failure:
@@ -191,6 +196,9 @@ func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
 	case errors.Is(err, llm.ErrRateLimited):
 		settleQuota(0)
 		c.count(model, "rate_limited")
+		if s.attempt.spent() {
+			return llm.Response{}, c.giveUp(ctx, s, GaveUpRateLimited, err)
+		}
 		// the bucket is empty until the provider's retry time: wait there
 		return llm.Response{}, backToAdmission(ctx, cfg.Requeue, s.ticket, 0, err)
 	case errors.Is(err, llm.ErrAccount):
@@ -199,6 +207,9 @@ func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
 		log.ErrorContext(ctx, "provider account problem: pausing the model's admissions", "model", model, "pause", cfg.PauseFor, "err", err)
 		if perr := cfg.Provider.Pause(ctx, model, err.Error(), cfg.PauseFor); perr != nil {
 			log.ErrorContext(ctx, "could not pause the model's admissions; its jobs keep failing until the account is fixed", "model", model, "err", perr)
+		}
+		if s.attempt.spent() {
+			return llm.Response{}, c.giveUp(ctx, s, GaveUpAccount, err)
 		}
 		return llm.Response{}, backToAdmission(ctx, cfg.Requeue, s.ticket, 0, err)
 	case errors.Is(err, llm.ErrContextLength):
@@ -218,12 +229,24 @@ func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
 		if s.retried >= s.maxRetry {
 			return llm.Response{}, &skipError{reason: publicFailure(ctx, log, fmt.Sprintf("the model provider failed %d times", s.retried+1), err), failed: true}
 		}
+		if s.attempt.spent() {
+			return llm.Response{}, c.giveUp(ctx, s, GaveUpTransient, err)
+		}
 		delay := cfg.Backoff * time.Duration(1<<min(s.retried, 8))
 		if err := backToAdmission(ctx, cfg.Requeue, s.ticket, delay, err); !errors.Is(err, errBackToAdmission) {
 			return llm.Response{}, err
 		}
 		return llm.Response{}, fmt.Errorf("transient provider failure, retrying in %s through admission: %w", delay, err)
 	}
+}
+
+// giveUp ends a job whose retry budget is spent: a failed result with a
+// generic public reason; the provider's words go to the log only.
+func (c *Caller) giveUp(ctx context.Context, s callSpec, reason string, err error) error {
+	text := s.attempt.gaveUp(whyPublic(reason))
+	c.cfg.Log.WarnContext(ctx, "job gave up: its retry budget is spent", "task", s.ticket.ID, "model", s.model.Name,
+		"reason", reason, "attempts", s.attempt.n, "since", s.attempt.since, "err", err)
+	return &skipError{reason: text, failed: true, gaveUp: reason}
 }
 
 func (c *Caller) count(model, outcome string) {

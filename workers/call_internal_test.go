@@ -85,3 +85,31 @@ func TestCallTransientBacksOffThroughAdmission(t *testing.T) {
 		})
 	}
 }
+
+// A transient failure with asynq retries left still ends the job once
+// its budget is spent: no return to admission, a generic reason.
+func TestCallTransientWithinBudgetOnly(t *testing.T) {
+	t.Parallel()
+	transient := llmFunc(func(context.Context, llm.Request) (llm.Response, error) {
+		return llm.Response{}, &llm.Error{Kind: llm.ErrTransient, Status: 502, Message: "upstream https://internal.example/x"}
+	})
+	adm := &requeueAt{}
+	c, err := NewCaller(CallerConfig{LLM: transient, Ledger: adm, Requeue: adm, Provider: adm})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
+	_, err = c.call(context.Background(), callSpec{ticket: admission.Ticket{ID: "summary-x", Model: "gpt-4o-mini"},
+		model: Model{Name: "gpt-4o-mini"}.withDefaults(), retried: 2, maxRetry: 8,
+		attempt: attempt{n: 5, since: now.Add(-time.Minute), now: now, budget: RetryBudget{MaxAttempts: 5, MaxAge: time.Hour}}})
+	var skip *skipError
+	if !errors.As(err, &skip) || skip.gaveUp != GaveUpTransient || !skip.failed {
+		t.Fatalf("call = %v, want a failed result that gave up (transient)", err)
+	}
+	if want := "gave up after 5 attempts over 1m0s: the provider kept failing"; skip.reason != want {
+		t.Errorf("reason %q, want %q", skip.reason, want)
+	}
+	if len(adm.at) != 0 {
+		t.Errorf("went back to admission at %v after giving up", adm.at)
+	}
+}

@@ -62,6 +62,15 @@ type ChatResponderConfig struct {
 	// Backoff is the first delay before a failed post goes back to
 	// admission; it doubles. Defaults to 2s.
 	Backoff time.Duration
+	// Attempts counts each reply's runs for its retry budget. Required.
+	Attempts Attempter
+	// Budget bounds each reply's retries. Defaults to DefaultChatBudget.
+	Budget RetryBudget
+	// GaveUpFunc, when set, counts replies that spent their retry budget,
+	// by reason (prq_jobs_gave_up_total, kind chat).
+	GaveUpFunc func(kind, reason string)
+	// NowFunc is the clock of the retry budget. Defaults to time.Now.
+	NowFunc func() time.Time
 	// Log defaults to discarding.
 	Log *slog.Logger
 }
@@ -91,6 +100,16 @@ func NewChatResponder(cfg ChatResponderConfig) (*ChatResponder, error) {
 		return nil, errors.New("workers: chat responder: Turns is required")
 	case cfg.Backoff < 0:
 		return nil, errors.New("workers: chat responder: Backoff must not be negative")
+	case cfg.Attempts == nil:
+		return nil, errors.New("workers: chat responder: Attempts is required")
+	}
+	budget, err := cfg.Budget.orDefault(DefaultChatBudget, "chat responder: Budget")
+	if err != nil {
+		return nil, err
+	}
+	cfg.Budget = budget
+	if cfg.NowFunc == nil {
+		cfg.NowFunc = time.Now
 	}
 	if cfg.Backoff == 0 {
 		cfg.Backoff = 2 * time.Second
@@ -117,6 +136,26 @@ func (r *ChatResponder) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	}
 	ticket := ChatTicket(c)
 	started(ctx, cfg.Ledger, log, ticket)
+	at, err := budgeted(ctx, cfg.Attempts, ticket.ID, c.Created, cfg.Budget, cfg.NowFunc())
+	if err != nil {
+		return err
+	}
+	err = r.answer(ctx, c, at)
+	var reason string
+	if reason, err = giveUpIfSpent(at, err); reason != "" && cfg.GaveUpFunc != nil {
+		cfg.GaveUpFunc(string(jobs.KindChat), reason)
+	}
+	if err == nil || errors.Is(err, asynq.SkipRetry) || errors.Is(err, asynq.RevokeTask) {
+		if ferr := cfg.Attempts.Forget(ctx, ticket.ID); ferr != nil {
+			log.WarnContext(ctx, "could not forget a finished job's attempts", "task", ticket.ID, "err", ferr)
+		}
+	}
+	return err
+}
+
+func (r *ChatResponder) answer(ctx context.Context, c jobs.Chat, at attempt) error {
+	cfg, log := &r.cfg, r.cfg.Log
+	ticket := ChatTicket(c)
 	what := "reply:" + strconv.FormatInt(c.CommentID, 10)
 	if id, err := cfg.Replies.Posted(ctx, c.PR, what); err != nil {
 		return err
@@ -136,10 +175,13 @@ func (r *ChatResponder) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		if err != nil {
 			return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
 		}
-		out, err := cfg.Caller.call(ctx, callSpec{ticket: ticket, kind: jobs.KindChat, tier: c.Tier, inst: c.PR.Installation, prompt: pm, model: m, retried: retried(ctx), maxRetry: maxRetry(ctx)})
+		out, err := cfg.Caller.call(ctx, callSpec{ticket: ticket, kind: jobs.KindChat, tier: c.Tier, inst: c.PR.Installation, prompt: pm, model: m, retried: retried(ctx), maxRetry: maxRetry(ctx), attempt: at})
 		var skip *skipError
 		switch {
 		case errors.As(err, &skip):
+			if skip.gaveUp != "" && cfg.GaveUpFunc != nil {
+				cfg.GaveUpFunc(string(jobs.KindChat), skip.gaveUp)
+			}
 			body = "Sorry, I can't answer right now: " + skip.reason + "."
 		case err != nil:
 			return err
@@ -172,7 +214,7 @@ func (r *ChatResponder) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		return err
 	})
 	var ra *RetryAfterError
-	if errors.As(err, &ra) {
+	if errors.As(err, &ra) && !at.spent() {
 		// GitHub said wait: come back through admission then (the draft
 		// is kept, so no second LLM call)
 		return backToAdmission(ctx, cfg.Requeue, ticket, ra.After, err)
@@ -182,7 +224,7 @@ func (r *ChatResponder) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		if gerr == nil {
 			return nil
 		}
-		if n := retried(ctx); n < maxRetry(ctx) {
+		if n := retried(ctx); n < maxRetry(ctx) && !at.spent() {
 			// asynq holds the task again; its ticket comes back after the backoff
 			if rerr := cfg.Requeue.RegisterAt(ctx, ticket, time.Now().Add(cfg.Backoff*time.Duration(1<<min(n, 8)))); rerr != nil {
 				log.WarnContext(ctx, "could not put the chat reply back in admission; the reconciler adopts the held task", "task", ticket.ID, "err", rerr)

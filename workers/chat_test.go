@@ -28,7 +28,7 @@ func newPacer(t *testing.T) *workers.Pacer {
 
 func newChat(t *testing.T, st *store.Store, adm *fakeAdmission, c *workers.Caller, gh *fakeGitHub) *workers.ChatResponder {
 	t.Helper()
-	r, err := workers.NewChatResponder(workers.ChatResponderConfig{Replies: st, Drafts: st, Ledger: adm, Requeue: adm, Caller: c,
+	r, err := workers.NewChatResponder(workers.ChatResponderConfig{Attempts: newAttempts(t), Replies: st, Drafts: st, Ledger: adm, Requeue: adm, Caller: c,
 		GitHub: gh, Turns: newPacer(t), Models: testModels})
 	if err != nil {
 		t.Fatal(err)

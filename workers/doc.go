@@ -16,6 +16,12 @@
 // so a serve process builds no handlers. [Set] composes the four
 // handlers for a worker process and registers them on an asynq mux.
 //
+// Every retry has a budget ([RetryBudget], per class: batch and chat):
+// attempts, counted in Redis by [Attempts] because asynq counts only
+// failures, and age since the job was planned. A provider that keeps
+// answering 429 or refusing the account, or a GitHub that keeps rate
+// limiting, ends the job with a recorded reason once it is spent.
+//
 // Each type declares, where it is used, the few methods it needs of the
 // store, admission, GitHub and the LLM; *store.Store, *admission.Scheduler
 // and *ghapp.Client satisfy them (GitHub through [Installations]).
@@ -23,5 +29,6 @@
 // workers does not receive webhooks (package webhook), decide the order
 // or the rate of LLM calls (packages admission and ratelimit), speak
 // GitHub's or the provider's HTTP (packages ghapp and llm), or keep state
-// of its own: runs, results and drafts live in package store.
+// of its own beyond the pacer's turns and the attempt counts: runs,
+// results and drafts live in package store.
 package workers

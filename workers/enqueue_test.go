@@ -102,12 +102,12 @@ func TestConstructorsNameTheMissingField(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "ChatModel") {
 		t.Errorf("NewEnqueuer without a chat model: %v", err)
 	}
-	_, err = workers.NewPlanner(workers.PlannerConfig{Store: newStore(t), Plans: newStore(t), Tickets: &fakeAdmission{}, GitHub: &fakeGitHub{}, Queue: &fakeQueue{},
+	_, err = workers.NewPlanner(workers.PlannerConfig{Attempts: newAttempts(t), Store: newStore(t), Plans: newStore(t), Tickets: &fakeAdmission{}, GitHub: &fakeGitHub{}, Queue: &fakeQueue{},
 		Models: testModels, SummaryModel: "gpt-4o-mini", ReviewModel: "o9"})
 	if err == nil || !strings.Contains(err.Error(), `"o9"`) {
 		t.Errorf("NewPlanner with an unknown model: %v", err)
 	}
-	_, err = workers.NewPlanner(workers.PlannerConfig{Store: newStore(t), Plans: newStore(t), Tickets: &fakeAdmission{}, GitHub: &fakeGitHub{}, Queue: &fakeQueue{},
+	_, err = workers.NewPlanner(workers.PlannerConfig{Attempts: newAttempts(t), Store: newStore(t), Plans: newStore(t), Tickets: &fakeAdmission{}, GitHub: &fakeGitHub{}, Queue: &fakeQueue{},
 		Models: testModels, SummaryModel: "gpt-4o-mini", ReviewModel: "gpt-4o", Exclude: []string{"[a-"}})
 	if err == nil || !strings.Contains(err.Error(), `"[a-"`) {
 		t.Errorf("NewPlanner with a malformed glob: %v", err)

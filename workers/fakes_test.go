@@ -273,3 +273,9 @@ func testPR(t *testing.T, inst int64) jobs.PR {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// newAttempts counts runs on the package's real Redis.
+func newAttempts(t *testing.T) *workers.Attempts {
+	t.Helper()
+	return workers.NewAttempts(redistest.Shared(t).Client(t))
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/hibiken/asynq"
 
@@ -45,6 +46,15 @@ type FileWorkerConfig struct {
 	// UnusableFunc, when set, counts replies that could not be read, by
 	// model and job kind (prq_llm_unusable_replies_total).
 	UnusableFunc func(model, kind string)
+	// Attempts counts each job's runs for its retry budget. Required.
+	Attempts Attempter
+	// Budget bounds each job's retries. Defaults to DefaultBatchBudget.
+	Budget RetryBudget
+	// GaveUpFunc, when set, counts jobs that spent their retry budget, by
+	// job kind and reason (prq_jobs_gave_up_total).
+	GaveUpFunc func(kind, reason string)
+	// NowFunc is the clock of the retry budget. Defaults to time.Now.
+	NowFunc func() time.Time
 	// Progress, when set, is told when a file of a head is done (the
 	// check run's "n of m files"); its failures are its own.
 	Progress func(ctx context.Context, pr jobs.PR, head string)
@@ -72,6 +82,16 @@ func NewFileWorker(cfg FileWorkerConfig) (*FileWorker, error) {
 		return nil, errors.New("workers: file worker: Queue is required")
 	case cfg.Repairs == nil || cfg.Requeue == nil:
 		return nil, errors.New("workers: file worker: Repairs and Requeue are required")
+	case cfg.Attempts == nil:
+		return nil, errors.New("workers: file worker: Attempts is required")
+	}
+	budget, err := cfg.Budget.orDefault(DefaultBatchBudget, "file worker: Budget")
+	if err != nil {
+		return nil, err
+	}
+	cfg.Budget = budget
+	if cfg.NowFunc == nil {
+		cfg.NowFunc = time.Now
 	}
 	ms, err := models(cfg.Models)
 	if err != nil {
@@ -105,6 +125,10 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	if !current {
 		settle(ctx, cfg.Ledger, log, ticket, ratelimit.Cost{Requests: 1, Tokens: f.Estimate})
 		return fmt.Errorf("stale job of a superseded head: %w", asynq.RevokeTask)
+	}
+	at, err := budgeted(ctx, cfg.Attempts, ticket.ID, f.Created, cfg.Budget, cfg.NowFunc())
+	if err != nil {
+		return err
 	}
 	fd, err := cfg.Store.File(ctx, f.PR, f.HeadSHA, ref.FileIndex)
 	if err != nil {
@@ -150,11 +174,14 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 			}
 		}
 	}
-	out, err := cfg.Caller.call(ctx, callSpec{ticket: ticket, kind: f.Kind, tier: f.Tier, inst: f.PR.Installation, prompt: pm, model: m, retried: retried(ctx), maxRetry: maxRetry(ctx)})
+	out, err := cfg.Caller.call(ctx, callSpec{ticket: ticket, kind: f.Kind, tier: f.Tier, inst: f.PR.Installation, prompt: pm, model: m, retried: retried(ctx), maxRetry: maxRetry(ctx), attempt: at})
 	if err != nil {
 		var skip *skipError
 		if errors.As(err, &skip) {
 			res.Skipped, res.Failed = skip.reason, skip.failed
+			if skip.gaveUp != "" && cfg.GaveUpFunc != nil {
+				cfg.GaveUpFunc(string(f.Kind), skip.gaveUp)
+			}
 			return w.complete(ctx, f, res)
 		}
 		return err
@@ -204,6 +231,11 @@ func (w *FileWorker) complete(ctx context.Context, f jobs.File, res store.Result
 	last, err := w.cfg.Store.CompleteFile(ctx, f.PR, f.HeadSHA, res)
 	if err != nil {
 		return err
+	}
+	id := jobs.FileTaskID(f)
+	if err := w.cfg.Attempts.Forget(ctx, id); err != nil {
+		// the record expires on its own; until then the id starts counted
+		w.cfg.Log.WarnContext(ctx, "could not forget a finished job's attempts", "task", id, "err", err)
 	}
 	if last {
 		return enqueueFinalize(ctx, w.cfg.Queue, jobs.Finalize{PR: f.PR, HeadSHA: f.HeadSHA, Tier: f.Tier})

@@ -62,7 +62,7 @@ func plannedFile(t *testing.T, st *store.Store, pr jobs.PR, kind jobs.Kind) (job
 
 func newFileWorker(t *testing.T, st *store.Store, adm *fakeAdmission, c *workers.Caller, q *fakeQueue, log *slog.Logger) *workers.FileWorker {
 	t.Helper()
-	w, err := workers.NewFileWorker(workers.FileWorkerConfig{Store: st, Ledger: adm, Caller: c, Queue: q, Models: testModels, Repairs: st, Requeue: adm, Log: log})
+	w, err := workers.NewFileWorker(workers.FileWorkerConfig{Attempts: newAttempts(t), Store: st, Ledger: adm, Caller: c, Queue: q, Models: testModels, Repairs: st, Requeue: adm, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/hibiken/asynq"
 
@@ -61,6 +62,16 @@ type FinalizerConfig struct {
 	Markers render.Markers
 	// Checks, when set, completes the head's check run.
 	Checks *Checks
+	// Attempts counts each job's runs for its retry budget. Required.
+	Attempts Attempter
+	// Budget bounds each job's retries, GitHub rate-limit waits included.
+	// Defaults to DefaultBatchBudget.
+	Budget RetryBudget
+	// GaveUpFunc, when set, counts jobs that spent their retry budget, by
+	// job kind and reason (prq_jobs_gave_up_total).
+	GaveUpFunc func(kind, reason string)
+	// NowFunc is the clock of the retry budget. Defaults to time.Now.
+	NowFunc func() time.Time
 	// Log defaults to discarding.
 	Log *slog.Logger
 }
@@ -69,7 +80,10 @@ type FinalizerConfig struct {
 // summary comment (upserted by its marker) and one review with line
 // comments. Both are recorded in the store and found again on GitHub by
 // marker, so a retried or re-run finalize never posts twice.
-type Finalizer struct{ cfg FinalizerConfig }
+type Finalizer struct {
+	cfg    FinalizerConfig
+	budget budgetOf
+}
 
 // NewFinalizer returns a Finalizer.
 func NewFinalizer(cfg FinalizerConfig) (*Finalizer, error) {
@@ -80,18 +94,33 @@ func NewFinalizer(cfg FinalizerConfig) (*Finalizer, error) {
 		return nil, errors.New("workers: finalizer: GitHub is required")
 	case cfg.Turns == nil:
 		return nil, errors.New("workers: finalizer: Turns is required")
+	case cfg.Attempts == nil:
+		return nil, errors.New("workers: finalizer: Attempts is required")
+	}
+	budget, err := cfg.Budget.orDefault(DefaultBatchBudget, "finalizer: Budget")
+	if err != nil {
+		return nil, err
+	}
+	cfg.Budget = budget
+	if cfg.NowFunc == nil {
+		cfg.NowFunc = time.Now
 	}
 	cfg.Log = logOrDiscard(cfg.Log)
-	return &Finalizer{cfg: cfg}, nil
+	return &Finalizer{cfg: cfg, budget: budgetOf{attempts: cfg.Attempts, budget: cfg.Budget, gaveUp: cfg.GaveUpFunc, now: cfg.NowFunc, log: cfg.Log}}, nil
 }
 
-// ProcessTask publishes one head's results.
+// ProcessTask publishes one head's results. Its retries, GitHub's
+// rate-limit waits included, stay within its budget.
 func (p *Finalizer) ProcessTask(ctx context.Context, t *asynq.Task) error {
-	cfg, log := &p.cfg, p.cfg.Log
 	var f jobs.Finalize
 	if err := jobs.Unmarshal(t.Type(), t.Payload(), &f); err != nil {
 		return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
 	}
+	return p.budget.run(ctx, "finalize", jobs.FinalizeTaskID(f), func() error { return p.publish(ctx, f) })
+}
+
+func (p *Finalizer) publish(ctx context.Context, f jobs.Finalize) error {
+	cfg, log := &p.cfg, p.cfg.Log
 	current, err := cfg.Results.Current(ctx, f.PR, f.HeadSHA)
 	if err != nil {
 		return err

@@ -37,7 +37,7 @@ func finishedRun(t *testing.T, st *store.Store, pr jobs.PR) *asynq.Task {
 
 func newFinalizer(t *testing.T, st *store.Store, gh *fakeGitHub) *workers.Finalizer {
 	t.Helper()
-	f, err := workers.NewFinalizer(workers.FinalizerConfig{Results: st, Publications: st, GitHub: gh, Turns: newPacer(t)})
+	f, err := workers.NewFinalizer(workers.FinalizerConfig{Attempts: newAttempts(t), Results: st, Publications: st, GitHub: gh, Turns: newPacer(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

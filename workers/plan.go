@@ -66,6 +66,16 @@ type PlannerConfig struct {
 	// SkipBotPRs skips PRs opened by bots. Defaults to false here; the
 	// command sets it from configuration (default true).
 	SkipBotPRs bool
+	// Attempts counts each job's runs for its retry budget. Required.
+	Attempts Attempter
+	// Budget bounds each job's retries, GitHub rate-limit waits included.
+	// Defaults to DefaultBatchBudget.
+	Budget RetryBudget
+	// GaveUpFunc, when set, counts jobs that spent their retry budget, by
+	// job kind and reason (prq_jobs_gave_up_total).
+	GaveUpFunc func(kind, reason string)
+	// NowFunc is the clock of the retry budget. Defaults to time.Now.
+	NowFunc func() time.Time
 	// Log defaults to discarding.
 	Log *slog.Logger
 }
@@ -73,8 +83,9 @@ type PlannerConfig struct {
 // Planner handles pr:plan: it turns a PR event into per-file jobs (no
 // LLM call).
 type Planner struct {
-	cfg PlannerConfig
-	tok map[string]*ratelimit.Tokenizer
+	cfg    PlannerConfig
+	tok    map[string]*ratelimit.Tokenizer
+	budget budgetOf
 }
 
 // NewPlanner returns a Planner.
@@ -90,6 +101,16 @@ func NewPlanner(cfg PlannerConfig) (*Planner, error) {
 		return nil, errors.New("workers: planner: GitHub is required")
 	case cfg.Queue == nil:
 		return nil, errors.New("workers: planner: Queue is required")
+	case cfg.Attempts == nil:
+		return nil, errors.New("workers: planner: Attempts is required")
+	}
+	budget, err := cfg.Budget.orDefault(DefaultBatchBudget, "planner: Budget")
+	if err != nil {
+		return nil, err
+	}
+	cfg.Budget = budget
+	if cfg.NowFunc == nil {
+		cfg.NowFunc = time.Now
 	}
 	for _, g := range cfg.Exclude {
 		if _, err := path.Match(strings.TrimSuffix(g, "/**"), "x"); err != nil {
@@ -109,14 +130,15 @@ func NewPlanner(cfg PlannerConfig) (*Planner, error) {
 		return nil, err
 	}
 	cfg.Log = logOrDiscard(cfg.Log)
-	return &Planner{cfg: cfg, tok: tok}, nil
+	return &Planner{cfg: cfg, tok: tok, budget: budgetOf{attempts: cfg.Attempts, budget: cfg.Budget, gaveUp: cfg.GaveUpFunc, now: cfg.NowFunc, log: cfg.Log}}, nil
 }
 
 // ProcessTask lists the PR's files, filters them, records the run,
 // supersedes the previous head's work, and submits summary and review
 // jobs through admission.
+// Its retries, GitHub's rate-limit waits included, stay within its
+// budget.
 func (p *Planner) ProcessTask(ctx context.Context, t *asynq.Task) error {
-	cfg, log := &p.cfg, p.cfg.Log
 	var pl jobs.Plan
 	if err := jobs.Unmarshal(t.Type(), t.Payload(), &pl); err != nil {
 		return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
@@ -124,6 +146,11 @@ func (p *Planner) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	if err := pl.PR.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
 	}
+	return p.budget.run(ctx, "plan", jobs.PlanTaskID(pl), func() error { return p.plan(ctx, pl) })
+}
+
+func (p *Planner) plan(ctx context.Context, pl jobs.Plan) error {
+	cfg, log := &p.cfg, p.cfg.Log
 	gh, err := cfg.GitHub.PRReader(pl.PR.Installation)
 	if err != nil {
 		return fmt.Errorf("%w: %v", asynq.SkipRetry, err)

@@ -18,7 +18,7 @@ const patchA = "@@ -1,2 +1,3 @@\n a\n+b\n c"
 
 func newPlanner(t *testing.T, st *store.Store, adm *fakeAdmission, gh *fakeGitHub, q *fakeQueue) *workers.Planner {
 	t.Helper()
-	p, err := workers.NewPlanner(workers.PlannerConfig{Store: st, Plans: st, Tickets: adm, GitHub: gh, Queue: q,
+	p, err := workers.NewPlanner(workers.PlannerConfig{Attempts: newAttempts(t), Store: st, Plans: st, Tickets: adm, GitHub: gh, Queue: q,
 		Models: testModels, SummaryModel: "gpt-4o-mini", ReviewModel: "gpt-4o",
 		Tiers:   map[jobs.Tier]workers.TierSpec{jobs.TierPaid: {Review: true}, jobs.TierFree: {}},
 		Exclude: []string{"go.sum"}, SkipBotPRs: true})

@@ -51,7 +51,7 @@ func TestUnusableReviewIsRepairedOnceThenShownAsFailed(t *testing.T) {
 			var unusable []string
 			pr := testPR(t, 251)
 			f, task := plannedFile(t, st, pr, jobs.KindReview)
-			w, err := workers.NewFileWorker(workers.FileWorkerConfig{Store: st, Ledger: adm, Caller: newCaller(t, adm, model, nil, nil), Queue: q,
+			w, err := workers.NewFileWorker(workers.FileWorkerConfig{Attempts: newAttempts(t), Store: st, Ledger: adm, Caller: newCaller(t, adm, model, nil, nil), Queue: q,
 				Models: testModels, Repairs: st, Requeue: adm, UnusableFunc: func(m, k string) { unusable = append(unusable, m+"/"+k) }})
 			if err != nil {
 				t.Fatal(err)

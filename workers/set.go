@@ -41,6 +41,13 @@ type Config struct {
 	CountFunc func(model, outcome string)
 	// UnusableFunc, when set, counts model replies that could not be read.
 	UnusableFunc func(model, kind string)
+	// BatchBudget bounds the retries of plan, file and finalize jobs;
+	// ChatBudget those of chat replies. Default to DefaultBatchBudget and
+	// DefaultChatBudget.
+	BatchBudget, ChatBudget RetryBudget
+	// GaveUpFunc, when set, counts jobs that spent their retry budget, by
+	// job kind and reason (prq_jobs_gave_up_total).
+	GaveUpFunc func(kind, reason string)
 	// Markers make the keyed markers of prq's writes (key from the
 	// webhook secret).
 	Markers render.Markers
@@ -63,6 +70,8 @@ type Deps struct {
 	// Quota caps installations' tokens; nil: no quotas.
 	Quota *ratelimit.Quota
 	Pacer *Pacer
+	// Attempts counts jobs' runs for their retry budgets (an *Attempts).
+	Attempts Attempter
 	// Queue is the asynq client that enqueues finalize jobs.
 	Queue TaskQueue
 	Log   *slog.Logger
@@ -89,6 +98,8 @@ func New(cfg Config, d Deps) (*Set, error) {
 		return nil, errors.New("workers: GitHub is required")
 	case d.Pacer == nil:
 		return nil, errors.New("workers: Pacer is required")
+	case d.Attempts == nil:
+		return nil, errors.New("workers: Attempts is required")
 	}
 	if _, err := models(cfg.Models, cfg.SummaryModel, cfg.ReviewModel, cfg.ChatModel); err != nil {
 		return nil, err
@@ -115,19 +126,22 @@ func New(cfg Config, d Deps) (*Set, error) {
 	}
 	if s.Planner, err = NewPlanner(PlannerConfig{Store: d.Store, Plans: d.Store, Tickets: d.Admitter, GitHub: gh, Queue: d.Queue,
 		Models: cfg.Models, SummaryModel: cfg.SummaryModel, ReviewModel: cfg.ReviewModel, Tiers: cfg.Tiers,
-		Exclude: cfg.Exclude, SkipBotPRs: cfg.SkipBotPRs, MaxParts: cfg.MaxReviewParts, Checks: checks, Log: d.Log}); err != nil {
+		Exclude: cfg.Exclude, SkipBotPRs: cfg.SkipBotPRs, MaxParts: cfg.MaxReviewParts, Checks: checks,
+		Attempts: d.Attempts, Budget: cfg.BatchBudget, GaveUpFunc: cfg.GaveUpFunc, Log: d.Log}); err != nil {
 		return nil, err
 	}
 	if s.Files, err = NewFileWorker(FileWorkerConfig{Store: d.Store, Ledger: d.Admitter, Caller: caller, Queue: d.Queue,
-		Models: cfg.Models, Repairs: d.Store, Requeue: d.Admitter, UnusableFunc: cfg.UnusableFunc, Progress: progress, Log: d.Log}); err != nil {
+		Models: cfg.Models, Repairs: d.Store, Requeue: d.Admitter, UnusableFunc: cfg.UnusableFunc, Progress: progress,
+		Attempts: d.Attempts, Budget: cfg.BatchBudget, GaveUpFunc: cfg.GaveUpFunc, Log: d.Log}); err != nil {
 		return nil, err
 	}
 	if s.Chat, err = NewChatResponder(ChatResponderConfig{Replies: d.Store, Drafts: d.Store, Ledger: d.Admitter, Requeue: d.Admitter,
-		Caller: caller, GitHub: gh, Turns: d.Pacer, Models: cfg.Models, Backoff: cfg.Backoff, Log: d.Log}); err != nil {
+		Caller: caller, GitHub: gh, Turns: d.Pacer, Models: cfg.Models, Backoff: cfg.Backoff,
+		Attempts: d.Attempts, Budget: cfg.ChatBudget, GaveUpFunc: cfg.GaveUpFunc, Log: d.Log}); err != nil {
 		return nil, err
 	}
 	if s.Finalizer, err = NewFinalizer(FinalizerConfig{Results: d.Store, Publications: d.Store, GitHub: gh, Turns: d.Pacer,
-		Markers: cfg.Markers, Checks: checks, Log: d.Log}); err != nil {
+		Markers: cfg.Markers, Checks: checks, Attempts: d.Attempts, Budget: cfg.BatchBudget, GaveUpFunc: cfg.GaveUpFunc, Log: d.Log}); err != nil {
 		return nil, err
 	}
 	return s, nil

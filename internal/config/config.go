@@ -52,6 +52,7 @@ type Config struct {
 	Admin       AdminConfig       `yaml:"admin"`
 	Quota       QuotaSettings     `yaml:"quota"`
 	Dashboard   DashboardCfg      `yaml:"dashboard"`
+	Retry       RetryConfig       `yaml:"retry"`
 	path        string            // the file read, if any
 	sources     map[string]string // setting name -> where it was set, for errors
 }
@@ -215,6 +216,26 @@ type DashboardCfg struct {
 	Disabled bool `yaml:"disabled"`
 }
 
+// RetryConfig bounds every job's retries per class: failures, returns
+// to admission after a provider 429 or account problem, GitHub
+// rate-limit waits. A job whose budget is spent ends with a recorded
+// reason instead of retrying.
+type RetryConfig struct {
+	// Batch bounds plan, file and finalize jobs. Defaults to 20 attempts
+	// over 24h.
+	Batch RetryBudget `yaml:"batch"`
+	// Chat bounds chat replies. Defaults to 8 attempts over 30m.
+	Chat RetryBudget `yaml:"chat"`
+}
+
+// RetryBudget is one class's retry budget.
+type RetryBudget struct {
+	// MaxAttempts counts the job's runs, the first included.
+	MaxAttempts int `yaml:"max_attempts"`
+	// MaxAge is how long after the job was planned it may still retry.
+	MaxAge Duration `yaml:"max_age"`
+}
+
 // Secret is a string that never prints.
 type Secret string
 
@@ -275,8 +296,12 @@ func Default() Config {
 			"*.lock", "package-lock.json", "yarn.lock", "pnpm-lock.yaml", "go.sum", "Cargo.lock", "poetry.lock",
 			"vendor/**", "node_modules/**", "third_party/**", "*.min.js", "*.min.css", "*.pb.go", "*_gen.go", "*.generated.*", "dist/**",
 		}},
-		Worker:  WorkerConfig{Concurrency: 20},
-		Quota:   QuotaSettings{Period: "day"},
+		Worker: WorkerConfig{Concurrency: 20},
+		Quota:  QuotaSettings{Period: "day"},
+		Retry: RetryConfig{
+			Batch: RetryBudget{MaxAttempts: 20, MaxAge: Duration(24 * time.Hour)},
+			Chat:  RetryBudget{MaxAttempts: 8, MaxAge: Duration(30 * time.Minute)},
+		},
 		sources: map[string]string{},
 	}
 }
@@ -565,6 +590,18 @@ func (c *Config) Validate(m Mode) error {
 	}
 	if _, err := ratelimit.ParsePeriod(c.Quota.Period); err != nil {
 		bad("quota.period", "%v", err)
+	}
+	for _, r := range []struct {
+		name string
+		b    RetryBudget
+	}{{"retry.batch", c.Retry.Batch}, {"retry.chat", c.Retry.Chat}} {
+		name, b := r.name, r.b
+		if b.MaxAttempts < 1 {
+			bad(name+".max_attempts", "must be at least 1")
+		}
+		if b.MaxAge.D() <= 0 {
+			bad(name+".max_age", "must be positive")
+		}
 	}
 	for _, g := range c.Filters.Exclude {
 		if _, err := path.Match(strings.TrimSuffix(g, "/**"), "x"); err != nil {

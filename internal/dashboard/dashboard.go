@@ -36,6 +36,9 @@ type Source interface {
 	GetQueueInfo(queue string) (*asynq.QueueInfo, error)
 	// CallCounts are every process's LLM calls by model and outcome.
 	CallCounts(ctx context.Context) map[string]map[string]int64
+	// GaveUpCounts are every process's jobs that spent their retry
+	// budget, by "kind|reason".
+	GaveUpCounts(ctx context.Context) map[string]int64
 	// QuotaUsed is an installation's quota use; ok is false where the
 	// tier has no quota (or quotas are split per job kind).
 	QuotaUsed(ctx context.Context, installation int64, tier jobs.Tier) (u ratelimit.Usage, limit int64, ok bool)
@@ -164,6 +167,7 @@ type dashState struct {
 	Classes map[string]classState       `json:"classes"`
 	PRs     []prState                   `json:"prs"`
 	Calls   map[string]map[string]int64 `json:"calls"`
+	GaveUp  map[string]int64            `json:"gave_up"`
 	Quotas  []quotaState                `json:"quotas"`
 	Queues  map[string]map[string]int   `json:"queues"`
 	Tenants []tenantBacklog             `json:"tenants"`
@@ -212,7 +216,7 @@ type quotaState struct {
 
 func (d *Dashboard) state(ctx context.Context, smp *sampler) dashState {
 	src := d.src
-	st := dashState{Now: time.Now().UnixMilli(), Classes: map[string]classState{}, Calls: src.CallCounts(ctx), Queues: map[string]map[string]int{}, Demo: d.demo}
+	st := dashState{Now: time.Now().UnixMilli(), Classes: map[string]classState{}, Calls: src.CallCounts(ctx), GaveUp: src.GaveUpCounts(ctx), Queues: map[string]map[string]int{}, Demo: d.demo}
 	if smp != nil {
 		st.Series = smp.snapshot()
 	}

@@ -51,6 +51,7 @@ type Metrics struct {
 	deliveries *prometheus.CounterVec
 	calls      *prometheus.CounterVec
 	unusable   *prometheus.CounterVec
+	gaveUp     *prometheus.CounterVec
 	admitted   *prometheus.CounterVec
 	wait       *prometheus.HistogramVec
 }
@@ -61,10 +62,11 @@ func New(adm Admission, queues Queues, counts Counts) *Metrics {
 	m.deliveries = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_webhook_deliveries_total", Help: "Webhook deliveries by event and outcome."}, []string{"event", "outcome"})
 	m.calls = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_llm_calls_total", Help: "LLM calls by model and outcome (ok, rate_limited, transient, account, context_length, failed, quota)."}, []string{"model", "outcome"})
 	m.unusable = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_llm_unusable_replies_total", Help: "Model replies that could not be read as what was asked for (a review not in the schema), by model and job kind."}, []string{"model", "kind"})
+	m.gaveUp = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_jobs_gave_up_total", Help: "Jobs that spent their retry budget and ended with a recorded reason, by job kind (summary, review, chat, plan, finalize) and reason (rate_limited, account, transient, github_rate_limited, failed)."}, []string{"kind", "reason"})
 	m.admitted = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_admitted_jobs_total", Help: "Jobs admitted by this process, by model, class and path (chat, fair, aged)."}, []string{"model", "class", "via"})
 	m.wait = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "prq_admission_wait_seconds", Help: "Time from a ticket's registration to its admission.",
 		Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}}, []string{"model", "class"})
-	m.reg.MustRegister(m.deliveries, m.calls, m.unusable, m.admitted, m.wait, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), &stateCollector{adm: adm, queues: queues})
+	m.reg.MustRegister(m.deliveries, m.calls, m.unusable, m.gaveUp, m.admitted, m.wait, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), &stateCollector{adm: adm, queues: queues})
 	return m
 }
 
@@ -98,6 +100,30 @@ func (m *Metrics) CountCall(model, outcome string) {
 }
 
 const callsKey = "prq:llm:calls"
+
+// CountGaveUp counts a job that spent its retry budget
+// (workers.Config.GaveUpFunc), here and in Redis for the dashboard.
+func (m *Metrics) CountGaveUp(kind, reason string) {
+	m.gaveUp.WithLabelValues(kind, reason).Inc()
+	m.counts.HIncrBy(context.Background(), gaveUpKey, kind+"|"+reason, 1)
+}
+
+const gaveUpKey = "prq:jobs:gave_up"
+
+// GaveUpCounts returns every process's jobs that spent their retry
+// budget, by "kind|reason".
+func GaveUpCounts(ctx context.Context, counts Counts) map[string]int64 {
+	out := map[string]int64{}
+	m, err := counts.HGetAll(ctx, gaveUpKey).Result()
+	if err != nil {
+		return out
+	}
+	for k, v := range m {
+		n, _ := strconv.ParseInt(v, 10, 64)
+		out[k] = n
+	}
+	return out
+}
 
 // CallCounts returns every process's LLM call counts by model and outcome.
 func CallCounts(ctx context.Context, counts Counts) map[string]map[string]int64 {

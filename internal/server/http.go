@@ -71,6 +71,10 @@ func (d dashSource) ActiveRuns(ctx context.Context, limit int64) ([]store.Run, e
 	return d.s.store.ActiveRuns(ctx, limit)
 }
 func (d dashSource) GetQueueInfo(q string) (*asynq.QueueInfo, error) { return d.s.insp.GetQueueInfo(q) }
+func (d dashSource) GaveUpCounts(ctx context.Context) map[string]int64 {
+	return metrics.GaveUpCounts(ctx, d.s.rdb)
+}
+
 func (d dashSource) CallCounts(ctx context.Context) map[string]map[string]int64 {
 	return metrics.CallCounts(ctx, d.s.rdb)
 }

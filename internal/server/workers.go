@@ -96,7 +96,11 @@ func (s *Server) buildWorkers(tr http.RoundTripper, opt Options, handlers bool) 
 		Gate: opt.Gate, CountFunc: s.metrics.CountCall, UnusableFunc: s.metrics.CountUnusable,
 		Markers: render.NewMarkers([]byte(cfg.GitHub.WebhookSecret)), MaxReviewParts: cfg.GitHub.MaxReviewParts,
 		NoCheckRuns: cfg.GitHub.CheckRuns != nil && !*cfg.GitHub.CheckRuns, WebURL: cfg.GitHub.WebURL,
-	}, workers.Deps{Store: s.store, Admitter: adm, GitHub: gh, LLM: client, Quota: quota, Pacer: pacer, Queue: s.client, Log: log})
+		BatchBudget: workers.RetryBudget{MaxAttempts: cfg.Retry.Batch.MaxAttempts, MaxAge: cfg.Retry.Batch.MaxAge.D()},
+		ChatBudget:  workers.RetryBudget{MaxAttempts: cfg.Retry.Chat.MaxAttempts, MaxAge: cfg.Retry.Chat.MaxAge.D()},
+		GaveUpFunc:  s.metrics.CountGaveUp,
+	}, workers.Deps{Store: s.store, Admitter: adm, GitHub: gh, LLM: client, Quota: quota, Pacer: pacer, Attempts: workers.NewAttempts(s.rdb),
+		Queue: s.client, Log: log})
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,210 @@
+package workers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+)
+
+// RetryBudget bounds every retry of a job: failures (which asynq
+// counts), returns to admission after a provider 429 or account problem,
+// and GitHub rate-limit waits (which asynq does not count: IsFailure says
+// they are no failure). A job whose budget is spent ends with a recorded
+// reason instead of retrying.
+type RetryBudget struct {
+	// MaxAttempts counts the job's runs, the first included.
+	MaxAttempts int
+	// MaxAge is how long after the job was planned (or first ran) it may
+	// still retry.
+	MaxAge time.Duration
+}
+
+var (
+	// DefaultBatchBudget bounds plan, file and finalize jobs.
+	DefaultBatchBudget = RetryBudget{MaxAttempts: 20, MaxAge: 24 * time.Hour}
+	// DefaultChatBudget bounds chat replies.
+	DefaultChatBudget = RetryBudget{MaxAttempts: 8, MaxAge: 30 * time.Minute}
+)
+
+// orDefault returns b, or d where b is unset; a negative field is an error.
+func (b RetryBudget) orDefault(d RetryBudget, name string) (RetryBudget, error) {
+	if b.MaxAttempts < 0 || b.MaxAge < 0 {
+		return b, fmt.Errorf("workers: %s: MaxAttempts and MaxAge must not be negative", name)
+	}
+	if b.MaxAttempts == 0 {
+		b.MaxAttempts = d.MaxAttempts
+	}
+	if b.MaxAge == 0 {
+		b.MaxAge = d.MaxAge
+	}
+	return b, nil
+}
+
+// Why a job gave up: the labels of prq_jobs_gave_up_total.
+const (
+	GaveUpRateLimited = "rate_limited"        // the provider kept answering 429
+	GaveUpAccount     = "account"             // the provider kept refusing the account (revoked key, no quota)
+	GaveUpTransient   = "transient"           // the provider kept failing
+	GaveUpGitHub      = "github_rate_limited" // GitHub kept rate limiting
+	GaveUpFailed      = "failed"              // anything else kept failing
+)
+
+// Attempts counts a job's runs in Redis, across processes and across
+// every kind of retry, and remembers when it first ran. asynq's retry
+// count cannot serve: it counts only failures, and a job back in
+// admission or waiting for GitHub is no failure.
+type Attempts struct {
+	rdb redis.UniversalClient
+}
+
+// NewAttempts returns an Attempts on rdb.
+func NewAttempts(rdb redis.UniversalClient) *Attempts { return &Attempts{rdb: rdb} }
+
+// Attempter is how the handlers count their runs (an *Attempts).
+type Attempter interface {
+	Add(ctx context.Context, id string, now time.Time, keep time.Duration) (n int, first time.Time, err error)
+	Forget(ctx context.Context, id string) error
+}
+
+var _ Attempter = (*Attempts)(nil)
+
+func attemptsKey(id string) string { return "prq:attempts:" + id }
+
+// Add records one more run of job id at now and returns the runs so far
+// (this one included) and the time of the first. The record lasts keep
+// after the latest run.
+func (a *Attempts) Add(ctx context.Context, id string, now time.Time, keep time.Duration) (int, time.Time, error) {
+	key := attemptsKey(id)
+	var n *redis.IntCmd
+	var first *redis.StringCmd
+	_, err := a.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		n = p.HIncrBy(ctx, key, "n", 1)
+		p.HSetNX(ctx, key, "first", now.UnixMilli())
+		first = p.HGet(ctx, key, "first")
+		p.PExpire(ctx, key, keep)
+		return nil
+	})
+	if err != nil {
+		return 0, time.Time{}, fmt.Errorf("workers: count attempts of %s: %w", id, err)
+	}
+	ms, err := strconv.ParseInt(first.Val(), 10, 64)
+	if err != nil {
+		return 0, time.Time{}, fmt.Errorf("workers: count attempts of %s: first run %q: %w", id, first.Val(), err)
+	}
+	return int(n.Val()), time.UnixMilli(ms), nil
+}
+
+// Forget drops job id's record once it has ended, so a later job under
+// the same id starts afresh.
+func (a *Attempts) Forget(ctx context.Context, id string) error {
+	if err := a.rdb.Del(ctx, attemptsKey(id)).Err(); err != nil {
+		return fmt.Errorf("workers: forget attempts of %s: %w", id, err)
+	}
+	return nil
+}
+
+// attempt is one run of a job as its budget sees it. The zero attempt
+// has no budget: it is never spent.
+type attempt struct {
+	n      int       // runs so far, this one included
+	since  time.Time // when the job was planned, or first ran
+	now    time.Time
+	budget RetryBudget
+}
+
+// budgeted counts a run of job id against budget. created (unix ms),
+// when known, is when the job was planned; else its first run counts.
+func budgeted(ctx context.Context, a Attempter, id string, created int64, budget RetryBudget, now time.Time) (attempt, error) {
+	n, first, err := a.Add(ctx, id, now, 2*budget.MaxAge+time.Hour)
+	if err != nil {
+		return attempt{}, err
+	}
+	since := first
+	if created > 0 {
+		since = time.UnixMilli(created)
+	}
+	return attempt{n: n, since: since, now: now, budget: budget}, nil
+}
+
+// spent says that the job may not retry again.
+func (a attempt) spent() bool {
+	switch {
+	case a.budget.MaxAttempts > 0 && a.n >= a.budget.MaxAttempts:
+		return true
+	case a.budget.MaxAge > 0 && a.now.Sub(a.since) >= a.budget.MaxAge:
+		return true
+	}
+	return false
+}
+
+// gaveUp is the public sentence of a job that spent its budget.
+func (a attempt) gaveUp(why string) string {
+	return fmt.Sprintf("gave up after %d attempts over %s: %s", a.n, a.now.Sub(a.since).Round(time.Second), why)
+}
+
+// whyPublic is what a pull request may read of why a job gave up.
+func whyPublic(reason string) string {
+	switch reason {
+	case GaveUpRateLimited:
+		return "the provider kept refusing (rate limited)"
+	case GaveUpAccount:
+		return "the provider kept refusing (account problem)"
+	case GaveUpTransient:
+		return "the provider kept failing"
+	case GaveUpGitHub:
+		return "GitHub kept rate limiting"
+	}
+	return "it kept failing"
+}
+
+// giveUpIfSpent ends a job that would retry (err) once its budget is
+// spent: asynq archives it with the reason (SkipRetry). A success, an
+// end already decided, or a retry within the budget passes unchanged.
+// It returns the reason label when the job gave up.
+func giveUpIfSpent(at attempt, err error) (string, error) {
+	if err == nil || errors.Is(err, asynq.SkipRetry) || errors.Is(err, asynq.RevokeTask) || !at.spent() {
+		return "", err
+	}
+	reason := GaveUpFailed
+	var ra *RetryAfterError
+	if errors.As(err, &ra) {
+		reason = GaveUpGitHub
+	}
+	return reason, fmt.Errorf("%w: %s: %v", asynq.SkipRetry, at.gaveUp(whyPublic(reason)), err)
+}
+
+// budgetOf is what a plan or finalize handler needs of its retry budget.
+type budgetOf struct {
+	attempts Attempter
+	budget   RetryBudget
+	gaveUp   func(kind, reason string)
+	now      func() time.Time
+	log      *slog.Logger
+}
+
+// run runs one job under its budget: it counts the run, and a retry
+// after the budget is spent ends the job (archived with the reason). A
+// job that ends forgets its count.
+func (b budgetOf) run(ctx context.Context, kind, id string, process func() error) error {
+	at, err := budgeted(ctx, b.attempts, id, 0, b.budget, b.now())
+	if err != nil {
+		return err
+	}
+	reason, err := giveUpIfSpent(at, process())
+	if reason != "" && b.gaveUp != nil {
+		b.gaveUp(kind, reason)
+	}
+	if err == nil || errors.Is(err, asynq.SkipRetry) || errors.Is(err, asynq.RevokeTask) {
+		if ferr := b.attempts.Forget(ctx, id); ferr != nil {
+			// the record expires on its own; until then the id starts counted
+			b.log.WarnContext(ctx, "could not forget a finished job's attempts", "task", id, "err", ferr)
+		}
+	}
+	return err
+}
