@@ -308,10 +308,9 @@ func (b *Bucket) StateKey() string { return b.tag + ":state" }
 
 func (b *Bucket) reservationKey(jobID string) string { return b.tag + ":res:" + jobID }
 
-var dimNames = []string{"requests", "tokens", "requests/day", "tokens/day"}
-
 // ScriptArgs returns the dimension arguments B.load reads for values v
-// (cost, actual usage, remaining or wait per dimension, in dimNames order).
+// (cost, actual usage, remaining or wait per dimension, in the order
+// requests, tokens, requests/day, tokens/day).
 func (b *Bucket) ScriptArgs(v [4]int64) []any {
 	l := b.limits
 	day := 24 * time.Hour
