@@ -108,7 +108,9 @@ func NewChatResponder(cfg ChatResponderConfig) (*ChatResponder, error) {
 	return &ChatResponder{cfg: cfg, tok: tok}, nil
 }
 
-// ProcessTask answers one admitted chat job.
+// ProcessTask answers one admitted chat job, or posts the one polite
+// refusal of a comment over the chat limits (a job that went through no
+// admission and makes no LLM call).
 func (r *ChatResponder) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	cfg, log := &r.cfg, r.cfg.Log
 	var c jobs.Chat
@@ -116,7 +118,9 @@ func (r *ChatResponder) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
 	}
 	ticket := ChatTicket(c)
-	started(ctx, cfg.Ledger, log, ticket)
+	if !c.Refusal {
+		started(ctx, cfg.Ledger, log, ticket)
+	}
 	what := "reply:" + strconv.FormatInt(c.CommentID, 10)
 	if id, err := cfg.Replies.Posted(ctx, c.PR, what); err != nil {
 		return err
@@ -127,7 +131,17 @@ func (r *ChatResponder) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	if err != nil {
 		return err
 	}
-	if body == "" {
+	switch {
+	case body != "":
+	case c.Refusal:
+		body = refusal(c)
+		if !c.Review {
+			body = fmt.Sprintf("@%s %s", c.Author, body)
+		}
+		if err := cfg.Drafts.SetDraft(ctx, c.PR, what, body); err != nil {
+			return err
+		}
+	default:
 		m, ok := cfg.Models[c.Model]
 		if !ok {
 			return fmt.Errorf("%w: model %q is not configured", asynq.SkipRetry, c.Model)
@@ -172,6 +186,9 @@ func (r *ChatResponder) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		return err
 	})
 	var ra *RetryAfterError
+	if errors.As(err, &ra) && c.Refusal {
+		return err // asynq waits as told (RetryDelay): no admission
+	}
 	if errors.As(err, &ra) {
 		// GitHub said wait: come back through admission then (the draft
 		// is kept, so no second LLM call)
@@ -182,7 +199,7 @@ func (r *ChatResponder) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		if gerr == nil {
 			return nil
 		}
-		if n := retried(ctx); n < maxRetry(ctx) {
+		if n := retried(ctx); n < maxRetry(ctx) && !c.Refusal {
 			// asynq holds the task again; its ticket comes back after the backoff
 			if rerr := cfg.Requeue.RegisterAt(ctx, ticket, time.Now().Add(cfg.Backoff*time.Duration(1<<min(n, 8)))); rerr != nil {
 				log.WarnContext(ctx, "could not put the chat reply back in admission; the reconciler adopts the held task", "task", ticket.ID, "err", rerr)
@@ -196,4 +213,12 @@ func (r *ChatResponder) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		}
 	}
 	return cfg.Replies.SetPosted(ctx, c.PR, what, id)
+}
+
+// refusal is the one reply to a comment over the chat limits.
+func refusal(c jobs.Chat) string {
+	if c.RetryAt <= 0 {
+		return "you've reached the chat limit; please try again later."
+	}
+	return "you've reached the chat limit; try again after " + time.UnixMilli(c.RetryAt).UTC().Format("15:04") + " UTC."
 }
