@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -131,6 +132,7 @@ func (r *ChatResponder) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	if err != nil {
 		return err
 	}
+	apology := "" // the PR's one apology for a spent quota, once posted
 	switch {
 	case body != "":
 	case c.Refusal:
@@ -154,6 +156,16 @@ func (r *ChatResponder) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		var skip *skipError
 		switch {
 		case errors.As(err, &skip):
+			if strings.HasPrefix(skip.reason, quotaSkip) {
+				// one apology per PR and quota window, not one per comment
+				apology = "chat-quota:" + skip.reason
+				if id, err := cfg.Replies.Posted(ctx, c.PR, apology); err != nil {
+					return err
+				} else if id != 0 {
+					log.InfoContext(ctx, "chat over quota; the PR was told already", "pr", c.PR.String(), "comment", c.CommentID)
+					return nil
+				}
+			}
 			body = "Sorry, I can't answer right now: " + skip.reason + "."
 		case err != nil:
 			return err
@@ -212,8 +224,16 @@ func (r *ChatResponder) ProcessTask(ctx context.Context, t *asynq.Task) error {
 			return err
 		}
 	}
+	if apology != "" {
+		if err := cfg.Replies.SetPosted(ctx, c.PR, apology, id); err != nil {
+			return err
+		}
+	}
 	return cfg.Replies.SetPosted(ctx, c.PR, what, id)
 }
+
+// quotaSkip starts the reason of a call skipped for the tenant's quota.
+const quotaSkip = "skipped: quota reached"
 
 // refusal is the one reply to a comment over the chat limits.
 func refusal(c jobs.Chat) string {

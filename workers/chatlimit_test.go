@@ -3,14 +3,17 @@ package workers_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/hibiken/asynq"
 
 	"github.com/prq-dev/prq/ghapp"
+	"github.com/prq-dev/prq/internal/redistest"
 	"github.com/prq-dev/prq/jobs"
 	"github.com/prq-dev/prq/llm"
+	"github.com/prq-dev/prq/ratelimit"
 	"github.com/prq-dev/prq/workers"
 )
 
@@ -33,7 +36,9 @@ func TestChatRefusalPostedOnceWithoutLLM(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			st, adm := newStore(t), &fakeAdmission{}
-			model := &fakeLLM{CompleteFunc: func(llm.Request) (llm.Response, error) { return llm.Response{}, errors.New("the refusal called the model") }}
+			model := &fakeLLM{CompleteFunc: func(llm.Request) (llm.Response, error) {
+				return llm.Response{}, errors.New("the refusal called the model")
+			}}
 			gh := &fakeGitHub{ReplyFunc: posted(91), CommentFunc: func(string) (int64, error) { return 92, nil }}
 			r := newChat(t, st, adm, newCaller(t, adm, model, nil, nil), gh)
 			c, _ := chatTask(testPR(t, tc.inst), tc.review)
@@ -109,5 +114,36 @@ func TestEnqueuerRefusalSkipsAdmission(t *testing.T) {
 	}
 	if ev := adm.Events(""); len(ev) != 0 {
 		t.Errorf("a refusal went through admission: %q", ev)
+	}
+}
+
+// TestChatQuotaOneApologyPerPR: a tier's chat quota is chat's own (the
+// review quota is ample here), and a PR whose chat is over it gets one
+// apology per quota window, not one per comment.
+func TestChatQuotaOneApologyPerPR(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, adm, model := newStore(t), &fakeAdmission{}, &fakeLLM{CompleteFunc: answer("Because.")}
+	gh := &fakeGitHub{ReplyFunc: posted(91), CommentFunc: func(string) (int64, error) { return 92, nil }}
+	qu, err := ratelimit.NewQuota(redistest.Shared(t).Client(t), ratelimit.QuotaConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tiers := map[jobs.Tier]workers.TierSpec{jobs.TierPaid: {QuotaTokens: 1_000_000, ChatQuotaTokens: 10}}
+	r := newChat(t, st, adm, newCaller(t, adm, model, qu, tiers), gh)
+	c, _ := chatTask(testPR(t, 325), false)
+	for id := int64(11); id <= 14; id++ {
+		c.CommentID = id
+		if err := r.ProcessTask(ctx, asynq.NewTask(jobs.TypeChat, jobs.Marshal(c))); err != nil {
+			t.Fatalf("comment %d: %v", id, err)
+		}
+	}
+	w := gh.Writes()
+	t.Logf("four comments over the chat quota: writes %q", w)
+	if len(w) != 1 || !strings.HasPrefix(w[0], "comment @dev Sorry, I can't answer right now: skipped: quota reached") {
+		t.Fatalf("writes %q, want one apology", w)
+	}
+	if model.Calls() != 0 {
+		t.Errorf("%d LLM calls over the chat quota", model.Calls())
 	}
 }

@@ -101,6 +101,10 @@ func (m Model) withDefaults() Model {
 type TierSpec struct {
 	Review      bool
 	QuotaTokens int64 // per quota period per installation; 0: unlimited
+	// ChatQuotaTokens, when positive, is chat's own quota per period per
+	// installation (quota agent "chat"): chat then draws on it instead of
+	// QuotaTokens.
+	ChatQuotaTokens int64
 }
 
 // models applies the defaults to every model and checks that each name
