@@ -95,8 +95,8 @@ func TestChatFloodKeepsPaidWithinAgingBound(t *testing.T) {
 			if first == 0 {
 				shown = "forever (not admitted in " + dur.String() + ")"
 			}
-			t.Logf("chat flood at bucket rate: victim's paid job waited %s (aging bound %s); batch got %.1f%% of %d tokens (chat %d)",
-				shown, aging, 100*share, total, tok["chat"])
+			t.Logf("%s: chat flood at bucket rate: victim's paid job waited %s (aging bound %s); batch got %.1f%% of %d tokens (chat %d)",
+				name, shown, aging, 100*share, total, tok["chat"])
 			if first == 0 || first > aging+refill {
 				t.Fatalf("the paid job waited %s under a chat flood, past the aging bound %s plus one refill", shown, aging)
 			}
