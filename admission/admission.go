@@ -36,7 +36,17 @@ type Config struct {
 	Weights map[jobs.Tier]int64
 	// ChatShare of each bucket batch work may not use. Defaults to 0.05.
 	ChatShare float64
-	// Aging bounds how long a ticket waits before it goes first. Defaults to 10m.
+	// ChatCap is the largest share of the admitted tokens chat takes
+	// while batch work waits: the two classes are served by start-time
+	// fair queuing with weights ChatCap and 1-ChatCap, so over any
+	// stretch in which both wait, chat's tokens are at most
+	// ChatCap/(1-ChatCap) times batch's plus one ticket. A chat that
+	// arrives while chat is idle goes first. 1 lets chat always go first
+	// (batch then moves only by the aging bound). Defaults to 0.5.
+	ChatCap float64
+	// Aging bounds how long a batch ticket waits before it goes first,
+	// ahead of chat too. Chat does not age: it is fair across tenants
+	// and always has its cap. Defaults to 10m.
 	Aging time.Duration
 	// ReleaseTimeout is how long a released task may take to reach a
 	// handler before the reconciler releases it again. Defaults to 30s.
@@ -62,6 +72,12 @@ func (c *Config) setDefaults() error {
 	}
 	if c.ChatShare < 0 || c.ChatShare >= 1 {
 		return fmt.Errorf("admission: chat share must be in [0, 1), got %v", c.ChatShare)
+	}
+	if c.ChatCap == 0 {
+		c.ChatCap = 0.5
+	}
+	if c.ChatCap < 0 || c.ChatCap > 1 {
+		return fmt.Errorf("admission: chat cap must be in (0, 1], got %v", c.ChatCap)
 	}
 	if c.Aging == 0 {
 		c.Aging = 10 * time.Minute
@@ -183,8 +199,8 @@ type Admitted struct {
 	ID, Queue, Class, Tenant string
 	Model                    string
 	Tokens                   int64
-	// Via is chat, fair (the weighted order), aged (waited past the
-	// aging bound) or reject (can never fit the bucket: dropped).
+	// Via is chat (the chat class's turn), fair (the weighted order of
+	// batch), aged (a batch ticket past the aging bound) or reject (can never fit the bucket: dropped).
 	Via      string
 	Waited   time.Duration
 	Enqueued time.Time
@@ -208,7 +224,8 @@ func (s *Scheduler) Admit(ctx context.Context, model string, budget int) ([]Admi
 		mode = "strict"
 	}
 	args := []any{"admit", s.now(), budget, mode, strconv.FormatFloat(s.cfg.ChatShare, 'f', 6, 64), s.cfg.Aging.Microseconds(),
-		s.cfg.ReleaseTimeout.Microseconds(), s.cfg.Weights[jobs.TierPaid], s.cfg.Weights[jobs.TierTrial], s.cfg.Weights[jobs.TierFree]}
+		s.cfg.ReleaseTimeout.Microseconds(), s.cfg.Weights[jobs.TierPaid], s.cfg.Weights[jobs.TierTrial], s.cfg.Weights[jobs.TierFree],
+		strconv.FormatFloat(s.cfg.ChatCap, 'f', 6, 64)}
 	args = append(args, b.ScriptArgs([4]int64{0, 1, 0, 1})...)
 	res, err := script.Run(ctx, s.rdb, keys.list(), args...).Slice()
 	if err != nil {

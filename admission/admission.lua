@@ -6,20 +6,30 @@
 --
 -- Keys (one hash tag, the model bucket's; Go: keySet in keys.go, same order):
 --  K[1] bucket state      K[2] tickets hash (id -> encoded ticket)
---  K[3] batch lex zset    (members "class|tenant|rank|id", score 0)
+--  K[3] lex zset         (members "class|tenant|rank|id", score 0; chat's
+--                          rank is its arrival sequence)
 --  K[4] chat zset (id by seq)   K[5..7] flow heads per tier (tenant by finish tag)
 --  K[8] virtual times hash      K[9] age zset (id by enqueue µs)
 --  K[10] released zset (id by deadline µs)   K[11] stats hash
 --  K[12] reservations hash (id -> "requests tokens")   K[13] reservation age zset
 --  K[14] delayed zset (id NUL encoded, by due µs)      K[15] paused (reason)
 --  K[16] recent admission waits ("class:µs", newest first, capped)
+--  K[17] flow heads of chat (tenant by finish tag)
+--  K[18] batch age zset (id by enqueue µs): the aging bound's order
+--
+-- Order of one admission: chat against batch by start-time fair queuing
+-- of the two classes (weights cap and 1 - cap over tokens, so chat takes
+-- at most its cap of what is admitted while batch waits); inside chat,
+-- start-time fair queuing across tenants; inside batch, the oldest ticket
+-- past the aging bound, else the weighted tiers. Uncapped (cap 1), chat
+-- goes first unless a batch ticket is past the aging bound.
 --
 -- Tickets are stored encoded (see ticket.lua); admit replies with
 -- "via|queue|class|tenant|tokens|enq_us" (plus "|dim" for a reject) per
 -- admitted id, read by decodeAdmitted in ticket.go.
 
 local TIERS = {'paid', 'trial', 'free'}
-local HEADS = {paid = KEYS[5], trial = KEYS[6], free = KEYS[7]}
+local HEADS = {paid = KEYS[5], trial = KEYS[6], free = KEYS[7], chat = KEYS[17]}
 
 local function lexmember(t) return t.class .. '|' .. t.tenant .. '|' .. t.rank .. '|' .. t.id end
 
@@ -65,10 +75,11 @@ end
 -- unlink removes a waiting ticket from every structure but the hash.
 local function unlink(t)
   redis.call('ZREM', KEYS[9], t.id)
+  redis.call('ZREM', KEYS[3], lexmember(t))
   if t.class == 'chat' then
     redis.call('ZREM', KEYS[4], t.id)
   else
-    redis.call('ZREM', KEYS[3], lexmember(t))
+    redis.call('ZREM', KEYS[18], t.id)
   end
 end
 
@@ -82,14 +93,24 @@ local function register(id, enc)
     t.enq = now
     enc = stamp(enc, B.fmt(now))
   end
+  local seq = 0
+  if t.class == 'chat' then
+    -- a tenant's chat is answered in arrival order
+    seq = redis.call('HINCRBY', KEYS[8], 'seq', 1)
+    t.rank = string.format('%018d', seq)
+    enc = rerank(enc, t.rank)
+  end
   redis.call('HSET', KEYS[2], id, enc)
   redis.call('ZADD', KEYS[9], t.enq, id)
   redis.call('HINCRBY', KEYS[11], 'in_tok:' .. t.class, t.tokens)
   redis.call('HINCRBY', KEYS[11], 'in_n:' .. t.class, 1)
   if t.class == 'chat' then
-    redis.call('ZADD', KEYS[4], redis.call('HINCRBY', KEYS[8], 'seq', 1), id)
+    redis.call('ZADD', KEYS[4], seq, id)
   else
+    redis.call('ZADD', KEYS[18], t.enq, id)
     activate(t.class)
+  end
+  do
     local active = redis.call('ZSCORE', HEADS[t.class], t.tenant)
     redis.call('ZADD', KEYS[3], 0, lexmember(t))
     if not active then
@@ -116,7 +137,7 @@ elseif op == 'cancel' then
   unlink(t)
   redis.call('HDEL', KEYS[2], t.id)
   redis.call('ZREM', KEYS[10], t.id)
-  if t.class ~= 'chat' then refresh(t.class, t.tenant, true) end
+  refresh(t.class, t.tenant, true)
   return 1
 
 elseif op == 'started' then
@@ -157,12 +178,14 @@ elseif op == 'admit' then
     if id and redis.call('HEXISTS', KEYS[2], id) == 0 then register(id, enc) end
   end
   -- ARGV: op, now, budget, mode, chat_share, aging_us, release_us,
-  --       w_paid, w_trial, w_free, dims (value 0 = a request dimension,
-  --       1 = a token dimension)
+  --       w_paid, w_trial, w_free, chat_cap, dims (value 0 = a request
+  --       dimension, 1 = a token dimension)
   local budget, mode = tonumber(ARGV[3]), ARGV[4]
   local share, aging, release = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
   local weight = {paid = tonumber(ARGV[8]), trial = tonumber(ARGV[9]), free = tonumber(ARGV[10])}
-  local st = B.load(KEYS[1], ARGV, 10, now)
+  local cap = tonumber(ARGV[11])
+  local cweight = {chat = cap, batch = 1 - cap}
+  local st = B.load(KEYS[1], ARGV, 11, now)
   local keep = {}
   for i = 1, st.n do keep[i] = math.floor(share * st.burst[i]) end
   local out = {}
@@ -171,17 +194,12 @@ elseif op == 'admit' then
   local V = vt('V')
   while #out < budget * 2 do
     local cand, via = nil, nil
-    local c = redis.call('ZRANGE', KEYS[4], 0, 0)
-    if #c > 0 then
-      local enc = redis.call('HGET', KEYS[2], c[1])
-      if enc then cand, via = decode(c[1], enc), 'chat' else redis.call('ZREM', KEYS[4], c[1]) end
-    end
-    if cand == nil then
-      local a = redis.call('ZRANGE', KEYS[9], 0, 0, 'WITHSCORES')
-      if #a > 0 and now - tonumber(a[2]) > aging then
-        local enc = redis.call('HGET', KEYS[2], a[1])
-        if enc then cand, via = decode(a[1], enc), 'aged' else redis.call('ZREM', KEYS[9], a[1]) end
-      end
+    -- batch's candidate: the oldest batch ticket past the aging bound,
+    -- else the weighted order of the tiers
+    local a = redis.call('ZRANGE', KEYS[18], 0, 0, 'WITHSCORES')
+    if #a > 0 and now - tonumber(a[2]) > aging then
+      local enc = redis.call('HGET', KEYS[2], a[1])
+      if enc then cand, via = decode(a[1], enc), 'aged' else redis.call('ZREM', KEYS[18], a[1]) end
     end
     if cand == nil then
       local best, bestF = nil, nil
@@ -203,6 +221,35 @@ elseif op == 'admit' then
       end
       cand, via = best, 'fair'
     end
+    -- chat's candidate: the tenant flow with the smallest finish tag
+    local chat = nil
+    local h = redis.call('ZRANGE', HEADS.chat, 0, 0)
+    if #h > 0 then
+      chat = flowhead('chat', h[1])
+      if chat == nil then redis.call('ZREM', HEADS.chat, h[1]) end
+    else
+      -- a chat ticket registered before chat had flows (upgrade)
+      local c = redis.call('ZRANGE', KEYS[4], 0, 0)
+      if #c > 0 then
+        local enc = redis.call('HGET', KEYS[2], c[1])
+        if enc then chat = decode(c[1], enc) else redis.call('ZREM', KEYS[4], c[1]) end
+      end
+    end
+    -- chat against batch. Uncapped (cap 1), chat goes unless a batch
+    -- ticket is past the aging bound; capped, the class with the smaller
+    -- start tag goes, chat on a tie unless batch's ticket is aged.
+    if chat ~= nil then
+      local aged = via == 'aged'
+      if cand == nil then
+        cand, via = chat, 'chat'
+      elseif cap >= 1 then
+        if not aged then cand, via = chat, 'chat' end
+      else
+        local cv = vt('c:V')
+        local sc, sb = math.max(vt('c:chat'), cv), math.max(vt('c:batch'), cv)
+        if sc < sb or (sc == sb and not aged) then cand, via = chat, 'chat' end
+      end
+    end
     if cand == nil then break end
     local costs = {}
     for i = 1, st.n do
@@ -213,7 +260,7 @@ elseif op == 'admit' then
       -- can never fit: drop the ticket and report it, never wait forever
       unlink(cand)
       redis.call('HDEL', KEYS[2], cand.id)
-      if cand.class ~= 'chat' then refresh(cand.class, cand.tenant, true) end
+      refresh(cand.class, cand.tenant, true)
       out[#out + 1] = cand.id
       out[#out + 1] = 'reject|' .. cand.queue .. '|' .. cand.class .. '|' .. cand.tenant .. '|' .. cand.tokens .. '|' .. B.fmt(cand.enq) .. '|' .. dim
     elseif w > 0 then
@@ -231,18 +278,27 @@ elseif op == 'admit' then
         if fenc then redis.call('HINCRBY', KEYS[11], 'behind_tok:' .. decode(fifo[1], fenc).class, cand.tokens) end
       end
       unlink(cand)
-      if cand.class ~= 'chat' then
-        local tier = cand.class
-        local s = vt('t:' .. tier)
-        redis.call('HSET', KEYS[8], 't:' .. tier, s + cand.tokens / weight[tier])
+      local cls = cand.class
+      if cls ~= 'chat' then
+        local s = vt('t:' .. cls)
+        redis.call('HSET', KEYS[8], 't:' .. cls, s + cand.tokens / weight[cls])
         if s > V then V = s end
-        if via == 'fair' then
-          local ff = tonumber(redis.call('ZSCORE', HEADS[tier], cand.tenant) or '0') or 0
-          redis.call('HSET', KEYS[8], 'f:' .. tier .. ':' .. cand.tenant, ff)
+      end
+      if via == 'fair' or via == 'chat' then
+        local ff = tonumber(redis.call('ZSCORE', HEADS[cls], cand.tenant) or '')
+        if ff then
+          redis.call('HSET', KEYS[8], 'f:' .. cls .. ':' .. cand.tenant, ff)
           local fs = ff - cand.tokens / cand.prio
-          if fs > vt('V:' .. tier) then redis.call('HSET', KEYS[8], 'V:' .. tier, fs) end
+          if fs > vt('V:' .. cls) then redis.call('HSET', KEYS[8], 'V:' .. cls, fs) end
         end
-        refresh(tier, cand.tenant, true)
+      end
+      refresh(cls, cand.tenant, true)
+      if cap < 1 then
+        -- the two classes' tags: an idle class starts at the last start
+        local k = 'batch'
+        if cls == 'chat' then k = 'chat' end
+        local s = math.max(vt('c:' .. k), vt('c:V'))
+        redis.call('HSET', KEYS[8], 'c:' .. k, s + math.max(cand.tokens, 1) / cweight[k], 'c:V', s)
       end
       redis.call('ZADD', KEYS[10], now + release, cand.id)
       local rc = {}
@@ -273,7 +329,7 @@ elseif op == 'stats' then
   out[#out + 1] = redis.call('HGETALL', KEYS[11])
   -- backlog per tenant of each tier (active flows only, at most 50 each)
   local tenants = {}
-  for _, tier in ipairs(TIERS) do
+  for _, tier in ipairs({'chat', 'paid', 'trial', 'free'}) do
     for _, tenant in ipairs(redis.call('ZRANGE', HEADS[tier], 0, 49)) do
       local prefix = tier .. '|' .. tenant .. '|'
       tenants[#tenants + 1] = tier .. '|' .. tenant

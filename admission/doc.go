@@ -2,10 +2,14 @@
 // asynq (scheduled jobs.Hold in the future, under deterministic task ids)
 // while their tickets wait here, in one global order per model, across
 // every worker process. An admission loop in each worker takes tickets in
-// that order while the model's shared bucket admits them — chat first,
-// with a share of the bucket batch may not use; then paid, trial and free
-// by weight (or strictly); weighted fair queuing across tenants inside a
-// tier; a bump for PRs further along; aging so nothing starves — charges
+// that order while the model's shared bucket admits them — chat against
+// batch by start-time fair queuing of the two classes, so chat goes first
+// when it is rare yet takes at most Config.ChatCap of the tokens while
+// batch waits (and keeps a share of the bucket batch may not use); fair
+// queuing across tenants inside chat; batch past the aging bound ahead of
+// everything but chat's share; then paid, trial and free by weight (or
+// strictly); weighted fair queuing across tenants inside a tier; a bump
+// for PRs further along — charges
 // the bucket in the same Lua call, and releases the task
 // (Inspector.RunTask), so asynq workers only ever dequeue admitted work.
 //

@@ -31,7 +31,7 @@ func runHelper() int {
 		return 1
 	}
 	release, _ := time.ParseDuration(os.Getenv("PRQ_HELPER_RELEASE"))
-	s, err := admission.New(rdb, map[string]*ratelimit.Bucket{model: b}, nil, nil, admission.Config{Strict: true, ChatShare: 0.05, ReleaseTimeout: release}, discard)
+	s, err := admission.New(rdb, map[string]*ratelimit.Bucket{model: b}, nil, nil, admission.Config{Strict: true, ChatShare: 0.05, ChatCap: 1, ReleaseTimeout: release}, discard)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -4,11 +4,11 @@ import "github.com/prq-dev/prq/ratelimit"
 
 // keySet names every Redis key of one model's admission state. All share
 // the bucket's hash tag, so one script call works on Redis Cluster.
-// list gives them in the order admission.lua reads KEYS[1..16].
+// list gives them in the order admission.lua reads KEYS[1..18].
 type keySet struct {
 	State          string // K[1] the model bucket's state (ratelimit)
 	Tickets        string // K[2] hash: id -> encoded ticket
-	Lex            string // K[3] batch zset, members "class|tenant|rank|id"
+	Lex            string // K[3] zset of flows, members "class|tenant|rank|id"
 	Chat           string // K[4] chat zset: id by arrival sequence
 	HeadsPaid      string // K[5] flow heads of paid: tenant by finish tag
 	HeadsTrial     string // K[6] flow heads of trial
@@ -22,6 +22,8 @@ type keySet struct {
 	Delayed        string // K[14] zset: "id NUL ticket" by due µs
 	Paused         string // K[15] string: why admissions are paused
 	Waits          string // K[16] list: recent waits "class:µs", newest first
+	HeadsChat      string // K[17] flow heads of chat: tenant by finish tag
+	BatchAge       string // K[18] zset: batch id by enqueue µs (aging order)
 }
 
 func newKeySet(b *ratelimit.Bucket) keySet {
@@ -43,13 +45,16 @@ func newKeySet(b *ratelimit.Bucket) keySet {
 		Delayed:        p + "delayed",
 		Paused:         p + "paused",
 		Waits:          p + "waits",
+		HeadsChat:      p + "heads:chat",
+		BatchAge:       p + "bage",
 	}
 }
 
 // list returns the keys in admission.lua's KEYS order.
 func (k keySet) list() []string {
 	return []string{k.State, k.Tickets, k.Lex, k.Chat, k.HeadsPaid, k.HeadsTrial, k.HeadsFree,
-		k.VirtualTimes, k.Age, k.Released, k.Stats, k.Reservations, k.ReservationAge, k.Delayed, k.Paused, k.Waits}
+		k.VirtualTimes, k.Age, k.Released, k.Stats, k.Reservations, k.ReservationAge, k.Delayed, k.Paused, k.Waits,
+		k.HeadsChat, k.BatchAge}
 }
 
 // wake is the channel where a registration wakes the admission loops.

@@ -18,8 +18,8 @@ type Stats struct {
 	Now                                                             time.Time
 	// Waits are the recent admissions' waits per class, newest first.
 	Waits map[string][]time.Duration
-	// TenantBacklog counts waiting tickets per "tier|tenant" (active
-	// flows, at most 50 per tier).
+	// TenantBacklog counts waiting tickets per "class|tenant" (active
+	// flows, at most 50 per class, chat included).
 	TenantBacklog map[string]int64
 }
 

@@ -26,3 +26,11 @@ local function stamp(enc, us)
   p[5] = us
   return table.concat(p, '|')
 end
+
+-- rerank returns enc with its rank set (chat's rank is its arrival
+-- sequence, given at registration).
+local function rerank(enc, rank)
+  local p = split(enc)
+  p[3] = rank
+  return table.concat(p, '|')
+end

@@ -113,7 +113,8 @@ func TestDecodeTicketRefusesBadInput(t *testing.T) {
 func TestKeySetOrderMatchesLua(t *testing.T) {
 	t.Parallel()
 	k := keySet{State: "1", Tickets: "2", Lex: "3", Chat: "4", HeadsPaid: "5", HeadsTrial: "6", HeadsFree: "7", VirtualTimes: "8",
-		Age: "9", Released: "10", Stats: "11", Reservations: "12", ReservationAge: "13", Delayed: "14", Paused: "15", Waits: "16"}
+		Age: "9", Released: "10", Stats: "11", Reservations: "12", ReservationAge: "13", Delayed: "14", Paused: "15", Waits: "16",
+		HeadsChat: "17", BatchAge: "18"}
 	for i, key := range k.list() {
 		if key != strconv.Itoa(i+1) {
 			t.Fatalf("KEYS[%d] is %s", i+1, key)

@@ -185,6 +185,11 @@ type Chat struct {
 	Estimate  int64  `json:"estimate"`
 	Model     string `json:"model"`
 	Created   int64  `json:"created,omitempty"` // unix ms
+	// Refusal asks for the polite "chat limit reached" reply instead of
+	// an answer: no LLM call, no admission. RetryAt (unix ms) is when
+	// the author may chat again.
+	Refusal bool  `json:"refusal,omitempty"`
+	RetryAt int64 `json:"retry_at,omitempty"`
 }
 
 // IsLLM reports whether a task type calls the LLM and so goes through

@@ -49,6 +49,15 @@ type Plans interface {
 	AppThread(ctx context.Context, root int64) (bool, error)
 }
 
+// ChatLimiter caps the chat a user and a pull request can start (a
+// *store.ChatLimiter). A comment over a limit is not allowed; refuse
+// says it is the first one refused while the limit holds, which gets one
+// polite reply; later ones are dropped. retryAt is when a comment fits
+// again.
+type ChatLimiter interface {
+	AllowChat(ctx context.Context, pr jobs.PR, user string, commentID int64) (allowed, refuse bool, retryAt time.Time, err error)
+}
+
 // Config configures the receiver.
 type Config struct {
 	// Secret is the webhook secret. Required: go-github's ValidatePayload
@@ -76,6 +85,9 @@ type Config struct {
 	// anyone else who can comment on a public repository cannot spend
 	// the installation's tokens.
 	ChatAssociations []string
+	// ChatLimiter, when set, caps chat per user and per pull request
+	// before a chat job is enqueued. Defaults to no limits.
+	ChatLimiter ChatLimiter
 }
 
 // DefaultChatAssociations are who can talk to the bot by default.
@@ -112,7 +124,8 @@ func New(cfg Config, q Queue, plans Plans, log *slog.Logger) (*Handler, error) {
 	if cfg.ChatAssociations == nil {
 		cfg.ChatAssociations = DefaultChatAssociations
 	}
-	cfg.ChatAssociations = append([]string(nil), cfg.ChatAssociations...) // normalised below: never the caller's
+	// normalised in a copy: neither the caller's slice nor the default is written
+	cfg.ChatAssociations = append([]string(nil), cfg.ChatAssociations...)
 	for i, a := range cfg.ChatAssociations {
 		a = strings.ToUpper(strings.TrimSpace(a))
 		if !knownAssociations[a] {
@@ -534,6 +547,13 @@ func (h *Handler) mayChat(commenter *github.User, association string, prAuthor *
 // notAllowed is a comment to the bot from someone who may not chat.
 var notAllowed = outcome{http.StatusOK, "not allowed"}
 
+// Outcomes of chat over a limit: the first comment refused while the
+// limit holds gets a polite reply; later ones are dropped silently.
+var (
+	chatRefused = outcome{http.StatusAccepted, "chat limited: refusal enqueued"}
+	chatDropped = outcome{http.StatusOK, "chat limited: dropped"}
+)
+
 // fromApp reports whether a comment is the App's own.
 func (h *Handler) fromApp(u *github.User) bool {
 	login := strings.ToLower(u.GetLogin())
@@ -602,6 +622,19 @@ func (h *Handler) chat(ctx context.Context, c jobs.Chat) (outcome, error) {
 		return unavailable(err)
 	}
 	c.Tier = tier
+	done := accepted
+	if h.cfg.ChatLimiter != nil {
+		allowed, refuse, retryAt, err := h.cfg.ChatLimiter.AllowChat(ctx, c.PR, c.Author, c.CommentID)
+		if err != nil {
+			return unavailable(err)
+		}
+		if !allowed {
+			if !refuse {
+				return chatDropped, nil
+			}
+			c.Refusal, c.RetryAt, done = true, retryAt.UnixMilli(), chatRefused
+		}
+	}
 	ok, err := h.queue.Chat(ctx, c)
 	if err != nil {
 		return unavailable(err)
@@ -609,5 +642,5 @@ func (h *Handler) chat(ctx context.Context, c jobs.Chat) (outcome, error) {
 	if !ok {
 		return duplicate, nil
 	}
-	return accepted, nil
+	return done, nil
 }

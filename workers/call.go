@@ -56,6 +56,9 @@ type CallerConfig struct {
 	Log *slog.Logger
 }
 
+// chatAgent is the quota agent of chat when its tier has a chat quota.
+const chatAgent = "chat"
+
 // Caller makes one admitted LLM call under the tenant's quota and
 // settles the bucket and the quota with what it really used. The file
 // worker and the chat responder share it.
@@ -143,17 +146,22 @@ func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
 		}
 	}
 	var grant *ratelimit.Grant
-	if limit := cfg.Tiers[s.tier].QuotaTokens; limit > 0 && cfg.Quota != nil {
-		agent := ""
-		if cfg.QuotaPerKind {
-			agent = string(s.kind)
-		}
+	limit, agent := cfg.Tiers[s.tier].QuotaTokens, ""
+	if cfg.QuotaPerKind {
+		agent = string(s.kind)
+	}
+	if cq := cfg.Tiers[s.tier].ChatQuotaTokens; s.kind == jobs.KindChat && cq > 0 {
+		// chat draws on its own quota, so commenters cannot spend the
+		// reviews' tokens (nor reviews chat's)
+		limit, agent = cq, chatAgent
+	}
+	if limit > 0 && cfg.Quota != nil {
 		g, err := cfg.Quota.Reserve(ctx, strconv.FormatInt(s.inst, 10), agent, s.ticket.ID, limit, s.prompt.input, maxOut)
 		var qe *ratelimit.QuotaError
 		if errors.As(err, &qe) {
 			settle(ctx, cfg.Ledger, log, s.ticket, ratelimit.Cost{Requests: 1, Tokens: s.ticket.Tokens})
 			c.count(model, "quota")
-			return llm.Response{}, &skipError{reason: "skipped: quota reached, resets at " + qe.Reset.UTC().Format("2006-01-02 15:04 UTC")}
+			return llm.Response{}, &skipError{reason: quotaSkip + ", resets at " + qe.Reset.UTC().Format("2006-01-02 15:04 UTC")}
 		}
 		if err != nil {
 			return llm.Response{}, err

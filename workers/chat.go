@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -127,7 +128,9 @@ func NewChatResponder(cfg ChatResponderConfig) (*ChatResponder, error) {
 	return &ChatResponder{cfg: cfg, tok: tok}, nil
 }
 
-// ProcessTask answers one admitted chat job.
+// ProcessTask answers one admitted chat job, or posts the one polite
+// refusal of a comment over the chat limits (a job that went through no
+// admission and makes no LLM call).
 func (r *ChatResponder) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	cfg, log := &r.cfg, r.cfg.Log
 	var c jobs.Chat
@@ -135,7 +138,9 @@ func (r *ChatResponder) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
 	}
 	ticket := ChatTicket(c)
-	started(ctx, cfg.Ledger, log, ticket)
+	if !c.Refusal {
+		started(ctx, cfg.Ledger, log, ticket)
+	}
 	at, err := budgeted(ctx, cfg.Attempts, ticket.ID, c.Created, cfg.Budget, cfg.NowFunc())
 	if err != nil {
 		return err
@@ -166,7 +171,18 @@ func (r *ChatResponder) answer(ctx context.Context, c jobs.Chat, at attempt) err
 	if err != nil {
 		return err
 	}
-	if body == "" {
+	apology := "" // the PR's one apology for a spent quota, once posted
+	switch {
+	case body != "":
+	case c.Refusal:
+		body = refusal(c)
+		if !c.Review {
+			body = fmt.Sprintf("@%s %s", c.Author, body)
+		}
+		if err := cfg.Drafts.SetDraft(ctx, c.PR, what, body); err != nil {
+			return err
+		}
+	default:
 		m, ok := cfg.Models[c.Model]
 		if !ok {
 			return fmt.Errorf("%w: model %q is not configured", asynq.SkipRetry, c.Model)
@@ -181,6 +197,16 @@ func (r *ChatResponder) answer(ctx context.Context, c jobs.Chat, at attempt) err
 		case errors.As(err, &skip):
 			if skip.gaveUp != "" && cfg.GaveUpFunc != nil {
 				cfg.GaveUpFunc(string(jobs.KindChat), skip.gaveUp)
+			}
+			if strings.HasPrefix(skip.reason, quotaSkip) {
+				// one apology per PR and quota window, not one per comment
+				apology = "chat-quota:" + skip.reason
+				if id, err := cfg.Replies.Posted(ctx, c.PR, apology); err != nil {
+					return err
+				} else if id != 0 {
+					log.InfoContext(ctx, "chat over quota; the PR was told already", "pr", c.PR.String(), "comment", c.CommentID)
+					return nil
+				}
 			}
 			body = "Sorry, I can't answer right now: " + skip.reason + "."
 		case err != nil:
@@ -214,6 +240,9 @@ func (r *ChatResponder) answer(ctx context.Context, c jobs.Chat, at attempt) err
 		return err
 	})
 	var ra *RetryAfterError
+	if errors.As(err, &ra) && c.Refusal && !at.spent() {
+		return err // asynq waits as told (RetryDelay): no admission
+	}
 	if errors.As(err, &ra) && !at.spent() {
 		// GitHub said wait: come back through admission then (the draft
 		// is kept, so no second LLM call)
@@ -224,7 +253,7 @@ func (r *ChatResponder) answer(ctx context.Context, c jobs.Chat, at attempt) err
 		if gerr == nil {
 			return nil
 		}
-		if n := retried(ctx); n < maxRetry(ctx) && !at.spent() {
+		if n := retried(ctx); n < maxRetry(ctx) && !at.spent() && !c.Refusal {
 			// asynq holds the task again; its ticket comes back after the backoff
 			if rerr := cfg.Requeue.RegisterAt(ctx, ticket, time.Now().Add(cfg.Backoff*time.Duration(1<<min(n, 8)))); rerr != nil {
 				log.WarnContext(ctx, "could not put the chat reply back in admission; the reconciler adopts the held task", "task", ticket.ID, "err", rerr)
@@ -237,5 +266,21 @@ func (r *ChatResponder) answer(ctx context.Context, c jobs.Chat, at attempt) err
 			return err
 		}
 	}
+	if apology != "" {
+		if err := cfg.Replies.SetPosted(ctx, c.PR, apology, id); err != nil {
+			return err
+		}
+	}
 	return cfg.Replies.SetPosted(ctx, c.PR, what, id)
+}
+
+// quotaSkip starts the reason of a call skipped for the tenant's quota.
+const quotaSkip = "skipped: quota reached"
+
+// refusal is the one reply to a comment over the chat limits.
+func refusal(c jobs.Chat) string {
+	if c.RetryAt <= 0 {
+		return "you've reached the chat limit; please try again later."
+	}
+	return "you've reached the chat limit; try again after " + time.UnixMilli(c.RetryAt).UTC().Format("15:04") + " UTC."
 }

@@ -85,10 +85,22 @@ func (e *Enqueuer) Plan(ctx context.Context, p jobs.Plan) (bool, error) {
 }
 
 // Chat holds a chat reply in the chat queue and registers it for
-// admission, once per comment.
+// admission, once per comment. A refusal (a comment over the chat
+// limits) makes no LLM call: it is enqueued to run at once.
 func (e *Enqueuer) Chat(ctx context.Context, c jobs.Chat) (bool, error) {
 	c.Model = e.cfg.ChatModel.Name
 	c.Created = e.cfg.NowFunc().UnixMilli()
+	if c.Refusal {
+		_, err := e.cfg.Queue.EnqueueContext(ctx, asynq.NewTask(jobs.TypeChat, jobs.Marshal(c)), asynq.TaskID(jobs.ChatTaskID(c)),
+			asynq.Queue(jobs.QueueChat), asynq.MaxRetry(8), asynq.Timeout(time.Minute), asynq.Retention(e.cfg.Retention))
+		if errors.Is(err, asynq.ErrTaskIDConflict) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("enqueue chat refusal: %w", err)
+		}
+		return true, nil
+	}
 	c.Estimate = EstimateChat(c, e.cfg.ChatModel)
 	return e.cfg.Tickets.Submit(ctx, asynq.NewTask(jobs.TypeChat, jobs.Marshal(c)), ChatTicket(c),
 		asynq.MaxRetry(8), asynq.Timeout(5*time.Minute), asynq.Retention(e.cfg.Retention))

@@ -101,6 +101,10 @@ func (m Model) withDefaults() Model {
 type TierSpec struct {
 	Review      bool
 	QuotaTokens int64 // per quota period per installation; 0: unlimited
+	// ChatQuotaTokens, when positive, is chat's own quota per period per
+	// installation (quota agent "chat"): chat then draws on it instead of
+	// QuotaTokens.
+	ChatQuotaTokens int64
 }
 
 // models applies the defaults to every model and checks that each name
@@ -166,7 +170,7 @@ func IsFailure(err error) bool {
 // other jobs back off exponentially.
 func RetryDelay(hold time.Duration) func(n int, err error, t *asynq.Task) time.Duration {
 	return func(n int, err error, t *asynq.Task) time.Duration {
-		if jobs.IsLLM(t.Type()) {
+		if jobs.IsLLM(t.Type()) && !isRefusal(t.Type(), t.Payload()) {
 			return hold
 		}
 		var ra *RetryAfterError
@@ -188,12 +192,19 @@ func TicketOf(typ string, payload []byte) (admission.Ticket, bool) {
 		return fileTicket(f), true
 	case jobs.TypeChat:
 		var c jobs.Chat
-		if jobs.Unmarshal(typ, payload, &c) != nil {
+		if jobs.Unmarshal(typ, payload, &c) != nil || c.Refusal {
 			return admission.Ticket{}, false
 		}
 		return ChatTicket(c), true
 	}
 	return admission.Ticket{}, false
+}
+
+// isRefusal reports whether a task is a chat refusal: no LLM call, so
+// it is never held for admission.
+func isRefusal(typ string, payload []byte) bool {
+	var c jobs.Chat
+	return typ == jobs.TypeChat && jobs.Unmarshal(typ, payload, &c) == nil && c.Refusal
 }
 
 func fileTicket(f jobs.File) admission.Ticket {

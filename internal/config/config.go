@@ -47,6 +47,7 @@ type Config struct {
 	DefaultTier string            `yaml:"default_tier"`
 	Plans       []PlanConfig      `yaml:"plans"`
 	Scheduler   SchedulerCfg      `yaml:"scheduler"`
+	Chat        ChatConfig        `yaml:"chat"`
 	Filters     FiltersConfig     `yaml:"filters"`
 	Worker      WorkerConfig      `yaml:"worker"`
 	Admin       AdminConfig       `yaml:"admin"`
@@ -162,7 +163,25 @@ type Tier struct {
 	Review *bool `yaml:"review"`
 	// QuotaTokens per quota period per installation (0: unlimited).
 	QuotaTokens int64 `yaml:"quota_tokens"`
+	// ChatQuotaTokens is chat's own quota per quota period per
+	// installation; chat then does not draw on QuotaTokens. Defaults to 0:
+	// chat shares QuotaTokens.
+	ChatQuotaTokens int64 `yaml:"chat_quota_tokens"`
 }
+
+// ChatConfig limits who talks to the bot how often (checked at the
+// webhook, before a chat job exists).
+type ChatConfig struct {
+	// PerUserPerHour caps one user's comments to the bot per installation
+	// in any hour. Defaults to 20; 0: no limit.
+	PerUserPerHour *int `yaml:"per_user_per_hour"`
+	// PerPRPerHour caps one pull request's comments to the bot in any
+	// hour. Defaults to 60; 0: no limit.
+	PerPRPerHour *int `yaml:"per_pr_per_hour"`
+}
+
+// IntPtr returns a pointer to n (optional settings).
+func IntPtr(n int) *int { return &n }
 
 // PlanConfig seeds an installation's plan.
 type PlanConfig struct {
@@ -177,7 +196,12 @@ type SchedulerCfg struct {
 	Mode string `yaml:"mode"`
 	// ChatShare of each bucket that batch work may not use. Defaults to 0.05.
 	ChatShare *float64 `yaml:"chat_share"`
-	// Aging bounds how long any job waits before it goes first. Defaults to 10m.
+	// ChatCap is the largest share of a bucket's admitted tokens chat
+	// takes while batch work waits. Defaults to 0.5; 1: chat always first
+	// (batch then moves by the aging bound only).
+	ChatCap *float64 `yaml:"chat_cap"`
+	// Aging bounds how long a batch job waits before it goes first, ahead
+	// of chat too. Defaults to 10m.
 	Aging Duration `yaml:"aging"`
 }
 
@@ -273,7 +297,7 @@ func BoolPtr(b bool) *bool { return &b }
 
 // Default is what prq runs with when nothing is set.
 func Default() Config {
-	share := 0.05
+	share, chatCap := 0.05, 0.5
 	return Config{
 		Addr:            ":8080",
 		ShutdownTimeout: Duration(30 * time.Second),
@@ -291,7 +315,8 @@ func Default() Config {
 			"free":  {Weight: 1, Review: BoolPtr(false)},
 		},
 		DefaultTier: "free",
-		Scheduler:   SchedulerCfg{Mode: "weighted", ChatShare: &share, Aging: Duration(10 * time.Minute)},
+		Scheduler:   SchedulerCfg{Mode: "weighted", ChatShare: &share, ChatCap: &chatCap, Aging: Duration(10 * time.Minute)},
+		Chat:        ChatConfig{PerUserPerHour: IntPtr(20), PerPRPerHour: IntPtr(60)},
 		Filters: FiltersConfig{Exclude: []string{
 			"*.lock", "package-lock.json", "yarn.lock", "pnpm-lock.yaml", "go.sum", "Cargo.lock", "poetry.lock",
 			"vendor/**", "node_modules/**", "third_party/**", "*.min.js", "*.min.css", "*.pb.go", "*_gen.go", "*.generated.*", "dist/**",
@@ -567,6 +592,9 @@ func (c *Config) Validate(m Mode) error {
 		if t.QuotaTokens < 0 {
 			bad("tiers."+name+".quota_tokens", "must not be negative, got %d", t.QuotaTokens)
 		}
+		if t.ChatQuotaTokens < 0 {
+			bad("tiers."+name+".chat_quota_tokens", "must not be negative, got %d", t.ChatQuotaTokens)
+		}
 	}
 	if _, err := jobs.ParseTier(c.DefaultTier); err != nil {
 		bad("default_tier", "%v", err)
@@ -584,6 +612,15 @@ func (c *Config) Validate(m Mode) error {
 	}
 	if cs := c.Scheduler.ChatShare; cs == nil || *cs < 0 || *cs >= 1 {
 		bad("scheduler.chat_share", "must be in [0, 1)")
+	}
+	if cc := c.Scheduler.ChatCap; cc == nil || *cc <= 0 || *cc > 1 {
+		bad("scheduler.chat_cap", "must be in (0, 1]")
+	}
+	if n := c.Chat.PerUserPerHour; n == nil || *n < 0 {
+		bad("chat.per_user_per_hour", "must not be negative (0: no limit)")
+	}
+	if n := c.Chat.PerPRPerHour; n == nil || *n < 0 {
+		bad("chat.per_pr_per_hour", "must not be negative (0: no limit)")
 	}
 	if c.Scheduler.Aging.D() <= 0 {
 		bad("scheduler.aging", "must be positive")

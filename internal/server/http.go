@@ -163,9 +163,20 @@ func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, log *slog.L
 }
 
 func (s *Server) webhookHandler() (*webhook.Handler, error) {
+	limits := store.ChatLimits{PerUser: 20, PerPR: 60, Window: time.Hour}
+	if n := s.cfg.Chat.PerUserPerHour; n != nil {
+		limits.PerUser = *n
+	}
+	if n := s.cfg.Chat.PerPRPerHour; n != nil {
+		limits.PerPR = *n
+	}
+	chatLimits, err := store.NewChatLimiter(s.rdb, limits)
+	if err != nil {
+		return nil, err
+	}
 	h, err := webhook.New(webhook.Config{Secret: []byte(s.cfg.GitHub.WebhookSecret), MaxBytes: s.cfg.GitHub.WebhookMaxBytes,
 		MaxInFlightBytes: s.cfg.GitHub.WebhookMaxInFlightBytes, ChatAssociations: s.cfg.GitHub.ChatAssociations,
-		AppSlug: s.cfg.GitHub.AppSlug, SkipBotPRs: s.cfg.GitHub.SkipBotPRs == nil || *s.cfg.GitHub.SkipBotPRs},
+		AppSlug: s.cfg.GitHub.AppSlug, SkipBotPRs: s.cfg.GitHub.SkipBotPRs == nil || *s.cfg.GitHub.SkipBotPRs, ChatLimiter: chatLimits},
 		s.jobs.enqueuer, s.store, s.log.With("component", "webhook"))
 	if err != nil {
 		return nil, err

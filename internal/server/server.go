@@ -121,8 +121,12 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, connOpt asyn
 	for name, t := range cfg.Tiers {
 		weights[jobs.Tier(name)] = t.Weight
 	}
+	var chatCap float64 // 0: admission's default
+	if cfg.Scheduler.ChatCap != nil {
+		chatCap = *cfg.Scheduler.ChatCap
+	}
 	s.sched, err = admission.New(rdb, buckets, s.client, s.insp, admission.Config{
-		Strict: cfg.Scheduler.Mode == "strict", Weights: weights, ChatShare: *cfg.Scheduler.ChatShare, Aging: cfg.Scheduler.Aging.D(),
+		Strict: cfg.Scheduler.Mode == "strict", Weights: weights, ChatShare: *cfg.Scheduler.ChatShare, ChatCap: chatCap, Aging: cfg.Scheduler.Aging.D(),
 	}, log.With("component", "admission"))
 	if err != nil {
 		return nil, err

@@ -1,0 +1,50 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestChatSettings(t *testing.T) {
+	d := Default()
+	if *d.Chat.PerUserPerHour != 20 || *d.Chat.PerPRPerHour != 60 || *d.Scheduler.ChatCap != 0.5 {
+		t.Fatalf("defaults: per user %d, per PR %d, chat cap %v", *d.Chat.PerUserPerHour, *d.Chat.PerPRPerHour, *d.Scheduler.ChatCap)
+	}
+	load := func(yml string) (*Config, error) {
+		t.Helper()
+		f := filepath.Join(t.TempDir(), "prq.yaml")
+		if err := os.WriteFile(f, []byte(yml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c, err := Load(func(k string) string {
+			if k == "PRQ_CONFIG" {
+				return f
+			}
+			return ""
+		}, nil)
+		if err != nil {
+			return nil, err
+		}
+		return c, c.Validate(ModeCheck)
+	}
+	c, err := load("chat:\n  per_user_per_hour: 5\n  per_pr_per_hour: 0\nscheduler:\n  chat_cap: 0.3\ntiers:\n  free:\n    weight: 1\n    chat_quota_tokens: 2000\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *c.Chat.PerUserPerHour != 5 || *c.Chat.PerPRPerHour != 0 || *c.Scheduler.ChatCap != 0.3 || c.Tiers["free"].ChatQuotaTokens != 2000 {
+		t.Fatalf("read %+v, chat cap %v, free %+v", c.Chat, *c.Scheduler.ChatCap, c.Tiers["free"])
+	}
+	for yml, setting := range map[string]string{
+		"chat:\n  per_user_per_hour: -1\n":                            "chat.per_user_per_hour",
+		"chat:\n  per_pr_per_hour: -2\n":                              "chat.per_pr_per_hour",
+		"scheduler:\n  chat_cap: 0\n":                                 "scheduler.chat_cap",
+		"scheduler:\n  chat_cap: 1.5\n":                               "scheduler.chat_cap",
+		"tiers:\n  paid:\n    weight: 8\n    chat_quota_tokens: -1\n": "tiers.paid.chat_quota_tokens",
+	} {
+		if _, err := load(yml); err == nil || !strings.Contains(err.Error(), setting) {
+			t.Errorf("%q: %v, want an error naming %s", yml, err, setting)
+		}
+	}
+}
