@@ -157,11 +157,19 @@ func (c *Checks) Progress(ctx context.Context, pr jobs.PR, head string) {
 	if err != nil || !ok {
 		return
 	}
-	run, err := c.cfg.Store.GetRun(ctx, pr)
-	if err != nil || run.Head != head {
-		return
-	}
 	err = c.write(ctx, pr, func(gh CheckWriter) error {
+		// The turn in the write lane may come late: read the run now, so
+		// the counts are fresh and a finished or superseded head is left
+		// to finalize (an update after its completion would take the run
+		// back to in progress), and pace again at the write itself, so
+		// updates reach GitHub at least Every apart whatever the waits.
+		run, err := c.cfg.Store.GetRun(ctx, pr)
+		if err != nil || run.Head != head || run.SummaryDone+run.ReviewDone >= run.SummaryTotal+run.ReviewTotal {
+			return err
+		}
+		if ok, err := c.cfg.Store.Throttle(ctx, pr, c.key(head)+":sent", c.cfg.Every); err != nil || !ok {
+			return err
+		}
 		summary := progressText(run)
 		id, err := c.id(ctx, gh, pr, head, summary)
 		if err != nil {
