@@ -109,13 +109,17 @@ func New(cfg Config, q Queue, plans Plans, log *slog.Logger) (*Handler, error) {
 	if cfg.ReadTimeout <= 0 {
 		cfg.ReadTimeout = 10 * time.Second
 	}
-	if cfg.ChatAssociations == nil {
-		cfg.ChatAssociations = DefaultChatAssociations
+	assoc := cfg.ChatAssociations
+	if assoc == nil {
+		assoc = DefaultChatAssociations
 	}
-	for i, a := range cfg.ChatAssociations {
+	// a copy: normalising in place would write to the package default
+	// (a data race between handlers) or to the caller's configuration
+	cfg.ChatAssociations = make([]string, len(assoc))
+	for i, a := range assoc {
 		a = strings.ToUpper(strings.TrimSpace(a))
 		if !knownAssociations[a] {
-			return nil, fmt.Errorf("webhook: chat association %q: want one of OWNER, MEMBER, COLLABORATOR, CONTRIBUTOR, FIRST_TIME_CONTRIBUTOR, FIRST_TIMER, NONE", cfg.ChatAssociations[i])
+			return nil, fmt.Errorf("webhook: chat association %q: want one of OWNER, MEMBER, COLLABORATOR, CONTRIBUTOR, FIRST_TIME_CONTRIBUTOR, FIRST_TIMER, NONE", assoc[i])
 		}
 		cfg.ChatAssociations[i] = a
 	}
