@@ -423,6 +423,9 @@ func largeLimits(c *config.Config) {
 // it) and a review, every body within GitHub's limit, against a fake
 // GitHub that refuses more.
 func TestLargestPRs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow: 900 file jobs")
+	}
 	t.Parallel()
 	wd, _ := os.Getwd()
 	path := corpus.Find(wd)
