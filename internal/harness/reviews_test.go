@@ -52,6 +52,15 @@ func (p published) summaryText() string {
 	return b.String()
 }
 
+// reviewBody is the head's review body ("" without one; published
+// reports that).
+func (p published) reviewBody() string {
+	if len(p.reviews) == 0 {
+		return ""
+	}
+	return p.reviews[0].Body
+}
+
 // waitDone waits until every PR's current head is finalized.
 func (s *stack) waitDone(prs []jobs.PR, timeout time.Duration) {
 	s.t.Helper()
@@ -260,7 +269,7 @@ func TestReplyJSON(t *testing.T) {
 		}
 	}
 	t.Logf("%s: %d review jobs, %d line comments\n--- summary comment ---\n%s\n--- review body ---\n%s\n--- check run: %s / %s ---\n%s\n%s",
-		p.pr, p.run.ReviewTotal, len(p.comments), p.summaryText(), p.reviews[0].Body, p.check.Status, p.check.Conclusion, p.check.Title, p.check.Summary)
+		p.pr, p.run.ReviewTotal, len(p.comments), p.summaryText(), p.reviewBody(), p.check.Status, p.check.Conclusion, p.check.Title, p.check.Summary)
 }
 
 // TestReplyProse: a model that answers in prose unless response_format
@@ -341,14 +350,13 @@ func TestReplyOutside(t *testing.T) {
 				t.Errorf("%s: the far finding was put on %s line %d", p.pr, c.Path, c.Line)
 			}
 		}
-		if len(p.reviews) == 1 {
-			body := p.reviews[0].Body
+		if body := p.reviewBody(); body != "" {
 			if got := strings.Count(body, far); got < p.run.ReviewTotal {
 				t.Errorf("%s: %d far findings in the review body, want one per reviewed file (%d):\n%s", p.pr, got, p.run.ReviewTotal, body)
 			}
 		}
 	}
-	t.Logf("review body of %s:\n%s", ps[0].pr, ps[0].reviews[0].Body)
+	t.Logf("review body of %s:\n%s", ps[0].pr, ps[0].reviewBody())
 }
 
 // TestReplyCut: every review reply is cut off. Each is counted as
@@ -381,15 +389,15 @@ func TestReplyCut(t *testing.T) {
 		if len(p.comments) != 0 {
 			t.Errorf("%s: %d line comments from unreadable replies", p.pr, len(p.comments))
 		}
-		if len(p.reviews) == 1 && strings.Contains(p.reviews[0].Body, "no problems found") {
-			t.Errorf("%s: the review calls a head whose reviews failed clean:\n%s", p.pr, p.reviews[0].Body)
+		if strings.Contains(p.reviewBody(), "no problems found") {
+			t.Errorf("%s: the review calls a head whose reviews failed clean:\n%s", p.pr, p.reviewBody())
 		}
 		if p.check.Conclusion == "success" {
 			t.Errorf("%s: check run %q concluded success with every review failed", p.pr, p.check.Title)
 		}
 	}
 	t.Logf("%d review jobs, %d calls\n--- summary comment ---\n%s\n--- review body ---\n%s\n--- check run: %s ---\n%s",
-		jobsN, s.admitted(review), ps[0].summaryText(), ps[0].reviews[0].Body, ps[0].check.Conclusion, ps[0].check.Summary)
+		jobsN, s.admitted(review), ps[0].summaryText(), ps[0].reviewBody(), ps[0].check.Conclusion, ps[0].check.Summary)
 }
 
 // largePR is one PR of n generated files (valid unified diffs) under
@@ -609,6 +617,9 @@ func TestCheckRunProgress(t *testing.T) {
 	pr := s.openPR(1, jobs.TierPaid, p)
 	s.waitDone([]jobs.PR{pr}, 90*time.Second)
 	pub := s.published(pr)
+	if len(pub.check.History) == 0 || len(pub.summary) == 0 {
+		t.Fatal("no check run or no summary")
+	}
 	var states []string
 	start := pub.check.History[0].At
 	progress := 0
