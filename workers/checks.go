@@ -120,11 +120,23 @@ func (c *Checks) write(ctx context.Context, pr jobs.PR, fn func(CheckWriter) err
 	return err
 }
 
+// errCreating: another job is creating the head's check run right now.
+var errCreating = errors.New("workers: the check run is being created by another job")
+
 // id returns the head's check run, creating it queued if it has none.
+// One job creates it: the planner's Queued, a file's Progress and
+// finalize's Complete can all find none at once, and each would create
+// its own; the others get errCreating.
 func (c *Checks) id(ctx context.Context, gh CheckWriter, pr jobs.PR, head, summary string) (int64, error) {
 	id, err := c.cfg.Store.Posted(ctx, pr, c.key(head))
 	if err != nil || id != 0 {
 		return id, err
+	}
+	if ok, err := c.cfg.Store.Throttle(ctx, pr, c.key(head)+":create", 30*time.Second); err != nil || !ok {
+		if err == nil {
+			err = errCreating
+		}
+		return 0, err
 	}
 	// a crash after creating and before recording: find it by name
 	if id, err = gh.FindCheckRun(ctx, pr.Owner, pr.Repo, head, c.cfg.Name); err != nil {
@@ -145,7 +157,7 @@ func (c *Checks) Queued(ctx context.Context, pr jobs.PR, head string, jobs int) 
 		_, err := c.id(ctx, gh, pr, head, fmt.Sprintf("%d file jobs planned.", jobs))
 		return err
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, errCreating) {
 		c.cfg.Log.WarnContext(ctx, "could not create the check run", "pr", pr.String(), "err", err)
 	}
 }
@@ -157,11 +169,19 @@ func (c *Checks) Progress(ctx context.Context, pr jobs.PR, head string) {
 	if err != nil || !ok {
 		return
 	}
-	run, err := c.cfg.Store.GetRun(ctx, pr)
-	if err != nil || run.Head != head {
-		return
-	}
 	err = c.write(ctx, pr, func(gh CheckWriter) error {
+		// The turn in the write lane may come late: read the run now, so
+		// the counts are fresh and a finished or superseded head is left
+		// to finalize (an update after its completion would take the run
+		// back to in progress), and pace again at the write itself, so
+		// updates reach GitHub at least Every apart whatever the waits.
+		run, err := c.cfg.Store.GetRun(ctx, pr)
+		if err != nil || run.Head != head || run.SummaryDone+run.ReviewDone >= run.SummaryTotal+run.ReviewTotal {
+			return err
+		}
+		if ok, err := c.cfg.Store.Throttle(ctx, pr, c.key(head)+":sent", c.cfg.Every); err != nil || !ok {
+			return err
+		}
 		summary := progressText(run)
 		id, err := c.id(ctx, gh, pr, head, summary)
 		if err != nil {
@@ -170,7 +190,7 @@ func (c *Checks) Progress(ctx context.Context, pr jobs.PR, head string) {
 		return gh.UpdateCheckRun(ctx, pr.Owner, pr.Repo, id, ghapp.CheckRun{Name: c.cfg.Name, Status: "in_progress",
 			Title: fmt.Sprintf("%d of %d files", min(run.SummaryDone, run.SummaryTotal), run.SummaryTotal), Summary: summary})
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, errCreating) {
 		c.cfg.Log.WarnContext(ctx, "could not update the check run", "pr", pr.String(), "err", err)
 	}
 }
@@ -215,6 +235,9 @@ func (c *Checks) Complete(ctx context.Context, pr jobs.PR, head string, rows []r
 	}
 	return c.write(ctx, pr, func(gh CheckWriter) error {
 		id, err := c.id(ctx, gh, pr, head, summary)
+		if errors.Is(err, errCreating) {
+			return &RetryAfterError{After: 2 * time.Second, Err: err} // its id is recorded in a moment
+		}
 		if err != nil {
 			return err
 		}

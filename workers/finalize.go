@@ -253,10 +253,17 @@ func (p *Finalizer) postReview(ctx context.Context, gh ReviewWriter, f jobs.Fina
 	if id, err := pub.Posted(ctx, f.PR, what); err != nil || id != 0 {
 		return len(comments), err
 	}
-	reviewed := 0
+	reviewed, failed := 0, 0
 	for _, r := range rows {
 		if r.Reviewed {
 			reviewed++
+		}
+	}
+	failedPaths := map[string]bool{}
+	for _, r := range results {
+		if r.Kind == jobs.KindReview && r.Failed && !failedPaths[r.Path] {
+			failedPaths[r.Path] = true
+			failed++
 		}
 	}
 	marker := p.cfg.Markers.Review(f.PR.Key(), f.HeadSHA)
@@ -268,7 +275,7 @@ func (p *Finalizer) postReview(ctx context.Context, gh ReviewWriter, f jobs.Fina
 		if id, err = gh.HasReview(ctx, f.PR.Owner, f.PR.Repo, f.PR.Number, marker); err != nil || id != 0 {
 			return err
 		}
-		body := render.Review{Repo: repo, Head: f.HeadSHA, Files: reviewed, Comments: len(comments), Findings: findings, Marker: marker}.Body(0)
+		body := render.Review{Repo: repo, Head: f.HeadSHA, Files: reviewed, Failed: failed, Comments: len(comments), Findings: findings, Marker: marker}.Body(0)
 		id, err = gh.CreateReview(ctx, f.PR.Owner, f.PR.Repo, f.PR.Number, f.HeadSHA, body, comments)
 		if errors.Is(err, ghapp.ErrUnprocessable) && len(comments) > 0 {
 			// A line GitHub will not take: the review without line
@@ -277,7 +284,7 @@ func (p *Finalizer) postReview(ctx context.Context, gh ReviewWriter, f jobs.Fina
 			for _, c := range comments {
 				all = append(all, render.Finding{Path: c.Path, Line: c.Line, Body: c.Body})
 			}
-			body = render.Review{Repo: repo, Head: f.HeadSHA, Files: reviewed, Findings: all, Marker: marker}.Body(0)
+			body = render.Review{Repo: repo, Head: f.HeadSHA, Files: reviewed, Failed: failed, Findings: all, Marker: marker}.Body(0)
 			id, err = gh.CreateReview(ctx, f.PR.Owner, f.PR.Repo, f.PR.Number, f.HeadSHA, body, nil)
 			comments = nil
 		}

@@ -161,11 +161,12 @@ type admission struct {
 }
 
 type modelStats struct {
-	Requests       int64       `json:"requests"`
-	RateLimited    int64       `json:"rate_limited"`
-	Faults         int64       `json:"faults"`
-	AdmittedTokens int64       `json:"admitted_tokens"`
-	CompletionToks int64       `json:"completion_tokens"`
+	Requests       int64 `json:"requests"`
+	RateLimited    int64 `json:"rate_limited"`
+	Faults         int64 `json:"faults"`
+	AdmittedTokens int64 `json:"admitted_tokens"`
+	CompletionToks int64 `json:"completion_tokens"`
+	formats        map[string]int64
 	window         []admission // admissions of the last period
 	windowSum      int64
 	maxWindow      int64
@@ -392,6 +393,11 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	st := s.statsOf(m.Name)
 	st.Requests++
+	format := "none"
+	if req.ResponseFormat != nil {
+		format = req.ResponseFormat.Type
+	}
+	st.formats[format]++
 	if s.faults.NoQuota {
 		st.Faults++
 		s.mu.Unlock()
@@ -514,7 +520,7 @@ func (s *Server) countFault(model string) {
 func (s *Server) statsOf(model string) *modelStats {
 	st, ok := s.stats[model]
 	if !ok {
-		st = &modelStats{}
+		st = &modelStats{formats: map[string]int64{}}
 		s.stats[model] = st
 	}
 	return st
@@ -732,6 +738,10 @@ type ModelStats struct {
 	MaxWindowTokens int64 `json:"max_window_tokens"`
 	TPM             int64 `json:"tpm"`
 	RPM             int64 `json:"rpm"`
+	// ResponseFormats counts requests by their response_format type
+	// (json_schema, json_object, text; "none" without one), so tests see
+	// whether structured output was asked for.
+	ResponseFormats map[string]int64 `json:"response_formats"`
 }
 
 // Stats returns the counters per model.
@@ -741,7 +751,11 @@ func (s *Server) Stats() map[string]ModelStats {
 	out := map[string]ModelStats{}
 	for name, st := range s.stats {
 		m := s.models[name]
-		out[name] = ModelStats{Requests: st.Requests, RateLimited: st.RateLimited, Faults: st.Faults,
+		formats := make(map[string]int64, len(st.formats))
+		for k, v := range st.formats {
+			formats[k] = v
+		}
+		out[name] = ModelStats{ResponseFormats: formats, Requests: st.Requests, RateLimited: st.RateLimited, Faults: st.Faults,
 			AdmittedTokens: st.AdmittedTokens, CompletionTokens: st.CompletionToks,
 			MaxWindowTokens: st.maxWindow, TPM: m.TPM, RPM: m.RPM}
 	}

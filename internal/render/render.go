@@ -310,6 +310,7 @@ type Review struct {
 	Repo     string
 	Head     string
 	Files    int // files reviewed
+	Failed   int // files whose review failed (the summary says why)
 	Comments int // line comments in the review
 	Findings []Finding
 	Marker   string
@@ -317,22 +318,30 @@ type Review struct {
 
 // Body renders the review body within limit characters (MaxBody when 0):
 // "no problems found" when the review has nothing to say, so a clean
-// review can be told from a missing one; the findings that have no line
+// review can be told from a missing one, and never when no file's review
+// succeeded (Failed says how many did not); the findings that have no line
 // under their files' names, cut short with a note when they do not fit.
 func (r Review) Body(limit int) string {
 	if limit <= 0 {
 		limit = MaxBody
 	}
 	var b strings.Builder
+	failed := ""
+	if r.Failed > 0 {
+		failed = fmt.Sprintf(" **%d files could not be reviewed** (see the summary comment).", r.Failed)
+	}
 	switch {
+	case r.Comments == 0 && len(r.Findings) == 0 && r.Files == 0 && r.Failed > 0:
+		// nothing was reviewed: not a clean review
+		fmt.Fprintf(&b, "prq could not review the %d files at %s: see the summary comment.\n", r.Failed, safemd.Code(short(r.Head)))
 	case r.Comments == 0 && len(r.Findings) == 0:
-		fmt.Fprintf(&b, "prq reviewed %d files at %s: no problems found.\n", r.Files, safemd.Code(short(r.Head)))
+		fmt.Fprintf(&b, "prq reviewed %d files at %s: no problems found.%s\n", r.Files, safemd.Code(short(r.Head)), failed)
 	default:
 		fmt.Fprintf(&b, "prq reviewed %d files at %s: %d line comments", r.Files, safemd.Code(short(r.Head)), r.Comments)
 		if len(r.Findings) > 0 {
 			fmt.Fprintf(&b, " and %d findings below", len(r.Findings))
 		}
-		b.WriteString(".\n")
+		b.WriteString("." + failed + "\n")
 	}
 	tail := "\n" + r.Marker + "\n"
 	if len(r.Findings) > 0 {

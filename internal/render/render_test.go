@@ -105,6 +105,15 @@ func TestReviewBody(t *testing.T) {
 	if !strings.Contains(clean, "no problems found") || !strings.Contains(clean, "<!-- prq:review -->") {
 		t.Errorf("clean review: %q", clean)
 	}
+	// files whose review failed are never reported as clean
+	failed := Review{Repo: "acme/w", Head: "abcdef0123", Failed: 3, Marker: "<!-- prq:review -->"}.Body(0)
+	if strings.Contains(failed, "no problems found") || !strings.Contains(failed, "could not review the 3 files") {
+		t.Errorf("a review whose files all failed: %q", failed)
+	}
+	some := Review{Repo: "acme/w", Head: "abcdef0123", Files: 2, Failed: 1, Marker: "<!-- prq:review -->"}.Body(0)
+	if !strings.Contains(some, "reviewed 2 files") || !strings.Contains(some, "**1 files could not be reviewed**") {
+		t.Errorf("a review with one file failed: %q", some)
+	}
 	var fs []Finding
 	for i := 0; i < 2000; i++ {
 		fs = append(fs, Finding{Path: fmt.Sprintf("f%d.go", i/10), Line: i, Body: strings.Repeat("x", 100) + " @octocat"})
