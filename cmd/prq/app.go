@@ -122,7 +122,10 @@ func (a *app) buildWorkers(tr http.RoundTripper) error {
 	}
 	var gh workers.GitHubApp
 	if len(key) > 0 && cfg.GitHub.AppID > 0 {
-		app, err := ghapp.New(cfg.GitHub.AppID, key, cfg.GitHub.APIURL, tr)
+		if tr == nil {
+			tr = http.DefaultTransport
+		}
+		app, err := ghapp.New(cfg.GitHub.AppID, key, cfg.GitHub.APIURL, githubCounter{rdb: a.rdb, next: tr})
 		if err != nil {
 			return &settingErr{name: "GITHUB_PRIVATE_KEY", problem: err.Error()}
 		}

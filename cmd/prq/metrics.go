@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/prq-dev/prq/admission"
 	"github.com/prq-dev/prq/jobs"
@@ -97,13 +98,21 @@ var (
 	descLimit    = prometheus.NewDesc("prq_bucket_limit_tokens_per_second", "The model's token limit, per second.", []string{"model"}, nil)
 	descPaused   = prometheus.NewDesc("prq_model_paused", "1 when the model's admissions are paused (account problem).", []string{"model"}, nil)
 	descQueue    = prometheus.NewDesc("prq_queue_tasks", "asynq tasks per queue and state (scheduled holds the jobs waiting for admission).", []string{"queue", "state"}, nil)
+	descOldest   = prometheus.NewDesc("prq_admission_oldest_wait_seconds", "Age of the oldest ticket waiting for admission (0 when none waits).", []string{"model"}, nil)
+	descAging    = prometheus.NewDesc("prq_admission_aging_seconds", "The aging bound: a job waiting this long goes first (scheduler.aging).", nil, nil)
+	descRedisUp  = prometheus.NewDesc("prq_redis_up", "1 when Redis answered PING at scrape time.", nil, nil)
+	descRedisMem = prometheus.NewDesc("prq_redis_memory_used_bytes", "Redis used_memory (INFO memory).", nil, nil)
+	descRedisMax = prometheus.NewDesc("prq_redis_memory_max_bytes", "Redis maxmemory (0: no limit).", nil, nil)
+	descGitHub   = prometheus.NewDesc("prq_github_requests_all_total", "GitHub API requests of every process (from Redis), by kind (read, write, token) and outcome (ok, rate_limited, refused, not_found, failed, error).", []string{"kind", "outcome"}, nil)
+	descAllCalls = prometheus.NewDesc("prq_llm_calls_all_total", "LLM calls of every process (from Redis), by model and outcome; prq_llm_calls_total counts this process's only.", []string{"model", "outcome"}, nil)
 )
 
 // stateCollector reads shared state from Redis at scrape time.
 type stateCollector struct{ a *app }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descBacklog, descInTok, descAdmTok, descAhead, descBehind, descReleased, descAvail, descLimit, descPaused, descQueue} {
+	for _, d := range []*prometheus.Desc{descBacklog, descInTok, descAdmTok, descAhead, descBehind, descReleased, descAvail, descLimit, descPaused, descQueue,
+		descOldest, descAging, descRedisUp, descRedisMem, descRedisMax, descAllCalls, descGitHub} {
 		ch <- d
 	}
 }
@@ -111,6 +120,27 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
+	ch <- prometheus.MustNewConstMetric(descAging, prometheus.GaugeValue, c.a.cfg.Scheduler.Aging.D().Seconds())
+	if err := c.a.rdb.Ping(ctx).Err(); err != nil {
+		ch <- prometheus.MustNewConstMetric(descRedisUp, prometheus.GaugeValue, 0)
+		return // every other series comes from Redis
+	}
+	ch <- prometheus.MustNewConstMetric(descRedisUp, prometheus.GaugeValue, 1)
+	ch <- prometheus.MustNewConstMetric(descRedisMem, prometheus.GaugeValue, float64(redisInfoInt(ctx, c.a.rdb, "memory", "used_memory")))
+	ch <- prometheus.MustNewConstMetric(descRedisMax, prometheus.GaugeValue, float64(redisInfoInt(ctx, c.a.rdb, "memory", "maxmemory")))
+	for model, outcomes := range c.a.callCounts(ctx) {
+		for outcome, n := range outcomes {
+			ch <- prometheus.MustNewConstMetric(descAllCalls, prometheus.CounterValue, float64(n), model, outcome)
+		}
+	}
+	if m, err := c.a.rdb.HGetAll(ctx, githubKey).Result(); err == nil {
+		for k, v := range m {
+			if kind, outcome, ok := strings.Cut(k, "|"); ok {
+				n, _ := strconv.ParseFloat(v, 64)
+				ch <- prometheus.MustNewConstMetric(descGitHub, prometheus.CounterValue, n, kind, outcome)
+			}
+		}
+	}
 	paused := c.a.sched.Paused(ctx)
 	for _, model := range c.a.sched.Models() {
 		st, err := c.a.sched.Stats(ctx, model)
@@ -131,6 +161,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			l := b.Limits()
 			ch <- prometheus.MustNewConstMetric(descLimit, prometheus.GaugeValue, float64(l.TokensPerPeriod)/l.Period.Seconds(), model)
+			ch <- prometheus.MustNewConstMetric(descOldest, prometheus.GaugeValue, oldestWait(ctx, c.a.rdb, b.Tag()).Seconds(), model)
 		}
 		p := 0.0
 		if _, ok := paused[model]; ok {
@@ -148,6 +179,58 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descQueue, prometheus.GaugeValue, float64(n), q, state)
 		}
 	}
+}
+
+const githubKey = "prq:github:requests"
+
+// githubCounter counts GitHub API requests in Redis by kind and outcome,
+// so that serve exports what the workers did.
+type githubCounter struct {
+	rdb  redis.UniversalClient
+	next http.RoundTripper
+}
+
+func (g githubCounter) RoundTrip(r *http.Request) (*http.Response, error) {
+	kind := "write"
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		kind = "read"
+	}
+	resp, err := g.next.RoundTrip(r)
+	outcome := "error"
+	if err == nil {
+		switch s := resp.StatusCode; {
+		case s < 400:
+			outcome = "ok"
+		case s == http.StatusTooManyRequests || (s == http.StatusForbidden && (resp.Header.Get("Retry-After") != "" || resp.Header.Get("X-RateLimit-Remaining") == "0")):
+			outcome = "rate_limited"
+		case s == http.StatusUnprocessableEntity || s == http.StatusForbidden:
+			outcome = "refused"
+		case s == http.StatusNotFound:
+			outcome = "not_found"
+		default:
+			outcome = "failed"
+		}
+	}
+	if strings.HasSuffix(r.URL.Path, "/access_tokens") {
+		kind = "token"
+	}
+	g.rdb.HIncrBy(context.WithoutCancel(r.Context()), githubKey, kind+"|"+outcome, 1)
+	return resp, err
+}
+
+// oldestWait is the age of a model's oldest waiting ticket, read from
+// admission's age set (ticket ids by enqueue time in µs, Redis's clock).
+// TODO(lead): move into admission.Stats once its refactor lands.
+func oldestWait(ctx context.Context, rdb redis.UniversalClient, tag string) time.Duration {
+	oldest, err := rdb.ZRangeWithScores(ctx, tag+":adm:age", 0, 0).Result()
+	if err != nil || len(oldest) == 0 {
+		return 0
+	}
+	now, err := rdb.Time(ctx).Result()
+	if err != nil {
+		return 0
+	}
+	return max(now.Sub(time.UnixMicro(int64(oldest[0].Score))), 0)
 }
 
 func constEq(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1 }
