@@ -265,3 +265,25 @@ func TestRequiredMatchManifest(t *testing.T) {
 		t.Errorf("events: manifest %v, doctor %v", want, got)
 	}
 }
+
+// TestWebhookWithoutSecret: a worker has no webhook secret and needs
+// none; checking serve without one cannot work and says so.
+func TestWebhookWithoutSecret(t *testing.T) {
+	url := startServe(t, webhookSecret)
+	for _, c := range []struct {
+		name string
+		in   doctor.Webhook
+		ok   bool
+	}{
+		{"worker: no secret, no serve", doctor.Webhook{}, true},
+		{"no secret to sign serve's ping", doctor.Webhook{ServeURL: url}, false},
+		{"secret, no serve", doctor.Webhook{Secret: []byte(webhookSecret)}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := doctor.CheckWebhook(context.Background(), http.DefaultClient, c.in)
+			if r.OK != c.ok || (!r.OK && r.Fix == "") {
+				t.Fatalf("want ok=%v with a fix when failing, got %+v", c.ok, r)
+			}
+		})
+	}
+}
