@@ -184,6 +184,11 @@ func checkWiring(t *testing.T, objs []object) {
 		return len(sel) > 0
 	}
 	for _, d := range []*appsv1.Deployment{serve, worker} {
+		// The image's user is a name (distroless "nonroot"): runAsNonRoot
+		// needs a numeric runAsUser, or the kubelet refuses to start it.
+		if sc := d.Spec.Template.Spec.SecurityContext; sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || sc.RunAsUser == nil || *sc.RunAsUser == 0 {
+			t.Errorf("%s: wants runAsNonRoot with a numeric non-zero runAsUser", d.Name)
+		}
 		if !matches(d.Spec.Selector.MatchLabels, d) {
 			t.Errorf("%s: selector %v does not match its pods %v", d.Name, d.Spec.Selector.MatchLabels, d.Spec.Template.Labels)
 		}
