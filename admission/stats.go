@@ -21,6 +21,9 @@ type Stats struct {
 	// TenantBacklog counts waiting tickets per "class|tenant" (active
 	// flows, at most 50 per class, chat included).
 	TenantBacklog map[string]int64
+	// OldestWait is how long the oldest waiting ticket has waited (0 when
+	// none waits), by Redis's clock.
+	OldestWait time.Duration
 }
 
 // Stats returns a model's admission counters.
@@ -72,6 +75,11 @@ func (s *Scheduler) Stats(ctx context.Context, model string) (Stats, error) {
 			n, _ := tb[i+1].(int64)
 			st.TenantBacklog[k] = n
 		}
+	}
+	if oldest, err := s.rdb.ZRangeWithScores(ctx, keys.Age, 0, 0).Result(); err != nil {
+		return Stats{}, fmt.Errorf("admission: stats: %w", err)
+	} else if len(oldest) == 1 {
+		st.OldestWait = max(st.Now.Sub(time.UnixMicro(int64(oldest[0].Score))), 0)
 	}
 	recent, err := s.rdb.LRange(ctx, keys.Waits, 0, -1).Result()
 	if err != nil {

@@ -45,6 +45,7 @@ func commands() map[string]command {
 		"all":          {"serve and worker in one process", runAll},
 		"demo":         {"run everything on an embedded default: no Redis, GitHub or OpenAI account needed", runDemo},
 		"config":       {"config check: validate and print the effective configuration, secrets redacted", runConfig},
+		"doctor":       {"check Redis, the GitHub App, the provider and the webhook secret; --only ready for healthchecks", runDoctor},
 		"fake":         {"fake github|openai: run a faithful fake of the GitHub API or an OpenAI-compatible provider", runFake},
 		"plan":         {"plan set|get|list: an installation's plan tier", runPlan},
 		"version":      {"print the version", runVersion},

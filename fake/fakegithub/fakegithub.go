@@ -49,11 +49,17 @@ type Config struct {
 	LimitStatus int
 	// NowFunc is the clock. Defaults to time.Now.
 	NowFunc func() time.Time
+	// AppSlug names the App in GET /app, and its writes are recorded as
+	// "<slug>[bot]" (SetAppSlug changes it later). Defaults to "prq-bot".
+	AppSlug string
 	// Permissions are the App's installation permissions. Default to what
 	// prq's manifest asks for (pull_requests, issues and checks: write;
 	// contents and metadata: read). An endpoint whose permission is
 	// missing answers 403 "Resource not accessible by integration".
 	Permissions map[string]string
+	// Events are the App's events, as GET /app reports them. Default to
+	// github-app-manifest.json's.
+	Events []string
 }
 
 // MaxBodyChars is GitHub's limit on comment, review and review comment
@@ -83,7 +89,8 @@ type Server struct {
 	writes    map[int64][]time.Time
 	stats     map[string]*PRStats
 	nextID    int64
-	failures  map[string]int // path substring -> status to answer once per entry
+	failures  map[string]int   // path substring -> status to answer once per entry
+	installs  map[int64]string // installation id -> account login
 }
 
 type token struct {
@@ -218,15 +225,23 @@ func New(cfg Config) *Server {
 	if cfg.NowFunc == nil {
 		cfg.NowFunc = time.Now
 	}
+	if cfg.AppSlug == "" {
+		cfg.AppSlug = "prq-bot"
+	}
 	if cfg.Permissions == nil {
 		cfg.Permissions = map[string]string{"pull_requests": "write", "issues": "write", "checks": "write", "contents": "read", "metadata": "read"}
 	}
-	s := &Server{cfg: cfg, prs: map[string]*pullRequest{}, tokens: map[string]token{}, comments: map[int64]*IssueComment{}, checks: map[int64]*CheckRun{},
+	if cfg.Events == nil {
+		cfg.Events = []string{"pull_request", "issue_comment", "pull_request_review_comment"}
+	}
+	s := &Server{installs: map[int64]string{}, cfg: cfg, prs: map[string]*pullRequest{}, tokens: map[string]token{}, comments: map[int64]*IssueComment{}, checks: map[int64]*CheckRun{},
 		reviewCmt: map[int64]*ReviewComment{}, writes: map[int64][]time.Time{}, stats: map[string]*PRStats{}, nextID: 1000,
 		failures: map[string]int{}}
-	s.botLogin.Store(BotLogin)
+	s.botLogin.Store(cfg.AppSlug + "[bot]")
 	m := http.NewServeMux()
 	m.HandleFunc("POST /app/installations/{id}/access_tokens", s.accessToken)
+	m.HandleFunc("GET /app", s.getApp)
+	m.HandleFunc("GET /app/installations", s.listInstallations)
 	m.HandleFunc("GET /repos/{owner}/{repo}/pulls/{n}", s.auth(s.getPR))
 	m.HandleFunc("GET /repos/{owner}/{repo}/pulls/{n}/files", s.auth(s.listFiles))
 	m.HandleFunc("GET /repos/{owner}/{repo}/compare/{basehead}", s.auth(s.compare))
@@ -364,40 +379,11 @@ func (s *Server) accessToken(w http.ResponseWriter, r *http.Request) {
 		ghError(w, 404, "Not Found")
 		return
 	}
-	raw, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok {
-		ghError(w, 401, "A JSON web token could not be decoded")
+	if msg := s.verifyJWT(r); msg != "" {
+		ghError(w, 401, msg)
 		return
 	}
 	now := s.cfg.NowFunc()
-	claims := jwt.RegisteredClaims{}
-	parser := jwt.NewParser(jwt.WithoutClaimsValidation())
-	_, err = parser.ParseWithClaims(raw, &claims, func(t *jwt.Token) (any, error) {
-		if t.Method.Alg() != "RS256" {
-			return nil, fmt.Errorf("unexpected alg %s", t.Method.Alg())
-		}
-		return s.cfg.PublicKey, nil
-	})
-	switch {
-	case err != nil:
-		ghError(w, 401, "A JSON web token could not be decoded")
-		return
-	case claims.Issuer != strconv.FormatInt(s.cfg.AppID, 10):
-		ghError(w, 401, "'Issuer' claim ('iss') must be an Integer")
-		return
-	case claims.IssuedAt == nil || claims.ExpiresAt == nil:
-		ghError(w, 401, "Missing 'issued at' or 'expiration time' claim")
-		return
-	case claims.IssuedAt.After(now.Add(60 * time.Second)):
-		ghError(w, 401, "'Issued at' claim ('iat') must be an Integer representing a time in the past")
-		return
-	case !claims.ExpiresAt.After(now):
-		ghError(w, 401, "'Expiration time' claim ('exp') must be a numeric value representing the future time at which the assertion expires")
-		return
-	case claims.ExpiresAt.Sub(claims.IssuedAt.Time) > 10*time.Minute+time.Second:
-		ghError(w, 401, "'Expiration time' claim ('exp') is too far in the future")
-		return
-	}
 	b := make([]byte, 16)
 	rand.Read(b)
 	tok := "ghs_" + hex.EncodeToString(b)
@@ -406,6 +392,122 @@ func (s *Server) accessToken(w http.ResponseWriter, r *http.Request) {
 	s.tokens[tok] = token{inst: inst, expires: exp}
 	s.mu.Unlock()
 	writeJSON(w, 201, map[string]any{"token": tok, "expires_at": exp.UTC().Format(time.RFC3339), "permissions": s.cfg.Permissions})
+}
+
+// verifyJWT checks the App's JWT as GitHub does; it returns GitHub's
+// message when the token is refused, "" when it is accepted.
+func (s *Server) verifyJWT(r *http.Request) string {
+	raw, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		return "A JSON web token could not be decoded"
+	}
+	now := s.cfg.NowFunc()
+	claims := jwt.RegisteredClaims{}
+	parser := jwt.NewParser(jwt.WithoutClaimsValidation())
+	_, err := parser.ParseWithClaims(raw, &claims, func(t *jwt.Token) (any, error) {
+		if t.Method.Alg() != "RS256" {
+			return nil, fmt.Errorf("unexpected alg %s", t.Method.Alg())
+		}
+		return s.cfg.PublicKey, nil
+	})
+	switch {
+	case err != nil:
+		return "A JSON web token could not be decoded"
+	case claims.Issuer != strconv.FormatInt(s.cfg.AppID, 10):
+		return "'Issuer' claim ('iss') must be an Integer"
+	case claims.IssuedAt == nil || claims.ExpiresAt == nil:
+		return "Missing 'issued at' or 'expiration time' claim"
+	case claims.IssuedAt.After(now.Add(60 * time.Second)):
+		return "'Issued at' claim ('iat') must be an Integer representing a time in the past"
+	case !claims.ExpiresAt.After(now):
+		return "'Expiration time' claim ('exp') must be a numeric value representing the future time at which the assertion expires"
+	case claims.ExpiresAt.Sub(claims.IssuedAt.Time) > 10*time.Minute+time.Second:
+		return "'Expiration time' claim ('exp') is too far in the future"
+	}
+	return ""
+}
+
+// AddInstallation makes an installation visible in GET /app/installations
+// (installations of added PRs are visible too).
+func (s *Server) AddInstallation(id int64, account string) {
+	s.mu.Lock()
+	s.installs[id] = account
+	s.mu.Unlock()
+}
+
+// getApp answers GET /app (authenticated as the App) in GitHub's shape.
+func (s *Server) getApp(w http.ResponseWriter, r *http.Request) {
+	if msg := s.verifyJWT(r); msg != "" {
+		ghError(w, 401, msg)
+		return
+	}
+	created := time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC).Format(time.RFC3339)
+	writeJSON(w, 200, map[string]any{
+		"id": s.cfg.AppID, "slug": s.cfg.AppSlug, "node_id": "A_kwDOfake", "client_id": "Iv1.fake",
+		"owner": map[string]any{"login": "prq-dev", "id": 1, "type": "Organization"},
+		"name":  s.cfg.AppSlug, "description": "", "external_url": "https://github.com/prq-dev/prq",
+		"html_url":   "https://github.com/apps/" + s.cfg.AppSlug,
+		"created_at": created, "updated_at": created,
+		"permissions": s.cfg.Permissions, "events": s.cfg.Events,
+		"installations_count": len(s.installations()),
+	})
+}
+
+// installations returns every installation id with its account, by id.
+func (s *Server) installations() [][2]any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	all := map[int64]string{}
+	for _, p := range s.prs {
+		all[p.inst] = p.owner
+	}
+	for id, acct := range s.installs {
+		all[id] = acct
+	}
+	out := make([][2]any, 0, len(all))
+	for id, acct := range all {
+		out = append(out, [2]any{id, acct})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i][0].(int64) < out[j][0].(int64) })
+	return out
+}
+
+// listInstallations answers GET /app/installations (authenticated as the
+// App), paginated with per_page and page as on GitHub.
+func (s *Server) listInstallations(w http.ResponseWriter, r *http.Request) {
+	if msg := s.verifyJWT(r); msg != "" {
+		ghError(w, 401, msg)
+		return
+	}
+	perPage, page := 30, 1
+	q := r.URL.Query()
+	if v, err := strconv.Atoi(q.Get("per_page")); err == nil && v > 0 {
+		perPage = min(v, 100)
+	}
+	if v, err := strconv.Atoi(q.Get("page")); err == nil && v > 0 {
+		page = v
+	}
+	all := s.installations()
+	lo, hi := min((page-1)*perPage, len(all)), min(page*perPage, len(all))
+	created := time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC).Format(time.RFC3339)
+	out := []map[string]any{}
+	for _, in := range all[lo:hi] {
+		id, acct := in[0].(int64), in[1].(string)
+		out = append(out, map[string]any{
+			"id": id, "app_id": s.cfg.AppID, "app_slug": s.cfg.AppSlug, "target_id": id, "target_type": "Organization",
+			"account":              map[string]any{"login": acct, "id": id, "type": "Organization"},
+			"repository_selection": "all", "permissions": s.cfg.Permissions, "events": s.cfg.Events,
+			"html_url":   fmt.Sprintf("https://github.com/organizations/%s/settings/installations/%d", acct, id),
+			"created_at": created, "updated_at": created, "suspended_at": nil,
+		})
+	}
+	if hi < len(all) {
+		next := *r.URL
+		q.Set("page", strconv.Itoa(page+1))
+		next.RawQuery = q.Encode()
+		w.Header().Set("Link", fmt.Sprintf("<%s>; rel=\"next\"", next.String()))
+	}
+	writeJSON(w, 200, out)
 }
 
 type handler func(w http.ResponseWriter, r *http.Request, p *pullRequest)

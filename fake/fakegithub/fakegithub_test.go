@@ -5,15 +5,19 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/golang-jwt/jwt/v4"
 
 	"github.com/prq-dev/prq/fake/corpus"
 	"github.com/prq-dev/prq/fake/fakegithub"
@@ -260,5 +264,63 @@ func TestUpsertAndCompare(t *testing.T) {
 	files, err := c.Compare(ctx, "acme", "big", pr.HeadSHA, "newhead")
 	if err != nil || len(files) != 1 || files[0].Filename != "f0001.go" {
 		t.Fatalf("compare: %v %+v", err, files)
+	}
+}
+
+// TestAppEndpoints: GET /app and GET /app/installations take the App's JWT
+// (not an installation token) and page installations with Link headers.
+func TestAppEndpoints(t *testing.T) {
+	k, _ := testKey(t)
+	fake := fakegithub.New(fakegithub.Config{AppID: 42, PublicKey: &k.PublicKey})
+	for id := int64(1); id <= 3; id++ {
+		fake.AddInstallation(id, fmt.Sprintf("org%d", id))
+	}
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	sign := func(iss string) string {
+		now := time.Now()
+		tok, err := jwt.NewWithClaims(jwt.SigningMethodRS256, jwt.RegisteredClaims{Issuer: iss,
+			IssuedAt: jwt.NewNumericDate(now.Add(-time.Minute)), ExpiresAt: jwt.NewNumericDate(now.Add(5 * time.Minute))}).SignedString(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	get := func(path, tok string) (*http.Response, []byte) {
+		req, _ := http.NewRequest("GET", srv.URL+path, nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, b
+	}
+	resp, body := get("/api/v3/app", sign("42"))
+	var app struct {
+		ID          int64             `json:"id"`
+		Permissions map[string]string `json:"permissions"`
+		Events      []string          `json:"events"`
+	}
+	if err := json.Unmarshal(body, &app); resp.StatusCode != 200 || err != nil || app.ID != 42 || app.Permissions["pull_requests"] != "write" || len(app.Events) != 3 {
+		t.Fatalf("GET /app: %d %s", resp.StatusCode, body)
+	}
+	if resp, body := get("/app", sign("43")); resp.StatusCode != 401 {
+		t.Fatalf("GET /app with another App's id: %d %s", resp.StatusCode, body)
+	}
+	resp, body = get("/app/installations?per_page=2", sign("42"))
+	var page []struct {
+		ID      int64 `json:"id"`
+		Account struct {
+			Login string `json:"login"`
+		} `json:"account"`
+	}
+	if err := json.Unmarshal(body, &page); err != nil || len(page) != 2 || page[0].Account.Login != "org1" || !strings.Contains(resp.Header.Get("Link"), `page=2>; rel="next"`) {
+		t.Fatalf("page 1: %s %q", body, resp.Header.Get("Link"))
+	}
+	resp, body = get("/app/installations?per_page=2&page=2", sign("42"))
+	if err := json.Unmarshal(body, &page); err != nil || len(page) != 1 || page[0].ID != 3 || resp.Header.Get("Link") != "" {
+		t.Fatalf("page 2: %s %q", body, resp.Header.Get("Link"))
 	}
 }

@@ -240,12 +240,14 @@ func (s *Server) SetFaults(f Faults) {
 	s.mu.Unlock()
 }
 
-// ServeHTTP serves /v1/chat/completions (under any base path), the
-// counters at /_fake/stats and the faults at /_fake/faults.
+// ServeHTTP serves /v1/chat/completions and /v1/models (under any base
+// path), the counters at /_fake/stats and the faults at /_fake/faults.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case strings.HasSuffix(r.URL.Path, "/chat/completions") && r.Method == http.MethodPost:
 		s.completions(w, r)
+	case strings.HasSuffix(r.URL.Path, "/models") && r.Method == http.MethodGet:
+		s.listModels(w, r)
 	case strings.HasSuffix(r.URL.Path, "/_fake/stats"):
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(s.Stats())
@@ -337,6 +339,27 @@ func (s *Server) keyOK(key string) bool {
 		}
 	}
 	return false
+}
+
+// listModels answers GET /v1/models in OpenAI's shape: the models the
+// key may use, sorted by id.
+func (s *Server) listModels(w http.ResponseWriter, r *http.Request) {
+	key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || !s.keyOK(key) {
+		writeError(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", "Incorrect API key provided.")
+		return
+	}
+	names := make([]string, 0, len(s.models))
+	for name := range s.models {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	data := make([]map[string]any, 0, len(names))
+	for _, name := range names {
+		data = append(data, map[string]any{"id": name, "object": "model", "created": 1715367049, "owned_by": "system"})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": data})
 }
 
 func (s *Server) completions(w http.ResponseWriter, r *http.Request) {

@@ -329,3 +329,30 @@ func TestWindowHeaders(t *testing.T) {
 		t.Fatalf("body: %+v", e)
 	}
 }
+
+// TestListModels: GET /v1/models in OpenAI's shape, read by the OpenAI
+// client, and refused without a valid key.
+func TestListModels(t *testing.T) {
+	srv := httptest.NewServer(fakeopenai.New(fakeopenai.Config{Keys: []string{"sk-good"},
+		Models: []fakeopenai.Model{{Name: "gpt-4o", RPM: 10, TPM: 1000}, {Name: "gpt-4o-mini", RPM: 10, TPM: 1000}}}))
+	t.Cleanup(srv.Close)
+	list, err := newClient(srv.URL+"/v1", "sk-good").ListModels(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, m := range list.Models {
+		if m.Object != "model" || m.OwnedBy == "" || m.CreatedAt == 0 {
+			t.Errorf("model %+v lacks OpenAI's fields", m)
+		}
+		ids = append(ids, m.ID)
+	}
+	if strings.Join(ids, ",") != "gpt-4o,gpt-4o-mini" {
+		t.Fatalf("models %v", ids)
+	}
+	_, err = newClient(srv.URL+"/v1", "sk-bad").ListModels(context.Background())
+	var apiErr *openai.APIError
+	if !errors.As(err, &apiErr) || apiErr.HTTPStatusCode != http.StatusUnauthorized {
+		t.Fatalf("bad key: %v", err)
+	}
+}

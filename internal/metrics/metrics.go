@@ -54,11 +54,12 @@ type Metrics struct {
 	gaveUp     *prometheus.CounterVec
 	admitted   *prometheus.CounterVec
 	wait       *prometheus.HistogramVec
+	state      *stateCollector
 }
 
 // New registers the series; adm and queues are read at scrape time.
 func New(adm Admission, queues Queues, counts Counts) *Metrics {
-	m := &Metrics{counts: counts, reg: prometheus.NewRegistry()}
+	m := &Metrics{counts: counts, reg: prometheus.NewRegistry(), state: &stateCollector{adm: adm, queues: queues}}
 	m.deliveries = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_webhook_deliveries_total", Help: "Webhook deliveries by event and outcome."}, []string{"event", "outcome"})
 	m.calls = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_llm_calls_total", Help: "LLM calls by model and outcome (ok, rate_limited, transient, account, context_length, failed, quota)."}, []string{"model", "outcome"})
 	m.unusable = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_llm_unusable_replies_total", Help: "Model replies that could not be read as what was asked for (a review not in the schema), by model and job kind."}, []string{"model", "kind"})
@@ -66,7 +67,7 @@ func New(adm Admission, queues Queues, counts Counts) *Metrics {
 	m.admitted = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_admitted_jobs_total", Help: "Jobs admitted by this process, by model, class and path (chat, fair, aged)."}, []string{"model", "class", "via"})
 	m.wait = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "prq_admission_wait_seconds", Help: "Time from a ticket's registration to its admission.",
 		Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}}, []string{"model", "class"})
-	m.reg.MustRegister(m.deliveries, m.calls, m.unusable, m.gaveUp, m.admitted, m.wait, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), &stateCollector{adm: adm, queues: queues})
+	m.reg.MustRegister(m.deliveries, m.calls, m.unusable, m.gaveUp, m.admitted, m.wait, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), m.state)
 	return m
 }
 
@@ -163,16 +164,51 @@ var (
 	descLimit    = prometheus.NewDesc("prq_bucket_limit_tokens_per_second", "The model's token limit, per second.", []string{"model"}, nil)
 	descPaused   = prometheus.NewDesc("prq_model_paused", "1 when the model's admissions are paused (account problem).", []string{"model"}, nil)
 	descQueue    = prometheus.NewDesc("prq_queue_tasks", "asynq tasks per queue and state (scheduled holds the jobs waiting for admission).", []string{"queue", "state"}, nil)
+	descOldest   = prometheus.NewDesc("prq_admission_oldest_wait_seconds", "Age of the oldest ticket waiting for admission (0 when none waits).", []string{"model"}, nil)
+	descAging    = prometheus.NewDesc("prq_admission_aging_seconds", "The aging bound: a job waiting this long goes first (scheduler.aging).", nil, nil)
+	descRedisUp  = prometheus.NewDesc("prq_redis_up", "1 when Redis answered PING at scrape time.", nil, nil)
+	descRedisMem = prometheus.NewDesc("prq_redis_memory_used_bytes", "Redis used_memory (INFO memory).", nil, nil)
+	descRedisMax = prometheus.NewDesc("prq_redis_memory_max_bytes", "Redis maxmemory (0: no limit).", nil, nil)
+	descGitHub   = prometheus.NewDesc("prq_github_requests_all_total", "GitHub API requests of every process (from Redis), by kind (read, write, token) and outcome (ok, rate_limited, refused, not_found, failed, error).", []string{"kind", "outcome"}, nil)
+	descAllCalls = prometheus.NewDesc("prq_llm_calls_all_total", "LLM calls of every process (from Redis), by model and outcome; prq_llm_calls_total counts this process's only.", []string{"model", "outcome"}, nil)
 )
+
+// Shared is what the metrics read of Redis itself (a go-redis client).
+type Shared interface {
+	Counts
+	Ping(ctx context.Context) *redis.StatusCmd
+	Info(ctx context.Context, section ...string) *redis.StringCmd
+}
+
+// Watch adds the series read from Redis itself at scrape time: Redis up
+// and its memory, every process's LLM calls and GitHub requests (counted
+// in Redis), and the aging bound the alert rules compare waits with.
+func (m *Metrics) Watch(shared Shared, aging time.Duration) {
+	m.state.shared, m.state.aging = shared, aging
+}
 
 // stateCollector reads shared state from Redis at scrape time.
 type stateCollector struct {
 	adm    Admission
 	queues Queues
+	shared Shared // nil: no Redis-wide series
+	aging  time.Duration
+}
+
+// infoInt reads one integer field of Redis INFO text.
+func infoInt(info, field string) float64 {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			n, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return n
+		}
+	}
+	return 0
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descBacklog, descInTok, descAdmTok, descAhead, descBehind, descReleased, descAvail, descLimit, descPaused, descQueue} {
+	for _, d := range []*prometheus.Desc{descBacklog, descInTok, descAdmTok, descAhead, descBehind, descReleased, descAvail, descLimit, descPaused, descQueue,
+		descOldest, descAging, descRedisUp, descRedisMem, descRedisMax, descAllCalls, descGitHub} {
 		ch <- d
 	}
 }
@@ -180,6 +216,31 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
+	if c.shared != nil {
+		ch <- prometheus.MustNewConstMetric(descAging, prometheus.GaugeValue, c.aging.Seconds())
+		if err := c.shared.Ping(ctx).Err(); err != nil {
+			ch <- prometheus.MustNewConstMetric(descRedisUp, prometheus.GaugeValue, 0)
+			return // every other series comes from Redis
+		}
+		ch <- prometheus.MustNewConstMetric(descRedisUp, prometheus.GaugeValue, 1)
+		if info, err := c.shared.Info(ctx, "memory").Result(); err == nil {
+			ch <- prometheus.MustNewConstMetric(descRedisMem, prometheus.GaugeValue, infoInt(info, "used_memory"))
+			ch <- prometheus.MustNewConstMetric(descRedisMax, prometheus.GaugeValue, infoInt(info, "maxmemory"))
+		}
+		for model, outcomes := range CallCounts(ctx, c.shared) {
+			for outcome, n := range outcomes {
+				ch <- prometheus.MustNewConstMetric(descAllCalls, prometheus.CounterValue, float64(n), model, outcome)
+			}
+		}
+		if m, err := c.shared.HGetAll(ctx, githubKey).Result(); err == nil {
+			for k, v := range m {
+				if kind, outcome, ok := strings.Cut(k, "|"); ok {
+					n, _ := strconv.ParseFloat(v, 64)
+					ch <- prometheus.MustNewConstMetric(descGitHub, prometheus.CounterValue, n, kind, outcome)
+				}
+			}
+		}
+	}
 	paused := c.adm.Paused(ctx)
 	for _, model := range c.adm.Models() {
 		st, err := c.adm.Stats(ctx, model)
@@ -201,6 +262,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			l := b.Limits()
 			ch <- prometheus.MustNewConstMetric(descLimit, prometheus.GaugeValue, float64(l.TokensPerPeriod)/l.Period.Seconds(), model)
 		}
+		ch <- prometheus.MustNewConstMetric(descOldest, prometheus.GaugeValue, st.OldestWait.Seconds(), model)
 		p := 0.0
 		if _, ok := paused[model]; ok {
 			p = 1
@@ -217,4 +279,42 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descQueue, prometheus.GaugeValue, float64(n), q, state)
 		}
 	}
+}
+
+const githubKey = "prq:github:requests"
+
+// GitHubCounter counts GitHub API requests in Redis by kind (read, write,
+// token) and outcome, so that serve exports what every worker did.
+type GitHubCounter struct {
+	Counts Counts
+	Next   http.RoundTripper
+}
+
+// RoundTrip makes the request and counts it.
+func (g GitHubCounter) RoundTrip(r *http.Request) (*http.Response, error) {
+	kind := "write"
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		kind = "read"
+	}
+	if strings.HasSuffix(r.URL.Path, "/access_tokens") {
+		kind = "token"
+	}
+	resp, err := g.Next.RoundTrip(r)
+	outcome := "error"
+	if err == nil {
+		switch s := resp.StatusCode; {
+		case s < 400:
+			outcome = "ok"
+		case s == http.StatusTooManyRequests || (s == http.StatusForbidden && (resp.Header.Get("Retry-After") != "" || resp.Header.Get("X-RateLimit-Remaining") == "0")):
+			outcome = "rate_limited"
+		case s == http.StatusUnprocessableEntity || s == http.StatusForbidden:
+			outcome = "refused"
+		case s == http.StatusNotFound:
+			outcome = "not_found"
+		default:
+			outcome = "failed"
+		}
+	}
+	g.Counts.HIncrBy(context.WithoutCancel(r.Context()), githubKey, kind+"|"+outcome, 1)
+	return resp, err
 }

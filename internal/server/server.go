@@ -132,6 +132,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, connOpt asyn
 		return nil, err
 	}
 	s.metrics = metrics.New(s.sched, s.insp, rdb)
+	s.metrics.Watch(rdb, cfg.Scheduler.Aging.D())
 	s.sched.Observe = s.metrics.ObserveAdmission
 	ok = true
 	return s, nil

@@ -10,6 +10,7 @@ import (
 	"github.com/prq-dev/prq/admission"
 	"github.com/prq-dev/prq/ghapp"
 	"github.com/prq-dev/prq/internal/config"
+	"github.com/prq-dev/prq/internal/metrics"
 	"github.com/prq-dev/prq/internal/render"
 	"github.com/prq-dev/prq/jobs"
 	"github.com/prq-dev/prq/llm"
@@ -65,7 +66,11 @@ func (s *Server) buildWorkers(tr http.RoundTripper, opt Options, handlers bool) 
 	}
 	var gh workers.GitHubApp
 	if len(key) > 0 && cfg.GitHub.AppID > 0 {
-		app, err := ghapp.New(cfg.GitHub.AppID, key, cfg.GitHub.APIURL, tr)
+		if tr == nil {
+			tr = http.DefaultTransport
+		}
+		// every process's GitHub requests are counted in Redis for serve's /metrics
+		app, err := ghapp.New(cfg.GitHub.AppID, key, cfg.GitHub.APIURL, metrics.GitHubCounter{Counts: s.rdb, Next: tr})
 		if err != nil {
 			return nil, &config.SettingError{Name: "GITHUB_PRIVATE_KEY", Problem: err.Error()}
 		}

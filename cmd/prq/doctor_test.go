@@ -1,0 +1,103 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prq-dev/prq/internal/config"
+	"github.com/prq-dev/prq/internal/harness"
+	"github.com/prq-dev/prq/internal/redistest"
+)
+
+// TestDoctor runs prq doctor as a user would, against the fakes, a real
+// Redis and a real prq serve: a healthy install passes, and a wrong App
+// id or webhook secret fails by name with its fix and exit code 1.
+func TestDoctor(t *testing.T) {
+	cfg := config.Default()
+	const apiKey = "sk-doctor-cmd-test-key"
+	f, err := harness.StartFakes(&cfg, 1, apiKey, 1, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Close)
+	f.GitHub.AddInstallation(7, "acme")
+	rdb := redistest.New(t, "--appendonly", "yes")
+	env := map[string]string{
+		"REDIS_URL": rdb.URL(), "GITHUB_APP_ID": "1", "GITHUB_PRIVATE_KEY": string(f.KeyPEM), "GITHUB_API_URL": f.GitHubURL,
+		"OPENAI_BASE_URL": f.OpenAIURL, "OPENAI_API_KEY": apiKey, "GITHUB_WEBHOOK_SECRET": "doctor-secret-6f1e2a9b7c3d",
+	}
+	getenv := func(k string) string { return env[k] }
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() {
+		var out bytes.Buffer
+		served <- run(ctx, []string{"serve", "--addr", addr}, getenv, &out, &out)
+	}()
+	t.Cleanup(func() { cancel(); <-served })
+	url := "http://" + addr
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if resp, err := http.Get(url + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("serve did not become ready")
+		}
+	}
+
+	doctor := func(override map[string]string, args ...string) (string, error) {
+		get := func(k string) string {
+			if v, ok := override[k]; ok {
+				return v
+			}
+			return env[k]
+		}
+		var out bytes.Buffer
+		err := run(context.Background(), append([]string{"doctor"}, args...), get, &out, &out)
+		return out.String(), err
+	}
+
+	out, err := doctor(nil, "--url", url)
+	if err != nil || !strings.Contains(out, "webhook secret") || !strings.Contains(out, "secrets match") {
+		t.Fatalf("healthy install: %v\n%s", err, out)
+	}
+	if out, err := doctor(nil, "--only", "ready", "--url", url); err != nil || !strings.Contains(out, "serve ready") {
+		t.Fatalf("--only ready: %v\n%s", err, out)
+	}
+
+	for _, c := range []struct {
+		name     string
+		override map[string]string
+		check    string
+	}{
+		{"wrong App id", map[string]string{"GITHUB_APP_ID": "2"}, "FAIL  github app"},
+		{"webhook secret mismatch", map[string]string{"GITHUB_WEBHOOK_SECRET": "not-the-one"}, "FAIL  webhook secret"},
+	} {
+		out, err := doctor(c.override, "--url", url)
+		if err == nil || exitCode(err) != 1 || !strings.Contains(out, c.check) || !strings.Contains(out, "fix: ") {
+			t.Errorf("%s: err %v, want exit 1 and %q with a fix:\n%s", c.name, err, c.check, out)
+		}
+		for _, s := range []string{apiKey, "doctor-secret-6f1e2a9b7c3d", "not-the-one"} {
+			if strings.Contains(out, s) {
+				t.Errorf("%s: output holds the secret %q", c.name, s)
+			}
+		}
+	}
+	if _, err := doctor(nil, "--only", "everything"); err == nil || exitCode(err) != 2 {
+		t.Errorf("--only everything: want a usage error, got %v", err)
+	}
+}

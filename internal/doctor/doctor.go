@@ -1,0 +1,221 @@
+// Package doctor checks a prq installation from the outside: Redis
+// (reachable, version, persistence, eviction), the GitHub App (its JWT,
+// installations, permissions and events), the LLM provider (each model
+// listed, callable and its limits) and the webhook secret (a signed ping
+// through the running serve). Each check is a function of explicit
+// inputs returning Results; the caller (prq doctor) maps its
+// configuration to Input and prints them. It does not read prq's
+// configuration, start anything or write to Redis, GitHub or the provider
+// beyond one 1-token completion per model.
+package doctor
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Result is the outcome of one check. Detail and Fix never hold a secret.
+type Result struct {
+	Name   string
+	OK     bool
+	Detail string
+	// Fix says what to do when the check fails ("" when it passes).
+	Fix string
+}
+
+// Input is what the checks need. A zero section is skipped.
+type Input struct {
+	// Redis is prq's Redis; nil skips the Redis checks.
+	Redis redis.UniversalClient
+	// GitHub is the App; an AppID of 0 skips the GitHub checks.
+	GitHub GitHub
+	// Provider is the LLM provider; no Models skips the provider checks.
+	Provider Provider
+	// Webhook is the webhook secret and where serve listens.
+	Webhook Webhook
+	// HTTPClient makes every HTTP call. Defaults to a client with a 20s timeout.
+	HTTPClient *http.Client
+	// NowFunc is the clock (JWT times). Defaults to time.Now.
+	NowFunc func() time.Time
+}
+
+// GitHub is the GitHub App to check.
+type GitHub struct {
+	AppID int64
+	// PrivateKey is the App's PEM key; when empty, PrivateKeyPath is read.
+	PrivateKey     []byte
+	PrivateKeyPath string
+	// APIURL defaults to https://api.github.com/ (Enterprise: .../api/v3/).
+	APIURL string
+	// Permissions and Events the App needs. Default to
+	// RequiredPermissions and RequiredEvents.
+	Permissions map[string]string
+	Events      []string
+}
+
+// Provider is the OpenAI-compatible provider to check.
+type Provider struct {
+	// BaseURL defaults to https://api.openai.com/v1.
+	BaseURL string
+	APIKey  string
+	Models  []Model
+}
+
+// Model is one configured model and its configured limits.
+type Model struct {
+	Name string
+	// Reasoning models take max_completion_tokens instead of max_tokens.
+	Reasoning bool
+	// RequestsPerMinute and TokensPerMinute are prq's configured limits
+	// (0: not compared).
+	RequestsPerMinute, TokensPerMinute int64
+}
+
+// Webhook is the webhook secret and, optionally, serve's address.
+type Webhook struct {
+	Secret []byte
+	// ServeURL is serve's base URL (http://127.0.0.1:8080); empty skips
+	// the round trip.
+	ServeURL string
+}
+
+// RequiredPermissions are the App permissions prq needs; they match
+// github-app-manifest.json (a test keeps them equal).
+var RequiredPermissions = map[string]string{"pull_requests": "write", "issues": "write", "contents": "read", "metadata": "read"}
+
+// RequiredEvents are the webhook events prq needs (github-app-manifest.json).
+var RequiredEvents = []string{"pull_request", "issue_comment", "pull_request_review_comment"}
+
+func (in *Input) defaults() {
+	if in.HTTPClient == nil {
+		in.HTTPClient = &http.Client{Timeout: 20 * time.Second}
+	}
+	if in.NowFunc == nil {
+		in.NowFunc = time.Now
+	}
+}
+
+// Run runs every check whose input is given, in order: Redis, GitHub,
+// provider, webhook.
+func Run(ctx context.Context, in Input) []Result {
+	in.defaults()
+	var out []Result
+	if in.Redis != nil {
+		out = append(out, Redis(ctx, in.Redis)...)
+	}
+	if in.GitHub.AppID != 0 || len(in.GitHub.PrivateKey) > 0 || in.GitHub.PrivateKeyPath != "" {
+		out = append(out, CheckGitHub(ctx, in.HTTPClient, in.NowFunc(), in.GitHub)...)
+	}
+	if len(in.Provider.Models) > 0 {
+		out = append(out, CheckProvider(ctx, in.HTTPClient, in.Provider)...)
+	}
+	out = append(out, CheckWebhook(ctx, in.HTTPClient, in.Webhook))
+	return redact(out, in.secrets())
+}
+
+// Ready is the container healthcheck: Redis answers, and serve (when
+// serveURL is given) answers GET /readyz.
+func Ready(ctx context.Context, rdb redis.UniversalClient, client *http.Client, serveURL string) []Result {
+	if client == nil {
+		client = &http.Client{Timeout: 5 * time.Second}
+	}
+	var out []Result
+	if rdb != nil {
+		out = append(out, redisReachable(ctx, rdb))
+	}
+	if serveURL != "" {
+		out = append(out, serveReady(ctx, client, serveURL))
+	}
+	return out
+}
+
+func serveReady(ctx context.Context, client *http.Client, serveURL string) Result {
+	r := Result{Name: "serve ready"}
+	u := strings.TrimSuffix(serveURL, "/") + "/readyz"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		r.Detail, r.Fix = fmt.Sprintf("bad --url %q", serveURL), "give serve's base URL, for example http://127.0.0.1:8080"
+		return r
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		r.Detail, r.Fix = fmt.Sprintf("GET %s: %v", u, err), "start serve (prq serve) or point --url at it"
+		return r
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	if resp.StatusCode != http.StatusOK {
+		r.Detail = fmt.Sprintf("GET %s answered %d %s", u, resp.StatusCode, strings.TrimSpace(string(body)))
+		r.Fix = "serve is up but not ready: check its Redis (REDIS_URL) and its log"
+		return r
+	}
+	r.OK, r.Detail = true, "GET "+u+" answered 200"
+	return r
+}
+
+// Failed reports whether any result failed.
+func Failed(rs []Result) bool {
+	for _, r := range rs {
+		if !r.OK {
+			return true
+		}
+	}
+	return false
+}
+
+// Write prints one line per result: "ok", or "FAIL" with the fix.
+func Write(w io.Writer, rs []Result) error {
+	width := 0
+	for _, r := range rs {
+		width = max(width, len(r.Name))
+	}
+	for _, r := range rs {
+		var err error
+		if r.OK {
+			_, err = fmt.Fprintf(w, "ok    %-*s  %s\n", width, r.Name, r.Detail)
+		} else {
+			_, err = fmt.Fprintf(w, "FAIL  %-*s  %s; fix: %s\n", width, r.Name, r.Detail, r.Fix)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// secrets returns every secret value that must not appear in results.
+func (in *Input) secrets() []string {
+	var s []string
+	for _, v := range []string{in.Provider.APIKey, string(in.Webhook.Secret), string(in.GitHub.PrivateKey)} {
+		if len(v) >= 4 {
+			s = append(s, v)
+		}
+	}
+	return s
+}
+
+// redact removes secrets from results, in case a server echoed one.
+func redact(rs []Result, secrets []string) []Result {
+	for i := range rs {
+		for _, s := range secrets {
+			rs[i].Detail = strings.ReplaceAll(rs[i].Detail, s, "[redacted]")
+			rs[i].Fix = strings.ReplaceAll(rs[i].Fix, s, "[redacted]")
+		}
+	}
+	return rs
+}
+
+// oneLine shortens a server's message for a result line.
+func oneLine(b []byte) string {
+	s := strings.Join(strings.Fields(string(b)), " ")
+	if len(s) > 200 {
+		s = s[:200] + "…"
+	}
+	return s
+}
