@@ -54,6 +54,7 @@ func startStack(t *testing.T, o stackOpts) *stack {
 	srv := redistest.New(t)
 	cfg := config.Default()
 	cfg.RedisURL = srv.URL()
+	cfg.AllowNoPersistence = true // the test's Redis lives as long as the test
 	cfg.Addr = "127.0.0.1:0"
 	cfg.Log.Level = "debug"
 	Compress(&cfg, o.compress, o.concurrency)
