@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -55,8 +56,25 @@ type Metrics struct {
 	wait       *prometheus.HistogramVec
 }
 
-// New registers the series; adm and queues are read at scrape time.
-func New(adm Admission, queues Queues, counts Counts) *Metrics {
+// Config configures the series read from Redis.
+type Config struct {
+	// CacheFor is how long a reading of the shared state (about 40 Redis
+	// commands per model and queue set) serves further scrapes. Defaults
+	// to 5s; negative reads on every scrape.
+	CacheFor time.Duration
+	// NowFunc is the clock. Defaults to time.Now.
+	NowFunc func() time.Time
+}
+
+// New registers the series; adm and queues are read at scrape time, at
+// most once per cfg.CacheFor however many scrapes arrive.
+func New(adm Admission, queues Queues, counts Counts, cfg Config) *Metrics {
+	if cfg.CacheFor == 0 {
+		cfg.CacheFor = 5 * time.Second
+	}
+	if cfg.NowFunc == nil {
+		cfg.NowFunc = time.Now
+	}
 	m := &Metrics{counts: counts, reg: prometheus.NewRegistry()}
 	m.deliveries = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_webhook_deliveries_total", Help: "Webhook deliveries by event and outcome."}, []string{"event", "outcome"})
 	m.calls = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_llm_calls_total", Help: "LLM calls by model and outcome (ok, rate_limited, transient, account, context_length, failed, quota)."}, []string{"model", "outcome"})
@@ -64,7 +82,7 @@ func New(adm Admission, queues Queues, counts Counts) *Metrics {
 	m.admitted = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_admitted_jobs_total", Help: "Jobs admitted by this process, by model, class and path (chat, fair, aged)."}, []string{"model", "class", "via"})
 	m.wait = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "prq_admission_wait_seconds", Help: "Time from a ticket's registration to its admission.",
 		Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}}, []string{"model", "class"})
-	m.reg.MustRegister(m.deliveries, m.calls, m.unusable, m.admitted, m.wait, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), &stateCollector{adm: adm, queues: queues})
+	m.reg.MustRegister(m.deliveries, m.calls, m.unusable, m.admitted, m.wait, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), &stateCollector{adm: adm, queues: queues, cacheFor: cfg.CacheFor, now: cfg.NowFunc})
 	return m
 }
 
@@ -139,10 +157,18 @@ var (
 	descQueue    = prometheus.NewDesc("prq_queue_tasks", "asynq tasks per queue and state (scheduled holds the jobs waiting for admission).", []string{"queue", "state"}, nil)
 )
 
-// stateCollector reads shared state from Redis at scrape time.
+// stateCollector reads shared state from Redis at scrape time, and
+// keeps what it read for cacheFor: scrapes (several Prometheus servers,
+// or anyone who can reach /metrics) cost Redis nothing in between.
 type stateCollector struct {
-	adm    Admission
-	queues Queues
+	adm      Admission
+	queues   Queues
+	cacheFor time.Duration
+	now      func() time.Time
+
+	mu     sync.Mutex // held while reading, so concurrent scrapes share one reading
+	at     time.Time
+	cached []prometheus.Metric
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -152,6 +178,30 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if now := c.now(); c.cached == nil || c.cacheFor < 0 || now.Sub(c.at) >= c.cacheFor || now.Before(c.at) {
+		var fresh []prometheus.Metric
+		buf := make(chan prometheus.Metric)
+		done := make(chan struct{})
+		go func() {
+			for m := range buf {
+				fresh = append(fresh, m)
+			}
+			close(done)
+		}()
+		c.read(buf)
+		close(buf)
+		<-done
+		c.cached, c.at = fresh, now
+	}
+	for _, m := range c.cached {
+		ch <- m
+	}
+}
+
+// read reads the shared state from Redis.
+func (c *stateCollector) read(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	paused := c.adm.Paused(ctx)

@@ -52,7 +52,9 @@ func securityHeaders(h http.Handler) http.Handler {
 }
 
 // safeMethod: requests that change nothing.
-func safeMethod(m string) bool { return m == http.MethodGet || m == http.MethodHead || m == http.MethodOptions }
+func safeMethod(m string) bool {
+	return m == http.MethodGet || m == http.MethodHead || m == http.MethodOptions
+}
 
 // sameOrigin refuses a state-changing request unless it comes from this
 // server's own pages: its Origin (or, without one, its Referer) names the

@@ -128,7 +128,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, connOpt asyn
 	if err != nil {
 		return nil, err
 	}
-	s.metrics = metrics.New(s.sched, s.insp, rdb)
+	s.metrics = metrics.New(s.sched, s.insp, rdb, metrics.Config{CacheFor: cfg.Metrics.CacheFor.D()})
 	s.sched.Observe = s.metrics.ObserveAdmission
 	ok = true
 	return s, nil
