@@ -111,3 +111,9 @@ func TestMetricsScrapeCost(t *testing.T) {
 		t.Fatalf("the scrape after cache_for did not read afresh:\n%.2000s", w.Body.String())
 	}
 }
+
+func probeTask() *asynq.Task { return asynq.NewTask("probe", nil) }
+
+func queueOpt(q string) asynq.Option { return asynq.Queue(q) }
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
