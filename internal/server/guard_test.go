@@ -196,5 +196,3 @@ func TestMetricsRequireToken(t *testing.T) {
 		}
 	}
 }
-
-
