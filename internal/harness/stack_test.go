@@ -68,7 +68,7 @@ func startStack(t *testing.T, o stackOpts) *stack {
 	}
 	t.Cleanup(fakes.Close)
 	fakes.Configure(&cfg, "prq-test")
-	cfg.Admin.Token = config.Secret("admin-" + RandomHex(8))
+	cfg.Admin.Token = config.Secret("admin-" + RandomHex(32))
 	if err := cfg.Validate(config.ModeAll); err != nil {
 		t.Fatal(err)
 	}
