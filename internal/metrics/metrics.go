@@ -1,6 +1,7 @@
 // Package metrics owns prq's Prometheus series: counters the process
 // bumps (webhook deliveries, LLM calls, admissions) and gauges read from
-// the shared admission state at scrape time, plus the cross-process LLM
+// the shared admission state at scrape time (at most once per
+// Config.CacheFor, however many scrapes arrive), plus the cross-process LLM
 // call counts kept in Redis. It reads the scheduler and the queues through
 // small interfaces and knows nothing of how the process is wired.
 package metrics
