@@ -7,7 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/prq-dev/prq/internal/harness"
 	"github.com/prq-dev/prq/internal/redistest"
 )
 
@@ -72,12 +74,12 @@ func TestConfigCheck(t *testing.T) {
 	})
 	t.Run("good config is printed redacted", func(t *testing.T) {
 		env := map[string]string{"REDIS_URL": "redis://:hunter2@127.0.0.1:6379/0", "GITHUB_WEBHOOK_SECRET": "webhook-secret-xyz",
-			"OPENAI_API_KEY": "sk-live-abcdef", "GITHUB_PRIVATE_KEY": "-----BEGIN RSA PRIVATE KEY-----\nabc", "GITHUB_APP_ID": "12", "PRQ_ADMIN_TOKEN": "tok-123"}
+			"OPENAI_API_KEY": "sk-live-abcdef", "GITHUB_PRIVATE_KEY": "-----BEGIN RSA PRIVATE KEY-----\nabc", "GITHUB_APP_ID": "12", "PRQ_ADMIN_TOKEN": "tok-123-4f9a8b7c6d5e"}
 		var out bytes.Buffer
 		if err := run(context.Background(), []string{"config", "check", "--for", "all"}, envOf(env), &out, &out); err != nil {
 			t.Fatal(err)
 		}
-		for _, secret := range []string{"hunter2", "webhook-secret-xyz", "sk-live-abcdef", "BEGIN RSA", "tok-123"} {
+		for _, secret := range []string{"hunter2", "webhook-secret-xyz", "sk-live-abcdef", "BEGIN RSA", "tok-123-4f9a8b7c6d5e"} {
 			if strings.Contains(out.String(), secret) {
 				t.Fatalf("the printed config contains %q:\n%s", secret, out.String())
 			}
@@ -109,10 +111,54 @@ func TestCommandsHelp(t *testing.T) {
 
 func TestServeRefusesOpenDashboardOffLoopback(t *testing.T) {
 	srv := redistest.New(t)
-	env := map[string]string{"REDIS_URL": srv.URL(), "GITHUB_WEBHOOK_SECRET": "s"}
+	env := map[string]string{"REDIS_URL": srv.URL(), "GITHUB_WEBHOOK_SECRET": harness.RandomHex(32), "PRQ_ALLOW_NO_PERSISTENCE": "true"}
 	var out bytes.Buffer
 	err := run(context.Background(), []string{"serve", "--addr", "0.0.0.0:0"}, envOf(env), &out, &out)
 	if err == nil || !strings.Contains(err.Error(), "PRQ_ADMIN_TOKEN") {
 		t.Fatalf("serve exposed the dashboard without auth: %v", err)
+	}
+}
+
+// TestDemoRefusesOpenDashboardOffLoopback: the demo's admin surfaces are
+// open only on loopback; elsewhere it needs a token, as serve does.
+func TestDemoRefusesOpenDashboardOffLoopback(t *testing.T) {
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := run(ctx, []string{"demo", "--addr", "0.0.0.0:0", "--rate", "0", "--chat-rate", "0", "--log-level", "error"}, envOf(nil), &out, &out)
+	if err == nil || !strings.Contains(err.Error(), "PRQ_ADMIN_TOKEN") {
+		t.Fatalf("the demo exposed a writable admin without a token: %v\n%s", err, out.String())
+	}
+}
+
+// TestServeRefusesRedisWithoutPersistence: serve refuses a Redis with
+// neither AOF nor RDB unless --allow-no-persistence (or the environment).
+func TestServeRefusesRedisWithoutPersistence(t *testing.T) {
+	srv := redistest.New(t, "--save", "", "--appendonly", "no")
+	if !srv.Real() {
+		t.Skip("needs a real redis-server")
+	}
+	env := map[string]string{"REDIS_URL": srv.URL(), "GITHUB_WEBHOOK_SECRET": harness.RandomHex(32)}
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"serve", "--addr", "127.0.0.1:0"}, envOf(env), &out, &out)
+	if err == nil || !strings.Contains(err.Error(), "--allow-no-persistence") {
+		t.Fatalf("serve accepted a Redis without persistence: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	var served harness.SyncBuffer
+	go func() {
+		done <- run(ctx, []string{"serve", "--addr", "127.0.0.1:0", "--allow-no-persistence"}, envOf(env), &served, &served)
+	}()
+	for !strings.Contains(served.String(), "metrics http://") {
+		select {
+		case err := <-done:
+			t.Fatalf("serve --allow-no-persistence: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -140,7 +140,7 @@ func runPlan(ctx context.Context, env *cmdEnv, args []string) error {
 		return &config.SettingError{Name: "REDIS_URL", Problem: err.Error()}
 	}
 	log := logging.New(env.stderr, cfg.Log)
-	rdb, err := server.Open(ctx, conn, true, log)
+	rdb, err := server.Open(ctx, conn, server.RedisChecks{AllowEviction: true, AllowNoPersistence: true}, log) // only plans are written
 	if err != nil {
 		return err
 	}

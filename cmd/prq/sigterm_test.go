@@ -59,12 +59,12 @@ func TestSIGTERMLetsRunningJobFinish(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	secret := harness.RandomHex(16)
+	secret := harness.RandomHex(32)
 	cmd := exec.Command(bin, "all", "--log-format", "json")
 	var logs harness.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	// the fakes' worker environment, the slow provider instead of theirs
-	cmd.Env = append(fakes.WorkerEnv(srv.URL(), "prq"), "PRQ_ADDR="+addr, "GITHUB_WEBHOOK_SECRET="+secret, "OPENAI_BASE_URL="+url+"/v1")
+	cmd.Env = append(fakes.WorkerEnv(srv.URL(), "prq"), "PRQ_ADDR="+addr, "GITHUB_WEBHOOK_SECRET="+secret, "PRQ_ALLOW_NO_PERSISTENCE=true", "OPENAI_BASE_URL="+url+"/v1")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -258,6 +258,7 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 		return res, err
 	}
 	cfg := harness.RunConfig(redisURL, b.compress, b.concurrency)
+	cfg.AllowNoPersistence = true // the bench flushes its Redis between strategies: nothing in it is meant to last
 	fakes, err := harness.StartFakes(&cfg, b.compress, "sk-bench-"+harness.RandomHex(8), b.seed, true)
 	if err != nil {
 		return res, err
@@ -304,7 +305,7 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 		os.Remove(rec)
 		records = append(records, rec)
 		p, err := harness.StartProc(exe, []string{"bench-worker", "--strategy", strategy, "--processes", strconv.Itoa(processes), "--record", rec, "--config", cfgFile,
-			"--concurrency", strconv.Itoa(b.concurrency)}, fakes.WorkerEnv(redisURL, "prq-bench"), filepath.Join(b.out, fmt.Sprintf("%s-%d-worker%d.log", strategy, processes, i)))
+			"--concurrency", strconv.Itoa(b.concurrency)}, append(fakes.WorkerEnv(redisURL, "prq-bench"), "PRQ_ALLOW_NO_PERSISTENCE=true"), filepath.Join(b.out, fmt.Sprintf("%s-%d-worker%d.log", strategy, processes, i)))
 		if err != nil {
 			return res, err
 		}

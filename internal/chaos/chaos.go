@@ -255,6 +255,10 @@ func chaosScenario(ctx context.Context, c Flags, scenario string) (chaosReport, 
 		return rep, err
 	}
 	r := &chaosRun{c: c, cfgFile: cfgFile, procs: make([]*harness.Proc, c.processes), env: fakes.WorkerEnv(redisURL, "prq-chaos")}
+	if scenario == "cluster" { // its nodes run without AOF: the scenario is about failover of the client, not durability
+		cfg.AllowNoPersistence = true
+		r.env = append(r.env, "PRQ_ALLOW_NO_PERSISTENCE=true")
+	}
 	// serve, in this process
 	sctx, stopServe := context.WithCancel(ctx)
 	defer stopServe()

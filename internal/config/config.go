@@ -34,6 +34,10 @@ type Config struct {
 	// AllowEviction starts even when Redis's maxmemory-policy is not
 	// noeviction. Defaults to false: eviction silently deletes jobs.
 	AllowEviction bool `yaml:"allow_eviction"`
+	// AllowNoPersistence starts even when Redis has neither AOF nor RDB
+	// snapshots (env PRQ_ALLOW_NO_PERSISTENCE, flag --allow-no-persistence).
+	// Defaults to false: a restart would lose acknowledged deliveries.
+	AllowNoPersistence bool `yaml:"allow_no_persistence"`
 	// ShutdownTimeout bounds how long in-flight jobs may run after SIGTERM.
 	// Defaults to 30s.
 	ShutdownTimeout Duration        `yaml:"shutdown_timeout"`
@@ -54,6 +58,7 @@ type Config struct {
 	Quota       QuotaSettings     `yaml:"quota"`
 	Dashboard   DashboardCfg      `yaml:"dashboard"`
 	Retry       RetryConfig       `yaml:"retry"`
+	Metrics     MetricsConfig     `yaml:"metrics"`
 	path        string            // the file read, if any
 	sources     map[string]string // setting name -> where it was set, for errors
 }
@@ -220,9 +225,26 @@ type WorkerConfig struct {
 
 // AdminConfig protects the dashboard, admin API and asynq web UI.
 type AdminConfig struct {
+	// Token (PRQ_ADMIN_TOKEN) is the bearer token or basic-auth password;
+	// at least 16 bytes, not a placeholder.
 	Token Secret `yaml:"token"`
-	// ReadOnly makes the asynq web UI view-only. Defaults to false.
-	ReadOnly bool `yaml:"read_only"`
+	// UIWrites lets the asynq web UI change state (pause queues, run,
+	// delete or archive tasks). Defaults to false: the UI is read-only.
+	UIWrites bool `yaml:"ui_writes"`
+	// ReadOnly is the former switch; the UI is now read-only unless
+	// ui_writes is true. read_only: false is refused with a pointer to
+	// ui_writes, read_only: true with ui_writes: true as a contradiction.
+	ReadOnly *bool `yaml:"read_only"`
+}
+
+// MetricsConfig configures /metrics.
+type MetricsConfig struct {
+	// RequireToken makes /metrics need the admin token like the dashboard.
+	// Defaults to false (Prometheus scrapes without credentials).
+	RequireToken bool `yaml:"require_token"`
+	// CacheFor is how long the series read from Redis are reused between
+	// scrapes. Defaults to 5s.
+	CacheFor Duration `yaml:"cache_for"`
 }
 
 // QuotaSettings configures tenant quotas.
@@ -321,8 +343,9 @@ func Default() Config {
 			"*.lock", "package-lock.json", "yarn.lock", "pnpm-lock.yaml", "go.sum", "Cargo.lock", "poetry.lock",
 			"vendor/**", "node_modules/**", "third_party/**", "*.min.js", "*.min.css", "*.pb.go", "*_gen.go", "*.generated.*", "dist/**",
 		}},
-		Worker: WorkerConfig{Concurrency: 20},
-		Quota:  QuotaSettings{Period: "day"},
+		Worker:  WorkerConfig{Concurrency: 20},
+		Quota:   QuotaSettings{Period: "day"},
+		Metrics: MetricsConfig{CacheFor: Duration(5 * time.Second)},
 		Retry: RetryConfig{
 			Batch: RetryBudget{MaxAttempts: 20, MaxAge: Duration(24 * time.Hour)},
 			Chat:  RetryBudget{MaxAttempts: 8, MaxAge: Duration(30 * time.Minute)},
@@ -407,6 +430,13 @@ func Load(getenv func(string) string, fl *Flags) (*Config, error) {
 			*dst = Secret(v)
 		}
 	}
+	if v := getenv("PRQ_ALLOW_NO_PERSISTENCE"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return nil, &SettingError{Name: "PRQ_ALLOW_NO_PERSISTENCE", Source: "environment", Problem: fmt.Sprintf("%q is not true or false", v)}
+		}
+		c.AllowNoPersistence, c.sources["PRQ_ALLOW_NO_PERSISTENCE"] = b, "environment"
+	}
 	if v := getenv("GITHUB_APP_ID"); v != "" {
 		id, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || id <= 0 {
@@ -425,7 +455,7 @@ type Flags struct {
 	config, addr, redisURL, logFormat, logLevel string
 	concurrency                                 int
 	shutdownTimeout                             time.Duration
-	allowEviction                               bool
+	allowEviction, allowNoPersistence           bool
 	set                                         map[string]bool
 }
 
@@ -439,6 +469,7 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.IntVar(&f.concurrency, "concurrency", 0, "jobs one worker process runs at once (default 20)")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 0, "how long in-flight jobs may finish after SIGTERM (default 30s)")
 	fs.BoolVar(&f.allowEviction, "allow-eviction", false, "start even if Redis may evict keys (unsafe: jobs can vanish)")
+	fs.BoolVar(&f.allowNoPersistence, "allow-no-persistence", false, "start even if Redis has neither AOF nor RDB persistence (unsafe: a Redis restart loses jobs; env PRQ_ALLOW_NO_PERSISTENCE)")
 }
 
 func (f *Flags) apply(c *Config) {
@@ -462,6 +493,9 @@ func (f *Flags) apply(c *Config) {
 	}
 	if f.allowEviction {
 		c.AllowEviction = true
+	}
+	if f.allowNoPersistence {
+		c.AllowNoPersistence, c.sources["PRQ_ALLOW_NO_PERSISTENCE"] = true, "flag --allow-no-persistence"
 	}
 }
 
@@ -537,6 +571,30 @@ func (c *Config) Validate(m Mode) error {
 		if c.GitHub.WebhookSecret == "" {
 			bad("GITHUB_WEBHOOK_SECRET", "is required for serve: unsigned webhooks would be trusted")
 		}
+		if c.Metrics.RequireToken && c.Admin.Token == "" {
+			bad("metrics.require_token", "needs PRQ_ADMIN_TOKEN: without it nothing could scrape /metrics")
+		}
+	}
+	if m == ModeServe || m == ModeWorker || m == ModeAll {
+		// the demo generates its own; everywhere else a guessable secret
+		// lets anyone sign webhooks or open the admin surfaces
+		for name, v := range map[string]Secret{"GITHUB_WEBHOOK_SECRET": c.GitHub.WebhookSecret, "PRQ_ADMIN_TOKEN": c.Admin.Token} {
+			if v != "" {
+				if problem := WeakSecret(string(v)); problem != "" {
+					bad(name, "%s", problem)
+				}
+			}
+		}
+	}
+	if ro := c.Admin.ReadOnly; ro != nil {
+		if !*ro {
+			bad("admin.read_only", "false no longer makes the asynq web UI writable: it is read-only unless admin.ui_writes is true; drop read_only and set ui_writes: true")
+		} else if c.Admin.UIWrites {
+			bad("admin.read_only", "true contradicts admin.ui_writes: true; keep one (read_only is the default now)")
+		}
+	}
+	if c.Metrics.CacheFor.D() < 0 {
+		bad("metrics.cache_for", "must not be negative, got %s", c.Metrics.CacheFor.D())
 	}
 	if m == ModeWorker || m == ModeAll {
 		if c.GitHub.AppID == 0 {
@@ -692,10 +750,18 @@ func (c *Config) Redacted() string {
 	return string(b)
 }
 
-// RedactURL hides the password of a URL.
+// RedactURL hides the password of a URL. A string that does not parse
+// as a URL with a host but holds an @ may carry credentials anywhere:
+// all of it is hidden.
 func RedactURL(s string) string {
 	u, err := url.Parse(s)
-	if err != nil || u.User == nil {
+	if err != nil || u.Host == "" {
+		if strings.Contains(s, "@") || err != nil {
+			return "[redacted: not a URL]"
+		}
+		return s
+	}
+	if u.User == nil {
 		return s
 	}
 	if _, ok := u.User.Password(); ok {

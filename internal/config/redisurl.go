@@ -1,8 +1,10 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -15,7 +17,7 @@ import (
 func ParseRedisURL(s string) (asynq.RedisConnOpt, error) {
 	u, err := url.Parse(s)
 	if err != nil {
-		return nil, fmt.Errorf("malformed URL: %v", redactErr(err, s))
+		return nil, fmt.Errorf("malformed URL: %s (the URL is not shown: it may hold a password)", parseProblem(err))
 	}
 	if u.Host == "" {
 		return nil, fmt.Errorf("no host in %q", RedactURL(s))
@@ -71,15 +73,20 @@ func ParseRedisURL(s string) (asynq.RedisConnOpt, error) {
 	return nil, fmt.Errorf("unsupported scheme %q", u.Scheme)
 }
 
-func redactErr(err error, s string) string {
-	msg := err.Error()
-	if u, perr := url.Parse(s); perr == nil && u.User != nil {
-		if p, ok := u.User.Password(); ok && p != "" {
-			msg = strings.ReplaceAll(msg, p, "redacted")
-		}
+// parseProblem is what url.Parse found wrong, without any of the input:
+// its messages quote the URL or a piece of it (an escape inside the
+// password, say), so every quoted part goes.
+func parseProblem(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
 	}
-	if i := strings.Index(s, "@"); i > 0 {
-		msg = strings.ReplaceAll(msg, s[:i], "redacted")
+	msg := quoted.ReplaceAllString(err.Error(), "")
+	msg = strings.Join(strings.Fields(msg), " ")
+	if msg == "" {
+		return "cannot be parsed"
 	}
 	return msg
 }
+
+var quoted = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)

@@ -72,6 +72,9 @@ func (d *Dashboard) Sample(ctx context.Context, every time.Duration) { d.sampler
 //go:embed dashboard.html
 var dashboardHTML []byte
 
+//go:embed dashboard.js
+var dashboardJS []byte
+
 // sample is one second of a model's token flow.
 type sample struct {
 	T        int64              `json:"t"` // unix ms
@@ -281,15 +284,20 @@ func (d *Dashboard) state(ctx context.Context, smp *sampler) dashState {
 	return st
 }
 
-// Page serves the page at /.
+// Page serves the page at / and its script at /dashboard.js (a file, so
+// that the page needs no inline script).
 func (d *Dashboard) Page() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/" {
+		switch r.URL.Path {
+		case "/":
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			w.Write(dashboardHTML)
+		case "/dashboard.js":
+			w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
+			w.Write(dashboardJS)
+		default:
 			http.NotFound(w, r)
-			return
 		}
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		w.Write(dashboardHTML)
 	})
 }
 

@@ -126,6 +126,7 @@ func Run(ctx context.Context, cfg *config.Config, d Flags, stdout, stderr io.Wri
 		}
 		defer mr.Close()
 		conn = asynq.RedisClientOpt{Addr: mr.Addr()}
+		cfg.AllowNoPersistence = true // said below: nothing is durable
 		fmt.Fprintln(stdout, "prq demo: using an in-process Redis: nothing is durable (set REDIS_URL to use a real one)")
 	}
 	fakes, err := harness.StartFakes(cfg, d.compress, "sk-demo-"+harness.RandomHex(16), d.seed, false)

@@ -54,6 +54,7 @@ func startStack(t *testing.T, o stackOpts) *stack {
 	srv := redistest.New(t)
 	cfg := config.Default()
 	cfg.RedisURL = srv.URL()
+	cfg.AllowNoPersistence = true // the test's Redis lives as long as the test
 	cfg.Addr = "127.0.0.1:0"
 	cfg.Log.Level = "debug"
 	Compress(&cfg, o.compress, o.concurrency)
@@ -67,7 +68,7 @@ func startStack(t *testing.T, o stackOpts) *stack {
 	}
 	t.Cleanup(fakes.Close)
 	fakes.Configure(&cfg, "prq-test")
-	cfg.Admin.Token = config.Secret("admin-" + RandomHex(8))
+	cfg.Admin.Token = config.Secret("admin-" + RandomHex(32))
 	if err := cfg.Validate(config.ModeAll); err != nil {
 		t.Fatal(err)
 	}

@@ -26,7 +26,9 @@ func BenchmarkWebhook(b *testing.B) {
 	srv := redistest.New(b)
 	cfg := config.Default()
 	cfg.RedisURL, cfg.Addr = srv.URL(), "127.0.0.1:0"
-	cfg.GitHub.WebhookSecret = config.Secret("bench-secret")
+	cfg.AllowNoPersistence = true
+	secret := RandomHex(32)
+	cfg.GitHub.WebhookSecret = config.Secret(secret)
 	cfg.Log.Level = "error"
 	conn, _ := config.ParseRedisURL(cfg.RedisURL)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -38,7 +40,7 @@ func BenchmarkWebhook(b *testing.B) {
 	defer a.Close()
 	done := Serve(ctx, a, io.Discard, server.Roles{HTTP: true}, server.Options{})
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
-	sender := &traffic.Sender{URL: "http://" + a.ListenAddr() + "/webhook", Secret: []byte("bench-secret"), Client: client}
+	sender := &traffic.Sender{URL: "http://" + a.ListenAddr() + "/webhook", Secret: []byte(secret), Client: client}
 	var next atomic.Int64
 	lat := make([]time.Duration, b.N)
 	var failed atomic.Int64

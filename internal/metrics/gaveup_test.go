@@ -20,7 +20,7 @@ func TestMain(m *testing.M) {
 // through Redis, in every process's counts (the dashboard's).
 func TestCountGaveUp(t *testing.T) {
 	rdb := redistest.Shared(t).Client(t)
-	m := New(nil, nil, rdb)
+	m := New(nil, nil, rdb, Config{})
 	m.CountGaveUp("summary", "account")
 	m.CountGaveUp("summary", "account")
 	m.CountGaveUp("finalize", "github_rate_limited")

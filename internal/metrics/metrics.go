@@ -1,6 +1,7 @@
 // Package metrics owns prq's Prometheus series: counters the process
 // bumps (webhook deliveries, LLM calls, admissions) and gauges read from
-// the shared admission state at scrape time, plus the cross-process LLM
+// the shared admission state at scrape time (at most once per
+// Config.CacheFor, however many scrapes arrive), plus the cross-process LLM
 // call counts kept in Redis. It reads the scheduler and the queues through
 // small interfaces and knows nothing of how the process is wired.
 package metrics
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -57,9 +59,26 @@ type Metrics struct {
 	state      *stateCollector
 }
 
-// New registers the series; adm and queues are read at scrape time.
-func New(adm Admission, queues Queues, counts Counts) *Metrics {
-	m := &Metrics{counts: counts, reg: prometheus.NewRegistry(), state: &stateCollector{adm: adm, queues: queues}}
+// Config configures the series read from Redis.
+type Config struct {
+	// CacheFor is how long a reading of the shared state (about 40 Redis
+	// commands per model and queue set) serves further scrapes. Defaults
+	// to 5s; negative reads on every scrape.
+	CacheFor time.Duration
+	// NowFunc is the clock. Defaults to time.Now.
+	NowFunc func() time.Time
+}
+
+// New registers the series; adm and queues are read at scrape time, at
+// most once per cfg.CacheFor however many scrapes arrive.
+func New(adm Admission, queues Queues, counts Counts, cfg Config) *Metrics {
+	if cfg.CacheFor == 0 {
+		cfg.CacheFor = 5 * time.Second
+	}
+	if cfg.NowFunc == nil {
+		cfg.NowFunc = time.Now
+	}
+	m := &Metrics{counts: counts, reg: prometheus.NewRegistry(), state: &stateCollector{adm: adm, queues: queues, cacheFor: cfg.CacheFor, now: cfg.NowFunc}}
 	m.deliveries = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_webhook_deliveries_total", Help: "Webhook deliveries by event and outcome."}, []string{"event", "outcome"})
 	m.calls = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_llm_calls_total", Help: "LLM calls by model and outcome (ok, rate_limited, transient, account, context_length, failed, quota)."}, []string{"model", "outcome"})
 	m.unusable = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_llm_unusable_replies_total", Help: "Model replies that could not be read as what was asked for (a review not in the schema), by model and job kind."}, []string{"model", "kind"})
@@ -184,15 +203,9 @@ type Shared interface {
 // and its memory, every process's LLM calls and GitHub requests (counted
 // in Redis), and the aging bound the alert rules compare waits with.
 func (m *Metrics) Watch(shared Shared, aging time.Duration) {
+	m.state.mu.Lock()
 	m.state.shared, m.state.aging = shared, aging
-}
-
-// stateCollector reads shared state from Redis at scrape time.
-type stateCollector struct {
-	adm    Admission
-	queues Queues
-	shared Shared // nil: no Redis-wide series
-	aging  time.Duration
+	m.state.mu.Unlock()
 }
 
 // infoInt reads one integer field of Redis INFO text.
@@ -206,6 +219,22 @@ func infoInt(info, field string) float64 {
 	return 0
 }
 
+// stateCollector reads shared state from Redis at scrape time, and
+// keeps what it read for cacheFor: scrapes (several Prometheus servers,
+// or anyone who can reach /metrics) cost Redis nothing in between.
+type stateCollector struct {
+	adm      Admission
+	queues   Queues
+	cacheFor time.Duration
+	now      func() time.Time
+	shared   Shared // nil: no Redis-wide series
+	aging    time.Duration
+
+	mu     sync.Mutex // held while reading, so concurrent scrapes share one reading
+	at     time.Time
+	cached []prometheus.Metric
+}
+
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descBacklog, descInTok, descAdmTok, descAhead, descBehind, descReleased, descAvail, descLimit, descPaused, descQueue,
 		descOldest, descAging, descRedisUp, descRedisMem, descRedisMax, descAllCalls, descGitHub} {
@@ -214,6 +243,30 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if now := c.now(); c.cached == nil || c.cacheFor < 0 || now.Sub(c.at) >= c.cacheFor || now.Before(c.at) {
+		var fresh []prometheus.Metric
+		buf := make(chan prometheus.Metric)
+		done := make(chan struct{})
+		go func() {
+			for m := range buf {
+				fresh = append(fresh, m)
+			}
+			close(done)
+		}()
+		c.read(buf)
+		close(buf)
+		<-done
+		c.cached, c.at = fresh, now
+	}
+	for _, m := range c.cached {
+		ch <- m
+	}
+}
+
+// read reads the shared state from Redis.
+func (c *stateCollector) read(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	if c.shared != nil {

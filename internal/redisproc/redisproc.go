@@ -33,6 +33,10 @@ type Server struct {
 // URL returns the redis:// URL of the server.
 func (s *Server) URL() string { return "redis://" + s.Addr }
 
+// Real reports whether this is a real redis-server process (not the
+// in-process fallback, which has no persistence settings to test).
+func (s *Server) Real() bool { return s.cmd != nil }
+
 // Start starts a redis-server on a free port.
 func Start(args ...string) (*Server, error) {
 	bin, err := exec.LookPath("redis-server")

@@ -1,9 +1,11 @@
 // Package server wires one prq process and runs it: it opens Redis
-// (refusing one that may evict keys), builds the store, the admission
-// scheduler, the job workers and the asynq server, client and inspector,
-// mounts the HTTP surface (webhook, health, metrics, dashboard, admin API,
-// asynq web UI, token auth) and runs serve, worker or both until the
-// context ends, then shuts down in order.
+// (refusing one that may evict keys or has no persistence), builds the
+// store, the admission scheduler, the job workers and the asynq server,
+// client and inspector, mounts the HTTP surface (webhook, health, metrics,
+// dashboard, admin API, asynq web UI) with its guards (token auth,
+// same-origin checks on every state change, a read-only asynq UI unless
+// admin.ui_writes, security headers on every response) and runs serve,
+// worker or both until the context ends, then shuts down in order.
 //
 // It owns the wiring and the shutdown order, not the parts it wires:
 // configuration lives in internal/config, the pages in internal/dashboard,

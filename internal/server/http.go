@@ -26,8 +26,12 @@ import (
 
 // handler returns prq's HTTP routes; ctx bounds the dashboard's sampler.
 // Everything but the webhook, health checks and metrics needs the admin
-// token (unless open, for the demo).
-func (s *Server) handler(ctx context.Context, wh http.Handler, open bool) (http.Handler, func()) {
+// token (unless open, for the demo without a token; metrics too when
+// metrics.require_token). Every state-changing request to the admin API
+// and the asynq web UI must come from the same origin (sameOrigin); the
+// asynq web UI changes nothing unless admin.ui_writes. Every response
+// carries the security headers.
+func (s *Server) handler(ctx context.Context, wh http.Handler, open bool) (http.Handler, func(), error) {
 	auth := tokenAuth(string(s.cfg.Admin.Token), open)
 	mux := http.NewServeMux()
 	if wh != nil {
@@ -43,17 +47,28 @@ func (s *Server) handler(ctx context.Context, wh http.Handler, open bool) (http.
 		}
 		fmt.Fprintln(w, "ready")
 	})
-	mux.Handle("GET /metrics", s.metrics.Handler())
-	mon := asynqmon.New(asynqmon.Options{RootPath: "/monitoring", RedisConnOpt: s.connOpt, ReadOnly: s.cfg.Admin.ReadOnly})
-	mux.Handle("/monitoring/", auth(mon))
+	var metricsHandler http.Handler = s.metrics.Handler()
+	if s.cfg.Metrics.RequireToken {
+		metricsHandler = tokenAuth(string(s.cfg.Admin.Token), false)(metricsHandler)
+	}
+	mux.Handle("GET /metrics", metricsHandler)
+	writes := s.cfg.Admin.UIWrites
+	mon := asynqmon.New(asynqmon.Options{RootPath: monitoringRoot, RedisConnOpt: s.connOpt, ReadOnly: !writes})
+	ui, err := newMonitoringUI(mon, writes)
+	if err != nil {
+		mon.Close()
+		return nil, nil, err
+	}
+	mux.Handle(monitoringRoot+"/", auth(sameOrigin(ui)))
+	mux.Handle("GET "+csrfScriptPath, ui.script())
 	dash := dashboard.New(dashSource{s}, s.store, open)
 	withDashboard := !s.cfg.Dashboard.Disabled
-	mux.Handle("/api/", auth(dash.AdminAPI(withDashboard)))
+	mux.Handle("/api/", auth(sameOrigin(dash.AdminAPI(withDashboard))))
 	if withDashboard {
 		go dash.Sample(ctx, time.Second)
 		mux.Handle("/", auth(dash.Page()))
 	}
-	return mux, func() { mon.Close() }
+	return securityHeaders(mux), func() { mon.Close() }, nil
 }
 
 // dashSource is the dashboard's read-only view of the process.
@@ -97,7 +112,7 @@ func (d dashSource) QuotaUsed(ctx context.Context, inst int64, tier jobs.Tier) (
 }
 
 // tokenAuth requires the admin token (bearer or basic password) unless
-// the demo runs; without a token, serve refuses non-loopback addresses.
+// open (the demo without a token, on loopback only).
 func tokenAuth(token string, open bool) func(http.Handler) http.Handler {
 	return func(h http.Handler) http.Handler {
 		if open {

@@ -12,19 +12,63 @@ import (
 )
 
 func TestEvictingRedisRefused(t *testing.T) {
-	srv := redistest.New(t, "--maxmemory-policy", "allkeys-lru")
+	srv := redistest.New(t, "--maxmemory-policy", "allkeys-lru", "--appendonly", "yes")
 	opt, err := config.ParseRedisURL(srv.URL())
 	if err != nil {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	_, err = Open(context.Background(), opt, false, log)
+	_, err = Open(context.Background(), opt, RedisChecks{}, log)
 	if err == nil || !strings.Contains(err.Error(), "noeviction") {
 		t.Fatalf("a Redis that evicts was accepted: %v", err)
 	}
-	rdb, err := Open(context.Background(), opt, true, log)
+	rdb, err := Open(context.Background(), opt, RedisChecks{AllowEviction: true}, log)
 	if err != nil {
 		t.Fatalf("--allow-eviction: %v", err)
 	}
 	rdb.Close()
+}
+
+// TestRedisWithoutPersistenceRefused: a Redis with neither AOF nor RDB
+// loses every queued job on restart; prq refuses it unless told.
+func TestRedisWithoutPersistenceRefused(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	tests := []struct {
+		name  string
+		args  []string
+		allow bool
+		want  string // "" when accepted
+	}{
+		{"neither AOF nor RDB", []string{"--save", "", "--appendonly", "no"}, false, "--allow-no-persistence"},
+		{"neither, allowed", []string{"--save", "", "--appendonly", "no"}, true, ""},
+		{"AOF", []string{"--save", "", "--appendonly", "yes"}, false, ""},
+		{"RDB", []string{"--save", "3600 1", "--appendonly", "no"}, false, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := redistest.New(t, tt.args...)
+			if !srv.Real() {
+				t.Skip("needs a real redis-server")
+			}
+			opt, err := config.ParseRedisURL(srv.URL())
+			if err != nil {
+				t.Fatal(err)
+			}
+			rdb, err := Open(context.Background(), opt, RedisChecks{AllowNoPersistence: tt.allow}, log)
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				rdb.Close()
+				return
+			}
+			if err == nil {
+				rdb.Close()
+				t.Fatal("a Redis without persistence was accepted")
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("the error does not say how to proceed (%q): %v", tt.want, err)
+			}
+		})
+	}
 }

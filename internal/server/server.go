@@ -47,8 +47,9 @@ type Options struct {
 	IsFailure  func(error) bool
 	// NoAdmission: do not run the admission loop.
 	NoAdmission bool
-	// Demo serves the HTTP surface without auth on any address and marks
-	// the dashboard as the demo's.
+	// Demo marks the dashboard as the demo's and, when no admin token is
+	// set, serves the HTTP surface without auth (on loopback only, like
+	// serve without a token).
 	Demo bool
 }
 
@@ -85,7 +86,7 @@ func RunProcess(ctx context.Context, cfg *config.Config, roles Roles, stdout, st
 
 // New connects Redis and builds the shared components.
 func New(ctx context.Context, cfg *config.Config, log *slog.Logger, connOpt asynq.RedisConnOpt) (*Server, error) {
-	rdb, err := Open(ctx, connOpt, cfg.AllowEviction, log)
+	rdb, err := Open(ctx, connOpt, RedisChecks{AllowEviction: cfg.AllowEviction, AllowNoPersistence: cfg.AllowNoPersistence}, log)
 	if err != nil {
 		return nil, err
 	}
@@ -131,7 +132,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, connOpt asyn
 	if err != nil {
 		return nil, err
 	}
-	s.metrics = metrics.New(s.sched, s.insp, rdb)
+	s.metrics = metrics.New(s.sched, s.insp, rdb, metrics.Config{CacheFor: cfg.Metrics.CacheFor.D()})
 	s.metrics.Watch(rdb, cfg.Scheduler.Aging.D())
 	s.sched.Observe = s.metrics.ObserveAdmission
 	ok = true
@@ -186,26 +187,32 @@ func (s *Server) Run(ctx context.Context, out io.Writer, roles Roles, opt Option
 	s.jobs = js
 	var waitHTTP func() error
 	if roles.HTTP {
-		if cfg.Admin.Token == "" && !opt.Demo && !isLoopback(cfg.Addr) {
+		if cfg.Admin.Token == "" && !isLoopback(cfg.Addr) {
 			return &config.SettingError{Name: "PRQ_ADMIN_TOKEN", Problem: fmt.Sprintf("is required to expose the dashboard, admin API and asynq web UI on %s; set it, or bind to loopback (--addr 127.0.0.1:8080)", cfg.Addr)}
 		}
 		ln, err := net.Listen("tcp", cfg.Addr)
 		if err != nil {
 			return &config.SettingError{Name: "PRQ_ADDR", Problem: err.Error()}
 		}
-		s.addr.Store(hostPort(ln.Addr()))
 		var wh http.Handler
 		if cfg.GitHub.WebhookSecret != "" {
 			h, err := s.webhookHandler()
 			if err != nil {
+				ln.Close()
 				return err
 			}
 			wh = h
 		}
 		hctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		h, closeMon := s.handler(hctx, wh, opt.Demo)
+		// the demo without a token is open, and only on loopback (above)
+		h, closeMon, err := s.handler(hctx, wh, opt.Demo && cfg.Admin.Token == "")
+		if err != nil {
+			ln.Close()
+			return err
+		}
 		defer closeMon()
+		s.addr.Store(hostPort(ln.Addr()))
 		waitHTTP = serveHTTP(ctx, ln, h, log)
 		log.InfoContext(ctx, "serving", "addr", ln.Addr().String(), "webhook", wh != nil, "dashboard", !cfg.Dashboard.Disabled)
 		at := hostPort(ln.Addr())
