@@ -383,8 +383,7 @@ func Load(getenv func(string) string, fl *Flags) (*Config, error) {
 		if err != nil {
 			return nil, &SettingError{Name: "PRQ_CONFIG", Problem: err.Error()}
 		}
-		var fc Config
-		fc = c
+		fc := c
 		fc.Models, fc.Tiers, fc.Filters.Exclude = nil, nil, nil
 		dec := yaml.NewDecoder(strings.NewReader(string(b)))
 		dec.KnownFields(true)
@@ -456,7 +455,6 @@ type Flags struct {
 	concurrency                                 int
 	shutdownTimeout                             time.Duration
 	allowEviction, allowNoPersistence           bool
-	set                                         map[string]bool
 }
 
 // Register adds the flags to fs.

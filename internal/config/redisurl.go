@@ -66,7 +66,7 @@ func ParseRedisURL(s string) (asynq.RedisConnOpt, error) {
 		return asynq.RedisFailoverClientOpt{MasterName: master, SentinelAddrs: addrs, Password: password, DB: db}, nil
 	case "redis-cluster":
 		if db != 0 {
-			return nil, fmt.Errorf("Redis Cluster has only database 0")
+			return nil, errors.New("a Redis Cluster has only database 0")
 		}
 		return asynq.RedisClusterClientOpt{Addrs: addrs, Username: u.User.Username(), Password: password}, nil
 	}
