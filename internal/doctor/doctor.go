@@ -87,7 +87,7 @@ type Webhook struct {
 
 // RequiredPermissions are the App permissions prq needs; they match
 // github-app-manifest.json (a test keeps them equal).
-var RequiredPermissions = map[string]string{"pull_requests": "write", "issues": "write", "contents": "read", "metadata": "read"}
+var RequiredPermissions = map[string]string{"pull_requests": "write", "issues": "write", "checks": "write", "contents": "read", "metadata": "read"}
 
 // RequiredEvents are the webhook events prq needs (github-app-manifest.json).
 var RequiredEvents = []string{"pull_request", "issue_comment", "pull_request_review_comment"}

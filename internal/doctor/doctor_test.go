@@ -181,8 +181,8 @@ func TestFailuresNamedWithFix(t *testing.T) {
 			in.GitHub.APIURL = newEnvNoInstall(t)
 		}, "github installations", "no installations", ""},
 		{"App lacking a permission", func(t *testing.T, in *doctor.Input) {
-			in.GitHub.Permissions = map[string]string{"checks": "write"}
-		}, "github permissions", "permission checks: write (has none)", "github installations"},
+			in.GitHub.Permissions = map[string]string{"administration": "write"}
+		}, "github permissions", "permission administration: write (has none)", "github installations"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -117,7 +117,7 @@ func (s *stack) published(pr jobs.PR) published {
 		p.summary = append(p.summary, c)
 	}
 	for _, r := range gh.Reviews(pr.Owner, pr.Repo, pr.Number) {
-		if r.Author == fakegithub.BotLogin && r.CommitID == run.Head {
+		if r.Author == gh.Bot() && r.CommitID == run.Head {
 			p.reviews = append(p.reviews, r)
 		}
 		if utf8.RuneCountInString(r.Body) > fakegithub.MaxBodyChars {
@@ -128,7 +128,7 @@ func (s *stack) published(pr jobs.PR) published {
 		t.Errorf("%s: %d reviews of head %s, want exactly 1", pr, len(p.reviews), run.Head[:7])
 	}
 	for _, c := range gh.ReviewComments(pr.Owner, pr.Repo, pr.Number) {
-		if c.Author == fakegithub.BotLogin {
+		if c.Author == gh.Bot() {
 			p.comments = append(p.comments, c)
 		}
 	}
