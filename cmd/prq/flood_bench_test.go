@@ -2,13 +2,11 @@ package main
 
 import (
 	"bytes"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,20 +14,6 @@ import (
 	"github.com/prq-dev/prq/internal/harness"
 	"github.com/prq-dev/prq/internal/redistest"
 )
-
-func statusKB(pid int, field string) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return -1
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, field+":"); ok {
-			n, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			return n
-		}
-	}
-	return -1
-}
 
 // BenchmarkServeUnsignedFlood runs the real `prq serve` and posts 32
 // concurrent 25 MB unsigned webhook bodies at it, b.N rounds; it reports
@@ -69,7 +53,8 @@ func BenchmarkServeUnsignedFlood(b *testing.B) {
 		}
 	}
 	time.Sleep(time.Second)
-	before := statusKB(cmd.Process.Pid, "VmRSS")
+	pid := strconv.Itoa(cmd.Process.Pid)
+	before := harness.ProcStatusBytes(pid, "VmRSS") / 1024
 	body := bytes.Repeat([]byte("x"), 25<<20)
 	client := &http.Client{Timeout: time.Minute}
 	codes := map[int]int{}
@@ -98,7 +83,7 @@ func BenchmarkServeUnsignedFlood(b *testing.B) {
 		wg.Wait()
 	}
 	b.StopTimer()
-	peak := statusKB(cmd.Process.Pid, "VmHWM")
+	peak := harness.ProcStatusBytes(pid, "VmHWM") / 1024
 	b.ReportMetric(float64(before)/1024, "RSS-before-MB")
 	b.ReportMetric(float64(peak)/1024, "peak-RSS-MB")
 	b.Logf("serve: RSS %d MB before, peak %d MB under %d rounds of 32 x 25 MB unsigned posts; answers %v", before/1024, peak/1024, b.N, codes)
