@@ -62,10 +62,10 @@ type Message struct {
 	Content string
 }
 
-// Contents returns every text the request sends to the model, in order:
-// the messages, then a response format's schema (the provider puts it in
-// the prompt and counts it). An estimate or a token count covers these.
-func (r Request) Contents() []string {
+// Messages returns the text of every message the request sends, in
+// order: what the provider's admission rule (ceil(chars/4) + the output
+// cap) counts.
+func (r Request) Messages() []string {
 	out := []string{}
 	if r.System != "" {
 		out = append(out, r.System)
@@ -74,6 +74,14 @@ func (r Request) Contents() []string {
 	for _, t := range r.Turns {
 		out = append(out, t.Content)
 	}
+	return out
+}
+
+// Contents returns the messages and then a response format's schema:
+// the model reads the schema as part of its prompt and bills it as input,
+// so an exact count of input tokens (for quotas) covers it.
+func (r Request) Contents() []string {
+	out := r.Messages()
 	if r.Format.Type == FormatJSONSchema && len(r.Format.Schema) > 0 {
 		out = append(out, string(r.Format.Schema))
 	}

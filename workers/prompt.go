@@ -61,16 +61,21 @@ func (p prompt) request(m Model, maxOut int64) llm.Request {
 	return llm.Request{Model: m.Name, System: p.system, User: p.user, Turns: p.turns, Format: p.format, MaxOutput: maxOut, Reasoning: m.Reasoning}
 }
 
-// measure sets the prompt's exact input tokens and estimate from what
-// the request sends: the messages and the schema.
+// measure sets the prompt's input tokens and estimate from what the
+// request sends: input counts the messages and the schema (billed as
+// input, so quotas cover it); the estimate follows the provider's
+// admission rule over exactly the messages sent. Counting the schema
+// there too reserved ~10% more than the provider charges for a review,
+// and the bucket keeps unused estimates (debt policy): a tenth of the
+// limit left unused.
 func (p *prompt) measure(m Model, tok *ratelimit.Tokenizer) error {
-	contents := p.request(m, m.MaxOutput).Contents()
-	n, err := tok.CountMessages(contents...)
+	req := p.request(m, m.MaxOutput)
+	n, err := tok.CountMessages(req.Contents()...)
 	if err != nil {
 		return err
 	}
 	p.input = n
-	p.estimate = ratelimit.EstimateOpenAI(contents, m.MaxOutput)
+	p.estimate = ratelimit.EstimateOpenAI(req.Messages(), m.MaxOutput)
 	return nil
 }
 

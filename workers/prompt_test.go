@@ -87,8 +87,8 @@ func TestReviewPartsCoverTheFile(t *testing.T) {
 		if !strings.Contains(p.user, "part "+itoa(k+1)+" of "+itoa(len(parts))) || p.format.Type != llm.FormatJSONSchema {
 			t.Fatalf("part %d prompt: format %q\n%s", k+1, p.format.Type, p.user)
 		}
-		// the estimate covers exactly what is sent, schema included
-		want := ratelimit.EstimateOpenAI(p.request(small, small.MaxOutput).Contents(), small.MaxOutput)
+		// the estimate follows the provider's rule over exactly the messages sent
+		want := ratelimit.EstimateOpenAI(p.request(small, small.MaxOutput).Messages(), small.MaxOutput)
 		if p.estimate != want {
 			t.Fatalf("part %d: estimate %d, want %d", k+1, p.estimate, want)
 		}
