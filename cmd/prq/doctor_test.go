@@ -42,7 +42,7 @@ func TestDoctor(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() {
-		var out bytes.Buffer
+		var out harness.SyncBuffer // serve logs from its request goroutines
 		served <- run(ctx, []string{"serve", "--addr", addr}, getenv, &out, &out)
 	}()
 	t.Cleanup(func() { cancel(); <-served })
