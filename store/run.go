@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -59,6 +60,10 @@ type Note struct {
 	Line int    `json:"line,omitempty"`
 	Body string `json:"body"`
 }
+
+// QuotaSkipPrefix starts the Skipped reason of a job refused by its
+// tenant's quota: the run counts those files (Run.SkippedQuota).
+const QuotaSkipPrefix = "skipped: quota"
 
 // Run is a PR's current planned head and its progress.
 type Run struct {
@@ -232,7 +237,7 @@ func (s *Store) File(ctx context.Context, pr jobs.PR, head string, index int) (F
 func (s *Store) CompleteFile(ctx context.Context, pr jobs.PR, head string, r Result) (last bool, err error) {
 	b, _ := json.Marshal(r)
 	quota := 0
-	if r.Skipped != "" && len(r.Skipped) >= 5 && r.Skipped[:5] == "quota" {
+	if strings.HasPrefix(r.Skipped, QuotaSkipPrefix) {
 		quota = 1
 	}
 	res, err := completeScript.Run(ctx, s.rdb, []string{runKey(pr), resultsKey(pr, head)},

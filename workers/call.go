@@ -159,7 +159,8 @@ func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
 		g, err := cfg.Quota.Reserve(ctx, strconv.FormatInt(s.inst, 10), agent, s.ticket.ID, limit, s.prompt.input, maxOut)
 		var qe *ratelimit.QuotaError
 		if errors.As(err, &qe) {
-			settle(ctx, cfg.Ledger, log, s.ticket, ratelimit.Cost{Requests: 1, Tokens: s.ticket.Tokens})
+			// no call is made: the bucket gets the whole reservation back
+			settle(ctx, cfg.Ledger, log, s.ticket, ratelimit.Cost{})
 			c.count(model, "quota")
 			return llm.Response{}, &skipError{reason: quotaSkip + ", resets at " + qe.Reset.UTC().Format("2006-01-02 15:04 UTC")}
 		}

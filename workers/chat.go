@@ -173,6 +173,10 @@ func (r *ChatResponder) answer(ctx context.Context, c jobs.Chat, at attempt) err
 	}
 	apology := "" // the PR's one apology for a spent quota, once posted
 	switch {
+	case body != "" && !c.Refusal:
+		// a retry posting the reply drafted already: it came back through
+		// admission but makes no call, so its reservation is all refunded
+		settle(ctx, cfg.Ledger, log, ticket, ratelimit.Cost{})
 	case body != "":
 	case c.Refusal:
 		body = refusal(c)
@@ -275,7 +279,7 @@ func (r *ChatResponder) answer(ctx context.Context, c jobs.Chat, at attempt) err
 }
 
 // quotaSkip starts the reason of a call skipped for the tenant's quota.
-const quotaSkip = "skipped: quota reached"
+const quotaSkip = store.QuotaSkipPrefix + " reached"
 
 // refusal is the one reply to a comment over the chat limits.
 func refusal(c jobs.Chat) string {

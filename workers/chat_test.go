@@ -149,6 +149,12 @@ func TestChatResponderGitHubRateLimitKeepsTheDraft(t *testing.T) {
 	if w := gh.Writes(); len(w) != 2 || w[1] != "comment @dev Because." {
 		t.Errorf("writes %q", w)
 	}
+	// the repost came back through admission but made no call: its
+	// reservation is settled to zero (before, it was never settled)
+	id := jobs.ChatTaskID(c)
+	if got := adm.Events("settle"); len(got) != 2 || got[1] != "settle "+id+" 0" {
+		t.Errorf("settled %q, want the call's use, then zero for the repost", got)
+	}
 }
 
 func TestChatResponderPRGoneIsDropped(t *testing.T) {

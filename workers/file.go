@@ -123,7 +123,7 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		return err
 	}
 	if !current {
-		settle(ctx, cfg.Ledger, log, ticket, ratelimit.Cost{Requests: 1, Tokens: f.Estimate})
+		settle(ctx, cfg.Ledger, log, ticket, ratelimit.Cost{}) // no call: all refunded
 		return fmt.Errorf("stale job of a superseded head: %w", asynq.RevokeTask)
 	}
 	at, err := budgeted(ctx, cfg.Attempts, ticket.ID, f.Created, cfg.Budget, cfg.NowFunc())
@@ -137,7 +137,7 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	res := store.Result{Kind: f.Kind, Path: fd.Path, Index: f.Index}
 	m, ok := cfg.Models[f.Model]
 	if !ok {
-		settle(ctx, cfg.Ledger, log, ticket, ratelimit.Cost{Requests: 1, Tokens: f.Estimate})
+		settle(ctx, cfg.Ledger, log, ticket, ratelimit.Cost{}) // no call: all refunded
 		res.Skipped = "model " + f.Model + " is not configured"
 		return w.complete(ctx, f, res)
 	}
@@ -151,7 +151,7 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	}
 	pm, perr := buildFilePrompt(f.Kind, contextOf(title, run.Body), fd, m, w.tok[f.Model], f.Part)
 	if perr != nil {
-		settle(ctx, cfg.Ledger, log, ticket, ratelimit.Cost{Requests: 1, Tokens: f.Estimate})
+		settle(ctx, cfg.Ledger, log, ticket, ratelimit.Cost{}) // no call: all refunded
 		res.Skipped = "too large for " + f.Model
 		if !errors.Is(perr, errTooLarge) {
 			res.Skipped, res.Failed = "the patch could not be read", true

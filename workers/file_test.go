@@ -84,7 +84,9 @@ func TestFileWorker(t *testing.T) {
 		wantSkipped  string
 		wantComments int
 		wantSettle   string
-		wantPause    bool
+		// wantRefund: no call was made, the reservation is settled to zero
+		wantRefund bool
+		wantPause  bool
 	}{
 		{name: "summary recorded; last file triggers finalize", inst: 201, kind: jobs.KindSummary, llm: answer("Adds b."),
 			wantText: "Adds b.", wantSettle: "settle summary-", wantSkipped: ""},
@@ -99,8 +101,8 @@ func TestFileWorker(t *testing.T) {
 			wantSkipped: "the model provider refused the request (ref "},
 		{name: "too large for the model", inst: 207, kind: jobs.KindSummary, llm: fail(llm.ErrContextLength),
 			wantSkipped: "too large for gpt-4o-mini"},
-		{name: "quota refused: skipped without a call, estimate settled", inst: 208, kind: jobs.KindSummary, llm: answer("never"), quota: 10,
-			wantSkipped: "skipped: quota reached", wantSettle: "settle summary-"},
+		{name: "quota refused: skipped without a call, reservation refunded", inst: 208, kind: jobs.KindSummary, llm: answer("never"), quota: 10,
+			wantSkipped: "skipped: quota reached", wantSettle: "settle summary-", wantRefund: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -161,8 +163,19 @@ func TestFileWorker(t *testing.T) {
 					t.Errorf("settled %q, want one %q…", got, tc.wantSettle)
 				}
 			}
-			if tc.quota > 0 && model.Calls() != 0 {
-				t.Errorf("%d LLM calls past the quota", model.Calls())
+			if tc.wantRefund {
+				if got := adm.Events("settle"); len(got) != 1 || !strings.HasSuffix(got[0], " 0") {
+					t.Errorf("settled %q, want zero: no call was made", got)
+				}
+			}
+			if tc.quota > 0 {
+				if model.Calls() != 0 {
+					t.Errorf("%d LLM calls past the quota", model.Calls())
+				}
+				run, err := st.GetRun(ctx, pr)
+				if err != nil || run.SkippedQuota != 1 {
+					t.Errorf("run counts %d files skipped for quota (%v), want 1", run.SkippedQuota, err)
+				}
 			}
 		})
 	}
@@ -184,9 +197,10 @@ func TestFileWorkerStaleHeadIsRevoked(t *testing.T) {
 	if model.Calls() != 0 || len(q.Tasks()) != 0 {
 		t.Errorf("a superseded head's job called the LLM %d times, enqueued %q", model.Calls(), q.Tasks())
 	}
-	// its admission estimate is settled, so the bucket is not held for nothing
-	if got := adm.Events("settle"); len(got) != 1 || got[0] != "settle "+jobs.FileTaskID(f)+" 500" {
-		t.Errorf("settled %q, want the estimate back", got)
+	// no call was made: its reservation is settled to zero, all of the
+	// estimate back in the bucket (settling the estimate kept it charged)
+	if got := adm.Events("settle"); len(got) != 1 || got[0] != "settle "+jobs.FileTaskID(f)+" 0" {
+		t.Errorf("settled %q, want zero", got)
 	}
 }
 

@@ -332,9 +332,9 @@ func summaryOf(run store.Run, files map[int]store.FileData, results, prev []stor
 			}
 		}
 		switch {
-		case strings.HasPrefix(s.Skipped, "skipped: quota"):
+		case strings.HasPrefix(s.Skipped, store.QuotaSkipPrefix):
 			row.Quota = true
-			quotaReset = strings.TrimPrefix(s.Skipped, "skipped: quota reached, resets at ")
+			quotaReset = strings.TrimPrefix(s.Skipped, quotaSkip+", resets at ")
 		case s.Failed:
 			row.Failed = true
 			note(s.Skipped)
@@ -352,7 +352,7 @@ func summaryOf(run store.Run, files map[int]store.FileData, results, prev []stor
 				case r.Failed:
 					row.Failed = true
 					note(r.Skipped)
-				case strings.HasPrefix(r.Skipped, "skipped: quota"):
+				case strings.HasPrefix(r.Skipped, store.QuotaSkipPrefix):
 					row.Quota = true
 				case r.Skipped != "":
 					note(r.Skipped)
