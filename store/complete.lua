@@ -1,7 +1,7 @@
 -- Record a per-file result once and count it; report the last one.
 -- KEYS[1] run hash   KEYS[2] results hash of the head
 -- ARGV[1] head  ARGV[2] field (kind:index)  ARGV[3] result JSON
--- ARGV[4] kind  ARGV[5] 1 when skipped for quota  ARGV[6] ttl ms
+-- ARGV[4] kind  ARGV[5] 1 when skipped for quota  ARGV[6] ttl ms  ARGV[7] now ms
 -- -> 0 stale head or duplicate, 1 recorded, 2 recorded and last (finalize)
 local run = redis.call('HMGET', KEYS[1], 'head', 'state')
 if run[1] ~= ARGV[1] or run[2] == 'cancelled' then return 0 end
@@ -13,6 +13,9 @@ if ARGV[5] == '1' then redis.call('HINCRBY', KEYS[1], 'skipped_quota', 1) end
 local c = redis.call('HMGET', KEYS[1], 'summary_total', 'summary_done', 'review_total', 'review_done')
 local st, sd, rt, rd = tonumber(c[1]) or 0, tonumber(c[2]) or 0, tonumber(c[3]) or 0, tonumber(c[4]) or 0
 if sd >= st and rd >= rt then
+  -- when the head's files were all done: the reconciler finalizes a run
+  -- left done and unfinalized some time after this
+  redis.call('HSET', KEYS[1], 'done_at', ARGV[7])
   if redis.call('HSETNX', KEYS[1], 'finalize_triggered', ARGV[1]) == 1 then return 2 end
   if redis.call('HGET', KEYS[1], 'finalize_triggered') ~= ARGV[1] then
     redis.call('HSET', KEYS[1], 'finalize_triggered', ARGV[1])

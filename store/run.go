@@ -84,7 +84,15 @@ type Run struct {
 	Body          string   `json:"body,omitempty"`
 	SkippedQuota  int      `json:"skipped_quota,omitempty"`
 	TaskIDsQueued []string `json:"-"`
+	// DoneAt is when the head's last file was recorded (zero until then).
+	DoneAt time.Time `json:"done_at,omitempty"`
+	// Stuck is set once the reconciler found the run running past its
+	// bound (MarkStuck).
+	Stuck bool `json:"stuck,omitempty"`
 }
+
+// AllDone reports whether every planned file of the run has a result.
+func (r Run) AllDone() bool { return r.SummaryDone >= r.SummaryTotal && r.ReviewDone >= r.ReviewTotal }
 
 // Run states.
 const (
@@ -163,7 +171,11 @@ func (s *Store) GetRun(ctx context.Context, pr jobs.PR) (Run, error) {
 	}
 	atoi := func(k string) int { n, _ := strconv.Atoi(m[k]); return n }
 	created, _ := strconv.ParseInt(m["created"], 10, 64)
-	return Run{
+	var doneAt time.Time
+	if ms, err := strconv.ParseInt(m["done_at"], 10, 64); err == nil && ms > 0 {
+		doneAt = time.UnixMilli(ms).UTC()
+	}
+	return Run{DoneAt: doneAt, Stuck: m["stuck"] == m["head"] && m["head"] != "",
 		PR: pr, Head: m["head"], Base: m["base"], Tier: jobs.Tier(m["tier"]), State: m["state"],
 		SummaryTotal: atoi("summary_total"), SummaryDone: atoi("summary_done"),
 		ReviewTotal: atoi("review_total"), ReviewDone: atoi("review_done"),
@@ -241,11 +253,21 @@ func (s *Store) CompleteFile(ctx context.Context, pr jobs.PR, head string, r Res
 		quota = 1
 	}
 	res, err := completeScript.Run(ctx, s.rdb, []string{runKey(pr), resultsKey(pr, head)},
-		head, string(r.Kind)+":"+strconv.Itoa(r.Index), b, string(r.Kind), quota, s.RunTTL.Milliseconds()).Int()
+		head, string(r.Kind)+":"+strconv.Itoa(r.Index), b, string(r.Kind), quota, s.RunTTL.Milliseconds(), s.NowFunc().UnixMilli()).Int()
 	if err != nil {
 		return false, fmt.Errorf("store: complete file %s %s: %w", pr, r.Path, err)
 	}
 	return res == 2, nil
+}
+
+// HasResult reports whether a head's job (kind, index) has its result
+// recorded: a retried job then makes no second call.
+func (s *Store) HasResult(ctx context.Context, pr jobs.PR, head string, kind jobs.Kind, index int) (bool, error) {
+	ok, err := s.rdb.HExists(ctx, resultsKey(pr, head), string(kind)+":"+strconv.Itoa(index)).Result()
+	if err != nil {
+		return false, fmt.Errorf("store: has result %s: %w", pr, err)
+	}
+	return ok, nil
 }
 
 // Results returns a head's per-file results.
@@ -276,6 +298,22 @@ func (s *Store) MarkFinalized(ctx context.Context, pr jobs.PR, head string) erro
 	}
 	return nil
 }
+
+// MarkStuck records that the run of head was found running past its
+// bound; first is true for the one caller that marked it (the run is
+// surfaced once, however many reconcilers see it).
+func (s *Store) MarkStuck(ctx context.Context, pr jobs.PR, head string) (first bool, err error) {
+	n, err := markStuckScript.Run(ctx, s.rdb, []string{runKey(pr)}, head).Int()
+	if err != nil {
+		return false, fmt.Errorf("store: mark stuck %s: %w", pr, err)
+	}
+	return n == 1, nil
+}
+
+//go:embed stuck.lua
+var stuckSource string
+
+var markStuckScript = redis.NewScript(stuckSource)
 
 // Posted returns the GitHub id recorded under what (0 when none).
 func (s *Store) Posted(ctx context.Context, pr jobs.PR, what string) (int64, error) {
@@ -329,7 +367,13 @@ func (s *Store) TaskIDs(ctx context.Context, pr jobs.PR, head string) ([]string,
 
 // ActiveRuns returns the runs in progress, oldest first, at most limit.
 func (s *Store) ActiveRuns(ctx context.Context, limit int64) ([]Run, error) {
-	members, err := s.rdb.ZRange(ctx, activeIndex, 0, limit-1).Result()
+	return s.ActiveRunsFrom(ctx, 0, limit)
+}
+
+// ActiveRunsFrom returns up to limit runs in progress, oldest first,
+// from position start of the active index (for paging through it).
+func (s *Store) ActiveRunsFrom(ctx context.Context, start, limit int64) ([]Run, error) {
+	members, err := s.rdb.ZRange(ctx, activeIndex, start, start+limit-1).Result()
 	if err != nil {
 		return nil, fmt.Errorf("store: active runs: %w", err)
 	}

@@ -22,6 +22,7 @@ type FileStore interface {
 	GetRun(ctx context.Context, pr jobs.PR) (store.Run, error)
 	File(ctx context.Context, pr jobs.PR, head string, index int) (store.FileData, error)
 	CompleteFile(ctx context.Context, pr jobs.PR, head string, r store.Result) (last bool, err error)
+	HasResult(ctx context.Context, pr jobs.PR, head string, kind jobs.Kind, index int) (bool, error)
 }
 
 var _ FileStore = (*store.Store)(nil)
@@ -125,6 +126,22 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	if !current {
 		settle(ctx, cfg.Ledger, log, ticket, ratelimit.Cost{}) // no call: all refunded
 		return fmt.Errorf("stale job of a superseded head: %w", asynq.RevokeTask)
+	}
+	if done, err := cfg.Store.HasResult(ctx, f.PR, f.HeadSHA, f.Kind, f.Index); err != nil {
+		return err
+	} else if done {
+		// a retry after the result was recorded (finalize's enqueue
+		// failed, or a crash came between): no second call; finalize
+		// when the head is all done
+		settle(ctx, cfg.Ledger, log, ticket, ratelimit.Cost{})
+		run, err := cfg.Store.GetRun(ctx, f.PR)
+		if err != nil {
+			return err
+		}
+		if run.Head == f.HeadSHA && run.State == store.StateRunning && run.AllDone() {
+			return enqueueFinalize(ctx, cfg.Queue, jobs.Finalize{PR: f.PR, HeadSHA: f.HeadSHA, Tier: f.Tier})
+		}
+		return nil
 	}
 	at, err := budgeted(ctx, cfg.Attempts, ticket.ID, f.Created, cfg.Budget, cfg.NowFunc())
 	if err != nil {

@@ -344,6 +344,11 @@ func summaryOf(run store.Run, files map[int]store.FileData, results, prev []stor
 		if fd.SkipReason != "" && (!summarised || len(reviews[fd.Path]) == 0) {
 			note(fd.SkipReason)
 		}
+		if fd.SkipReason == "" && !summarised {
+			// a run finalized past its bound: this file's job never ended
+			row.Failed = true
+			note("no result: its job was lost")
+		}
 		if rs := reviews[fd.Path]; len(rs) > 0 {
 			row.Reviewed = true
 			for _, r := range rs {

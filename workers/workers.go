@@ -261,15 +261,22 @@ func settle(ctx context.Context, l Ledger, log *slog.Logger, t admission.Ticket,
 
 // enqueueFinalize enqueues a head's finalize job, once.
 func enqueueFinalize(ctx context.Context, q TaskQueue, f jobs.Finalize) error {
+	_, err := enqueueFinalizeNew(ctx, q, f)
+	return err
+}
+
+// enqueueFinalizeNew enqueues a head's finalize job and reports whether
+// it was created (false: a job with its id exists already).
+func enqueueFinalizeNew(ctx context.Context, q TaskQueue, f jobs.Finalize) (bool, error) {
 	_, err := q.EnqueueContext(ctx, asynq.NewTask(jobs.TypeFinalize, jobs.Marshal(f)),
 		asynq.TaskID(jobs.FinalizeTaskID(f)), asynq.Queue(f.Tier.Queue()), asynq.MaxRetry(20), asynq.Timeout(5*time.Minute))
 	if errors.Is(err, asynq.ErrTaskIDConflict) {
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return fmt.Errorf("workers: enqueue finalize: %w", err)
+		return false, fmt.Errorf("workers: enqueue finalize: %w", err)
 	}
-	return nil
+	return true, nil
 }
 
 func retried(ctx context.Context) int  { n, _ := asynq.GetRetryCount(ctx); return n }

@@ -304,6 +304,13 @@ func (s *Server) startWorker(ctx context.Context, opt Options) (stop func(), err
 		return nil, fmt.Errorf("start worker: %w", err)
 	}
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	runsDone := make(chan struct{})
+	go func() {
+		defer close(runsDone)
+		if s.jobs.runs != nil {
+			s.jobs.runs(lctx)
+		}
+	}()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -320,6 +327,7 @@ func (s *Server) startWorker(ctx context.Context, opt Options) (stop func(), err
 	return func() {
 		cancel() // stop admitting first, then let running jobs finish
 		<-done
+		<-runsDone
 		srv.Shutdown()
 	}, nil
 }

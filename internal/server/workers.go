@@ -1,9 +1,11 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"os"
+	"time"
 
 	"github.com/hibiken/asynq"
 
@@ -28,6 +30,8 @@ type jobSide struct {
 	ticketOf   func(*asynq.TaskInfo) (admission.Ticket, bool)
 	retryDelay asynq.RetryDelayFunc
 	isFailure  func(error) bool
+	// runs reconciles pull-request runs until ctx ends (a worker's).
+	runs func(ctx context.Context)
 }
 
 // buildWorkers builds the enqueuer the webhook hands work to and, for a
@@ -110,8 +114,17 @@ func (s *Server) buildWorkers(tr http.RoundTripper, opt Options, handlers bool) 
 		return nil, err
 	}
 	js.handler, js.running = w.Mux(), w.Running
+	rec, err := workers.NewRunReconciler(workers.RunReconcilerConfig{Store: s.store, Queue: s.client, CountFunc: s.metrics.CountLifecycle, Log: log})
+	if err != nil {
+		return nil, err
+	}
+	js.runs = func(ctx context.Context) { rec.Run(ctx, runReconcileEvery) }
 	return js, nil
 }
+
+// runReconcileEvery is the run reconciler's period: it reads every run
+// in progress, so less often than admission's reconciler.
+const runReconcileEvery = 30 * time.Second
 
 // missingApp stands where no GitHub App credentials are configured
 // (serve only): jobs that need GitHub fail with a clear error.
