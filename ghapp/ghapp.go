@@ -391,6 +391,50 @@ func (c *Client) Reply(ctx context.Context, owner, repo string, n int, commentID
 	return cm.GetID(), nil
 }
 
+// written is a comment as HasReply reads it.
+type written struct {
+	id   int64
+	user *github.User
+	body string
+}
+
+// HasReply returns the id of the App's own reply holding marker, or 0:
+// among the PR's review comments when review is set (a reply in a diff
+// thread), else among its conversation comments. A reply posted before a
+// crash is found again, so it is not posted twice.
+func (c *Client) HasReply(ctx context.Context, owner, repo string, n int, review bool, marker string) (int64, error) {
+	for page := 1; ; {
+		var bodies []written
+		var resp *github.Response
+		var err error
+		if review {
+			var cs []*github.PullRequestComment
+			cs, resp, err = c.gh.PullRequests.ListComments(ctx, owner, repo, n, &github.PullRequestListCommentsOptions{ListOptions: github.ListOptions{PerPage: 100, Page: page}})
+			for _, cm := range cs {
+				bodies = append(bodies, written{cm.GetID(), cm.GetUser(), cm.GetBody()})
+			}
+		} else {
+			var cs []*github.IssueComment
+			cs, resp, err = c.gh.Issues.ListComments(ctx, owner, repo, n, &github.IssueListCommentsOptions{ListOptions: github.ListOptions{PerPage: 100, Page: page}})
+			for _, cm := range cs {
+				bodies = append(bodies, written{cm.GetID(), cm.GetUser(), cm.GetBody()})
+			}
+		}
+		if err != nil {
+			return 0, classify("list replies", resp, err)
+		}
+		for _, b := range bodies {
+			if c.ours(b.user) && strings.Contains(b.body, marker) {
+				return b.id, nil
+			}
+		}
+		if resp.NextPage == 0 {
+			return 0, nil
+		}
+		page = resp.NextPage
+	}
+}
+
 // Comment posts a conversation comment.
 func (c *Client) Comment(ctx context.Context, owner, repo string, n int, body string) (int64, error) {
 	cm, resp, err := c.gh.Issues.CreateComment(ctx, owner, repo, n, &github.IssueComment{Body: &body})

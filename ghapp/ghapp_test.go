@@ -398,3 +398,42 @@ func TestErrorsAreTyped(t *testing.T) {
 		}
 	})
 }
+
+// TestHasReplyFindsTheBotsReplyByMarker: a reply in a diff thread is
+// found among the review comments, a conversation reply among the
+// comments, past the first page of each; a human's copy of the marker
+// does not count.
+func TestHasReplyFindsTheBotsReplyByMarker(t *testing.T) {
+	t.Parallel()
+	f := setup(t, fakegithub.Config{WritesPerPeriod: -1}, []corpus.File{file("main.go", patch)})
+	ctx := context.Background()
+	const marker = "<!-- prq:reply to=5 tag=x -->"
+	root := f.fake.AddReviewComment("acme", "api", 7, "main.go", 2, "@prq-bot why? "+marker, "dev")
+	f.fake.AddComment("acme", "api", 7, "copied "+marker, "mallory")
+	for i := 0; i < 110; i++ { // push the bot's replies onto page two
+		f.fake.AddReviewComment("acme", "api", 7, "main.go", 2, fmt.Sprintf("human %d", i), "dev")
+		f.fake.AddComment("acme", "api", 7, fmt.Sprintf("human %d", i), "dev")
+	}
+	for _, review := range []bool{true, false} {
+		if id, err := f.client.HasReply(ctx, "acme", "api", 7, review, marker); err != nil || id != 0 {
+			t.Fatalf("review=%v before the reply: %d %v (only the bot's replies count)", review, id, err)
+		}
+	}
+	threadID, err := f.client.Reply(ctx, "acme", "api", 7, root, "Because.\n\n"+marker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, err := f.client.HasReply(ctx, "acme", "api", 7, true, marker); err != nil || id != threadID {
+		t.Fatalf("thread reply: %d %v, want %d", id, err, threadID)
+	}
+	if id, err := f.client.HasReply(ctx, "acme", "api", 7, false, marker); err != nil || id != 0 {
+		t.Fatalf("conversation before its reply: %d %v", id, err)
+	}
+	convID, err := f.client.Comment(ctx, "acme", "api", 7, "@dev Because.\n\n"+marker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, err := f.client.HasReply(ctx, "acme", "api", 7, false, marker); err != nil || id != convID {
+		t.Fatalf("conversation reply: %d %v, want %d", id, err, convID)
+	}
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/prq-dev/prq/internal/render"
 	"github.com/prq-dev/prq/jobs"
 	"github.com/prq-dev/prq/ratelimit"
 	"github.com/prq-dev/prq/store"
@@ -60,6 +61,9 @@ type ChatResponderConfig struct {
 	Turns Turns
 	// Models are the configured models (the jobs name theirs).
 	Models map[string]Model
+	// Markers make the hidden marker each reply carries, by which a reply
+	// posted before a crash is found again.
+	Markers render.Markers
 	// Backoff is the first delay before a failed post goes back to
 	// admission; it doubles. Defaults to 2s.
 	Backoff time.Duration
@@ -233,13 +237,18 @@ func (r *ChatResponder) answer(ctx context.Context, c jobs.Chat, at attempt) err
 	if c.InReplyTo != 0 {
 		root = c.InReplyTo
 	}
+	marker := cfg.Markers.Reply(c.PR.Key(), c.CommentID)
 	var id int64
 	err = cfg.Turns.Do(ctx, c.PR.Installation, func() error {
 		var err error
+		// a crash after posting and before recording: find it by marker
+		if id, err = gh.HasReply(ctx, c.PR.Owner, c.PR.Repo, c.PR.Number, c.Review, marker); err != nil || id != 0 {
+			return err
+		}
 		if c.Review {
-			id, err = gh.Reply(ctx, c.PR.Owner, c.PR.Repo, c.PR.Number, root, body)
+			id, err = gh.Reply(ctx, c.PR.Owner, c.PR.Repo, c.PR.Number, root, body+"\n\n"+marker)
 		} else {
-			id, err = gh.Comment(ctx, c.PR.Owner, c.PR.Repo, c.PR.Number, body)
+			id, err = gh.Comment(ctx, c.PR.Owner, c.PR.Repo, c.PR.Number, body+"\n\n"+marker)
 		}
 		return err
 	})

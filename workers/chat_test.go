@@ -11,6 +11,7 @@ import (
 
 	"github.com/prq-dev/prq/ghapp"
 	"github.com/prq-dev/prq/internal/redistest"
+	"github.com/prq-dev/prq/internal/render"
 	"github.com/prq-dev/prq/jobs"
 	"github.com/prq-dev/prq/llm"
 	"github.com/prq-dev/prq/ratelimit"
@@ -146,7 +147,7 @@ func TestChatResponderGitHubRateLimitKeepsTheDraft(t *testing.T) {
 	if model.Calls() != 1 {
 		t.Errorf("%d LLM calls, want 1: the draft is posted, not asked again", model.Calls())
 	}
-	if w := gh.Writes(); len(w) != 2 || w[1] != "comment @dev Because." {
+	if w := gh.Writes(); len(w) != 2 || !strings.HasPrefix(w[1], "comment @dev Because.\n\n<!-- prq:reply ") {
 		t.Errorf("writes %q", w)
 	}
 	// the repost came back through admission but made no call: its
@@ -179,5 +180,58 @@ func TestChatResponderGitHubFailureRetries(t *testing.T) {
 	err := newChat(t, st, adm, newCaller(t, adm, model, nil, nil), gh).ProcessTask(context.Background(), task)
 	if !errors.Is(err, boom) || !workers.IsFailure(err) {
 		t.Fatalf("ProcessTask = %v, want the GitHub failure, counted", err)
+	}
+}
+
+// failingReplies is the real store whose recording of a posted reply
+// fails while down: the process died between posting and recording.
+type failingReplies struct {
+	*store.Store
+	down bool
+}
+
+func (f *failingReplies) SetPosted(ctx context.Context, pr jobs.PR, what string, id int64) error {
+	if f.down {
+		return errors.New("redis: connection reset")
+	}
+	return f.Store.SetPosted(ctx, pr, what, id)
+}
+
+// TestChatReplyOnceAcrossACrashBetweenPostAndRecord: the reply is posted,
+// then recording it fails; the retried job finds the reply on GitHub by
+// its hidden marker and posts nothing more (before: a second reply).
+func TestChatReplyOnceAcrossACrashBetweenPostAndRecord(t *testing.T) {
+	t.Parallel()
+	for _, review := range []bool{false, true} {
+		ctx := context.Background()
+		st, adm, model := newStore(t), &fakeAdmission{}, &fakeLLM{CompleteFunc: answer("Because.")}
+		gh := &fakeGitHub{ReplyFunc: posted(91), CommentFunc: func(string) (int64, error) { return 92, nil }}
+		replies := &failingReplies{Store: st, down: true}
+		r, err := workers.NewChatResponder(workers.ChatResponderConfig{Attempts: newAttempts(t), Replies: replies, Drafts: st, Ledger: adm, Requeue: adm,
+			Caller: newCaller(t, adm, model, nil, nil), GitHub: gh, Turns: newPacer(t), Models: testModels, Markers: render.NewMarkers([]byte("s"))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pr := testPR(t, 321)
+		if review {
+			pr.Number = 8
+		}
+		_, task := chatTask(pr, review)
+		if err := r.ProcessTask(ctx, task); err == nil {
+			t.Fatal("ProcessTask succeeded although the reply was not recorded")
+		}
+		replies.down = false
+		if err := r.ProcessTask(ctx, task); err != nil {
+			t.Fatalf("retry: %v", err)
+		}
+		if w := gh.Writes(); len(w) != 1 {
+			t.Errorf("review=%v: GitHub writes %q, want the reply once", review, w)
+		}
+		if model.Calls() != 1 {
+			t.Errorf("review=%v: %d LLM calls, want 1", review, model.Calls())
+		}
+		if id, err := st.Posted(ctx, pr, "reply:11"); err != nil || id == 0 {
+			t.Errorf("review=%v: reply not recorded after the retry (%d, %v)", review, id, err)
+		}
 	}
 }

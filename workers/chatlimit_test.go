@@ -49,7 +49,7 @@ func TestChatRefusalPostedOnceWithoutLLM(t *testing.T) {
 					t.Fatalf("run %d: %v", run, err)
 				}
 			}
-			if w := gh.Writes(); len(w) != 1 || w[0] != tc.want {
+			if w := gh.Writes(); len(w) != 1 || !strings.HasPrefix(w[0], tc.want+"\n\n<!-- prq:reply to=11 ") {
 				t.Fatalf("GitHub writes %q, want exactly one %q", w, tc.want)
 			}
 			if model.Calls() != 0 {

@@ -155,6 +155,7 @@ func fail(kind error) func(llm.Request) (llm.Response, error) {
 type fakeGitHub struct {
 	mu     sync.Mutex
 	writes []string
+	posted []postedReply
 
 	PRFunc            func() (ghapp.PullRequest, error)
 	FilesFunc         func() ([]ghapp.File, error)
@@ -220,12 +221,49 @@ func (g *fakeGitHub) CreateReview(_ context.Context, _, _ string, _ int, _, body
 
 func (g *fakeGitHub) Reply(_ context.Context, _, _ string, _ int, commentID int64, body string) (int64, error) {
 	g.write("reply %d %s", commentID, body)
-	return g.ReplyFunc(commentID, body)
+	id, err := g.ReplyFunc(commentID, body)
+	g.keep(err, id, "reply", body)
+	return id, err
 }
 
 func (g *fakeGitHub) Comment(_ context.Context, _, _ string, _ int, body string) (int64, error) {
 	g.write("comment %s", body)
-	return g.CommentFunc(body)
+	id, err := g.CommentFunc(body)
+	g.keep(err, id, "comment", body)
+	return id, err
+}
+
+// keep remembers a reply GitHub took, for HasReply.
+func (g *fakeGitHub) keep(err error, id int64, where, body string) {
+	if err != nil {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.posted = append(g.posted, postedReply{id: id, where: where, body: body})
+}
+
+// HasReply finds a reply GitHub took by its marker, where GitHub lists
+// it: review comments for a diff thread's reply, else conversation
+// comments.
+func (g *fakeGitHub) HasReply(_ context.Context, _, _ string, _ int, review bool, marker string) (int64, error) {
+	where := "comment"
+	if review {
+		where = "reply"
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, p := range g.posted {
+		if p.where == where && strings.Contains(p.body, marker) {
+			return p.id, nil
+		}
+	}
+	return 0, nil
+}
+
+type postedReply struct {
+	id          int64
+	where, body string
 }
 
 // fakeQueue records enqueued tasks.

@@ -41,9 +41,12 @@ type ReviewWriters interface {
 }
 
 // Replier answers a comment: what the chat responder uses of GitHub.
+// HasReply finds a reply by its marker, so a reply posted before a crash
+// is not posted again.
 type Replier interface {
 	Reply(ctx context.Context, owner, repo string, n int, commentID int64, body string) (int64, error)
 	Comment(ctx context.Context, owner, repo string, n int, body string) (int64, error)
+	HasReply(ctx context.Context, owner, repo string, n int, review bool, marker string) (int64, error)
 }
 
 // Repliers hands out an installation's Replier.

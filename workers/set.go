@@ -136,7 +136,7 @@ func New(cfg Config, d Deps) (*Set, error) {
 		return nil, err
 	}
 	if s.Chat, err = NewChatResponder(ChatResponderConfig{Replies: d.Store, Drafts: d.Store, Ledger: d.Admitter, Requeue: d.Admitter,
-		Caller: caller, GitHub: gh, Turns: d.Pacer, Models: cfg.Models, Backoff: cfg.Backoff,
+		Caller: caller, GitHub: gh, Turns: d.Pacer, Models: cfg.Models, Markers: cfg.Markers, Backoff: cfg.Backoff,
 		Attempts: d.Attempts, Budget: cfg.ChatBudget, GaveUpFunc: cfg.GaveUpFunc, Log: d.Log}); err != nil {
 		return nil, err
 	}

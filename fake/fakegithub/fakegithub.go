@@ -252,6 +252,7 @@ func New(cfg Config) *Server {
 	m.HandleFunc("GET /repos/{owner}/{repo}/pulls/{n}/reviews", s.auth(s.listReviews))
 	m.HandleFunc("POST /repos/{owner}/{repo}/pulls/{n}/comments/{id}/replies", s.auth(s.write(s.reply)))
 	m.HandleFunc("POST /repos/{owner}/{repo}/pulls/{n}/comments", s.auth(s.write(s.createReviewComment)))
+	m.HandleFunc("GET /repos/{owner}/{repo}/pulls/{n}/comments", s.auth(s.listReviewComments))
 	m.HandleFunc("POST /repos/{owner}/{repo}/check-runs", s.auth(s.needs("checks", s.write(s.createCheckRun))))
 	m.HandleFunc("PATCH /repos/{owner}/{repo}/check-runs/{id}", s.auth(s.needs("checks", s.write(s.updateCheckRun))))
 	m.HandleFunc("GET /repos/{owner}/{repo}/commits/{ref}/check-runs", s.auth(s.needs("checks", s.listCheckRuns)))
@@ -916,6 +917,44 @@ func (s *Server) listReviews(w http.ResponseWriter, r *http.Request, p *pullRequ
 		}
 	}
 	s.mu.Unlock()
+	writeJSON(w, 200, out)
+}
+
+// listReviewComments is GET .../pulls/{n}/comments: the PR's review
+// comments, replies included, oldest first, paginated like GitHub (30 a
+// page by default, at most 100).
+func (s *Server) listReviewComments(w http.ResponseWriter, r *http.Request, p *pullRequest) {
+	k := key(p.owner, p.repo, p.number)
+	s.mu.Lock()
+	var ids []int64
+	for id, c := range s.reviewCmt {
+		if c.PR == k {
+			ids = append(ids, id)
+		}
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	perPage, page := 30, 1
+	if v, err := strconv.Atoi(r.URL.Query().Get("per_page")); err == nil && v > 0 {
+		perPage = min(v, 100)
+	}
+	if v, err := strconv.Atoi(r.URL.Query().Get("page")); err == nil && v > 0 {
+		page = v
+	}
+	lo := min((page-1)*perPage, len(ids))
+	hi := min(lo+perPage, len(ids))
+	out := []any{}
+	for _, id := range ids[lo:hi] {
+		c := s.reviewCmt[id]
+		m := map[string]any{"id": c.ID, "body": c.Body, "path": c.Path, "line": c.Line, "side": c.Side, "user": s.userJSON(c.Author)}
+		if c.InReplyTo != 0 {
+			m["in_reply_to_id"] = c.InReplyTo
+		}
+		out = append(out, m)
+	}
+	s.mu.Unlock()
+	if link := linkHeader(r, perPage, page, max(1, (len(ids)+perPage-1)/perPage)); link != "" {
+		w.Header().Set("Link", link)
+	}
 	writeJSON(w, 200, out)
 }
 
