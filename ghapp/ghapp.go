@@ -305,13 +305,43 @@ func (c *Client) Files(ctx context.Context, owner, repo string, n int) ([]File, 
 	return out, nil
 }
 
-// Compare lists the files changed between two commits.
+// MaxCompareFiles is GitHub's cap on the files one comparison lists
+// (for the whole comparison, on its first page; later pages page its
+// commits).
+const MaxCompareFiles = 300
+
+// ErrCompareTruncated says a comparison listed GitHub's maximum of files:
+// others may have changed too, so the caller cannot tell what is unchanged.
+var ErrCompareTruncated = errors.New("ghapp: comparison truncated at 300 files")
+
+// Compare lists the files changed between two commits, following every
+// page. It returns ErrCompareTruncated (with the files listed) when
+// GitHub's cap may have cut the list.
 func (c *Client) Compare(ctx context.Context, owner, repo, base, head string) ([]File, error) {
-	cmp, resp, err := c.gh.Repositories.CompareCommits(ctx, owner, repo, base, head, &github.ListOptions{PerPage: 100})
-	if err != nil {
-		return nil, classify("compare", resp, err)
+	var out []File
+	opt := &github.ListOptions{PerPage: 100}
+	for {
+		cmp, resp, err := c.gh.Repositories.CompareCommits(ctx, owner, repo, base, head, opt)
+		if err != nil {
+			return nil, classify("compare", resp, err)
+		}
+		out = append(out, toFiles(cmp.Files)...)
+		if resp.NextPage == 0 || resp.NextPage == opt.Page {
+			break
+		}
+		opt.Page = resp.NextPage
 	}
-	return toFiles(cmp.Files), nil
+	if len(out) >= MaxCompareFiles {
+		return out, fmt.Errorf("compare %s...%s: %d files: %w", short(base), short(head), len(out), ErrCompareTruncated)
+	}
+	return out, nil
+}
+
+func short(sha string) string {
+	if len(sha) > 7 {
+		return sha[:7]
+	}
+	return sha
 }
 
 // UpsertComment edits the PR's comment holding marker, or creates one.

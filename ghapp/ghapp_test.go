@@ -437,3 +437,23 @@ func TestHasReplyFindsTheBotsReplyByMarker(t *testing.T) {
 		t.Fatalf("conversation reply: %d %v, want %d", id, err, convID)
 	}
 }
+
+// TestCompareTruncatedAtGitHubsCap: GitHub lists at most 300 files of a
+// comparison; Compare says so instead of passing the rest as unchanged.
+func TestCompareTruncatedAtGitHubsCap(t *testing.T) {
+	t.Parallel()
+	f := setup(t, fakegithub.Config{}, []corpus.File{file("main.go", patch)})
+	ctx := context.Background()
+	head := strings.Repeat("d", 40)
+	changed := make([]corpus.File, 0, 350)
+	for i := 0; i < 350; i++ {
+		changed = append(changed, file(fmt.Sprintf("f%03d.go", i), "@@ -1 +1 @@\n-x\n+y"))
+	}
+	if err := f.fake.Push("acme", "api", 7, head, changed); err != nil {
+		t.Fatal(err)
+	}
+	got, err := f.client.Compare(ctx, "acme", "api", strings.Repeat("a", 40), head)
+	if !errors.Is(err, ghapp.ErrCompareTruncated) || len(got) != ghapp.MaxCompareFiles {
+		t.Fatalf("compare of 350 files: %d files, %v; want %d and ErrCompareTruncated", len(got), err, ghapp.MaxCompareFiles)
+	}
+}

@@ -270,6 +270,28 @@ func (s *Store) HasResult(ctx context.Context, pr jobs.PR, head string, kind job
 	return ok, nil
 }
 
+// CarryResults keeps, with a published head's results, the results it
+// carried from earlier reviewed heads for files it left unchanged, so the
+// next head carries them on (across any number of pushes). They are
+// stored beside the head's own results under "carried:<path>:<kind>"
+// and returned by Results; they count toward no total.
+func (s *Store) CarryResults(ctx context.Context, pr jobs.PR, head string, rs []Result) error {
+	if len(rs) == 0 {
+		return nil
+	}
+	args := make([]any, 0, 2*len(rs))
+	for _, r := range rs {
+		args = append(args, "carried:"+r.Path+":"+string(r.Kind), string(mustJSON(r)))
+	}
+	pipe := s.rdb.TxPipeline()
+	pipe.HSet(ctx, resultsKey(pr, head), args...)
+	pipe.PExpire(ctx, resultsKey(pr, head), s.RunTTL)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("store: carry results %s: %w", pr, err)
+	}
+	return nil
+}
+
 // Results returns a head's per-file results.
 func (s *Store) Results(ctx context.Context, pr jobs.PR, head string) ([]Result, error) {
 	m, err := s.rdb.HGetAll(ctx, resultsKey(pr, head)).Result()

@@ -41,6 +41,7 @@ type Publications interface {
 	Posted(ctx context.Context, pr jobs.PR, what string) (int64, error)
 	SetPosted(ctx context.Context, pr jobs.PR, what string, id int64) error
 	MarkFinalized(ctx context.Context, pr jobs.PR, head string) error
+	CarryResults(ctx context.Context, pr jobs.PR, head string, rs []store.Result) error
 }
 
 var (
@@ -150,6 +151,11 @@ func (p *Finalizer) publish(ctx context.Context, f jobs.Finalize) error {
 			// without them the summary would drop the files this push left alone
 			return err
 		}
+	}
+	// what this head takes from earlier reviewed heads, kept with it so
+	// the next push carries it on
+	if err := cfg.Publications.CarryResults(ctx, f.PR, f.HeadSHA, carried(files, results, prev)); err != nil {
+		return err
 	}
 	sum, rows := summaryOf(run, files, results, prev)
 	sum.Marker = func(part int) string { return cfg.Markers.Summary(f.PR.Key(), part) }
@@ -379,6 +385,30 @@ func summaryOf(run store.Run, files map[int]store.FileData, results, prev []stor
 	}
 	return render.Summary{Repo: run.PR.Owner + "/" + run.PR.Repo, Head: run.Head, Files: rows, QuotaReset: quotaReset,
 		State: "<!-- prq:reviewed=" + reviewed + " -->"}, rows
+}
+
+// carried returns the summaries a head takes from the last reviewed
+// head's (its own and those it carried): files of the head with no
+// summary of their own.
+func carried(files map[int]store.FileData, results, prev []store.Result) []store.Result {
+	own := map[string]bool{}
+	for _, r := range results {
+		if r.Kind == jobs.KindSummary {
+			own[r.Path] = true
+		}
+	}
+	in := map[string]bool{}
+	for _, fd := range files {
+		in[fd.Path] = true
+	}
+	var out []store.Result
+	for _, r := range prev {
+		if r.Kind == jobs.KindSummary && in[r.Path] && !own[r.Path] {
+			out = append(out, r)
+			own[r.Path] = true
+		}
+	}
+	return out
 }
 
 func dedupe(xs []string) []string {

@@ -194,6 +194,9 @@ func (p *Planner) plan(ctx context.Context, pl jobs.Plan) error {
 				changed[f.Filename] = true
 			}
 		case errors.Is(err, ghapp.ErrNotFound): // force-push: review everything
+		case errors.Is(err, ghapp.ErrCompareTruncated):
+			// files past GitHub's cap would pass as unchanged: review everything
+			log.InfoContext(ctx, "comparison truncated by GitHub; reviewing every file", "pr", pl.PR.String(), "err", err)
 		default:
 			return ghRetry(err)
 		}

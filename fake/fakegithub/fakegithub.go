@@ -620,6 +620,9 @@ func fileJSON(owner, repo string, f corpus.File) map[string]any {
 	return m
 }
 
+// MaxCompareFiles is GitHub's cap on the files of one comparison.
+const MaxCompareFiles = 300
+
 // MaxFiles is GitHub's cap on listed PR files.
 const MaxFiles = 3000
 
@@ -682,11 +685,19 @@ func (s *Server) compare(w http.ResponseWriter, r *http.Request, p *pullRequest)
 		ghError(w, 404, "Not Found")
 		return
 	}
+	page := 1
+	if v, err := strconv.Atoi(r.URL.Query().Get("page")); err == nil && v > 0 {
+		page = v
+	}
 	s.mu.Lock()
 	changed, known := p.pushes[base+"..."+head]
-	var files []any
-	for _, f := range changed {
-		files = append(files, fileJSON(p.owner, p.repo, f))
+	// GitHub lists a comparison's files on its first page only, at most
+	// MaxCompareFiles for the whole comparison; later pages page commits
+	files := []any{}
+	if page == 1 {
+		for _, f := range changed[:min(len(changed), MaxCompareFiles)] {
+			files = append(files, fileJSON(p.owner, p.repo, f))
+		}
 	}
 	s.mu.Unlock()
 	if !known {
