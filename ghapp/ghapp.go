@@ -165,6 +165,27 @@ var (
 	ErrForbidden = errors.New("ghapp: forbidden")
 )
 
+// InstallationRefusedError is GitHub refusing an installation's token:
+// 404 (the App was uninstalled) or 403 (the installation is suspended).
+// It is permanent for the installation until it is installed or
+// unsuspended again: retrying cannot help.
+type InstallationRefusedError struct {
+	Installation int64
+	Status       int
+}
+
+func (e *InstallationRefusedError) Error() string {
+	return fmt.Sprintf("ghapp: GitHub refuses installation %d a token (%d %s)", e.Installation, e.Status, http.StatusText(e.Status))
+}
+
+// Reason is a short word for the refusal: "uninstalled" or "suspended".
+func (e *InstallationRefusedError) Reason() string {
+	if e.Status == http.StatusNotFound {
+		return "uninstalled"
+	}
+	return "suspended"
+}
+
 // RateLimitedError is a primary or secondary rate limit: retry after RetryAfter.
 type RateLimitedError struct {
 	RetryAfter time.Duration
@@ -192,6 +213,12 @@ func classify(op string, resp *github.Response, err error) error {
 	}
 	var rle *github.RateLimitError
 	var abuse *github.AbuseRateLimitError
+	var mint *ghinstallation.HTTPError
+	if errors.As(err, &mint) && mint.Response != nil &&
+		(mint.Response.StatusCode == http.StatusNotFound || mint.Response.StatusCode == http.StatusForbidden) &&
+		mint.Response.Header.Get("Retry-After") == "" && mint.Response.Header.Get("X-RateLimit-Remaining") != "0" {
+		return fmt.Errorf("%s: %w", op, &InstallationRefusedError{Installation: mint.InstallationID, Status: mint.Response.StatusCode})
+	}
 	switch {
 	case errors.As(err, &abuse):
 		d := time.Minute

@@ -457,3 +457,36 @@ func TestCompareTruncatedAtGitHubsCap(t *testing.T) {
 		t.Fatalf("compare of 350 files: %d files, %v; want %d and ErrCompareTruncated", len(got), err, ghapp.MaxCompareFiles)
 	}
 }
+
+// TestTokenRefusedForAnUninstalledOrSuspendedInstallation: GitHub answers
+// 404 (uninstalled) or 403 (suspended) when the installation's token is
+// minted; that is permanent for the installation, not transient (before:
+// a TransientError, retried 10 to 20 times).
+func TestTokenRefusedForAnUninstalledOrSuspendedInstallation(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		refuse func(*fakegithub.Server)
+		status int
+		reason string
+	}{
+		{"uninstalled", func(f *fakegithub.Server) { f.Uninstall(1) }, 404, "uninstalled"},
+		{"suspended", func(f *fakegithub.Server) { f.Suspend(1) }, 403, "suspended"},
+	} {
+		f := setup(t, fakegithub.Config{}, []corpus.File{file("main.go", patch)})
+		tc.refuse(f.fake)
+		_, err := f.client.PR(context.Background(), "acme", "api", 7)
+		var refused *ghapp.InstallationRefusedError
+		if !errors.As(err, &refused) || refused.Status != tc.status || refused.Installation != 1 || refused.Reason() != tc.reason {
+			t.Fatalf("%s: %v, want InstallationRefusedError %d", tc.name, err, tc.status)
+		}
+		var transient *ghapp.TransientError
+		if errors.As(err, &transient) {
+			t.Fatalf("%s: classified transient: %v", tc.name, err)
+		}
+		f.fake.Reinstall(1)
+		if _, err := f.client.PR(context.Background(), "acme", "api", 7); err != nil {
+			t.Fatalf("%s: after reinstalling: %v", tc.name, err)
+		}
+	}
+}

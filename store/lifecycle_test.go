@@ -98,3 +98,40 @@ func TestEveryRunKeyHasATTL(t *testing.T) {
 		}
 	}
 }
+
+// TestBaseChangeRestartsTheRun: the pull request's base edited (same
+// head, another diff) plans the head again; the same head and base
+// does not.
+func TestBaseChangeRestartsTheRun(t *testing.T) {
+	ctx := context.Background()
+	st := store.New(redistest.Shared(t).Client(t), jobs.TierFree)
+	pr := jobs.PR{Installation: 1, Owner: "o", Repo: "rebase", Number: 1}
+	for i, tc := range []struct {
+		base    string
+		started bool
+	}{{"b1", true}, {"b1", false}, {"b2", true}, {"", false}} {
+		_, started, err := st.StartRun(ctx, store.Run{PR: pr, Head: "h1", Base: tc.base, SummaryTotal: 1}, []store.FileData{{Path: "a.go"}})
+		if err != nil || started != tc.started {
+			t.Fatalf("plan %d at base %q: started=%v %v, want %v", i+1, tc.base, started, err, tc.started)
+		}
+	}
+}
+
+// TestQuotaSkipsAreCounted: a file refused by the tenant's quota counts
+// in the run's SkippedQuota (it never did: the wrong prefix).
+func TestQuotaSkipsAreCounted(t *testing.T) {
+	ctx := context.Background()
+	st := store.New(redistest.Shared(t).Client(t), jobs.TierFree)
+	pr := jobs.PR{Installation: 1, Owner: "o", Repo: "quota", Number: 1}
+	if _, _, err := st.StartRun(ctx, store.Run{PR: pr, Head: "h1", SummaryTotal: 2}, []store.FileData{{Path: "a.go"}, {Path: "b.go", Index: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	for i, skipped := range []string{store.QuotaSkipPrefix + " reached, resets at 2026-01-01 00:00 UTC", "too large for gpt-4o"} {
+		if _, err := st.CompleteFile(ctx, pr, "h1", store.Result{Kind: jobs.KindSummary, Index: i, Skipped: skipped}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if run, err := st.GetRun(ctx, pr); err != nil || run.SkippedQuota != 1 {
+		t.Fatalf("SkippedQuota %d (%v), want 1", run.SkippedQuota, err)
+	}
+}

@@ -4,12 +4,15 @@
 -- ARGV[1] head  ARGV[2] ttl ms  ARGV[3] run fields as JSON (an object)
 -- ARGV[4..] files: index, JSON, index, JSON, ...
 -- -> {started (0|1), previous head or ""}
-local cur = redis.call('HMGET', KEYS[1], 'head', 'state', 'last_reviewed')
-if cur[1] == ARGV[1] and cur[2] ~= 'cancelled' then
+local cur = redis.call('HMGET', KEYS[1], 'head', 'state', 'last_reviewed', 'base')
+local fields = cjson.decode(ARGV[3])
+-- the same head is planned once, unless the run was cancelled (closed,
+-- then reopened) or its base changed (the diff is another)
+local rebased = fields['base'] ~= nil and fields['base'] ~= '' and cur[4] and cur[4] ~= '' and cur[4] ~= fields['base']
+if cur[1] == ARGV[1] and cur[2] ~= 'cancelled' and not rebased then
   return {0, ''}
 end
 local previous = ''
-local fields = cjson.decode(ARGV[3])
 if cur[1] and cur[1] ~= ARGV[1] then
   previous = cur[1]
 end

@@ -52,6 +52,10 @@ type Plan struct {
 	Reason       string    `json:"reason,omitempty"` // paid_user, trial_user, open_source_user, ...
 	Suspended    bool      `json:"suspended,omitempty"`
 	Deleted      bool      `json:"deleted,omitempty"`
+	// TokenRefused is why GitHub refused the installation a token
+	// ("uninstalled", "suspended"), seen by a worker before the webhook
+	// said so; cleared when the installation is created or unsuspended.
+	TokenRefused string `json:"token_refused,omitempty"`
 	Default      bool      `json:"default,omitempty"`  // no plan stored: the default tier
 	Explicit     bool      `json:"explicit,omitempty"` // set by an operator: wins over Marketplace
 	UpdatedAt    time.Time `json:"updated_at"`
@@ -169,9 +173,9 @@ func (s *Store) SetInstallation(ctx context.Context, inst int64, account string,
 		case "suspend":
 			p.Suspended = true
 		case "unsuspend":
-			p.Suspended = false
+			p.Suspended, p.TokenRefused = false, ""
 		case "created":
-			p.Deleted, p.Suspended = false, false
+			p.Deleted, p.Suspended, p.TokenRefused = false, false, ""
 		}
 		if !p.Explicit {
 			p.Tier = s.DefaultTier
@@ -185,4 +189,37 @@ func (s *Store) SetAccountTier(ctx context.Context, accountID int64, tier jobs.T
 		return fmt.Errorf("store: account tier %d: %w", accountID, err)
 	}
 	return nil
+}
+
+// Why an installation's work does not run (Disabled).
+const (
+	DisabledDeleted      = "deleted"
+	DisabledSuspended    = "suspended"
+	DisabledTokenRefused = "token_refused"
+)
+
+// Disabled returns why an installation's work must not run ("" when it
+// may): the App was uninstalled, the installation is suspended, or GitHub
+// refused it a token.
+func (s *Store) Disabled(ctx context.Context, inst int64) (string, error) {
+	p, err := s.GetPlan(ctx, inst)
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case p.Deleted:
+		return DisabledDeleted, nil
+	case p.Suspended:
+		return DisabledSuspended, nil
+	case p.TokenRefused != "":
+		return DisabledTokenRefused, nil
+	}
+	return "", nil
+}
+
+// MarkTokenRefused records that GitHub refuses the installation a token
+// (why: "uninstalled" or "suspended"): its work stops until the
+// installation is created or unsuspended again.
+func (s *Store) MarkTokenRefused(ctx context.Context, inst int64, why string) error {
+	return s.UpdatePlan(ctx, inst, func(p *Plan) { p.TokenRefused = why })
 }

@@ -34,6 +34,11 @@ func (printQueue) Cancel(_ context.Context, pr jobs.PR) error {
 	return nil
 }
 
+func (printQueue) CancelInstallation(_ context.Context, inst int64, repos []string) (int, error) {
+	fmt.Printf("cancelled installation %d's runs\n", inst)
+	return 0, nil
+}
+
 // paidPlans puts every installation on the paid tier.
 type paidPlans struct{}
 
@@ -43,6 +48,7 @@ func (paidPlans) SetInstallation(context.Context, int64, string, int64, string) 
 }
 func (paidPlans) SetAccountTier(context.Context, int64, jobs.Tier, string) error { return nil }
 func (paidPlans) AppThread(context.Context, int64) (bool, error)                 { return false, nil }
+func (paidPlans) Disabled(context.Context, int64) (string, error)                { return "", nil }
 
 var (
 	_ webhook.Queue = printQueue{}

@@ -37,6 +37,9 @@ type Queue interface {
 	Plan(ctx context.Context, p jobs.Plan) (bool, error)
 	Chat(ctx context.Context, c jobs.Chat) (bool, error)
 	Cancel(ctx context.Context, pr jobs.PR) error
+	// CancelInstallation cancels the runs in progress of an installation,
+	// or of its repositories repos only when repos is not empty.
+	CancelInstallation(ctx context.Context, inst int64, repos []string) (int, error)
 }
 
 // Plans maps installations to tiers and records installation events.
@@ -47,6 +50,9 @@ type Plans interface {
 	// AppThread reports whether the App replied in the review thread
 	// whose root comment is root.
 	AppThread(ctx context.Context, root int64) (bool, error)
+	// Disabled returns why an installation's work must not run ("" when
+	// it may): uninstalled, suspended, or refused a token by GitHub.
+	Disabled(ctx context.Context, inst int64) (string, error)
 }
 
 // ChatLimiter caps the chat a user and a pull request can start (a
@@ -410,8 +416,15 @@ func (h *Handler) dispatch(ctx context.Context, event, delivery string, payload 
 		if inst.GetID() <= 0 {
 			return malformed("installation event without installation id")
 		}
+		// recorded first, so jobs already running find it disabled
 		if err := h.plans.SetInstallation(ctx, inst.GetID(), inst.GetAccount().GetLogin(), inst.GetAccount().GetID(), e.GetAction()); err != nil {
 			return unavailable(err)
+		}
+		if a := e.GetAction(); a == "deleted" || a == "suspend" {
+			if _, err := h.queue.CancelInstallation(ctx, inst.GetID(), nil); err != nil {
+				return unavailable(err)
+			}
+			return cancelled, nil
 		}
 		return recorded, nil
 	case *github.InstallationRepositoriesEvent:
@@ -421,6 +434,21 @@ func (h *Handler) dispatch(ctx context.Context, event, delivery string, payload 
 		}
 		if err := h.plans.SetInstallation(ctx, inst.GetID(), inst.GetAccount().GetLogin(), inst.GetAccount().GetID(), "repositories_"+e.GetAction()); err != nil {
 			return unavailable(err)
+		}
+		if e.GetAction() == "removed" {
+			var repos []string
+			for _, r := range e.RepositoriesRemoved {
+				if r.GetName() != "" {
+					repos = append(repos, r.GetName())
+				}
+			}
+			if len(repos) == 0 {
+				return recorded, nil
+			}
+			if _, err := h.queue.CancelInstallation(ctx, inst.GetID(), repos); err != nil {
+				return unavailable(err)
+			}
+			return cancelled, nil
 		}
 		return recorded, nil
 	case *github.MarketplacePurchaseEvent:
@@ -465,6 +493,12 @@ func (h *Handler) pullRequest(ctx context.Context, delivery string, e *github.Pu
 	pr := e.GetPullRequest()
 	switch e.GetAction() {
 	case "converted_to_draft", "closed", "opened", "reopened", "ready_for_review", "synchronize":
+	case "edited":
+		// a new base changes the diff: reviewed again in full; a title or
+		// body edit changes nothing prq reviews
+		if e.GetChanges().GetBase() == nil {
+			return ignored, nil
+		}
 	default:
 		return ignored, nil
 	}
@@ -485,6 +519,9 @@ func (h *Handler) pullRequest(ctx context.Context, delivery string, e *github.Pu
 		return ignored, nil
 	case pr.GetHead().GetSHA() == "":
 		return malformed("pull_request without head sha")
+	}
+	if o, err := h.enabled(ctx, ref.Installation); o != nil || err != nil {
+		return *o, err
 	}
 	tier, err := h.plans.Tier(ctx, ref.Installation)
 	if err != nil {
@@ -616,7 +653,29 @@ func (h *Handler) reviewComment(ctx context.Context, delivery string, e *github.
 		Body: c.GetBody(), Path: c.GetPath(), DiffHunk: c.GetDiffHunk(), Line: c.GetLine(), Delivery: delivery})
 }
 
+// disabled is work of an installation that was uninstalled or suspended,
+// or that GitHub refuses a token: nothing is enqueued (counted by the
+// deliveries' outcome).
+var disabled = outcome{http.StatusOK, "installation disabled"}
+
+// enabled returns nil when inst's work may be enqueued, else the outcome
+// to answer.
+func (h *Handler) enabled(ctx context.Context, inst int64) (*outcome, error) {
+	why, err := h.plans.Disabled(ctx, inst)
+	if err != nil {
+		o, err := unavailable(err)
+		return &o, err
+	}
+	if why != "" {
+		return &disabled, nil
+	}
+	return nil, nil
+}
+
 func (h *Handler) chat(ctx context.Context, c jobs.Chat) (outcome, error) {
+	if o, err := h.enabled(ctx, c.PR.Installation); o != nil || err != nil {
+		return *o, err
+	}
 	tier, err := h.plans.Tier(ctx, c.PR.Installation)
 	if err != nil {
 		return unavailable(err)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -29,6 +30,10 @@ type recorder struct {
 	insts   []string
 	tiers   map[int64]jobs.Tier
 	fail    error
+	// disabled installations, by why (Disabled); instCancels the
+	// installations whose runs were cancelled, with the repositories
+	instCancels []string
+	disabled    map[int64]string
 }
 
 var (
@@ -61,6 +66,19 @@ func (r *recorder) Cancel(_ context.Context, pr jobs.PR) error {
 	defer r.mu.Unlock()
 	r.cancels = append(r.cancels, pr)
 	return r.fail
+}
+
+func (r *recorder) CancelInstallation(_ context.Context, inst int64, repos []string) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.instCancels = append(r.instCancels, fmt.Sprintf("%d %v", inst, repos))
+	return len(repos), r.fail
+}
+
+func (r *recorder) Disabled(_ context.Context, inst int64) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.disabled[inst], r.fail
 }
 
 func (r *recorder) Tier(_ context.Context, inst int64) (jobs.Tier, error) {

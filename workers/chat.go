@@ -76,6 +76,12 @@ type ChatResponderConfig struct {
 	GaveUpFunc func(kind, reason string)
 	// NowFunc is the clock of the retry budget. Defaults to time.Now.
 	NowFunc func() time.Time
+	// Installs, when set, stops the work of an installation that was
+	// uninstalled or suspended, or that GitHub refuses a token.
+	Installs InstallState
+	// LifecycleFunc, when set, counts jobs dropped for their installation
+	// (prq_lifecycle_total, event job_skipped).
+	LifecycleFunc func(event, reason string)
 	// Log defaults to discarding.
 	Log *slog.Logger
 }
@@ -84,8 +90,9 @@ type ChatResponderConfig struct {
 // the bot, once: in the review thread for a diff comment, as a
 // conversation comment otherwise.
 type ChatResponder struct {
-	cfg ChatResponderConfig
-	tok map[string]*ratelimit.Tokenizer
+	cfg  ChatResponderConfig
+	gate installGate
+	tok  map[string]*ratelimit.Tokenizer
 }
 
 // NewChatResponder returns a ChatResponder.
@@ -129,7 +136,7 @@ func NewChatResponder(cfg ChatResponderConfig) (*ChatResponder, error) {
 		return nil, err
 	}
 	cfg.Log = logOrDiscard(cfg.Log)
-	return &ChatResponder{cfg: cfg, tok: tok}, nil
+	return &ChatResponder{cfg: cfg, tok: tok, gate: installGate{state: cfg.Installs, count: cfg.LifecycleFunc, log: cfg.Log}}, nil
 }
 
 // ProcessTask answers one admitted chat job, or posts the one polite
@@ -144,6 +151,12 @@ func (r *ChatResponder) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	ticket := ChatTicket(c)
 	if !c.Refusal {
 		started(ctx, cfg.Ledger, log, ticket)
+	}
+	if err := r.gate.check(ctx, c.PR.Installation, string(jobs.KindChat)); err != nil {
+		if !c.Refusal {
+			settle(ctx, cfg.Ledger, log, ticket, ratelimit.Cost{}) // no call: all refunded
+		}
+		return err
 	}
 	at, err := budgeted(ctx, cfg.Attempts, ticket.ID, c.Created, cfg.Budget, cfg.NowFunc())
 	if err != nil {
@@ -260,6 +273,9 @@ func (r *ChatResponder) answer(ctx context.Context, c jobs.Chat, at attempt) err
 		// GitHub said wait: come back through admission then (the draft
 		// is kept, so no second LLM call)
 		return backToAdmission(ctx, cfg.Requeue, ticket, ra.After, err)
+	}
+	if rerr := r.gate.refused(ctx, c.PR.Installation, err); rerr != err {
+		return rerr
 	}
 	if err != nil {
 		gerr := ghFailed(ctx, log, c.PR, "chat reply", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"log/slog"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 type CancelStore interface {
 	Cancel(ctx context.Context, pr jobs.PR) (head string, err error)
 	TaskIDs(ctx context.Context, pr jobs.PR, head string) ([]string, error)
+	ActiveRunsFrom(ctx context.Context, start, limit int64) ([]store.Run, error)
 }
 
 var _ CancelStore = (*store.Store)(nil)
@@ -117,4 +119,44 @@ func (e *Enqueuer) Cancel(ctx context.Context, pr jobs.PR) error {
 	}
 	supersede(ctx, e.cfg.Store, e.cfg.Tickets, e.cfg.Log, pr, head)
 	return nil
+}
+
+// CancelInstallation drops the pending work of an installation's runs in
+// progress (uninstalled or suspended), or of its runs in repos only
+// (repositories removed from it): tickets out of admission, held tasks
+// deleted, runs cancelled. Jobs already released or running find the
+// installation disabled, or their run cancelled, and exit without a call.
+// It returns the runs cancelled.
+func (e *Enqueuer) CancelInstallation(ctx context.Context, inst int64, repos []string) (int, error) {
+	only := map[string]bool{}
+	for _, r := range repos {
+		only[strings.ToLower(r)] = true
+	}
+	var prs []jobs.PR
+	const page = 500
+	for start := int64(0); ; start += page {
+		runs, err := e.cfg.Store.ActiveRunsFrom(ctx, start, page)
+		if err != nil {
+			return 0, err
+		}
+		for _, r := range runs {
+			if r.PR.Installation == inst && (len(repos) == 0 || only[strings.ToLower(r.PR.Repo)]) {
+				prs = append(prs, r.PR)
+			}
+		}
+		if len(runs) < page {
+			break
+		}
+	}
+	// cancelled after listing: a cancelled run leaves the index, which
+	// would shift the pages
+	for _, pr := range prs {
+		if err := e.Cancel(ctx, pr); err != nil {
+			return 0, err
+		}
+	}
+	if len(prs) > 0 {
+		e.cfg.Log.InfoContext(ctx, "installation's runs cancelled", "installation", inst, "runs", len(prs), "repos", len(repos))
+	}
+	return len(prs), nil
 }

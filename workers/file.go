@@ -59,6 +59,12 @@ type FileWorkerConfig struct {
 	// Progress, when set, is told when a file of a head is done (the
 	// check run's "n of m files"); its failures are its own.
 	Progress func(ctx context.Context, pr jobs.PR, head string)
+	// Installs, when set, stops the work of an installation that was
+	// uninstalled or suspended, or that GitHub refuses a token.
+	Installs InstallState
+	// LifecycleFunc, when set, counts jobs dropped for their installation
+	// (prq_lifecycle_total, event job_skipped).
+	LifecycleFunc func(event, reason string)
 	// Log defaults to discarding.
 	Log *slog.Logger
 }
@@ -66,8 +72,9 @@ type FileWorkerConfig struct {
 // FileWorker handles file:summary and file:review: it summarises or
 // reviews one file of a PR.
 type FileWorker struct {
-	cfg FileWorkerConfig
-	tok map[string]*ratelimit.Tokenizer
+	cfg  FileWorkerConfig
+	gate installGate
+	tok  map[string]*ratelimit.Tokenizer
 }
 
 // NewFileWorker returns a FileWorker.
@@ -104,7 +111,7 @@ func NewFileWorker(cfg FileWorkerConfig) (*FileWorker, error) {
 		return nil, err
 	}
 	cfg.Log = logOrDiscard(cfg.Log)
-	return &FileWorker{cfg: cfg, tok: tok}, nil
+	return &FileWorker{cfg: cfg, tok: tok, gate: installGate{state: cfg.Installs, count: cfg.LifecycleFunc, log: cfg.Log}}, nil
 }
 
 // ProcessTask runs one admitted file job. Whatever happens, it records a
@@ -119,6 +126,10 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	f := ref.File
 	ticket := fileTicket(f)
 	started(ctx, cfg.Ledger, log, ticket)
+	if err := w.gate.check(ctx, f.PR.Installation, string(f.Kind)); err != nil {
+		settle(ctx, cfg.Ledger, log, ticket, ratelimit.Cost{}) // no call: all refunded
+		return err
+	}
 	current, err := cfg.Store.Current(ctx, f.PR, f.HeadSHA)
 	if err != nil {
 		return err

@@ -73,6 +73,12 @@ type FinalizerConfig struct {
 	GaveUpFunc func(kind, reason string)
 	// NowFunc is the clock of the retry budget. Defaults to time.Now.
 	NowFunc func() time.Time
+	// Installs, when set, stops the work of an installation that was
+	// uninstalled or suspended, or that GitHub refuses a token.
+	Installs InstallState
+	// LifecycleFunc, when set, counts jobs dropped for their installation
+	// (prq_lifecycle_total, event job_skipped).
+	LifecycleFunc func(event, reason string)
 	// Log defaults to discarding.
 	Log *slog.Logger
 }
@@ -83,6 +89,7 @@ type FinalizerConfig struct {
 // marker, so a retried or re-run finalize never posts twice.
 type Finalizer struct {
 	cfg    FinalizerConfig
+	gate   installGate
 	budget budgetOf
 }
 
@@ -107,7 +114,7 @@ func NewFinalizer(cfg FinalizerConfig) (*Finalizer, error) {
 		cfg.NowFunc = time.Now
 	}
 	cfg.Log = logOrDiscard(cfg.Log)
-	return &Finalizer{cfg: cfg, budget: budgetOf{attempts: cfg.Attempts, budget: cfg.Budget, gaveUp: cfg.GaveUpFunc, now: cfg.NowFunc, log: cfg.Log}}, nil
+	return &Finalizer{cfg: cfg, gate: installGate{state: cfg.Installs, count: cfg.LifecycleFunc, log: cfg.Log}, budget: budgetOf{attempts: cfg.Attempts, budget: cfg.Budget, gaveUp: cfg.GaveUpFunc, now: cfg.NowFunc, log: cfg.Log}}, nil
 }
 
 // ProcessTask publishes one head's results. Its retries, GitHub's
@@ -122,6 +129,9 @@ func (p *Finalizer) ProcessTask(ctx context.Context, t *asynq.Task) error {
 
 func (p *Finalizer) publish(ctx context.Context, f jobs.Finalize) error {
 	cfg, log := &p.cfg, p.cfg.Log
+	if err := p.gate.check(ctx, f.PR.Installation, "finalize"); err != nil {
+		return err
+	}
 	current, err := cfg.Results.Current(ctx, f.PR, f.HeadSHA)
 	if err != nil {
 		return err
@@ -164,7 +174,7 @@ func (p *Finalizer) publish(ctx context.Context, f jobs.Finalize) error {
 	for i, body := range parts {
 		id, err := p.upsert(ctx, gh, f.PR, fmt.Sprintf("summary:%d", i+1), cfg.Markers.Summary(f.PR.Key(), i+1), body)
 		if err != nil {
-			return ghFailed(ctx, log, f.PR, "summary comment", err)
+			return p.gate.refused(ctx, f.PR.Installation, ghFailed(ctx, log, f.PR, "summary comment", err))
 		}
 		if i == 0 {
 			summaryID = id
@@ -178,7 +188,7 @@ func (p *Finalizer) publish(ctx context.Context, f jobs.Finalize) error {
 	for k := len(parts) + 1; k <= int(before); k++ {
 		marker := cfg.Markers.Summary(f.PR.Key(), k)
 		if _, err := p.upsert(ctx, gh, f.PR, fmt.Sprintf("summary:%d", k), marker, "_This part of prq's summary is no longer used._\n\n"+marker+"\n"); err != nil {
-			return ghFailed(ctx, log, f.PR, "summary comment", err)
+			return p.gate.refused(ctx, f.PR.Installation, ghFailed(ctx, log, f.PR, "summary comment", err))
 		}
 	}
 	if err := cfg.Publications.SetPosted(ctx, f.PR, "summary_parts", int64(len(parts))); err != nil {
@@ -187,12 +197,12 @@ func (p *Finalizer) publish(ctx context.Context, f jobs.Finalize) error {
 	comments := 0
 	if run.ReviewTotal > 0 {
 		if comments, err = p.postReview(ctx, gh, f, results, rows); err != nil {
-			return ghFailed(ctx, log, f.PR, "review", err)
+			return p.gate.refused(ctx, f.PR.Installation, ghFailed(ctx, log, f.PR, "review", err))
 		}
 	}
 	if cfg.Checks != nil {
 		if err := cfg.Checks.Complete(ctx, f.PR, f.HeadSHA, rows, comments, summaryID); err != nil {
-			return ghRetry(err)
+			return p.gate.refused(ctx, f.PR.Installation, ghRetry(err))
 		}
 	}
 	if err := cfg.Publications.MarkFinalized(ctx, f.PR, f.HeadSHA); err != nil {

@@ -76,6 +76,12 @@ type PlannerConfig struct {
 	GaveUpFunc func(kind, reason string)
 	// NowFunc is the clock of the retry budget. Defaults to time.Now.
 	NowFunc func() time.Time
+	// Installs, when set, stops the work of an installation that was
+	// uninstalled or suspended, or that GitHub refuses a token.
+	Installs InstallState
+	// LifecycleFunc, when set, counts jobs dropped for their installation
+	// (prq_lifecycle_total, event job_skipped).
+	LifecycleFunc func(event, reason string)
 	// Log defaults to discarding.
 	Log *slog.Logger
 }
@@ -84,6 +90,7 @@ type PlannerConfig struct {
 // LLM call).
 type Planner struct {
 	cfg    PlannerConfig
+	gate   installGate
 	tok    map[string]*ratelimit.Tokenizer
 	budget budgetOf
 }
@@ -130,7 +137,7 @@ func NewPlanner(cfg PlannerConfig) (*Planner, error) {
 		return nil, err
 	}
 	cfg.Log = logOrDiscard(cfg.Log)
-	return &Planner{cfg: cfg, tok: tok, budget: budgetOf{attempts: cfg.Attempts, budget: cfg.Budget, gaveUp: cfg.GaveUpFunc, now: cfg.NowFunc, log: cfg.Log}}, nil
+	return &Planner{cfg: cfg, tok: tok, gate: installGate{state: cfg.Installs, count: cfg.LifecycleFunc, log: cfg.Log}, budget: budgetOf{attempts: cfg.Attempts, budget: cfg.Budget, gaveUp: cfg.GaveUpFunc, now: cfg.NowFunc, log: cfg.Log}}, nil
 }
 
 // ProcessTask lists the PR's files, filters them, records the run,
@@ -151,6 +158,9 @@ func (p *Planner) ProcessTask(ctx context.Context, t *asynq.Task) error {
 
 func (p *Planner) plan(ctx context.Context, pl jobs.Plan) error {
 	cfg, log := &p.cfg, p.cfg.Log
+	if err := p.gate.check(ctx, pl.PR.Installation, "plan"); err != nil {
+		return err
+	}
 	gh, err := cfg.GitHub.PRReader(pl.PR.Installation)
 	if err != nil {
 		return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
@@ -161,7 +171,7 @@ func (p *Planner) plan(ctx context.Context, pl jobs.Plan) error {
 		return nil
 	}
 	if err != nil {
-		return ghRetry(err)
+		return p.gate.refused(ctx, pl.PR.Installation, ghRetry(err))
 	}
 	switch {
 	case pr.State != "open" || pr.Draft:
@@ -176,7 +186,7 @@ func (p *Planner) plan(ctx context.Context, pl jobs.Plan) error {
 	}
 	files, err := gh.Files(ctx, pl.PR.Owner, pl.PR.Repo, pl.PR.Number)
 	if err != nil {
-		return ghRetry(err)
+		return p.gate.refused(ctx, pl.PR.Installation, ghRetry(err))
 	}
 	prev, err := cfg.Store.GetRun(ctx, pl.PR)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -198,7 +208,7 @@ func (p *Planner) plan(ctx context.Context, pl jobs.Plan) error {
 			// files past GitHub's cap would pass as unchanged: review everything
 			log.InfoContext(ctx, "comparison truncated by GitHub; reviewing every file", "pr", pl.PR.String(), "err", err)
 		default:
-			return ghRetry(err)
+			return p.gate.refused(ctx, pl.PR.Installation, ghRetry(err))
 		}
 	}
 	tierSpec := cfg.Tiers[pl.Tier]

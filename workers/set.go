@@ -48,6 +48,9 @@ type Config struct {
 	// GaveUpFunc, when set, counts jobs that spent their retry budget, by
 	// job kind and reason (prq_jobs_gave_up_total).
 	GaveUpFunc func(kind, reason string)
+	// LifecycleFunc, when set, counts jobs dropped for their installation
+	// (prq_lifecycle_total).
+	LifecycleFunc func(event, reason string)
 	// Markers make the keyed markers of prq's writes (key from the
 	// webhook secret).
 	Markers render.Markers
@@ -127,21 +130,21 @@ func New(cfg Config, d Deps) (*Set, error) {
 	if s.Planner, err = NewPlanner(PlannerConfig{Store: d.Store, Plans: d.Store, Tickets: d.Admitter, GitHub: gh, Queue: d.Queue,
 		Models: cfg.Models, SummaryModel: cfg.SummaryModel, ReviewModel: cfg.ReviewModel, Tiers: cfg.Tiers,
 		Exclude: cfg.Exclude, SkipBotPRs: cfg.SkipBotPRs, MaxParts: cfg.MaxReviewParts, Checks: checks,
-		Attempts: d.Attempts, Budget: cfg.BatchBudget, GaveUpFunc: cfg.GaveUpFunc, Log: d.Log}); err != nil {
+		Attempts: d.Attempts, Budget: cfg.BatchBudget, GaveUpFunc: cfg.GaveUpFunc, Installs: d.Store, LifecycleFunc: cfg.LifecycleFunc, Log: d.Log}); err != nil {
 		return nil, err
 	}
 	if s.Files, err = NewFileWorker(FileWorkerConfig{Store: d.Store, Ledger: d.Admitter, Caller: caller, Queue: d.Queue,
 		Models: cfg.Models, Repairs: d.Store, Requeue: d.Admitter, UnusableFunc: cfg.UnusableFunc, Progress: progress,
-		Attempts: d.Attempts, Budget: cfg.BatchBudget, GaveUpFunc: cfg.GaveUpFunc, Log: d.Log}); err != nil {
+		Attempts: d.Attempts, Budget: cfg.BatchBudget, GaveUpFunc: cfg.GaveUpFunc, Installs: d.Store, LifecycleFunc: cfg.LifecycleFunc, Log: d.Log}); err != nil {
 		return nil, err
 	}
 	if s.Chat, err = NewChatResponder(ChatResponderConfig{Replies: d.Store, Drafts: d.Store, Ledger: d.Admitter, Requeue: d.Admitter,
 		Caller: caller, GitHub: gh, Turns: d.Pacer, Models: cfg.Models, Markers: cfg.Markers, Backoff: cfg.Backoff,
-		Attempts: d.Attempts, Budget: cfg.ChatBudget, GaveUpFunc: cfg.GaveUpFunc, Log: d.Log}); err != nil {
+		Attempts: d.Attempts, Budget: cfg.ChatBudget, GaveUpFunc: cfg.GaveUpFunc, Installs: d.Store, LifecycleFunc: cfg.LifecycleFunc, Log: d.Log}); err != nil {
 		return nil, err
 	}
 	if s.Finalizer, err = NewFinalizer(FinalizerConfig{Results: d.Store, Publications: d.Store, GitHub: gh, Turns: d.Pacer,
-		Markers: cfg.Markers, Checks: checks, Attempts: d.Attempts, Budget: cfg.BatchBudget, GaveUpFunc: cfg.GaveUpFunc, Log: d.Log}); err != nil {
+		Markers: cfg.Markers, Checks: checks, Attempts: d.Attempts, Budget: cfg.BatchBudget, GaveUpFunc: cfg.GaveUpFunc, Installs: d.Store, LifecycleFunc: cfg.LifecycleFunc, Log: d.Log}); err != nil {
 		return nil, err
 	}
 	return s, nil

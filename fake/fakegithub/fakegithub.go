@@ -91,6 +91,9 @@ type Server struct {
 	nextID    int64
 	failures  map[string]int   // path substring -> status to answer once per entry
 	installs  map[int64]string // installation id -> account login
+	// refused installations: "deleted" (uninstalled: tokens 404) or
+	// "suspended" (tokens 403); their tokens stop working (401)
+	refused map[int64]string
 }
 
 type token struct {
@@ -234,7 +237,7 @@ func New(cfg Config) *Server {
 	if cfg.Events == nil {
 		cfg.Events = []string{"pull_request", "issue_comment", "pull_request_review_comment"}
 	}
-	s := &Server{installs: map[int64]string{}, cfg: cfg, prs: map[string]*pullRequest{}, tokens: map[string]token{}, comments: map[int64]*IssueComment{}, checks: map[int64]*CheckRun{},
+	s := &Server{installs: map[int64]string{}, refused: map[int64]string{}, cfg: cfg, prs: map[string]*pullRequest{}, tokens: map[string]token{}, comments: map[int64]*IssueComment{}, checks: map[int64]*CheckRun{},
 		reviewCmt: map[int64]*ReviewComment{}, writes: map[int64][]time.Time{}, stats: map[string]*PRStats{}, nextID: 1000,
 		failures: map[string]int{}}
 	s.botLogin.Store(cfg.AppSlug + "[bot]")
@@ -384,6 +387,17 @@ func (s *Server) accessToken(w http.ResponseWriter, r *http.Request) {
 		ghError(w, 401, msg)
 		return
 	}
+	s.mu.Lock()
+	why := s.refused[inst]
+	s.mu.Unlock()
+	switch why {
+	case "deleted":
+		ghError(w, 404, "Not Found")
+		return
+	case "suspended":
+		ghError(w, 403, "This installation has been suspended")
+		return
+	}
 	now := s.cfg.NowFunc()
 	b := make([]byte, 16)
 	rand.Read(b)
@@ -426,6 +440,27 @@ func (s *Server) verifyJWT(r *http.Request) string {
 		return "'Expiration time' claim ('exp') is too far in the future"
 	}
 	return ""
+}
+
+// Uninstall removes an installation as GitHub does when the App is
+// uninstalled: minting its token answers 404 and its tokens stop
+// working. Suspend answers 403 instead; Reinstall undoes either.
+func (s *Server) Uninstall(id int64) { s.refuse(id, "deleted") }
+
+// Suspend suspends an installation (see Uninstall).
+func (s *Server) Suspend(id int64) { s.refuse(id, "suspended") }
+
+// Reinstall makes an uninstalled or suspended installation work again.
+func (s *Server) Reinstall(id int64) { s.refuse(id, "") }
+
+func (s *Server) refuse(id int64, why string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if why == "" {
+		delete(s.refused, id)
+		return
+	}
+	s.refused[id] = why
 }
 
 // AddInstallation makes an installation visible in GET /app/installations
@@ -537,7 +572,10 @@ func (s *Server) auth(h handler) http.HandlerFunc {
 			ghError(w, 401, "Bad credentials")
 			return
 		}
-		if !t.expires.After(s.cfg.NowFunc()) {
+		s.mu.Lock()
+		_, refused := s.refused[t.inst]
+		s.mu.Unlock()
+		if !t.expires.After(s.cfg.NowFunc()) || refused {
 			ghError(w, 401, "Bad credentials")
 			return
 		}

@@ -1,0 +1,69 @@
+package workers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/prq-dev/prq/ghapp"
+	"github.com/prq-dev/prq/store"
+)
+
+// InstallState says whether an installation's work may run, and records
+// GitHub refusing it a token (a *store.Store).
+type InstallState interface {
+	Disabled(ctx context.Context, inst int64) (reason string, err error)
+	MarkTokenRefused(ctx context.Context, inst int64, why string) error
+}
+
+var _ InstallState = (*store.Store)(nil)
+
+// installGate stops the work of an installation that was uninstalled or
+// suspended, or that GitHub refuses a token: its jobs vanish (no call, no
+// write) with a reason in the log and prq_lifecycle_total{event="job_skipped"}.
+// A nil state lets everything run.
+type installGate struct {
+	state InstallState
+	count func(event, reason string)
+	log   *slog.Logger
+}
+
+// check returns nil when inst's work may run, else the error that makes
+// the job vanish.
+func (g installGate) check(ctx context.Context, inst int64, kind string) error {
+	if g.state == nil {
+		return nil
+	}
+	why, err := g.state.Disabled(ctx, inst)
+	if err != nil || why == "" {
+		return err
+	}
+	if g.count != nil {
+		g.count("job_skipped", why)
+	}
+	g.log.InfoContext(ctx, "job of a disabled installation dropped", "installation", inst, "kind", kind, "reason", why)
+	return fmt.Errorf("installation %d is %s: %w", inst, why, asynq.RevokeTask)
+}
+
+// refused turns GitHub refusing inst a token into a permanent end: the
+// installation is marked (its other jobs stop too) and the job vanishes.
+// Any other error passes unchanged.
+func (g installGate) refused(ctx context.Context, inst int64, err error) error {
+	var re *ghapp.InstallationRefusedError
+	if !errors.As(err, &re) {
+		return err
+	}
+	if g.state != nil {
+		if merr := g.state.MarkTokenRefused(ctx, inst, re.Reason()); merr != nil {
+			g.log.WarnContext(ctx, "could not record that GitHub refuses the installation a token; its next jobs will ask again", "installation", inst, "err", merr)
+		}
+	}
+	if g.count != nil {
+		g.count("job_skipped", store.DisabledTokenRefused)
+	}
+	g.log.WarnContext(ctx, "GitHub refuses the installation a token; its work stops until it is installed or unsuspended again", "installation", inst, "reason", re.Reason())
+	return fmt.Errorf("%w: %v", asynq.RevokeTask, err)
+}
