@@ -55,7 +55,7 @@ type Plan struct {
 	// TokenRefused is why GitHub refused the installation a token
 	// ("uninstalled", "suspended"), seen by a worker before the webhook
 	// said so; cleared when the installation is created or unsuspended.
-	TokenRefused string `json:"token_refused,omitempty"`
+	TokenRefused string    `json:"token_refused,omitempty"`
 	Default      bool      `json:"default,omitempty"`  // no plan stored: the default tier
 	Explicit     bool      `json:"explicit,omitempty"` // set by an operator: wins over Marketplace
 	UpdatedAt    time.Time `json:"updated_at"`
