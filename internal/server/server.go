@@ -99,6 +99,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, connOpt asyn
 	}()
 	defTier, _ := jobs.ParseTier(cfg.DefaultTier)
 	s.store = store.New(rdb, defTier)
+	s.store.RunTTL = cfg.Retention.D()
 	for _, p := range cfg.Plans {
 		tier, _ := jobs.ParseTier(p.Tier)
 		if err := s.store.SetPlan(ctx, store.Plan{Installation: p.Installation, Tier: tier, Reason: p.Reason, Explicit: true}); err != nil {
