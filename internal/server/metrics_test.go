@@ -117,3 +117,22 @@ func probeTask() *asynq.Task { return asynq.NewTask("probe", nil) }
 func queueOpt(q string) asynq.Option { return asynq.Queue(q) }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// TestLifecycleCountsExported: what a worker's run reconciler and
+// installation gate count (in Redis) serve exports as prq_lifecycle_total.
+func TestLifecycleCountsExported(t *testing.T) {
+	s, _ := newTestServer(t, nil)
+	worker := metrics.New(s.sched, s.insp, s.rdb, metrics.Config{}) // another process's
+	worker.CountLifecycle("run_finalized", "all_done")
+	worker.CountLifecycle("job_skipped", "deleted")
+	worker.CountLifecycle("job_skipped", "deleted")
+	m := metrics.New(s.sched, s.insp, s.rdb, metrics.Config{CacheFor: -1})
+	m.Watch(s.rdb, time.Minute)
+	w := httptest.NewRecorder()
+	m.Handler().ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))
+	for _, want := range []string{`prq_lifecycle_total{event="run_finalized",reason="all_done"} 1`, `prq_lifecycle_total{event="job_skipped",reason="deleted"} 2`} {
+		if !strings.Contains(w.Body.String(), want) {
+			t.Errorf("scrape lacks %s", want)
+		}
+	}
+}
