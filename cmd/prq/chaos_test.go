@@ -18,9 +18,12 @@ func TestChaos(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		args []string
+		want string
 	}{
-		{"crash", []string{"--scenarios", "crash", "--prs", "40", "--kills", "4", "--kill-every", "2s", "--arrivals", "10s"}},
-		{"redis-restart", []string{"--scenarios", "redis-restart", "--prs", "30", "--arrivals", "8s"}},
+		{"crash", []string{"--scenarios", "crash", "--prs", "40", "--kills", "4", "--kill-every", "2s", "--arrivals", "10s"}, " 0 duplicates, 0 jobs lost"},
+		{"redis-restart", []string{"--scenarios", "redis-restart", "--prs", "30", "--arrivals", "8s"}, " 0 duplicates, 0 jobs lost"},
+		// the model-based life-cycle test, short: a few seeded sequences
+		{"lifecycle", []string{"--scenarios", "lifecycle", "--seed", "1", "--sequences", "4", "--steps", "20", "--kill-percent", "0"}, "4/4 sequences of 20 steps passed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out bytes.Buffer
@@ -30,7 +33,7 @@ func TestChaos(t *testing.T) {
 			if err != nil {
 				t.Fatalf("chaos: %v", err)
 			}
-			if !strings.Contains(out.String(), " 0 duplicates, 0 jobs lost") {
+			if !strings.Contains(out.String(), tc.want) {
 				t.Fatalf("unexpected report:\n%s", out.String())
 			}
 		})

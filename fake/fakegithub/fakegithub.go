@@ -113,6 +113,7 @@ type pullRequest struct {
 	draft       bool
 	files       []corpus.File
 	pushes      map[string][]corpus.File // "from...to" -> changed files
+	parent      map[string]string        // a pushed head -> the head it replaced
 }
 
 // IssueComment is a PR conversation comment.
@@ -288,7 +289,7 @@ func (s *Server) AddPR(inst int64, owner, repo string, p corpus.PR) {
 	defer s.mu.Unlock()
 	s.prs[key(owner, repo, p.Number)] = &pullRequest{inst: inst, owner: owner, repo: repo, number: p.Number, title: p.Title, body: p.Body,
 		head: p.HeadSHA, base: p.BaseSHA, author: "octocat", authorType: "User", state: "open", files: p.Files,
-		pushes: map[string][]corpus.File{}}
+		pushes: map[string][]corpus.File{}, parent: map[string]string{}}
 }
 
 // Push moves a PR's head, changing the given files (synchronize).
@@ -300,6 +301,7 @@ func (s *Server) Push(owner, repo string, n int, newHead string, changed []corpu
 		return fmt.Errorf("fakegithub: no PR %s", key(owner, repo, n))
 	}
 	p.pushes[p.head+"..."+newHead] = changed
+	p.parent[newHead] = p.head
 	byName := map[string]int{}
 	for i, f := range p.files {
 		byName[f.Filename] = i
@@ -313,6 +315,58 @@ func (s *Server) Push(owner, repo string, n int, newHead string, changed []corpu
 	}
 	p.head = newHead
 	return nil
+}
+
+// SetState opens or closes a PR ("open" or "closed").
+func (s *Server) SetState(owner, repo string, n int, state string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p, ok := s.prs[key(owner, repo, n)]; ok {
+		p.state = state
+	}
+}
+
+// SetBase changes a PR's base commit (its base branch edited).
+func (s *Server) SetBase(owner, repo string, n int, base string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p, ok := s.prs[key(owner, repo, n)]; ok {
+		p.base = base
+	}
+}
+
+// changedSince returns the files changed from base to head along the
+// PR's pushes (GitHub compares any ancestor with a descendant), and
+// whether base is an ancestor of head. Callers hold s.mu.
+func (p *pullRequest) changedSince(base, head string) ([]corpus.File, bool) {
+	if files, ok := p.pushes[base+"..."+head]; ok {
+		return files, true
+	}
+	var chain [][]corpus.File
+	for at, n := head, 0; n <= len(p.parent); n++ {
+		prev, ok := p.parent[at]
+		if !ok {
+			return nil, false
+		}
+		chain = append(chain, p.pushes[prev+"..."+at])
+		if prev == base {
+			seen := map[string]int{}
+			var out []corpus.File
+			for i := len(chain) - 1; i >= 0; i-- { // oldest push first: the latest version wins
+				for _, f := range chain[i] {
+					if k, ok := seen[f.Filename]; ok {
+						out[k] = f
+						continue
+					}
+					seen[f.Filename] = len(out)
+					out = append(out, f)
+				}
+			}
+			return out, true
+		}
+		at = prev
+	}
+	return nil, false
 }
 
 // Remove deletes a PR (its API then answers 404).
@@ -728,7 +782,7 @@ func (s *Server) compare(w http.ResponseWriter, r *http.Request, p *pullRequest)
 		page = v
 	}
 	s.mu.Lock()
-	changed, known := p.pushes[base+"..."+head]
+	changed, known := p.changedSince(base, head)
 	// GitHub lists a comparison's files on its first page only, at most
 	// MaxCompareFiles for the whole comparison; later pages page commits
 	files := []any{}

@@ -58,6 +58,11 @@ type Flags struct {
 	exe        string
 	latency    float64
 	soak       time.Duration
+	// lifecycle: sequences, events per sequence, and the share (percent)
+	// of events that kill a worker
+	sequences   int
+	steps       int
+	killPercent int
 }
 
 // Register adds the chaos run's flags to fs.
@@ -78,6 +83,9 @@ func (c *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.exe, "worker-binary", "", "the prq binary to run workers with (default: this one)")
 	fs.DurationVar(&c.soak, "soak-for", 5*time.Minute, "soak: how long the steady arrivals last")
 	fs.Float64Var(&c.latency, "latency-scale", 0.5, "provider latency scale (1: summaries ~0.8 s, reviews ~8 s), so kills catch jobs in flight")
+	fs.IntVar(&c.sequences, "sequences", 20, "lifecycle: seeded sequences to play (seeds --seed, --seed+1, ...)")
+	fs.IntVar(&c.steps, "steps", 20, "lifecycle: life-cycle events per sequence")
+	fs.IntVar(&c.killPercent, "kill-percent", 3, "lifecycle: percent of events that kill -9 a worker (each waits out asynq's lease, about 90 s)")
 }
 
 // chaosReport is what one scenario found.
@@ -128,6 +136,16 @@ func Run(ctx context.Context, c Flags, stdout io.Writer) error {
 	}
 	failed := false
 	for _, sc := range config.SplitList(c.scenarios) {
+		if sc == "lifecycle" {
+			if c.sequences <= 0 || c.steps <= 0 || c.killPercent < 0 || c.killPercent > 16 {
+				return &config.UsageError{Msg: "--sequences and --steps must be positive, --kill-percent within 0..16"}
+			}
+			if err := lifecycle(ctx, c, stdout); err != nil {
+				fmt.Fprintln(stdout, err)
+				failed = true
+			}
+			continue
+		}
 		rep, err := chaosScenario(ctx, c, sc)
 		if err != nil {
 			return fmt.Errorf("chaos %s: %w", sc, err)
@@ -211,7 +229,7 @@ func chaosScenario(ctx context.Context, c Flags, scenario string) (chaosReport, 
 	switch scenario {
 	case "crash", "stall", "redis-restart", "redis-kill", "cluster", "soak":
 	default:
-		return rep, &config.UsageError{Msg: fmt.Sprintf("unknown scenario %q (want crash, stall, redis-restart, redis-kill, cluster or soak)", scenario)}
+		return rep, &config.UsageError{Msg: fmt.Sprintf("unknown scenario %q (want crash, stall, redis-restart, redis-kill, cluster, soak or lifecycle)", scenario)}
 	}
 	fsync := "everysec"
 	if scenario == "redis-kill" {

@@ -57,28 +57,8 @@ func TestEveryKeyHasATTL(t *testing.T) {
 	if code, err := s.sender.Send(ctx, "installation", traffic.NewDelivery(), uninstalled); err != nil || code != 200 {
 		t.Fatalf("uninstalled: %d %v", code, err)
 	}
-	rdb := s.app.Redis()
-	var missing, permanent []string
-	iter := rdb.Scan(ctx, 0, "*", 1000).Iterator()
-	for iter.Next(ctx) {
-		k := iter.Val()
-		if strings.HasPrefix(k, "asynq:") {
-			continue // asynq's own (its task retention is set per task)
-		}
-		ttl, err := rdb.PTTL(ctx, k).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ttl > 0 {
-			continue
-		}
-		if permanentKey(k) {
-			permanent = append(permanent, k)
-			continue
-		}
-		missing = append(missing, k)
-	}
-	if err := iter.Err(); err != nil {
+	missing, permanent, err := KeysWithoutTTL(ctx, s.app.Redis())
+	if err != nil {
 		t.Fatal(err)
 	}
 	sort.Strings(missing)
@@ -86,20 +66,6 @@ func TestEveryKeyHasATTL(t *testing.T) {
 		t.Fatalf("%d keys without a TTL:\n%s", len(missing), strings.Join(missing, "\n"))
 	}
 	t.Logf("permanent keys (documented): %s", strings.Join(permanent, " "))
-}
-
-// permanentKey tells the keys that live without a TTL by design: per
-// installation or account (plans, Marketplace tiers), per model or tenant
-// (admission, buckets), the shared counters, and the index of runs in
-// progress (its members leave when runs end or expire).
-func permanentKey(k string) bool {
-	for _, p := range []string{"prq:inst:", "prq:insts", "prq:account:", "prq:llm:calls", "prq:github:requests", "prq:jobs:gave_up", "prq:lifecycle",
-		"prq:prs:active", "{prq:rl:"} {
-		if strings.HasPrefix(k, p) {
-			return true
-		}
-	}
-	return false
 }
 
 func itoa(n int64) string {

@@ -1,0 +1,455 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/prq-dev/prq/fake/corpus"
+	"github.com/prq-dev/prq/fake/fakeopenai"
+	"github.com/prq-dev/prq/fake/traffic"
+	"github.com/prq-dev/prq/internal/config"
+	"github.com/prq-dev/prq/internal/harness"
+	"github.com/prq-dev/prq/internal/logging"
+	"github.com/prq-dev/prq/internal/redisproc"
+	"github.com/prq-dev/prq/internal/server"
+	"github.com/prq-dev/prq/jobs"
+	"github.com/prq-dev/prq/store"
+)
+
+// The lifecycle scenario is a model-based test of a pull request's whole
+// life: each sequence, from its own seed, plays random life-cycle events
+// on a few pull requests of two installations (open, pushes, close,
+// reopen, base edits, comments that talk to the bot, uninstall and
+// reinstall), interleaved with worker kills (SIGKILL) and provider and
+// GitHub faults, on a real Redis with the fakes. After the drain a
+// checker reads the fake GitHub and Redis and holds the invariants:
+//   - every open pull request of an enabled installation whose latest head
+//     was accepted has exactly one summary comment, reflecting that head;
+//     any other has at most one;
+//   - at most one review per reviewed head;
+//   - exactly one reply per accepted chat comment whose installation stayed
+//     installed; at most one for any other;
+//   - nothing held, pending, running or retrying in asynq;
+//   - every prq key has a TTL but the documented permanent ones.
+//
+// No write of an uninstalled installation can happen: the fake GitHub
+// refuses its tokens, as GitHub does. A failing sequence prints its seed.
+
+// lcPR is the model's view of one pull request.
+type lcPR struct {
+	inst   int64
+	owner  string
+	repo   string
+	number int
+	files  []corpus.File
+	head   string
+	base   string
+	opened bool
+	open   bool
+	// want is the head whose publication is owed: the last head a
+	// plan-triggering event was accepted for, while nothing cancelled it
+	want string
+}
+
+func (p *lcPR) ref() jobs.PR {
+	return jobs.PR{Installation: p.inst, Owner: p.owner, Repo: p.repo, Number: p.number}
+}
+
+// lcComment is a chat comment sent.
+type lcComment struct {
+	pr       *lcPR
+	id       int64
+	accepted bool
+	// owed: accepted while installed, and never uninstalled since
+	owed bool
+}
+
+// lcStats is what the checked sequences covered.
+type lcStats struct {
+	events, summaries, replies, reviews, uninstalls, faults, kills int
+}
+
+type lcModel struct {
+	stats     *lcStats
+	rng       *rand.Rand
+	prs       []*lcPR
+	installed map[int64]bool
+	comments  []*lcComment
+	events    []string
+}
+
+// lifecycle runs c.sequences seeded sequences of c.steps events each.
+func lifecycle(ctx context.Context, c Flags, stdout io.Writer) error {
+	srv, err := redisproc.Start("--appendonly", "yes", "--appendfsync", "everysec")
+	if err != nil {
+		return err
+	}
+	defer srv.Stop()
+	redisURL := srv.URL()
+	cfg := harness.RunConfig(redisURL, c.compress, 20)
+	for i := range cfg.Models {
+		cfg.Models[i].TokensPerMinute *= 4
+	}
+	fakes, err := harness.StartFakes(&cfg, c.compress, "sk-chaos-"+harness.RandomHex(8), c.seed, false)
+	if err != nil {
+		return err
+	}
+	defer fakes.Close()
+	fakes.OpenAI.SetLatencyScale(c.latency)
+	fakes.Configure(&cfg, "prq-chaos")
+	cfg.Addr = "127.0.0.1:0"
+	cfgFile := filepath.Join(c.out, "lifecycle-config.yaml")
+	yb, _ := yaml.Marshal(map[string]any{"models": cfg.Models, "jobs": cfg.Jobs, "tiers": cfg.Tiers, "log": config.LogConfig{Format: "json", Level: "info"},
+		"shutdown_timeout": cfg.ShutdownTimeout, "worker": cfg.Worker, "github": map[string]any{"write_gap": cfg.GitHub.WriteGap}})
+	if err := os.WriteFile(cfgFile, yb, 0o600); err != nil {
+		return err
+	}
+	r := &chaosRun{c: c, cfgFile: cfgFile, procs: make([]*harness.Proc, c.processes), env: fakes.WorkerEnv(redisURL, "prq-chaos")}
+	sctx, stopServe := context.WithCancel(ctx)
+	defer stopServe()
+	opt, _ := config.ParseRedisURL(redisURL)
+	logf, _ := os.Create(filepath.Join(c.out, "lifecycle-serve.log"))
+	defer logf.Close()
+	a, err := server.New(sctx, &cfg, logging.New(logf, config.LogConfig{Format: "json", Level: "info"}), opt)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	served := harness.Serve(sctx, a, io.Discard, server.Roles{HTTP: true}, server.Options{})
+	defer func() {
+		stopServe()
+		<-served
+	}()
+	for i := 0; i < c.processes; i++ {
+		if err := r.spawn(i); err != nil {
+			return err
+		}
+	}
+	defer func() {
+		for _, p := range r.procs {
+			if p != nil {
+				p.Signal(syscall.SIGTERM)
+			}
+		}
+		time.Sleep(2 * time.Second)
+		for _, p := range r.procs {
+			if p != nil {
+				p.Kill()
+			}
+		}
+	}()
+	prs, _, err := harness.LoadPRs(c.corpus, 200, c.seed)
+	if err != nil {
+		return err
+	}
+	sender := &traffic.Sender{URL: "http://" + a.ListenAddr() + "/webhook", Secret: []byte(cfg.GitHub.WebhookSecret)}
+	var failed []int64
+	start := time.Now()
+	st := &lcStats{}
+	for i := 0; i < c.sequences && ctx.Err() == nil; i++ {
+		seed := c.seed + int64(i)
+		problems, err := r.sequence(ctx, seed, i, a, fakes, sender, prs, st)
+		if err != nil {
+			return fmt.Errorf("sequence seed %d: %w", seed, err)
+		}
+		if len(problems) > 0 {
+			failed = append(failed, seed)
+			fmt.Fprintf(stdout, "lifecycle seed %d FAILED (replay: prq chaos --scenarios lifecycle --seed %d --sequences 1 --steps %d):\n", seed, seed, c.steps)
+			for _, p := range problems {
+				fmt.Fprintf(stdout, "  PROBLEM: %s\n", p)
+			}
+		}
+	}
+	fmt.Fprintf(stdout, "chaos lifecycle: %d/%d sequences of %d steps passed (seeds %d..%d), %s\n",
+		c.sequences-len(failed), c.sequences, c.steps, c.seed, c.seed+int64(c.sequences)-1, time.Since(start).Round(time.Second))
+	fmt.Fprintf(stdout, "  checked: %d events, %d owed summaries on the latest head, %d owed chat replies, %d reviews, %d uninstalls, %d faults, %d kill -9\n",
+		st.events, st.summaries, st.replies, st.reviews, st.uninstalls, st.faults, st.kills)
+	if len(failed) > 0 {
+		return fmt.Errorf("chaos lifecycle: failing seeds %v", failed)
+	}
+	return nil
+}
+
+// sequence plays one seeded sequence and checks its invariants; it
+// returns what it found wrong and the workers it killed.
+func (r *chaosRun) sequence(ctx context.Context, seed int64, n int, a *server.Server, fakes *harness.Fakes, sender *traffic.Sender, corpusPRs []corpus.PR, st *lcStats) ([]string, error) {
+	m := &lcModel{stats: st, rng: rand.New(rand.NewSource(seed)), installed: map[int64]bool{}}
+	// two installations and three pull requests of their own per sequence
+	insts := []int64{int64(1000 + 2*n), int64(1001 + 2*n)}
+	for _, inst := range insts {
+		m.installed[inst] = true
+		tier := jobs.TierPaid
+		if inst%2 == 1 {
+			tier = jobs.TierFree
+		}
+		if err := a.Store().SetPlan(ctx, store.Plan{Installation: inst, Tier: tier, Explicit: true}); err != nil {
+			return nil, err
+		}
+	}
+	for k := 0; k < 3; k++ {
+		p := corpusPRs[m.rng.Intn(len(corpusPRs))]
+		for len(p.Files) == 0 || len(p.Files) > 12 {
+			p = corpusPRs[m.rng.Intn(len(corpusPRs))]
+		}
+		inst := insts[k%2]
+		m.prs = append(m.prs, &lcPR{inst: inst, owner: fmt.Sprintf("lc-%d", inst), repo: p.Name(), number: 10 + k,
+			files: append([]corpus.File(nil), p.Files...), head: harness.RandomHex(40), base: p.BaseSHA})
+	}
+	send := func(event string, body []byte) (int, error) {
+		for attempt := 0; attempt < 50; attempt++ {
+			code, err := sender.Send(ctx, event, traffic.NewDelivery(), body)
+			if err == nil && code != 503 {
+				return code, nil
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		return 0, fmt.Errorf("webhook %s kept failing", event)
+	}
+	prEvent := func(p *lcPR, action string, before string) []byte {
+		return traffic.PullRequestEvent(action, traffic.PR{Installation: p.inst, Owner: p.owner, Repo: p.repo, Number: p.number, Head: p.head, Base: p.base, Before: before})
+	}
+	plan := func(p *lcPR, action, before string) error {
+		code, err := send("pull_request", prEvent(p, action, before))
+		if err != nil {
+			return err
+		}
+		m.events = append(m.events, fmt.Sprintf("%s #%d %s %.7s -> %d", p.owner, p.number, action, p.head, code))
+		if code == 202 {
+			p.want = p.head
+		}
+		return nil
+	}
+	for step := 0; step < r.c.steps; step++ {
+		p := m.prs[m.rng.Intn(len(m.prs))]
+		switch x := m.rng.Intn(100); {
+		case !p.opened:
+			c := corpus.PR{Number: p.number, Title: "lifecycle", HeadSHA: p.head, BaseSHA: p.base, Files: p.files}
+			fakes.GitHub.AddPR(p.inst, p.owner, p.repo, c)
+			p.opened, p.open = true, true
+			if err := plan(p, "opened", ""); err != nil {
+				return nil, err
+			}
+		case x < 25 && p.open: // a push changing one file
+			old := p.head
+			p.head = harness.RandomHex(40)
+			f := p.files[m.rng.Intn(len(p.files))]
+			if f.Patch != nil {
+				patch := *f.Patch + "\n+// " + p.head[:7]
+				f.Patch = &patch
+			}
+			if err := fakes.GitHub.Push(p.owner, p.repo, p.number, p.head, []corpus.File{f}); err != nil {
+				return nil, err
+			}
+			if err := plan(p, "synchronize", old); err != nil {
+				return nil, err
+			}
+		case x < 32 && p.open:
+			fakes.GitHub.SetState(p.owner, p.repo, p.number, "closed")
+			p.open, p.want = false, ""
+			if _, err := send("pull_request", prEvent(p, "closed", "")); err != nil {
+				return nil, err
+			}
+			m.events = append(m.events, fmt.Sprintf("%s #%d closed", p.owner, p.number))
+		case x < 45 && !p.open:
+			fakes.GitHub.SetState(p.owner, p.repo, p.number, "open")
+			p.open = true
+			if err := plan(p, "reopened", ""); err != nil {
+				return nil, err
+			}
+		case x < 60: // a comment that talks to the bot
+			id := fakes.GitHub.AddComment(p.owner, p.repo, p.number, "@prq-chaos what does this change?", "dev")
+			body := traffic.IssueCommentEvent(traffic.Comment{Installation: p.inst, Owner: p.owner, Repo: p.repo, Number: p.number, ID: id, Author: "dev", Body: "@prq-chaos what does this change?"})
+			code, err := send("issue_comment", body)
+			if err != nil {
+				return nil, err
+			}
+			m.comments = append(m.comments, &lcComment{pr: p, id: id, accepted: code == 202, owed: code == 202})
+			m.events = append(m.events, fmt.Sprintf("%s #%d comment %d -> %d", p.owner, p.number, id, code))
+		case x < 65 && p.open: // base branch edited
+			p.base = harness.RandomHex(40)
+			fakes.GitHub.SetBase(p.owner, p.repo, p.number, p.base)
+			var ev map[string]any
+			json.Unmarshal(prEvent(p, "edited", ""), &ev)
+			ev["changes"] = map[string]any{"base": map[string]any{"ref": map[string]any{"from": "old"}, "sha": map[string]any{"from": "x"}}}
+			b, _ := json.Marshal(ev)
+			code, err := send("pull_request", b)
+			if err != nil {
+				return nil, err
+			}
+			m.events = append(m.events, fmt.Sprintf("%s #%d base edited -> %d", p.owner, p.number, code))
+			if code == 202 {
+				p.want = p.head
+			}
+		case x < 69: // uninstall or reinstall p's installation
+			inst := p.inst
+			acct := map[string]any{"login": p.owner, "id": inst}
+			if m.installed[inst] {
+				fakes.GitHub.Uninstall(inst)
+				m.installed[inst] = false
+				for _, q := range m.prs {
+					if q.inst == inst {
+						q.want = ""
+					}
+				}
+				for _, c := range m.comments {
+					if c.pr.inst == inst {
+						c.owed = false
+					}
+				}
+				b, _ := json.Marshal(map[string]any{"action": "deleted", "installation": map[string]any{"id": inst, "account": acct}})
+				if _, err := send("installation", b); err != nil {
+					return nil, err
+				}
+				m.events = append(m.events, fmt.Sprintf("installation %d deleted", inst))
+				st.uninstalls++
+			} else {
+				fakes.GitHub.Reinstall(inst)
+				m.installed[inst] = true
+				b, _ := json.Marshal(map[string]any{"action": "created", "installation": map[string]any{"id": inst, "account": acct}})
+				if _, err := send("installation", b); err != nil {
+					return nil, err
+				}
+				m.events = append(m.events, fmt.Sprintf("installation %d created", inst))
+			}
+		case x < 69+r.c.killPercent: // a worker killed mid-flight, and restarted
+			i := m.rng.Intn(len(r.procs))
+			r.mu.Lock()
+			victim := r.procs[i]
+			r.mu.Unlock()
+			victim.Kill()
+			st.kills++
+			if err := r.spawn(i); err != nil {
+				return nil, err
+			}
+			m.events = append(m.events, fmt.Sprintf("worker %d killed", i))
+		case x < 85: // a GitHub fault on the next write, or a provider fault burst
+			switch m.rng.Intn(3) {
+			case 0:
+				fakes.GitHub.FailNext("/comments", 502)
+			case 1:
+				fakes.GitHub.FailNext("/reviews", 500)
+			default:
+				fakes.OpenAI.SetFaults(fakeopenai.Faults{ServerError: 0.3, TooMany: 0.2})
+				time.AfterFunc(time.Second, func() { fakes.OpenAI.SetFaults(fakeopenai.Faults{}) })
+			}
+			m.events = append(m.events, "fault")
+			st.faults++
+		}
+		st.events++
+		time.Sleep(time.Duration(m.rng.Intn(300)) * time.Millisecond)
+	}
+	fakes.OpenAI.SetFaults(fakeopenai.Faults{})
+	return m.drainAndCheck(ctx, r.c.timeout, a, fakes), nil
+}
+
+// drainAndCheck waits until the owed work is done and asynq is idle,
+// then checks the invariants.
+func (m *lcModel) drainAndCheck(ctx context.Context, timeout time.Duration, a *server.Server, fakes *harness.Fakes) []string {
+	deadline := time.Now().Add(timeout)
+	settled := func() bool {
+		if lost, _ := chaosJobs(ctx, a); lost > 0 {
+			return false
+		}
+		for _, p := range m.prs {
+			if p.want != "" && p.open && m.installed[p.inst] && !summaryOf(fakes, p.ref(), p.want) {
+				return false
+			}
+		}
+		for _, c := range m.comments {
+			if c.owed && replies(fakes, c) == 0 {
+				return false
+			}
+		}
+		return true
+	}
+	for !settled() && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(500 * time.Millisecond)
+	}
+	time.Sleep(time.Second) // a late duplicate would show now
+	var problems []string
+	for _, p := range m.prs {
+		if !p.opened {
+			continue
+		}
+		pr := p.ref()
+		n := fakes.Summaries(pr)
+		owed := p.want != "" && p.open && m.installed[p.inst]
+		if owed {
+			m.stats.summaries++
+		}
+		switch {
+		case owed && n != 1:
+			problems = append(problems, fmt.Sprintf("%s: %d summary comments, want 1", pr, n))
+		case owed && !summaryOf(fakes, pr, p.want):
+			problems = append(problems, fmt.Sprintf("%s: the summary does not reflect the latest head %.7s", pr, p.want))
+		case n > 1:
+			problems = append(problems, fmt.Sprintf("%s: %d summary comments, want at most 1", pr, n))
+		}
+		perHead := map[string]int{}
+		for _, rv := range fakes.GitHub.Reviews(pr.Owner, pr.Repo, pr.Number) {
+			perHead[rv.CommitID]++
+		}
+		m.stats.reviews += len(perHead)
+		for head, k := range perHead {
+			if k > 1 {
+				problems = append(problems, fmt.Sprintf("%s: %d reviews of head %.7s, want at most 1", pr, k, head))
+			}
+		}
+	}
+	for _, c := range m.comments {
+		k := replies(fakes, c)
+		if c.owed {
+			m.stats.replies++
+		}
+		switch {
+		case c.owed && k != 1:
+			problems = append(problems, fmt.Sprintf("%s: comment %d has %d replies, want 1", c.pr.ref(), c.id, k))
+		case k > 1:
+			problems = append(problems, fmt.Sprintf("%s: comment %d has %d replies, want at most 1", c.pr.ref(), c.id, k))
+		}
+	}
+	if lost, _ := chaosJobs(ctx, a); lost > 0 {
+		problems = append(problems, fmt.Sprintf("%d jobs held, pending, running or retrying after the drain: %s", lost, strings.Join(stuckTasks(a, 5), "; ")))
+	}
+	if missing, _, err := harness.KeysWithoutTTL(ctx, a.Redis()); err != nil {
+		problems = append(problems, "scan: "+err.Error())
+	} else if len(missing) > 0 {
+		problems = append(problems, fmt.Sprintf("%d keys without a TTL: %s", len(missing), strings.Join(missing[:min(len(missing), 5)], " ")))
+	}
+	if len(problems) > 0 {
+		problems = append(problems, "events: "+strings.Join(m.events, "; "))
+	}
+	return problems
+}
+
+// summaryOf reports whether the pull request's summary comment reflects
+// head (its state marker names the heads it covers).
+func summaryOf(fakes *harness.Fakes, pr jobs.PR, head string) bool {
+	for _, c := range fakes.GitHub.Comments(pr.Owner, pr.Repo, pr.Number) {
+		if strings.Contains(c.Body, "<!-- prq:summary part=1 ") && strings.Contains(c.Body, "prq:reviewed=") && strings.Contains(c.Body, head+" -->") {
+			return true
+		}
+	}
+	return false
+}
+
+// replies counts the bot's replies to a comment (by their marker).
+func replies(fakes *harness.Fakes, c *lcComment) int {
+	n := 0
+	for _, x := range fakes.GitHub.Comments(c.pr.owner, c.pr.repo, c.pr.number) {
+		if strings.Contains(x.Body, fmt.Sprintf("<!-- prq:reply to=%d ", c.id)) {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,47 @@
+package harness
+
+import (
+	"context"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// PermanentKey tells the keys prq keeps without a TTL by design, as
+// README "Settings" (retention) lists them: per installation or account
+// (plans, Marketplace tiers), the shared counters, the index of runs in
+// progress (its members leave when runs end or expire), and admission's
+// and the limiters' state per model.
+func PermanentKey(k string) bool {
+	for _, p := range []string{"prq:inst:", "prq:insts", "prq:account:", "prq:llm:calls", "prq:github:requests", "prq:jobs:gave_up", "prq:lifecycle",
+		"prq:prs:active", "{prq:rl:"} {
+		if strings.HasPrefix(k, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// KeysWithoutTTL scans Redis for prq's keys that never expire and are not
+// PermanentKey (asynq's own keys aside: its task retention is per task).
+func KeysWithoutTTL(ctx context.Context, rdb redis.UniversalClient) (missing, permanent []string, err error) {
+	iter := rdb.Scan(ctx, 0, "*", 1000).Iterator()
+	for iter.Next(ctx) {
+		k := iter.Val()
+		if strings.HasPrefix(k, "asynq:") {
+			continue
+		}
+		ttl, err := rdb.PTTL(ctx, k).Result()
+		if err != nil {
+			return nil, nil, err
+		}
+		switch {
+		case ttl > 0:
+		case PermanentKey(k):
+			permanent = append(permanent, k)
+		default:
+			missing = append(missing, k)
+		}
+	}
+	return missing, permanent, iter.Err()
+}
