@@ -249,9 +249,10 @@ type stateCollector struct {
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descBacklog, descInTok, descAdmTok, descAhead, descBehind, descReleased, descAvail, descLimit, descPaused, descQueue,
-		descOldest, descAging, descRedisUp, descRedisMem, descRedisMax, descAllCalls, descGitHub, descLifecycle} {
+		descOldest, descAging, descRedisUp, descRedisMem, descRedisMax, descAllCalls, descGitHub} {
 		ch <- d
 	}
+	ch <- descLifecycle
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
