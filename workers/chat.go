@@ -254,9 +254,12 @@ func (r *ChatResponder) answer(ctx context.Context, c jobs.Chat, at attempt) err
 	var id int64
 	err = cfg.Turns.Do(ctx, c.PR.Installation, func() error {
 		var err error
-		// a crash after posting and before recording: find it by marker
-		if id, err = gh.HasReply(ctx, c.PR.Owner, c.PR.Repo, c.PR.Number, c.Review, marker); err != nil || id != 0 {
-			return err
+		// a run before this one may have posted and crashed before
+		// recording: find its reply by marker (a first run cannot have)
+		if at.n > 1 {
+			if id, err = gh.HasReply(ctx, c.PR.Owner, c.PR.Repo, c.PR.Number, c.Review, marker); err != nil || id != 0 {
+				return err
+			}
 		}
 		if c.Review {
 			id, err = gh.Reply(ctx, c.PR.Owner, c.PR.Repo, c.PR.Number, root, body+"\n\n"+marker)
