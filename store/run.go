@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -309,11 +310,21 @@ func (s *Store) Results(ctx context.Context, pr jobs.PR, head string) ([]Result,
 	return out, nil
 }
 
+//go:embed finalized.lua
+var finalizedSource string
+
+var finalizedScript = redis.NewScript(finalizedSource)
+
 // MarkFinalized records that the head's results were published and it is
-// the last reviewed commit; the PR leaves the active list.
+// the last reviewed commit; the PR leaves the active list. A head no
+// longer current (superseded or cancelled meanwhile) changes nothing.
 func (s *Store) MarkFinalized(ctx context.Context, pr jobs.PR, head string) error {
-	if err := s.rdb.HSet(ctx, runKey(pr), "state", StateDone, "last_reviewed", head).Err(); err != nil {
+	n, err := finalizedScript.Run(ctx, s.rdb, []string{runKey(pr)}, head).Int()
+	if err != nil {
 		return fmt.Errorf("store: finalize %s: %w", pr, err)
+	}
+	if n == 0 {
+		return nil
 	}
 	if err := s.rdb.ZRem(ctx, activeIndex, string(mustJSON(pr))).Err(); err != nil {
 		return fmt.Errorf("store: finalize %s: %w", pr, err)
@@ -336,6 +347,30 @@ func (s *Store) MarkStuck(ctx context.Context, pr jobs.PR, head string) (first b
 var stuckSource string
 
 var markStuckScript = redis.NewScript(stuckSource)
+
+//go:embed unlock.lua
+var unlockSource string
+
+var unlockScript = redis.NewScript(unlockSource)
+
+// Lock takes the pull request's lock named what for ttl, so that one
+// process at a time does it; release gives it back if it is still held
+// by this caller. ok is false when another holds it.
+func (s *Store) Lock(ctx context.Context, pr jobs.PR, what string, ttl time.Duration) (release func(), ok bool, err error) {
+	key := prTag(pr) + ":lock:" + what
+	token := strconv.FormatInt(s.NowFunc().UnixNano(), 36) + "-" + strconv.FormatUint(rand.Uint64(), 36)
+	ok, err = s.rdb.SetNX(ctx, key, token, ttl).Result()
+	if err != nil {
+		return nil, false, fmt.Errorf("store: lock %s %s: %w", pr, what, err)
+	}
+	if !ok {
+		return nil, false, nil
+	}
+	return func() {
+		// an unreleased lock expires by itself
+		_ = unlockScript.Run(context.WithoutCancel(ctx), s.rdb, []string{key}, token).Err()
+	}, true, nil
+}
 
 // Posted returns the GitHub id recorded under what (0 when none).
 func (s *Store) Posted(ctx context.Context, pr jobs.PR, what string) (int64, error) {

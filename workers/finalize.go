@@ -42,6 +42,7 @@ type Publications interface {
 	SetPosted(ctx context.Context, pr jobs.PR, what string, id int64) error
 	MarkFinalized(ctx context.Context, pr jobs.PR, head string) error
 	CarryResults(ctx context.Context, pr jobs.PR, head string, rs []store.Result) error
+	Lock(ctx context.Context, pr jobs.PR, what string, ttl time.Duration) (release func(), ok bool, err error)
 }
 
 var (
@@ -132,6 +133,17 @@ func (p *Finalizer) publish(ctx context.Context, f jobs.Finalize) error {
 	if err := p.gate.check(ctx, f.PR.Installation, "finalize"); err != nil {
 		return err
 	}
+	// one publication of a pull request at a time: a finalize of a head
+	// that was current when it began must not write after a newer head's
+	// (it would put the older summary back)
+	release, ok, err := cfg.Publications.Lock(ctx, f.PR, "publish", publishLockTTL)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return &RetryAfterError{After: publishLockWait, Err: errors.New("another finalize of the pull request is publishing")}
+	}
+	defer release()
 	current, err := cfg.Results.Current(ctx, f.PR, f.HeadSHA)
 	if err != nil {
 		return err
@@ -211,6 +223,15 @@ func (p *Finalizer) publish(ctx context.Context, f jobs.Finalize) error {
 	log.InfoContext(ctx, "results published", "pr", f.PR.String(), "head", short(f.HeadSHA), "results", len(results), "summary_parts", len(parts))
 	return nil
 }
+
+// publishLockTTL bounds how long a crashed finalize keeps its pull
+// request's publications waiting; publishLockWait is how long another
+// waits before trying again (the retry budget's 20 attempts outlast the
+// lock).
+const (
+	publishLockTTL  = 2 * time.Minute
+	publishLockWait = 10 * time.Second
+)
 
 // upsert writes one comment found again by its marker, recording its id.
 func (p *Finalizer) upsert(ctx context.Context, gh ReviewWriter, pr jobs.PR, what, marker, body string) (int64, error) {

@@ -179,3 +179,51 @@ func TestFinalizerOutcomes(t *testing.T) {
 		})
 	}
 }
+
+// TestStaleFinalizeNeverWritesLast: a finalize that found its head
+// current, then was overtaken by a push whose finalize publishes, must
+// not leave the older summary last nor mark the newer run done (before:
+// the model-based test saw the older head's summary win the race).
+func TestStaleFinalizeNeverWritesLast(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, gh := newStore(t), github()
+	pr := testPR(t, 421)
+	f := newFinalizer(t, st, gh)
+	old := finishedRun(t, st, pr) // h1, published below
+	h2 := asynq.NewTask(jobs.TypeFinalize, jobs.Marshal(jobs.Finalize{PR: pr, HeadSHA: "h2", Tier: jobs.TierPaid}))
+	var bodies []string
+	var nestedErr error
+	pushed := false
+	gh.UpsertCommentFunc = func(known int64, body string) (int64, error) {
+		if strings.Contains(body, "=h1 -->") && !pushed {
+			// a push lands while h1's summary is on its way: h2 is planned
+			// (nothing to review) and its finalize runs
+			pushed = true
+			if _, _, err := st.StartRun(ctx, store.Run{PR: pr, Head: "h2", Tier: jobs.TierPaid, LastReviewed: "h1"}, []store.FileData{{Path: "a.go", SkipReason: "unchanged since h1"}}); err != nil {
+				t.Fatal(err)
+			}
+			nestedErr = f.ProcessTask(ctx, h2)
+		}
+		bodies = append(bodies, body)
+		return 71, nil
+	}
+	if err := f.ProcessTask(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	if nestedErr != nil { // it waited for h1's publication: it runs again
+		var ra *workers.RetryAfterError
+		if !errors.As(nestedErr, &ra) {
+			t.Fatalf("h2's finalize while h1 publishes: %v, want a wait", nestedErr)
+		}
+		if err := f.ProcessTask(ctx, h2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(bodies) == 0 || !strings.Contains(bodies[len(bodies)-1], "h2 -->") {
+		t.Fatalf("the last summary written is not h2's:\n%s", bodies[len(bodies)-1])
+	}
+	if run, err := st.GetRun(ctx, pr); err != nil || run.Head != "h2" || run.LastReviewed != "h2" || run.State != store.StateDone {
+		t.Fatalf("run %+v (%v), want h2 done and last reviewed", run, err)
+	}
+}

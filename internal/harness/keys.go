@@ -36,7 +36,7 @@ func KeysWithoutTTL(ctx context.Context, rdb redis.UniversalClient) (missing, pe
 			return nil, nil, err
 		}
 		switch {
-		case ttl > 0:
+		case ttl != -1: // it expires (or expired since the scan saw it: -2)
 		case PermanentKey(k):
 			permanent = append(permanent, k)
 		default:
