@@ -38,6 +38,10 @@ type Config struct {
 	// snapshots (env PRQ_ALLOW_NO_PERSISTENCE, flag --allow-no-persistence).
 	// Defaults to false: a restart would lose acknowledged deliveries.
 	AllowNoPersistence bool `yaml:"allow_no_persistence"`
+	// Retention is how long a pull request's state (its runs, files,
+	// results, what was posted) is kept after its last change: every such
+	// key expires then. Defaults to 14 days.
+	Retention Duration `yaml:"retention"`
 	// ShutdownTimeout bounds how long in-flight jobs may run after SIGTERM.
 	// Defaults to 30s.
 	ShutdownTimeout Duration        `yaml:"shutdown_timeout"`
@@ -48,23 +52,19 @@ type Config struct {
 	Jobs            JobsConfig      `yaml:"jobs"`
 	Tiers           map[string]Tier `yaml:"tiers"`
 	// DefaultTier is the tier of installations with no plan. Defaults to free.
-	DefaultTier string        `yaml:"default_tier"`
-	Plans       []PlanConfig  `yaml:"plans"`
-	Scheduler   SchedulerCfg  `yaml:"scheduler"`
-	Chat        ChatConfig    `yaml:"chat"`
-	Filters     FiltersConfig `yaml:"filters"`
-	Worker      WorkerConfig  `yaml:"worker"`
-	Admin       AdminConfig   `yaml:"admin"`
-	Quota       QuotaSettings `yaml:"quota"`
-	Dashboard   DashboardCfg  `yaml:"dashboard"`
-	Retry       RetryConfig   `yaml:"retry"`
-	Metrics     MetricsConfig `yaml:"metrics"`
-	// Retention is how long a pull request's state (its runs, files,
-	// results, what was posted) is kept after its last change: every such
-	// key expires then. Defaults to 14 days.
-	Retention Duration          `yaml:"retention"`
-	path      string            // the file read, if any
-	sources   map[string]string // setting name -> where it was set, for errors
+	DefaultTier string            `yaml:"default_tier"`
+	Plans       []PlanConfig      `yaml:"plans"`
+	Scheduler   SchedulerCfg      `yaml:"scheduler"`
+	Chat        ChatConfig        `yaml:"chat"`
+	Filters     FiltersConfig     `yaml:"filters"`
+	Worker      WorkerConfig      `yaml:"worker"`
+	Admin       AdminConfig       `yaml:"admin"`
+	Quota       QuotaSettings     `yaml:"quota"`
+	Dashboard   DashboardCfg      `yaml:"dashboard"`
+	Retry       RetryConfig       `yaml:"retry"`
+	Metrics     MetricsConfig     `yaml:"metrics"`
+	path        string            // the file read, if any
+	sources     map[string]string // setting name -> where it was set, for errors
 }
 
 // LogConfig configures logging.
@@ -347,15 +347,15 @@ func Default() Config {
 			"*.lock", "package-lock.json", "yarn.lock", "pnpm-lock.yaml", "go.sum", "Cargo.lock", "poetry.lock",
 			"vendor/**", "node_modules/**", "third_party/**", "*.min.js", "*.min.css", "*.pb.go", "*_gen.go", "*.generated.*", "dist/**",
 		}},
-		Worker:    WorkerConfig{Concurrency: 20},
-		Quota:     QuotaSettings{Period: "day"},
-		Metrics:   MetricsConfig{CacheFor: Duration(5 * time.Second)},
-		Retention: Duration(14 * 24 * time.Hour),
+		Worker:  WorkerConfig{Concurrency: 20},
+		Quota:   QuotaSettings{Period: "day"},
+		Metrics: MetricsConfig{CacheFor: Duration(5 * time.Second)},
 		Retry: RetryConfig{
 			Batch: RetryBudget{MaxAttempts: 20, MaxAge: Duration(24 * time.Hour)},
 			Chat:  RetryBudget{MaxAttempts: 8, MaxAge: Duration(30 * time.Minute)},
 		},
-		sources: map[string]string{},
+		Retention: Duration(14 * 24 * time.Hour),
+		sources:   map[string]string{},
 	}
 }
 
