@@ -9,6 +9,7 @@ package jobs
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -215,8 +216,14 @@ func Unmarshal(typ string, b []byte, v any) error {
 	return nil
 }
 
-// FileTaskID is the deterministic asynq task id of a per-file job.
+// FileTaskID is the deterministic asynq task id of a per-file job. A
+// head planned again (reopened, or its base edited) is another run of it
+// (PRSeq, the run's start) whose jobs must not collide with the earlier
+// run's still in flight, so the run is part of the id.
 func FileTaskID(f File) string {
+	if f.PRSeq != 0 {
+		return fmt.Sprintf("%s-%s-%s-%d-r%s", f.Kind, f.PR.Key(), shortSHA(f.HeadSHA), f.Index, strconv.FormatInt(f.PRSeq, 36))
+	}
 	return fmt.Sprintf("%s-%s-%s-%d", f.Kind, f.PR.Key(), shortSHA(f.HeadSHA), f.Index)
 }
 

@@ -41,3 +41,14 @@ func TestKeyIsInjective(t *testing.T) {
 		check(PR{Installation: int64(rng.Intn(3)), Owner: word(), Repo: word(), Number: rng.Intn(3)})
 	}
 }
+
+// TestFileTaskIDsOfTwoRunsDiffer: a head planned again gets jobs of its
+// own, whatever of the earlier run is still in flight.
+func TestFileTaskIDsOfTwoRunsDiffer(t *testing.T) {
+	f := File{PR: PR{Installation: 1, Owner: "o", Repo: "r", Number: 1}, HeadSHA: "abc", Kind: KindSummary, Index: 3, PRSeq: 1_700_000_000_000}
+	g := f
+	g.PRSeq += 1000
+	if FileTaskID(f) == FileTaskID(g) {
+		t.Fatalf("two runs of a head share the job id %q", FileTaskID(f))
+	}
+}

@@ -2,9 +2,12 @@
 -- KEYS[1] run hash   KEYS[2] results hash of the head
 -- ARGV[1] head  ARGV[2] field (kind:index)  ARGV[3] result JSON
 -- ARGV[4] kind  ARGV[5] 1 when skipped for quota  ARGV[6] ttl ms  ARGV[7] now ms
+-- ARGV[8] the job's run (its start, ms), 0 when unknown
 -- -> 0 stale head or duplicate, 1 recorded, 2 recorded and last (finalize)
-local run = redis.call('HMGET', KEYS[1], 'head', 'state')
+local run = redis.call('HMGET', KEYS[1], 'head', 'state', 'created')
 if run[1] ~= ARGV[1] or run[2] == 'cancelled' then return 0 end
+-- a job of an earlier run of this head (ARGV[8]: its run's start)
+if ARGV[8] ~= '0' and ARGV[8] ~= run[3] then return 0 end
 if redis.call('HSETNX', KEYS[2], ARGV[2], ARGV[3]) == 0 then return 0 end
 -- the results hash may be new: it gets its TTL in the same step
 redis.call('PEXPIRE', KEYS[2], ARGV[6])

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prq-dev/prq/internal/redistest"
 	"github.com/prq-dev/prq/jobs"
@@ -133,5 +134,39 @@ func TestQuotaSkipsAreCounted(t *testing.T) {
 	}
 	if run, err := st.GetRun(ctx, pr); err != nil || run.SkippedQuota != 1 {
 		t.Fatalf("SkippedQuota %d (%v), want 1", run.SkippedQuota, err)
+	}
+}
+
+// TestResultOfAnEarlierRunIsNotCounted: a head planned again (its base
+// edited) while a job of its earlier run is in flight: that job's result
+// (of the old diff) is not counted; the new run's is (before: the old
+// result counted, or, recorded just before the restart, was wiped while
+// its task id kept the new run's job from being created: the run never
+// finished; found by the lifecycle model, seed 138).
+func TestResultOfAnEarlierRunIsNotCounted(t *testing.T) {
+	ctx := context.Background()
+	st := store.New(redistest.Shared(t).Client(t), jobs.TierFree)
+	now := time.UnixMilli(1_700_000_000_000)
+	st.NowFunc = func() time.Time { return now }
+	pr := jobs.PR{Installation: 1, Owner: "o", Repo: "gen", Number: 1}
+	files := []store.FileData{{Path: "a.go"}}
+	if _, _, err := st.StartRun(ctx, store.Run{PR: pr, Head: "h1", Base: "b1", SummaryTotal: 1}, files); err != nil {
+		t.Fatal(err)
+	}
+	gen1 := now.UnixMilli()
+	now = now.Add(time.Second)
+	if _, started, err := st.StartRun(ctx, store.Run{PR: pr, Head: "h1", Base: "b2", SummaryTotal: 1}, files); err != nil || !started {
+		t.Fatalf("base edited: started=%v %v", started, err)
+	}
+	gen2 := now.UnixMilli()
+	if last, err := st.CompleteFile(ctx, pr, "h1", store.Result{Kind: jobs.KindSummary, Path: "a.go", Text: "old diff", Run: gen1}); err != nil || last {
+		t.Fatalf("the earlier run's result: last=%v %v, want not counted", last, err)
+	}
+	if last, err := st.CompleteFile(ctx, pr, "h1", store.Result{Kind: jobs.KindSummary, Path: "a.go", Text: "new diff", Run: gen2}); err != nil || !last {
+		t.Fatalf("the run's own result: last=%v %v, want counted and last", last, err)
+	}
+	rs, err := st.Results(ctx, pr, "h1")
+	if err != nil || len(rs) != 1 || rs[0].Text != "new diff" {
+		t.Fatalf("results %+v %v, want the new diff's only", rs, err)
 	}
 }

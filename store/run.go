@@ -54,6 +54,11 @@ type Result struct {
 	// Part of Parts: one part of a file reviewed in several calls.
 	Part  int `json:"part,omitempty"`
 	Parts int `json:"parts,omitempty"`
+	// Run, when set, is the run the job was planned in (its start, unix
+	// ms: jobs.File.PRSeq): a result of an earlier run of the head
+	// (reopened, or its base edited, while the job was in flight) is not
+	// counted.
+	Run int64 `json:"run,omitempty"`
 }
 
 // Note is a review finding that belongs to no line of the diff.
@@ -254,7 +259,7 @@ func (s *Store) CompleteFile(ctx context.Context, pr jobs.PR, head string, r Res
 		quota = 1
 	}
 	res, err := completeScript.Run(ctx, s.rdb, []string{runKey(pr), resultsKey(pr, head)},
-		head, string(r.Kind)+":"+strconv.Itoa(r.Index), b, string(r.Kind), quota, s.RunTTL.Milliseconds(), s.NowFunc().UnixMilli()).Int()
+		head, string(r.Kind)+":"+strconv.Itoa(r.Index), b, string(r.Kind), quota, s.RunTTL.Milliseconds(), s.NowFunc().UnixMilli(), r.Run).Int()
 	if err != nil {
 		return false, fmt.Errorf("store: complete file %s %s: %w", pr, r.Path, err)
 	}

@@ -162,7 +162,7 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	if err != nil {
 		return err
 	}
-	res := store.Result{Kind: f.Kind, Path: fd.Path, Index: f.Index}
+	res := store.Result{Kind: f.Kind, Path: fd.Path, Index: f.Index, Run: f.PRSeq}
 	m, ok := cfg.Models[f.Model]
 	if !ok {
 		settle(ctx, cfg.Ledger, log, ticket, ratelimit.Cost{}) // no call: all refunded
