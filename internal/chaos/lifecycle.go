@@ -156,9 +156,14 @@ func lifecycle(ctx context.Context, c Flags, stdout io.Writer) error {
 	var failed []int64
 	start := time.Now()
 	st := &lcStats{}
+	ran := 0
 	for i := 0; i < c.sequences && ctx.Err() == nil; i++ {
 		seed := c.seed + int64(i)
 		problems, err := r.sequence(ctx, seed, i, a, fakes, sender, prs, st)
+		if ctx.Err() != nil {
+			break // interrupted: this sequence did not finish
+		}
+		ran++
 		if err != nil {
 			return fmt.Errorf("sequence seed %d: %w", seed, err)
 		}
@@ -171,11 +176,14 @@ func lifecycle(ctx context.Context, c Flags, stdout io.Writer) error {
 		}
 	}
 	fmt.Fprintf(stdout, "chaos lifecycle: %d/%d sequences of %d steps passed (seeds %d..%d), %s\n",
-		c.sequences-len(failed), c.sequences, c.steps, c.seed, c.seed+int64(c.sequences)-1, time.Since(start).Round(time.Second))
+		ran-len(failed), ran, c.steps, c.seed, c.seed+int64(max(ran, 1))-1, time.Since(start).Round(time.Second))
 	fmt.Fprintf(stdout, "  checked: %d events, %d owed summaries on the latest head, %d owed chat replies, %d reviews, %d uninstalls, %d faults, %d kill -9\n",
 		st.events, st.summaries, st.replies, st.reviews, st.uninstalls, st.faults, st.kills)
 	if len(failed) > 0 {
 		return fmt.Errorf("chaos lifecycle: failing seeds %v", failed)
+	}
+	if ran < c.sequences {
+		return fmt.Errorf("chaos lifecycle: interrupted after %d of %d sequences", ran, c.sequences)
 	}
 	return nil
 }
@@ -372,7 +380,14 @@ func (m *lcModel) drainAndCheck(ctx context.Context, timeout time.Duration, a *s
 		}
 		return true
 	}
-	for !settled() && time.Now().Before(deadline) && ctx.Err() == nil {
+	// settled on three polls in a row: a job waiting a second or ten (a
+	// GitHub retry, the publish lock) is not gone yet
+	for calm := 0; calm < 3 && time.Now().Before(deadline) && ctx.Err() == nil; {
+		if settled() {
+			calm++
+		} else {
+			calm = 0
+		}
 		time.Sleep(500 * time.Millisecond)
 	}
 	time.Sleep(time.Second) // a late duplicate would show now
