@@ -33,7 +33,7 @@ type Drafts interface {
 
 // Turns serialises an installation's GitHub writes (a *Pacer).
 type Turns interface {
-	Do(ctx context.Context, installation int64, write func() error) error
+	Do(ctx context.Context, installation int64, class WriteClass, write func() error) error
 }
 
 var (
@@ -230,7 +230,7 @@ func (r *ChatResponder) answer(ctx context.Context, c jobs.Chat, at attempt) err
 		root = c.InReplyTo
 	}
 	var id int64
-	err = cfg.Turns.Do(ctx, c.PR.Installation, func() error {
+	err = cfg.Turns.Do(ctx, c.PR.Installation, ChatWrite, func() error {
 		var err error
 		if c.Review {
 			id, err = gh.Reply(ctx, c.PR.Owner, c.PR.Repo, c.PR.Number, root, body)
