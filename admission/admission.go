@@ -212,6 +212,11 @@ type Admitted struct {
 // bucket admits them. It returns the admitted tickets, and when it
 // stopped for lack of room, the exact wait until the next one fits.
 func (s *Scheduler) Admit(ctx context.Context, model string, budget int) ([]Admitted, time.Duration, error) {
+	return s.admit(ctx, model, budget, budget)
+}
+
+// admit takes up to budget tickets, at most batch of them batch work.
+func (s *Scheduler) admit(ctx context.Context, model string, budget, batch int) ([]Admitted, time.Duration, error) {
 	keys, b, err := s.keys(model)
 	if err != nil {
 		return nil, 0, err
@@ -223,7 +228,7 @@ func (s *Scheduler) Admit(ctx context.Context, model string, budget int) ([]Admi
 	if s.cfg.Strict {
 		mode = "strict"
 	}
-	args := []any{"admit", s.now(), budget, mode, strconv.FormatFloat(s.cfg.ChatShare, 'f', 6, 64), s.cfg.Aging.Microseconds(),
+	args := []any{"admit", s.now(), strconv.Itoa(budget) + ":" + strconv.Itoa(min(max(batch, 0), budget)), mode, strconv.FormatFloat(s.cfg.ChatShare, 'f', 6, 64), s.cfg.Aging.Microseconds(),
 		s.cfg.ReleaseTimeout.Microseconds(), s.cfg.Weights[jobs.TierPaid], s.cfg.Weights[jobs.TierTrial], s.cfg.Weights[jobs.TierFree],
 		strconv.FormatFloat(s.cfg.ChatCap, 'f', 6, 64)}
 	args = append(args, b.ScriptArgs([4]int64{0, 1, 0, 1})...)

@@ -180,7 +180,12 @@ elseif op == 'admit' then
   -- ARGV: op, now, budget, mode, chat_share, aging_us, release_us,
   --       w_paid, w_trial, w_free, chat_cap, dims (value 0 = a request
   --       dimension, 1 = a token dimension)
-  local budget, mode = tonumber(ARGV[3]), ARGV[4]
+  -- budget: "n" jobs of any class, or "n:b": n jobs, at most b of them
+  -- batch (the rest of the process's free slots only chat may use)
+  local budget, bmax = string.match(ARGV[3], '^(%d+):(%d+)$')
+  if budget then budget, bmax = tonumber(budget), tonumber(bmax) else budget = tonumber(ARGV[3]); bmax = budget end
+  local nbatch = 0
+  local mode = ARGV[4]
   local share, aging, release = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
   local weight = {paid = tonumber(ARGV[8]), trial = tonumber(ARGV[9]), free = tonumber(ARGV[10])}
   local cap = tonumber(ARGV[11])
@@ -221,6 +226,7 @@ elseif op == 'admit' then
       end
       cand, via = best, 'fair'
     end
+    if nbatch >= bmax then cand, via = nil, nil end
     -- chat's candidate: the tenant flow with the smallest finish tag
     local chat = nil
     local h = redis.call('ZRANGE', HEADS.chat, 0, 0)
@@ -280,6 +286,7 @@ elseif op == 'admit' then
       unlink(cand)
       local cls = cand.class
       if cls ~= 'chat' then
+        nbatch = nbatch + 1
         local s = vt('t:' .. cls)
         redis.call('HSET', KEYS[8], 't:' .. cls, s + cand.tokens / weight[cls])
         if s > V then V = s end

@@ -1,15 +1,22 @@
 package server
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/prq-dev/prq/admission"
 	"github.com/prq-dev/prq/ghapp"
 	"github.com/prq-dev/prq/internal/config"
+	"github.com/prq-dev/prq/internal/logging"
 	"github.com/prq-dev/prq/internal/metrics"
 	"github.com/prq-dev/prq/internal/render"
 	"github.com/prq-dev/prq/jobs"
@@ -119,4 +126,117 @@ type missingApp struct{}
 
 func (missingApp) Client(int64) (*ghapp.Client, error) {
 	return nil, errors.New("no GitHub App credentials: set GITHUB_APP_ID and GITHUB_PRIVATE_KEY_PATH")
+}
+
+// chatSlots is how many slots a worker process keeps for chat on top of
+// its concurrency, so a reply never waits for a batch job to finish.
+func chatSlots(concurrency int) int { return max(2, concurrency/10) }
+
+// slots counts a worker process's free execution slots: the batch
+// server's (which serves chat first, then the tiers) and the chat
+// server's (chat only). Work released and still pending counts as taken.
+type slots struct {
+	rdb          redis.UniversalClient
+	batch, chat  int          // the two servers' concurrency
+	running      func() int   // jobs running on either server
+	chatRunning  atomic.Int64 // jobs running on the chat server
+	mu           sync.Mutex
+	at           time.Time
+	pendingChat  int64
+	pendingBatch int64
+}
+
+// pending reads the queues' pending lengths, at most every 10ms.
+func (sl *slots) pending() (chat, batch int64) {
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	if time.Since(sl.at) > 10*time.Millisecond {
+		ctx := context.Background()
+		pipe := sl.rdb.Pipeline()
+		cmds := make([]*redis.IntCmd, len(jobs.Queues))
+		for i, q := range jobs.Queues {
+			cmds[i] = pipe.LLen(ctx, "asynq:{"+q+"}:pending")
+		}
+		pipe.Exec(ctx)
+		sl.pendingChat, sl.pendingBatch = 0, 0
+		for i, c := range cmds {
+			if jobs.Queues[i] == jobs.QueueChat {
+				sl.pendingChat += c.Val()
+			} else {
+				sl.pendingBatch += c.Val()
+			}
+		}
+		sl.at = time.Now()
+	}
+	return sl.pendingChat, sl.pendingBatch
+}
+
+// free returns the idle slots of each server.
+func (sl *slots) free() (chat, batch int) {
+	rc := int(sl.chatRunning.Load())
+	return sl.chat - rc, sl.batch - (sl.running() - rc)
+}
+
+// batchFree is how many more batch jobs may start: the batch server's
+// idle slots less pending batch work and the pending chat the chat
+// server cannot take.
+func (sl *slots) batchFree() int {
+	pc, pb := sl.pending()
+	fc, fb := sl.free()
+	return max(fb-int(pb)-max(int(pc)-fc, 0), 0)
+}
+
+// chatFree is how many more chat jobs may start: every idle slot less
+// all pending work.
+func (sl *slots) chatFree() int {
+	pc, pb := sl.pending()
+	fc, fb := sl.free()
+	return max(fc+fb-int(pc)-int(pb), 0)
+}
+
+// startServers starts the batch server (concurrency slots, chat first,
+// then the tiers) and the chat server (chatSlots, chat only); shutdown
+// stops both, letting running jobs finish.
+func (s *Server) startServers(handler asynq.Handler, retryDelay asynq.RetryDelayFunc, isFailure func(error) bool) (*slots, func(), error) {
+	sl := &slots{rdb: s.rdb, batch: s.cfg.Worker.Concurrency, chat: chatSlots(s.cfg.Worker.Concurrency), running: s.jobs.running}
+	config := func(concurrency int, queues map[string]int) asynq.Config {
+		return asynq.Config{
+			Concurrency:       concurrency,
+			Queues:            queues,
+			StrictPriority:    true,
+			TaskCheckInterval: 20 * time.Millisecond,
+			ShutdownTimeout:   s.cfg.ShutdownTimeout.D(),
+			RetryDelayFunc:    retryDelay,
+			IsFailure:         isFailure,
+			Logger:            logging.Asynq{Log: s.log.With("component", "asynq")},
+			LogLevel:          asynq.WarnLevel,
+			ErrorHandler: asynq.ErrorHandlerFunc(func(ctx context.Context, t *asynq.Task, err error) {
+				if !isFailure(err) {
+					s.log.DebugContext(ctx, "job rescheduled", "type", t.Type(), "reason", err)
+					return
+				}
+				id, _ := asynq.GetTaskID(ctx)
+				n, _ := asynq.GetRetryCount(ctx)
+				s.log.WarnContext(ctx, "job failed", "type", t.Type(), "task", id, "retry", n, "err", err)
+			}),
+		}
+	}
+	batch := asynq.NewServerFromRedisClient(s.rdb, config(sl.batch, jobs.QueuePriorities))
+	if err := batch.Start(handler); err != nil {
+		return nil, nil, fmt.Errorf("start worker: %w", err)
+	}
+	chat := asynq.NewServerFromRedisClient(s.rdb, config(sl.chat, map[string]int{jobs.QueueChat: 1}))
+	err := chat.Start(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		sl.chatRunning.Add(1)
+		defer sl.chatRunning.Add(-1)
+		return handler.ProcessTask(ctx, t)
+	}))
+	if err != nil {
+		batch.Shutdown()
+		return nil, nil, fmt.Errorf("start worker: chat server: %w", err)
+	}
+	return sl, func() {
+		chat.Shutdown()
+		batch.Shutdown()
+	}, nil
 }
