@@ -28,6 +28,12 @@ type RunConfig struct {
 	TicketOf func(*asynq.TaskInfo) (Ticket, bool)
 	// Queues to reconcile.
 	Queues []string
+	// Process, when set, is this process's liveness record: the loop
+	// beats for it every Beat and puts back the jobs of processes silent
+	// for ProcessTTL. Beat defaults to 1s, ProcessTTL to 5s.
+	Process    *Process
+	Beat       time.Duration
+	ProcessTTL time.Duration
 }
 
 // Run admits and releases until ctx ends: one loop per model, and the
@@ -41,6 +47,12 @@ func (s *Scheduler) Run(ctx context.Context, rc RunConfig) {
 	}
 	if rc.MaxSleep == 0 {
 		rc.MaxSleep = 250 * time.Millisecond
+	}
+	if rc.Beat == 0 {
+		rc.Beat = time.Second
+	}
+	if rc.ProcessTTL == 0 {
+		rc.ProcessTTL = 5 * time.Second
 	}
 	wake := map[string]chan struct{}{}
 	byChannel := map[string]string{}
@@ -71,6 +83,13 @@ func (s *Scheduler) Run(ctx context.Context, rc RunConfig) {
 			defer func() { done <- struct{}{} }()
 			s.loop(ctx, model, rc, wake[model])
 		}(model)
+	}
+	if rc.Process != nil {
+		n++
+		go func() {
+			defer func() { done <- struct{}{} }()
+			s.watchProcesses(ctx, rc)
+		}()
 	}
 	n++
 	go func() {

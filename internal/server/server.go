@@ -251,7 +251,7 @@ func (s *Server) startWorker(ctx context.Context, opt Options) (stop func(), err
 	if opt.WrapHandler != nil {
 		handler = opt.WrapHandler(handler)
 	}
-	sl, shutdown, err := s.startServers(handler, retryDelay, isFailure)
+	sl, shutdown, err := s.startServers(ctx, handler, retryDelay, isFailure, !opt.NoAdmission)
 	if err != nil {
 		return nil, err
 	}
@@ -268,6 +268,7 @@ func (s *Server) startWorker(ctx context.Context, opt Options) (stop func(), err
 			ChatCapacity: sl.chatFree,
 			Queues:       jobs.Queues,
 			TicketOf:     s.jobs.ticketOf,
+			Process:      sl.process,
 		})
 	}()
 	return func() {

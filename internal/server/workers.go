@@ -2,10 +2,14 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -144,6 +148,7 @@ type slots struct {
 	at           time.Time
 	pendingChat  int64
 	pendingBatch int64
+	process      *admission.Process // nil: not tracked
 }
 
 // pending reads the queues' pending lengths, at most every 10ms.
@@ -196,9 +201,21 @@ func (sl *slots) chatFree() int {
 
 // startServers starts the batch server (concurrency slots, chat first,
 // then the tiers) and the chat server (chatSlots, chat only); shutdown
-// stops both, letting running jobs finish.
-func (s *Server) startServers(handler asynq.Handler, retryDelay asynq.RetryDelayFunc, isFailure func(error) bool) (*slots, func(), error) {
+// stops both, letting running jobs finish. With track, the process beats
+// and records its running jobs (admission.Process), so if it dies they
+// are put back within seconds.
+func (s *Server) startServers(ctx context.Context, handler asynq.Handler, retryDelay asynq.RetryDelayFunc, isFailure func(error) bool, track bool) (*slots, func(), error) {
 	sl := &slots{rdb: s.rdb, batch: s.cfg.Worker.Concurrency, chat: chatSlots(s.cfg.Worker.Concurrency), running: s.jobs.running}
+	if track {
+		host, _ := os.Hostname()
+		var b [6]byte
+		_, _ = rand.Read(b[:])
+		sl.process = s.sched.Process(strings.NewReplacer("{", "", "}", "").Replace(host) + ":" + strconv.Itoa(os.Getpid()) + ":" + hex.EncodeToString(b[:]))
+		if err := sl.process.Beat(ctx); err != nil {
+			return nil, nil, fmt.Errorf("start worker: %w", err)
+		}
+		handler = sl.process.Track(handler)
+	}
 	config := func(concurrency int, queues map[string]int) asynq.Config {
 		return asynq.Config{
 			Concurrency:       concurrency,
@@ -238,5 +255,10 @@ func (s *Server) startServers(handler asynq.Handler, retryDelay asynq.RetryDelay
 	return sl, func() {
 		chat.Shutdown()
 		batch.Shutdown()
+		if sl.process != nil {
+			if err := sl.process.Leave(context.WithoutCancel(ctx)); err != nil {
+				s.log.Warn("could not remove this process's liveness record; others will find it silent and check its jobs", "err", err)
+			}
+		}
 	}, nil
 }
