@@ -195,3 +195,19 @@ func (s *Scheduler) watchProcesses(ctx context.Context, rc RunConfig) {
 		}
 	}
 }
+
+// RunningNow reports whether a process that beat within fresh names the
+// job among those it runs (asynq's own worker list lags by its 5s
+// heartbeat).
+func (s *Scheduler) RunningNow(ctx context.Context, id string, fresh time.Duration) (bool, error) {
+	alive, err := processScript.Run(ctx, s.rdb, []string{processesKey}, "alive", s.now(), fresh.Microseconds()).StringSlice()
+	if err != nil {
+		return false, fmt.Errorf("admission: live processes: %w", err)
+	}
+	for _, p := range alive {
+		if ok, err := s.rdb.HExists(ctx, jobsKey(p), id).Result(); err != nil || ok {
+			return ok, err
+		}
+	}
+	return false, nil
+}

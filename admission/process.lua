@@ -19,6 +19,10 @@ elseif op == 'dead' then
   -- -> process, last beat µs, ... for those silent longer than ttl
   return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%d', now - tonumber(ARGV[3])), 'WITHSCORES', 'LIMIT', 0, 100)
 
+elseif op == 'alive' then
+  -- KEYS[1] zset of processes  ARGV[3] ttl µs -> those that beat within it
+  return redis.call('ZRANGEBYSCORE', KEYS[1], string.format('%d', now - tonumber(ARGV[3])), '+inf')
+
 elseif op == 'requeue' then
   -- a task a dead process was running, still active in asynq, goes back:
   -- held (a ticket is registered next) or to the front of pending.

@@ -169,6 +169,7 @@ type benchResult struct {
 	PeakRSSMB         float64            `json:"peak_worker_rss_mb"`
 	Series            []seriesPoint      `json:"series"`
 	LimitPerS         float64            `json:"limit_tokens_per_s"`
+	RedisCost         redisCost          `json:"redis_cost"`
 }
 
 type seriesPoint struct {
@@ -320,8 +321,10 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 	deadline := start.Add(time.Duration(float64(span) * (1 + b.drain)))
 	next := 0
 	lastReport := start
+	cost := newCostMeter(rdb, span)
 	for {
 		now := time.Now()
+		cost.observe(ctx, now.Sub(start))
 		for next < len(w.events) && now.Sub(start) >= w.events[next].at {
 			e := w.events[next]
 			code, err := sender.Send(ctx, e.event, traffic.NewDelivery(), e.body)
@@ -352,12 +355,14 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 	}
 	elapsed := time.Since(start)
 	cmds := harness.RedisInfoInt(ctx, rdb, "stats", "total_commands_processed")
+	idle := cost.idleRate(ctx, 3*time.Second)
 	for _, p := range procs {
 		p.Signal(syscall.SIGTERM)
 	}
 	for _, p := range procs {
 		p.Wait(30 * time.Second)
 	}
+	res.RedisCost.IdleCmdsPerSec = (idle - cost.idleRate(ctx, 3*time.Second)) / float64(processes)
 	stopServe()
 	<-served
 	// figures
@@ -396,6 +401,7 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 	res.TPMUtilisation, res.RPMUtilisation, res.WorstVsAllowance = tr.Utilisation, rr.Utilisation, tr.WorstRatio
 	res.WorstWindowVsTPM = float64(stats[review].MaxWindowTokens) / float64(lim.TokensPerPeriod)
 	res.Series = series(fakes.OpenAI.Admissions(review), start, lim.Period/6)
+	cost.saturated(&res.RedisCost, fakes.OpenAI, []string{cfg.Jobs.SummaryModel, cfg.Jobs.ReviewModel})
 	res.LimitPerS = float64(lim.TokensPerPeriod) / lim.Period.Seconds()
 	// PR completion and chat waits, in uncompressed seconds
 	done := map[string][]float64{}
@@ -449,7 +455,7 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 	} else {
 		res.MakespanS = elapsed.Seconds() * b.compress
 	}
-	res.Inversions = inversions(calls)
+	res.Inversions = inversions(calls, *cfg.Scheduler.ChatCap, cfg.Scheduler.Aging.D())
 	res.Jain = jain(calls, w.tiers, lim.Period)
 	fmt.Fprintf(stdout, "bench %-13s x%d  done in %s: %d/%d PRs, %d provider 429s, TPM utilisation %.1f%%, worst interval %.3f of allowance\n",
 		strategy, processes, elapsed.Round(time.Second), res.PRsDone, res.PRs, res.Provider429s, 100*res.TPMUtilisation, res.WorstVsAllowance)
@@ -521,30 +527,6 @@ func series(adm []fakeopenai.Admission, start time.Time, step time.Duration) []s
 		out[i] = seriesPoint{T: (time.Duration(i) * step).Seconds(), Tokens: v / step.Seconds()}
 	}
 	return out
-}
-
-// inversions counts batch calls made while a chat job that was created
-// earlier still waited for its call: chat must never wait behind batch.
-func inversions(calls []callRecord) int {
-	var chats []callRecord
-	for _, c := range calls {
-		if c.Class == "chat" && c.Outcome != "429" {
-			chats = append(chats, c)
-		}
-	}
-	n := 0
-	for _, c := range calls {
-		if c.Class == "chat" || c.Class == "" {
-			continue
-		}
-		for _, ch := range chats {
-			if ch.Created < c.At && ch.At > c.At {
-				n++
-				break
-			}
-		}
-	}
-	return n
 }
 
 // jain is Jain's fairness index of tokens admitted per tenant inside each

@@ -33,6 +33,16 @@ func writeBench(out io.Writer, b Flags, results, scale []benchResult) error {
 	row("LLM calls (admitted by the provider)", func(r benchResult) string { return fmt.Sprint(r.LLMCalls) })
 	row("handler runs per LLM call", func(r benchResult) string { return fmt.Sprintf("%.2f", r.HandlerRunsPerLLM) })
 	row("Redis commands per LLM call", func(r benchResult) string { return fmt.Sprintf("%.0f", r.RedisCmdsPerLLM) })
+	row("Redis commands per admitted job, saturated (marginal)", func(r benchResult) string {
+		return fmt.Sprintf("%.0f", r.RedisCost.MarginalCmdsPerJob)
+	})
+	row("Redis CPU per LLM call, saturated (ms)", func(r benchResult) string { return fmt.Sprintf("%.2f", r.RedisCost.CPUMsPerCall) })
+	row("idle Redis commands/s per worker process", func(r benchResult) string {
+		if !r.Complete {
+			return "n/a" // the workers were still busy
+		}
+		return fmt.Sprintf("%.0f", r.RedisCost.IdleCmdsPerSec)
+	})
 	row("chat wait p50 / p99 (s, uncompressed)", func(r benchResult) string { return fmt.Sprintf("%.1f / %.1f", r.ChatWaitP50, r.ChatWaitP99) })
 	for _, tier := range []string{"paid", "trial", "free"} {
 		tier := tier
@@ -40,7 +50,7 @@ func writeBench(out io.Writer, b Flags, results, scale []benchResult) error {
 			return fmt.Sprintf("%.0f / %.0f", r.PRTimeP50[tier], r.PRTimeP95[tier])
 		})
 	}
-	row("priority inversions (batch called while chat waited)", func(r benchResult) string { return fmt.Sprint(r.Inversions) })
+	row("priority inversions (batch called while chat waited within its cap)", func(r benchResult) string { return fmt.Sprint(r.Inversions) })
 	for _, tier := range []string{"paid", "trial", "free"} {
 		tier := tier
 		row("Jain's index across tenants, "+tier, func(r benchResult) string {
