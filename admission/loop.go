@@ -30,7 +30,7 @@ type RunConfig struct {
 	Queues []string
 	// Process, when set, is this process's liveness record: the loop
 	// beats for it every Beat and puts back the jobs of processes silent
-	// for ProcessTTL. Beat defaults to 1s, ProcessTTL to 5s.
+	// for ProcessTTL. Beat defaults to 1s, ProcessTTL to 4s.
 	Process    *Process
 	Beat       time.Duration
 	ProcessTTL time.Duration
@@ -52,7 +52,7 @@ func (s *Scheduler) Run(ctx context.Context, rc RunConfig) {
 		rc.Beat = time.Second
 	}
 	if rc.ProcessTTL == 0 {
-		rc.ProcessTTL = 5 * time.Second
+		rc.ProcessTTL = 4 * time.Second
 	}
 	wake := map[string]chan struct{}{}
 	byChannel := map[string]string{}

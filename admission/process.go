@@ -177,16 +177,26 @@ func (s *Scheduler) requeue(ctx context.Context, rc RunConfig, dead, queue, id s
 }
 
 // watchProcesses beats for this process and puts back the jobs of dead
-// ones, every beat, until ctx ends.
+// ones, every beat, until ctx ends. It judges others only after beating
+// without a miss for a whole ttl itself: after a Redis outage every
+// process's last beat is old, and none of them is dead.
 func (s *Scheduler) watchProcesses(ctx context.Context, rc RunConfig) {
 	t := time.NewTicker(rc.Beat)
 	defer t.Stop()
+	var beating time.Time // since when every beat succeeded
 	for {
-		if err := rc.Process.Beat(ctx); err != nil && ctx.Err() == nil {
-			s.log.WarnContext(ctx, "heartbeat failed", "err", err)
+		if err := rc.Process.Beat(ctx); err != nil {
+			beating = time.Time{}
+			if ctx.Err() == nil {
+				s.log.WarnContext(ctx, "heartbeat failed", "err", err)
+			}
+		} else if beating.IsZero() {
+			beating = time.Now()
 		}
-		if _, err := s.RecoverDead(ctx, rc, rc.ProcessTTL); err != nil && ctx.Err() == nil {
-			s.log.WarnContext(ctx, "recovering a dead process's jobs failed", "err", err)
+		if !beating.IsZero() && time.Since(beating) >= rc.ProcessTTL {
+			if _, err := s.RecoverDead(ctx, rc, rc.ProcessTTL); err != nil && ctx.Err() == nil {
+				s.log.WarnContext(ctx, "recovering a dead process's jobs failed", "err", err)
+			}
 		}
 		select {
 		case <-ctx.Done():

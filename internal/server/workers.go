@@ -216,12 +216,12 @@ func (s *Server) startServers(ctx context.Context, handler asynq.Handler, retryD
 		}
 		handler = sl.process.Track(handler)
 	}
-	config := func(concurrency int, queues map[string]int) asynq.Config {
+	config := func(concurrency int, queues map[string]int, check time.Duration) asynq.Config {
 		return asynq.Config{
 			Concurrency:       concurrency,
 			Queues:            queues,
 			StrictPriority:    true,
-			TaskCheckInterval: 20 * time.Millisecond,
+			TaskCheckInterval: check,
 			ShutdownTimeout:   s.cfg.ShutdownTimeout.D(),
 			RetryDelayFunc:    retryDelay,
 			IsFailure:         isFailure,
@@ -238,11 +238,13 @@ func (s *Server) startServers(ctx context.Context, handler asynq.Handler, retryD
 			}),
 		}
 	}
-	batch := asynq.NewServerFromRedisClient(s.rdb, config(sl.batch, jobs.QueuePriorities))
+	batch := asynq.NewServerFromRedisClient(s.rdb, config(sl.batch, jobs.QueuePriorities, 20*time.Millisecond))
 	if err := batch.Start(handler); err != nil {
 		return nil, nil, fmt.Errorf("start worker: %w", err)
 	}
-	chat := asynq.NewServerFromRedisClient(s.rdb, config(sl.chat, map[string]int{jobs.QueueChat: 1}))
+	// the batch server takes chat first whenever it has a slot: the chat
+	// server's slower idle polling (fewer Redis calls) costs chat little
+	chat := asynq.NewServerFromRedisClient(s.rdb, config(sl.chat, map[string]int{jobs.QueueChat: 1}, 50*time.Millisecond))
 	err := chat.Start(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 		sl.chatRunning.Add(1)
 		defer sl.chatRunning.Add(-1)
