@@ -273,7 +273,8 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 	cfg.Addr = "127.0.0.1:0"
 	// the workers' configuration file
 	cfgFile := filepath.Join(b.out, "bench-config.yaml")
-	yb, _ := yaml.Marshal(map[string]any{"models": cfg.Models, "jobs": cfg.Jobs, "tiers": cfg.Tiers, "log": cfg.Log, "shutdown_timeout": cfg.ShutdownTimeout, "worker": cfg.Worker})
+	yb, _ := yaml.Marshal(map[string]any{"models": cfg.Models, "jobs": cfg.Jobs, "tiers": cfg.Tiers, "log": cfg.Log, "shutdown_timeout": cfg.ShutdownTimeout, "worker": cfg.Worker,
+		"github": map[string]any{"write_gap": cfg.GitHub.WriteGap}}) // compressed like the fake GitHub's write limit
 	if err := os.WriteFile(cfgFile, yb, 0o600); err != nil {
 		return res, err
 	}
