@@ -300,6 +300,8 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 	if err != nil {
 		return res, err
 	}
+	cost := newCostMeter(rdb, time.Duration(float64(b.sim)/b.compress), s.Inspector())
+	cost.serveIdle(ctx) // before the workers start
 	var procs []*harness.Proc
 	var records []string
 	for i := 0; i < processes; i++ {
@@ -313,6 +315,7 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 		}
 		procs = append(procs, p)
 	}
+	cost.workersIdle(ctx, &res.RedisCost, processes)
 	rdb.ConfigResetStat(ctx)
 	sender := &traffic.Sender{URL: "http://" + s.ListenAddr() + "/webhook", Secret: []byte(cfg.GitHub.WebhookSecret)}
 	start := time.Now()
@@ -322,7 +325,6 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 	deadline := start.Add(time.Duration(float64(span) * (1 + b.drain)))
 	next := 0
 	lastReport := start
-	cost := newCostMeter(rdb, span)
 	for {
 		now := time.Now()
 		cost.observe(ctx, now.Sub(start))
@@ -356,14 +358,12 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 	}
 	elapsed := time.Since(start)
 	cmds := harness.RedisInfoInt(ctx, rdb, "stats", "total_commands_processed")
-	idle := cost.idleRate(ctx, 3*time.Second)
 	for _, p := range procs {
 		p.Signal(syscall.SIGTERM)
 	}
 	for _, p := range procs {
 		p.Wait(30 * time.Second)
 	}
-	res.RedisCost.IdleCmdsPerSec = (idle - cost.idleRate(ctx, 3*time.Second)) / float64(processes)
 	stopServe()
 	<-served
 	// figures

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/prq-dev/prq/fake/fakeopenai"
@@ -21,8 +22,8 @@ type redisCost struct {
 	MarginalCmdsPerJob float64 `json:"marginal_commands_per_job"`
 	// CPUMsPerCall: Redis CPU (user + sys) in that window per LLM call.
 	CPUMsPerCall float64 `json:"cpu_ms_per_llm_call"`
-	// IdleCmdsPerSec: commands per second per worker process once all
-	// the work is done (the serve process's own share subtracted).
+	// IdleCmdsPerSec: commands per second per worker process before any
+	// work arrives (the serve process's own share subtracted).
 	IdleCmdsPerSec float64 `json:"idle_commands_per_s_per_worker"`
 	// WindowS is the saturated window's length (real seconds).
 	WindowS float64 `json:"window_s"`
@@ -63,12 +64,34 @@ func sampleRedis(ctx context.Context, rdb redis.UniversalClient) redisSample {
 // 75% of the arrival span) as the run passes them.
 type costMeter struct {
 	rdb        redis.UniversalClient
+	insp       *asynq.Inspector
 	from, to   time.Duration
 	start, end redisSample
+	serve      float64 // idle commands/s of the serve process alone
 }
 
-func newCostMeter(rdb redis.UniversalClient, span time.Duration) *costMeter {
-	return &costMeter{rdb: rdb, from: span / 4, to: span * 3 / 4}
+func newCostMeter(rdb redis.UniversalClient, span time.Duration, insp *asynq.Inspector) *costMeter {
+	return &costMeter{rdb: rdb, insp: insp, from: span / 4, to: span * 3 / 4}
+}
+
+// serveIdle measures the serve process alone, idle.
+func (m *costMeter) serveIdle(ctx context.Context) { m.serve = m.idleRate(ctx, 2*time.Second) }
+
+// workersIdle waits (up to 20s) until every worker process's asynq
+// servers have announced themselves, then measures them idle.
+func (m *costMeter) workersIdle(ctx context.Context, c *redisCost, processes int) {
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		srv, _ := m.insp.Servers()
+		pids := map[int]bool{}
+		for _, x := range srv {
+			pids[x.PID] = true
+		}
+		if len(pids) >= processes {
+			break
+		}
+	}
+	time.Sleep(time.Second) // past their first polls and heartbeats
+	c.IdleCmdsPerSec = (m.idleRate(ctx, 3*time.Second) - m.serve) / float64(processes)
 }
 
 // observe is called from the run's loop with the time since it started.
