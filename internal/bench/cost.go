@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -27,6 +28,14 @@ type redisCost struct {
 	IdleCmdsPerSec float64 `json:"idle_commands_per_s_per_worker"`
 	// WindowS is the saturated window's length (real seconds).
 	WindowS float64 `json:"window_s"`
+	// TopPerJob: the commands that make up most of the marginal figure,
+	// per job, largest first (at most 8).
+	TopPerJob []commandShare `json:"top_commands_per_job"`
+}
+
+type commandShare struct {
+	Command string  `json:"command"`
+	PerJob  float64 `json:"per_job"`
 }
 
 // redisSample is one reading of Redis's counters.
@@ -34,20 +43,23 @@ type redisSample struct {
 	at    time.Time
 	cmds  int64
 	cpuMs float64
+	by    map[string]int64 // calls per command
 }
 
 func sampleRedis(ctx context.Context, rdb redis.UniversalClient) redisSample {
-	s := redisSample{at: time.Now()}
+	s := redisSample{at: time.Now(), by: map[string]int64{}}
 	info, err := rdb.Info(ctx, "commandstats", "cpu").Result()
 	if err != nil {
 		return s
 	}
 	for _, line := range strings.Split(info, "\n") {
 		line = strings.TrimSpace(line)
-		if _, rest, ok := strings.Cut(line, "calls="); ok {
+		if head, rest, ok := strings.Cut(line, "calls="); ok {
 			v, _, _ := strings.Cut(rest, ",")
 			n, _ := strconv.ParseInt(v, 10, 64)
 			s.cmds += n
+			name, _, _ := strings.Cut(strings.TrimPrefix(head, "cmdstat_"), ":")
+			s.by[name] = n
 			continue
 		}
 		for _, f := range []string{"used_cpu_sys:", "used_cpu_user:"} {
@@ -127,6 +139,13 @@ func (m *costMeter) saturated(c *redisCost, f *fakeopenai.Server, models []strin
 	if n > 0 {
 		c.MarginalCmdsPerJob = float64(m.end.cmds-m.start.cmds) / float64(n)
 		c.CPUMsPerCall = (m.end.cpuMs - m.start.cpuMs) / float64(n)
+		for name, v := range m.end.by {
+			if d := v - m.start.by[name]; d > 0 {
+				c.TopPerJob = append(c.TopPerJob, commandShare{name, float64(d) / float64(n)})
+			}
+		}
+		sort.Slice(c.TopPerJob, func(i, j int) bool { return c.TopPerJob[i].PerJob > c.TopPerJob[j].PerJob })
+		c.TopPerJob = c.TopPerJob[:min(len(c.TopPerJob), 8)]
 	}
 }
 

@@ -36,6 +36,13 @@ func writeBench(out io.Writer, b Flags, results, scale []benchResult) error {
 	row("Redis commands per admitted job, saturated (marginal)", func(r benchResult) string {
 		return fmt.Sprintf("%.0f", r.RedisCost.MarginalCmdsPerJob)
 	})
+	row("of which the top 3 commands", func(r benchResult) string {
+		var parts []string
+		for _, c := range r.RedisCost.TopPerJob[:min(3, len(r.RedisCost.TopPerJob))] {
+			parts = append(parts, fmt.Sprintf("%s %.0f", strings.ToLower(c.Command), c.PerJob))
+		}
+		return strings.Join(parts, ", ")
+	})
 	row("Redis CPU per LLM call, saturated (ms)", func(r benchResult) string { return fmt.Sprintf("%.2f", r.RedisCost.CPUMsPerCall) })
 	row("idle Redis commands/s per worker process", func(r benchResult) string { return fmt.Sprintf("%.0f", r.RedisCost.IdleCmdsPerSec) })
 	row("chat wait p50 / p99 (s, uncompressed)", func(r benchResult) string { return fmt.Sprintf("%.1f / %.1f", r.ChatWaitP50, r.ChatWaitP99) })
