@@ -170,6 +170,7 @@ type benchResult struct {
 	Series            []seriesPoint      `json:"series"`
 	LimitPerS         float64            `json:"limit_tokens_per_s"`
 	RedisCost         redisCost          `json:"redis_cost"`
+	Loss              utilisationLoss    `json:"review_model_utilisation_loss"`
 }
 
 type seriesPoint struct {
@@ -458,6 +459,7 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 	}
 	res.Inversions = inversions(calls, *cfg.Scheduler.ChatCap, cfg.Scheduler.Aging.D())
 	res.Jain = jain(calls, w.tiers, lim.Period)
+	res.Loss = lossOf(fakes.OpenAI.Admissions(review), calls, review, lim.TokensPerPeriod, lim.Period, lim.BurstTokens)
 	fmt.Fprintf(stdout, "bench %-13s x%d  done in %s: %d/%d PRs, %d provider 429s, TPM utilisation %.1f%%, worst interval %.3f of allowance\n",
 		strategy, processes, elapsed.Round(time.Second), res.PRsDone, res.PRs, res.Provider429s, 100*res.TPMUtilisation, res.WorstVsAllowance)
 	return res, nil

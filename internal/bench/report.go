@@ -27,6 +27,9 @@ func writeBench(out io.Writer, b Flags, results, scale []benchResult) error {
 	row("chats answered", func(r benchResult) string { return fmt.Sprintf("%d/%d", r.ChatsAnswered, r.Chats) })
 	row("provider 429s", func(r benchResult) string { return fmt.Sprint(r.Provider429s) })
 	row("TPM utilisation while queued (review model)", func(r benchResult) string { return pctf(r.TPMUtilisation) })
+	row("unused TPM: lost while jobs waited / while none did / left at the end", func(r benchResult) string {
+		return pctf(r.Loss.WhileQueued) + " / " + pctf(r.Loss.NothingQueued) + " / " + pctf(r.Loss.LeftAtEnd)
+	})
 	row("RPM utilisation while queued", func(r benchResult) string { return pctf(r.RPMUtilisation) })
 	row("worst interval / allowance (burst + rate·t)", func(r benchResult) string { return fmt.Sprintf("%.3f", r.WorstVsAllowance) })
 	row("worst one-minute window / TPM", func(r benchResult) string { return fmt.Sprintf("%.2f", r.WorstWindowVsTPM) })
