@@ -21,6 +21,12 @@ type utilisationLoss struct {
 	NothingQueued float64 `json:"nothing_queued"`
 	// LeftAtEnd: tokens still in the bucket at the last admission.
 	LeftAtEnd float64 `json:"left_at_end"`
+	// LeftSinceS: how long before the last admission the bucket was last
+	// drained (below a tenth of its burst), and LeftWhileQueued the part
+	// of LeftAtEnd that built up while jobs waited (the rest built up in
+	// the tail, with nothing to admit).
+	LeftSinceS      float64 `json:"left_since_s"`
+	LeftWhileQueued float64 `json:"left_while_queued"`
 }
 
 // lossOf replays adm against a bucket of burst refilled at limit per
@@ -39,6 +45,7 @@ func lossOf(adm []fakeopenai.Admission, calls []callRecord, model string, limit 
 	rate := float64(limit) / float64(period.Microseconds()) // tokens per µs
 	level := float64(burst)
 	var lostQ, lostIdle float64
+	drained := a[0].At // when the bucket was last below a tenth of its burst
 	for i, x := range a {
 		if i > 0 {
 			dt := float64(x.At.Sub(a[i-1].At).Microseconds())
@@ -53,10 +60,18 @@ func lossOf(adm []fakeopenai.Admission, calls []callRecord, model string, limit 
 				level += refill
 			}
 		}
-		level -= float64(x.Cost) // may go below 0 under a debt policy
+		level -= float64(x.Cost)
+		if level < float64(burst)/10 {
+			drained = x.At
+		}
 	}
-	allowed := float64(burst) + rate*float64(a[len(a)-1].At.Sub(a[0].At).Microseconds())
+	end := a[len(a)-1].At
+	allowed := float64(burst) + rate*float64(end.Sub(a[0].At).Microseconds())
 	out.WhileQueued, out.NothingQueued, out.LeftAtEnd = lostQ/allowed, lostIdle/allowed, max(level, 0)/allowed
+	out.LeftSinceS = end.Sub(drained).Seconds()
+	if since := end.Sub(drained); since > 0 {
+		out.LeftWhileQueued = out.LeftAtEnd * float64(covered(queued, drained, end)) / float64(since)
+	}
 	return out
 }
 

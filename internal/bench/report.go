@@ -30,6 +30,9 @@ func writeBench(out io.Writer, b Flags, results, scale []benchResult) error {
 	row("unused TPM: lost while jobs waited / while none did / left at the end", func(r benchResult) string {
 		return pctf(r.Loss.WhileQueued) + " / " + pctf(r.Loss.NothingQueued) + " / " + pctf(r.Loss.LeftAtEnd)
 	})
+	row("left at the end: built up over the last (s) / of it while jobs waited", func(r benchResult) string {
+		return fmt.Sprintf("%.1f / %s", r.Loss.LeftSinceS, pctf(r.Loss.LeftWhileQueued))
+	})
 	row("RPM utilisation while queued", func(r benchResult) string { return pctf(r.RPMUtilisation) })
 	row("worst interval / allowance (burst + rate·t)", func(r benchResult) string { return fmt.Sprintf("%.3f", r.WorstVsAllowance) })
 	row("worst one-minute window / TPM", func(r benchResult) string { return fmt.Sprintf("%.2f", r.WorstWindowVsTPM) })
