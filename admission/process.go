@@ -221,3 +221,30 @@ func (s *Scheduler) RunningNow(ctx context.Context, id string, fresh time.Durati
 	}
 	return false, nil
 }
+
+// KeepBeating beats every interval until stop is called: for a process
+// that has stopped admitting but still finishes running jobs (a graceful
+// shutdown), so nobody takes them back meanwhile.
+func (p *Process) KeepBeating(every time.Duration) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			if err := p.Beat(ctx); err != nil && ctx.Err() == nil {
+				p.s.log.WarnContext(ctx, "heartbeat failed", "err", err)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}

@@ -255,8 +255,13 @@ func (s *Server) startServers(ctx context.Context, handler asynq.Handler, retryD
 		return nil, nil, fmt.Errorf("start worker: chat server: %w", err)
 	}
 	return sl, func() {
+		stopBeating := func() {}
+		if sl.process != nil { // the admission loop has stopped beating: running jobs are still ours
+			stopBeating = sl.process.KeepBeating(time.Second)
+		}
 		chat.Shutdown()
 		batch.Shutdown()
+		stopBeating()
 		if sl.process != nil {
 			if err := sl.process.Leave(context.WithoutCancel(ctx)); err != nil {
 				s.log.Warn("could not remove this process's liveness record; others will find it silent and check its jobs", "err", err)
