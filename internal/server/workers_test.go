@@ -84,3 +84,42 @@ func TestChatStartsWithEveryBatchSlotBusy(t *testing.T) {
 		t.Fatalf("batch-2: %v %v, want still held", info, err)
 	}
 }
+
+// TestSlotsCountPendingWork: pending work takes slots before it runs;
+// chat beyond the chat server's idle slots takes batch slots, and chat may
+// use every idle slot while batch may use only the batch server's.
+func TestSlotsCountPendingWork(t *testing.T) {
+	for _, tc := range []struct {
+		name                   string
+		running, chatRunning   int
+		pendingChat, pendingB  int
+		wantBatch, wantChatAll int
+	}{
+		{"idle", 0, 0, 0, 0, 4, 6},
+		{"every batch slot busy", 4, 0, 0, 0, 0, 2},
+		{"chat slots busy", 2, 2, 0, 0, 4, 4},
+		{"pending batch", 0, 0, 0, 3, 1, 3},
+		{"pending chat beyond the chat slots", 0, 0, 3, 0, 3, 3},
+		{"all busy", 6, 2, 0, 0, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, _ := newTestServer(t, nil)
+			ctx := context.Background()
+			for q, n := range map[string]int{jobs.QueueChat: tc.pendingChat, jobs.QueuePaid: tc.pendingB} {
+				for i := range n {
+					if _, err := s.client.EnqueueContext(ctx, asynq.NewTask("probe", nil), asynq.Queue(q), asynq.TaskID(fmt.Sprint(q, i))); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			sl := &slots{rdb: s.rdb, batch: 4, chat: 2, running: func() int { return tc.running }}
+			sl.chatRunning.Store(int64(tc.chatRunning))
+			if got := sl.batchFree(); got != tc.wantBatch {
+				t.Errorf("batch may start %d, want %d", got, tc.wantBatch)
+			}
+			if got := sl.chatFree(); got != tc.wantChatAll {
+				t.Errorf("chat may start %d, want %d", got, tc.wantChatAll)
+			}
+		})
+	}
+}
