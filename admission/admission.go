@@ -296,11 +296,16 @@ func (s *Scheduler) onItsWay(queue, id string) bool {
 
 // Started records that an admitted task reached its handler.
 func (s *Scheduler) Started(ctx context.Context, model, id string) error {
-	keys, _, err := s.keys(model)
+	keys, b, err := s.keys(model)
 	if err != nil {
 		return err
 	}
-	if err := script.Run(ctx, s.rdb, keys.list(), "started", s.now(), id).Err(); err != nil {
+	args := []any{"started", s.now(), id}
+	if b.Limits().Limiter == ratelimit.LimiterWindow {
+		// the charge moves to the job's start (admission.lua, started)
+		args = append(args, b.ScriptArgs([4]int64{})...)
+	}
+	if err := script.Run(ctx, s.rdb, keys.list(), args...).Err(); err != nil {
 		return fmt.Errorf("admission: started %s: %w", id, err)
 	}
 	return nil

@@ -141,9 +141,33 @@ elseif op == 'cancel' then
   return 1
 
 elseif op == 'started' then
-  -- ARGV: op, now, id: the released task reached a handler
+  -- ARGV: op, now, id[, dims...]: the released task reached a handler.
+  -- With dims (a window limiter), the job's charge moves from the slot of
+  -- its admission to now: the provider counts a call when it arrives, so
+  -- a job that waited for a worker slot would stop counting here before
+  -- it stops counting there. Moving it later is safe: every admission
+  -- since its admission was decided with it counted.
   redis.call('ZREM', KEYS[10], ARGV[3])
-  return redis.call('HDEL', KEYS[2], ARGV[3])
+  local n = redis.call('HDEL', KEYS[2], ARGV[3])
+  if ARGV[4] ~= nil then
+    local r = redis.call('HGET', KEYS[12], ARGV[3])
+    local at = tonumber(redis.call('ZSCORE', KEYS[13], ARGV[3]) or '')
+    if r and at and at < now then
+      local st = B.load(KEYS[1], ARGV, 3, now)
+      local i = 0
+      for c in string.gmatch(r, '%S+') do
+        i = i + 1
+        local amount = tonumber(c)
+        if i <= st.n and st.kind[i] == 'w' and amount > 0 then
+          B.give(st, i, amount, at)
+          B.give(st, i, -amount)
+        end
+      end
+      B.save(st)
+      redis.call('ZADD', KEYS[13], now, ARGV[3])
+    end
+  end
+  return n
 
 elseif op == 'settle' then
   -- ARGV: op, now, id, policy, dims... (values: actual usage)
