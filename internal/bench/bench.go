@@ -53,7 +53,25 @@ type Flags struct {
 	scale       string
 	drain       float64
 	corpus      string
+	// providerLimiter is how the fake provider counts its limits:
+	// fakeopenai.LimiterBucket or fakeopenai.LimiterWindow.
+	providerLimiter string
 }
+
+// The strategies that run prq's own admission: with each model's limiter
+// as configured (a token bucket by default), or with every model set to
+// limiter: window.
+const (
+	StrategyPrq       = "prq"
+	StrategyPrqWindow = "prq-window"
+)
+
+// defaultStrategies run when --strategies is not given; against a
+// window-limited provider prq runs with both limiters, side by side.
+const (
+	defaultStrategies       = "prq,asynq-recipe,handler-wait,naive"
+	defaultWindowStrategies = "prq-window,prq,asynq-recipe,handler-wait,naive"
+)
 
 // benchEvent is one webhook of the workload, at an offset in real time.
 type benchEvent struct {
@@ -182,7 +200,8 @@ func (b *Flags) Register(fs *flag.FlagSet) {
 	fs.DurationVar(&b.sim, "duration", 10*time.Minute, "simulated length of the arrivals (real time: duration/compress)")
 	fs.Float64Var(&b.compress, "compress", 10, "time compression: limits per minute/compress")
 	fs.Int64Var(&b.seed, "seed", 1, "workload seed")
-	fs.StringVar(&b.strategies, "strategies", "prq,asynq-recipe,handler-wait,naive", "strategies to run, comma-separated")
+	fs.StringVar(&b.strategies, "strategies", "", "strategies to run, comma-separated: prq, prq-window (every model limiter: window), asynq-recipe, handler-wait, naive (default "+defaultStrategies+"; with --provider-limiter window, "+defaultWindowStrategies+")")
+	fs.StringVar(&b.providerLimiter, "provider-limiter", fakeopenai.LimiterBucket, "how the fake provider counts its limits: bucket (OpenAI's continuous refill) or window (at most the limit in any sliding minute)")
 	fs.StringVar(&b.out, "out", "bench-out", "output directory (results.md, results.json, admitted.svg, logs)")
 	fs.StringVar(&b.scale, "scale", "1,2,4", "also run prq with these process counts (empty: skip)")
 	fs.Float64Var(&b.drain, "drain", 3, "give up when work is not done after this many arrival spans")
@@ -197,6 +216,17 @@ func Run(ctx context.Context, cfg *config.Config, b Flags, stdout io.Writer) err
 	b.concurrency = cfg.Worker.Concurrency
 	if b.processes <= 0 || b.concurrency <= 0 || b.compress <= 0 || b.sim <= 0 {
 		return &config.UsageError{Msg: "--processes, --concurrency, --compress and --duration must be positive"}
+	}
+	switch b.providerLimiter {
+	case fakeopenai.LimiterBucket, fakeopenai.LimiterWindow:
+	default:
+		return &config.UsageError{Msg: fmt.Sprintf("--provider-limiter must be %s or %s, got %q", fakeopenai.LimiterBucket, fakeopenai.LimiterWindow, b.providerLimiter)}
+	}
+	if b.strategies == "" {
+		b.strategies = defaultStrategies
+		if b.providerLimiter == fakeopenai.LimiterWindow {
+			b.strategies = defaultWindowStrategies
+		}
 	}
 	if err := os.MkdirAll(b.out, 0o755); err != nil {
 		return err
@@ -236,7 +266,7 @@ func Run(ctx context.Context, cfg *config.Config, b Flags, stdout io.Writer) err
 		if err != nil || p <= 0 {
 			return &config.UsageError{Msg: "--scale takes process counts like 1,2,4"}
 		}
-		r, err := benchStrategy(ctx, stdout, b, w, redisURL, "prq", p)
+		r, err := benchStrategy(ctx, stdout, b, w, redisURL, StrategyPrq, p)
 		if err != nil {
 			return fmt.Errorf("bench scale %d: %w", p, err)
 		}
@@ -259,11 +289,19 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 	}
 	cfg := harness.RunConfig(redisURL, b.compress, b.concurrency)
 	cfg.AllowNoPersistence = true // the bench flushes its Redis between strategies: nothing in it is meant to last
+	if strategy == StrategyPrqWindow {
+		for i := range cfg.Models {
+			cfg.Models[i].Limiter = string(ratelimit.LimiterWindow)
+		}
+	}
 	fakes, err := harness.StartFakes(&cfg, b.compress, "sk-bench-"+harness.RandomHex(8), b.seed, true)
 	if err != nil {
 		return res, err
 	}
 	defer fakes.Close()
+	if err := fakes.OpenAI.SetLimiter(b.providerLimiter); err != nil {
+		return res, err
+	}
 	for _, p := range w.prs {
 		owner := fmt.Sprintf("tenant-%d", instOf(w, p))
 		fakes.GitHub.AddPR(instOf(w, p), owner, p.Name(), p)
