@@ -35,7 +35,9 @@ async function refresh(){
     for(const m of (d.models||[])){const c=(d.calls||{})[m.name]||{};const rl=c.rate_limited||0;h+=`<tr><td>${esc(m.name)}</td><td>${c.ok||0}</td><td class="${rl?"warn":"ok"}">${rl}</td><td>${c.transient||0}</td><td>${c.quota||0}</td><td>${(c.failed||0)+(c.account||0)}</td><td class="${(c.unusable||0)?"warn":"ok"}">${c.unusable||0}</td><td>${fmt(m.available)}</td></tr>`}
     document.getElementById("calls").innerHTML=h;
     const paused=(d.models||[]).filter(m=>m.paused);
-    document.getElementById("paused").innerHTML=paused.length?paused.map(m=>`<span class="warn">${esc(m.name)} paused: ${esc(m.paused)}</span>`).join("<br>"):"<span class='ok'>no model paused</span>";
+    const win=(d.models||[]).filter(m=>m.window_suspected);
+    document.getElementById("paused").innerHTML=(paused.length?paused.map(m=>`<span class="warn">${esc(m.name)} paused: ${esc(m.paused)}</span>`).join("<br>"):"<span class='ok'>no model paused</span>")+
+      win.map(m=>`<br><span class="warn">${esc(m.name)}: provider looks window-limited; set limiter: window</span>`).join("");
     const gu=d.gave_up||{};const gk=Object.keys(gu).sort();
     document.getElementById("gaveup").innerHTML=gk.length?"jobs that gave up after their retry budget: "+gk.map(k=>`<span class="warn">${esc(k.replace("|"," · "))}: ${gu[k]}</span>`).join(", "):"<span class='ok'>no job gave up</span>";
     h="<tr><th>tenant</th><th>tier</th><th style='width:40%'>used</th><th>of</th><th>resets</th></tr>";
