@@ -34,7 +34,9 @@ func TestWindowLimiterThroughAdmission(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < 60; i++ {
-		reg(t, s, admission.Ticket{ID: fmt.Sprint("p", i), Model: model, Class: "paid", Tenant: "1", Index: i, Total: 60, Tokens: 100 + int64(i%4)*50})
+		// three tiers and tenants, so that backfill has flows to take from
+		reg(t, s, admission.Ticket{ID: fmt.Sprint("p", i), Model: model, Class: []string{"paid", "trial", "free"}[i%3], Tenant: fmt.Sprint(i % 3),
+			Index: i / 3, Total: 20, Tokens: 100 + int64(i%4)*50 + int64(i%7)*60})
 	}
 	got := drain(t, s, clk, model, 60)
 	if len(got) != 60 {
@@ -60,7 +62,13 @@ func TestWindowLimiterThroughAdmission(t *testing.T) {
 			t.Fatalf("admission %d came %s after the previous: the window was free earlier", i, gap)
 		}
 	}
-	t.Logf("60 tickets: worst window %.3f, mean fill %.1f%%", rep.Worst, 100*rep.Utilisation)
+	backfilled := 0
+	for _, a := range got {
+		if a.Via == "backfill" {
+			backfilled++
+		}
+	}
+	t.Logf("60 tickets (%d by backfill): worst window %.3f, mean fill %.1f%%", backfilled, rep.Worst, 100*rep.Utilisation)
 	// right after the last batch admission (the window at its fullest) a
 	// chat finds its share within the horizon (10% of the window and its
 	// margin) and one slot
@@ -128,5 +136,58 @@ func TestWindowChargeMovesToStart(t *testing.T) {
 	// a start without a reservation (a task started twice) changes nothing
 	if err := s.Started(ctx, model, "a"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestWindowBackfill: when the next ticket in order waits for room a
+// window frees later, a ticket further back that fits now and still
+// leaves that room when it comes is admitted at once (via "backfill");
+// one that would delay it waits; and the waiting ticket is admitted no
+// later than without backfill.
+func TestWindowBackfill(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	model := fmt.Sprintf("m-window-backfill-%d", time.Now().UnixNano())
+	l := ratelimit.Limits{RequestsPerPeriod: 100000, TokensPerPeriod: 1000, Period: time.Second, Limiter: ratelimit.LimiterWindow}
+	b, err := ratelimit.NewBucket(rdb, model, "sk", l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &clock{t: time.Unix(1_900_000_000, 0)}
+	// strict: paid before free, whatever the flows' tags
+	s, err := admission.New(redis.UniversalClient(rdb), map[string]*ratelimit.Bucket{model: b}, nil, nil,
+		admission.Config{Strict: true, ChatShare: 0.05, NowFunc: clk.now}, discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	reg(t, s, admission.Ticket{ID: "a", Model: model, Class: "paid", Tenant: "1", Tokens: 600})
+	if a, _, err := s.Admit(ctx, model, 10); err != nil || len(a) != 1 {
+		t.Fatalf("first: %v %v", a, err)
+	}
+	start := clk.now()
+	clk.advance(500 * time.Millisecond)
+	// b waits for a to leave the window; c fits now and in the room b
+	// leaves (1000 - 900 - the chat share's 50); d no longer does
+	reg(t, s, admission.Ticket{ID: "b", Model: model, Class: "paid", Tenant: "1", Tokens: 900})
+	reg(t, s, admission.Ticket{ID: "c", Model: model, Class: "free", Tenant: "2", Tokens: 50})
+	reg(t, s, admission.Ticket{ID: "d", Model: model, Class: "free", Tenant: "3", Tokens: 50})
+	got, wait, err := s.Admit(ctx, model, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].ID != "c" || got[0].Via != "backfill" {
+		t.Fatalf("admitted %+v, want c by backfill", got)
+	}
+	if wait <= 0 {
+		t.Fatalf("b should wait, got wait %s", wait)
+	}
+	rest := drain(t, s, clk, model, 2)
+	if len(rest) != 2 || rest[0].ID != "b" || rest[1].ID != "d" {
+		t.Fatalf("then %+v, want b then d", rest)
+	}
+	// b comes when a has left the window and its margin, within a slot:
+	// c did not delay it
+	if at, free := rest[0].Enqueued.Add(rest[0].Waited).Sub(start), time.Second+time.Second/60; at > free+time.Second/120+time.Microsecond {
+		t.Fatalf("b admitted %s after a; a left the window at %s", at, free)
 	}
 }

@@ -234,6 +234,50 @@ local function windowwait(st, i, c, k)
   return wait
 end
 
+-- expiredby returns how much of one check of window dimension i (its
+-- span, from slot from) stops counting within tw µs from now.
+local function expiredby(st, i, from, span, tw)
+  local acc, j, h = 0, from, st.h[i]
+  while j <= h and (j + 1) * st.slot[i] + span - st.now <= tw do
+    local top = math.min(j + 7, h)
+    local cache = readslots(st, i, j, top)
+    while j <= top and (j + 1) * st.slot[i] + span - st.now <= tw do
+      acc = acc + cache[j]
+      j = j + 1
+    end
+  end
+  return acc
+end
+
+-- B.slack returns, per dimension, how much more than costs (with keep,
+-- as B.wait) a window will have room for w µs from now if nothing else
+-- is admitted: what may be admitted now without delaying costs past w.
+-- Window dimensions only; nil when a dimension is a bucket (whose room
+-- refills continuously: anything taken now delays costs).
+function B.slack(st, costs, keep, w)
+  local out = {}
+  for i = 1, st.n do
+    if st.kind[i] ~= 'w' then return nil end
+    local k = 0
+    if keep ~= nil and keep[i] ~= nil then k = keep[i] end
+    local slack = nil
+    local checks = {{st.lim[i], st.sum[i], st.p[i], st.per[i]}}
+    if st.sub[i] > 0 then checks[2] = {st.sublim[i], st.subsum[i], st.q[i], st.sub[i]} end
+    for _, ck in ipairs(checks) do
+      local limit, sum, from, span = ck[1], ck[2], ck[3], ck[4]
+      local room = limit - (sum - expiredby(st, i, from, span, w)) - costs[i]
+      if k > 0 then
+        local share = k / st.burst[i]
+        local hroom = limit - (sum - expiredby(st, i, from, span, w + math.floor(share * span))) - costs[i] - share * limit
+        if hroom < room then room = hroom end
+      end
+      if slack == nil or room < slack then slack = room end
+    end
+    out[i] = slack
+  end
+  return out
+end
+
 -- B.wait returns the µs until costs (plus an amount to leave untouched,
 -- keep[i], which may be nil) fit, 0 when they fit now; or a negative
 -- error code: -1 cost above burst, -2 negative cost, with the dimension.
