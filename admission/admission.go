@@ -294,27 +294,54 @@ func (s *Scheduler) onItsWay(queue, id string) bool {
 	return err == nil && (info.State == asynq.TaskStatePending || info.State == asynq.TaskStateActive)
 }
 
-// Started records that an admitted task reached its handler.
+// Started records that an admitted task reached its handler. With a
+// window limiter it moves the job's charge to now, when the provider will
+// count the call, and first waits, if need be, for the room admission
+// counted on when it looked ahead (see TryStart).
 func (s *Scheduler) Started(ctx context.Context, model, id string) error {
+	for {
+		wait, err := s.TryStart(ctx, model, id)
+		if err != nil || wait <= 0 {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// TryStart records a start as Started does, once: with a window limiter
+// whose room for the job is not there yet (admission looks ahead by the
+// measured lag from admission to start), nothing changes and it returns
+// how long to wait before trying again.
+func (s *Scheduler) TryStart(ctx context.Context, model, id string) (time.Duration, error) {
 	keys, b, err := s.keys(model)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	args := []any{"started", s.now(), id}
 	if b.Limits().Limiter == ratelimit.LimiterWindow {
-		// the charge moves to the job's start (admission.lua, started)
 		args = append(args, b.ScriptArgs([4]int64{})...)
 	}
-	if err := script.Run(ctx, s.rdb, keys.list(), args...).Err(); err != nil {
-		return fmt.Errorf("admission: started %s: %w", id, err)
+	us, err := script.Run(ctx, s.rdb, keys.list(), args...).Int64()
+	if err != nil {
+		return 0, fmt.Errorf("admission: started %s: %w", id, err)
 	}
-	return nil
+	return time.Duration(us) * time.Microsecond, nil
 }
 
 // forget drops the ticket of a task that is gone, so nothing waits on it;
 // a failure is logged (the reconciler meets the ticket again).
 func (s *Scheduler) forget(ctx context.Context, model, id string) {
-	if err := s.Started(ctx, model, id); err != nil {
+	keys, _, err := s.keys(model)
+	if err == nil {
+		err = script.Run(ctx, s.rdb, keys.list(), "started", s.now(), id).Err()
+	}
+	if err != nil {
 		s.log.WarnContext(ctx, "dropping the ticket of a gone task failed", "task", id, "err", err)
 	}
 }

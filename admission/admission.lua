@@ -143,31 +143,43 @@ elseif op == 'cancel' then
 elseif op == 'started' then
   -- ARGV: op, now, id[, dims...]: the released task reached a handler.
   -- With dims (a window limiter), the job's charge moves from the slot of
-  -- its admission to now: the provider counts a call when it arrives, so
-  -- a job that waited for a worker slot would stop counting here before
-  -- it stops counting there. Moving it later is safe: every admission
-  -- since its admission was decided with it counted.
+  -- its admission to now, where the provider will count the call: a job
+  -- that waited for a worker would otherwise stop counting here before it
+  -- stops counting there. Admission looks ahead by the measured lag from
+  -- admission to start (lag_us), so the room it counted on may not be
+  -- here yet: then nothing changes and the reply is the µs to wait
+  -- before starting again. 0: start.
   redis.call('ZREM', KEYS[10], ARGV[3])
-  local n = redis.call('HDEL', KEYS[2], ARGV[3])
-  if ARGV[4] ~= nil then
-    local r = redis.call('HGET', KEYS[12], ARGV[3])
-    local at = tonumber(redis.call('ZSCORE', KEYS[13], ARGV[3]) or '')
-    if r and at and at < now then
-      local st = B.load(KEYS[1], ARGV, 3, now)
-      local i = 0
-      for c in string.gmatch(r, '%S+') do
-        i = i + 1
-        local amount = tonumber(c)
-        if i <= st.n and st.kind[i] == 'w' and amount > 0 then
-          B.give(st, i, amount, at)
-          B.give(st, i, -amount)
-        end
-      end
-      B.save(st)
-      redis.call('ZADD', KEYS[13], now, ARGV[3])
-    end
+  redis.call('HDEL', KEYS[2], ARGV[3])
+  if ARGV[4] == nil then return 0 end
+  local r = redis.call('HGET', KEYS[12], ARGV[3])
+  local at = tonumber(redis.call('ZSCORE', KEYS[13], ARGV[3]) or '')
+  if not r or not at then return 0 end
+  if at > now then at = now end
+  local st = B.load(KEYS[1], ARGV, 3, now)
+  local costs, i = {}, 0
+  for c in string.gmatch(r, '%S+') do
+    i = i + 1
+    if i <= st.n then costs[i] = tonumber(c) end
   end
-  return n
+  for j = i + 1, st.n do costs[j] = 0 end
+  for j = 1, st.n do
+    if st.kind[j] == 'w' and costs[j] > 0 then B.give(st, j, costs[j], at) end
+  end
+  local w = B.wait(st, costs, nil)
+  if w > 0 then return w end -- not saved: the charge stays where it was
+  for j = 1, st.n do
+    if st.kind[j] == 'w' and costs[j] > 0 then B.give(st, j, -costs[j]) end
+  end
+  B.save(st)
+  redis.call('ZADD', KEYS[13], now, ARGV[3])
+  -- the lag from admission to start, smoothed (a restart's long gap is
+  -- not a lag: samples are capped at the window's tenth)
+  local sample = math.min(now - at, math.floor(st.per[1] / 10))
+  local lag = tonumber(redis.call('HGET', KEYS[11], 'lag_us') or '')
+  if lag == nil then lag = sample else lag = lag + (sample - lag) / 8 end
+  redis.call('HSET', KEYS[11], 'lag_us', math.floor(lag))
+  return 0
 
 elseif op == 'settle' then
   -- ARGV: op, now, id, policy, dims... (values: actual usage)
@@ -215,6 +227,14 @@ elseif op == 'admit' then
   local backfills = st.n > 0
   for i = 1, st.n do
     if st.kind[i] ~= 'w' then backfills = false end
+  end
+  -- a window looks ahead by the lag from admission to start (measured at
+  -- each start, at most a tenth of the window): room that frees by the
+  -- time the job starts is as good as room now; the start waits for it
+  -- if it comes early (started)
+  local ahead = 0
+  if backfills then
+    ahead = math.min(tonumber(redis.call('HGET', KEYS[11], 'lag_us') or '') or 0, math.floor(st.per[1] / 10))
   end
   local out = {}
   local wait = 0
@@ -363,6 +383,7 @@ elseif op == 'admit' then
     if cand == nil then break end
     local costs = costsof(cand)
     local w, dim = B.wait(st, costs, cand.class ~= 'chat' and keep or nil)
+    if w > 0 and w <= ahead then w = 0 end
     if w < 0 then
       -- can never fit: drop the ticket and report it, never wait forever
       unlink(cand)

@@ -133,9 +133,69 @@ func TestWindowChargeMovesToStart(t *testing.T) {
 	if late := at.Sub(startedAt.Add(time.Second + margin)); late > time.Second/120+time.Microsecond {
 		t.Fatalf("second job admitted %s after the first left the window (admitted %s)", late, at.Sub(admitted))
 	}
-	// a start without a reservation (a task started twice) changes nothing
-	if err := s.Started(ctx, model, "a"); err != nil {
+	// a task that runs again makes another call the provider counts: its
+	// start waits for room like any call
+	if w, err := s.TryStart(ctx, model, "a"); err != nil || w <= 0 {
+		t.Fatalf("a second start of a with the window full: wait %s, %v; want a wait", w, err)
+	}
+}
+
+// TestWindowLooksAhead: admission admits a job whose room frees within
+// the measured lag from admission to start; if the job starts before the
+// room is there, its start waits for it (and counts from then), so the
+// provider never sees more than the limit.
+func TestWindowLooksAhead(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	model := fmt.Sprintf("m-window-ahead-%d", time.Now().UnixNano())
+	l := ratelimit.Limits{RequestsPerPeriod: 100000, TokensPerPeriod: 1000, Period: time.Second, Limiter: ratelimit.LimiterWindow}
+	b, err := ratelimit.NewBucket(rdb, model, "sk", l)
+	if err != nil {
 		t.Fatal(err)
+	}
+	clk := &clock{t: time.Unix(1_900_000_000, 0)}
+	s, err := admission.New(redis.UniversalClient(rdb), map[string]*ratelimit.Bucket{model: b}, nil, nil,
+		admission.Config{NowFunc: clk.now}, discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	// a job starts 80 ms after its admission: the measured lag
+	reg(t, s, admission.Ticket{ID: "a", Model: model, Class: "paid", Tenant: "1", Tokens: 1000})
+	if a, _, _ := s.Admit(ctx, model, 1); len(a) != 1 {
+		t.Fatal("a not admitted")
+	}
+	clk.advance(80 * time.Millisecond)
+	if w, err := s.TryStart(ctx, model, "a"); err != nil || w != 0 {
+		t.Fatalf("a's start: wait %s, %v", w, err)
+	}
+	aStart := clk.now()
+	// the window frees a's 1000 at aStart + W + margin; 50 ms before,
+	// b is admitted (within the 80 ms lag) ...
+	free := aStart.Add(time.Second + time.Second/60)
+	reg(t, s, admission.Ticket{ID: "b", Model: model, Class: "paid", Tenant: "1", Tokens: 1000})
+	clk.t = free.Add(-50 * time.Millisecond)
+	got, wait, err := s.Admit(ctx, model, 1)
+	if err != nil || len(got) != 1 {
+		t.Fatalf("b not admitted 50 ms before its room (lag 80 ms): %v, wait %s, %v", got, wait, err)
+	}
+	// ... but 150 ms before it waits
+	reg(t, s, admission.Ticket{ID: "c", Model: model, Class: "paid", Tenant: "1", Tokens: 10})
+	if got, _, _ := s.Admit(ctx, model, 1); len(got) != 0 {
+		t.Fatalf("c admitted with the window full and b ahead: %v", got)
+	}
+	// b starting at once must wait for a to leave the window
+	w, err := s.TryStart(ctx, model, "b")
+	if err != nil || w <= 0 || w > 50*time.Millisecond+time.Second/120 {
+		t.Fatalf("b's early start: wait %s, %v; want up to 50 ms (and a slot)", w, err)
+	}
+	clk.advance(w)
+	if w, err := s.TryStart(ctx, model, "b"); err != nil || w != 0 {
+		t.Fatalf("b's start once the room is there: wait %s, %v", w, err)
+	}
+	// b counts from its start: c, which needs 10 more, waits a whole window
+	_, wait, _ = s.Admit(ctx, model, 1)
+	if min := time.Second - 80*time.Millisecond; wait < min {
+		t.Fatalf("c may go in %s; b counts until %s from now", wait, time.Second+time.Second/60)
 	}
 }
 
