@@ -186,12 +186,15 @@ elseif op == 'settle' then
   local r = redis.call('HGET', KEYS[12], ARGV[3])
   if not r then return 0 end
   local st = B.load(KEYS[1], ARGV, 4, now)
+  -- where the charge is (its admission, or its start): a window gives
+  -- back in that slot, if it still counts
+  local at = tonumber(redis.call('ZSCORE', KEYS[13], ARGV[3]) or '')
   local i = 0
   for c in string.gmatch(r, '%S+') do
     i = i + 1
     if i <= st.n then
       local delta = tonumber(c) - st.val[i]
-      if delta < 0 or ARGV[4] == 'refund' then B.give(st, i, delta) end
+      if delta < 0 or ARGV[4] == 'refund' then B.give(st, i, delta, at) end
     end
   end
   B.save(st)

@@ -251,3 +251,46 @@ func TestWindowBackfill(t *testing.T) {
 		t.Fatalf("b admitted %s after a; a left the window at %s", at, free)
 	}
 }
+
+// TestWindowRefund: under the refund policy a settled job gives back what
+// it did not use in the window slot that holds its charge, so room it
+// never used is admitted again at once (a debt policy keeps it).
+func TestWindowRefund(t *testing.T) {
+	for _, policy := range []ratelimit.Policy{ratelimit.PolicyRefund, ratelimit.PolicyDebt} {
+		t.Run(string(policy), func(t *testing.T) {
+			rdb := redistest.Shared(t).Client(t)
+			model := fmt.Sprintf("m-window-refund-%s-%d", policy, time.Now().UnixNano())
+			l := ratelimit.Limits{RequestsPerPeriod: 100000, TokensPerPeriod: 1000, Period: time.Second, Limiter: ratelimit.LimiterWindow, Policy: policy}
+			b, err := ratelimit.NewBucket(rdb, model, "sk", l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			clk := &clock{t: time.Unix(1_900_000_000, 0)}
+			s, err := admission.New(redis.UniversalClient(rdb), map[string]*ratelimit.Bucket{model: b}, nil, nil, admission.Config{NowFunc: clk.now}, discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			reg(t, s, admission.Ticket{ID: "a", Model: model, Class: "chat", Tenant: "1", Tokens: 800})
+			if a, _, _ := s.Admit(ctx, model, 1); len(a) != 1 {
+				t.Fatal("a not admitted")
+			}
+			clk.advance(100 * time.Millisecond)
+			if err := s.Started(ctx, model, "a"); err != nil {
+				t.Fatal(err)
+			}
+			clk.advance(100 * time.Millisecond)
+			if err := s.Settle(ctx, model, "a", ratelimit.Cost{Requests: 1, Tokens: 200}); err != nil {
+				t.Fatal(err)
+			}
+			reg(t, s, admission.Ticket{ID: "b", Model: model, Class: "chat", Tenant: "1", Tokens: 700})
+			got, _, err := s.Admit(ctx, model, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := policy == ratelimit.PolicyRefund; (len(got) == 1) != want {
+				t.Fatalf("%s: b (700) admitted = %v after a settled 200 of 800; want %v", policy, len(got) == 1, want)
+			}
+		})
+	}
+}
