@@ -249,7 +249,7 @@ type MetricsConfig struct {
 
 // QuotaSettings configures tenant quotas.
 type QuotaSettings struct {
-	// Period is hour, day or month. Defaults to day.
+	// Period is hour, day, week or month. Defaults to day.
 	Period string `yaml:"period"`
 	// PerKind splits each installation's quota per job kind.
 	PerKind bool `yaml:"per_kind"`
