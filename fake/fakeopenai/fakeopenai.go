@@ -273,6 +273,10 @@ type chatRequest struct {
 	MaxTokens           *int64          `json:"max_tokens"`
 	MaxCompletionTokens *int64          `json:"max_completion_tokens"`
 	ResponseFormat      *responseFormat `json:"response_format"`
+	Stream              bool            `json:"stream"`
+	StreamOptions       *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
 }
 
 type responseFormat struct {
@@ -389,6 +393,10 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	}
 	if msg := checkFormat(req); msg != "" {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "", msg)
+		return
+	}
+	if req.StreamOptions != nil && !req.Stream {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "", "The 'stream_options' parameter is only allowed when 'stream' is enabled.")
 		return
 	}
 	if req.MaxTokens != nil && req.MaxCompletionTokens != nil {
@@ -518,6 +526,10 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	st.CompletionToks += int64(len(toks))
 	s.mu.Unlock()
+	if req.Stream {
+		s.stream(w, r, m.Name, now, text, finish, toks, prompt, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
+		return
+	}
 	resp := map[string]any{
 		"id": fmt.Sprintf("chatcmpl-fake%d", now.UnixNano()), "object": "chat.completion", "created": now.Unix(), "model": m.Name,
 		"choices": []any{map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": text}, "finish_reason": finish, "logprobs": nil}},
@@ -532,6 +544,58 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("openai-processing-ms", strconv.FormatInt(latency.Milliseconds(), 10))
 	w.Write(out)
+}
+
+// stream answers as OpenAI streams: server-sent events of
+// chat.completion.chunk, the role first, the content in pieces, the
+// finish reason, then (with stream_options.include_usage) a last chunk
+// with no choices and the usage, and "data: [DONE]". With include_usage
+// every earlier chunk carries "usage": null.
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, model string, now time.Time, text, finish string, toks []uint, prompt int64, withUsage bool) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	flusher, _ := w.(http.Flusher)
+	id := fmt.Sprintf("chatcmpl-fake%d", now.UnixNano())
+	send := func(choices []any, usage any) bool {
+		chunk := map[string]any{"id": id, "object": "chat.completion.chunk", "created": now.Unix(), "model": model, "choices": choices}
+		if withUsage {
+			chunk["usage"] = usage
+		}
+		b, _ := json.Marshal(chunk)
+		if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
+			return false
+		}
+		if flusher != nil {
+			flusher.Flush()
+		}
+		return r.Context().Err() == nil
+	}
+	delta := func(d map[string]any, fin any) []any {
+		return []any{map[string]any{"index": 0, "delta": d, "finish_reason": fin, "logprobs": nil}}
+	}
+	if !send(delta(map[string]any{"role": "assistant", "content": ""}, nil), nil) {
+		return
+	}
+	for i := 0; i < len(toks); i += 8 { // a few tokens per chunk
+		piece, _ := s.codec.Decode(toks[i:min(i+8, len(toks))])
+		if !send(delta(map[string]any{"content": piece}, nil), nil) {
+			return
+		}
+	}
+	if text == "" && len(toks) == 0 {
+		finish = "stop"
+	}
+	if !send(delta(map[string]any{}, finish), nil) {
+		return
+	}
+	if withUsage && !send([]any{}, map[string]any{"prompt_tokens": prompt, "completion_tokens": len(toks), "total_tokens": prompt + int64(len(toks))}) {
+		return
+	}
+	fmt.Fprint(w, "data: [DONE]\n\n")
+	if flusher != nil {
+		flusher.Flush()
+	}
 }
 
 func (s *Server) countFault(model string) {

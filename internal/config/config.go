@@ -59,6 +59,7 @@ type Config struct {
 	Dashboard   DashboardCfg      `yaml:"dashboard"`
 	Retry       RetryConfig       `yaml:"retry"`
 	Metrics     MetricsConfig     `yaml:"metrics"`
+	Gateway     GatewayConfig     `yaml:"gateway"`
 	path        string            // the file read, if any
 	sources     map[string]string // setting name -> where it was set, for errors
 }
@@ -245,6 +246,17 @@ type MetricsConfig struct {
 	// CacheFor is how long the series read from Redis are reused between
 	// scrapes. Defaults to 5s.
 	CacheFor Duration `yaml:"cache_for"`
+}
+
+// GatewayConfig configures the LLM gateway (/v1/chat/completions on
+// serve, and prq gateway).
+type GatewayConfig struct {
+	// MaxWait is the longest a request waits for admission; the
+	// X-Prq-Max-Wait header may lower it. Defaults to 60s.
+	MaxWait Duration `yaml:"max_wait"`
+	// MinOutput is the least output worth a call: below input plus this
+	// much quota left, a request is refused (403). Defaults to 16.
+	MinOutput int64 `yaml:"min_output"`
 }
 
 // QuotaSettings configures tenant quotas.
