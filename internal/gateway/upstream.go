@@ -141,6 +141,7 @@ func (g *Gateway) forwardStream(w http.ResponseWriter, r *http.Request, q *reque
 	w.WriteHeader(http.StatusOK)
 	flusher, _ := w.(http.Flusher)
 	var got *usage
+	settled := false
 	rd := bufio.NewReaderSize(resp.Body, 64<<10)
 	var event bytes.Buffer
 	write := func() bool {
@@ -172,7 +173,13 @@ func (g *Gateway) forwardStream(w http.ResponseWriter, r *http.Request, q *reque
 						Choices []json.RawMessage `json:"choices"`
 						Usage   *usage            `json:"usage"`
 					}
-					if !bytes.Equal(data, []byte("[DONE]")) && json.Unmarshal(data, &chunk) == nil && chunk.Usage != nil {
+					switch {
+					case bytes.Equal(data, []byte("[DONE]")):
+						if !settled { // settled before the client sees the end
+							g.settle(bg, q, got, true)
+							settled = true
+						}
+					case json.Unmarshal(data, &chunk) == nil && chunk.Usage != nil:
 						got = chunk.Usage
 						keep = clientUsage || len(chunk.Choices) > 0
 					}
@@ -191,9 +198,11 @@ func (g *Gateway) forwardStream(w http.ResponseWriter, r *http.Request, q *reque
 			break
 		}
 	}
-	// no usage chunk (the client left, the stream broke): the provider
-	// may have generated up to the cap, so the reservation stands
-	g.settle(bg, q, got, true)
+	if !settled {
+		// without a usage chunk (the client left, the stream broke) the
+		// provider may have generated up to the cap: the reservation stands
+		g.settle(bg, q, got, true)
+	}
 }
 
 // settle books a finished call: with the provider's usage when known;
