@@ -78,6 +78,10 @@ type Config struct {
 	// reset headers say when the window empties, a 429's retry when enough
 	// of it has left). Defaults to bucket.
 	Limiter string
+	// Verbose answers prompts other than reviews at full length, up to
+	// the request's max output tokens, as talkative models do (an agent's
+	// quota meets the whole of its max_tokens).
+	Verbose bool
 }
 
 // ReplyStyle is how a fake model answers a review prompt, modelled on
@@ -513,6 +517,9 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	text, finish := s.answer(req)
+	if s.cfg.Verbose && finish == "stop" {
+		text = s.lengthen(text, maxOut)
+	}
 	if roll >= 0 && roll < f.Empty {
 		s.countFault(m.Name)
 		text = ""
@@ -803,6 +810,19 @@ func (s *Server) review(user, path, format, schema string) (text, finish string)
 		return "Here is my review of " + path + ". Note the empty block `if err != nil {}` in the old code.\n\n```json\n" + js + "\n```\n\nLet me know if you need more detail.", "stop"
 	}
 	return js, "stop"
+}
+
+// lengthen repeats a prose answer until it holds at least n tokens
+// (the caller cuts it to n); a review's JSON is left alone.
+func (s *Server) lengthen(text string, n int64) string {
+	if strings.HasPrefix(text, "{") || text == "" {
+		return text
+	}
+	k, _ := s.codec.Count(text + " ")
+	if k <= 0 {
+		return text
+	}
+	return strings.Repeat(text+" ", int(n)/k+1)
 }
 
 // SetReplies changes the reply style of later requests.
