@@ -265,13 +265,13 @@ func (ks *Keys) update(ctx context.Context, id string, change func(k *Key, p red
 	return out.Public(), nil
 }
 
-// Revoke disables a key at once; its record stays for the list.
+// Revoke disables a key at once; its record stays for the list, and its
+// secret is answered "revoked".
 func (ks *Keys) Revoke(ctx context.Context, id string) (Key, error) {
 	return ks.update(ctx, id, func(k *Key, p redis.Pipeliner) error {
 		if k.Revoked.IsZero() {
 			k.Revoked = ks.now().UTC().Truncate(time.Second)
 		}
-		p.Del(ctx, hashKey(k.Hash))
 		return nil
 	})
 }
