@@ -131,7 +131,7 @@ func New(cfg Config, keys *Keys, adm Admission, waiter Waiter, rdb redis.Univers
 	}
 	cfg.UpstreamURL = strings.TrimRight(cfg.UpstreamURL, "/")
 	if u, err := url.Parse(cfg.UpstreamURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("gateway: upstream URL %q: want http(s)://host/...", cfg.UpstreamURL)
+		return nil, fmt.Errorf("gateway: upstream URL %q: want an http(s) URL with a host", cfg.UpstreamURL)
 	}
 	g := &Gateway{cfg: cfg, keys: keys, adm: adm, waiter: waiter, rdb: rdb, metrics: metrics, log: cfg.Log,
 		tokenizers: map[string]*ratelimit.Tokenizer{}, quotas: map[ratelimit.Period]*ratelimit.Quota{}, tpm: map[string]*ratelimit.Bucket{}}
@@ -328,6 +328,12 @@ type request struct {
 	tpm     *ratelimit.Bucket
 	started time.Time
 	waited  time.Duration
+	// ticket is the admission ticket of the current attempt (a call the
+	// provider answered 429 goes back through admission under a new one);
+	// deadline ends the admission waits of every attempt.
+	ticket   string
+	deadline time.Time
+	maxWait  time.Duration
 }
 
 func (g *Gateway) completions(w http.ResponseWriter, r *http.Request) {
@@ -411,6 +417,8 @@ func (g *Gateway) serveCompletion(w http.ResponseWriter, r *http.Request, q *req
 		return
 	}
 	q.id = newID()
+	q.ticket, q.maxWait = q.id, wait
+	q.deadline = time.Now().Add(wait)
 	q.cap = want
 	// the quota: output capped to what is left, or a refusal with nothing sent
 	if k.QuotaTokens > 0 {
@@ -443,7 +451,7 @@ func (g *Gateway) serveCompletion(w http.ResponseWriter, r *http.Request, q *req
 	if k.TPM > 0 && !g.takeTPM(w, r, q) {
 		return
 	}
-	if !g.admit(w, r, q, wait) {
+	if !g.admit(w, r, q) {
 		if k.TPM > 0 {
 			g.settleTPM(context.WithoutCancel(ctx), q, 0)
 		}
@@ -508,24 +516,24 @@ func (g *Gateway) settleTPM(ctx context.Context, q *request, tokens int64) {
 
 // admit waits in the global order; on failure it has answered (or the
 // client has left) and given back what admission charged.
-func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, q *request, wait time.Duration) bool {
+func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, q *request) bool {
 	ctx := r.Context()
-	t := admission.Ticket{ID: q.id, Queue: admission.NotifyQueue, Model: q.model, Class: classOf(q.key.Tier), Tenant: tenantOf(q.key), Tokens: q.est}
-	wctx, cancel := context.WithTimeout(ctx, wait)
+	t := admission.Ticket{ID: q.ticket, Queue: admission.NotifyQueue, Model: q.model, Class: classOf(q.key.Tier), Tenant: tenantOf(q.key), Tokens: q.est}
+	wctx, cancel := context.WithDeadline(ctx, q.deadline)
 	defer cancel()
 	start := time.Now()
 	err := g.waiter.Await(wctx, t)
-	q.waited = time.Since(start)
-	g.metrics.waited(q.key.ID, q.waited)
+	q.waited += time.Since(start)
+	g.metrics.waited(q.key.ID, time.Since(start))
 	if err == nil {
-		if err := g.adm.Started(ctx, q.model, q.id); err != nil {
+		if err := g.adm.Started(ctx, q.model, q.ticket); err != nil {
 			g.log.WarnContext(ctx, "gateway: recording the start failed; the reconciler drops the ticket", "key", q.key.ID, "err", err)
 		}
 		return true
 	}
 	bg := context.WithoutCancel(ctx)
 	if !errors.Is(err, admission.ErrRejected) {
-		if _, werr := g.adm.Withdraw(bg, q.model, q.id); werr != nil {
+		if _, werr := g.adm.Withdraw(bg, q.model, q.ticket); werr != nil {
 			g.log.ErrorContext(ctx, "gateway: withdrawing a request from admission failed; its charge stays until the reservation expires", "key", q.key.ID, "err", werr)
 		}
 	}
@@ -544,7 +552,7 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, q *request, wait
 		g.keyHeaders(bg, w.Header(), q)
 		apiError(w, http.StatusTooManyRequests, "requests", "rate_limit_exceeded", fmt.Sprintf(
 			"Request not admitted within %s: the %s bucket is busy with earlier and higher-priority work. Please try again in %s.",
-			wait, q.model, retry.Round(time.Second)))
+			q.maxWait, q.model, retry.Round(time.Second)))
 	default:
 		g.log.ErrorContext(ctx, "gateway: admission failed", "key", q.key.ID, "model", q.model, "err", err)
 		apiError(w, http.StatusServiceUnavailable, "server_error", "", "The gateway could not reach its admission queue; try again.")

@@ -231,3 +231,37 @@ func TestRequestErrors(t *testing.T) {
 }
 
 func jsonDecode(res *http.Response, v any) error { return json.NewDecoder(res.Body).Decode(v) }
+
+// TestProvider429GoesBackThroughAdmission: a call the provider refuses
+// with 429 (its clock runs a little after admission's, or another user
+// of the account) waits in the order again, a bounded number of times;
+// the client then gets the 429 with Retry-After, and the quota back.
+func TestProvider429GoesBackThroughAdmission(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, 0)
+	r.fake.SetFaults(fakeopenai.Faults{TooMany: 1})
+	secret, k := r.key(t, gateway.Spec{Name: "unlucky", Tier: "paid", QuotaTokens: 10000})
+	res, err := r.post(context.Background(), secret, `{"model":"`+r.model+`","max_tokens":50,"messages":[{"role":"user","content":"hello"}]}`, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusTooManyRequests || res.Header.Get("Retry-After") == "" {
+		t.Fatalf("%d Retry-After %q, want the provider's 429 with Retry-After", res.StatusCode, res.Header.Get("Retry-After"))
+	}
+	if n := r.fake.Stats()[r.model].Requests; n != 4 {
+		t.Fatalf("%d upstream calls, want 4: the call and three more through admission", n)
+	}
+	if got := r.used(t, k); got != 0 {
+		t.Fatalf("quota used %d for a request the provider never ran", got)
+	}
+	r.fake.SetFaults(fakeopenai.Faults{})
+	res, err = r.post(context.Background(), secret, `{"model":"`+r.model+`","max_tokens":50,"messages":[{"role":"user","content":"hello"}]}`, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("after the faults: %d", res.StatusCode)
+	}
+}

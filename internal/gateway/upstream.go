@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -20,16 +21,16 @@ type usage struct {
 	CompletionTokens int64 `json:"completion_tokens"`
 }
 
-// hopHeaders are not forwarded from the provider: hop-by-hop, lengths the
-// gateway changes, and the provider's own rate limits (of the shared
-// account; the reply describes the key's instead).
+// forwardable reports whether a provider header is forwarded: not
+// hop-by-hop ones, lengths the gateway changes, nor the provider's own
+// rate limits (of the shared account; the reply describes the key's).
 func forwardable(name string) bool {
 	n := strings.ToLower(name)
 	switch n {
 	case "connection", "keep-alive", "transfer-encoding", "content-length", "upgrade", "proxy-connection", "te", "trailer", "set-cookie":
 		return false
 	}
-	return !strings.HasPrefix(n, "x-ratelimit-") && n != "retry-after" && n != "retry-after-ms"
+	return !strings.HasPrefix(n, "x-ratelimit-")
 }
 
 // forward makes the admitted call and answers with its reply, settling
@@ -63,18 +64,31 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, q *request, ra
 		cctx, cancel = context.WithTimeout(ctx, g.cfg.Timeout)
 		defer cancel()
 	}
-	up, err := http.NewRequestWithContext(cctx, http.MethodPost, g.cfg.UpstreamURL+"/chat/completions", bytes.NewReader(body))
-	if err != nil {
-		g.settle(bg, q, nil, false)
-		apiError(w, http.StatusInternalServerError, "server_error", "", "The gateway could not build the upstream request.")
-		return
+	resp, err := g.call(ctx, cctx, q, body)
+	for attempt := 1; err == nil && attempt <= maxRequeues && resp.StatusCode == http.StatusTooManyRequests && time.Now().Before(q.deadline); attempt++ {
+		// the provider's limit was reached before ours (its clock runs on
+		// a little after admission): the bucket is penalized until its
+		// retry time; wait in the order again, within the deadline
+		reason, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+		resp.Body.Close()
+		if bytes.Contains(reason, []byte("insufficient_quota")) {
+			resp, err = replay(resp, reason), nil
+			break
+		}
+		if serr := g.adm.Settle(bg, q.model, q.ticket, ratelimit.Cost{Requests: 1, Tokens: q.est}); serr != nil && !errors.Is(serr, ratelimit.ErrNotReserved) {
+			g.log.WarnContext(ctx, "gateway: settling a refused call failed", "key", q.key.ID, "err", serr)
+		}
+		g.log.InfoContext(ctx, "gateway: provider 429; back through admission", "key", q.key.ID, "model", q.model, "attempt", attempt)
+		q.ticket = fmt.Sprintf("%s-r%d", q.id, attempt)
+		if !g.admit(w, r, q) { // answered; nothing more was sent
+			g.settleQuota(bg, q, 0)
+			if q.tpm != nil {
+				g.settleTPM(bg, q, 0)
+			}
+			return
+		}
+		resp, err = g.call(ctx, cctx, q, body)
 	}
-	up.Header.Set("Content-Type", "application/json")
-	if g.cfg.UpstreamKey != "" {
-		up.Header.Set("Authorization", "Bearer "+g.cfg.UpstreamKey)
-	}
-	callStart := time.Now()
-	resp, err := g.cfg.Client.Do(up)
 	if err != nil {
 		// the provider may have counted it: keep the whole reservation
 		g.settle(bg, q, nil, true)
@@ -85,11 +99,6 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, q *request, ra
 		return
 	}
 	defer resp.Body.Close()
-	if b, ok := g.adm.Bucket(q.model); ok {
-		if _, err := b.Sync(bg, resp.StatusCode, resp.Header, time.Since(callStart)); err != nil {
-			g.log.WarnContext(ctx, "gateway: could not sync the bucket with the provider's headers", "model", q.model, "err", err)
-		}
-	}
 	for name, vs := range resp.Header {
 		if forwardable(name) {
 			w.Header()[name] = vs
@@ -100,6 +109,40 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, q *request, ra
 		return
 	}
 	g.forwardStream(w, r, q, resp, clientUsage)
+}
+
+// maxRequeues bounds how often a call the provider refused with 429 goes
+// back through admission.
+const maxRequeues = 3
+
+// call makes one upstream call and syncs the model's bucket with the
+// provider's rate-limit headers (a 429 penalizes it until the retry time).
+func (g *Gateway) call(ctx, cctx context.Context, q *request, body []byte) (*http.Response, error) {
+	up, err := http.NewRequestWithContext(cctx, http.MethodPost, g.cfg.UpstreamURL+"/chat/completions", bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	up.Header.Set("Content-Type", "application/json")
+	if g.cfg.UpstreamKey != "" {
+		up.Header.Set("Authorization", "Bearer "+g.cfg.UpstreamKey)
+	}
+	callStart := time.Now()
+	resp, err := g.cfg.Client.Do(up)
+	if err != nil {
+		return nil, err
+	}
+	if b, ok := g.adm.Bucket(q.model); ok {
+		if _, err := b.Sync(context.WithoutCancel(ctx), resp.StatusCode, resp.Header, time.Since(callStart)); err != nil {
+			g.log.WarnContext(ctx, "gateway: could not sync the bucket with the provider's headers", "model", q.model, "err", err)
+		}
+	}
+	return resp, nil
+}
+
+// replay gives back a response whose body was read.
+func replay(resp *http.Response, body []byte) *http.Response {
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	return resp
 }
 
 // forwardWhole answers with a non-streaming reply (or an error).

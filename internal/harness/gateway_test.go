@@ -48,7 +48,7 @@ func (s *stack) quotaUsed(k gateway.Key) int64 {
 }
 
 func chatReq(model string, max int, text string) openai.ChatCompletionRequest {
-	return openai.ChatCompletionRequest{Model: model, MaxTokens: max, Messages: []openai.ChatCompletionMessage{
+	return openai.ChatCompletionRequest{Model: model, MaxCompletionTokens: max, Messages: []openai.ChatCompletionMessage{
 		{Role: openai.ChatMessageRoleSystem, Content: "You are a helpful assistant."},
 		{Role: openai.ChatMessageRoleUser, Content: text},
 	}}
@@ -267,6 +267,7 @@ func TestGatewayAndPRJobsShareBucket(t *testing.T) {
 	ctx := context.Background()
 	model := s.app.Config().Jobs.SummaryModel
 	paid, _, _ := s.gatewayKey(gateway.Spec{Name: "agent-paid", Tier: "paid"})
+	trial, _, _ := s.gatewayKey(gateway.Spec{Name: "agent-trial", Tier: "trial"})
 	chat, _, _ := s.gatewayKey(gateway.Spec{Name: "agent-chat", Tier: "chat"})
 	var prs []jobs.PR
 	tiers := []jobs.Tier{jobs.TierPaid, jobs.TierTrial, jobs.TierFree}
@@ -274,17 +275,25 @@ func TestGatewayAndPRJobsShareBucket(t *testing.T) {
 		prs = append(prs, s.openPR(int64(i%3+1), tiers[i%3], p))
 	}
 	var wg sync.WaitGroup
-	errs := make(chan error, 80)
-	for i := 0; i < 40; i++ {
-		for _, c := range []*openai.Client{paid, chat} {
-			wg.Add(1)
-			go func(c *openai.Client, i int) {
-				defer wg.Done()
-				if _, err := c.CreateChatCompletion(ctx, chatReq(model, 300, fmt.Sprintf("Agent request %d.", i))); err != nil {
-					errs <- err
-				}
-			}(c, i)
+	errs := make(chan error, 100)
+	send := func(c *openai.Client, i int) {
+		defer wg.Done()
+		if _, err := c.CreateChatCompletion(ctx, chatReq(model, 300, fmt.Sprintf("Agent request %d.", i))); err != nil {
+			errs <- err
 		}
+	}
+	// batch agents fire at once; the chat agent asks now and then, as
+	// people do (chat may use the share of the bucket batch keeps free)
+	for i := 0; i < 40; i++ {
+		for _, c := range []*openai.Client{paid, trial} {
+			wg.Add(1)
+			go send(c, i)
+		}
+	}
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		send(chat, i)
+		time.Sleep(100 * time.Millisecond)
 	}
 	wg.Wait()
 	close(errs)
