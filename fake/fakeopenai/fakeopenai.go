@@ -590,9 +590,6 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, model string, no
 			return
 		}
 	}
-	if text == "" && len(toks) == 0 {
-		finish = "stop"
-	}
 	if !send(delta(map[string]any{}, finish), nil) {
 		return
 	}
