@@ -224,14 +224,16 @@ func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
 // chatRequest is what the gateway reads of a request; the body is
 // forwarded as sent but for the output cap and stream options.
 type chatRequest struct {
-	Model               string          `json:"model"`
-	Messages            []message       `json:"messages"`
-	Stream              bool            `json:"stream"`
-	MaxTokens           *int64          `json:"max_tokens"`
-	MaxCompletionTokens *int64          `json:"max_completion_tokens"`
-	StreamOptions       json.RawMessage `json:"stream_options"`
-	Tools               json.RawMessage `json:"tools"`
-	Functions           json.RawMessage `json:"functions"`
+	Model               string    `json:"model"`
+	Messages            []message `json:"messages"`
+	Stream              bool      `json:"stream"`
+	MaxTokens           *int64    `json:"max_tokens"`
+	MaxCompletionTokens *int64    `json:"max_completion_tokens"`
+	// N choices each take up to the output cap.
+	N             *int64          `json:"n"`
+	StreamOptions json.RawMessage `json:"stream_options"`
+	Tools         json.RawMessage `json:"tools"`
+	Functions     json.RawMessage `json:"functions"`
 }
 
 type message struct {
@@ -403,6 +405,14 @@ func (g *Gateway) serveCompletion(w http.ResponseWriter, r *http.Request, q *req
 			want = *v
 		}
 	}
+	n := int64(1)
+	if req.N != nil {
+		if *req.N < 1 || *req.N > 128 {
+			apiError(w, http.StatusBadRequest, "invalid_request_error", "", "n must be between 1 and 128.")
+			return
+		}
+		n = *req.N
+	}
 	wait, err := g.maxWait(r)
 	if err != nil {
 		apiError(w, http.StatusBadRequest, "invalid_request_error", "", err.Error())
@@ -422,8 +432,14 @@ func (g *Gateway) serveCompletion(w http.ResponseWriter, r *http.Request, q *req
 	q.cap = want
 	// the quota: output capped to what is left, or a refusal with nothing sent
 	if k.QuotaTokens > 0 {
-		gr, err := g.quotas[k.QuotaPeriod].Reserve(ctx, tenantOf(k), "", q.id, k.QuotaTokens, q.input, want)
+		gr, err := g.quotas[k.QuotaPeriod].Reserve(ctx, tenantOf(k), "", q.id, k.QuotaTokens, q.input, want*n)
 		var qe *ratelimit.QuotaError
+		if err == nil && gr.Cap/n < 1 { // room for the minimum, not for one token per choice
+			if serr := g.quotas[k.QuotaPeriod].Settle(ctx, gr, 0); serr != nil {
+				g.log.WarnContext(ctx, "gateway: giving back a quota reservation failed", "key", k.ID, "err", serr)
+			}
+			err = &ratelimit.QuotaError{Remaining: gr.Remaining + gr.Input + gr.Cap, Needed: q.input + n, Reset: gr.Reset}
+		}
 		if errors.As(err, &qe) {
 			g.metrics.refused(k.ID, "quota")
 			g.quotaHeaders(w.Header(), k, qe.Remaining, qe.Reset)
@@ -437,9 +453,9 @@ func (g *Gateway) serveCompletion(w http.ResponseWriter, r *http.Request, q *req
 			apiError(w, http.StatusServiceUnavailable, "server_error", "", "The gateway could not reserve the key's quota; try again.")
 			return
 		}
-		q.grant, q.cap = &gr, gr.Cap
+		q.grant, q.cap = &gr, gr.Cap/n
 	}
-	q.est = ratelimit.EstimateOpenAI(texts, q.cap)
+	q.est = ratelimit.EstimateOpenAI(texts, q.cap*n)
 	// from here a failure gives the quota reservation back unless a call
 	// was made (settled on its own path)
 	called := false

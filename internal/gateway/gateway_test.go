@@ -265,3 +265,52 @@ func TestProvider429GoesBackThroughAdmission(t *testing.T) {
 		t.Fatalf("after the faults: %d", res.StatusCode)
 	}
 }
+
+// TestKeyTPMAndChoices: a key's tokens per minute refuse with 429 and
+// Retry-After before anything is sent; n choices share the output cap.
+func TestKeyTPMAndChoices(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, 0)
+	ctx := context.Background()
+	slow, _ := r.key(t, gateway.Spec{Name: "slow", Tier: "free", TPM: 200})
+	body := func(max int) string {
+		return fmt.Sprintf(`{"model":"%s","max_tokens":%d,"messages":[{"role":"user","content":"hello"}]}`, r.model, max)
+	}
+	status := func(secret, b string) (int, http.Header) {
+		res, err := r.post(ctx, secret, b, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res.StatusCode, res.Header
+	}
+	if code, _ := status(slow, body(500)); code != http.StatusTooManyRequests {
+		t.Fatalf("a request over the key's whole TPM: %d, want 429", code)
+	}
+	if code, _ := status(slow, body(150)); code != http.StatusOK {
+		t.Fatalf("the first request within the TPM: %d", code)
+	}
+	// the first spent its input and some 30 tokens of output, not the
+	// 150 reserved: what is left of the minute does not cover 190 more
+	code, h := status(slow, body(190))
+	if code != http.StatusTooManyRequests || h.Get("Retry-After") == "" {
+		t.Fatalf("a second request over what the minute has left: %d Retry-After %q, want 429 with it", code, h.Get("Retry-After"))
+	}
+	if n := r.fake.Stats()[r.model].Requests; n != 1 {
+		t.Fatalf("%d upstream calls, want 1: TPM refusals send nothing", n)
+	}
+
+	// three choices of a key with 100 tokens left share them: 27 each after the input
+	few, k := r.key(t, gateway.Spec{Name: "few", Tier: "paid", QuotaTokens: 100})
+	res, err := r.post(ctx, few, fmt.Sprintf(`{"model":"%s","n":3,"max_tokens":500,"messages":[{"role":"user","content":"hello"}]}`, r.model), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("n=3: %d", res.StatusCode)
+	}
+	if got := r.used(t, k); got > 100 {
+		t.Fatalf("n=3 spent %d of a 100-token quota", got)
+	}
+}
