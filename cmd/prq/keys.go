@@ -14,7 +14,7 @@ import (
 )
 
 func runGateway(ctx context.Context, env *cmdEnv, args []string) error {
-	cfg, help, err := setup(env, "gateway", "Serves only the OpenAI-compatible LLM gateway (/v1/chat/completions, /v1/models), stateless like serve: run as many as needed. Its requests are admitted by the workers' admission loops, in the same order as PR jobs.", config.ModeServe, args, nil)
+	cfg, help, err := setup(env, "gateway", "Serves only the OpenAI-compatible LLM gateway (/v1/chat/completions, /v1/models), stateless like serve: run as many as needed. Its requests are admitted by the workers' admission loops, in the same order as PR jobs.", config.ModeCheck, args, nil)
 	if help || err != nil {
 		return err
 	}

@@ -468,9 +468,6 @@ func (g *Gateway) serveCompletion(w http.ResponseWriter, r *http.Request, q *req
 		return
 	}
 	if !g.admit(w, r, q) {
-		if k.TPM > 0 {
-			g.settleTPM(context.WithoutCancel(ctx), q, 0)
-		}
 		return
 	}
 	called = true
@@ -552,6 +549,12 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, q *request) bool
 		if _, werr := g.adm.Withdraw(bg, q.model, q.ticket); werr != nil {
 			g.log.ErrorContext(ctx, "gateway: withdrawing a request from admission failed; its charge stays until the reservation expires", "key", q.key.ID, "err", werr)
 		}
+	}
+	// nothing was sent: the key's quota and tpm get their reservations
+	// back before the reply describes them
+	g.settleQuota(bg, q, 0)
+	if q.tpm != nil {
+		g.settleTPM(bg, q, 0)
 	}
 	switch {
 	case errors.Is(err, admission.ErrRejected):

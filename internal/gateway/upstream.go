@@ -80,11 +80,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, q *request, ra
 		}
 		g.log.InfoContext(ctx, "gateway: provider 429; back through admission", "key", q.key.ID, "model", q.model, "attempt", attempt)
 		q.ticket = fmt.Sprintf("%s-r%d", q.id, attempt)
-		if !g.admit(w, r, q) { // answered; nothing more was sent
-			g.settleQuota(bg, q, 0)
-			if q.tpm != nil {
-				g.settleTPM(bg, q, 0)
-			}
+		if !g.admit(w, r, q) { // answered, reservations given back
 			return
 		}
 		resp, err = g.call(ctx, cctx, q, body)
