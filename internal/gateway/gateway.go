@@ -339,6 +339,9 @@ type request struct {
 }
 
 func (g *Gateway) completions(w http.ResponseWriter, r *http.Request) {
+	// the server's write timeout bounds ordinary requests; this one may
+	// wait for admission and then stream for longer
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
 	sw := &statusWriter{ResponseWriter: w}
 	q := &request{started: time.Now()}
 	defer func() { g.metrics.request(q.key.ID, sw.status) }()
@@ -658,6 +661,9 @@ func (s *statusWriter) Write(b []byte) (int, error) {
 	}
 	return s.ResponseWriter.Write(b)
 }
+
+// Unwrap lets http.ResponseController reach the connection.
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 func (s *statusWriter) Flush() {
 	if f, ok := s.ResponseWriter.(http.Flusher); ok {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -62,7 +63,9 @@ func newRig(t *testing.T, latency time.Duration) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(g.Handler())
+	srv := httptest.NewUnstartedServer(g.Handler())
+	srv.Config.WriteTimeout = 300 * time.Millisecond // as serve's, shortened: a gateway request outlives it
+	srv.Start()
 	t.Cleanup(func() { srv.Close(); waiter.Close(); cancel(); <-done })
 	return &rig{url: srv.URL, model: model, rdb: rdb, keys: keys, sched: sched, fake: fake}
 }
@@ -312,5 +315,24 @@ func TestKeyTPMAndChoices(t *testing.T) {
 	}
 	if got := r.used(t, k); got > 100 {
 		t.Fatalf("n=3 spent %d of a 100-token quota", got)
+	}
+}
+
+// TestSlowCallOutlivesWriteTimeout: the server's write timeout bounds
+// ordinary requests, not a gateway call that waits and streams longer.
+func TestSlowCallOutlivesWriteTimeout(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, time.Second)
+	secret, _ := r.key(t, gateway.Spec{Name: "patient", Tier: "paid"})
+	for _, stream := range []bool{false, true} {
+		res, err := r.post(context.Background(), secret, fmt.Sprintf(`{"model":"%s","stream":%v,"max_tokens":20,"messages":[{"role":"user","content":"hello"}]}`, r.model, stream), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		if err != nil || res.StatusCode != http.StatusOK || !strings.Contains(string(body), "content") {
+			t.Fatalf("stream %v: %d %v %q", stream, res.StatusCode, err, body)
+		}
 	}
 }
