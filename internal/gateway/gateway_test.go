@@ -258,6 +258,12 @@ func TestProvider429GoesBackThroughAdmission(t *testing.T) {
 	if got := r.used(t, k); got != 0 {
 		t.Fatalf("quota used %d for a request the provider never ran", got)
 	}
+	// every attempt's admission charge was settled (admission keeps
+	// unsettled reservations in its "res" hash)
+	b, _ := r.sched.Bucket(r.model)
+	if n, err := r.rdb.HLen(context.Background(), b.Tag()+":adm:res").Result(); err != nil || n != 0 {
+		t.Fatalf("%d admission reservations left unsettled (%v)", n, err)
+	}
 	r.fake.SetFaults(fakeopenai.Faults{})
 	res, err = r.post(context.Background(), secret, `{"model":"`+r.model+`","max_tokens":50,"messages":[{"role":"user","content":"hello"}]}`, nil)
 	if err != nil {

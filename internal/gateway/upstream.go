@@ -257,7 +257,7 @@ func (g *Gateway) settle(ctx context.Context, q *request, u *usage, ran bool) {
 		quota = tokens
 		g.metrics.used(q.key.ID, u.PromptTokens, u.CompletionTokens)
 	}
-	if err := g.adm.Settle(ctx, q.model, q.id, ratelimit.Cost{Requests: 1, Tokens: tokens}); err != nil && !errors.Is(err, ratelimit.ErrNotReserved) {
+	if err := g.adm.Settle(ctx, q.model, q.ticket, ratelimit.Cost{Requests: 1, Tokens: tokens}); err != nil && !errors.Is(err, ratelimit.ErrNotReserved) {
 		g.log.WarnContext(ctx, "gateway: settling the bucket failed; it keeps the estimate", "key", q.key.ID, "err", err)
 	}
 	g.settleQuota(ctx, q, quota)
