@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"strings"
 
@@ -14,11 +15,15 @@ import (
 )
 
 func runGateway(ctx context.Context, env *cmdEnv, args []string) error {
-	cfg, help, err := setup(env, "gateway", "Serves only the OpenAI-compatible LLM gateway (/v1/chat/completions, /v1/models), stateless like serve: run as many as needed. Its requests are admitted by the workers' admission loops, in the same order as PR jobs.", config.ModeCheck, args, nil)
+	var admit bool
+	cfg, help, err := setup(env, "gateway", "Serves only the OpenAI-compatible LLM gateway (/v1/chat/completions, /v1/models), stateless like serve: run as many as needed. Its requests are admitted by the workers' admission loops, in the same order as PR jobs.", config.ModeCheck, args,
+		func(fs *flag.FlagSet) {
+			fs.BoolVar(&admit, "admit", false, "also run an admission loop here, for a gateway without prq workers (with workers, leave it off)")
+		})
 	if help || err != nil {
 		return err
 	}
-	return server.RunGateway(ctx, cfg, env.stdout, env.stderr)
+	return server.RunGateway(ctx, cfg, admit, env.stdout, env.stderr)
 }
 
 const keysUsage = "prq keys create NAME [--tier chat|paid|trial|free] [--quota-tokens N] [--quota-period hour|day|week|month] [--tpm N] [--models a,b] | list | revoke ID | rotate ID"

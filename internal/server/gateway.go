@@ -7,9 +7,11 @@ import (
 	"net"
 	"net/http"
 
+	"github.com/prq-dev/prq/admission"
 	"github.com/prq-dev/prq/internal/config"
 	"github.com/prq-dev/prq/internal/gateway"
 	"github.com/prq-dev/prq/internal/logging"
+	"github.com/prq-dev/prq/jobs"
 )
 
 // gateway builds the LLM gateway's handler (/v1/chat/completions and
@@ -47,8 +49,10 @@ func (s *Server) gateway(ctx context.Context) (http.Handler, error) {
 
 // RunGateway runs prq gateway until ctx ends: only the OpenAI-compatible
 // endpoint (with health checks and metrics), stateless like serve; the
-// admission loops run in the workers.
-func RunGateway(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) error {
+// admission loops run in the workers. With admit it runs one itself, for
+// a gateway without workers (it would also release PR jobs, past any
+// worker's capacity).
+func RunGateway(ctx context.Context, cfg *config.Config, admit bool, stdout, stderr io.Writer) error {
 	log := logging.New(stderr, cfg.Log)
 	conn, err := config.ParseRedisURL(cfg.RedisURL)
 	if err != nil {
@@ -70,6 +74,14 @@ func RunGateway(ctx context.Context, cfg *config.Config, stdout, stderr io.Write
 		return &config.SettingError{Name: "PRQ_ADDR", Problem: err.Error()}
 	}
 	s.addr.Store(hostPort(ln.Addr()))
+	if admit {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			s.sched.Run(hctx, admission.RunConfig{Capacity: func() int { return 64 }, Queues: jobs.Queues})
+		}()
+		defer func() { cancel(); <-done }()
+	}
 	wait := serveHTTP(ctx, ln, h, log)
 	fmt.Fprintf(stdout, "prq: gateway http://%s/v1  metrics http://%s/metrics\n", hostPort(ln.Addr()), hostPort(ln.Addr()))
 	log.InfoContext(ctx, "gateway serving", "addr", ln.Addr().String(), "models", s.sched.Models())
