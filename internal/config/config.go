@@ -606,6 +606,12 @@ func (c *Config) Validate(m Mode) error {
 	if c.Metrics.CacheFor.D() < 0 {
 		bad("metrics.cache_for", "must not be negative, got %s", c.Metrics.CacheFor.D())
 	}
+	if c.Gateway.MaxWait.D() < 0 {
+		bad("gateway.max_wait", "must not be negative, got %s", c.Gateway.MaxWait.D())
+	}
+	if c.Gateway.MinOutput < 0 {
+		bad("gateway.min_output", "must not be negative, got %d", c.Gateway.MinOutput)
+	}
 	if m == ModeWorker || m == ModeAll {
 		if c.GitHub.AppID == 0 {
 			bad("GITHUB_APP_ID", "is required for worker (the GitHub App's numeric id)")
