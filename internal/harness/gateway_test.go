@@ -119,49 +119,74 @@ func TestGatewayEndToEnd(t *testing.T) {
 		t.Fatalf("quota used %d after a stream without the client's usage, want %d (input %d + output %d)", got, want, in, out)
 	}
 
-	// 50 concurrent requests of one key with a 1,000-token quota
-	agent, ak, _ := s.gatewayKey(gateway.Spec{Name: "docs-bot", Tier: "paid", QuotaTokens: 1000, QuotaPeriod: ratelimit.Day})
+	// 50 concurrent requests per key, three keys of three tiers, each
+	// with a 1,000-token quota; half of them stream
 	calls0 := upstream()
+	type tally struct {
+		ok, refused int
+		used        int64
+	}
 	var mu sync.Mutex
-	var ok, refused int
-	var used int64
+	tallies := map[string]*tally{}
+	var keys []gateway.Key
 	var wg sync.WaitGroup
-	for i := 0; i < 50; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			r, err := agent.CreateChatCompletion(ctx, chatReq(model, 500, fmt.Sprintf("Request %d: explain the diff.", i)))
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err == nil:
-				ok++
-				used += int64(r.Usage.TotalTokens)
-			case statusOf(err) == http.StatusForbidden:
-				refused++
-				var ae *openai.APIError
-				if errors.As(err, &ae) && (ae.Type != "insufficient_quota" || !strings.Contains(ae.Message, "resets at")) {
-					t.Errorf("403 not in OpenAI's shape naming the quota and its reset: %+v", ae)
+	for _, tier := range []string{"paid", "trial", "chat"} {
+		agent, k, _ := s.gatewayKey(gateway.Spec{Name: tier + "-bot", Tier: tier, QuotaTokens: 1000, QuotaPeriod: ratelimit.Day})
+		keys = append(keys, k)
+		tl := &tally{}
+		tallies[k.ID] = tl
+		for i := 0; i < 50; i++ {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				req := chatReq(model, 500, fmt.Sprintf("Request %d: explain the diff.", i))
+				var tokens int64
+				var err error
+				if i%2 == 0 {
+					var r openai.ChatCompletionResponse
+					r, err = agent.CreateChatCompletion(ctx, req)
+					tokens = int64(r.Usage.TotalTokens)
+				} else {
+					req.StreamOptions = &openai.StreamOptions{IncludeUsage: true}
+					tokens, err = streamUsage(agent, req)
 				}
-			default:
-				t.Errorf("request %d: %v", i, err)
-			}
-		}(i)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil:
+					tl.ok++
+					tl.used += tokens
+				case statusOf(err) == http.StatusForbidden:
+					tl.refused++
+					var ae *openai.APIError
+					if errors.As(err, &ae) && (ae.Type != "insufficient_quota" || !strings.Contains(ae.Message, "resets at")) {
+						t.Errorf("403 not in OpenAI's shape naming the quota and its reset: %+v", ae)
+					}
+				default:
+					t.Errorf("request %d: %v", i, err)
+				}
+			}(i)
+		}
 	}
 	wg.Wait()
-	got := s.quotaUsed(ak)
-	t.Logf("50 concurrent requests, quota 1000: %d answered, %d refused (403); %d tokens used", ok, refused, got)
-	if got > 1000 {
-		t.Fatalf("quota overshot: %d tokens used of 1000", got)
+	answered := 0
+	for _, k := range keys {
+		tl := tallies[k.ID]
+		answered += tl.ok
+		got := s.quotaUsed(k)
+		t.Logf("%s: 50 concurrent requests, quota 1000: %d answered, %d refused (403); %d tokens used", k.Tier, tl.ok, tl.refused, got)
+		if got > 1000 {
+			t.Fatalf("%s: quota overshot: %d tokens used of 1000", k.Tier, got)
+		}
+		if got != tl.used {
+			t.Fatalf("%s: quota used %d, the answers' usage sums to %d", k.Tier, got, tl.used)
+		}
+		if tl.refused == 0 || tl.ok == 0 {
+			t.Fatalf("%s: %d answered, %d refused: want both (50 × 500 tokens asked of 1000)", k.Tier, tl.ok, tl.refused)
+		}
 	}
-	if got != used {
-		t.Fatalf("quota used %d, the answers' usage sums to %d", got, used)
-	}
-	if refused == 0 || ok == 0 {
-		t.Fatalf("%d answered, %d refused: want both (50 × 500 tokens asked of 1000)", ok, refused)
-	}
-	if calls := upstream() - calls0; calls != int64(ok) {
-		t.Fatalf("%d upstream calls for %d answered requests: refusals must send nothing", calls, ok)
+	if calls := upstream() - calls0; calls != int64(answered) {
+		t.Fatalf("%d upstream calls for %d answered requests: refusals must send nothing", calls, answered)
 	}
 
 	// an unknown key
@@ -212,13 +237,36 @@ func TestGatewayEndToEnd(t *testing.T) {
 	}
 	metrics, _ := io.ReadAll(mres.Body)
 	mres.Body.Close()
-	for _, series := range []string{`prq_gateway_refusals_total{key="` + ak.ID + `",reason="quota"}`, `prq_gateway_refusals_total{key=`, `prq_gateway_admission_wait_seconds_count{key="` + ck.ID + `"}`} {
+	for _, series := range []string{`prq_gateway_refusals_total{key="` + keys[0].ID + `",reason="quota"}`, `prq_gateway_refusals_total{key=`, `prq_gateway_admission_wait_seconds_count{key="` + ck.ID + `"}`} {
 		if !strings.Contains(string(metrics), series) {
 			t.Errorf("/metrics lacks %s", series)
 		}
 	}
 	if strings.Contains(s.logs.String(), secret) {
 		t.Fatal("a virtual key reached the logs")
+	}
+}
+
+// streamUsage reads a stream to its end and returns its usage chunk's
+// total.
+func streamUsage(c *openai.Client, req openai.ChatCompletionRequest) (int64, error) {
+	st, err := c.CreateChatCompletionStream(context.Background(), req)
+	if err != nil {
+		return 0, err
+	}
+	defer st.Close()
+	var total int64
+	for {
+		r, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			return total, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+		if r.Usage != nil {
+			total = int64(r.Usage.TotalTokens)
+		}
 	}
 }
 
