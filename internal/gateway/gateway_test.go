@@ -25,6 +25,7 @@ import (
 // worker's) and the fake provider.
 type rig struct {
 	url   string
+	up    string // the fake provider's URL
 	model string
 	rdb   *redis.Client
 	keys  *gateway.Keys
@@ -32,7 +33,7 @@ type rig struct {
 	fake  *fakeopenai.Server
 }
 
-func newRig(t *testing.T, latency time.Duration) *rig {
+func newRig(t testing.TB, latency time.Duration) *rig {
 	t.Helper()
 	rdb := redistest.Shared(t).Client(t)
 	model := fmt.Sprintf("gpt-4o-mini-%d", time.Now().UnixNano())
@@ -67,10 +68,10 @@ func newRig(t *testing.T, latency time.Duration) *rig {
 	srv.Config.WriteTimeout = 300 * time.Millisecond // as serve's, shortened: a gateway request outlives it
 	srv.Start()
 	t.Cleanup(func() { srv.Close(); waiter.Close(); cancel(); <-done })
-	return &rig{url: srv.URL, model: model, rdb: rdb, keys: keys, sched: sched, fake: fake}
+	return &rig{url: srv.URL, up: up.URL, model: model, rdb: rdb, keys: keys, sched: sched, fake: fake}
 }
 
-func (r *rig) key(t *testing.T, s gateway.Spec) (string, gateway.Key) {
+func (r *rig) key(t testing.TB, s gateway.Spec) (string, gateway.Key) {
 	t.Helper()
 	secret, k, err := r.keys.Create(context.Background(), s)
 	if err != nil {
@@ -340,5 +341,32 @@ func TestSlowCallOutlivesWriteTimeout(t *testing.T) {
 		if err != nil || res.StatusCode != http.StatusOK || !strings.Contains(string(body), "content") {
 			t.Fatalf("stream %v: %d %v %q", stream, res.StatusCode, err, body)
 		}
+	}
+}
+
+// BenchmarkCompletion is the gateway's own cost per request against
+// the provider called directly (the fake answers at once): authenticate,
+// count, reserve the quota, wait in admission (the loop's Lua call, a
+// publish), call, settle.
+func BenchmarkCompletion(b *testing.B) {
+	r := newRig(b, 0)
+	secret, _ := r.key(b, gateway.Spec{Name: "bench", Tier: "paid", QuotaTokens: 1 << 40})
+	body := fmt.Sprintf(`{"model":"%s","max_tokens":20,"messages":[{"role":"user","content":"hello"}]}`, r.model)
+	for _, tc := range []struct{ name, url, key string }{{"direct", r.up, "sk-up"}, {"gateway", r.url, secret}} {
+		b.Run(tc.name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				req, _ := http.NewRequest(http.MethodPost, tc.url+"/v1/chat/completions", strings.NewReader(body))
+				req.Header.Set("Authorization", "Bearer "+tc.key)
+				res, err := http.DefaultClient.Do(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+				if res.StatusCode != http.StatusOK {
+					b.Fatalf("status %d", res.StatusCode)
+				}
+			}
+		})
 	}
 }
