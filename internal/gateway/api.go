@@ -5,12 +5,13 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"time"
 )
 
 // KeysAPI serves the keys' admin API (the caller puts it behind the admin
 // token and the same-origin guard):
 //
-//	GET  /api/keys               the keys, without secrets
+//	GET  /api/keys               the keys, without secrets, with their quota use
 //	POST /api/keys               create from a Spec; the reply has the secret, once
 //	POST /api/keys/{id}/revoke   revoke
 //	POST /api/keys/{id}/rotate   a new secret, once
@@ -22,7 +23,21 @@ func KeysAPI(ks *Keys) http.Handler {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		writeJSON(w, http.StatusOK, keys)
+		type listed struct {
+			Key
+			Used  int64     `json:"quota_used"`
+			Reset time.Time `json:"quota_reset,omitzero"`
+		}
+		out := make([]listed, 0, len(keys))
+		for _, k := range keys {
+			u, err := ks.Usage(r.Context(), k)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			out = append(out, listed{Key: k, Used: u.Used, Reset: u.Reset})
+		}
+		writeJSON(w, http.StatusOK, out)
 	})
 	mux.HandleFunc("POST /api/keys", func(w http.ResponseWriter, r *http.Request) {
 		var s Spec

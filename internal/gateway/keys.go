@@ -298,3 +298,16 @@ func (ks *Keys) Rotate(ctx context.Context, id string) (string, Key, error) {
 	}
 	return secret, k, nil
 }
+
+// Usage is a key's quota use in its current window (zero without a
+// quota).
+func (ks *Keys) Usage(ctx context.Context, k Key) (ratelimit.Usage, error) {
+	if k.QuotaTokens <= 0 {
+		return ratelimit.Usage{}, nil
+	}
+	q, err := ratelimit.NewQuota(ks.rdb, ratelimit.QuotaConfig{Period: k.QuotaPeriod})
+	if err != nil {
+		return ratelimit.Usage{}, err
+	}
+	return q.Used(ctx, tenantOf(k), "", k.QuotaTokens)
+}

@@ -130,7 +130,7 @@ func TestKeysAPI(t *testing.T) {
 	if code != http.StatusCreated || !strings.HasPrefix(secret, gateway.KeyPrefix) || rec.ID == "" {
 		t.Fatalf("create: %d %v", code, m)
 	}
-	if code, _, body := do("GET", "/api/keys", ""); code != 200 || !strings.Contains(body, rec.ID) || strings.Contains(body, secret) || strings.Contains(body, `"hash"`) {
+	if code, _, body := do("GET", "/api/keys", ""); code != 200 || !strings.Contains(body, rec.ID) || !strings.Contains(body, `"quota_used": 0`) || strings.Contains(body, secret) || strings.Contains(body, `"hash"`) {
 		t.Fatalf("list: %d %s", code, body)
 	}
 	if code, m, _ := do("POST", "/api/keys/"+rec.ID+"/rotate", ""); code != 200 || len(m["key"]) == 0 {
