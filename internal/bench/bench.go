@@ -43,6 +43,7 @@ import (
 
 // Flags are the benchmark's settings.
 type Flags struct {
+	agents      int // > 0: the gateway's agents experiment instead (agents.go)
 	processes   int
 	concurrency int
 	sim         time.Duration
@@ -53,7 +54,6 @@ type Flags struct {
 	scale       string
 	drain       float64
 	corpus      string
-	agents      int
 }
 
 // benchEvent is one webhook of the workload, at an offset in real time.
