@@ -256,6 +256,10 @@ func (s *Scheduler) Admit(ctx context.Context, model string, budget int) ([]Admi
 // them. A task that no longer exists (superseded, deleted) is dropped.
 func (s *Scheduler) Release(ctx context.Context, adm []Admitted) {
 	for _, a := range adm {
+		if a.Via == "reject" && a.Queue == NotifyQueue {
+			s.notify(ctx, a) // its caller sees the ticket gone unreserved
+			continue
+		}
 		if a.Via == "reject" {
 			s.log.ErrorContext(ctx, "job can never fit the model's bucket; dropped", "task", a.ID, "model", a.Model, "tokens", a.Tokens, "dimension", a.Dim)
 			if s.insp != nil {
@@ -267,6 +271,10 @@ func (s *Scheduler) Release(ctx context.Context, adm []Admitted) {
 		}
 		if s.Observe != nil {
 			s.Observe(a)
+		}
+		if a.Queue == NotifyQueue {
+			s.notify(ctx, a)
+			continue
 		}
 		if s.insp == nil {
 			continue
@@ -348,11 +356,19 @@ func (s *Scheduler) forget(ctx context.Context, model, id string) {
 
 // Settle replaces an admitted job's estimate with its actual usage, once.
 func (s *Scheduler) Settle(ctx context.Context, model, id string, actual ratelimit.Cost) error {
+	return s.settle(ctx, model, id, actual, "")
+}
+
+// settle settles under policy ("": the bucket's own).
+func (s *Scheduler) settle(ctx context.Context, model, id string, actual ratelimit.Cost, policy ratelimit.Policy) error {
 	keys, b, err := s.keys(model)
 	if err != nil {
 		return err
 	}
-	args := []any{"settle", s.now(), id, string(b.Limits().Policy)}
+	if policy == "" {
+		policy = b.Limits().Policy
+	}
+	args := []any{"settle", s.now(), id, string(policy)}
 	args = append(args, b.ScriptArgs([4]int64{actual.Requests, actual.Tokens, actual.Requests, actual.Tokens})...)
 	n, err := script.Run(ctx, s.rdb, keys.list(), args...).Int()
 	if err != nil {

@@ -43,6 +43,7 @@ import (
 
 // Flags are the benchmark's settings.
 type Flags struct {
+	agents      int // > 0: the gateway's agents experiment instead (agents.go)
 	processes   int
 	concurrency int
 	sim         time.Duration
@@ -205,6 +206,7 @@ func (b *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&b.out, "out", "bench-out", "output directory (results.md, results.json, admitted.svg, logs)")
 	fs.StringVar(&b.scale, "scale", "1,2,4", "also run prq with these process counts (empty: skip)")
 	fs.Float64Var(&b.drain, "drain", 3, "give up when work is not done after this many arrival spans")
+	fs.IntVar(&b.agents, "agents", 0, "run the LLM gateway experiment instead: N agents with 1,000-token quotas, prq's gateway against a count-after-the-fact limiter")
 	fs.StringVar(&b.corpus, "corpus", "", "prs.jsonl (default: ../shared/fixtures/pr-corpus when present, else generated PRs)")
 }
 
@@ -213,6 +215,9 @@ const Usage = "Runs prq and today's alternatives (asynq's rate-limit recipe, a h
 
 // Run runs every strategy and the scale runs and writes the report.
 func Run(ctx context.Context, cfg *config.Config, b Flags, stdout io.Writer) error {
+	if b.agents > 0 {
+		return runAgents(ctx, b.agents, stdout)
+	}
 	b.concurrency = cfg.Worker.Concurrency
 	if b.processes <= 0 || b.concurrency <= 0 || b.compress <= 0 || b.sim <= 0 {
 		return &config.UsageError{Msg: "--processes, --concurrency, --compress and --duration must be positive"}

@@ -90,6 +90,16 @@ func New(adm Admission, queues Queues, counts Counts, cfg Config) *Metrics {
 	return m
 }
 
+// Register adds another component's series (the gateway's).
+func (m *Metrics) Register(cs ...prometheus.Collector) error {
+	for _, c := range cs {
+		if err := m.reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Handler serves /metrics.
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
