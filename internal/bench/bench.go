@@ -57,6 +57,8 @@ type Flags struct {
 	// providerLimiter is how the fake provider counts its limits:
 	// fakeopenai.LimiterBucket or fakeopenai.LimiterWindow.
 	providerLimiter string
+	// workload is WorkloadDefault or WorkloadFairness.
+	workload string
 }
 
 // The strategies that run prq's own admission: with each model's limiter
@@ -184,10 +186,15 @@ type benchResult struct {
 	PRTimeP95         map[string]float64 `json:"pr_time_p95_s"`
 	Inversions        int                `json:"priority_inversions"`
 	Jain              map[string]float64 `json:"jain_index"`
-	MakespanS         float64            `json:"makespan_s"`
-	PeakRSSMB         float64            `json:"peak_worker_rss_mb"`
-	Series            []seriesPoint      `json:"series"`
-	LimitPerS         float64            `json:"limit_tokens_per_s"`
+	// TierShares are the tiers' shares of summary tokens (every tier has
+	// summaries) in windows where all three tiers waited, of which there
+	// were ShareWindows.
+	TierShares   map[string]float64 `json:"tier_shares_summary"`
+	ShareWindows int                `json:"tier_share_windows"`
+	MakespanS    float64            `json:"makespan_s"`
+	PeakRSSMB    float64            `json:"peak_worker_rss_mb"`
+	Series       []seriesPoint      `json:"series"`
+	LimitPerS    float64            `json:"limit_tokens_per_s"`
 }
 
 type seriesPoint struct {
@@ -202,6 +209,7 @@ func (b *Flags) Register(fs *flag.FlagSet) {
 	fs.Float64Var(&b.compress, "compress", 10, "time compression: limits per minute/compress")
 	fs.Int64Var(&b.seed, "seed", 1, "workload seed")
 	fs.StringVar(&b.strategies, "strategies", "", "strategies to run, comma-separated: prq, prq-window (every model limiter: window), asynq-recipe, handler-wait, naive (default "+defaultStrategies+"; with --provider-limiter window, "+defaultWindowStrategies+")")
+	fs.StringVar(&b.workload, "workload", WorkloadDefault, "default (arrivals over the span, a tenant with very large PRs, chat bursts) or fairness (three tenants per tier backlogged at once: Jain's index inside each tier and the tiers' shares against their weights)")
 	fs.StringVar(&b.providerLimiter, "provider-limiter", fakeopenai.LimiterBucket, "how the fake provider counts its limits: bucket (OpenAI's continuous refill) or window (at most the limit in any sliding minute)")
 	fs.StringVar(&b.out, "out", "bench-out", "output directory (results.md, results.json, admitted.svg, logs)")
 	fs.StringVar(&b.scale, "scale", "1,2,4", "also run prq with these process counts (empty: skip)")
@@ -226,6 +234,9 @@ func Run(ctx context.Context, cfg *config.Config, b Flags, stdout io.Writer) err
 	case fakeopenai.LimiterBucket, fakeopenai.LimiterWindow:
 	default:
 		return &config.UsageError{Msg: fmt.Sprintf("--provider-limiter must be %s or %s, got %q", fakeopenai.LimiterBucket, fakeopenai.LimiterWindow, b.providerLimiter)}
+	}
+	if b.workload != WorkloadDefault && b.workload != WorkloadFairness {
+		return &config.UsageError{Msg: fmt.Sprintf("--workload must be %s or %s, got %q", WorkloadDefault, WorkloadFairness, b.workload)}
 	}
 	if b.strategies == "" {
 		b.strategies = defaultStrategies
@@ -252,6 +263,9 @@ func Run(ctx context.Context, cfg *config.Config, b Flags, stdout io.Writer) err
 		return err
 	}
 	w := buildWorkload(prs, b)
+	if b.workload == WorkloadFairness {
+		w = buildFairnessWorkload(prs, b)
+	}
 	fmt.Fprintf(stdout, "bench: %d PRs and %d chat comments from %s over %s simulated (%s real), %d worker processes x %d\n",
 		len(w.prs), len(w.events)-len(w.prs), src, b.sim, time.Duration(float64(b.sim)/b.compress), b.processes, b.concurrency)
 	var results []benchResult
@@ -494,6 +508,7 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 	}
 	res.Inversions = inversions(calls)
 	res.Jain = jain(calls, w.tiers, lim.Period)
+	res.TierShares, res.ShareWindows = tierShares(calls, w.tiers, "summary", lim.Period)
 	fmt.Fprintf(stdout, "bench %-13s x%d  done in %s: %d/%d PRs, %d provider 429s, TPM utilisation %.1f%%, worst interval %.3f of allowance\n",
 		strategy, processes, elapsed.Round(time.Second), res.PRsDone, res.PRs, res.Provider429s, 100*res.TPMUtilisation, res.WorstVsAllowance)
 	return res, nil
