@@ -607,8 +607,9 @@ func inversions(calls []callRecord) int {
 
 // jain is Jain's fairness index of tokens admitted per tenant inside each
 // tier, over windows of five periods in which every counted tenant was
-// backlogged the whole window (so equal service is the fair outcome),
-// weighted by the tokens in each window.
+// backlogged the whole window — some job of its waiting at every moment
+// (so equal service is the fair outcome) — weighted by the tokens in each
+// window.
 func jain(calls []callRecord, tiers map[int64]jobs.Tier, period time.Duration) map[string]float64 {
 	// the review model is the bottleneck where tenants wait; free has no
 	// reviews, so its tenants are compared on summaries
@@ -624,16 +625,14 @@ func jain(calls []callRecord, tiers map[int64]jobs.Tier, period time.Duration) m
 	step := 5 * period.Milliseconds()
 	for _, tier := range []jobs.Tier{jobs.TierPaid, jobs.TierTrial, jobs.TierFree} {
 		kind := kindOf[tier]
+		spans := waiting(calls, kind)
 		var wsum, jsum float64
 		for t := lo; t+step <= hi; t += step {
 			got := map[int64]float64{}
 			back := map[int64]bool{}
-			for _, c := range calls {
-				if tiers[c.Tenant] != tier || c.Kind != kind || c.Outcome == "429" {
-					continue
-				}
-				if c.Created <= t && c.At >= t+step {
-					back[c.Tenant] = true // waited through the whole window
+			for tenant, sp := range spans {
+				if tiers[tenant] == tier && backlogged(sp, t, t+step) {
+					back[tenant] = true // had a job waiting through the whole window
 				}
 			}
 			if len(back) < 2 {

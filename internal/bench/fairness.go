@@ -73,9 +73,8 @@ func buildFairnessWorkload(prs []corpus.PR, b Flags) benchWorkload {
 }
 
 // tierShares is each tier's share of the tokens of kind admitted in
-// windows of five periods in which every tier had a tenant waiting the
-// whole window (only then do the weights decide), with the tiers' weights
-// as shares for comparison.
+// windows of five periods in which every tier had a tenant with a job
+// waiting through the whole window (only then do the weights decide).
 func tierShares(calls []callRecord, tiers map[int64]jobs.Tier, kind string, period time.Duration) (got map[string]float64, windows int) {
 	got = map[string]float64{}
 	if len(calls) == 0 {
@@ -87,11 +86,12 @@ func tierShares(calls []callRecord, tiers map[int64]jobs.Tier, kind string, peri
 	}
 	step := 5 * period.Milliseconds()
 	tok := map[jobs.Tier]float64{}
+	spans := waiting(calls, kind)
 	for t := lo; t+step <= hi; t += step {
 		back := map[jobs.Tier]bool{}
-		for _, c := range calls {
-			if c.Kind == kind && c.Outcome != "429" && c.Created <= t && c.At >= t+step {
-				back[tiers[c.Tenant]] = true
+		for tenant, sp := range spans {
+			if backlogged(sp, t, t+step) {
+				back[tiers[tenant]] = true
 			}
 		}
 		if len(back) < 3 {
@@ -119,4 +119,39 @@ func tierShares(calls []callRecord, tiers map[int64]jobs.Tier, kind string, peri
 
 func sortEvents(ev []benchEvent) {
 	sort.SliceStable(ev, func(i, j int) bool { return ev[i].at < ev[j].at })
+}
+
+// waiting is, per tenant, the stretches (unix ms) in which it had a job
+// of kind waiting: the union of its calls' [created, called] spans.
+func waiting(calls []callRecord, kind string) map[int64][][2]int64 {
+	spans := map[int64][][2]int64{}
+	for _, c := range calls {
+		if c.Kind == kind && c.Outcome != "429" {
+			spans[c.Tenant] = append(spans[c.Tenant], [2]int64{c.Created, c.At})
+		}
+	}
+	for tenant, sp := range spans {
+		sort.Slice(sp, func(i, j int) bool { return sp[i][0] < sp[j][0] })
+		merged := [][2]int64{sp[0]}
+		for _, x := range sp[1:] {
+			last := &merged[len(merged)-1]
+			if x[0] <= last[1] {
+				last[1] = max(last[1], x[1])
+			} else {
+				merged = append(merged, x)
+			}
+		}
+		spans[tenant] = merged
+	}
+	return spans
+}
+
+// backlogged reports whether a tenant's waiting stretches cover [from, to].
+func backlogged(spans [][2]int64, from, to int64) bool {
+	for _, s := range spans {
+		if s[0] <= from && s[1] >= to {
+			return true
+		}
+	}
+	return false
 }

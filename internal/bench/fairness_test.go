@@ -88,3 +88,21 @@ func TestTierShares(t *testing.T) {
 		}
 	}
 }
+
+// TestBackloggedByUnion: a tenant is backlogged through a window when its
+// jobs' waits together cover it, though no single job waits that long.
+func TestBackloggedByUnion(t *testing.T) {
+	calls := []callRecord{
+		{Kind: "review", Tenant: 1, Created: 0, At: 3000},
+		{Kind: "review", Tenant: 1, Created: 2500, At: 6000},
+		{Kind: "review", Tenant: 2, Created: 0, At: 2000},
+		{Kind: "review", Tenant: 2, Created: 2100, At: 6000}, // a gap of 100 ms
+	}
+	w := waiting(calls, "review")
+	if !backlogged(w[1], 0, 5000) {
+		t.Error("tenant 1's overlapping waits cover [0, 5000]")
+	}
+	if backlogged(w[2], 0, 5000) {
+		t.Error("tenant 2 had nothing waiting in (2000, 2100)")
+	}
+}
