@@ -355,8 +355,15 @@ func (s *Scheduler) forget(ctx context.Context, model, id string) {
 }
 
 // Settle replaces an admitted job's estimate with its actual usage, once.
+// A zero cost means no call was made (a quota refusal, a stale head, a
+// job that ended before its call): the whole reservation comes back,
+// whatever the bucket's policy — the provider counted nothing.
 func (s *Scheduler) Settle(ctx context.Context, model, id string, actual ratelimit.Cost) error {
-	return s.settle(ctx, model, id, actual, "")
+	var policy ratelimit.Policy // the bucket's own
+	if actual == (ratelimit.Cost{}) {
+		policy = ratelimit.PolicyRefund
+	}
+	return s.settle(ctx, model, id, actual, policy)
 }
 
 // settle settles under policy ("": the bucket's own).

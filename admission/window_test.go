@@ -294,3 +294,52 @@ func TestWindowRefund(t *testing.T) {
 		})
 	}
 }
+
+// TestSettleWithoutCall: settling a zero cost (no call was made) gives
+// the whole reservation back under either policy, to a bucket and to a
+// window; a real call's usage under the debt policy keeps the estimate.
+func TestSettleWithoutCall(t *testing.T) {
+	for _, limiter := range []ratelimit.Limiter{ratelimit.LimiterBucket, ratelimit.LimiterWindow} {
+		t.Run(string(limiter), func(t *testing.T) {
+			rdb := redistest.Shared(t).Client(t)
+			model := fmt.Sprintf("m-nocall-%s-%d", limiter, time.Now().UnixNano())
+			l := ratelimit.Limits{RequestsPerPeriod: 100000, TokensPerPeriod: 1000, Period: time.Minute, Limiter: limiter, Policy: ratelimit.PolicyDebt}
+			b, err := ratelimit.NewBucket(rdb, model, "sk", l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			clk := &clock{t: time.Unix(1_900_000_000, 0)}
+			s, err := admission.New(redis.UniversalClient(rdb), map[string]*ratelimit.Bucket{model: b}, nil, nil, admission.Config{NowFunc: clk.now}, discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			for _, id := range []string{"called", "refused"} {
+				reg(t, s, admission.Ticket{ID: id, Model: model, Class: "chat", Tenant: "1", Tokens: 400})
+			}
+			if a, _, _ := s.Admit(ctx, model, 2); len(a) != 2 {
+				t.Fatalf("admitted %d of 2", len(a))
+			}
+			avail := func() int64 {
+				a, _, err := b.Available(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return a.Tokens
+			}
+			before := avail()
+			if err := s.Settle(ctx, model, "called", ratelimit.Cost{Requests: 1, Tokens: 100}); err != nil {
+				t.Fatal(err)
+			}
+			if got := avail(); got != before {
+				t.Fatalf("a call's settle under debt changed the room %d -> %d", before, got)
+			}
+			if err := s.Settle(ctx, model, "refused", ratelimit.Cost{}); err != nil {
+				t.Fatal(err)
+			}
+			if got := avail(); got != before+400 {
+				t.Fatalf("no call made: room %d -> %d, want the 400 back", before, got)
+			}
+		})
+	}
+}
