@@ -186,10 +186,10 @@ type benchResult struct {
 	PRTimeP95         map[string]float64 `json:"pr_time_p95_s"`
 	Inversions        int                `json:"priority_inversions"`
 	Jain              map[string]float64 `json:"jain_index"`
-	// TierShares are the tiers' shares of summary tokens (every tier has
-	// summaries) in windows where all three tiers waited, of which there
-	// were ShareWindows.
-	TierShares   map[string]float64 `json:"tier_shares_summary"`
+	// TierShares are the tiers' shares of review tokens (the bottleneck
+	// model; free has no reviews) in windows where every tier with reviews
+	// waited, of which there were ShareWindows.
+	TierShares   map[string]float64 `json:"tier_shares_review"`
 	ShareWindows int                `json:"tier_share_windows"`
 	MakespanS    float64            `json:"makespan_s"`
 	PeakRSSMB    float64            `json:"peak_worker_rss_mb"`
@@ -507,8 +507,14 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 		res.MakespanS = elapsed.Seconds() * b.compress
 	}
 	res.Inversions = inversions(calls)
-	res.Jain = jain(calls, w.tiers, lim.Period)
-	res.TierShares, res.ShareWindows = tierShares(calls, w.tiers, "summary", lim.Period)
+	// fairness windows: five periods, or one in the fairness workload,
+	// whose backlog drains in minutes (uncompressed)
+	fairWindow := 5 * lim.Period
+	if b.workload == WorkloadFairness {
+		fairWindow = lim.Period
+	}
+	res.Jain = jain(calls, w.tiers, fairWindow)
+	res.TierShares, res.ShareWindows = tierShares(calls, w.tiers, "review", fairWindow)
 	fmt.Fprintf(stdout, "bench %-13s x%d  done in %s: %d/%d PRs, %d provider 429s, TPM utilisation %.1f%%, worst interval %.3f of allowance\n",
 		strategy, processes, elapsed.Round(time.Second), res.PRsDone, res.PRs, res.Provider429s, 100*res.TPMUtilisation, res.WorstVsAllowance)
 	return res, nil
@@ -606,11 +612,11 @@ func inversions(calls []callRecord) int {
 }
 
 // jain is Jain's fairness index of tokens admitted per tenant inside each
-// tier, over windows of five periods in which every counted tenant was
+// tier, over windows in which every counted tenant was
 // backlogged the whole window — some job of its waiting at every moment
 // (so equal service is the fair outcome) — weighted by the tokens in each
 // window.
-func jain(calls []callRecord, tiers map[int64]jobs.Tier, period time.Duration) map[string]float64 {
+func jain(calls []callRecord, tiers map[int64]jobs.Tier, window time.Duration) map[string]float64 {
 	// the review model is the bottleneck where tenants wait; free has no
 	// reviews, so its tenants are compared on summaries
 	kindOf := map[jobs.Tier]string{jobs.TierPaid: "review", jobs.TierTrial: "review", jobs.TierFree: "summary"}
@@ -622,7 +628,7 @@ func jain(calls []callRecord, tiers map[int64]jobs.Tier, period time.Duration) m
 	for _, c := range calls {
 		lo, hi = min(lo, c.Created, c.At), max(hi, c.At)
 	}
-	step := 5 * period.Milliseconds()
+	step := window.Milliseconds()
 	for _, tier := range []jobs.Tier{jobs.TierPaid, jobs.TierTrial, jobs.TierFree} {
 		kind := kindOf[tier]
 		spans := waiting(calls, kind)

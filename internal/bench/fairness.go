@@ -26,7 +26,7 @@ const (
 // runs, and fairPRs how many PRs each opens.
 const (
 	fairTenants = 3
-	fairPRs     = 8
+	fairPRs     = 16
 )
 
 // buildFairnessWorkload: fairTenants tenants per tier each open fairPRs
@@ -73,18 +73,25 @@ func buildFairnessWorkload(prs []corpus.PR, b Flags) benchWorkload {
 }
 
 // tierShares is each tier's share of the tokens of kind admitted in
-// windows of five periods in which every tier had a tenant with a job
-// waiting through the whole window (only then do the weights decide).
-func tierShares(calls []callRecord, tiers map[int64]jobs.Tier, kind string, period time.Duration) (got map[string]float64, windows int) {
+// windows in which every tier with calls of that kind had a tenant with a
+// job waiting through the whole window (only then do the weights decide).
+func tierShares(calls []callRecord, tiers map[int64]jobs.Tier, kind string, window time.Duration) (got map[string]float64, windows int) {
 	got = map[string]float64{}
 	if len(calls) == 0 {
 		return got, 0
 	}
 	lo, hi := calls[0].At, calls[0].At
+	present := map[jobs.Tier]bool{}
 	for _, c := range calls {
 		lo, hi = min(lo, c.Created, c.At), max(hi, c.At)
+		if c.Kind == kind {
+			present[tiers[c.Tenant]] = true
+		}
 	}
-	step := 5 * period.Milliseconds()
+	if len(present) < 2 {
+		return got, 0
+	}
+	step := window.Milliseconds()
 	tok := map[jobs.Tier]float64{}
 	spans := waiting(calls, kind)
 	for t := lo; t+step <= hi; t += step {
@@ -94,7 +101,7 @@ func tierShares(calls []callRecord, tiers map[int64]jobs.Tier, kind string, peri
 				back[tiers[tenant]] = true
 			}
 		}
-		if len(back) < 3 {
+		if len(back) < len(present) {
 			continue
 		}
 		windows++
@@ -115,10 +122,6 @@ func tierShares(calls []callRecord, tiers map[int64]jobs.Tier, kind string, peri
 		got[string(tier)] = v / sum
 	}
 	return got, windows
-}
-
-func sortEvents(ev []benchEvent) {
-	sort.SliceStable(ev, func(i, j int) bool { return ev[i].at < ev[j].at })
 }
 
 // waiting is, per tenant, the stretches (unix ms) in which it had a job
@@ -154,4 +157,8 @@ func backlogged(spans [][2]int64, from, to int64) bool {
 		}
 	}
 	return false
+}
+
+func sortEvents(ev []benchEvent) {
+	sort.SliceStable(ev, func(i, j int) bool { return ev[i].at < ev[j].at })
 }

@@ -78,7 +78,7 @@ func TestTierShares(t *testing.T) {
 	calls = append(calls, callRecord{Kind: "summary", Tenant: 2, Created: 5000, At: 10000, Tokens: 1})
 	calls = append(calls, callRecord{Kind: "review", Tenant: 3, Created: 0, At: 10000, Tokens: 7})                    // another kind
 	calls = append(calls, callRecord{Kind: "summary", Tenant: 3, Created: 0, At: 2000, Tokens: 9000, Outcome: "429"}) // refused
-	got, windows := tierShares(calls, tiers, "summary", period)
+	got, windows := tierShares(calls, tiers, "summary", 5*period)
 	if windows != 1 {
 		t.Fatalf("%d windows with all tiers waiting, want 1", windows)
 	}
@@ -86,6 +86,23 @@ func TestTierShares(t *testing.T) {
 		if math.Abs(got[tier]-want) > 1e-9 {
 			t.Errorf("%s share %.4f, want %.4f", tier, got[tier], want)
 		}
+	}
+}
+
+// TestTierSharesOfPresentTiers: free has no reviews; review shares count
+// windows in which the tiers that have reviews all wait.
+func TestTierSharesOfPresentTiers(t *testing.T) {
+	tiers := map[int64]jobs.Tier{1: jobs.TierPaid, 2: jobs.TierTrial, 3: jobs.TierFree}
+	calls := []callRecord{
+		{Kind: "review", Tenant: 1, Created: 0, At: 5000, Tokens: 80},
+		{Kind: "review", Tenant: 2, Created: 0, At: 5000, Tokens: 20},
+		{Kind: "review", Tenant: 1, Created: 0, At: 1000, Tokens: 800},
+		{Kind: "review", Tenant: 2, Created: 0, At: 2000, Tokens: 200},
+		{Kind: "summary", Tenant: 3, Created: 0, At: 10, Tokens: 5000},
+	}
+	got, windows := tierShares(calls, tiers, "review", 5*time.Second)
+	if windows != 1 || math.Abs(got["paid"]-0.8) > 1e-9 || math.Abs(got["trial"]-0.2) > 1e-9 {
+		t.Fatalf("shares %v over %d windows, want paid 0.8 trial 0.2 over 1", got, windows)
 	}
 }
 

@@ -56,7 +56,7 @@ func writeBench(out io.Writer, b Flags, results, scale []benchResult) error {
 		if r.ShareWindows == 0 {
 			return "n/a"
 		}
-		return fmt.Sprintf("%s / %s / %s (%d windows)", pctf(r.TierShares["paid"]), pctf(r.TierShares["trial"]), pctf(r.TierShares["free"]), r.ShareWindows)
+		return fmt.Sprintf("%s / %s (%d windows)", pctf(r.TierShares["paid"]), pctf(r.TierShares["trial"]), r.ShareWindows)
 	})
 	row("makespan (s, uncompressed)", func(r benchResult) string { return fmt.Sprintf("%.0f", r.MakespanS) })
 	row("peak worker RSS (MB)", func(r benchResult) string { return fmt.Sprintf("%.0f", r.PeakRSSMB) })
@@ -133,10 +133,9 @@ func svgChart(rs []benchResult) string {
 }
 
 // tierShareLabel names the tier-share row with the shares the weights
-// give (the bench runs the default tiers).
+// give (the bench runs the default tiers; free has no reviews).
 func tierShareLabel() string {
 	t := config.Default().Tiers
-	p, tr, f := float64(t["paid"].Weight), float64(t["trial"].Weight), float64(t["free"].Weight)
-	sum := p + tr + f
-	return fmt.Sprintf("paid / trial / free share of summary tokens while all wait (weights: %s / %s / %s)", pctf(p/sum), pctf(tr/sum), pctf(f/sum))
+	p, tr := float64(t["paid"].Weight), float64(t["trial"].Weight)
+	return fmt.Sprintf("paid / trial share of review tokens while both wait (weights: %s / %s)", pctf(p/(p+tr)), pctf(tr/(p+tr)))
 }
