@@ -186,6 +186,9 @@ type benchResult struct {
 	PRTimeP95         map[string]float64 `json:"pr_time_p95_s"`
 	Inversions        int                `json:"priority_inversions"`
 	Jain              map[string]float64 `json:"jain_index"`
+	// JainSummed is Jain's index of tokens summed over the windows in
+	// which all of a tier's tenants waited (jainSummed).
+	JainSummed map[string]float64 `json:"jain_index_summed"`
 	// TierShares are the tiers' shares of review tokens (the bottleneck
 	// model; free has no reviews) in windows where every tier with reviews
 	// waited, of which there were ShareWindows.
@@ -514,6 +517,7 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 		fairWindow = lim.Period
 	}
 	res.Jain = jain(calls, w.tiers, fairWindow)
+	res.JainSummed = jainSummed(calls, w.tiers, fairWindow)
 	res.TierShares, res.ShareWindows = tierShares(calls, w.tiers, "review", fairWindow)
 	fmt.Fprintf(stdout, "bench %-13s x%d  done in %s: %d/%d PRs, %d provider 429s, TPM utilisation %.1f%%, worst interval %.3f of allowance\n",
 		strategy, processes, elapsed.Round(time.Second), res.PRsDone, res.PRs, res.Provider429s, 100*res.TPMUtilisation, res.WorstVsAllowance)

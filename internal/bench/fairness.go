@@ -162,3 +162,60 @@ func backlogged(spans [][2]int64, from, to int64) bool {
 func sortEvents(ev []benchEvent) {
 	sort.SliceStable(ev, func(i, j int) bool { return ev[i].at < ev[j].at })
 }
+
+// jainSummed is Jain's index of the tokens each tenant of a tier got,
+// summed over the windows in which every tenant of the tier (with calls
+// of the tier's kind) had a job waiting throughout: long-run fairness
+// while all wait, which fair queuing promises (per-window shares also
+// carry the lumpiness of single calls; see jain).
+func jainSummed(calls []callRecord, tiers map[int64]jobs.Tier, window time.Duration) map[string]float64 {
+	kindOf := map[jobs.Tier]string{jobs.TierPaid: "review", jobs.TierTrial: "review", jobs.TierFree: "summary"}
+	out := map[string]float64{}
+	if len(calls) == 0 {
+		return out
+	}
+	lo, hi := calls[0].At, calls[0].At
+	for _, c := range calls {
+		lo, hi = min(lo, c.Created, c.At), max(hi, c.At)
+	}
+	step := window.Milliseconds()
+	for _, tier := range []jobs.Tier{jobs.TierPaid, jobs.TierTrial, jobs.TierFree} {
+		kind := kindOf[tier]
+		spans := waiting(calls, kind)
+		var members []int64
+		for tenant := range spans {
+			if tiers[tenant] == tier {
+				members = append(members, tenant)
+			}
+		}
+		if len(members) < 2 {
+			continue
+		}
+		got := map[int64]float64{}
+		windows := 0
+		for t := lo; t+step <= hi; t += step {
+			all := true
+			for _, m := range members {
+				all = all && backlogged(spans[m], t, t+step)
+			}
+			if !all {
+				continue
+			}
+			windows++
+			for _, c := range calls {
+				if tiers[c.Tenant] == tier && c.Kind == kind && c.Outcome != "429" && c.At >= t && c.At < t+step {
+					got[c.Tenant] += float64(c.Tokens)
+				}
+			}
+		}
+		var s, s2 float64
+		for _, m := range members {
+			s += got[m]
+			s2 += got[m] * got[m]
+		}
+		if windows > 0 && s2 > 0 {
+			out[string(tier)] = s * s / (float64(len(members)) * s2)
+		}
+	}
+	return out
+}

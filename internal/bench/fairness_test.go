@@ -123,3 +123,23 @@ func TestBackloggedByUnion(t *testing.T) {
 		t.Error("tenant 2 had nothing waiting in (2000, 2100)")
 	}
 }
+
+// TestJainSummed: tokens are summed over the windows in which all of a
+// tier's tenants wait; a window in which one of them does not is left out.
+func TestJainSummed(t *testing.T) {
+	tiers := map[int64]jobs.Tier{1: jobs.TierPaid, 2: jobs.TierPaid}
+	calls := []callRecord{
+		// 0-5 s: both wait; 1 gets 300 in two calls, 2 gets 100
+		{Kind: "review", Tenant: 1, Created: 0, At: 1000, Tokens: 200},
+		{Kind: "review", Tenant: 1, Created: 0, At: 5000, Tokens: 100},
+		{Kind: "review", Tenant: 2, Created: 0, At: 2000, Tokens: 100},
+		{Kind: "review", Tenant: 2, Created: 0, At: 9000, Tokens: 1},
+		// 5-10 s: tenant 1 does not wait; 2 gets 5000 (left out)
+		{Kind: "review", Tenant: 2, Created: 5000, At: 6000, Tokens: 5000},
+	}
+	got := jainSummed(calls, tiers, 5*time.Second)
+	// tokens in [0, 5000): 1 -> 200, 2 -> 100: (300)^2 / (2 * (200^2 + 100^2)) = 0.9
+	if math.Abs(got["paid"]-0.9) > 1e-9 {
+		t.Fatalf("Jain %v, want paid 0.9", got)
+	}
+}

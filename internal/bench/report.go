@@ -52,6 +52,15 @@ func writeBench(out io.Writer, b Flags, results, scale []benchResult) error {
 			return "n/a"
 		})
 	}
+	for _, tier := range []string{"paid", "trial", "free"} {
+		tier := tier
+		row("Jain's index, tokens summed while all "+tier+" tenants wait", func(r benchResult) string {
+			if v, ok := r.JainSummed[tier]; ok {
+				return fmt.Sprintf("%.3f", v)
+			}
+			return "n/a"
+		})
+	}
 	row(tierShareLabel(), func(r benchResult) string {
 		if r.ShareWindows == 0 {
 			return "n/a"
