@@ -78,6 +78,10 @@ type Config struct {
 	// reset headers say when the window empties, a 429's retry when enough
 	// of it has left). Defaults to bucket.
 	Limiter string
+	// Verbose answers prompts other than reviews at full length, up to
+	// the request's max output tokens, as talkative models do (an agent's
+	// quota meets the whole of its max_tokens).
+	Verbose bool
 }
 
 // ReplyStyle is how a fake model answers a review prompt, modelled on
@@ -273,6 +277,10 @@ type chatRequest struct {
 	MaxTokens           *int64          `json:"max_tokens"`
 	MaxCompletionTokens *int64          `json:"max_completion_tokens"`
 	ResponseFormat      *responseFormat `json:"response_format"`
+	Stream              bool            `json:"stream"`
+	StreamOptions       *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
 }
 
 type responseFormat struct {
@@ -391,6 +399,10 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "", msg)
 		return
 	}
+	if req.StreamOptions != nil && !req.Stream {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "", "The 'stream_options' parameter is only allowed when 'stream' is enabled.")
+		return
+	}
 	if req.MaxTokens != nil && req.MaxCompletionTokens != nil {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "", "max_tokens and max_completion_tokens cannot both be set.")
 		return
@@ -505,6 +517,9 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	text, finish := s.answer(req)
+	if s.cfg.Verbose && finish == "stop" {
+		text = s.lengthen(text, maxOut)
+	}
 	if roll >= 0 && roll < f.Empty {
 		s.countFault(m.Name)
 		text = ""
@@ -518,6 +533,10 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	st.CompletionToks += int64(len(toks))
 	s.mu.Unlock()
+	if req.Stream {
+		s.stream(w, r, m.Name, now, text, finish, toks, prompt, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
+		return
+	}
 	resp := map[string]any{
 		"id": fmt.Sprintf("chatcmpl-fake%d", now.UnixNano()), "object": "chat.completion", "created": now.Unix(), "model": m.Name,
 		"choices": []any{map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": text}, "finish_reason": finish, "logprobs": nil}},
@@ -532,6 +551,55 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("openai-processing-ms", strconv.FormatInt(latency.Milliseconds(), 10))
 	w.Write(out)
+}
+
+// stream answers as OpenAI streams: server-sent events of
+// chat.completion.chunk, the role first, the content in pieces, the
+// finish reason, then (with stream_options.include_usage) a last chunk
+// with no choices and the usage, and "data: [DONE]". With include_usage
+// every earlier chunk carries "usage": null.
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, model string, now time.Time, text, finish string, toks []uint, prompt int64, withUsage bool) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	flusher, _ := w.(http.Flusher)
+	id := fmt.Sprintf("chatcmpl-fake%d", now.UnixNano())
+	send := func(choices []any, usage any) bool {
+		chunk := map[string]any{"id": id, "object": "chat.completion.chunk", "created": now.Unix(), "model": model, "choices": choices}
+		if withUsage {
+			chunk["usage"] = usage
+		}
+		b, _ := json.Marshal(chunk)
+		if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
+			return false
+		}
+		if flusher != nil {
+			flusher.Flush()
+		}
+		return r.Context().Err() == nil
+	}
+	delta := func(d map[string]any, fin any) []any {
+		return []any{map[string]any{"index": 0, "delta": d, "finish_reason": fin, "logprobs": nil}}
+	}
+	if !send(delta(map[string]any{"role": "assistant", "content": ""}, nil), nil) {
+		return
+	}
+	for i := 0; i < len(toks); i += 8 { // a few tokens per chunk
+		piece, _ := s.codec.Decode(toks[i:min(i+8, len(toks))])
+		if !send(delta(map[string]any{"content": piece}, nil), nil) {
+			return
+		}
+	}
+	if !send(delta(map[string]any{}, finish), nil) {
+		return
+	}
+	if withUsage && !send([]any{}, map[string]any{"prompt_tokens": prompt, "completion_tokens": len(toks), "total_tokens": prompt + int64(len(toks))}) {
+		return
+	}
+	fmt.Fprint(w, "data: [DONE]\n\n")
+	if flusher != nil {
+		flusher.Flush()
+	}
 }
 
 func (s *Server) countFault(model string) {
@@ -739,6 +807,19 @@ func (s *Server) review(user, path, format, schema string) (text, finish string)
 		return "Here is my review of " + path + ". Note the empty block `if err != nil {}` in the old code.\n\n```json\n" + js + "\n```\n\nLet me know if you need more detail.", "stop"
 	}
 	return js, "stop"
+}
+
+// lengthen repeats a prose answer until it holds at least n tokens
+// (the caller cuts it to n); a review's JSON is left alone.
+func (s *Server) lengthen(text string, n int64) string {
+	if strings.HasPrefix(text, "{") || text == "" {
+		return text
+	}
+	k, _ := s.codec.Count(text + " ")
+	if k <= 0 {
+		return text
+	}
+	return strings.Repeat(text+" ", int(n)/k+1)
 }
 
 // SetReplies changes the reply style of later requests.

@@ -7,14 +7,16 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/prq-dev/prq/internal/config"
 )
 
 // writeBench prints the table and writes results.md, results.json and
 // admitted.svg into the output directory.
 func writeBench(out io.Writer, b Flags, results, scale []benchResult) error {
 	var md strings.Builder
-	fmt.Fprintf(&md, "Workload: %s simulated at %gx compression (limits per %s), seed %d, %d worker processes x %d.\n\n",
-		b.sim, b.compress, "minute/"+fmt.Sprint(b.compress), b.seed, b.processes, b.concurrency)
+	fmt.Fprintf(&md, "Workload %s: %s simulated at %gx compression (limits per %s), seed %d, %d worker processes x %d, provider counting by %s.\n\n",
+		b.workload, b.sim, b.compress, "minute/"+fmt.Sprint(b.compress), b.seed, b.processes, b.concurrency, b.providerLimiter)
 	md.WriteString("| | " + strings.Join(names(results), " | ") + " |\n|---|" + strings.Repeat("---|", len(results)) + "\n")
 	row := func(label string, f func(r benchResult) string) {
 		cells := make([]string, len(results))
@@ -68,6 +70,21 @@ func writeBench(out io.Writer, b Flags, results, scale []benchResult) error {
 			return "n/a"
 		})
 	}
+	for _, tier := range []string{"paid", "trial", "free"} {
+		tier := tier
+		row("Jain's index, tokens summed while all "+tier+" tenants wait", func(r benchResult) string {
+			if v, ok := r.JainSummed[tier]; ok {
+				return fmt.Sprintf("%.3f", v)
+			}
+			return "n/a"
+		})
+	}
+	row(tierShareLabel(), func(r benchResult) string {
+		if r.ShareWindows == 0 {
+			return "n/a"
+		}
+		return fmt.Sprintf("%s / %s (%d windows)", pctf(r.TierShares["paid"]), pctf(r.TierShares["trial"]), r.ShareWindows)
+	})
 	row("makespan (s, uncompressed)", func(r benchResult) string { return fmt.Sprintf("%.0f", r.MakespanS) })
 	row("peak worker RSS (MB)", func(r benchResult) string { return fmt.Sprintf("%.0f", r.PeakRSSMB) })
 	if len(scale) > 0 {
@@ -140,4 +157,12 @@ func svgChart(rs []benchResult) string {
 	}
 	b.WriteString("</svg>")
 	return b.String()
+}
+
+// tierShareLabel names the tier-share row with the shares the weights
+// give (the bench runs the default tiers; free has no reviews).
+func tierShareLabel() string {
+	t := config.Default().Tiers
+	p, tr := float64(t["paid"].Weight), float64(t["trial"].Weight)
+	return fmt.Sprintf("paid / trial share of review tokens while both wait (weights: %s / %s)", pctf(p/(p+tr)), pctf(tr/(p+tr)))
 }

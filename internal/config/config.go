@@ -59,6 +59,7 @@ type Config struct {
 	Dashboard   DashboardCfg      `yaml:"dashboard"`
 	Retry       RetryConfig       `yaml:"retry"`
 	Metrics     MetricsConfig     `yaml:"metrics"`
+	Gateway     GatewayConfig     `yaml:"gateway"`
 	path        string            // the file read, if any
 	sources     map[string]string // setting name -> where it was set, for errors
 }
@@ -247,9 +248,20 @@ type MetricsConfig struct {
 	CacheFor Duration `yaml:"cache_for"`
 }
 
+// GatewayConfig configures the LLM gateway (/v1/chat/completions on
+// serve, and prq gateway).
+type GatewayConfig struct {
+	// MaxWait is the longest a request waits for admission; the
+	// X-Prq-Max-Wait header may lower it. Defaults to 60s.
+	MaxWait Duration `yaml:"max_wait"`
+	// MinOutput is the least output worth a call: below input plus this
+	// much quota left, a request is refused (403). Defaults to 16.
+	MinOutput int64 `yaml:"min_output"`
+}
+
 // QuotaSettings configures tenant quotas.
 type QuotaSettings struct {
-	// Period is hour, day or month. Defaults to day.
+	// Period is hour, day, week or month. Defaults to day.
 	Period string `yaml:"period"`
 	// PerKind splits each installation's quota per job kind.
 	PerKind bool `yaml:"per_kind"`
@@ -593,6 +605,12 @@ func (c *Config) Validate(m Mode) error {
 	}
 	if c.Metrics.CacheFor.D() < 0 {
 		bad("metrics.cache_for", "must not be negative, got %s", c.Metrics.CacheFor.D())
+	}
+	if c.Gateway.MaxWait.D() < 0 {
+		bad("gateway.max_wait", "must not be negative, got %s", c.Gateway.MaxWait.D())
+	}
+	if c.Gateway.MinOutput < 0 {
+		bad("gateway.min_output", "must not be negative, got %d", c.Gateway.MinOutput)
 	}
 	if m == ModeWorker || m == ModeAll {
 		if c.GitHub.AppID == 0 {
