@@ -6,8 +6,6 @@ import (
 	"regexp"
 
 	"gopkg.in/yaml.v3"
-
-	"github.com/prq-dev/prq/ratelimit"
 )
 
 // Provider kinds.
@@ -69,9 +67,6 @@ func (p ProviderConfig) Key() string {
 	}
 	return string(p.Keys[0])
 }
-
-// KeyHash is the key's short hash, the only form of it fit for logs.
-func (p ProviderConfig) KeyHash() string { return ratelimit.KeyHash(p.Key()) }
 
 // Deployment returns the Azure deployment that serves model.
 func (p ProviderConfig) Deployment(model string) string {
