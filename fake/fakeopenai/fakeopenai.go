@@ -7,7 +7,10 @@
 // heavy models, cites real diff lines in reviews, and injects faults on
 // request. It keeps the counters a benchmark needs. With Limiter "window"
 // it enforces a sliding window instead: at most RPM and TPM in any
-// (t−Period, t], as many gateways do. It is not prq's
+// (t−Period, t], as many gateways do. It also speaks Anthropic's
+// Messages API (/v1/messages, anthropic.go: input and output tokens
+// limited separately) and Azure OpenAI's deployment paths (azure.go),
+// with the same limits, faults and counters. It is not prq's
 // limiter: it shares no code with package ratelimit.
 package fakeopenai
 
