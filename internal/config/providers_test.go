@@ -127,3 +127,31 @@ func TestProvidersValidate(t *testing.T) {
 		})
 	}
 }
+
+// TestReadmeProvidersExample: the README's providers example loads and
+// validates, each model reaching the provider it names.
+func TestReadmeProvidersExample(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(b), "\n## Providers\n")
+	if !ok {
+		t.Fatal("README has no Providers section")
+	}
+	_, rest, ok := strings.Cut(section, "```yaml\n")
+	if !ok {
+		t.Fatal("the Providers section has no yaml example")
+	}
+	doc, _, _ := strings.Cut(rest, "```")
+	env := map[string]string{"OPENAI_API_KEY": "sk-readme-1", "AZURE_OPENAI_API_KEY": "az-readme-2", "ANTHROPIC_API_KEY": "sk-ant-readme-3"}
+	c := loadYAML(t, doc, env)
+	if err := c.Validate(ModeCheck); err != nil {
+		t.Fatalf("the README's example does not validate: %v", err)
+	}
+	for model, want := range map[string]string{"claude-haiku-4-5": KindAnthropic, "gpt-4o": KindAzure, "gpt-4o-mini": KindOpenAI} {
+		if p, ok := c.ProviderOf(model); !ok || p.Kind != want || p.Key() == "" {
+			t.Errorf("%s: provider %q kind %q, want kind %s with its key", model, p.Name, p.Kind, want)
+		}
+	}
+}
