@@ -7,7 +7,10 @@
 // heavy models, cites real diff lines in reviews, and injects faults on
 // request. It keeps the counters a benchmark needs. With Limiter "window"
 // it enforces a sliding window instead: at most RPM and TPM in any
-// (t−Period, t], as many gateways do. It is not prq's
+// (t−Period, t], as many gateways do. It also speaks Anthropic's
+// Messages API (/v1/messages, anthropic.go: input and output tokens
+// limited separately) and Azure OpenAI's deployment paths (azure.go),
+// with the same limits, faults and counters. It is not prq's
 // limiter: it shares no code with package ratelimit.
 package fakeopenai
 
@@ -42,6 +45,10 @@ type Model struct {
 	Latency, Jitter time.Duration
 	// ContextTokens is the context window. Defaults to 128000.
 	ContextTokens int64
+	// ITPM and OTPM are the input and output tokens per Period of the
+	// Anthropic mode (/v1/messages), which limits them separately.
+	// Default to TPM.
+	ITPM, OTPM int64
 }
 
 // Faults are probabilities (0..1) of injected failures per request, after
@@ -78,6 +85,10 @@ type Config struct {
 	// reset headers say when the window empties, a 429's retry when enough
 	// of it has left). Defaults to bucket.
 	Limiter string
+	// Deployments maps Azure deployment names to models (the Azure mode,
+	// /openai/deployments/{deployment}/chat/completions). Defaults to
+	// each model being its own deployment.
+	Deployments map[string]string
 	// Verbose answers prompts other than reviews at full length, up to
 	// the request's max output tokens, as talkative models do (an agent's
 	// quota meets the whole of its max_tokens).
@@ -127,6 +138,9 @@ const (
 type Admission struct {
 	At   time.Time
 	Cost int64
+	// Input and Output are what the Anthropic mode charged each of its
+	// token limits (Cost is their sum); 0 in the OpenAI modes.
+	Input, Output int64
 }
 
 // Admissions returns every admission of a model (Config.Record).
@@ -148,6 +162,8 @@ type Server struct {
 	faults   Faults
 	stats    map[string]*modelStats
 	recorded map[string][]Admission
+	// msgBuckets are the Anthropic mode's (model, key) limiters.
+	msgBuckets map[string]*msgBucket
 }
 
 // bucket is one (model, key)'s limiter state: a token bucket, or the
@@ -207,7 +223,7 @@ func New(cfg Config) *Server {
 		panic(fmt.Sprintf("fakeopenai: tokenizer: %v", err)) // embedded vocabulary
 	}
 	s := &Server{cfg: cfg, models: map[string]Model{}, codec: codec, rng: rand.New(rand.NewSource(cfg.Seed)),
-		buckets: map[string]*bucket{}, stats: map[string]*modelStats{}, recorded: map[string][]Admission{}}
+		buckets: map[string]*bucket{}, msgBuckets: map[string]*msgBucket{}, stats: map[string]*modelStats{}, recorded: map[string][]Admission{}}
 	for _, m := range cfg.Models {
 		if m.ContextTokens == 0 {
 			m.ContextTokens = 128000
@@ -233,6 +249,7 @@ func (s *Server) SetLimiter(limiter string) error {
 	s.mu.Lock()
 	s.cfg.Limiter = limiter
 	s.buckets = map[string]*bucket{}
+	s.msgBuckets = map[string]*msgBucket{}
 	s.mu.Unlock()
 	return nil
 }
@@ -248,10 +265,19 @@ func (s *Server) SetFaults(f Faults) {
 // path), the counters at /_fake/stats and the faults at /_fake/faults.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
+	case strings.Contains(r.URL.Path, "/openai/deployments/"):
+		s.azure(w, r)
 	case strings.HasSuffix(r.URL.Path, "/chat/completions") && r.Method == http.MethodPost:
-		s.completions(w, r)
+		key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || !s.keyOK(key) {
+			writeError(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", "Incorrect API key provided.")
+			return
+		}
+		s.completions(w, r, key, "")
 	case strings.HasSuffix(r.URL.Path, "/models") && r.Method == http.MethodGet:
 		s.listModels(w, r)
+	case strings.HasSuffix(r.URL.Path, "/v1/messages") && r.Method == http.MethodPost:
+		s.messages(w, r)
 	case strings.HasSuffix(r.URL.Path, "/_fake/stats"):
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(s.Stats())
@@ -370,12 +396,10 @@ func (s *Server) listModels(w http.ResponseWriter, r *http.Request) {
 	json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": data})
 }
 
-func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
-	key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || !s.keyOK(key) {
-		writeError(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", "Incorrect API key provided.")
-		return
-	}
+// completions serves a chat completion for key (authenticated by the
+// caller); deployment is the model an Azure deployment serves ("" in the
+// OpenAI mode, where the body names the model).
+func (s *Server) completions(w http.ResponseWriter, r *http.Request, key, deployment string) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, 32<<20))
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "", "could not read body")
@@ -385,6 +409,9 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	if err := json.Unmarshal(body, &req); err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "", "We could not parse the JSON body of your request.")
 		return
+	}
+	if deployment != "" {
+		req.Model = deployment // Azure: the deployment decides, not the body
 	}
 	m, ok := s.models[req.Model]
 	if !ok {
@@ -464,6 +491,12 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 		w.Header().Set("retry-after", strconv.FormatInt(int64(math.Ceil(wait.Seconds())), 10))
 		w.Header().Set("retry-after-ms", strconv.FormatInt(wait.Milliseconds()+1, 10))
+		if deployment != "" {
+			azureLimitHeaders(w.Header())
+			writeAzureError(w, http.StatusTooManyRequests, "429", fmt.Sprintf("Requests to the ChatCompletions_Create Operation under Azure OpenAI API version %s have exceeded the rate limit of your current pricing tier. Please retry after %d seconds.",
+				r.URL.Query().Get("api-version"), int64(math.Ceil(wait.Seconds()))))
+			return
+		}
 		writeError(w, http.StatusTooManyRequests, "tokens", "rate_limit_exceeded",
 			fmt.Sprintf("Rate limit reached for %s in organization org-fake on %s: Limit %d, Used %d, Requested %d. Please try again in %s.",
 				m.Name, dim, lim, used, cost, wait.Round(time.Millisecond)))
@@ -475,6 +508,9 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		s.recorded[m.Name] = append(s.recorded[m.Name], Admission{At: now, Cost: cost})
 	}
 	s.setLimitHeaders(w.Header(), m, b, now)
+	if deployment != "" {
+		azureLimitHeaders(w.Header())
+	}
 	f := s.faults
 	roll := s.rng.Float64()
 	latency := time.Duration(float64(m.Latency+time.Duration((s.rng.Float64()*2-1)*float64(m.Jitter))) * s.cfg.LatencyScale)

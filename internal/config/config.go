@@ -40,13 +40,16 @@ type Config struct {
 	AllowNoPersistence bool `yaml:"allow_no_persistence"`
 	// ShutdownTimeout bounds how long in-flight jobs may run after SIGTERM.
 	// Defaults to 30s.
-	ShutdownTimeout Duration        `yaml:"shutdown_timeout"`
-	Log             LogConfig       `yaml:"log"`
-	GitHub          GitHubConfig    `yaml:"github"`
-	OpenAI          OpenAIConfig    `yaml:"openai"`
-	Models          []ModelConfig   `yaml:"models"`
-	Jobs            JobsConfig      `yaml:"jobs"`
-	Tiers           map[string]Tier `yaml:"tiers"`
+	ShutdownTimeout Duration     `yaml:"shutdown_timeout"`
+	Log             LogConfig    `yaml:"log"`
+	GitHub          GitHubConfig `yaml:"github"`
+	OpenAI          OpenAIConfig `yaml:"openai"`
+	// Providers are the LLM providers models name. Defaults to none: one
+	// implicit OpenAI provider from openai (OPENAI_API_KEY, OPENAI_BASE_URL).
+	Providers []ProviderConfig `yaml:"providers"`
+	Models    []ModelConfig    `yaml:"models"`
+	Jobs      JobsConfig       `yaml:"jobs"`
+	Tiers     map[string]Tier  `yaml:"tiers"`
 	// DefaultTier is the tier of installations with no plan. Defaults to free.
 	DefaultTier string            `yaml:"default_tier"`
 	Plans       []PlanConfig      `yaml:"plans"`
@@ -115,7 +118,11 @@ type OpenAIConfig struct {
 
 // ModelConfig is one model and its provider limits.
 type ModelConfig struct {
-	Name              string `yaml:"name"`
+	Name string `yaml:"name"`
+	// Provider names the entry of providers that serves the model.
+	// Defaults to the only provider when there is one (the implicit
+	// OpenAI provider when providers is empty); required with several.
+	Provider          string `yaml:"provider"`
 	RequestsPerMinute int64  `yaml:"requests_per_minute"`
 	TokensPerMinute   int64  `yaml:"tokens_per_minute"`
 	BurstRequests     int64  `yaml:"burst_requests"`
@@ -441,6 +448,7 @@ func Load(getenv func(string) string, fl *Flags) (*Config, error) {
 			*dst = Secret(v)
 		}
 	}
+	c.readKeys(getenv)
 	if v := getenv("PRQ_ALLOW_NO_PERSISTENCE"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
@@ -619,8 +627,8 @@ func (c *Config) Validate(m Mode) error {
 		if c.GitHub.PrivateKey == "" && c.GitHub.PrivateKeyPath == "" {
 			bad("GITHUB_PRIVATE_KEY_PATH", "is required for worker (or GITHUB_PRIVATE_KEY with the PEM itself)")
 		}
-		if c.OpenAI.APIKey == "" {
-			bad("OPENAI_API_KEY", "is required for worker")
+		if c.OpenAI.APIKey == "" && len(c.Providers) == 0 {
+			bad("OPENAI_API_KEY", "is required for worker (or providers with their key_env)")
 		}
 	}
 	if c.GitHub.PrivateKeyPath != "" {
@@ -651,6 +659,7 @@ func (c *Config) Validate(m Mode) error {
 			}
 		}
 	}
+	c.validateProviders(bad, m == ModeWorker || m == ModeAll)
 	for setting, model := range map[string]string{"jobs.summary_model": c.Jobs.SummaryModel, "jobs.review_model": c.Jobs.ReviewModel, "jobs.chat_model": c.Jobs.ChatModel} {
 		if !models[model] {
 			bad(setting, "model %q is not among the configured models", model)

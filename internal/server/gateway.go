@@ -20,11 +20,27 @@ import (
 // loops, like PR jobs.
 func (s *Server) gateway(ctx context.Context) (http.Handler, error) {
 	cfg := s.cfg
+	// the gateway forwards OpenAI's API as it is: it serves the models of
+	// one OpenAI-kind provider (the first that serves any), not Azure's
+	// or Anthropic's
+	var up config.ProviderConfig
 	models := map[string]gateway.Model{}
 	for _, m := range cfg.Models {
+		p, ok := cfg.ProviderOf(m.Name)
+		if !ok || p.Kind != config.KindOpenAI || (up.Name != "" && p.Name != up.Name) {
+			continue
+		}
+		up = p
 		models[m.Name] = gateway.Model{MaxOutput: m.MaxOutputTokens, Reasoning: m.Reasoning}
 	}
-	base := cfg.OpenAI.BaseURL
+	if len(models) == 0 {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusNotFound)
+			w.Write([]byte(`{"error":{"message":"the gateway serves the models of an OpenAI-compatible provider; none is configured","type":"invalid_request_error","code":"model_not_found"}}`))
+		}), nil
+	}
+	base := up.BaseURL
 	if base == "" {
 		base = "https://api.openai.com/v1"
 	}
@@ -37,7 +53,7 @@ func (s *Server) gateway(ctx context.Context) (http.Handler, error) {
 	if err := s.metrics.Register(gm.Collectors()...); err != nil {
 		s.log.WarnContext(ctx, "gateway metrics not registered", "err", err)
 	}
-	g, err := gateway.New(gateway.Config{Models: models, UpstreamURL: base, UpstreamKey: string(cfg.OpenAI.APIKey),
+	g, err := gateway.New(gateway.Config{Models: models, UpstreamURL: base, UpstreamKey: up.Key(),
 		Timeout: cfg.OpenAI.Timeout.D(), MaxWait: cfg.Gateway.MaxWait.D(), MinOutput: cfg.Gateway.MinOutput,
 		Log: s.log.With("component", "gateway")}, gateway.NewKeys(s.rdb), s.sched, waiter, s.rdb, gm)
 	if err != nil {

@@ -106,13 +106,15 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, connOpt asyn
 	s.client = asynq.NewClientFromRedisClient(rdb)
 	s.insp = asynq.NewInspectorFromRedisClient(rdb)
 	buckets := map[string]*ratelimit.Bucket{}
-	apiKey := string(cfg.OpenAI.APIKey)
 	for _, m := range cfg.Models {
 		l, err := m.Limits()
 		if err != nil {
 			return nil, fmt.Errorf("model %s: %w", m.Name, err)
 		}
-		if buckets[m.Name], err = ratelimit.NewBucket(rdb, m.Name, apiKey, l); err != nil {
+		// a model's bucket is its provider key's (the implicit provider's
+		// is OPENAI_API_KEY, as before)
+		p, _ := cfg.ProviderOf(m.Name)
+		if buckets[m.Name], err = ratelimit.NewBucket(rdb, m.Name, p.Key(), l); err != nil {
 			return nil, err
 		}
 	}

@@ -99,7 +99,11 @@ func (s *Server) buildWorkers(tr http.RoundTripper, opt Options, handlers bool) 
 	if err != nil {
 		return nil, err
 	}
-	var client workers.LLM = llm.New(string(cfg.OpenAI.APIKey), cfg.OpenAI.BaseURL, cfg.OpenAI.Timeout.D(), nil)
+	router, err := buildLLM(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var client workers.LLM = router
 	if opt.WrapLLM != nil {
 		client = opt.WrapLLM(client)
 	}
