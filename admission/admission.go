@@ -212,6 +212,11 @@ type Admitted struct {
 // bucket admits them. It returns the admitted tickets, and when it
 // stopped for lack of room, the exact wait until the next one fits.
 func (s *Scheduler) Admit(ctx context.Context, model string, budget int) ([]Admitted, time.Duration, error) {
+	return s.admit(ctx, model, budget, budget)
+}
+
+// admit takes up to budget tickets, at most batch of them batch work.
+func (s *Scheduler) admit(ctx context.Context, model string, budget, batch int) ([]Admitted, time.Duration, error) {
 	keys, b, err := s.keys(model)
 	if err != nil {
 		return nil, 0, err
@@ -223,7 +228,7 @@ func (s *Scheduler) Admit(ctx context.Context, model string, budget int) ([]Admi
 	if s.cfg.Strict {
 		mode = "strict"
 	}
-	args := []any{"admit", s.now(), budget, mode, strconv.FormatFloat(s.cfg.ChatShare, 'f', 6, 64), s.cfg.Aging.Microseconds(),
+	args := []any{"admit", s.now(), strconv.Itoa(budget) + ":" + strconv.Itoa(min(max(batch, 0), budget)), mode, strconv.FormatFloat(s.cfg.ChatShare, 'f', 6, 64), s.cfg.Aging.Microseconds(),
 		s.cfg.ReleaseTimeout.Microseconds(), s.cfg.Weights[jobs.TierPaid], s.cfg.Weights[jobs.TierTrial], s.cfg.Weights[jobs.TierFree],
 		strconv.FormatFloat(s.cfg.ChatCap, 'f', 6, 64)}
 	args = append(args, b.ScriptArgs([4]int64{0, 1, 0, 1})...)
@@ -256,6 +261,10 @@ func (s *Scheduler) Admit(ctx context.Context, model string, budget int) ([]Admi
 // them. A task that no longer exists (superseded, deleted) is dropped.
 func (s *Scheduler) Release(ctx context.Context, adm []Admitted) {
 	for _, a := range adm {
+		if a.Via == "reject" && a.Queue == NotifyQueue {
+			s.notify(ctx, a) // its caller sees the ticket gone unreserved
+			continue
+		}
 		if a.Via == "reject" {
 			s.log.ErrorContext(ctx, "job can never fit the model's bucket; dropped", "task", a.ID, "model", a.Model, "tokens", a.Tokens, "dimension", a.Dim)
 			if s.insp != nil {
@@ -267,6 +276,10 @@ func (s *Scheduler) Release(ctx context.Context, adm []Admitted) {
 		}
 		if s.Observe != nil {
 			s.Observe(a)
+		}
+		if a.Queue == NotifyQueue {
+			s.notify(ctx, a)
+			continue
 		}
 		if s.insp == nil {
 			continue
@@ -294,33 +307,80 @@ func (s *Scheduler) onItsWay(queue, id string) bool {
 	return err == nil && (info.State == asynq.TaskStatePending || info.State == asynq.TaskStateActive)
 }
 
-// Started records that an admitted task reached its handler.
+// Started records that an admitted task reached its handler. With a
+// window limiter it moves the job's charge to now, when the provider will
+// count the call, and first waits, if need be, for the room admission
+// counted on when it looked ahead (see TryStart).
 func (s *Scheduler) Started(ctx context.Context, model, id string) error {
-	keys, _, err := s.keys(model)
+	for {
+		wait, err := s.TryStart(ctx, model, id)
+		if err != nil || wait <= 0 {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// TryStart records a start as Started does, once: with a window limiter
+// whose room for the job is not there yet (admission looks ahead by the
+// measured lag from admission to start), nothing changes and it returns
+// how long to wait before trying again.
+func (s *Scheduler) TryStart(ctx context.Context, model, id string) (time.Duration, error) {
+	keys, b, err := s.keys(model)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	if err := script.Run(ctx, s.rdb, keys.list(), "started", s.now(), id).Err(); err != nil {
-		return fmt.Errorf("admission: started %s: %w", id, err)
+	args := []any{"started", s.now(), id}
+	if b.Limits().Limiter == ratelimit.LimiterWindow {
+		args = append(args, b.ScriptArgs([4]int64{})...)
 	}
-	return nil
+	us, err := script.Run(ctx, s.rdb, keys.list(), args...).Int64()
+	if err != nil {
+		return 0, fmt.Errorf("admission: started %s: %w", id, err)
+	}
+	return time.Duration(us) * time.Microsecond, nil
 }
 
 // forget drops the ticket of a task that is gone, so nothing waits on it;
 // a failure is logged (the reconciler meets the ticket again).
 func (s *Scheduler) forget(ctx context.Context, model, id string) {
-	if err := s.Started(ctx, model, id); err != nil {
+	keys, _, err := s.keys(model)
+	if err == nil {
+		err = script.Run(ctx, s.rdb, keys.list(), "started", s.now(), id).Err()
+	}
+	if err != nil {
 		s.log.WarnContext(ctx, "dropping the ticket of a gone task failed", "task", id, "err", err)
 	}
 }
 
 // Settle replaces an admitted job's estimate with its actual usage, once.
+// A zero cost means no call was made (a quota refusal, a stale head, a
+// job that ended before its call): the whole reservation comes back,
+// whatever the bucket's policy — the provider counted nothing.
 func (s *Scheduler) Settle(ctx context.Context, model, id string, actual ratelimit.Cost) error {
+	var policy ratelimit.Policy // the bucket's own
+	if actual == (ratelimit.Cost{}) {
+		policy = ratelimit.PolicyRefund
+	}
+	return s.settle(ctx, model, id, actual, policy)
+}
+
+// settle settles under policy ("": the bucket's own).
+func (s *Scheduler) settle(ctx context.Context, model, id string, actual ratelimit.Cost, policy ratelimit.Policy) error {
 	keys, b, err := s.keys(model)
 	if err != nil {
 		return err
 	}
-	args := []any{"settle", s.now(), id, string(b.Limits().Policy)}
+	if policy == "" {
+		policy = b.Limits().Policy
+	}
+	args := []any{"settle", s.now(), id, string(policy)}
 	args = append(args, b.ScriptArgs([4]int64{actual.Requests, actual.Tokens, actual.Requests, actual.Tokens})...)
 	n, err := script.Run(ctx, s.rdb, keys.list(), args...).Int()
 	if err != nil {

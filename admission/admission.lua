@@ -141,21 +141,60 @@ elseif op == 'cancel' then
   return 1
 
 elseif op == 'started' then
-  -- ARGV: op, now, id: the released task reached a handler
+  -- ARGV: op, now, id[, dims...]: the released task reached a handler.
+  -- With dims (a window limiter), the job's charge moves from the slot of
+  -- its admission to now, where the provider will count the call: a job
+  -- that waited for a worker would otherwise stop counting here before it
+  -- stops counting there. Admission looks ahead by the measured lag from
+  -- admission to start (lag_us), so the room it counted on may not be
+  -- here yet: then nothing changes and the reply is the µs to wait
+  -- before starting again. 0: start.
   redis.call('ZREM', KEYS[10], ARGV[3])
-  return redis.call('HDEL', KEYS[2], ARGV[3])
+  redis.call('HDEL', KEYS[2], ARGV[3])
+  if ARGV[4] == nil then return 0 end
+  local r = redis.call('HGET', KEYS[12], ARGV[3])
+  local at = tonumber(redis.call('ZSCORE', KEYS[13], ARGV[3]) or '')
+  if not r or not at then return 0 end
+  if at > now then at = now end
+  local st = B.load(KEYS[1], ARGV, 3, now)
+  local costs, i = {}, 0
+  for c in string.gmatch(r, '%S+') do
+    i = i + 1
+    if i <= st.n then costs[i] = tonumber(c) end
+  end
+  for j = i + 1, st.n do costs[j] = 0 end
+  for j = 1, st.n do
+    if st.kind[j] == 'w' and costs[j] > 0 then B.give(st, j, costs[j], at) end
+  end
+  local w = B.wait(st, costs, nil)
+  if w > 0 then return w end -- not saved: the charge stays where it was
+  for j = 1, st.n do
+    if st.kind[j] == 'w' and costs[j] > 0 then B.give(st, j, -costs[j]) end
+  end
+  B.save(st)
+  redis.call('ZADD', KEYS[13], now, ARGV[3])
+  -- the lag from admission to start, smoothed (a restart's long gap is
+  -- not a lag: samples are capped at the window's tenth)
+  local sample = math.min(now - at, math.floor(st.per[1] / 10))
+  local lag = tonumber(redis.call('HGET', KEYS[11], 'lag_us') or '')
+  if lag == nil then lag = sample else lag = lag + (sample - lag) / 8 end
+  redis.call('HSET', KEYS[11], 'lag_us', math.floor(lag))
+  return 0
 
 elseif op == 'settle' then
   -- ARGV: op, now, id, policy, dims... (values: actual usage)
   local r = redis.call('HGET', KEYS[12], ARGV[3])
   if not r then return 0 end
   local st = B.load(KEYS[1], ARGV, 4, now)
+  -- where the charge is (its admission, or its start): a window gives
+  -- back in that slot, if it still counts
+  local at = tonumber(redis.call('ZSCORE', KEYS[13], ARGV[3]) or '')
   local i = 0
   for c in string.gmatch(r, '%S+') do
     i = i + 1
     if i <= st.n then
       local delta = tonumber(c) - st.val[i]
-      if delta < 0 or ARGV[4] == 'refund' then B.give(st, i, delta) end
+      if delta < 0 or ARGV[4] == 'refund' then B.give(st, i, delta, at) end
     end
   end
   B.save(st)
@@ -180,7 +219,12 @@ elseif op == 'admit' then
   -- ARGV: op, now, budget, mode, chat_share, aging_us, release_us,
   --       w_paid, w_trial, w_free, chat_cap, dims (value 0 = a request
   --       dimension, 1 = a token dimension)
-  local budget, mode = tonumber(ARGV[3]), ARGV[4]
+  -- budget: "n" jobs of any class, or "n:b": n jobs, at most b of them
+  -- batch (the rest of the process's free slots only chat may use)
+  local budget, bmax = string.match(ARGV[3], '^(%d+):(%d+)$')
+  if budget then budget, bmax = tonumber(budget), tonumber(bmax) else budget = tonumber(ARGV[3]); bmax = budget end
+  local nbatch = 0
+  local mode = ARGV[4]
   local share, aging, release = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
   local weight = {paid = tonumber(ARGV[8]), trial = tonumber(ARGV[9]), free = tonumber(ARGV[10])}
   local cap = tonumber(ARGV[11])
@@ -188,10 +232,105 @@ elseif op == 'admit' then
   local st = B.load(KEYS[1], ARGV, 11, now)
   local keep = {}
   for i = 1, st.n do keep[i] = math.floor(share * st.burst[i]) end
+  local backfills = st.n > 0
+  for i = 1, st.n do
+    if st.kind[i] ~= 'w' then backfills = false end
+  end
+  -- a window looks ahead by the lag from admission to start (measured at
+  -- each start, at most a tenth of the window): room that frees by the
+  -- time the job starts is as good as room now; the start waits for it
+  -- if it comes early (started)
+  local ahead = 0
+  if backfills then
+    ahead = math.min(tonumber(redis.call('HGET', KEYS[11], 'lag_us') or '') or 0, math.floor(st.per[1] / 10))
+  end
   local out = {}
   local wait = 0
   local dirty = false
   local V = vt('V')
+  -- grant admits cand (already charged with costs): its order's tags,
+  -- its reservation and the reply.
+  local function grant(cand, via, costs)
+    if cand.class ~= 'chat' then nbatch = nbatch + 1 end
+    -- FIFO comparison: was someone older waiting?
+    local fifo = redis.call('ZRANGE', KEYS[9], 0, 0)
+    if #fifo > 0 and fifo[1] ~= cand.id then
+      local fenc = redis.call('HGET', KEYS[2], fifo[1])
+      redis.call('HINCRBY', KEYS[11], 'ahead_tok:' .. cand.class, cand.tokens)
+      if fenc then redis.call('HINCRBY', KEYS[11], 'behind_tok:' .. decode(fifo[1], fenc).class, cand.tokens) end
+    end
+    unlink(cand)
+    local cls = cand.class
+    if cls ~= 'chat' then
+      local s = vt('t:' .. cls)
+      redis.call('HSET', KEYS[8], 't:' .. cls, s + cand.tokens / weight[cls])
+      if s > V then V = s end
+    end
+    if via ~= 'aged' then
+      local ff = tonumber(redis.call('ZSCORE', HEADS[cls], cand.tenant) or '')
+      if ff then
+        redis.call('HSET', KEYS[8], 'f:' .. cls .. ':' .. cand.tenant, ff)
+        local fs = ff - cand.tokens / cand.prio
+        if fs > vt('V:' .. cls) then redis.call('HSET', KEYS[8], 'V:' .. cls, fs) end
+      end
+    end
+    refresh(cls, cand.tenant, true)
+    if cap < 1 then
+      -- the two classes' tags: an idle class starts at the last start
+      local k = 'batch'
+      if cls == 'chat' then k = 'chat' end
+      local s = math.max(vt('c:' .. k), vt('c:V'))
+      redis.call('HSET', KEYS[8], 'c:' .. k, s + math.max(cand.tokens, 1) / cweight[k], 'c:V', s)
+    end
+    redis.call('ZADD', KEYS[10], now + release, cand.id)
+    local rc = {}
+    for i = 1, st.n do rc[i] = B.fmt(costs[i]) end
+    redis.call('HSET', KEYS[12], cand.id, table.concat(rc, ' '))
+    redis.call('ZADD', KEYS[13], now, cand.id)
+    redis.call('HINCRBY', KEYS[11], 'adm_tok:' .. cand.class, cand.tokens)
+    redis.call('HINCRBY', KEYS[11], 'adm_n:' .. cand.class, 1)
+    redis.call('LPUSH', KEYS[16], cand.class .. ':' .. B.fmt(now - cand.enq))
+    out[#out + 1] = cand.id
+    out[#out + 1] = via .. '|' .. cand.queue .. '|' .. cand.class .. '|' .. cand.tenant .. '|' .. cand.tokens .. '|' .. B.fmt(cand.enq)
+  end
+  -- costsof is a ticket's charge per dimension (a request dimension
+  -- counts 1).
+  local function costsof(t)
+    local c = {}
+    for i = 1, st.n do
+      if st.val[i] == 0 then c[i] = 1 else c[i] = t.tokens end
+    end
+    return c
+  end
+  -- backfill: a window frees room in steps (as its oldest slots stop
+  -- counting), so when the next ticket in order does not fit, room the
+  -- window has now may sit idle until then. Tickets further back (the
+  -- first of each flow, chat's then each tier's, a few each) take it if
+  -- they fit now and still leave the waiting ticket room when its turn
+  -- comes (B.slack): it is admitted no later than without them.
+  local function backfill(head, headcosts, w)
+    local slack = B.slack(st, headcosts, head.class ~= 'chat' and keep or nil, w)
+    if slack == nil then return end
+    for _, cls in ipairs({'chat', 'paid', 'trial', 'free'}) do
+      for _, tenant in ipairs(redis.call('ZRANGE', HEADS[cls], 0, 7)) do
+        if #out >= budget * 2 then return end
+        local t = flowhead(cls, tenant)
+        if t ~= nil and t.id ~= head.id and (cls == 'chat' or nbatch < bmax) then
+          local c = costsof(t)
+          local ok = true
+          for i = 1, st.n do
+            if c[i] > slack[i] then ok = false end
+          end
+          if ok and B.wait(st, c, cls ~= 'chat' and keep or nil) == 0 then
+            B.take(st, c)
+            dirty = true
+            for i = 1, st.n do slack[i] = slack[i] - c[i] end
+            grant(t, 'backfill', c)
+          end
+        end
+      end
+    end
+  end
   while #out < budget * 2 do
     local cand, via = nil, nil
     -- batch's candidate: the oldest batch ticket past the aging bound,
@@ -221,6 +360,7 @@ elseif op == 'admit' then
       end
       cand, via = best, 'fair'
     end
+    if nbatch >= bmax then cand, via = nil, nil end
     -- chat's candidate: the tenant flow with the smallest finish tag
     local chat = nil
     local h = redis.call('ZRANGE', HEADS.chat, 0, 0)
@@ -251,11 +391,9 @@ elseif op == 'admit' then
       end
     end
     if cand == nil then break end
-    local costs = {}
-    for i = 1, st.n do
-      if st.val[i] == 0 then costs[i] = 1 else costs[i] = cand.tokens end
-    end
+    local costs = costsof(cand)
     local w, dim = B.wait(st, costs, cand.class ~= 'chat' and keep or nil)
+    if w > 0 and w <= ahead then w = 0 end
     if w < 0 then
       -- can never fit: drop the ticket and report it, never wait forever
       unlink(cand)
@@ -265,51 +403,13 @@ elseif op == 'admit' then
       out[#out + 1] = 'reject|' .. cand.queue .. '|' .. cand.class .. '|' .. cand.tenant .. '|' .. cand.tokens .. '|' .. B.fmt(cand.enq) .. '|' .. dim
     elseif w > 0 then
       wait = w
+      if backfills then backfill(cand, costs, w) end
       break
     else
       if #out >= budget * 2 then break end
       B.take(st, costs)
       dirty = true
-      -- FIFO comparison: was someone older waiting?
-      local fifo = redis.call('ZRANGE', KEYS[9], 0, 0)
-      if #fifo > 0 and fifo[1] ~= cand.id then
-        local fenc = redis.call('HGET', KEYS[2], fifo[1])
-        redis.call('HINCRBY', KEYS[11], 'ahead_tok:' .. cand.class, cand.tokens)
-        if fenc then redis.call('HINCRBY', KEYS[11], 'behind_tok:' .. decode(fifo[1], fenc).class, cand.tokens) end
-      end
-      unlink(cand)
-      local cls = cand.class
-      if cls ~= 'chat' then
-        local s = vt('t:' .. cls)
-        redis.call('HSET', KEYS[8], 't:' .. cls, s + cand.tokens / weight[cls])
-        if s > V then V = s end
-      end
-      if via == 'fair' or via == 'chat' then
-        local ff = tonumber(redis.call('ZSCORE', HEADS[cls], cand.tenant) or '')
-        if ff then
-          redis.call('HSET', KEYS[8], 'f:' .. cls .. ':' .. cand.tenant, ff)
-          local fs = ff - cand.tokens / cand.prio
-          if fs > vt('V:' .. cls) then redis.call('HSET', KEYS[8], 'V:' .. cls, fs) end
-        end
-      end
-      refresh(cls, cand.tenant, true)
-      if cap < 1 then
-        -- the two classes' tags: an idle class starts at the last start
-        local k = 'batch'
-        if cls == 'chat' then k = 'chat' end
-        local s = math.max(vt('c:' .. k), vt('c:V'))
-        redis.call('HSET', KEYS[8], 'c:' .. k, s + math.max(cand.tokens, 1) / cweight[k], 'c:V', s)
-      end
-      redis.call('ZADD', KEYS[10], now + release, cand.id)
-      local rc = {}
-      for i = 1, st.n do rc[i] = B.fmt(costs[i]) end
-      redis.call('HSET', KEYS[12], cand.id, table.concat(rc, ' '))
-      redis.call('ZADD', KEYS[13], now, cand.id)
-      redis.call('HINCRBY', KEYS[11], 'adm_tok:' .. cand.class, cand.tokens)
-      redis.call('HINCRBY', KEYS[11], 'adm_n:' .. cand.class, 1)
-      redis.call('LPUSH', KEYS[16], cand.class .. ':' .. B.fmt(now - cand.enq))
-      out[#out + 1] = cand.id
-      out[#out + 1] = via .. '|' .. cand.queue .. '|' .. cand.class .. '|' .. cand.tenant .. '|' .. cand.tokens .. '|' .. B.fmt(cand.enq)
+      grant(cand, via, costs)
     end
   end
   redis.call('HSET', KEYS[8], 'V', V)

@@ -12,11 +12,17 @@
 // for PRs further along — charges
 // the bucket in the same Lua call, and releases the task
 // (Inspector.RunTask), so asynq workers only ever dequeue admitted work.
+// A notify ticket (NotifyQueue: the gateway's requests) waits in the same
+// order but has no task: its admission is published to the caller waiting
+// in-process (Waiter.Await), who reports back like a worker or withdraws.
 //
 // Files: admission.go (the scheduler and its calls), keys.go (the Redis
 // keys of a model), ticket.go and ticket.lua (the ticket and its stored
 // form, encoded in Go and decoded in both Go and Lua), loop.go (the
-// admission loop), reconcile.go (crash repair), pause.go and stats.go.
+// admission loop), reconcile.go (crash repair), notify.go (notify
+// tickets and their waiters), process.go and process.lua (worker
+// processes' heartbeats and running jobs; a dead process's jobs go back
+// through admission within seconds), pause.go and stats.go.
 //
 // It owns the order and the tickets. It does not run jobs or call the
 // provider (the workers do, and report back through Started and Settle),

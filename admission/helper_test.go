@@ -16,6 +16,16 @@ const helperEnv = "PRQ_ADMISSION_HELPER"
 
 var mpLimits = ratelimit.Limits{RequestsPerPeriod: 100000, TokensPerPeriod: 20000, Period: time.Second}
 
+// mpLimitsOf are the multi-process tests' limits under a limiter
+// ("" or "bucket": mpLimits).
+func mpLimitsOf(limiter string) ratelimit.Limits {
+	l := mpLimits
+	if limiter == string(ratelimit.LimiterWindow) {
+		l.Limiter = ratelimit.LimiterWindow
+	}
+	return l
+}
+
 // runHelper is a worker process's admission loop for the multi-process
 // tests: it admits until told to stop and prints each admission. With
 // PRQ_HELPER_MODE=crash it admits one batch, says so and waits to be killed.
@@ -25,7 +35,7 @@ func runHelper() int {
 	d, _ := time.ParseDuration(os.Getenv("PRQ_HELPER_DURATION"))
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
-	b, err := ratelimit.NewBucket(rdb, model, "sk", mpLimits)
+	b, err := ratelimit.NewBucket(rdb, model, "sk", mpLimitsOf(os.Getenv("PRQ_HELPER_LIMITER")))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -12,6 +12,10 @@ type RunConfig struct {
 	// Capacity returns how many more jobs this process can start now
 	// (idle slots minus released work not yet started). Required.
 	Capacity func() int
+	// ChatCapacity, when set, is how many more chat jobs this process can
+	// start now, counting slots only chat may use; Capacity then counts
+	// batch jobs only, and chat is admitted while every batch slot is busy.
+	ChatCapacity func() int
 	// Poll is the sleep when this process has no free slot. Defaults to 20ms.
 	Poll time.Duration
 	// MaxSleep bounds a sleep while tickets wait for room or none wait; a
@@ -24,6 +28,12 @@ type RunConfig struct {
 	TicketOf func(*asynq.TaskInfo) (Ticket, bool)
 	// Queues to reconcile.
 	Queues []string
+	// Process, when set, is this process's liveness record: the loop
+	// beats for it every Beat and puts back the jobs of processes silent
+	// for ProcessTTL. Beat defaults to 1s, ProcessTTL to 4s.
+	Process    *Process
+	Beat       time.Duration
+	ProcessTTL time.Duration
 }
 
 // Run admits and releases until ctx ends: one loop per model, and the
@@ -37,6 +47,12 @@ func (s *Scheduler) Run(ctx context.Context, rc RunConfig) {
 	}
 	if rc.MaxSleep == 0 {
 		rc.MaxSleep = 250 * time.Millisecond
+	}
+	if rc.Beat == 0 {
+		rc.Beat = time.Second
+	}
+	if rc.ProcessTTL == 0 {
+		rc.ProcessTTL = 4 * time.Second
 	}
 	wake := map[string]chan struct{}{}
 	byChannel := map[string]string{}
@@ -68,6 +84,13 @@ func (s *Scheduler) Run(ctx context.Context, rc RunConfig) {
 			s.loop(ctx, model, rc, wake[model])
 		}(model)
 	}
+	if rc.Process != nil {
+		n++
+		go func() {
+			defer func() { done <- struct{}{} }()
+			s.watchProcesses(ctx, rc)
+		}()
+	}
 	n++
 	go func() {
 		defer func() { done <- struct{}{} }()
@@ -91,13 +114,19 @@ func (s *Scheduler) Run(ctx context.Context, rc RunConfig) {
 
 func (s *Scheduler) loop(ctx context.Context, model string, rc RunConfig, wake <-chan struct{}) {
 	backoff := rc.Poll
+	var chatAt time.Time // with batch slots full: when chat is worth another try
 	for ctx.Err() == nil {
-		budget := rc.Capacity()
-		if budget <= 0 {
-			sleep(ctx, rc.Poll, nil)
+		budget, chat := rc.Capacity(), 0
+		if rc.ChatCapacity != nil {
+			chat = rc.ChatCapacity()
+		}
+		if budget <= 0 && (chat <= 0 || time.Now().Before(chatAt)) {
+			if sleep(ctx, rc.Poll, wake) {
+				chatAt = time.Time{} // a new ticket
+			}
 			continue
 		}
-		adm, wait, err := s.Admit(ctx, model, budget)
+		adm, wait, err := s.admit(ctx, model, max(budget, chat), budget)
 		if err != nil {
 			if ctx.Err() == nil {
 				s.log.WarnContext(ctx, "admission failed", "model", model, "err", err)
@@ -116,16 +145,23 @@ func (s *Scheduler) loop(ctx context.Context, model string, rc RunConfig, wake <
 		if wait <= 0 || wait > rc.MaxSleep {
 			wait = rc.MaxSleep
 		}
+		if budget <= 0 { // only chat could go: watch for a batch slot meanwhile
+			chatAt = time.Now().Add(wait)
+			continue
+		}
 		sleep(ctx, wait, wake)
 	}
 }
 
-func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) {
+// sleep waits d, or until ctx ends or wake fires; it reports a wake.
+func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 	case <-t.C:
 	case <-wake:
+		return true
 	}
+	return false
 }

@@ -77,6 +77,12 @@ func toAny(ss []string) []any {
 }
 
 func (s *Scheduler) rerelease(ctx context.Context, model, queue, id, releasedKey string, now time.Time) {
+	if queue == NotifyQueue {
+		// its caller never reported the start (it crashed or left): drop
+		// the ticket; the reservation expires with the others
+		s.forget(ctx, model, id)
+		return
+	}
 	if s.insp == nil {
 		return
 	}

@@ -1,5 +1,7 @@
-// Package llm is prq's adapter to an OpenAI-compatible chat completions
-// API (go-openai with OPENAI_BASE_URL): one call with a timeout, the
+// Package llm is prq's adapter to its LLM providers: an OpenAI-compatible
+// chat completions API and Azure OpenAI (go-openai), and Anthropic's
+// Messages API (anthropic-sdk-go), behind one Request and Response, with
+// a Router that sends each model to its provider: one call with a timeout, the
 // response headers kept for the rate-limit sync, the right max-tokens
 // field for reasoning models, and every failure classified so the caller
 // knows whether to go back to admission, retry, split, pause or give up.
@@ -31,6 +33,25 @@ func New(apiKey, baseURL string, timeout time.Duration, hc *http.Client) *Client
 	cfg := openai.DefaultConfig(apiKey)
 	if baseURL != "" {
 		cfg.BaseURL = strings.TrimSuffix(baseURL, "/")
+	}
+	if hc != nil {
+		cfg.HTTPClient = hc
+	}
+	if timeout <= 0 {
+		timeout = 120 * time.Second
+	}
+	return &Client{c: openai.NewClientWithConfig(cfg), timeout: timeout}
+}
+
+// NewAzure returns a client of an Azure OpenAI resource (go-openai's
+// Azure configuration: the api-key header, the api-version query, and
+// /openai/deployments/{deployment}/ paths). deployment maps a model name
+// to its deployment (nil: the model's own name).
+func NewAzure(apiKey, endpoint, apiVersion string, deployment func(model string) string, timeout time.Duration, hc *http.Client) *Client {
+	cfg := openai.DefaultAzureConfig(apiKey, strings.TrimSuffix(endpoint, "/"))
+	cfg.APIVersion = apiVersion
+	if deployment != nil {
+		cfg.AzureModelMapperFunc = deployment
 	}
 	if hc != nil {
 		cfg.HTTPClient = hc

@@ -179,39 +179,103 @@ function B.load(key, argv, base, now)
   return st, b
 end
 
--- windowwait returns the µs until amount more fits in window dimension i
--- with keep (units of burst) left untouched: when enough of the oldest
--- slots have stopped counting. 0 when it fits now.
+-- slotwait returns the µs until need more has stopped counting in one
+-- check of window dimension i (its limit's span from slot from), oldest
+-- slots first, read a few at a time: usually the first free enough.
+local function slotwait(st, i, need, from, span)
+  local h = st.h[i]
+  local w = (h + 1) * st.slot[i] + span - st.now -- everything gone
+  local acc, j = 0, from
+  while j <= h and acc < need do
+    local top = math.min(j + 7, h)
+    local cache = readslots(st, i, j, top)
+    while j <= top do
+      acc = acc + cache[j]
+      if acc >= need then
+        w = (j + 1) * st.slot[i] + span - st.now
+        break
+      end
+      j = j + 1
+    end
+  end
+  if w < 1 then w = 1 end
+  return w
+end
+
+-- windowwait returns the µs until amount c more fits in window dimension
+-- i, 0 when it fits now. keep k (units of burst) is room kept for others
+-- (chat): a bucket keeps it as a floor on its level, at no cost to
+-- throughput, but room a window keeps unused is lost. So a window keeps
+-- it over a horizon instead: c is admitted when it fits now and, once
+-- what stops counting within the horizon (k's share of the span) has
+-- gone, still leaves k. Whoever k is kept for finds it within the
+-- horizon, and in steady state as much stops counting over the horizon
+-- as k, so the window still fills.
 local function windowwait(st, i, c, k)
   local wait = 0
   local checks = {{st.lim[i], st.sum[i], st.p[i], st.per[i]}}
   if st.sub[i] > 0 then checks[2] = {st.sublim[i], st.subsum[i], st.q[i], st.sub[i]} end
   for _, ck in ipairs(checks) do
     local limit, sum, from, span = ck[1], ck[2], ck[3], ck[4]
-    local kk = k * limit / st.burst[i]
-    local need = sum + c + kk - limit
+    local need = sum + c - limit
     if need > 0 then
-      local h = st.h[i]
-      local w = (h + 1) * st.slot[i] + span - st.now -- everything gone
-      -- oldest first, read a few slots at a time: usually the first free enough
-      local acc, j = 0, from
-      while j <= h and acc < need do
-        local top = math.min(j + 7, h)
-        local cache = readslots(st, i, j, top)
-        while j <= top do
-          acc = acc + cache[j]
-          if acc >= need then
-            w = (j + 1) * st.slot[i] + span - st.now
-            break
-          end
-          j = j + 1
-        end
-      end
-      if w < 1 then w = 1 end
+      local w = slotwait(st, i, need, from, span)
       if w > wait then wait = w end
+    end
+    if k > 0 then
+      local share = k / st.burst[i]
+      local kneed = need + share * limit
+      if kneed > 0 then
+        local w = slotwait(st, i, kneed, from, span) - math.floor(share * span)
+        if w > wait then wait = w end
+      end
     end
   end
   return wait
+end
+
+-- expiredby returns how much of one check of window dimension i (its
+-- span, from slot from) stops counting within tw µs from now.
+local function expiredby(st, i, from, span, tw)
+  local acc, j, h = 0, from, st.h[i]
+  while j <= h and (j + 1) * st.slot[i] + span - st.now <= tw do
+    local top = math.min(j + 7, h)
+    local cache = readslots(st, i, j, top)
+    while j <= top and (j + 1) * st.slot[i] + span - st.now <= tw do
+      acc = acc + cache[j]
+      j = j + 1
+    end
+  end
+  return acc
+end
+
+-- B.slack returns, per dimension, how much more than costs (with keep,
+-- as B.wait) a window will have room for w µs from now if nothing else
+-- is admitted: what may be admitted now without delaying costs past w.
+-- Window dimensions only; nil when a dimension is a bucket (whose room
+-- refills continuously: anything taken now delays costs).
+function B.slack(st, costs, keep, w)
+  local out = {}
+  for i = 1, st.n do
+    if st.kind[i] ~= 'w' then return nil end
+    local k = 0
+    if keep ~= nil and keep[i] ~= nil then k = keep[i] end
+    local slack = nil
+    local checks = {{st.lim[i], st.sum[i], st.p[i], st.per[i]}}
+    if st.sub[i] > 0 then checks[2] = {st.sublim[i], st.subsum[i], st.q[i], st.sub[i]} end
+    for _, ck in ipairs(checks) do
+      local limit, sum, from, span = ck[1], ck[2], ck[3], ck[4]
+      local room = limit - (sum - expiredby(st, i, from, span, w)) - costs[i]
+      if k > 0 then
+        local share = k / st.burst[i]
+        local hroom = limit - (sum - expiredby(st, i, from, span, w + math.floor(share * span))) - costs[i] - share * limit
+        if hroom < room then room = hroom end
+      end
+      if slack == nil or room < slack then slack = room end
+    end
+    out[i] = slack
+  end
+  return out
 end
 
 -- B.wait returns the µs until costs (plus an amount to leave untouched,

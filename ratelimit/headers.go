@@ -22,9 +22,23 @@ type ProviderState struct {
 	RetryAfter                         time.Duration // 0 when absent
 }
 
-// ParseHeaders reads OpenAI's x-ratelimit-* and retry-after headers. It
-// never fails: a missing or malformed value is reported as unknown.
-func ParseHeaders(h http.Header) ProviderState {
+// ParseHeaders reads the rate-limit headers of OpenAI and Azure OpenAI
+// (x-ratelimit-*, retry-after-ms, retry-after) or Anthropic
+// (anthropic-ratelimit-*, retry-after). It never fails: a missing or
+// malformed value is reported as unknown.
+func ParseHeaders(h http.Header) ProviderState { return ParseHeadersAt(h, time.Now()) }
+
+// ParseHeadersAt is ParseHeaders with Anthropic's reset times (RFC 3339)
+// read as durations from now. Anthropic's tokens-* headers report the
+// most restrictive of its input and output token limits; without them
+// the dimension with the least remaining share of its limit stands for
+// tokens. Either way the total-token bucket is only ever lowered by them.
+func ParseHeadersAt(h http.Header, now time.Time) ProviderState {
+	if h.Get("x-ratelimit-remaining-requests") == "" && h.Get("x-ratelimit-remaining-tokens") == "" &&
+		(h.Get("anthropic-ratelimit-requests-remaining") != "" || h.Get("anthropic-ratelimit-tokens-remaining") != "" ||
+			h.Get("anthropic-ratelimit-input-tokens-remaining") != "") {
+		return parseAnthropic(h, now)
+	}
 	s := ProviderState{
 		LimitRequests:     headerInt(h, "x-ratelimit-limit-requests"),
 		LimitTokens:       headerInt(h, "x-ratelimit-limit-tokens"),
@@ -36,6 +50,46 @@ func ParseHeaders(h http.Header) ProviderState {
 	if ms := headerInt(h, "retry-after-ms"); ms >= 0 {
 		s.RetryAfter = time.Duration(ms) * time.Millisecond
 	} else if sec := strings.TrimSpace(h.Get("retry-after")); sec != "" {
+		if f, err := strconv.ParseFloat(sec, 64); err == nil && f >= 0 && f < 86400 {
+			s.RetryAfter = time.Duration(f * float64(time.Second))
+		}
+	}
+	return s
+}
+
+func parseAnthropic(h http.Header, now time.Time) ProviderState {
+	const p = "anthropic-ratelimit-"
+	reset := func(name string) time.Duration {
+		v := strings.TrimSpace(h.Get(name))
+		if v == "" {
+			return -1
+		}
+		t, err := time.Parse(time.RFC3339, v)
+		if err != nil {
+			return -1
+		}
+		return max(t.Sub(now), 0)
+	}
+	s := ProviderState{
+		LimitRequests: headerInt(h, p+"requests-limit"), RemainingRequests: headerInt(h, p+"requests-remaining"),
+		ResetRequests: reset(p + "requests-reset"),
+		LimitTokens:   headerInt(h, p+"tokens-limit"), RemainingTokens: headerInt(h, p+"tokens-remaining"),
+		ResetTokens: reset(p + "tokens-reset"),
+	}
+	if s.RemainingTokens < 0 {
+		share := 2.0
+		for _, dim := range []string{"input-tokens", "output-tokens"} {
+			limit, rem := headerInt(h, p+dim+"-limit"), headerInt(h, p+dim+"-remaining")
+			if limit <= 0 || rem < 0 {
+				continue
+			}
+			if f := float64(rem) / float64(limit); f < share {
+				share = f
+				s.LimitTokens, s.RemainingTokens, s.ResetTokens = limit, rem, reset(p+dim+"-reset")
+			}
+		}
+	}
+	if sec := strings.TrimSpace(h.Get("retry-after")); sec != "" {
 		if f, err := strconv.ParseFloat(sec, 64); err == nil && f >= 0 && f < 86400 {
 			s.RetryAfter = time.Duration(f * float64(time.Second))
 		}

@@ -23,16 +23,17 @@ type Period string
 const (
 	Hour  Period = "hour"
 	Day   Period = "day"
+	Week  Period = "week" // Monday to Monday, UTC
 	Month Period = "month"
 )
 
 // ParsePeriod returns the period named s.
 func ParsePeriod(s string) (Period, error) {
 	switch p := Period(s); p {
-	case Hour, Day, Month:
+	case Hour, Day, Week, Month:
 		return p, nil
 	}
-	return "", fmt.Errorf("unknown quota period %q (want hour, day or month)", s)
+	return "", fmt.Errorf("unknown quota period %q (want hour, day, week or month)", s)
 }
 
 // Window returns the calendar window of the period holding t.
@@ -45,6 +46,10 @@ func (p Period) Window(t time.Time) (start, end time.Time) {
 	case Month:
 		start = time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, time.UTC)
 		return start, start.AddDate(0, 1, 0)
+	case Week:
+		back := (int(t.Weekday()) + 6) % 7 // days since Monday
+		start = time.Date(t.Year(), t.Month(), t.Day()-back, 0, 0, 0, 0, time.UTC)
+		return start, start.AddDate(0, 0, 7)
 	default:
 		start = time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC)
 		return start, start.AddDate(0, 0, 1)

@@ -149,13 +149,28 @@ func TestQuotaPeriodBoundary(t *testing.T) {
 	}
 }
 
+func TestWeekWindow(t *testing.T) {
+	for _, at := range []time.Time{
+		time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC),   // a Monday
+		time.Date(2026, 12, 6, 23, 59, 59, 0, time.UTC), // the Sunday after
+	} {
+		start, end := ratelimit.Week.Window(at)
+		if want := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC); !start.Equal(want) || !end.Equal(want.AddDate(0, 0, 7)) {
+			t.Errorf("week of %s: [%s, %s), want the week from %s", at, start, end, want)
+		}
+	}
+	if start, _ := ratelimit.Week.Window(time.Date(2027, 1, 1, 12, 0, 0, 0, time.UTC)); !start.Equal(time.Date(2026, 12, 28, 0, 0, 0, 0, time.UTC)) {
+		t.Errorf("week of 2027-01-01 starts %s, want Monday 2026-12-28", start)
+	}
+}
+
 func TestQuotaNegative(t *testing.T) {
 	rdb := redistest.Shared(t).Client(t)
 	q, _ := ratelimit.NewQuota(rdb, ratelimit.QuotaConfig{})
 	if _, err := q.Reserve(context.Background(), "t", "", "j", 100, -1, 10); err == nil {
 		t.Fatal("negative input accepted")
 	}
-	if _, err := ratelimit.NewQuota(rdb, ratelimit.QuotaConfig{Period: "week"}); err == nil {
+	if _, err := ratelimit.NewQuota(rdb, ratelimit.QuotaConfig{Period: "fortnight"}); err == nil {
 		t.Fatal("unknown period accepted")
 	}
 }

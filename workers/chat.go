@@ -34,7 +34,7 @@ type Drafts interface {
 
 // Turns serialises an installation's GitHub writes (a *Pacer).
 type Turns interface {
-	Do(ctx context.Context, installation int64, write func() error) error
+	Do(ctx context.Context, installation int64, class WriteClass, write func() error) error
 }
 
 var (
@@ -252,7 +252,7 @@ func (r *ChatResponder) answer(ctx context.Context, c jobs.Chat, at attempt) err
 	}
 	marker := cfg.Markers.Reply(c.PR.Key(), c.CommentID)
 	var id int64
-	err = cfg.Turns.Do(ctx, c.PR.Installation, func() error {
+	err = cfg.Turns.Do(ctx, c.PR.Installation, ChatWrite, func() error {
 		var err error
 		// a run before this one may have posted and crashed before
 		// recording: find its reply by marker (a first run cannot have)

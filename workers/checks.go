@@ -111,7 +111,7 @@ func (c *Checks) write(ctx context.Context, pr jobs.PR, fn func(CheckWriter) err
 	if err != nil {
 		return err
 	}
-	err = c.cfg.Turns.Do(ctx, pr.Installation, func() error { return fn(gh) })
+	err = c.cfg.Turns.Do(ctx, pr.Installation, CheckWrite, func() error { return fn(gh) })
 	if errors.Is(err, ghapp.ErrForbidden) {
 		c.denied.Store(pr.Installation, true)
 		c.cfg.Log.WarnContext(ctx, "the App may not write check runs here (permission checks: write); progress is shown in the summary only", "installation", pr.Installation)

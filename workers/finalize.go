@@ -240,7 +240,7 @@ func (p *Finalizer) upsert(ctx context.Context, gh ReviewWriter, pr jobs.PR, wha
 		return 0, err
 	}
 	var id int64
-	err = p.cfg.Turns.Do(ctx, pr.Installation, func() error {
+	err = p.cfg.Turns.Do(ctx, pr.Installation, PublishWrite, func() error {
 		var err error
 		id, err = gh.UpsertComment(ctx, pr.Owner, pr.Repo, pr.Number, known, marker, body)
 		return err
@@ -306,7 +306,7 @@ func (p *Finalizer) postReview(ctx context.Context, gh ReviewWriter, f jobs.Fina
 	marker := p.cfg.Markers.Review(f.PR.Key(), f.HeadSHA)
 	repo := f.PR.Owner + "/" + f.PR.Repo
 	var id int64
-	err := p.cfg.Turns.Do(ctx, f.PR.Installation, func() error {
+	err := p.cfg.Turns.Do(ctx, f.PR.Installation, PublishWrite, func() error {
 		var err error
 		// a crash after posting and before recording: find it by marker
 		if id, err = gh.HasReview(ctx, f.PR.Owner, f.PR.Repo, f.PR.Number, marker); err != nil || id != 0 {

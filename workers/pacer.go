@@ -2,6 +2,9 @@ package workers
 
 import (
 	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,9 +16,24 @@ import (
 	"github.com/prq-dev/prq/ghapp"
 )
 
+// WriteClass orders an installation's waiting GitHub writes: a smaller
+// class goes first, then the writer that has waited longest.
+type WriteClass int
+
+const (
+	// ChatWrite is a chat reply: a person is waiting for it.
+	ChatWrite WriteClass = iota
+	// CheckWrite is a check run's progress.
+	CheckWrite
+	// PublishWrite is a summary comment or a review.
+	PublishWrite
+)
+
 // Pacer serialises an installation's content-creating GitHub calls
 // across every process: one writer at a time, at least Gap apart, and
-// after a rate limit nobody writes until GitHub's retry time.
+// after a rate limit nobody writes until GitHub's retry time. Writers
+// waiting for the lane take it in WriteClass order, then oldest first,
+// whichever process they run in.
 type Pacer struct {
 	rdb redis.UniversalClient
 	log *slog.Logger
@@ -24,57 +42,108 @@ type Pacer struct {
 	// Wait is the longest a job waits for its turn before rescheduling.
 	// Defaults to 20s.
 	Wait time.Duration
+	// Beat is the longest a waiting writer sleeps between asking for its
+	// turn; a writer that has not asked for 3 beats (its process died)
+	// loses its place. Defaults to 1s.
+	Beat time.Duration
+	// NowFunc replaces Redis TIME, and AfterFunc time.After
+	// (deterministic tests only).
+	NowFunc   func() time.Time
+	AfterFunc func(time.Duration) <-chan time.Time
 }
 
 // NewPacer returns a pacer; a nil log discards.
 func NewPacer(rdb redis.UniversalClient, log *slog.Logger) *Pacer {
-	return &Pacer{rdb: rdb, log: logOrDiscard(log), Gap: time.Second, Wait: 20 * time.Second}
+	return &Pacer{rdb: rdb, log: logOrDiscard(log), Gap: time.Second, Wait: 20 * time.Second, Beat: time.Second}
 }
 
-var acquire = redis.NewScript(`
--- KEYS[1] next-allowed time (ms)  ARGV[1] now ms  ARGV[2] gap ms
--- -> 0 acquired (next slot booked), or ms to wait
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local next = tonumber(redis.call('GET', KEYS[1]) or '0')
-if next > now then return next - now end
-redis.call('SET', KEYS[1], now + tonumber(ARGV[2]), 'PX', tonumber(ARGV[2]) + 3600000)
-return 0
-`)
+//go:embed pacer.lua
+var pacerLua string
 
-func pacerKey(inst int64) string { return "prq:ghwrite:" + strconv.FormatInt(inst, 10) }
+var lane = redis.NewScript(pacerLua)
 
-// Do runs write when it is the installation's turn. A rate limit pushes
-// every writer of the installation back and returns a *RetryAfterError,
-// so the job is rescheduled, not failed.
-func (p *Pacer) Do(ctx context.Context, inst int64, write func() error) error {
-	deadline := time.Now().Add(p.Wait)
+// pacerKeys: the next free slot, the line of waiting writers, and when
+// each last asked; one hash tag, so the script runs on Redis Cluster.
+func pacerKeys(inst int64) []string {
+	p := "prq:ghwrite:{" + strconv.FormatInt(inst, 10) + "}"
+	return []string{p, p + ":line", p + ":seen"}
+}
+
+func (p *Pacer) now() time.Time {
+	if p.NowFunc != nil {
+		return p.NowFunc()
+	}
+	return time.Now()
+}
+
+// scriptNow is the script's clock: Redis TIME unless a test sets NowFunc,
+// so every process's writes are spaced by one clock.
+func (p *Pacer) scriptNow() string {
+	if p.NowFunc == nil {
+		return ""
+	}
+	return strconv.FormatInt(p.NowFunc().UnixMilli(), 10)
+}
+
+func (p *Pacer) after(d time.Duration) <-chan time.Time {
+	if p.AfterFunc != nil {
+		return p.AfterFunc(d)
+	}
+	return time.After(d)
+}
+
+// Do runs write when it is the installation's turn for a write of this
+// class. A rate limit pushes every writer of the installation back and
+// returns a *RetryAfterError, so the job is rescheduled, not failed.
+func (p *Pacer) Do(ctx context.Context, inst int64, class WriteClass, write func() error) error {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	me := hex.EncodeToString(b[:])
+	keys := pacerKeys(inst)
+	beat := p.Beat
+	if beat <= 0 {
+		beat = time.Second
+	}
+	poll := min(50*time.Millisecond, max(p.Gap/4, time.Millisecond))
+	deadline := p.now().Add(p.Wait)
 	for {
-		wait, err := acquire.Run(ctx, p.rdb, []string{pacerKey(inst)}, 0, p.Gap.Milliseconds()).Int64()
+		wait, err := lane.Run(ctx, p.rdb, keys, "take", p.scriptNow(), me, int(class), p.Gap.Milliseconds(),
+			(3 * beat).Milliseconds(), poll.Milliseconds()).Int64()
 		if err != nil {
+			p.leave(ctx, keys, me)
 			return fmt.Errorf("workers: pace github writes: %w", err)
 		}
 		if wait == 0 {
 			break
 		}
 		d := time.Duration(wait) * time.Millisecond
-		if time.Now().Add(d).After(deadline) {
+		if p.now().Add(d).After(deadline) {
+			p.leave(ctx, keys, me)
 			return &RetryAfterError{After: d, Err: errors.New("waiting for the installation's GitHub write turn")}
 		}
 		select {
 		case <-ctx.Done():
+			p.leave(ctx, keys, me)
 			return ctx.Err()
-		case <-time.After(d):
+		case <-p.after(min(d, beat)):
 		}
 	}
 	err := write()
 	var rl *ghapp.RateLimitedError
 	if errors.As(err, &rl) {
 		after := max(rl.RetryAfter, time.Second)
-		if serr := p.rdb.Set(ctx, pacerKey(inst), strconv.FormatInt(time.Now().Add(after).UnixMilli(), 10), after+time.Hour).Err(); serr != nil {
+		if serr := lane.Run(ctx, p.rdb, keys, "hold", p.scriptNow(), after.Milliseconds()).Err(); serr != nil {
 			p.log.WarnContext(ctx, "could not hold back the installation's other GitHub writers; they may hit the rate limit too", "installation", inst, "err", serr)
 		}
 		return &RetryAfterError{After: after, Err: err}
 	}
 	return err // a transient failure: asynq retries with backoff
+}
+
+// leave gives up a writer's place in the line; if that fails, the place
+// lapses after 3 beats.
+func (p *Pacer) leave(ctx context.Context, keys []string, me string) {
+	if err := lane.Run(context.WithoutCancel(ctx), p.rdb, keys, "leave", p.scriptNow(), me).Err(); err != nil {
+		p.log.WarnContext(ctx, "could not leave the GitHub write line; the place lapses in a few seconds", "err", err)
+	}
 }

@@ -75,6 +75,9 @@ func TestDashboardInBrowser(t *testing.T) {
 	if !regexp.MustCompile(`<td>[0-9]+/[0-9]+</td>`).MatchString(page) && !bytes.Contains([]byte(page), []byte("none right now")) {
 		t.Errorf("the PR table did not render")
 	}
+	if !bytes.Contains([]byte(page), []byte("prq keys create")) && !bytes.Contains([]byte(page), []byte("quota used")) {
+		t.Errorf("the gateway keys table did not render")
+	}
 	mon := dump(base+"/monitoring/", 15000) // the UI loads two large scripts, then asks the API: slow on a busy machine
 	for _, q := range []string{"chat", "paid", "trial", "free"} {
 		if !regexp.MustCompile(`>` + q + `<`).MatchString(mon) {

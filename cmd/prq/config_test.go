@@ -107,6 +107,15 @@ func TestCommandsHelp(t *testing.T) {
 	if err := run(context.Background(), []string{"serve"}, envOf(nil), &out, &out); err == nil || !strings.Contains(err.Error(), "REDIS_URL") {
 		t.Errorf("serve without REDIS_URL: %v", err)
 	}
+	// bad values are usage errors, before anything starts
+	for _, args := range [][]string{
+		{"fake", "openai", "--limiter", "leaky"},
+		{"bench", "--provider-limiter", "leaky"},
+	} {
+		if err := run(context.Background(), args, envOf(nil), &out, &out); exitCode(err) != 2 || !strings.Contains(err.Error(), "leaky") {
+			t.Errorf("%v: %v, want a usage error naming the value", args, err)
+		}
+	}
 }
 
 func TestServeRefusesOpenDashboardOffLoopback(t *testing.T) {

@@ -48,6 +48,8 @@ func commands() map[string]command {
 		"doctor":       {"check Redis, the GitHub App, the provider and the webhook secret; --only ready for healthchecks", runDoctor},
 		"fake":         {"fake github|openai: run a faithful fake of the GitHub API or an OpenAI-compatible provider", runFake},
 		"plan":         {"plan set|get|list: an installation's plan tier", runPlan},
+		"gateway":      {"serve only the OpenAI-compatible LLM gateway (/v1/chat/completions, /v1/models)", runGateway},
+		"keys":         {"keys create|list|revoke|rotate: the gateway's virtual keys", runKeys},
 		"version":      {"print the version", runVersion},
 		"bench":        {"prq against today's alternatives on the same workload, side by side: table, JSON, SVG", runBench},
 		"bench-worker": {"a worker process of prq bench (internal)", runBenchWorker},

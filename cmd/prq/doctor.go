@@ -54,10 +54,17 @@ func runDoctor(ctx context.Context, env *cmdEnv, args []string) error {
 		in := doctor.Input{Redis: rdb,
 			GitHub: doctor.GitHub{AppID: cfg.GitHub.AppID, PrivateKey: []byte(cfg.GitHub.PrivateKey),
 				PrivateKeyPath: cfg.GitHub.PrivateKeyPath, APIURL: cfg.GitHub.APIURL},
-			Provider: doctor.Provider{BaseURL: cfg.OpenAI.BaseURL, APIKey: string(cfg.OpenAI.APIKey)},
-			Webhook:  doctor.Webhook{Secret: []byte(cfg.GitHub.WebhookSecret), ServeURL: serveURL},
+			Webhook: doctor.Webhook{Secret: []byte(cfg.GitHub.WebhookSecret), ServeURL: serveURL},
 		}
+		// doctor probes an OpenAI-compatible API: the first OpenAI-kind
+		// provider's models (Azure and Anthropic are not probed yet)
+		var up config.ProviderConfig
 		for _, m := range cfg.Models {
+			p, ok := cfg.ProviderOf(m.Name)
+			if !ok || p.Kind != config.KindOpenAI || (up.Name != "" && p.Name != up.Name) {
+				continue
+			}
+			up = p
 			dm := doctor.Model{Name: m.Name, Reasoning: m.Reasoning}
 			if l, err := m.Limits(); err == nil { // doctor compares per minute
 				dm.RequestsPerMinute = l.RequestsPerPeriod * int64(time.Minute) / int64(l.Period)
@@ -65,6 +72,7 @@ func runDoctor(ctx context.Context, env *cmdEnv, args []string) error {
 			}
 			in.Provider.Models = append(in.Provider.Models, dm)
 		}
+		in.Provider.BaseURL, in.Provider.APIKey = up.BaseURL, up.Key()
 		if rdb == nil {
 			rs = append(rs, doctor.Result{Name: "redis reachable", Detail: "REDIS_URL is not set", Fix: "set REDIS_URL to prq's Redis (redis://host:6379/0)"})
 		}

@@ -210,6 +210,7 @@ func runFake(ctx context.Context, env *cmdEnv, args []string) error {
 	inst := fs.Int64("installation", 1, "github: the installation serving the PRs")
 	apiKey := fs.String("api-key", "", "openai: the only API key accepted (default: any)")
 	replies := fs.String("replies", "json", "openai: how the fake model answers reviews: json, prose (unless response_format asks for JSON), fenced, outside (lines outside the diff) or cut")
+	limiter := fs.String("limiter", fakeopenai.LimiterBucket, "openai: how the limits are counted: bucket (OpenAI's continuous refill) or window (at most the limit in any sliding period)")
 	if help, err := parseFlags(fs, args[1:]); help || err != nil {
 		return err
 	}
@@ -229,7 +230,10 @@ func runFake(ctx context.Context, env *cmdEnv, args []string) error {
 		if err != nil {
 			return &usageError{Msg: err.Error()}
 		}
-		h = fakeopenai.New(fakeopenai.Config{Models: harness.FakeModels(&cfg), Period: per, Keys: keys, LatencyScale: 1 / *compress, Replies: style})
+		if *limiter != fakeopenai.LimiterBucket && *limiter != fakeopenai.LimiterWindow {
+			return &usageError{Msg: fmt.Sprintf("--limiter must be %s or %s, got %q", fakeopenai.LimiterBucket, fakeopenai.LimiterWindow, *limiter)}
+		}
+		h = fakeopenai.New(fakeopenai.Config{Models: harness.FakeModels(&cfg), Period: per, Keys: keys, LatencyScale: 1 / *compress, Replies: style, Limiter: *limiter})
 	case "github":
 		if *keyPath == "" {
 			return &usageError{Msg: "fake github needs --app-public-key (the App's key, to verify its JWTs)"}

@@ -106,6 +106,10 @@ var alertScenarios = map[string][]scenario{
 		{"old archive, nothing new", `prq_queue_tasks{queue="prq:paid",state="archived"} 5x20
 			prq_queue_tasks{queue="prq:paid",state="pending"} 0+3x20`, false},
 	},
+	"PrqProviderLooksWindowLimited": {
+		{"window-like headers", `prq_provider_window_suspected{model="gpt-4o"} 0x5 1x15`, true},
+		{"bucket-like headers", `prq_provider_window_suspected{model="gpt-4o"} 0x20`, false},
+	},
 	"PrqRedisMemoryHigh": {
 		{"90% of maxmemory", `prq_redis_memory_used_bytes 900x20
 			prq_redis_memory_max_bytes 1000x20`, true},

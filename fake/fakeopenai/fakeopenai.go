@@ -7,7 +7,10 @@
 // heavy models, cites real diff lines in reviews, and injects faults on
 // request. It keeps the counters a benchmark needs. With Limiter "window"
 // it enforces a sliding window instead: at most RPM and TPM in any
-// (t−Period, t], as many gateways do. It is not prq's
+// (t−Period, t], as many gateways do. It also speaks Anthropic's
+// Messages API (/v1/messages, anthropic.go: input and output tokens
+// limited separately) and Azure OpenAI's deployment paths (azure.go),
+// with the same limits, faults and counters. It is not prq's
 // limiter: it shares no code with package ratelimit.
 package fakeopenai
 
@@ -42,6 +45,10 @@ type Model struct {
 	Latency, Jitter time.Duration
 	// ContextTokens is the context window. Defaults to 128000.
 	ContextTokens int64
+	// ITPM and OTPM are the input and output tokens per Period of the
+	// Anthropic mode (/v1/messages), which limits them separately.
+	// Default to TPM.
+	ITPM, OTPM int64
 }
 
 // Faults are probabilities (0..1) of injected failures per request, after
@@ -78,6 +85,14 @@ type Config struct {
 	// reset headers say when the window empties, a 429's retry when enough
 	// of it has left). Defaults to bucket.
 	Limiter string
+	// Deployments maps Azure deployment names to models (the Azure mode,
+	// /openai/deployments/{deployment}/chat/completions). Defaults to
+	// each model being its own deployment.
+	Deployments map[string]string
+	// Verbose answers prompts other than reviews at full length, up to
+	// the request's max output tokens, as talkative models do (an agent's
+	// quota meets the whole of its max_tokens).
+	Verbose bool
 }
 
 // ReplyStyle is how a fake model answers a review prompt, modelled on
@@ -123,6 +138,9 @@ const (
 type Admission struct {
 	At   time.Time
 	Cost int64
+	// Input and Output are what the Anthropic mode charged each of its
+	// token limits (Cost is their sum); 0 in the OpenAI modes.
+	Input, Output int64
 }
 
 // Admissions returns every admission of a model (Config.Record).
@@ -144,6 +162,8 @@ type Server struct {
 	faults   Faults
 	stats    map[string]*modelStats
 	recorded map[string][]Admission
+	// msgBuckets are the Anthropic mode's (model, key) limiters.
+	msgBuckets map[string]*msgBucket
 }
 
 // bucket is one (model, key)'s limiter state: a token bucket, or the
@@ -203,7 +223,7 @@ func New(cfg Config) *Server {
 		panic(fmt.Sprintf("fakeopenai: tokenizer: %v", err)) // embedded vocabulary
 	}
 	s := &Server{cfg: cfg, models: map[string]Model{}, codec: codec, rng: rand.New(rand.NewSource(cfg.Seed)),
-		buckets: map[string]*bucket{}, stats: map[string]*modelStats{}, recorded: map[string][]Admission{}}
+		buckets: map[string]*bucket{}, msgBuckets: map[string]*msgBucket{}, stats: map[string]*modelStats{}, recorded: map[string][]Admission{}}
 	for _, m := range cfg.Models {
 		if m.ContextTokens == 0 {
 			m.ContextTokens = 128000
@@ -229,6 +249,7 @@ func (s *Server) SetLimiter(limiter string) error {
 	s.mu.Lock()
 	s.cfg.Limiter = limiter
 	s.buckets = map[string]*bucket{}
+	s.msgBuckets = map[string]*msgBucket{}
 	s.mu.Unlock()
 	return nil
 }
@@ -244,10 +265,19 @@ func (s *Server) SetFaults(f Faults) {
 // path), the counters at /_fake/stats and the faults at /_fake/faults.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
+	case strings.Contains(r.URL.Path, "/openai/deployments/"):
+		s.azure(w, r)
 	case strings.HasSuffix(r.URL.Path, "/chat/completions") && r.Method == http.MethodPost:
-		s.completions(w, r)
+		key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || !s.keyOK(key) {
+			writeError(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", "Incorrect API key provided.")
+			return
+		}
+		s.completions(w, r, key, "")
 	case strings.HasSuffix(r.URL.Path, "/models") && r.Method == http.MethodGet:
 		s.listModels(w, r)
+	case strings.HasSuffix(r.URL.Path, "/v1/messages") && r.Method == http.MethodPost:
+		s.messages(w, r)
 	case strings.HasSuffix(r.URL.Path, "/_fake/stats"):
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(s.Stats())
@@ -273,6 +303,10 @@ type chatRequest struct {
 	MaxTokens           *int64          `json:"max_tokens"`
 	MaxCompletionTokens *int64          `json:"max_completion_tokens"`
 	ResponseFormat      *responseFormat `json:"response_format"`
+	Stream              bool            `json:"stream"`
+	StreamOptions       *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
 }
 
 type responseFormat struct {
@@ -362,12 +396,10 @@ func (s *Server) listModels(w http.ResponseWriter, r *http.Request) {
 	json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": data})
 }
 
-func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
-	key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || !s.keyOK(key) {
-		writeError(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", "Incorrect API key provided.")
-		return
-	}
+// completions serves a chat completion for key (authenticated by the
+// caller); deployment is the model an Azure deployment serves ("" in the
+// OpenAI mode, where the body names the model).
+func (s *Server) completions(w http.ResponseWriter, r *http.Request, key, deployment string) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, 32<<20))
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "", "could not read body")
@@ -377,6 +409,9 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	if err := json.Unmarshal(body, &req); err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "", "We could not parse the JSON body of your request.")
 		return
+	}
+	if deployment != "" {
+		req.Model = deployment // Azure: the deployment decides, not the body
 	}
 	m, ok := s.models[req.Model]
 	if !ok {
@@ -389,6 +424,10 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	}
 	if msg := checkFormat(req); msg != "" {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "", msg)
+		return
+	}
+	if req.StreamOptions != nil && !req.Stream {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "", "The 'stream_options' parameter is only allowed when 'stream' is enabled.")
 		return
 	}
 	if req.MaxTokens != nil && req.MaxCompletionTokens != nil {
@@ -452,6 +491,12 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 		w.Header().Set("retry-after", strconv.FormatInt(int64(math.Ceil(wait.Seconds())), 10))
 		w.Header().Set("retry-after-ms", strconv.FormatInt(wait.Milliseconds()+1, 10))
+		if deployment != "" {
+			azureLimitHeaders(w.Header())
+			writeAzureError(w, http.StatusTooManyRequests, "429", fmt.Sprintf("Requests to the ChatCompletions_Create Operation under Azure OpenAI API version %s have exceeded the rate limit of your current pricing tier. Please retry after %d seconds.",
+				r.URL.Query().Get("api-version"), int64(math.Ceil(wait.Seconds()))))
+			return
+		}
 		writeError(w, http.StatusTooManyRequests, "tokens", "rate_limit_exceeded",
 			fmt.Sprintf("Rate limit reached for %s in organization org-fake on %s: Limit %d, Used %d, Requested %d. Please try again in %s.",
 				m.Name, dim, lim, used, cost, wait.Round(time.Millisecond)))
@@ -463,6 +508,9 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		s.recorded[m.Name] = append(s.recorded[m.Name], Admission{At: now, Cost: cost})
 	}
 	s.setLimitHeaders(w.Header(), m, b, now)
+	if deployment != "" {
+		azureLimitHeaders(w.Header())
+	}
 	f := s.faults
 	roll := s.rng.Float64()
 	latency := time.Duration(float64(m.Latency+time.Duration((s.rng.Float64()*2-1)*float64(m.Jitter))) * s.cfg.LatencyScale)
@@ -505,6 +553,9 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	text, finish := s.answer(req)
+	if s.cfg.Verbose && finish == "stop" {
+		text = s.lengthen(text, maxOut)
+	}
 	if roll >= 0 && roll < f.Empty {
 		s.countFault(m.Name)
 		text = ""
@@ -518,6 +569,10 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	st.CompletionToks += int64(len(toks))
 	s.mu.Unlock()
+	if req.Stream {
+		s.stream(w, r, m.Name, now, text, finish, toks, prompt, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
+		return
+	}
 	resp := map[string]any{
 		"id": fmt.Sprintf("chatcmpl-fake%d", now.UnixNano()), "object": "chat.completion", "created": now.Unix(), "model": m.Name,
 		"choices": []any{map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": text}, "finish_reason": finish, "logprobs": nil}},
@@ -532,6 +587,55 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("openai-processing-ms", strconv.FormatInt(latency.Milliseconds(), 10))
 	w.Write(out)
+}
+
+// stream answers as OpenAI streams: server-sent events of
+// chat.completion.chunk, the role first, the content in pieces, the
+// finish reason, then (with stream_options.include_usage) a last chunk
+// with no choices and the usage, and "data: [DONE]". With include_usage
+// every earlier chunk carries "usage": null.
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, model string, now time.Time, text, finish string, toks []uint, prompt int64, withUsage bool) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	flusher, _ := w.(http.Flusher)
+	id := fmt.Sprintf("chatcmpl-fake%d", now.UnixNano())
+	send := func(choices []any, usage any) bool {
+		chunk := map[string]any{"id": id, "object": "chat.completion.chunk", "created": now.Unix(), "model": model, "choices": choices}
+		if withUsage {
+			chunk["usage"] = usage
+		}
+		b, _ := json.Marshal(chunk)
+		if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
+			return false
+		}
+		if flusher != nil {
+			flusher.Flush()
+		}
+		return r.Context().Err() == nil
+	}
+	delta := func(d map[string]any, fin any) []any {
+		return []any{map[string]any{"index": 0, "delta": d, "finish_reason": fin, "logprobs": nil}}
+	}
+	if !send(delta(map[string]any{"role": "assistant", "content": ""}, nil), nil) {
+		return
+	}
+	for i := 0; i < len(toks); i += 8 { // a few tokens per chunk
+		piece, _ := s.codec.Decode(toks[i:min(i+8, len(toks))])
+		if !send(delta(map[string]any{"content": piece}, nil), nil) {
+			return
+		}
+	}
+	if !send(delta(map[string]any{}, finish), nil) {
+		return
+	}
+	if withUsage && !send([]any{}, map[string]any{"prompt_tokens": prompt, "completion_tokens": len(toks), "total_tokens": prompt + int64(len(toks))}) {
+		return
+	}
+	fmt.Fprint(w, "data: [DONE]\n\n")
+	if flusher != nil {
+		flusher.Flush()
+	}
 }
 
 func (s *Server) countFault(model string) {
@@ -739,6 +843,19 @@ func (s *Server) review(user, path, format, schema string) (text, finish string)
 		return "Here is my review of " + path + ". Note the empty block `if err != nil {}` in the old code.\n\n```json\n" + js + "\n```\n\nLet me know if you need more detail.", "stop"
 	}
 	return js, "stop"
+}
+
+// lengthen repeats a prose answer until it holds at least n tokens
+// (the caller cuts it to n); a review's JSON is left alone.
+func (s *Server) lengthen(text string, n int64) string {
+	if strings.HasPrefix(text, "{") || text == "" {
+		return text
+	}
+	k, _ := s.codec.Count(text + " ")
+	if k <= 0 {
+		return text
+	}
+	return strings.Repeat(text+" ", int(n)/k+1)
 }
 
 // SetReplies changes the reply style of later requests.

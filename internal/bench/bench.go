@@ -43,6 +43,7 @@ import (
 
 // Flags are the benchmark's settings.
 type Flags struct {
+	agents      int // > 0: the gateway's agents experiment instead (agents.go)
 	processes   int
 	concurrency int
 	sim         time.Duration
@@ -53,7 +54,27 @@ type Flags struct {
 	scale       string
 	drain       float64
 	corpus      string
+	// providerLimiter is how the fake provider counts its limits:
+	// fakeopenai.LimiterBucket or fakeopenai.LimiterWindow.
+	providerLimiter string
+	// workload is WorkloadDefault or WorkloadFairness.
+	workload string
 }
+
+// The strategies that run prq's own admission: with each model's limiter
+// as configured (a token bucket by default), or with every model set to
+// limiter: window.
+const (
+	StrategyPrq       = "prq"
+	StrategyPrqWindow = "prq-window"
+)
+
+// defaultStrategies run when --strategies is not given; against a
+// window-limited provider prq runs with both limiters, side by side.
+const (
+	defaultStrategies       = "prq,asynq-recipe,handler-wait,naive"
+	defaultWindowStrategies = "prq-window,prq,asynq-recipe,handler-wait,naive"
+)
 
 // benchEvent is one webhook of the workload, at an offset in real time.
 type benchEvent struct {
@@ -165,10 +186,20 @@ type benchResult struct {
 	PRTimeP95         map[string]float64 `json:"pr_time_p95_s"`
 	Inversions        int                `json:"priority_inversions"`
 	Jain              map[string]float64 `json:"jain_index"`
-	MakespanS         float64            `json:"makespan_s"`
-	PeakRSSMB         float64            `json:"peak_worker_rss_mb"`
-	Series            []seriesPoint      `json:"series"`
-	LimitPerS         float64            `json:"limit_tokens_per_s"`
+	// JainSummed is Jain's index of tokens summed over the windows in
+	// which all of a tier's tenants waited (jainSummed).
+	JainSummed map[string]float64 `json:"jain_index_summed"`
+	// TierShares are the tiers' shares of review tokens (the bottleneck
+	// model; free has no reviews) in windows where every tier with reviews
+	// waited, of which there were ShareWindows.
+	TierShares   map[string]float64 `json:"tier_shares_review"`
+	ShareWindows int                `json:"tier_share_windows"`
+	MakespanS    float64            `json:"makespan_s"`
+	PeakRSSMB    float64            `json:"peak_worker_rss_mb"`
+	Series       []seriesPoint      `json:"series"`
+	LimitPerS    float64            `json:"limit_tokens_per_s"`
+	RedisCost    redisCost          `json:"redis_cost"`
+	Loss         utilisationLoss    `json:"review_model_utilisation_loss"`
 }
 
 type seriesPoint struct {
@@ -182,10 +213,13 @@ func (b *Flags) Register(fs *flag.FlagSet) {
 	fs.DurationVar(&b.sim, "duration", 10*time.Minute, "simulated length of the arrivals (real time: duration/compress)")
 	fs.Float64Var(&b.compress, "compress", 10, "time compression: limits per minute/compress")
 	fs.Int64Var(&b.seed, "seed", 1, "workload seed")
-	fs.StringVar(&b.strategies, "strategies", "prq,asynq-recipe,handler-wait,naive", "strategies to run, comma-separated")
+	fs.StringVar(&b.strategies, "strategies", "", "strategies to run, comma-separated: prq, prq-window (every model limiter: window), asynq-recipe, handler-wait, naive (default "+defaultStrategies+"; with --provider-limiter window, "+defaultWindowStrategies+")")
+	fs.StringVar(&b.workload, "workload", WorkloadDefault, "default (arrivals over the span, a tenant with very large PRs, chat bursts) or fairness (three tenants per tier backlogged at once: Jain's index inside each tier and the tiers' shares against their weights)")
+	fs.StringVar(&b.providerLimiter, "provider-limiter", fakeopenai.LimiterBucket, "how the fake provider counts its limits: bucket (OpenAI's continuous refill) or window (at most the limit in any sliding minute)")
 	fs.StringVar(&b.out, "out", "bench-out", "output directory (results.md, results.json, admitted.svg, logs)")
 	fs.StringVar(&b.scale, "scale", "1,2,4", "also run prq with these process counts (empty: skip)")
 	fs.Float64Var(&b.drain, "drain", 3, "give up when work is not done after this many arrival spans")
+	fs.IntVar(&b.agents, "agents", 0, "run the LLM gateway experiment instead: N agents with 1,000-token quotas, prq's gateway against a count-after-the-fact limiter")
 	fs.StringVar(&b.corpus, "corpus", "", "prs.jsonl (default: ../shared/fixtures/pr-corpus when present, else generated PRs)")
 }
 
@@ -194,9 +228,26 @@ const Usage = "Runs prq and today's alternatives (asynq's rate-limit recipe, a h
 
 // Run runs every strategy and the scale runs and writes the report.
 func Run(ctx context.Context, cfg *config.Config, b Flags, stdout io.Writer) error {
+	if b.agents > 0 {
+		return runAgents(ctx, b.agents, stdout)
+	}
 	b.concurrency = cfg.Worker.Concurrency
 	if b.processes <= 0 || b.concurrency <= 0 || b.compress <= 0 || b.sim <= 0 {
 		return &config.UsageError{Msg: "--processes, --concurrency, --compress and --duration must be positive"}
+	}
+	switch b.providerLimiter {
+	case fakeopenai.LimiterBucket, fakeopenai.LimiterWindow:
+	default:
+		return &config.UsageError{Msg: fmt.Sprintf("--provider-limiter must be %s or %s, got %q", fakeopenai.LimiterBucket, fakeopenai.LimiterWindow, b.providerLimiter)}
+	}
+	if b.workload != WorkloadDefault && b.workload != WorkloadFairness {
+		return &config.UsageError{Msg: fmt.Sprintf("--workload must be %s or %s, got %q", WorkloadDefault, WorkloadFairness, b.workload)}
+	}
+	if b.strategies == "" {
+		b.strategies = defaultStrategies
+		if b.providerLimiter == fakeopenai.LimiterWindow {
+			b.strategies = defaultWindowStrategies
+		}
 	}
 	if err := os.MkdirAll(b.out, 0o755); err != nil {
 		return err
@@ -217,6 +268,9 @@ func Run(ctx context.Context, cfg *config.Config, b Flags, stdout io.Writer) err
 		return err
 	}
 	w := buildWorkload(prs, b)
+	if b.workload == WorkloadFairness {
+		w = buildFairnessWorkload(prs, b)
+	}
 	fmt.Fprintf(stdout, "bench: %d PRs and %d chat comments from %s over %s simulated (%s real), %d worker processes x %d\n",
 		len(w.prs), len(w.events)-len(w.prs), src, b.sim, time.Duration(float64(b.sim)/b.compress), b.processes, b.concurrency)
 	var results []benchResult
@@ -236,7 +290,7 @@ func Run(ctx context.Context, cfg *config.Config, b Flags, stdout io.Writer) err
 		if err != nil || p <= 0 {
 			return &config.UsageError{Msg: "--scale takes process counts like 1,2,4"}
 		}
-		r, err := benchStrategy(ctx, stdout, b, w, redisURL, "prq", p)
+		r, err := benchStrategy(ctx, stdout, b, w, redisURL, StrategyPrq, p)
 		if err != nil {
 			return fmt.Errorf("bench scale %d: %w", p, err)
 		}
@@ -259,11 +313,19 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 	}
 	cfg := harness.RunConfig(redisURL, b.compress, b.concurrency)
 	cfg.AllowNoPersistence = true // the bench flushes its Redis between strategies: nothing in it is meant to last
+	if strategy == StrategyPrqWindow {
+		for i := range cfg.Models {
+			cfg.Models[i].Limiter = string(ratelimit.LimiterWindow)
+		}
+	}
 	fakes, err := harness.StartFakes(&cfg, b.compress, "sk-bench-"+harness.RandomHex(8), b.seed, true)
 	if err != nil {
 		return res, err
 	}
 	defer fakes.Close()
+	if err := fakes.OpenAI.SetLimiter(b.providerLimiter); err != nil {
+		return res, err
+	}
 	for _, p := range w.prs {
 		owner := fmt.Sprintf("tenant-%d", instOf(w, p))
 		fakes.GitHub.AddPR(instOf(w, p), owner, p.Name(), p)
@@ -272,7 +334,8 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 	cfg.Addr = "127.0.0.1:0"
 	// the workers' configuration file
 	cfgFile := filepath.Join(b.out, "bench-config.yaml")
-	yb, _ := yaml.Marshal(map[string]any{"models": cfg.Models, "jobs": cfg.Jobs, "tiers": cfg.Tiers, "log": cfg.Log, "shutdown_timeout": cfg.ShutdownTimeout, "worker": cfg.Worker})
+	yb, _ := yaml.Marshal(map[string]any{"models": cfg.Models, "jobs": cfg.Jobs, "tiers": cfg.Tiers, "log": cfg.Log, "shutdown_timeout": cfg.ShutdownTimeout, "worker": cfg.Worker,
+		"github": map[string]any{"write_gap": cfg.GitHub.WriteGap}}) // compressed like the fake GitHub's write limit
 	if err := os.WriteFile(cfgFile, yb, 0o600); err != nil {
 		return res, err
 	}
@@ -298,6 +361,8 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 	if err != nil {
 		return res, err
 	}
+	cost := newCostMeter(rdb, time.Duration(float64(b.sim)/b.compress), s.Inspector())
+	cost.serveIdle(ctx) // before the workers start
 	var procs []*harness.Proc
 	var records []string
 	for i := 0; i < processes; i++ {
@@ -311,6 +376,7 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 		}
 		procs = append(procs, p)
 	}
+	cost.workersIdle(ctx, &res.RedisCost, processes)
 	rdb.ConfigResetStat(ctx)
 	sender := &traffic.Sender{URL: "http://" + s.ListenAddr() + "/webhook", Secret: []byte(cfg.GitHub.WebhookSecret)}
 	start := time.Now()
@@ -322,6 +388,7 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 	lastReport := start
 	for {
 		now := time.Now()
+		cost.observe(ctx, now.Sub(start))
 		for next < len(w.events) && now.Sub(start) >= w.events[next].at {
 			e := w.events[next]
 			code, err := sender.Send(ctx, e.event, traffic.NewDelivery(), e.body)
@@ -396,6 +463,7 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 	res.TPMUtilisation, res.RPMUtilisation, res.WorstVsAllowance = tr.Utilisation, rr.Utilisation, tr.WorstRatio
 	res.WorstWindowVsTPM = float64(stats[review].MaxWindowTokens) / float64(lim.TokensPerPeriod)
 	res.Series = series(fakes.OpenAI.Admissions(review), start, lim.Period/6)
+	cost.saturated(&res.RedisCost, fakes.OpenAI, []string{cfg.Jobs.SummaryModel, cfg.Jobs.ReviewModel})
 	res.LimitPerS = float64(lim.TokensPerPeriod) / lim.Period.Seconds()
 	// PR completion and chat waits, in uncompressed seconds
 	done := map[string][]float64{}
@@ -449,8 +517,17 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 	} else {
 		res.MakespanS = elapsed.Seconds() * b.compress
 	}
-	res.Inversions = inversions(calls)
-	res.Jain = jain(calls, w.tiers, lim.Period)
+	res.Inversions = inversions(calls, *cfg.Scheduler.ChatCap, cfg.Scheduler.Aging.D())
+	res.Loss = lossOf(fakes.OpenAI.Admissions(review), calls, review, lim.TokensPerPeriod, lim.Period, lim.BurstTokens)
+	// fairness windows: five periods, or one in the fairness workload,
+	// whose backlog drains in minutes (uncompressed)
+	fairWindow := 5 * lim.Period
+	if b.workload == WorkloadFairness {
+		fairWindow = lim.Period
+	}
+	res.Jain = jain(calls, w.tiers, fairWindow)
+	res.JainSummed = jainSummed(calls, w.tiers, fairWindow)
+	res.TierShares, res.ShareWindows = tierShares(calls, w.tiers, "review", fairWindow)
 	fmt.Fprintf(stdout, "bench %-13s x%d  done in %s: %d/%d PRs, %d provider 429s, TPM utilisation %.1f%%, worst interval %.3f of allowance\n",
 		strategy, processes, elapsed.Round(time.Second), res.PRsDone, res.PRs, res.Provider429s, 100*res.TPMUtilisation, res.WorstVsAllowance)
 	return res, nil
@@ -523,35 +600,12 @@ func series(adm []fakeopenai.Admission, start time.Time, step time.Duration) []s
 	return out
 }
 
-// inversions counts batch calls made while a chat job that was created
-// earlier still waited for its call: chat must never wait behind batch.
-func inversions(calls []callRecord) int {
-	var chats []callRecord
-	for _, c := range calls {
-		if c.Class == "chat" && c.Outcome != "429" {
-			chats = append(chats, c)
-		}
-	}
-	n := 0
-	for _, c := range calls {
-		if c.Class == "chat" || c.Class == "" {
-			continue
-		}
-		for _, ch := range chats {
-			if ch.Created < c.At && ch.At > c.At {
-				n++
-				break
-			}
-		}
-	}
-	return n
-}
-
 // jain is Jain's fairness index of tokens admitted per tenant inside each
-// tier, over windows of five periods in which every counted tenant was
-// backlogged the whole window (so equal service is the fair outcome),
-// weighted by the tokens in each window.
-func jain(calls []callRecord, tiers map[int64]jobs.Tier, period time.Duration) map[string]float64 {
+// tier, over windows in which every counted tenant was
+// backlogged the whole window — some job of its waiting at every moment
+// (so equal service is the fair outcome) — weighted by the tokens in each
+// window.
+func jain(calls []callRecord, tiers map[int64]jobs.Tier, window time.Duration) map[string]float64 {
 	// the review model is the bottleneck where tenants wait; free has no
 	// reviews, so its tenants are compared on summaries
 	kindOf := map[jobs.Tier]string{jobs.TierPaid: "review", jobs.TierTrial: "review", jobs.TierFree: "summary"}
@@ -563,19 +617,17 @@ func jain(calls []callRecord, tiers map[int64]jobs.Tier, period time.Duration) m
 	for _, c := range calls {
 		lo, hi = min(lo, c.Created, c.At), max(hi, c.At)
 	}
-	step := 5 * period.Milliseconds()
+	step := window.Milliseconds()
 	for _, tier := range []jobs.Tier{jobs.TierPaid, jobs.TierTrial, jobs.TierFree} {
 		kind := kindOf[tier]
+		spans := waiting(calls, kind)
 		var wsum, jsum float64
 		for t := lo; t+step <= hi; t += step {
 			got := map[int64]float64{}
 			back := map[int64]bool{}
-			for _, c := range calls {
-				if tiers[c.Tenant] != tier || c.Kind != kind || c.Outcome == "429" {
-					continue
-				}
-				if c.Created <= t && c.At >= t+step {
-					back[c.Tenant] = true // waited through the whole window
+			for tenant, sp := range spans {
+				if tiers[tenant] == tier && backlogged(sp, t, t+step) {
+					back[tenant] = true // had a job waiting through the whole window
 				}
 			}
 			if len(back) < 2 {

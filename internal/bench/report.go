@@ -7,14 +7,16 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/prq-dev/prq/internal/config"
 )
 
 // writeBench prints the table and writes results.md, results.json and
 // admitted.svg into the output directory.
 func writeBench(out io.Writer, b Flags, results, scale []benchResult) error {
 	var md strings.Builder
-	fmt.Fprintf(&md, "Workload: %s simulated at %gx compression (limits per %s), seed %d, %d worker processes x %d.\n\n",
-		b.sim, b.compress, "minute/"+fmt.Sprint(b.compress), b.seed, b.processes, b.concurrency)
+	fmt.Fprintf(&md, "Workload %s: %s simulated at %gx compression (limits per %s), seed %d, %d worker processes x %d, provider counting by %s.\n\n",
+		b.workload, b.sim, b.compress, "minute/"+fmt.Sprint(b.compress), b.seed, b.processes, b.concurrency, b.providerLimiter)
 	md.WriteString("| | " + strings.Join(names(results), " | ") + " |\n|---|" + strings.Repeat("---|", len(results)) + "\n")
 	row := func(label string, f func(r benchResult) string) {
 		cells := make([]string, len(results))
@@ -27,12 +29,30 @@ func writeBench(out io.Writer, b Flags, results, scale []benchResult) error {
 	row("chats answered", func(r benchResult) string { return fmt.Sprintf("%d/%d", r.ChatsAnswered, r.Chats) })
 	row("provider 429s", func(r benchResult) string { return fmt.Sprint(r.Provider429s) })
 	row("TPM utilisation while queued (review model)", func(r benchResult) string { return pctf(r.TPMUtilisation) })
+	row("unused TPM: lost while jobs waited / while none did / left at the end", func(r benchResult) string {
+		return pctf(r.Loss.WhileQueued) + " / " + pctf(r.Loss.NothingQueued) + " / " + pctf(r.Loss.LeftAtEnd)
+	})
+	row("left at the end: built up over the last (s) / of it while jobs waited", func(r benchResult) string {
+		return fmt.Sprintf("%.1f / %s", r.Loss.LeftSinceS, pctf(r.Loss.LeftWhileQueued))
+	})
 	row("RPM utilisation while queued", func(r benchResult) string { return pctf(r.RPMUtilisation) })
 	row("worst interval / allowance (burst + rate·t)", func(r benchResult) string { return fmt.Sprintf("%.3f", r.WorstVsAllowance) })
 	row("worst one-minute window / TPM", func(r benchResult) string { return fmt.Sprintf("%.2f", r.WorstWindowVsTPM) })
 	row("LLM calls (admitted by the provider)", func(r benchResult) string { return fmt.Sprint(r.LLMCalls) })
 	row("handler runs per LLM call", func(r benchResult) string { return fmt.Sprintf("%.2f", r.HandlerRunsPerLLM) })
 	row("Redis commands per LLM call", func(r benchResult) string { return fmt.Sprintf("%.0f", r.RedisCmdsPerLLM) })
+	row("Redis commands per admitted job, saturated (marginal)", func(r benchResult) string {
+		return fmt.Sprintf("%.0f", r.RedisCost.MarginalCmdsPerJob)
+	})
+	row("of which the top 3 commands", func(r benchResult) string {
+		var parts []string
+		for _, c := range r.RedisCost.TopPerJob[:min(3, len(r.RedisCost.TopPerJob))] {
+			parts = append(parts, fmt.Sprintf("%s %.0f", strings.ToLower(c.Command), c.PerJob))
+		}
+		return strings.Join(parts, ", ")
+	})
+	row("Redis CPU per LLM call, saturated (ms)", func(r benchResult) string { return fmt.Sprintf("%.2f", r.RedisCost.CPUMsPerCall) })
+	row("idle Redis commands/s per worker process", func(r benchResult) string { return fmt.Sprintf("%.0f", r.RedisCost.IdleCmdsPerSec) })
 	row("chat wait p50 / p99 (s, uncompressed)", func(r benchResult) string { return fmt.Sprintf("%.1f / %.1f", r.ChatWaitP50, r.ChatWaitP99) })
 	for _, tier := range []string{"paid", "trial", "free"} {
 		tier := tier
@@ -40,7 +60,7 @@ func writeBench(out io.Writer, b Flags, results, scale []benchResult) error {
 			return fmt.Sprintf("%.0f / %.0f", r.PRTimeP50[tier], r.PRTimeP95[tier])
 		})
 	}
-	row("priority inversions (batch called while chat waited)", func(r benchResult) string { return fmt.Sprint(r.Inversions) })
+	row("priority inversions (batch called while chat waited within its cap)", func(r benchResult) string { return fmt.Sprint(r.Inversions) })
 	for _, tier := range []string{"paid", "trial", "free"} {
 		tier := tier
 		row("Jain's index across tenants, "+tier, func(r benchResult) string {
@@ -50,6 +70,21 @@ func writeBench(out io.Writer, b Flags, results, scale []benchResult) error {
 			return "n/a"
 		})
 	}
+	for _, tier := range []string{"paid", "trial", "free"} {
+		tier := tier
+		row("Jain's index, tokens summed while all "+tier+" tenants wait", func(r benchResult) string {
+			if v, ok := r.JainSummed[tier]; ok {
+				return fmt.Sprintf("%.3f", v)
+			}
+			return "n/a"
+		})
+	}
+	row(tierShareLabel(), func(r benchResult) string {
+		if r.ShareWindows == 0 {
+			return "n/a"
+		}
+		return fmt.Sprintf("%s / %s (%d windows)", pctf(r.TierShares["paid"]), pctf(r.TierShares["trial"]), r.ShareWindows)
+	})
 	row("makespan (s, uncompressed)", func(r benchResult) string { return fmt.Sprintf("%.0f", r.MakespanS) })
 	row("peak worker RSS (MB)", func(r benchResult) string { return fmt.Sprintf("%.0f", r.PeakRSSMB) })
 	if len(scale) > 0 {
@@ -122,4 +157,12 @@ func svgChart(rs []benchResult) string {
 	}
 	b.WriteString("</svg>")
 	return b.String()
+}
+
+// tierShareLabel names the tier-share row with the shares the weights
+// give (the bench runs the default tiers; free has no reviews).
+func tierShareLabel() string {
+	t := config.Default().Tiers
+	p, tr := float64(t["paid"].Weight), float64(t["trial"].Weight)
+	return fmt.Sprintf("paid / trial share of review tokens while both wait (weights: %s / %s)", pctf(p/(p+tr)), pctf(tr/(p+tr)))
 }

@@ -44,13 +44,16 @@ type Config struct {
 	Retention Duration `yaml:"retention"`
 	// ShutdownTimeout bounds how long in-flight jobs may run after SIGTERM.
 	// Defaults to 30s.
-	ShutdownTimeout Duration        `yaml:"shutdown_timeout"`
-	Log             LogConfig       `yaml:"log"`
-	GitHub          GitHubConfig    `yaml:"github"`
-	OpenAI          OpenAIConfig    `yaml:"openai"`
-	Models          []ModelConfig   `yaml:"models"`
-	Jobs            JobsConfig      `yaml:"jobs"`
-	Tiers           map[string]Tier `yaml:"tiers"`
+	ShutdownTimeout Duration     `yaml:"shutdown_timeout"`
+	Log             LogConfig    `yaml:"log"`
+	GitHub          GitHubConfig `yaml:"github"`
+	OpenAI          OpenAIConfig `yaml:"openai"`
+	// Providers are the LLM providers models name. Defaults to none: one
+	// implicit OpenAI provider from openai (OPENAI_API_KEY, OPENAI_BASE_URL).
+	Providers []ProviderConfig `yaml:"providers"`
+	Models    []ModelConfig    `yaml:"models"`
+	Jobs      JobsConfig       `yaml:"jobs"`
+	Tiers     map[string]Tier  `yaml:"tiers"`
 	// DefaultTier is the tier of installations with no plan. Defaults to free.
 	DefaultTier string            `yaml:"default_tier"`
 	Plans       []PlanConfig      `yaml:"plans"`
@@ -63,6 +66,7 @@ type Config struct {
 	Dashboard   DashboardCfg      `yaml:"dashboard"`
 	Retry       RetryConfig       `yaml:"retry"`
 	Metrics     MetricsConfig     `yaml:"metrics"`
+	Gateway     GatewayConfig     `yaml:"gateway"`
 	path        string            // the file read, if any
 	sources     map[string]string // setting name -> where it was set, for errors
 }
@@ -118,7 +122,11 @@ type OpenAIConfig struct {
 
 // ModelConfig is one model and its provider limits.
 type ModelConfig struct {
-	Name              string `yaml:"name"`
+	Name string `yaml:"name"`
+	// Provider names the entry of providers that serves the model.
+	// Defaults to the only provider when there is one (the implicit
+	// OpenAI provider when providers is empty); required with several.
+	Provider          string `yaml:"provider"`
 	RequestsPerMinute int64  `yaml:"requests_per_minute"`
 	TokensPerMinute   int64  `yaml:"tokens_per_minute"`
 	BurstRequests     int64  `yaml:"burst_requests"`
@@ -251,9 +259,20 @@ type MetricsConfig struct {
 	CacheFor Duration `yaml:"cache_for"`
 }
 
+// GatewayConfig configures the LLM gateway (/v1/chat/completions on
+// serve, and prq gateway).
+type GatewayConfig struct {
+	// MaxWait is the longest a request waits for admission; the
+	// X-Prq-Max-Wait header may lower it. Defaults to 60s.
+	MaxWait Duration `yaml:"max_wait"`
+	// MinOutput is the least output worth a call: below input plus this
+	// much quota left, a request is refused (403). Defaults to 16.
+	MinOutput int64 `yaml:"min_output"`
+}
+
 // QuotaSettings configures tenant quotas.
 type QuotaSettings struct {
-	// Period is hour, day or month. Defaults to day.
+	// Period is hour, day, week or month. Defaults to day.
 	Period string `yaml:"period"`
 	// PerKind splits each installation's quota per job kind.
 	PerKind bool `yaml:"per_kind"`
@@ -434,6 +453,7 @@ func Load(getenv func(string) string, fl *Flags) (*Config, error) {
 			*dst = Secret(v)
 		}
 	}
+	c.readKeys(getenv)
 	if v := getenv("PRQ_ALLOW_NO_PERSISTENCE"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
@@ -602,6 +622,12 @@ func (c *Config) Validate(m Mode) error {
 	if c.Metrics.CacheFor.D() < 0 {
 		bad("metrics.cache_for", "must not be negative, got %s", c.Metrics.CacheFor.D())
 	}
+	if c.Gateway.MaxWait.D() < 0 {
+		bad("gateway.max_wait", "must not be negative, got %s", c.Gateway.MaxWait.D())
+	}
+	if c.Gateway.MinOutput < 0 {
+		bad("gateway.min_output", "must not be negative, got %d", c.Gateway.MinOutput)
+	}
 	if m == ModeWorker || m == ModeAll {
 		if c.GitHub.AppID == 0 {
 			bad("GITHUB_APP_ID", "is required for worker (the GitHub App's numeric id)")
@@ -609,8 +635,8 @@ func (c *Config) Validate(m Mode) error {
 		if c.GitHub.PrivateKey == "" && c.GitHub.PrivateKeyPath == "" {
 			bad("GITHUB_PRIVATE_KEY_PATH", "is required for worker (or GITHUB_PRIVATE_KEY with the PEM itself)")
 		}
-		if c.OpenAI.APIKey == "" {
-			bad("OPENAI_API_KEY", "is required for worker")
+		if c.OpenAI.APIKey == "" && len(c.Providers) == 0 {
+			bad("OPENAI_API_KEY", "is required for worker (or providers with their key_env)")
 		}
 	}
 	if c.GitHub.PrivateKeyPath != "" {
@@ -641,6 +667,7 @@ func (c *Config) Validate(m Mode) error {
 			}
 		}
 	}
+	c.validateProviders(bad, m == ModeWorker || m == ModeAll)
 	for setting, model := range map[string]string{"jobs.summary_model": c.Jobs.SummaryModel, "jobs.review_model": c.Jobs.ReviewModel, "jobs.chat_model": c.Jobs.ChatModel} {
 		if !models[model] {
 			bad(setting, "model %q is not among the configured models", model)

@@ -189,6 +189,9 @@ type modelState struct {
 	Available      int64   `json:"available"`
 	Paused         string  `json:"paused,omitempty"`
 	Released       int64   `json:"released"`
+	// WindowSuspected: the provider's headers look window-limited while
+	// the model is configured limiter: bucket.
+	WindowSuspected bool `json:"window_suspected,omitempty"`
 }
 
 type classState struct {
@@ -233,8 +236,9 @@ func (d *Dashboard) state(ctx context.Context, smp *sampler) dashState {
 		b, _ := src.Bucket(model)
 		l := b.Limits()
 		avail, _, _ := b.Available(ctx)
+		suspected, _ := b.WindowSuspected(ctx)
 		st.Models = append(st.Models, modelState{Name: model, LimitPerSecond: float64(l.TokensPerPeriod) / l.Period.Seconds(),
-			Available: avail.Tokens, Paused: paused[model], Released: s.Released})
+			Available: avail.Tokens, Paused: paused[model], Released: s.Released, WindowSuspected: suspected})
 		for _, c := range admission.Classes {
 			cs := st.Classes[c]
 			cs.Backlog += s.Backlog[c]

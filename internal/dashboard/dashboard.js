@@ -23,7 +23,7 @@ async function refresh(){
     h="<tr><th>queue</th><th>held</th><th>pending</th><th>active</th><th>retry</th><th>archived</th><th>completed</th></tr>";
     for(const q of classes){const s=(d.queues||{})[q]||{};h+=`<tr><td><a href="/monitoring/queues/${q}">${q}</a></td><td>${s.held||0}</td><td>${s.pending||0}</td><td>${s.active||0}</td><td>${s.retry||0}</td><td>${s.archived||0}</td><td>${s.completed||0}</td></tr>`}
     document.getElementById("queues").innerHTML=h;
-    const tb={};for(const x of (d.tenants||[])){const k=x.tier+" · installation "+x.tenant;tb[k]=(tb[k]||0)+x.backlog}
+    const tb={};for(const x of (d.tenants||[])){const k=x.tier+(String(x.tenant).startsWith("key:")?" · gateway key "+x.tenant.slice(4):" · installation "+x.tenant);tb[k]=(tb[k]||0)+x.backlog}
     const tk=Object.keys(tb).sort((a,b)=>tb[b]-tb[a]); const tmax=Math.max(1,...tk.map(k=>tb[k]));
     h="<tr><th>tier · tenant</th><th style='width:50%'>waiting</th><th>jobs</th></tr>";
     for(const k of tk){h+=`<tr><td>${esc(k)}</td><td><div class="bar"><i style="width:${(100*tb[k]/tmax).toFixed(0)}%"></i></div></td><td>${tb[k]}</td></tr>`}
@@ -35,7 +35,9 @@ async function refresh(){
     for(const m of (d.models||[])){const c=(d.calls||{})[m.name]||{};const rl=c.rate_limited||0;h+=`<tr><td>${esc(m.name)}</td><td>${c.ok||0}</td><td class="${rl?"warn":"ok"}">${rl}</td><td>${c.transient||0}</td><td>${c.quota||0}</td><td>${(c.failed||0)+(c.account||0)}</td><td class="${(c.unusable||0)?"warn":"ok"}">${c.unusable||0}</td><td>${fmt(m.available)}</td></tr>`}
     document.getElementById("calls").innerHTML=h;
     const paused=(d.models||[]).filter(m=>m.paused);
-    document.getElementById("paused").innerHTML=paused.length?paused.map(m=>`<span class="warn">${esc(m.name)} paused: ${esc(m.paused)}</span>`).join("<br>"):"<span class='ok'>no model paused</span>";
+    const win=(d.models||[]).filter(m=>m.window_suspected);
+    document.getElementById("paused").innerHTML=(paused.length?paused.map(m=>`<span class="warn">${esc(m.name)} paused: ${esc(m.paused)}</span>`).join("<br>"):"<span class='ok'>no model paused</span>")+
+      win.map(m=>`<br><span class="warn">${esc(m.name)}: provider looks window-limited; set limiter: window</span>`).join("");
     const gu=d.gave_up||{};const gk=Object.keys(gu).sort();
     document.getElementById("gaveup").innerHTML=gk.length?"jobs that gave up after their retry budget: "+gk.map(k=>`<span class="warn">${esc(k.replace("|"," · "))}: ${gu[k]}</span>`).join(", "):"<span class='ok'>no job gave up</span>";
     h="<tr><th>tenant</th><th>tier</th><th style='width:40%'>used</th><th>of</th><th>resets</th></tr>";
@@ -43,4 +45,12 @@ async function refresh(){
     document.getElementById("quotas").innerHTML=(d.quotas||[]).length?h:"<tr><td>no quota in use by the PRs in progress</td></tr>";
   }catch(e){document.getElementById("status").textContent="cannot reach prq: "+e.message}
 }
-refresh(); setInterval(refresh,2000);
+async function refreshKeys(){
+  try{
+    const r=await fetch("/api/keys"); if(!r.ok)throw new Error(r.status); const ks=await r.json();
+    let h="<tr><th>key</th><th>name</th><th>tier</th><th style='width:30%'>quota used</th><th>of</th><th>per</th><th>status</th></tr>";
+    for(const k of ks){const q=k.quota_tokens||0;h+=`<tr><td>${esc(k.id)}</td><td>${esc(k.name)}</td><td>${esc(k.tier)}</td><td>${q?`<div class="bar"><i style="width:${Math.min(100,100*k.quota_used/q).toFixed(0)}%"></i></div>`:"no quota"}</td><td>${q?fmt(q):""}</td><td>${esc(q?k.quota_period:"")}</td><td class="${k.revoked?"warn":"ok"}">${k.revoked?"revoked":"active"}</td></tr>`}
+    document.getElementById("gwkeys").innerHTML=ks.length?h:"<tr><td>no keys: prq keys create NAME</td></tr>";
+  }catch(e){document.getElementById("gwkeys").innerHTML="<tr><td>keys unavailable: "+esc(e.message)+"</td></tr>"}
+}
+refresh(); setInterval(refresh,2000); refreshKeys(); setInterval(refreshKeys,5000);

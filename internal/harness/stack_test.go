@@ -41,6 +41,9 @@ type stackOpts struct {
 	compress    float64
 	concurrency int
 	tune        func(*config.Config)
+	// providers, when set, changes the configuration after it points at
+	// the fakes (a test's own providers).
+	providers func(*config.Config, *Fakes)
 }
 
 func startStack(t *testing.T, o stackOpts) *stack {
@@ -68,6 +71,9 @@ func startStack(t *testing.T, o stackOpts) *stack {
 	}
 	t.Cleanup(fakes.Close)
 	fakes.Configure(&cfg, "prq-test")
+	if o.providers != nil {
+		o.providers(&cfg, fakes)
+	}
 	cfg.Admin.Token = config.Secret("admin-" + RandomHex(32))
 	if err := cfg.Validate(config.ModeAll); err != nil {
 		t.Fatal(err)

@@ -90,6 +90,16 @@ func New(adm Admission, queues Queues, counts Counts, cfg Config) *Metrics {
 	return m
 }
 
+// Register adds another component's series (the gateway's).
+func (m *Metrics) Register(cs ...prometheus.Collector) error {
+	for _, c := range cs {
+		if err := m.reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Handler serves /metrics.
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
@@ -192,6 +202,8 @@ var (
 	descLimit    = prometheus.NewDesc("prq_bucket_limit_tokens_per_second", "The model's token limit, per second.", []string{"model"}, nil)
 	descPaused   = prometheus.NewDesc("prq_model_paused", "1 when the model's admissions are paused (account problem).", []string{"model"}, nil)
 	descQueue    = prometheus.NewDesc("prq_queue_tasks", "asynq tasks per queue and state (scheduled holds the jobs waiting for admission).", []string{"queue", "state"}, nil)
+	descWindow   = prometheus.NewDesc("prq_provider_window_suspected", "1 when the provider's rate-limit headers look window-limited while the model is configured limiter: bucket (set limiter: window).", []string{"model"}, nil)
+	descWinLike  = prometheus.NewDesc("prq_provider_window_like_reports", "Provider replies in the last day whose rate-limit headers only a window limiter explains (all processes).", []string{"model"}, nil)
 	descOldest   = prometheus.NewDesc("prq_admission_oldest_wait_seconds", "Age of the oldest ticket waiting for admission (0 when none waits).", []string{"model"}, nil)
 	descAging    = prometheus.NewDesc("prq_admission_aging_seconds", "The aging bound: a job waiting this long goes first (scheduler.aging).", nil, nil)
 	descRedisUp  = prometheus.NewDesc("prq_redis_up", "1 when Redis answered PING at scrape time.", nil, nil)
@@ -223,6 +235,13 @@ func (m *Metrics) Watch(shared Shared, aging time.Duration) {
 }
 
 // infoInt reads one integer field of Redis INFO text.
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 func infoInt(info, field string) float64 {
 	for _, line := range strings.Split(info, "\n") {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
@@ -251,7 +270,7 @@ type stateCollector struct {
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descBacklog, descInTok, descAdmTok, descAhead, descBehind, descReleased, descAvail, descLimit, descPaused, descQueue,
-		descOldest, descAging, descRedisUp, descRedisMem, descRedisMax, descAllCalls, descGitHub} {
+		descOldest, descAging, descRedisUp, descRedisMem, descRedisMax, descAllCalls, descGitHub, descWindow, descWinLike} {
 		ch <- d
 	}
 	ch <- descLifecycle
@@ -337,6 +356,12 @@ func (c *stateCollector) read(ch chan<- prometheus.Metric) {
 			}
 			l := b.Limits()
 			ch <- prometheus.MustNewConstMetric(descLimit, prometheus.GaugeValue, float64(l.TokensPerPeriod)/l.Period.Seconds(), model)
+			if n, err := b.WindowLikeReports(ctx); err == nil {
+				ch <- prometheus.MustNewConstMetric(descWinLike, prometheus.GaugeValue, float64(n), model)
+			}
+			if sus, err := b.WindowSuspected(ctx); err == nil {
+				ch <- prometheus.MustNewConstMetric(descWindow, prometheus.GaugeValue, b2f(sus), model)
+			}
 		}
 		ch <- prometheus.MustNewConstMetric(descOldest, prometheus.GaugeValue, st.OldestWait.Seconds(), model)
 		p := 0.0

@@ -5,7 +5,9 @@
 // dashboard, admin API, asynq web UI) with its guards (token auth,
 // same-origin checks on every state change, a read-only asynq UI unless
 // admin.ui_writes, security headers on every response) and runs serve,
-// worker or both until the context ends, then shuts down in order.
+// worker or both until the context ends, then shuts down in order. It
+// also mounts the LLM gateway (internal/gateway) on serve, and runs it
+// alone for prq gateway.
 //
 // It owns the wiring and the shutdown order, not the parts it wires:
 // configuration lives in internal/config, the pages in internal/dashboard,

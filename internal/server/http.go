@@ -17,6 +17,7 @@ import (
 
 	"github.com/prq-dev/prq/admission"
 	"github.com/prq-dev/prq/internal/dashboard"
+	"github.com/prq-dev/prq/internal/gateway"
 	"github.com/prq-dev/prq/internal/metrics"
 	"github.com/prq-dev/prq/jobs"
 	"github.com/prq-dev/prq/ratelimit"
@@ -64,6 +65,15 @@ func (s *Server) handler(ctx context.Context, wh http.Handler, open bool) (http.
 	dash := dashboard.New(dashSource{s}, s.store, open)
 	withDashboard := !s.cfg.Dashboard.Disabled
 	mux.Handle("/api/", auth(sameOrigin(dash.AdminAPI(withDashboard))))
+	keysAPI := auth(sameOrigin(gateway.KeysAPI(gateway.NewKeys(s.rdb))))
+	mux.Handle("/api/keys", keysAPI)
+	mux.Handle("/api/keys/", keysAPI)
+	gw, err := s.gateway(ctx)
+	if err != nil {
+		mon.Close()
+		return nil, nil, err
+	}
+	mux.Handle("/v1/", gw)
 	if withDashboard {
 		go dash.Sample(ctx, time.Second)
 		mux.Handle("/", auth(dash.Page()))

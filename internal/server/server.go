@@ -7,9 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
@@ -109,13 +107,15 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, connOpt asyn
 	s.client = asynq.NewClientFromRedisClient(rdb)
 	s.insp = asynq.NewInspectorFromRedisClient(rdb)
 	buckets := map[string]*ratelimit.Bucket{}
-	apiKey := string(cfg.OpenAI.APIKey)
 	for _, m := range cfg.Models {
 		l, err := m.Limits()
 		if err != nil {
 			return nil, fmt.Errorf("model %s: %w", m.Name, err)
 		}
-		if buckets[m.Name], err = ratelimit.NewBucket(rdb, m.Name, apiKey, l); err != nil {
+		// a model's bucket is its provider key's (the implicit provider's
+		// is OPENAI_API_KEY, as before)
+		p, _ := cfg.ProviderOf(m.Name)
+		if buckets[m.Name], err = ratelimit.NewBucket(rdb, m.Name, p.Key(), l); err != nil {
 			return nil, err
 		}
 	}
@@ -244,33 +244,6 @@ func (s *Server) Run(ctx context.Context, out io.Writer, roles Roles, opt Option
 	return err
 }
 
-// capacity is how many more jobs this process can start: idle slots
-// minus tasks already released and waiting in the queues.
-func (s *Server) capacity(concurrency int) func() int {
-	var mu sync.Mutex
-	var pending int64
-	var at time.Time
-	return func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		if time.Since(at) > 10*time.Millisecond {
-			pipe := s.rdb.Pipeline()
-			cmds := make([]*redis.IntCmd, len(jobs.Queues))
-			for i, q := range jobs.Queues {
-				cmds[i] = pipe.LLen(context.Background(), "asynq:{"+q+"}:pending")
-			}
-			pipe.Exec(context.Background())
-			pending = 0
-			for _, c := range cmds {
-				pending += c.Val()
-			}
-			at = time.Now()
-		}
-		free := concurrency - s.jobs.running() - int(pending)
-		return max(free, 0)
-	}
-}
-
 // startWorker starts the asynq server and the admission loop.
 func (s *Server) startWorker(ctx context.Context, opt Options) (stop func(), err error) {
 	retryDelay, isFailure := s.jobs.retryDelay, s.jobs.isFailure
@@ -281,28 +254,9 @@ func (s *Server) startWorker(ctx context.Context, opt Options) (stop func(), err
 	if opt.WrapHandler != nil {
 		handler = opt.WrapHandler(handler)
 	}
-	srv := asynq.NewServerFromRedisClient(s.rdb, asynq.Config{
-		Concurrency:       s.cfg.Worker.Concurrency,
-		Queues:            jobs.QueuePriorities,
-		StrictPriority:    true,
-		TaskCheckInterval: 20 * time.Millisecond,
-		ShutdownTimeout:   s.cfg.ShutdownTimeout.D(),
-		RetryDelayFunc:    retryDelay,
-		IsFailure:         isFailure,
-		Logger:            logging.Asynq{Log: s.log.With("component", "asynq")},
-		LogLevel:          asynq.WarnLevel,
-		ErrorHandler: asynq.ErrorHandlerFunc(func(ctx context.Context, t *asynq.Task, err error) {
-			if !isFailure(err) {
-				s.log.DebugContext(ctx, "job rescheduled", "type", t.Type(), "reason", err)
-				return
-			}
-			id, _ := asynq.GetTaskID(ctx)
-			n, _ := asynq.GetRetryCount(ctx)
-			s.log.WarnContext(ctx, "job failed", "type", t.Type(), "task", id, "retry", n, "err", err)
-		}),
-	})
-	if err := srv.Start(handler); err != nil {
-		return nil, fmt.Errorf("start worker: %w", err)
+	sl, shutdown, err := s.startServers(ctx, handler, retryDelay, isFailure, !opt.NoAdmission)
+	if err != nil {
+		return nil, err
 	}
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	runsDone := make(chan struct{})
@@ -320,15 +274,17 @@ func (s *Server) startWorker(ctx context.Context, opt Options) (stop func(), err
 			return
 		}
 		s.sched.Run(lctx, admission.RunConfig{
-			Capacity: s.capacity(s.cfg.Worker.Concurrency),
-			Queues:   jobs.Queues,
-			TicketOf: s.jobs.ticketOf,
+			Capacity:     sl.batchFree,
+			ChatCapacity: sl.chatFree,
+			Queues:       jobs.Queues,
+			TicketOf:     s.jobs.ticketOf,
+			Process:      sl.process,
 		})
 	}()
 	return func() {
 		cancel() // stop admitting first, then let running jobs finish
 		<-done
 		<-runsDone
-		srv.Shutdown()
+		shutdown()
 	}, nil
 }

@@ -2,16 +2,25 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/prq-dev/prq/admission"
 	"github.com/prq-dev/prq/ghapp"
 	"github.com/prq-dev/prq/internal/config"
+	"github.com/prq-dev/prq/internal/logging"
 	"github.com/prq-dev/prq/internal/metrics"
 	"github.com/prq-dev/prq/internal/render"
 	"github.com/prq-dev/prq/jobs"
@@ -92,7 +101,11 @@ func (s *Server) buildWorkers(tr http.RoundTripper, opt Options, handlers bool) 
 	if err != nil {
 		return nil, err
 	}
-	var client workers.LLM = llm.New(string(cfg.OpenAI.APIKey), cfg.OpenAI.BaseURL, cfg.OpenAI.Timeout.D(), nil)
+	router, err := buildLLM(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var client workers.LLM = router
 	if opt.WrapLLM != nil {
 		client = opt.WrapLLM(client)
 	}
@@ -132,4 +145,142 @@ type missingApp struct{}
 
 func (missingApp) Client(int64) (*ghapp.Client, error) {
 	return nil, errors.New("no GitHub App credentials: set GITHUB_APP_ID and GITHUB_PRIVATE_KEY_PATH")
+}
+
+// chatSlots is how many slots a worker process keeps for chat on top of
+// its concurrency, so a reply never waits for a batch job to finish.
+func chatSlots(concurrency int) int { return max(2, concurrency/10) }
+
+// slots counts a worker process's free execution slots: the batch
+// server's (which serves chat first, then the tiers) and the chat
+// server's (chat only). Work released and still pending counts as taken.
+type slots struct {
+	rdb          redis.UniversalClient
+	batch, chat  int          // the two servers' concurrency
+	running      func() int   // jobs running on either server
+	chatRunning  atomic.Int64 // jobs running on the chat server
+	mu           sync.Mutex
+	at           time.Time
+	pendingChat  int64
+	pendingBatch int64
+	process      *admission.Process // nil: not tracked
+}
+
+// pending reads the queues' pending lengths, at most every 10ms.
+func (sl *slots) pending() (chat, batch int64) {
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	if time.Since(sl.at) > 10*time.Millisecond {
+		ctx := context.Background()
+		pipe := sl.rdb.Pipeline()
+		cmds := make([]*redis.IntCmd, len(jobs.Queues))
+		for i, q := range jobs.Queues {
+			cmds[i] = pipe.LLen(ctx, "asynq:{"+q+"}:pending")
+		}
+		pipe.Exec(ctx)
+		sl.pendingChat, sl.pendingBatch = 0, 0
+		for i, c := range cmds {
+			if jobs.Queues[i] == jobs.QueueChat {
+				sl.pendingChat += c.Val()
+			} else {
+				sl.pendingBatch += c.Val()
+			}
+		}
+		sl.at = time.Now()
+	}
+	return sl.pendingChat, sl.pendingBatch
+}
+
+// free returns the idle slots of each server.
+func (sl *slots) free() (chat, batch int) {
+	rc := int(sl.chatRunning.Load())
+	return sl.chat - rc, sl.batch - (sl.running() - rc)
+}
+
+// batchFree is how many more batch jobs may start: the batch server's
+// idle slots less pending batch work and the pending chat the chat
+// server cannot take.
+func (sl *slots) batchFree() int {
+	pc, pb := sl.pending()
+	fc, fb := sl.free()
+	return max(fb-int(pb)-max(int(pc)-fc, 0), 0)
+}
+
+// chatFree is how many more chat jobs may start: every idle slot less
+// all pending work.
+func (sl *slots) chatFree() int {
+	pc, pb := sl.pending()
+	fc, fb := sl.free()
+	return max(fc+fb-int(pc)-int(pb), 0)
+}
+
+// startServers starts the batch server (concurrency slots, chat first,
+// then the tiers) and the chat server (chatSlots, chat only); shutdown
+// stops both, letting running jobs finish. With track, the process beats
+// and records its running jobs (admission.Process), so if it dies they
+// are put back within seconds.
+func (s *Server) startServers(ctx context.Context, handler asynq.Handler, retryDelay asynq.RetryDelayFunc, isFailure func(error) bool, track bool) (*slots, func(), error) {
+	sl := &slots{rdb: s.rdb, batch: s.cfg.Worker.Concurrency, chat: chatSlots(s.cfg.Worker.Concurrency), running: s.jobs.running}
+	if track {
+		host, _ := os.Hostname()
+		var b [6]byte
+		_, _ = rand.Read(b[:])
+		sl.process = s.sched.Process(strings.NewReplacer("{", "", "}", "").Replace(host) + ":" + strconv.Itoa(os.Getpid()) + ":" + hex.EncodeToString(b[:]))
+		if err := sl.process.Beat(ctx); err != nil {
+			return nil, nil, fmt.Errorf("start worker: %w", err)
+		}
+		handler = sl.process.Track(handler)
+	}
+	config := func(concurrency int, queues map[string]int, check time.Duration) asynq.Config {
+		return asynq.Config{
+			Concurrency:       concurrency,
+			Queues:            queues,
+			StrictPriority:    true,
+			TaskCheckInterval: check,
+			ShutdownTimeout:   s.cfg.ShutdownTimeout.D(),
+			RetryDelayFunc:    retryDelay,
+			IsFailure:         isFailure,
+			Logger:            logging.Asynq{Log: s.log.With("component", "asynq")},
+			LogLevel:          asynq.WarnLevel,
+			ErrorHandler: asynq.ErrorHandlerFunc(func(ctx context.Context, t *asynq.Task, err error) {
+				if !isFailure(err) {
+					s.log.DebugContext(ctx, "job rescheduled", "type", t.Type(), "reason", err)
+					return
+				}
+				id, _ := asynq.GetTaskID(ctx)
+				n, _ := asynq.GetRetryCount(ctx)
+				s.log.WarnContext(ctx, "job failed", "type", t.Type(), "task", id, "retry", n, "err", err)
+			}),
+		}
+	}
+	batch := asynq.NewServerFromRedisClient(s.rdb, config(sl.batch, jobs.QueuePriorities, 20*time.Millisecond))
+	if err := batch.Start(handler); err != nil {
+		return nil, nil, fmt.Errorf("start worker: %w", err)
+	}
+	// the batch server takes chat first whenever it has a slot: the chat
+	// server's slower idle polling (fewer Redis calls) costs chat little
+	chat := asynq.NewServerFromRedisClient(s.rdb, config(sl.chat, map[string]int{jobs.QueueChat: 1}, 50*time.Millisecond))
+	err := chat.Start(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		sl.chatRunning.Add(1)
+		defer sl.chatRunning.Add(-1)
+		return handler.ProcessTask(ctx, t)
+	}))
+	if err != nil {
+		batch.Shutdown()
+		return nil, nil, fmt.Errorf("start worker: chat server: %w", err)
+	}
+	return sl, func() {
+		stopBeating := func() {}
+		if sl.process != nil { // the admission loop has stopped beating: running jobs are still ours
+			stopBeating = sl.process.KeepBeating(time.Second)
+		}
+		chat.Shutdown()
+		batch.Shutdown()
+		stopBeating()
+		if sl.process != nil {
+			if err := sl.process.Leave(context.WithoutCancel(ctx)); err != nil {
+				s.log.Warn("could not remove this process's liveness record; others will find it silent and check its jobs", "err", err)
+			}
+		}
+	}, nil
 }

@@ -1,0 +1,250 @@
+package admission
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed process.lua
+var processLua string
+
+var processScript = redis.NewScript(processLua)
+
+// asynq's lease on an active task (v0.26, not configurable).
+const asynqLease = 30 * time.Second
+
+// processesKey lists worker processes by their last heartbeat.
+const processesKey = "prq:procs"
+
+// jobsKey is a process's running jobs: task id -> queue.
+func jobsKey(process string) string { return "prq:proc:{" + process + "}:jobs" }
+
+// Process is one worker process's liveness record: a heartbeat every
+// beat, and the jobs it runs. When its heartbeat stops, any process's
+// admission loop puts those jobs back through admission within seconds,
+// instead of after asynq's lease (30s) and recoverer (once a minute).
+type Process struct {
+	s  *Scheduler
+	id string
+}
+
+// Process returns the liveness record of the process named id (unique
+// per process; no '{' or '}').
+func (s *Scheduler) Process(id string) *Process { return &Process{s: s, id: id} }
+
+// Beat records that the process is alive.
+func (p *Process) Beat(ctx context.Context) error {
+	if err := processScript.Run(ctx, p.s.rdb, []string{processesKey}, "beat", p.s.now(), p.id).Err(); err != nil {
+		return fmt.Errorf("admission: heartbeat: %w", err)
+	}
+	return nil
+}
+
+// Leave removes the record on a clean exit (asynq has requeued what was
+// running).
+func (p *Process) Leave(ctx context.Context) error {
+	pipe := p.s.rdb.TxPipeline()
+	pipe.ZRem(ctx, processesKey, p.id)
+	pipe.Del(ctx, jobsKey(p.id))
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("admission: leave: %w", err)
+	}
+	return nil
+}
+
+// Track wraps a job handler so the process's record names the jobs it
+// runs. If the record cannot be written the job still runs; a crash then
+// waits for asynq's own recovery.
+func (p *Process) Track(h asynq.Handler) asynq.Handler {
+	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		id, _ := asynq.GetTaskID(ctx)
+		q, _ := asynq.GetQueueName(ctx)
+		if err := p.s.rdb.HSet(ctx, jobsKey(p.id), id, q).Err(); err != nil {
+			p.s.log.WarnContext(ctx, "could not record a running job; if this process dies, asynq recovers it in a minute or two", "task", id, "err", err)
+		}
+		defer func() {
+			if err := p.s.rdb.HDel(context.WithoutCancel(ctx), jobsKey(p.id), id).Err(); err != nil {
+				p.s.log.WarnContext(ctx, "could not record a finished job", "task", id, "err", err)
+			}
+		}()
+		return h.ProcessTask(ctx, t)
+	})
+}
+
+// RecoverDead puts the jobs of processes silent for longer than ttl back:
+// a job that goes through admission is held again and its ticket
+// registered, any other job goes to the front of its queue. A job is
+// taken back only while asynq still has it active under the dead
+// process's lease, so a job another process has picked up since is left
+// alone. It returns how many jobs it put back.
+func (s *Scheduler) RecoverDead(ctx context.Context, rc RunConfig, ttl time.Duration) (int, error) {
+	res, err := processScript.Run(ctx, s.rdb, []string{processesKey}, "dead", s.now(), ttl.Microseconds()).StringSlice()
+	if err != nil {
+		return 0, fmt.Errorf("admission: find dead processes: %w", err)
+	}
+	moved := 0
+	for i := 0; i+1 < len(res); i += 2 {
+		dead := res[i]
+		seenUS, _ := strconv.ParseFloat(res[i+1], 64)
+		jobs, err := s.rdb.HGetAll(ctx, jobsKey(dead)).Result()
+		if err != nil {
+			return moved, fmt.Errorf("admission: jobs of dead process %s: %w", dead, err)
+		}
+		// asynq extends a lease to 30s past its own heartbeat; the dead
+		// process's leases end at most a beat past its last beat plus that
+		latest := time.UnixMicro(int64(seenUS)).Add(asynqLease + ttl + 5*time.Second)
+		for id, queue := range jobs {
+			ok, err := s.requeue(ctx, rc, dead, queue, id, latest)
+			if err != nil {
+				return moved, err
+			}
+			if ok {
+				moved++
+			}
+		}
+		pipe := s.rdb.TxPipeline()
+		pipe.Del(ctx, jobsKey(dead))
+		pipe.ZRem(ctx, processesKey, dead)
+		if _, err := pipe.Exec(ctx); err != nil {
+			return moved, fmt.Errorf("admission: forget dead process %s: %w", dead, err)
+		}
+		s.log.WarnContext(ctx, "a worker process stopped beating; its jobs were put back", "process", dead, "jobs", len(jobs))
+	}
+	return moved, nil
+}
+
+// requeue puts one job of a dead process back, if it is still its.
+func (s *Scheduler) requeue(ctx context.Context, rc RunConfig, dead, queue, id string, latest time.Time) (bool, error) {
+	if s.insp == nil {
+		return false, nil
+	}
+	info, err := s.insp.GetTaskInfo(queue, id)
+	if errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound) {
+		return false, nil // done and gone
+	}
+	if err != nil {
+		return false, fmt.Errorf("admission: recover %s: %w", id, err)
+	}
+	if info.State != asynq.TaskStateActive {
+		return false, nil
+	}
+	var t Ticket
+	held := false
+	if rc.TicketOf != nil {
+		t, held = rc.TicketOf(info)
+	}
+	p := "asynq:{" + queue + "}:"
+	keys := []string{p + "active", p + "lease", p + "t:" + id, p + "pending"}
+	mode := "pending"
+	now := time.Now()
+	if s.cfg.NowFunc != nil {
+		now = s.cfg.NowFunc()
+	}
+	if held {
+		keys[3], mode = p+"retry", "held"
+	}
+	n, err := processScript.Run(ctx, s.rdb, keys, "requeue", s.now(), id, dead, latest.Unix(), mode, now.Add(s.cfg.Hold).Unix()).Int()
+	if err != nil {
+		return false, fmt.Errorf("admission: recover %s: %w", id, err)
+	}
+	if n == 0 {
+		return false, nil
+	}
+	if held {
+		// a failure here leaves a held task without a ticket: the
+		// reconciler adopts it from the retry set on its next pass
+		reg, err := s.Register(ctx, t)
+		if err != nil {
+			return true, err
+		}
+		if !reg {
+			// its ticket is still released (it died before recording its
+			// start): its admission stands, release it again
+			if err := s.insp.RunTask(queue, id); err != nil {
+				return true, fmt.Errorf("admission: recover %s: release: %w", id, err)
+			}
+		}
+	}
+	s.log.InfoContext(ctx, "put back a job of a dead worker process", "task", id, "queue", queue, "held", held)
+	return true, nil
+}
+
+// watchProcesses beats for this process and puts back the jobs of dead
+// ones, every beat, until ctx ends. It judges others only after beating
+// without a miss for a whole ttl itself: after a Redis outage every
+// process's last beat is old, and none of them is dead.
+func (s *Scheduler) watchProcesses(ctx context.Context, rc RunConfig) {
+	t := time.NewTicker(rc.Beat)
+	defer t.Stop()
+	var beating time.Time // since when every beat succeeded
+	for {
+		if err := rc.Process.Beat(ctx); err != nil {
+			beating = time.Time{}
+			if ctx.Err() == nil {
+				s.log.WarnContext(ctx, "heartbeat failed", "err", err)
+			}
+		} else if beating.IsZero() {
+			beating = time.Now()
+		}
+		if !beating.IsZero() && time.Since(beating) >= rc.ProcessTTL {
+			if _, err := s.RecoverDead(ctx, rc, rc.ProcessTTL); err != nil && ctx.Err() == nil {
+				s.log.WarnContext(ctx, "recovering a dead process's jobs failed", "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// RunningNow reports whether a process that beat within fresh names the
+// job among those it runs (asynq's own worker list lags by its 5s
+// heartbeat).
+func (s *Scheduler) RunningNow(ctx context.Context, id string, fresh time.Duration) (bool, error) {
+	alive, err := processScript.Run(ctx, s.rdb, []string{processesKey}, "alive", s.now(), fresh.Microseconds()).StringSlice()
+	if err != nil {
+		return false, fmt.Errorf("admission: live processes: %w", err)
+	}
+	for _, p := range alive {
+		if ok, err := s.rdb.HExists(ctx, jobsKey(p), id).Result(); err != nil || ok {
+			return ok, err
+		}
+	}
+	return false, nil
+}
+
+// KeepBeating beats every interval until stop is called: for a process
+// that has stopped admitting but still finishes running jobs (a graceful
+// shutdown), so nobody takes them back meanwhile.
+func (p *Process) KeepBeating(every time.Duration) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			if err := p.Beat(ctx); err != nil && ctx.Err() == nil {
+				p.s.log.WarnContext(ctx, "heartbeat failed", "err", err)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}

@@ -1,0 +1,50 @@
+-- Worker processes' liveness, and putting a dead process's jobs back.
+-- ARGV[1] op  ARGV[2] now µs ('' = Redis TIME)
+local now
+if ARGV[2] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(ARGV[2])
+end
+local op = ARGV[1]
+
+if op == 'beat' then
+  -- KEYS[1] zset: process -> last beat µs  ARGV[3] process
+  redis.call('ZADD', KEYS[1], string.format('%d', now), ARGV[3])
+  return 0
+
+elseif op == 'dead' then
+  -- KEYS[1] zset of processes  ARGV[3] ttl µs
+  -- -> process, last beat µs, ... for those silent longer than ttl
+  return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%d', now - tonumber(ARGV[3])), 'WITHSCORES', 'LIMIT', 0, 100)
+
+elseif op == 'alive' then
+  -- KEYS[1] zset of processes  ARGV[3] ttl µs -> those that beat within it
+  return redis.call('ZRANGEBYSCORE', KEYS[1], string.format('%d', now - tonumber(ARGV[3])), '+inf')
+
+elseif op == 'requeue' then
+  -- a task a dead process was running, still active in asynq, goes back:
+  -- held (a ticket is registered next) or to the front of pending.
+  -- KEYS[1] active list  KEYS[2] lease zset  KEYS[3] task hash
+  -- KEYS[4] retry zset (held) or pending list
+  -- ARGV[3] task id  ARGV[4] dead process  ARGV[5] latest lease (unix s)
+  -- the dead process can have held  ARGV[6] 'held' or 'pending'
+  -- ARGV[7] held until (unix s)
+  -- -> 1 moved, 0 not the dead process's any more
+  local id = ARGV[3]
+  if redis.call('HGET', KEYS[3], 'prq_recovered_from') == ARGV[4] then return 0 end
+  local lease = redis.call('ZSCORE', KEYS[2], id)
+  if not lease or tonumber(lease) > tonumber(ARGV[5]) then return 0 end
+  if redis.call('LREM', KEYS[1], 0, id) == 0 then return 0 end
+  redis.call('ZREM', KEYS[2], id)
+  if ARGV[6] == 'held' then
+    redis.call('ZADD', KEYS[4], tonumber(ARGV[7]), id)
+    redis.call('HSET', KEYS[3], 'state', 'retry', 'prq_recovered_from', ARGV[4])
+  else
+    redis.call('RPUSH', KEYS[4], id)
+    redis.call('HSET', KEYS[3], 'state', 'pending', 'pending_since', string.format('%d', now * 1000), 'prq_recovered_from', ARGV[4])
+  end
+  return 1
+end
+return redis.error_reply('admission: unknown process op ' .. tostring(op))

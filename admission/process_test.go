@@ -1,0 +1,152 @@
+package admission_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/prq-dev/prq/admission"
+	"github.com/prq-dev/prq/internal/redistest"
+	"github.com/prq-dev/prq/ratelimit"
+)
+
+// TestDeadProcessJobsGoBackAtOnce: a worker process runs a held job and
+// stops beating (its asynq server still shows the job active, its lease
+// still valid). Another process's pass puts the job back through
+// admission at once: it is held again, admitted, released and runs a
+// second time while the first run has not returned and long before
+// asynq's lease would end. A job in a process that still beats stays.
+// A process that died before recording the job's start in admission
+// leaves the ticket released: the job is released again at once.
+func TestDeadProcessJobsGoBackAtOnce(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		started bool
+	}{{"died while running", true}, {"died before recording its start", false}} {
+		// one after the other: every process shares the liveness record
+		t.Run(tc.name, func(t *testing.T) { testDeadProcess(t, tc.started) })
+	}
+}
+
+func testDeadProcess(t *testing.T, recordsStart bool) {
+	rdb := redistest.Shared(t).Client(t)
+	ctx := context.Background()
+	model := fmt.Sprintf("dead-%d", time.Now().UnixNano())
+	queue := "q-" + model
+	b, err := ratelimit.NewBucket(rdb, model, "sk", ratelimit.Limits{RequestsPerPeriod: 1000, TokensPerPeriod: 100000, Period: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	clock := func() time.Time { return now }
+	insp := asynq.NewInspectorFromRedisClient(rdb)
+	s, err := admission.New(rdb, map[string]*ratelimit.Bucket{model: b}, asynq.NewClientFromRedisClient(rdb), insp, admission.Config{NowFunc: clock}, discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ticket := func(id string) admission.Ticket {
+		return admission.Ticket{ID: id, Queue: queue, Model: model, Class: "paid", Tenant: "1", Tokens: 10}
+	}
+	rc := admission.RunConfig{TicketOf: func(ti *asynq.TaskInfo) (admission.Ticket, bool) { return ticket(ti.ID), true }}
+	admitAll := func(want int) {
+		t.Helper()
+		adm, _, err := s.Admit(ctx, model, 10)
+		if err != nil || len(adm) != want {
+			t.Fatalf("admit: %+v %v, want %d", adm, err, want)
+		}
+		s.Release(ctx, adm)
+	}
+
+	// two worker processes, each with one slot: a job that does not end
+	// until the test says
+	type run struct {
+		process, id string
+	}
+	runs := make(chan run, 4)
+	release := make(chan struct{})
+	start := func(name string) (*admission.Process, *asynq.Server) {
+		p := s.Process(model + "-" + name)
+		if err := p.Beat(ctx); err != nil {
+			t.Fatal(err)
+		}
+		srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{Concurrency: 1, Queues: map[string]int{queue: 1},
+			TaskCheckInterval: 10 * time.Millisecond, LogLevel: asynq.FatalLevel})
+		err := srv.Start(p.Track(asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
+			id, _ := asynq.GetTaskID(ctx)
+			if recordsStart || name == "live" { // as the workers do
+				if err := s.Started(ctx, model, id); err != nil {
+					return err
+				}
+			}
+			runs <- run{name, id}
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil
+		})))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p, srv
+	}
+	next := func() run {
+		t.Helper()
+		select {
+		case r := <-runs:
+			return r
+		case <-time.After(2 * time.Minute): // a hang, not a speed figure
+			t.Fatal("no job ran")
+			return run{}
+		}
+	}
+	if _, err := s.Submit(ctx, asynq.NewTask("file:review", nil), ticket(model+"-job")); err != nil {
+		t.Fatal(err)
+	}
+	admitAll(1)
+	_, dead := start("dead")
+	if r := next(); r != (run{"dead", model + "-job"}) {
+		t.Fatalf("first run %+v", r)
+	}
+	dead.Stop() // takes no more work; its job stays active, its lease valid
+
+	// the dead process has been silent for 6s; the live one beats now
+	now = now.Add(6 * time.Second)
+	live, liveSrv := start("live")
+	defer func() {
+		close(release)
+		liveSrv.Shutdown()
+		dead.Shutdown()
+		if err := live.Leave(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	n, err := s.RecoverDead(ctx, rc, 5*time.Second)
+	if err != nil || n != 1 {
+		t.Fatalf("recover: %d %v, want 1 job put back", n, err)
+	}
+	if recordsStart {
+		if info, err := insp.GetTaskInfo(queue, model+"-job"); err != nil || info.State != asynq.TaskStateRetry || info.NextProcessAt.Before(now.Add(time.Hour)) {
+			t.Fatalf("after recovery: %+v %v, want held", info, err)
+		}
+		admitAll(1)
+	}
+	if r := next(); r != (run{"live", model + "-job"}) {
+		t.Fatalf("second run %+v, want the job again in the live process", r)
+	}
+	// the live process's job, stalled or not, is its own: a pass that
+	// finds nobody silent moves nothing
+	if err := live.Beat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.RecoverDead(ctx, rc, 5*time.Second); err != nil || n != 0 {
+		t.Fatalf("second pass: %d %v, want nothing put back", n, err)
+	}
+	if info, err := insp.GetTaskInfo(queue, model+"-job"); err != nil || info.State != asynq.TaskStateActive {
+		t.Fatalf("the live process's job: %+v %v, want still active", info, err)
+	}
+}

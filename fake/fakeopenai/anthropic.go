@@ -1,0 +1,315 @@
+package fakeopenai
+
+// The Anthropic mode: POST /v1/messages as Anthropic's Messages API
+// documents it (docs.anthropic.com: "Messages", "Errors", "Rate limits"):
+//   - auth by the x-api-key header (401 authentication_error otherwise)
+//     and a required anthropic-version header (400 without it);
+//   - request: model, max_tokens (required), system (a string or text
+//     blocks), messages (role user|assistant, content a string or
+//     blocks, the first a user turn), tools with input_schema and
+//     tool_choice {"type":"tool","name":...};
+//   - reply: {"type":"message","role":"assistant","content":[blocks],
+//     "stop_reason":"end_turn"|"max_tokens"|"tool_use",
+//     "usage":{"input_tokens","output_tokens"}};
+//   - errors: {"type":"error","error":{"type":...,"message":...}}, 429
+//     rate_limit_error with retry-after (seconds), 529 overloaded_error;
+//   - limits per model and key, a continuously refilled bucket per
+//     dimension: requests, input tokens (estimated at admission) and
+//     output tokens (max_tokens at admission) per minute, reported on
+//     every reply in anthropic-ratelimit-{requests,tokens,input-tokens,
+//     output-tokens}-{limit,remaining,reset}, reset an RFC 3339 time and
+//     tokens-* the most restrictive of input and output.
+// The fake charges ceil(chars/4) input tokens and the whole max_tokens as
+// output and never refunds unused output: stricter than Anthropic, which
+// adjusts output to what was used.
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// msgBucket is one (model, key)'s three limiters in the Anthropic mode.
+type msgBucket struct {
+	req, in, out float64
+	last         time.Time
+}
+
+type msgRequest struct {
+	Model     string          `json:"model"`
+	MaxTokens *int64          `json:"max_tokens"`
+	System    json.RawMessage `json:"system"`
+	Messages  []struct {
+		Role    string          `json:"role"`
+		Content json.RawMessage `json:"content"`
+	} `json:"messages"`
+	Tools []struct {
+		Name        string          `json:"name"`
+		InputSchema json.RawMessage `json:"input_schema"`
+	} `json:"tools"`
+	ToolChoice *struct {
+		Type string `json:"type"`
+		Name string `json:"name"`
+	} `json:"tool_choice"`
+}
+
+// blockText reads content that is a string or a list of text blocks.
+func blockText(raw json.RawMessage) (string, bool) {
+	if len(raw) == 0 {
+		return "", true
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s, true
+	}
+	var blocks []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if json.Unmarshal(raw, &blocks) != nil {
+		return "", false
+	}
+	var b strings.Builder
+	for _, bl := range blocks {
+		if bl.Type != "text" {
+			return "", false
+		}
+		b.WriteString(bl.Text)
+	}
+	return b.String(), true
+}
+
+func writeAnthropicError(w http.ResponseWriter, status int, typ, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(map[string]any{"type": "error", "error": map[string]any{"type": typ, "message": msg}})
+}
+
+func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
+	key := r.Header.Get("x-api-key")
+	if !s.keyOK(key) {
+		writeAnthropicError(w, http.StatusUnauthorized, "authentication_error", "invalid x-api-key")
+		return
+	}
+	if r.Header.Get("anthropic-version") == "" {
+		writeAnthropicError(w, http.StatusBadRequest, "invalid_request_error", "anthropic-version: header is required")
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, 32<<20))
+	var req msgRequest
+	if err != nil || json.Unmarshal(body, &req) != nil {
+		writeAnthropicError(w, http.StatusBadRequest, "invalid_request_error", "There was an issue with the format or content of your request.")
+		return
+	}
+	m, ok := s.models[req.Model]
+	if !ok {
+		writeAnthropicError(w, http.StatusNotFound, "not_found_error", "model: "+req.Model)
+		return
+	}
+	if req.MaxTokens == nil || *req.MaxTokens < 1 {
+		writeAnthropicError(w, http.StatusBadRequest, "invalid_request_error", "max_tokens: Field required")
+		return
+	}
+	if len(req.Messages) == 0 || req.Messages[0].Role != "user" {
+		writeAnthropicError(w, http.StatusBadRequest, "invalid_request_error", "messages: the first message must use the \"user\" role")
+		return
+	}
+	// the same conversation in the OpenAI shape, for the fake model
+	var chat chatRequest
+	add := func(role, text string) {
+		chat.Messages = append(chat.Messages, struct {
+			Role    string `json:"role"`
+			Content string `json:"content"`
+		}{role, text})
+	}
+	system, ok := blockText(req.System)
+	if !ok {
+		writeAnthropicError(w, http.StatusBadRequest, "invalid_request_error", "system: Input should be a valid string or list of text blocks")
+		return
+	}
+	if system != "" {
+		add("system", system)
+	}
+	for i, msg := range req.Messages {
+		if msg.Role != "user" && msg.Role != "assistant" {
+			writeAnthropicError(w, http.StatusBadRequest, "invalid_request_error", fmt.Sprintf("messages.%d.role: Input should be 'user' or 'assistant'", i))
+			return
+		}
+		text, ok := blockText(msg.Content)
+		if !ok {
+			writeAnthropicError(w, http.StatusBadRequest, "invalid_request_error", fmt.Sprintf("messages.%d.content: unsupported content blocks", i))
+			return
+		}
+		add(msg.Role, text)
+	}
+	tool := ""
+	if tc := req.ToolChoice; tc != nil && tc.Type == "tool" {
+		for _, t := range req.Tools {
+			if t.Name == tc.Name {
+				tool = t.Name
+				chat.ResponseFormat = &responseFormat{Type: "json_schema", JSONSchema: &struct {
+					Name   string          `json:"name"`
+					Schema json.RawMessage `json:"schema"`
+					Strict bool            `json:"strict"`
+				}{Name: t.Name, Schema: t.InputSchema}}
+			}
+		}
+		if tool == "" {
+			writeAnthropicError(w, http.StatusBadRequest, "invalid_request_error", "tool_choice: tool "+tc.Name+" not found in tools")
+			return
+		}
+	}
+	maxOut := *req.MaxTokens
+	chars, prompt := 0, int64(0)
+	for _, msg := range chat.Messages {
+		chars += utf8.RuneCountInString(msg.Content)
+		n, _ := s.codec.Count(msg.Content)
+		prompt += int64(n) + 3
+	}
+	if chat.ResponseFormat != nil {
+		chars += len(chat.ResponseFormat.JSONSchema.Schema)
+		n, _ := s.codec.Count(string(chat.ResponseFormat.JSONSchema.Schema))
+		prompt += int64(n)
+	}
+	in := int64(math.Ceil(float64(chars) / 4))
+	itpm, otpm := m.ITPM, m.OTPM
+	if itpm == 0 {
+		itpm = m.TPM
+	}
+	if otpm == 0 {
+		otpm = m.TPM
+	}
+
+	s.mu.Lock()
+	st := s.statsOf(m.Name)
+	st.Requests++
+	st.formats["tool:"+strconv.FormatBool(tool != "")]++
+	if prompt > m.ContextTokens {
+		s.mu.Unlock()
+		writeAnthropicError(w, http.StatusBadRequest, "invalid_request_error", fmt.Sprintf("prompt is too long: %d tokens > %d maximum", prompt, m.ContextTokens))
+		return
+	}
+	now := time.Now()
+	b := s.msgBucketOf(m, itpm, otpm, key, now)
+	if b.req < 1 || b.in < float64(in) || b.out < float64(maxOut) {
+		st.RateLimited++
+		per := s.cfg.Period
+		wait := time.Duration(0)
+		need := func(have float64, want, limit int64) {
+			if d := time.Duration((float64(want) - have) / float64(limit) * float64(per)); d > wait {
+				wait = d
+			}
+		}
+		need(b.req, 1, m.RPM)
+		need(b.in, in, itpm)
+		need(b.out, maxOut, otpm)
+		s.setMsgHeaders(w.Header(), m, itpm, otpm, b, now)
+		s.mu.Unlock()
+		w.Header().Set("retry-after", strconv.FormatInt(int64(math.Ceil(wait.Seconds())), 10))
+		writeAnthropicError(w, http.StatusTooManyRequests, "rate_limit_error",
+			"This request would exceed your organization's rate limit. Please try again later.")
+		return
+	}
+	b.req--
+	b.in -= float64(in)
+	b.out -= float64(maxOut)
+	st.admit(now, in+maxOut, s.cfg.Period)
+	if s.cfg.Record {
+		s.recorded[m.Name] = append(s.recorded[m.Name], Admission{At: now, Cost: in + maxOut, Input: in, Output: maxOut})
+	}
+	s.setMsgHeaders(w.Header(), m, itpm, otpm, b, now)
+	f := s.faults
+	roll := s.rng.Float64()
+	latency := time.Duration(float64(m.Latency+time.Duration((s.rng.Float64()*2-1)*float64(m.Jitter))) * s.cfg.LatencyScale)
+	s.mu.Unlock()
+
+	if f.TooMany > 0 && roll < f.TooMany {
+		s.countFault(m.Name)
+		w.Header().Set("retry-after", "1")
+		writeAnthropicError(w, http.StatusTooManyRequests, "rate_limit_error", "This request would exceed your organization's rate limit. Please try again later.")
+		return
+	}
+	roll -= f.TooMany
+	if roll >= 0 && roll < f.ServerError {
+		s.countFault(m.Name)
+		writeAnthropicError(w, 529, "overloaded_error", "Overloaded")
+		return
+	}
+	if latency > 0 {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-time.After(latency):
+		}
+	}
+	text, finish := s.answer(chat)
+	toks, _, _ := s.codec.Encode(text)
+	if int64(len(toks)) > maxOut {
+		text, _ = s.codec.Decode(toks[:maxOut])
+		toks = toks[:maxOut]
+		finish = "length"
+	}
+	s.mu.Lock()
+	st.CompletionToks += int64(len(toks))
+	s.mu.Unlock()
+	stop := "end_turn"
+	block := map[string]any{"type": "text", "text": text}
+	var input map[string]any
+	switch {
+	case finish == "length":
+		stop = "max_tokens"
+	case tool != "" && json.Unmarshal([]byte(text), &input) == nil:
+		stop = "tool_use"
+		block = map[string]any{"type": "tool_use", "id": fmt.Sprintf("toolu_fake%d", now.UnixNano()), "name": tool, "input": input}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(map[string]any{
+		"id": fmt.Sprintf("msg_fake%d", now.UnixNano()), "type": "message", "role": "assistant", "model": m.Name,
+		"content": []any{block}, "stop_reason": stop, "stop_sequence": nil,
+		"usage": map[string]any{"input_tokens": prompt, "output_tokens": len(toks)},
+	})
+}
+
+// msgBucketOf refills and returns a (model, key)'s Anthropic limiters.
+// Caller holds mu.
+func (s *Server) msgBucketOf(m Model, itpm, otpm int64, key string, now time.Time) *msgBucket {
+	k := m.Name + "\x00" + key
+	b, ok := s.msgBuckets[k]
+	if !ok {
+		b = &msgBucket{req: float64(m.RPM), in: float64(itpm), out: float64(otpm), last: now}
+		s.msgBuckets[k] = b
+	}
+	if el := now.Sub(b.last).Seconds() / s.cfg.Period.Seconds(); el > 0 {
+		b.req = math.Min(float64(m.RPM), b.req+el*float64(m.RPM))
+		b.in = math.Min(float64(itpm), b.in+el*float64(itpm))
+		b.out = math.Min(float64(otpm), b.out+el*float64(otpm))
+		b.last = now
+	}
+	return b
+}
+
+// setMsgHeaders writes the anthropic-ratelimit-* headers: limit,
+// remaining, and reset as the RFC 3339 time the dimension is full again.
+func (s *Server) setMsgHeaders(h http.Header, m Model, itpm, otpm int64, b *msgBucket, now time.Time) {
+	set := func(dim string, limit int64, have float64) {
+		h.Set("anthropic-ratelimit-"+dim+"-limit", strconv.FormatInt(limit, 10))
+		h.Set("anthropic-ratelimit-"+dim+"-remaining", strconv.FormatInt(int64(math.Max(0, have)), 10))
+		full := time.Duration((float64(limit) - have) / float64(limit) * float64(s.cfg.Period))
+		h.Set("anthropic-ratelimit-"+dim+"-reset", now.Add(full).UTC().Format(time.RFC3339Nano))
+	}
+	set("requests", m.RPM, b.req)
+	set("input-tokens", itpm, b.in)
+	set("output-tokens", otpm, b.out)
+	// tokens-*: the most restrictive of the two, as Anthropic reports it
+	if b.in/float64(itpm) <= b.out/float64(otpm) {
+		set("tokens", itpm, b.in)
+	} else {
+		set("tokens", otpm, b.out)
+	}
+}

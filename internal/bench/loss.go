@@ -1,0 +1,119 @@
+package bench
+
+import (
+	"sort"
+	"time"
+
+	"github.com/prq-dev/prq/fake/fakeopenai"
+)
+
+// utilisationLoss says where the part of a model's allowance that was
+// not used went, as fractions of the allowance (burst + rate·span from
+// the first admission to the last, the utilisation figure's
+// denominator). It replays the provider's own bucket over its recorded
+// admissions: a token is lost when the bucket is full and refills past
+// its burst, or when it is still in the bucket at the last admission.
+type utilisationLoss struct {
+	// WhileQueued: refill lost while a job of the model had been created
+	// and not yet called (admission or release was late, or held back).
+	WhileQueued float64 `json:"while_queued"`
+	// NothingQueued: refill lost while no job of the model waited.
+	NothingQueued float64 `json:"nothing_queued"`
+	// LeftAtEnd: tokens still in the bucket at the last admission.
+	LeftAtEnd float64 `json:"left_at_end"`
+	// LeftSinceS: how long before the last admission the bucket was last
+	// drained (below a tenth of its burst), and LeftWhileQueued the part
+	// of LeftAtEnd that built up while jobs waited (the rest built up in
+	// the tail, with nothing to admit).
+	LeftSinceS      float64 `json:"left_since_s"`
+	LeftWhileQueued float64 `json:"left_while_queued"`
+}
+
+// lossOf replays adm against a bucket of burst refilled at limit per
+// period; calls give when jobs of the model waited.
+func lossOf(adm []fakeopenai.Admission, calls []callRecord, model string, limit int64, period time.Duration, burst int64) utilisationLoss {
+	var out utilisationLoss
+	if len(adm) < 2 || limit <= 0 || period <= 0 {
+		return out
+	}
+	if burst <= 0 {
+		burst = limit
+	}
+	a := append([]fakeopenai.Admission(nil), adm...)
+	sort.Slice(a, func(i, j int) bool { return a[i].At.Before(a[j].At) })
+	queued := waitingSpans(calls, model)
+	rate := float64(limit) / float64(period.Microseconds()) // tokens per µs
+	level := float64(burst)
+	var lostQ, lostIdle float64
+	drained := a[0].At // when the bucket was last below a tenth of its burst
+	for i, x := range a {
+		if i > 0 {
+			dt := float64(x.At.Sub(a[i-1].At).Microseconds())
+			if refill := rate * dt; level+refill > float64(burst) {
+				// full from t until x.At: what refilled then was lost
+				full := a[i-1].At.Add(time.Duration((float64(burst)-level)/rate) * time.Microsecond)
+				q := covered(queued, full, x.At)
+				lostQ += rate * float64(q.Microseconds())
+				lostIdle += rate * float64(x.At.Sub(full).Microseconds()-q.Microseconds())
+				level = float64(burst)
+			} else {
+				level += refill
+			}
+		}
+		level -= float64(x.Cost)
+		if level < float64(burst)/10 {
+			drained = x.At
+		}
+	}
+	end := a[len(a)-1].At
+	allowed := float64(burst) + rate*float64(end.Sub(a[0].At).Microseconds())
+	out.WhileQueued, out.NothingQueued, out.LeftAtEnd = lostQ/allowed, lostIdle/allowed, max(level, 0)/allowed
+	out.LeftSinceS = end.Sub(drained).Seconds()
+	if since := end.Sub(drained); since > 0 {
+		out.LeftWhileQueued = out.LeftAtEnd * float64(covered(queued, drained, end)) / float64(since)
+	}
+	return out
+}
+
+type span struct{ from, to time.Time }
+
+// waitingSpans merges the intervals in which jobs of the model had been
+// created and not yet called.
+func waitingSpans(calls []callRecord, model string) []span {
+	var ss []span
+	for _, c := range calls {
+		if c.Model == model && c.Outcome != "429" && c.At > c.Created {
+			ss = append(ss, span{time.UnixMilli(c.Created), time.UnixMilli(c.At)})
+		}
+	}
+	sort.Slice(ss, func(i, j int) bool { return ss[i].from.Before(ss[j].from) })
+	var out []span
+	for _, s := range ss {
+		if n := len(out); n > 0 && !s.from.After(out[n-1].to) {
+			if s.to.After(out[n-1].to) {
+				out[n-1].to = s.to
+			}
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// covered is how much of [from, to) the spans cover.
+func covered(ss []span, from, to time.Time) time.Duration {
+	var d time.Duration
+	for _, s := range ss {
+		a, b := s.from, s.to
+		if from.After(a) {
+			a = from
+		}
+		if to.Before(b) {
+			b = to
+		}
+		if b.After(a) {
+			d += b.Sub(a)
+		}
+	}
+	return d
+}

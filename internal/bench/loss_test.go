@@ -1,0 +1,45 @@
+package bench
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/prq-dev/prq/fake/fakeopenai"
+)
+
+// TestLossAccountsForEveryUnusedToken: burst 100, 100 tokens/s; 100 at
+// 0 s, 100 at 2 s, 50 at 2.5 s: the bucket is full from 1 s to 2 s (100
+// lost, half of it while a job waited) and empty at the end; allowance
+// 100 + 250 = 350, used 250.
+func TestLossAccountsForEveryUnusedToken(t *testing.T) {
+	t0 := time.Unix(1_800_000_000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	adm := []fakeopenai.Admission{{At: at(0), Cost: 100}, {At: at(2000), Cost: 100}, {At: at(2500), Cost: 50}}
+	calls := []callRecord{
+		{Model: "m", Created: at(1500).UnixMilli(), At: at(2000).UnixMilli()},
+		{Model: "other", Created: at(1000).UnixMilli(), At: at(1500).UnixMilli()}, // another model's wait
+	}
+	got := lossOf(adm, calls, "m", 100, time.Second, 100)
+	want := utilisationLoss{WhileQueued: 50.0 / 350, NothingQueued: 50.0 / 350, LeftAtEnd: 0, LeftSinceS: 0}
+	for name, pair := range map[string][2]float64{"while queued": {want.WhileQueued, got.WhileQueued},
+		"nothing queued": {want.NothingQueued, got.NothingQueued}, "left at end": {want.LeftAtEnd, got.LeftAtEnd}} {
+		if math.Abs(pair[0]-pair[1]) > 1e-9 {
+			t.Errorf("%s: %v, want %v", name, pair[1], pair[0])
+		}
+	}
+	if got.LeftSinceS != 0 || got.LeftWhileQueued != 0 {
+		t.Errorf("drained at the last admission, got %+v", got)
+	}
+	// burst 1000: the bucket never drains below a tenth of it, so what is
+	// left built up from the first admission on, with a job waiting for
+	// half of that time
+	tail := lossOf(adm[:2], append(calls, callRecord{Model: "m", Created: at(500).UnixMilli(), At: at(1000).UnixMilli()}), "m", 100, time.Second, 1000)
+	if tail.LeftSinceS != 2 || math.Abs(tail.LeftWhileQueued-tail.LeftAtEnd*1/2) > 1e-9 {
+		t.Errorf("tail: %+v, want built up over 2 s, half of it while a job waited", tail)
+	}
+	// with the utilisation, the parts account for the whole allowance
+	if sum := 250.0/350 + got.WhileQueued + got.NothingQueued + got.LeftAtEnd; math.Abs(sum-1) > 1e-9 {
+		t.Errorf("used + lost = %v of the allowance, want 1", sum)
+	}
+}

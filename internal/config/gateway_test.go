@@ -1,0 +1,42 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestGatewaySettings(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		want string // "" when valid
+	}{
+		{"defaults", "", ""},
+		{"set", "gateway:\n  max_wait: 15s\n  min_output: 32\n", ""},
+		{"negative wait", "gateway:\n  max_wait: -1s\n", "gateway.max_wait"},
+		{"negative output", "gateway:\n  min_output: -4\n", "gateway.min_output"},
+		{"quota week", "quota:\n  period: week\n", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := filepath.Join(t.TempDir(), "prq.yaml")
+			if err := os.WriteFile(f, []byte(tt.yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			c, err := Load(func(k string) string { return map[string]string{"PRQ_CONFIG": f}[k] }, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = c.Validate(ModeCheck)
+			if (tt.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tt.want)) {
+				t.Fatalf("got %v, want %q", err, tt.want)
+			}
+			if tt.name == "set" && (c.Gateway.MaxWait.D() != 15*time.Second || c.Gateway.MinOutput != 32) {
+				t.Fatalf("read %+v", c.Gateway)
+			}
+		})
+	}
+}

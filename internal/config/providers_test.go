@@ -1,0 +1,157 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const twoProviders = `
+providers:
+  - name: claude
+    kind: anthropic
+    key_env: ANTHROPIC_API_KEY
+  - name: azure-eu
+    kind: azure
+    base_url: https://example-eu.openai.azure.com
+    api_version: "2024-10-21"
+    key_env: [AZURE_OPENAI_API_KEY]
+    deployments: {gpt-4o: prod-4o}
+models:
+  - {name: claude-haiku, provider: claude, requests_per_minute: 50, tokens_per_minute: 50000}
+  - {name: gpt-4o, provider: azure-eu, requests_per_minute: 60, tokens_per_minute: 30000}
+jobs: {summary_model: claude-haiku, review_model: gpt-4o, chat_model: claude-haiku}
+`
+
+func loadYAML(t *testing.T, doc string, env map[string]string) *Config {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "prq.yaml")
+	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(func(k string) string {
+		if k == "PRQ_CONFIG" {
+			return path
+		}
+		return env[k]
+	}, nil)
+	if err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	return c
+}
+
+func TestProvidersResolve(t *testing.T) {
+	const anthropicKey, azureKey = "sk-ant-Zq81x0Lm3Kp", "az-9Qf3vB7nX2wR"
+	c := loadYAML(t, twoProviders, map[string]string{"ANTHROPIC_API_KEY": anthropicKey, "AZURE_OPENAI_API_KEY": azureKey})
+	if err := c.Validate(ModeCheck); err != nil {
+		t.Fatalf("validate: %v", err)
+	}
+	p, ok := c.ProviderOf("claude-haiku")
+	if !ok || p.Kind != KindAnthropic || p.Key() != anthropicKey {
+		t.Fatalf("claude-haiku: %+v %v", p.Name, ok)
+	}
+	p, ok = c.ProviderOf("gpt-4o")
+	if !ok || p.Kind != KindAzure || p.Key() != azureKey || p.Deployment("gpt-4o") != "prod-4o" || p.Deployment("other") != "other" {
+		t.Fatalf("gpt-4o: %+v %v", p.Name, ok)
+	}
+	for _, key := range []string{anthropicKey, azureKey} {
+		if out := c.Redacted(); strings.Contains(out, key[:8]) {
+			t.Fatalf("the redacted configuration shows a key:\n%s", out)
+		}
+	}
+}
+
+// TestImplicitProvider: a configuration without providers keeps working
+// as one OpenAI provider made from OPENAI_API_KEY and OPENAI_BASE_URL.
+func TestImplicitProvider(t *testing.T) {
+	c, err := Load(func(k string) string {
+		return map[string]string{"OPENAI_API_KEY": "sk-implicit-1234", "OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}[k]
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(ModeCheck); err != nil {
+		t.Fatalf("validate: %v", err)
+	}
+	for _, m := range c.Models {
+		p, ok := c.ProviderOf(m.Name)
+		if !ok || p.Name != ImplicitProvider || p.Kind != KindOpenAI || p.Key() != "sk-implicit-1234" || p.BaseURL != "http://127.0.0.1:9/v1" {
+			t.Fatalf("%s: %+v %v", m.Name, p, ok)
+		}
+	}
+}
+
+func TestProvidersValidate(t *testing.T) {
+	const key = "sk-ant-Hq8vLm2TzzzzX"
+	tests := []struct {
+		name, doc string
+		env       map[string]string
+		mode      Mode
+		want      string // in the error
+	}{
+		{"unknown provider", strings.Replace(twoProviders, "provider: claude", "provider: claud", 1), nil, ModeCheck,
+			`models.claude-haiku.provider: "claud" is not among the configured providers`},
+		{"missing key in a worker", twoProviders, map[string]string{"ANTHROPIC_API_KEY": key}, ModeWorker,
+			"providers.azure-eu.key_env: environment variable AZURE_OPENAI_API_KEY is not set"},
+		{"azure without api_version", strings.Replace(twoProviders, `api_version: "2024-10-21"`, "", 1), nil, ModeCheck,
+			"providers.azure-eu.api_version: is required for kind azure"},
+		{"azure without base_url", strings.Replace(twoProviders, "base_url: https://example-eu.openai.azure.com", "", 1), nil, ModeCheck,
+			"providers.azure-eu.base_url: is required for kind azure"},
+		{"bad kind", strings.Replace(twoProviders, "kind: anthropic", "kind: claude", 1), nil, ModeCheck,
+			`providers.claude.kind: "claude": want openai, azure or anthropic`},
+		{"no key_env", strings.Replace(twoProviders, "key_env: ANTHROPIC_API_KEY", "", 1), nil, ModeCheck,
+			"providers.claude.key_env: is required"},
+		{"several keys", strings.Replace(twoProviders, "key_env: ANTHROPIC_API_KEY", "key_env: [A_KEY, B_KEY]", 1), nil, ModeCheck,
+			"several keys per provider are not supported yet"},
+		{"twice", strings.Replace(twoProviders, "name: azure-eu", "name: claude", 1), nil, ModeCheck,
+			`providers[1].name: provider "claude" is configured twice`},
+		{"model without provider among several", strings.Replace(twoProviders, "provider: claude, ", "", 1), nil, ModeCheck,
+			"models.claude-haiku.provider: is required: 2 providers are configured"},
+		{"api_version on anthropic", strings.Replace(twoProviders, "kind: anthropic", "kind: anthropic\n    api_version: x", 1), nil, ModeCheck,
+			"providers.claude.api_version: is only for kind azure"},
+		{"credentials in base_url", strings.Replace(twoProviders, "https://example-eu", "https://u:"+key+"@example-eu", 1), nil, ModeCheck,
+			"providers.azure-eu.base_url: is not an http(s) URL without credentials"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := loadYAML(t, tt.doc, tt.env)
+			err := c.Validate(tt.mode)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("want an error with %q, got %v", tt.want, err)
+			}
+			if strings.Contains(err.Error(), key[:10]) {
+				t.Fatalf("the error shows a key: %v", err)
+			}
+		})
+	}
+}
+
+// TestReadmeProvidersExample: the README's providers example loads and
+// validates, each model reaching the provider it names.
+func TestReadmeProvidersExample(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(b), "\n## Providers\n")
+	if !ok {
+		t.Fatal("README has no Providers section")
+	}
+	_, rest, ok := strings.Cut(section, "```yaml\n")
+	if !ok {
+		t.Fatal("the Providers section has no yaml example")
+	}
+	doc, _, _ := strings.Cut(rest, "```")
+	env := map[string]string{"OPENAI_API_KEY": "sk-readme-1", "AZURE_OPENAI_API_KEY": "az-readme-2", "ANTHROPIC_API_KEY": "sk-ant-readme-3"}
+	c := loadYAML(t, doc, env)
+	if err := c.Validate(ModeCheck); err != nil {
+		t.Fatalf("the README's example does not validate: %v", err)
+	}
+	for model, want := range map[string]string{"claude-haiku-4-5": KindAnthropic, "gpt-4o": KindAzure, "gpt-4o-mini": KindOpenAI} {
+		if p, ok := c.ProviderOf(model); !ok || p.Kind != want || p.Key() == "" {
+			t.Errorf("%s: provider %q kind %q, want kind %s with its key", model, p.Name, p.Kind, want)
+		}
+	}
+}

@@ -1,0 +1,98 @@
+package gateway
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"time"
+)
+
+// KeysAPI serves the keys' admin API (the caller puts it behind the admin
+// token and the same-origin guard):
+//
+//	GET  /api/keys               the keys, without secrets, with their quota use
+//	POST /api/keys               create from a Spec; the reply has the secret, once
+//	POST /api/keys/{id}/revoke   revoke
+//	POST /api/keys/{id}/rotate   a new secret, once
+func KeysAPI(ks *Keys) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /api/keys", func(w http.ResponseWriter, r *http.Request) {
+		keys, err := ks.List(r.Context())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		type listed struct {
+			Key
+			Used  int64     `json:"quota_used"`
+			Reset time.Time `json:"quota_reset,omitzero"`
+		}
+		out := make([]listed, 0, len(keys))
+		for _, k := range keys {
+			u, err := ks.Usage(r.Context(), k)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			out = append(out, listed{Key: k, Used: u.Used, Reset: u.Reset})
+		}
+		writeJSON(w, http.StatusOK, out)
+	})
+	mux.HandleFunc("POST /api/keys", func(w http.ResponseWriter, r *http.Request) {
+		var s Spec
+		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&s); err != nil {
+			http.Error(w, "a key spec as JSON: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		secret, k, err := ks.Create(r.Context(), s)
+		if err != nil {
+			http.Error(w, err.Error(), statusOf(err))
+			return
+		}
+		writeJSON(w, http.StatusCreated, map[string]any{"key": secret, "record": k})
+	})
+	mux.HandleFunc("POST /api/keys/{id}/{op}", func(w http.ResponseWriter, r *http.Request) {
+		id := r.PathValue("id")
+		switch r.PathValue("op") {
+		case "revoke":
+			k, err := ks.Revoke(r.Context(), id)
+			if err != nil {
+				http.Error(w, err.Error(), statusOf(err))
+				return
+			}
+			writeJSON(w, http.StatusOK, map[string]any{"record": k})
+		case "rotate":
+			secret, k, err := ks.Rotate(r.Context(), id)
+			if err != nil {
+				http.Error(w, err.Error(), statusOf(err))
+				return
+			}
+			writeJSON(w, http.StatusOK, map[string]any{"key": secret, "record": k})
+		default:
+			http.NotFound(w, r)
+		}
+	})
+	return mux
+}
+
+func statusOf(err error) int {
+	switch {
+	case errors.Is(err, ErrUnknownKey):
+		return http.StatusNotFound
+	case errors.Is(err, ErrRevoked):
+		return http.StatusConflict
+	case errors.Is(err, ErrInvalidSpec):
+		return http.StatusBadRequest
+	}
+	return http.StatusServiceUnavailable
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}

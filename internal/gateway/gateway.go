@@ -1,0 +1,672 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/prq-dev/prq/admission"
+	"github.com/prq-dev/prq/ratelimit"
+)
+
+// Model is one model the gateway serves (it must have an admission bucket).
+type Model struct {
+	// MaxOutput is the output cap of a request that sets none. Defaults to
+	// ratelimit.DefaultMaxOutput.
+	MaxOutput int64
+	// Reasoning models take max_completion_tokens instead of max_tokens.
+	Reasoning bool
+}
+
+// Config configures the gateway.
+type Config struct {
+	// Models served, by name. Required.
+	Models map[string]Model
+	// UpstreamURL is the provider's base URL (https://api.openai.com/v1).
+	// Required.
+	UpstreamURL string
+	// UpstreamKey is the provider's API key.
+	UpstreamKey string
+	// Client makes upstream calls. Defaults to a client with no overall
+	// timeout (streams run long); Timeout bounds the non-streaming ones.
+	Client *http.Client
+	// Timeout bounds a non-streaming upstream call. Defaults to 120s.
+	Timeout time.Duration
+	// MaxWait is the longest a request waits for admission; a request's
+	// X-Prq-Max-Wait header may lower it. Defaults to 60s.
+	MaxWait time.Duration
+	// MinOutput is the least output worth a call: a request is refused
+	// (403) when the key's quota left is below input + MinOutput.
+	// Defaults to 16.
+	MinOutput int64
+	// MaxBody bounds a request body. Defaults to 8 MiB.
+	MaxBody int64
+	// Log defaults to discarding. Requests and replies are never logged.
+	Log *slog.Logger
+}
+
+// Admission is what the gateway needs of the scheduler (an
+// *admission.Scheduler).
+type Admission interface {
+	Bucket(model string) (*ratelimit.Bucket, bool)
+	Started(ctx context.Context, model, id string) error
+	Settle(ctx context.Context, model, id string, actual ratelimit.Cost) error
+	Withdraw(ctx context.Context, model, id string) (bool, error)
+}
+
+// Waiter waits for a ticket's admission (an *admission.Waiter).
+type Waiter interface {
+	Await(ctx context.Context, t admission.Ticket) error
+}
+
+var (
+	_ Admission = (*admission.Scheduler)(nil)
+	_ Waiter    = (*admission.Waiter)(nil)
+)
+
+// MaxWaitHeader lowers a request's admission deadline: seconds ("5",
+// "0.5") or a Go duration ("1500ms").
+const MaxWaitHeader = "X-Prq-Max-Wait"
+
+// Gateway serves the OpenAI-compatible endpoint.
+type Gateway struct {
+	cfg     Config
+	keys    *Keys
+	adm     Admission
+	waiter  Waiter
+	rdb     redis.UniversalClient
+	metrics *Metrics
+	log     *slog.Logger
+
+	tokenizers map[string]*ratelimit.Tokenizer
+	quotas     map[ratelimit.Period]*ratelimit.Quota
+	tpmMu      sync.Mutex
+	tpm        map[string]*ratelimit.Bucket // key id → its tokens-per-minute bucket
+}
+
+// New returns a gateway. metrics may be nil.
+func New(cfg Config, keys *Keys, adm Admission, waiter Waiter, rdb redis.UniversalClient, metrics *Metrics) (*Gateway, error) {
+	switch {
+	case len(cfg.Models) == 0:
+		return nil, errors.New("gateway: at least one model is required")
+	case cfg.UpstreamURL == "":
+		return nil, errors.New("gateway: the upstream URL is required")
+	case keys == nil || adm == nil || waiter == nil || rdb == nil:
+		return nil, errors.New("gateway: keys, admission, waiter and Redis are required")
+	case cfg.MaxWait < 0 || cfg.MinOutput < 0 || cfg.Timeout < 0:
+		return nil, errors.New("gateway: MaxWait, MinOutput and Timeout must not be negative")
+	}
+	if cfg.Client == nil {
+		cfg.Client = &http.Client{}
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 120 * time.Second
+	}
+	if cfg.MaxWait == 0 {
+		cfg.MaxWait = 60 * time.Second
+	}
+	if cfg.MinOutput == 0 {
+		cfg.MinOutput = 16
+	}
+	if cfg.MaxBody == 0 {
+		cfg.MaxBody = 8 << 20
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	cfg.UpstreamURL = strings.TrimRight(cfg.UpstreamURL, "/")
+	if u, err := url.Parse(cfg.UpstreamURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("gateway: upstream URL %q: want an http(s) URL with a host", cfg.UpstreamURL)
+	}
+	g := &Gateway{cfg: cfg, keys: keys, adm: adm, waiter: waiter, rdb: rdb, metrics: metrics, log: cfg.Log,
+		tokenizers: map[string]*ratelimit.Tokenizer{}, quotas: map[ratelimit.Period]*ratelimit.Quota{}, tpm: map[string]*ratelimit.Bucket{}}
+	for name, m := range cfg.Models {
+		if _, ok := adm.Bucket(name); !ok {
+			return nil, fmt.Errorf("gateway: model %s has no admission bucket", name)
+		}
+		if m.MaxOutput <= 0 {
+			m.MaxOutput = ratelimit.DefaultMaxOutput
+			cfg.Models[name] = m
+		}
+		tk, err := ratelimit.NewTokenizer(name)
+		if err != nil {
+			return nil, err
+		}
+		g.tokenizers[name] = tk
+	}
+	for _, p := range []ratelimit.Period{ratelimit.Hour, ratelimit.Day, ratelimit.Week, ratelimit.Month} {
+		q, err := ratelimit.NewQuota(rdb, ratelimit.QuotaConfig{Period: p, MinOutput: cfg.MinOutput})
+		if err != nil {
+			return nil, err
+		}
+		g.quotas[p] = q
+	}
+	return g, nil
+}
+
+// Handler serves POST /v1/chat/completions and GET /v1/models.
+func (g *Gateway) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/chat/completions", g.completions)
+	mux.HandleFunc("GET /v1/models", g.models)
+	return mux
+}
+
+// apiError writes an error in OpenAI's shape.
+func apiError(w http.ResponseWriter, status int, typ, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	var c any
+	if code != "" {
+		c = code
+	}
+	json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": c}})
+}
+
+// authenticate reads the bearer key; on failure it has answered 401.
+func (g *Gateway) authenticate(w http.ResponseWriter, r *http.Request) (Key, bool) {
+	secret, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || secret == "" {
+		apiError(w, http.StatusUnauthorized, "invalid_request_error", "missing_api_key", "You didn't provide an API key. Provide a prq virtual key (prq-sk-...) as a bearer token.")
+		return Key{}, false
+	}
+	k, err := g.keys.Authenticate(r.Context(), strings.TrimSpace(secret))
+	switch {
+	case errors.Is(err, ErrUnknownKey):
+		apiError(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", "Incorrect API key provided.")
+		return Key{}, false
+	case errors.Is(err, ErrRevoked):
+		apiError(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", "This API key has been revoked.")
+		return Key{}, false
+	case err != nil:
+		g.log.ErrorContext(r.Context(), "gateway: authenticating a key failed", "err", err)
+		apiError(w, http.StatusServiceUnavailable, "server_error", "", "The gateway could not read its keys; try again.")
+		return Key{}, false
+	}
+	return k, true
+}
+
+func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
+	k, ok := g.authenticate(w, r)
+	if !ok {
+		return
+	}
+	names := make([]string, 0, len(g.cfg.Models))
+	for name := range g.cfg.Models {
+		if k.Allows(name) {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	data := make([]map[string]any, 0, len(names))
+	for _, n := range names {
+		data = append(data, map[string]any{"id": n, "object": "model", "created": 0, "owned_by": "prq"})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": data})
+}
+
+// chatRequest is what the gateway reads of a request; the body is
+// forwarded as sent but for the output cap and stream options.
+type chatRequest struct {
+	Model               string    `json:"model"`
+	Messages            []message `json:"messages"`
+	Stream              bool      `json:"stream"`
+	MaxTokens           *int64    `json:"max_tokens"`
+	MaxCompletionTokens *int64    `json:"max_completion_tokens"`
+	// N choices each take up to the output cap.
+	N             *int64          `json:"n"`
+	StreamOptions json.RawMessage `json:"stream_options"`
+	Tools         json.RawMessage `json:"tools"`
+	Functions     json.RawMessage `json:"functions"`
+}
+
+type message struct {
+	Content   json.RawMessage `json:"content"`
+	ToolCalls json.RawMessage `json:"tool_calls"`
+}
+
+// texts returns what the provider counts of the request, one string per
+// message as in ratelimit.Tokenizer.CountMessages: the text of each
+// message (a string, or its text parts), and, counted on top so the
+// count errs high, tool calls and tool definitions as JSON.
+func (c chatRequest) texts() ([]string, error) {
+	var out []string
+	for i, m := range c.Messages {
+		var s string
+		switch {
+		case len(m.Content) == 0 || string(m.Content) == "null":
+		case m.Content[0] == '"':
+			if err := json.Unmarshal(m.Content, &s); err != nil {
+				return nil, fmt.Errorf("messages[%d].content: %w", i, err)
+			}
+		case m.Content[0] == '[':
+			var parts []struct {
+				Type string `json:"type"`
+				Text string `json:"text"`
+			}
+			if err := json.Unmarshal(m.Content, &parts); err != nil {
+				return nil, fmt.Errorf("messages[%d].content: %w", i, err)
+			}
+			for _, p := range parts {
+				if p.Type != "text" {
+					return nil, fmt.Errorf("messages[%d].content: the gateway counts text parts only, not %q", i, p.Type)
+				}
+				s += p.Text
+			}
+		default:
+			return nil, fmt.Errorf("messages[%d].content must be a string or an array of parts", i)
+		}
+		if len(m.ToolCalls) > 0 && string(m.ToolCalls) != "null" {
+			s += string(m.ToolCalls)
+		}
+		out = append(out, s)
+	}
+	for _, extra := range []json.RawMessage{c.Tools, c.Functions} {
+		if len(extra) > 0 && string(extra) != "null" {
+			out = append(out, string(extra))
+		}
+	}
+	return out, nil
+}
+
+func newID() string {
+	var b [12]byte
+	rand.Read(b[:])
+	return "gw-" + hex.EncodeToString(b[:])
+}
+
+// maxWait is the admission deadline: the configured one, lowered by the
+// request's header.
+func (g *Gateway) maxWait(r *http.Request) (time.Duration, error) {
+	v := strings.TrimSpace(r.Header.Get(MaxWaitHeader))
+	if v == "" {
+		return g.cfg.MaxWait, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		s, ferr := strconv.ParseFloat(v, 64)
+		if ferr != nil || math.IsNaN(s) || math.IsInf(s, 0) {
+			return 0, fmt.Errorf("%s: %q is neither seconds nor a duration", MaxWaitHeader, v)
+		}
+		d = time.Duration(s * float64(time.Second))
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("%s must not be negative", MaxWaitHeader)
+	}
+	return min(d, g.cfg.MaxWait), nil
+}
+
+// classOf is admission's class of a key's tier.
+func classOf(tier string) string { return tier }
+
+// tenantOf is admission's tenant of a key (and its quota's).
+func tenantOf(k Key) string { return "key:" + k.ID }
+
+// request is one request's state along its path.
+type request struct {
+	key     Key
+	id      string
+	model   string
+	input   int64
+	cap     int64
+	est     int64 // the provider's admission estimate: the bucket's charge
+	grant   *ratelimit.Grant
+	tpm     *ratelimit.Bucket
+	started time.Time
+	waited  time.Duration
+	// ticket is the admission ticket of the current attempt (a call the
+	// provider answered 429 goes back through admission under a new one);
+	// deadline ends the admission waits of every attempt.
+	ticket   string
+	deadline time.Time
+	maxWait  time.Duration
+}
+
+func (g *Gateway) completions(w http.ResponseWriter, r *http.Request) {
+	// the server's write timeout bounds ordinary requests; this one may
+	// wait for admission and then stream for longer
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
+	sw := &statusWriter{ResponseWriter: w}
+	q := &request{started: time.Now()}
+	defer func() { g.metrics.request(q.key.ID, sw.status) }()
+	g.serveCompletion(sw, r, q)
+}
+
+func (g *Gateway) serveCompletion(w http.ResponseWriter, r *http.Request, q *request) {
+	ctx := r.Context()
+	k, ok := g.authenticate(w, r)
+	if !ok {
+		return
+	}
+	q.key = k
+	body, err := io.ReadAll(io.LimitReader(r.Body, g.cfg.MaxBody+1))
+	if err != nil {
+		return // the client left
+	}
+	if int64(len(body)) > g.cfg.MaxBody {
+		apiError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "", fmt.Sprintf("The request body is larger than %d bytes.", g.cfg.MaxBody))
+		return
+	}
+	var req chatRequest
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(body, &raw); err != nil {
+		apiError(w, http.StatusBadRequest, "invalid_request_error", "", "We could not parse the JSON body of your request.")
+		return
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		apiError(w, http.StatusBadRequest, "invalid_request_error", "", "Invalid request: "+err.Error())
+		return
+	}
+	m, known := g.cfg.Models[req.Model]
+	if !known || !k.Allows(req.Model) {
+		apiError(w, http.StatusNotFound, "invalid_request_error", "model_not_found", fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", req.Model))
+		return
+	}
+	q.model = req.Model
+	if len(req.Messages) == 0 {
+		apiError(w, http.StatusBadRequest, "invalid_request_error", "", "'messages' must contain at least one message.")
+		return
+	}
+	if req.MaxTokens != nil && req.MaxCompletionTokens != nil {
+		apiError(w, http.StatusBadRequest, "invalid_request_error", "", "max_tokens and max_completion_tokens cannot both be set.")
+		return
+	}
+	if len(req.StreamOptions) > 0 && string(req.StreamOptions) != "null" {
+		var opts map[string]json.RawMessage
+		if !req.Stream {
+			apiError(w, http.StatusBadRequest, "invalid_request_error", "", "The 'stream_options' parameter is only allowed when 'stream' is enabled.")
+			return
+		}
+		if err := json.Unmarshal(req.StreamOptions, &opts); err != nil {
+			apiError(w, http.StatusBadRequest, "invalid_request_error", "", "Invalid stream_options: "+err.Error())
+			return
+		}
+	}
+	want := m.MaxOutput
+	for _, v := range []*int64{req.MaxTokens, req.MaxCompletionTokens} {
+		if v != nil {
+			if *v < 1 {
+				apiError(w, http.StatusBadRequest, "invalid_request_error", "integer_below_min_value", "max_tokens must be at least 1.")
+				return
+			}
+			want = *v
+		}
+	}
+	n := int64(1)
+	if req.N != nil {
+		if *req.N < 1 || *req.N > 128 {
+			apiError(w, http.StatusBadRequest, "invalid_request_error", "", "n must be between 1 and 128.")
+			return
+		}
+		n = *req.N
+	}
+	wait, err := g.maxWait(r)
+	if err != nil {
+		apiError(w, http.StatusBadRequest, "invalid_request_error", "", err.Error())
+		return
+	}
+	texts, err := req.texts()
+	if err == nil {
+		q.input, err = g.tokenizers[req.Model].CountMessages(texts...)
+	}
+	if err != nil {
+		apiError(w, http.StatusBadRequest, "invalid_request_error", "", "Invalid messages: "+err.Error())
+		return
+	}
+	q.id = newID()
+	q.ticket, q.maxWait = q.id, wait
+	q.deadline = time.Now().Add(wait)
+	q.cap = want
+	// the quota: output capped to what is left, or a refusal with nothing sent
+	if k.QuotaTokens > 0 {
+		gr, err := g.quotas[k.QuotaPeriod].Reserve(ctx, tenantOf(k), "", q.id, k.QuotaTokens, q.input, want*n)
+		var qe *ratelimit.QuotaError
+		if err == nil && gr.Cap/n < 1 { // room for the minimum, not for one token per choice
+			if serr := g.quotas[k.QuotaPeriod].Settle(ctx, gr, 0); serr != nil {
+				g.log.WarnContext(ctx, "gateway: giving back a quota reservation failed", "key", k.ID, "err", serr)
+			}
+			err = &ratelimit.QuotaError{Remaining: gr.Remaining + gr.Input + gr.Cap, Needed: q.input + n, Reset: gr.Reset}
+		}
+		if errors.As(err, &qe) {
+			g.metrics.refused(k.ID, "quota")
+			g.quotaHeaders(w.Header(), k, qe.Remaining, qe.Reset)
+			apiError(w, http.StatusForbidden, "insufficient_quota", "quota_exceeded", fmt.Sprintf(
+				"The %s quota of key %s (%d tokens per %s) is spent: %d tokens left, %d needed (input %d + a minimum output of %d). It resets at %s.",
+				k.QuotaPeriod, k.ID, k.QuotaTokens, k.QuotaPeriod, qe.Remaining, qe.Needed, q.input, g.cfg.MinOutput, qe.Reset.UTC().Format(time.RFC3339)))
+			return
+		}
+		if err != nil {
+			g.log.ErrorContext(ctx, "gateway: quota reserve failed", "key", k.ID, "err", err)
+			apiError(w, http.StatusServiceUnavailable, "server_error", "", "The gateway could not reserve the key's quota; try again.")
+			return
+		}
+		q.grant, q.cap = &gr, gr.Cap/n
+	}
+	q.est = ratelimit.EstimateOpenAI(texts, q.cap*n)
+	// from here a failure gives the quota reservation back unless a call
+	// was made (settled on its own path)
+	called := false
+	defer func() {
+		if !called {
+			g.settleQuota(context.WithoutCancel(ctx), q, 0)
+		}
+	}()
+	if k.TPM > 0 && !g.takeTPM(w, r, q) {
+		return
+	}
+	if !g.admit(w, r, q) {
+		return
+	}
+	called = true
+	g.forward(w, r, q, raw, req, m)
+}
+
+// takeTPM charges the key's tokens-per-minute bucket; over it, the
+// request is refused with 429 and the wait.
+func (g *Gateway) takeTPM(w http.ResponseWriter, r *http.Request, q *request) bool {
+	b, err := g.tpmBucket(q.key)
+	q.tpm = b
+	if err == nil {
+		var d ratelimit.Decision
+		d, err = b.Reserve(r.Context(), q.id, ratelimit.Cost{Requests: 1, Tokens: q.est})
+		var ce *ratelimit.CostError
+		switch {
+		case errors.As(err, &ce):
+			g.metrics.refused(q.key.ID, "tpm")
+			apiError(w, http.StatusTooManyRequests, "tokens", "rate_limit_exceeded", fmt.Sprintf(
+				"Request too large for key %s on tokens per min (TPM): Limit %d, Requested %d.", q.key.ID, q.key.TPM, q.est))
+			return false
+		case err == nil && !d.Admitted:
+			g.metrics.refused(q.key.ID, "tpm")
+			retryHeaders(w.Header(), d.Wait)
+			w.Header().Set("x-ratelimit-limit-tokens", strconv.FormatInt(q.key.TPM, 10))
+			apiError(w, http.StatusTooManyRequests, "tokens", "rate_limit_exceeded", fmt.Sprintf(
+				"Rate limit reached for key %s on tokens per min (TPM): Limit %d, Requested %d. Please try again in %s.", q.key.ID, q.key.TPM, q.est, d.Wait.Round(time.Millisecond)))
+			return false
+		}
+	}
+	if err != nil {
+		g.log.ErrorContext(r.Context(), "gateway: key tpm failed", "key", q.key.ID, "err", err)
+		apiError(w, http.StatusServiceUnavailable, "server_error", "", "The gateway could not check the key's rate limit; try again.")
+		return false
+	}
+	return true
+}
+
+func (g *Gateway) tpmBucket(k Key) (*ratelimit.Bucket, error) {
+	g.tpmMu.Lock()
+	defer g.tpmMu.Unlock()
+	name := k.ID + "/" + strconv.FormatInt(k.TPM, 10)
+	if b, ok := g.tpm[name]; ok {
+		return b, nil
+	}
+	b, err := ratelimit.NewBucket(g.rdb, "gateway-key-"+k.ID, "", ratelimit.Limits{RequestsPerPeriod: math.MaxInt32, TokensPerPeriod: k.TPM, Policy: ratelimit.PolicyRefund})
+	if err != nil {
+		return nil, err
+	}
+	g.tpm[name] = b
+	return b, nil
+}
+
+func (g *Gateway) settleTPM(ctx context.Context, q *request, tokens int64) {
+	if err := q.tpm.Settle(ctx, q.id, ratelimit.Cost{Requests: 1, Tokens: tokens}); err != nil && !errors.Is(err, ratelimit.ErrNotReserved) {
+		g.log.WarnContext(ctx, "gateway: settling the key's tpm failed", "key", q.key.ID, "err", err)
+	}
+}
+
+// admit waits in the global order; on failure it has answered (or the
+// client has left) and given back what admission charged.
+func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, q *request) bool {
+	ctx := r.Context()
+	t := admission.Ticket{ID: q.ticket, Queue: admission.NotifyQueue, Model: q.model, Class: classOf(q.key.Tier), Tenant: tenantOf(q.key), Tokens: q.est}
+	wctx, cancel := context.WithDeadline(ctx, q.deadline)
+	defer cancel()
+	start := time.Now()
+	err := g.waiter.Await(wctx, t)
+	q.waited += time.Since(start)
+	g.metrics.waited(q.key.ID, time.Since(start))
+	if err == nil {
+		if err := g.adm.Started(ctx, q.model, q.ticket); err != nil {
+			g.log.WarnContext(ctx, "gateway: recording the start failed; the reconciler drops the ticket", "key", q.key.ID, "err", err)
+		}
+		return true
+	}
+	bg := context.WithoutCancel(ctx)
+	if !errors.Is(err, admission.ErrRejected) {
+		if _, werr := g.adm.Withdraw(bg, q.model, q.ticket); werr != nil {
+			g.log.ErrorContext(ctx, "gateway: withdrawing a request from admission failed; its charge stays until the reservation expires", "key", q.key.ID, "err", werr)
+		}
+	}
+	// nothing was sent: the key's quota and tpm get their reservations
+	// back before the reply describes them
+	g.settleQuota(bg, q, 0)
+	if q.tpm != nil {
+		g.settleTPM(bg, q, 0)
+	}
+	switch {
+	case errors.Is(err, admission.ErrRejected):
+		g.metrics.refused(q.key.ID, "too_large")
+		b, _ := g.adm.Bucket(q.model)
+		apiError(w, http.StatusTooManyRequests, "tokens", "rate_limit_exceeded", fmt.Sprintf(
+			"Request too large for %s: %d tokens by the provider's count, more than its bucket holds (%d).", q.model, q.est, b.Limits().BurstTokens))
+	case ctx.Err() != nil:
+		// the client left while waiting: nothing to answer
+	case wctx.Err() != nil:
+		g.metrics.refused(q.key.ID, "deadline")
+		retry := g.retryAfter(bg, q)
+		retryHeaders(w.Header(), retry)
+		g.keyHeaders(bg, w.Header(), q)
+		apiError(w, http.StatusTooManyRequests, "requests", "rate_limit_exceeded", fmt.Sprintf(
+			"Request not admitted within %s: the %s bucket is busy with earlier and higher-priority work. Please try again in %s.",
+			q.maxWait, q.model, retry.Round(time.Second)))
+	default:
+		g.log.ErrorContext(ctx, "gateway: admission failed", "key", q.key.ID, "model", q.model, "err", err)
+		apiError(w, http.StatusServiceUnavailable, "server_error", "", "The gateway could not reach its admission queue; try again.")
+	}
+	return false
+}
+
+// retryAfter is when the bucket will have refilled enough for the
+// request, at least a second: a lower bound, since others wait too.
+func (g *Gateway) retryAfter(ctx context.Context, q *request) time.Duration {
+	b, _ := g.adm.Bucket(q.model)
+	avail, _, err := b.Available(ctx)
+	l := b.Limits()
+	if err != nil || l.TokensPerPeriod <= 0 {
+		return time.Second
+	}
+	need := q.est - avail.Tokens
+	d := time.Duration(float64(need) / float64(l.TokensPerPeriod) * float64(l.Period))
+	return max(d, time.Second)
+}
+
+func retryHeaders(h http.Header, d time.Duration) {
+	h.Set("Retry-After", strconv.FormatInt(int64(math.Ceil(max(d, time.Second).Seconds())), 10))
+	h.Set("retry-after-ms", strconv.FormatInt(max(d.Milliseconds(), 1), 10))
+}
+
+// quotaHeaders describe the key's quota in OpenAI's x-ratelimit-* terms
+// and prq's own.
+func (g *Gateway) quotaHeaders(h http.Header, k Key, remaining int64, reset time.Time) {
+	if k.QuotaTokens <= 0 {
+		return
+	}
+	remaining = max(remaining, 0)
+	until := max(time.Until(reset), 0).Round(time.Second)
+	h.Set("x-ratelimit-limit-tokens", strconv.FormatInt(k.QuotaTokens, 10))
+	h.Set("x-ratelimit-remaining-tokens", strconv.FormatInt(remaining, 10))
+	h.Set("x-ratelimit-reset-tokens", until.String())
+	h.Set("x-prq-quota-limit", strconv.FormatInt(k.QuotaTokens, 10))
+	h.Set("x-prq-quota-remaining", strconv.FormatInt(remaining, 10))
+	h.Set("x-prq-quota-reset", reset.UTC().Format(time.RFC3339))
+}
+
+// keyHeaders set the key's quota left now and the model bucket's tokens.
+func (g *Gateway) keyHeaders(ctx context.Context, h http.Header, q *request) {
+	h.Set("x-prq-key", q.key.ID)
+	if q.key.QuotaTokens > 0 {
+		if u, err := g.quotas[q.key.QuotaPeriod].Used(ctx, tenantOf(q.key), "", q.key.QuotaTokens); err == nil {
+			g.quotaHeaders(h, q.key, q.key.QuotaTokens-u.Used, u.Reset)
+		}
+	}
+	if b, ok := g.adm.Bucket(q.model); ok {
+		if avail, _, err := b.Available(ctx); err == nil {
+			h.Set("x-prq-bucket-remaining-tokens", strconv.FormatInt(max(avail.Tokens, 0), 10))
+		}
+	}
+	h.Set("x-prq-admission-wait-ms", strconv.FormatInt(q.waited.Milliseconds(), 10))
+}
+
+func (g *Gateway) settleQuota(ctx context.Context, q *request, actual int64) {
+	if q.grant == nil {
+		return
+	}
+	if err := g.quotas[q.key.QuotaPeriod].Settle(ctx, *q.grant, actual); err != nil && !errors.Is(err, ratelimit.ErrNotReserved) {
+		g.log.WarnContext(ctx, "gateway: settling the quota failed; the reservation counts in full until it expires", "key", q.key.ID, "err", err)
+	}
+}
+
+// statusWriter remembers the status for the metrics.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+func (s *statusWriter) Flush() {
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}

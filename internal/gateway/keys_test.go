@@ -1,0 +1,155 @@
+package gateway_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/prq-dev/prq/internal/gateway"
+	"github.com/prq-dev/prq/internal/redistest"
+	"github.com/prq-dev/prq/ratelimit"
+)
+
+func TestKeysLifecycle(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Shared(t).Client(t)
+	ctx := context.Background()
+	ks := gateway.NewKeys(rdb)
+	secret, k, err := ks.Create(ctx, gateway.Spec{Name: "triage-bot", Tier: "chat", QuotaTokens: 5000, QuotaPeriod: ratelimit.Week, TPM: 900, Models: []string{"gpt-4o-mini"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(secret, gateway.KeyPrefix) || len(secret) < 40 || k.Hash != "" || len(k.ID) != 12 {
+		t.Fatalf("created %q %+v: want a long prq-sk- secret, a 12-digit id, no hash in the record", secret, k)
+	}
+	got, err := ks.Authenticate(ctx, secret)
+	if err != nil || got.ID != k.ID || got.Tier != "chat" || got.QuotaTokens != 5000 || got.QuotaPeriod != ratelimit.Week || !got.Allows("gpt-4o-mini") || got.Allows("gpt-4o") {
+		t.Fatalf("authenticate: %+v %v", got, err)
+	}
+	if _, err := ks.Authenticate(ctx, secret+"x"); !errors.Is(err, gateway.ErrUnknownKey) {
+		t.Fatalf("a wrong secret: %v, want ErrUnknownKey", err)
+	}
+	// nothing in Redis holds the secret itself
+	keys, _ := rdb.Keys(ctx, "{prq:gw}*").Result()
+	for _, name := range keys {
+		v, _ := rdb.Get(ctx, name).Result()
+		if strings.Contains(name+v, secret) {
+			t.Fatalf("the secret is stored in %s", name)
+		}
+	}
+	rotated, _, err := ks.Rotate(ctx, k.ID)
+	if err != nil || rotated == secret {
+		t.Fatalf("rotate: %v", err)
+	}
+	if _, err := ks.Authenticate(ctx, secret); !errors.Is(err, gateway.ErrUnknownKey) {
+		t.Fatalf("the old secret after rotation: %v, want ErrUnknownKey", err)
+	}
+	if got, err := ks.Authenticate(ctx, rotated); err != nil || got.ID != k.ID {
+		t.Fatalf("the new secret: %+v %v; want the same id", got, err)
+	}
+	if _, err := ks.Revoke(ctx, k.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ks.Authenticate(ctx, rotated); !errors.Is(err, gateway.ErrRevoked) {
+		t.Fatalf("a revoked key: %v, want ErrRevoked", err)
+	}
+	if _, _, err := ks.Rotate(ctx, k.ID); !errors.Is(err, gateway.ErrRevoked) {
+		t.Fatalf("rotating a revoked key: %v, want ErrRevoked", err)
+	}
+	if _, err := ks.Revoke(ctx, "nope"); !errors.Is(err, gateway.ErrUnknownKey) {
+		t.Fatalf("revoking an unknown id: %v", err)
+	}
+	list, err := ks.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, l := range list {
+		if l.ID == k.ID {
+			found = true
+			if l.Revoked.IsZero() || l.Rotated.IsZero() || l.Hash != "" {
+				t.Fatalf("listed %+v: want revoked and rotated, no hash", l)
+			}
+		}
+	}
+	if !found {
+		t.Fatal("the key is not listed")
+	}
+}
+
+func TestSpecValidation(t *testing.T) {
+	t.Parallel()
+	ks := gateway.NewKeys(redistest.Shared(t).Client(t))
+	tests := []struct {
+		name string
+		spec gateway.Spec
+	}{
+		{"no name", gateway.Spec{Tier: "paid"}},
+		{"unknown tier", gateway.Spec{Name: "a", Tier: "gold"}},
+		{"negative quota", gateway.Spec{Name: "a", QuotaTokens: -1}},
+		{"negative tpm", gateway.Spec{Name: "a", TPM: -5}},
+		{"unknown period", gateway.Spec{Name: "a", QuotaPeriod: "fortnight"}},
+		{"empty model", gateway.Spec{Name: "a", Models: []string{" "}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, _, err := ks.Create(context.Background(), tt.spec); !errors.Is(err, gateway.ErrInvalidSpec) {
+				t.Fatalf("err %v, want ErrInvalidSpec", err)
+			}
+		})
+	}
+}
+
+func TestKeysAPI(t *testing.T) {
+	t.Parallel()
+	ks := gateway.NewKeys(redistest.Shared(t).Client(t))
+	srv := httptest.NewServer(gateway.KeysAPI(ks))
+	defer srv.Close()
+	do := func(method, path, body string) (int, map[string]json.RawMessage, string) {
+		req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var raw json.RawMessage
+		json.NewDecoder(res.Body).Decode(&raw)
+		var m map[string]json.RawMessage
+		json.Unmarshal(raw, &m)
+		return res.StatusCode, m, string(raw)
+	}
+	code, m, _ := do("POST", "/api/keys", `{"name":"docs-bot","tier":"paid","quota_tokens":1000,"quota_period":"hour"}`)
+	var secret string
+	var rec gateway.Key
+	json.Unmarshal(m["key"], &secret)
+	json.Unmarshal(m["record"], &rec)
+	if code != http.StatusCreated || !strings.HasPrefix(secret, gateway.KeyPrefix) || rec.ID == "" {
+		t.Fatalf("create: %d %v", code, m)
+	}
+	if code, _, body := do("GET", "/api/keys", ""); code != 200 || !strings.Contains(body, rec.ID) || !strings.Contains(body, `"quota_used": 0`) || strings.Contains(body, secret) || strings.Contains(body, `"hash"`) {
+		t.Fatalf("list: %d %s", code, body)
+	}
+	if code, m, _ := do("POST", "/api/keys/"+rec.ID+"/rotate", ""); code != 200 || len(m["key"]) == 0 {
+		t.Fatalf("rotate: %d %v", code, m)
+	}
+	if code, _, _ := do("POST", "/api/keys/"+rec.ID+"/revoke", ""); code != 200 {
+		t.Fatalf("revoke: %d", code)
+	}
+	for _, tt := range []struct {
+		method, path, body string
+		want               int
+	}{
+		{"POST", "/api/keys/" + rec.ID + "/rotate", "", http.StatusConflict},
+		{"POST", "/api/keys/unknown/revoke", "", http.StatusNotFound},
+		{"POST", "/api/keys", `{"name":"x","tier":"gold"}`, http.StatusBadRequest},
+		{"POST", "/api/keys", `not json`, http.StatusBadRequest},
+	} {
+		if code, _, body := do(tt.method, tt.path, tt.body); code != tt.want {
+			t.Errorf("%s %s: %d %s, want %d", tt.method, tt.path, code, body, tt.want)
+		}
+	}
+}

@@ -1,0 +1,65 @@
+package gateway
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the gateway's series, labelled by key id (a short hash):
+// keys are made by an operator, so the labels stay bounded.
+type Metrics struct {
+	requests *prometheus.CounterVec
+	tokens   *prometheus.CounterVec
+	refusals *prometheus.CounterVec
+	wait     *prometheus.HistogramVec
+}
+
+// NewMetrics returns the series, unregistered (Collectors).
+func NewMetrics() *Metrics {
+	return &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_gateway_requests_total", Help: "Gateway requests by key id and HTTP status."}, []string{"key", "code"}),
+		tokens:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_gateway_tokens_total", Help: "Tokens settled by key id and kind (input, output)."}, []string{"key", "kind"}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_gateway_refusals_total", Help: "Requests refused before any upstream call, by key id and reason (quota: 403, deadline: 429 past the admission deadline, tpm: 429 over the key's tokens per minute, too_large: 429 never fits the bucket)."}, []string{"key", "reason"}),
+		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "prq_gateway_admission_wait_seconds", Help: "Time a gateway request waited for admission, by key id.",
+			Buckets: []float64{.005, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}}, []string{"key"}),
+	}
+}
+
+// Collectors returns the series to register.
+func (m *Metrics) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.requests, m.tokens, m.refusals, m.wait}
+}
+
+func (m *Metrics) request(key string, code int) {
+	if m != nil {
+		m.requests.WithLabelValues(key, codeLabel(code)).Inc()
+	}
+}
+
+func (m *Metrics) used(key string, input, output int64) {
+	if m != nil {
+		m.tokens.WithLabelValues(key, "input").Add(float64(max(input, 0)))
+		m.tokens.WithLabelValues(key, "output").Add(float64(max(output, 0)))
+	}
+}
+
+func (m *Metrics) refused(key, reason string) {
+	if m != nil {
+		m.refusals.WithLabelValues(key, reason).Inc()
+	}
+}
+
+func (m *Metrics) waited(key string, d time.Duration) {
+	if m != nil {
+		m.wait.WithLabelValues(key).Observe(d.Seconds())
+	}
+}
+
+func codeLabel(code int) string {
+	if code < 100 || code > 599 {
+		return "other"
+	}
+	return strconv.Itoa(code)
+}

@@ -1,0 +1,269 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prq-dev/prq/ratelimit"
+)
+
+// usage is the provider's count of a call.
+type usage struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+}
+
+// forwardable reports whether a provider header is forwarded: not
+// hop-by-hop ones, lengths the gateway changes, nor the provider's own
+// rate limits (of the shared account; the reply describes the key's).
+func forwardable(name string) bool {
+	n := strings.ToLower(name)
+	switch n {
+	case "connection", "keep-alive", "transfer-encoding", "content-length", "upgrade", "proxy-connection", "te", "trailer", "set-cookie":
+		return false
+	}
+	return !strings.HasPrefix(n, "x-ratelimit-")
+}
+
+// forward makes the admitted call and answers with its reply, settling
+// the bucket and the quota with what the provider reports it used.
+func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, q *request, raw map[string]json.RawMessage, req chatRequest, m Model) {
+	ctx := r.Context()
+	bg := context.WithoutCancel(ctx)
+	capJSON, _ := json.Marshal(q.cap)
+	if m.Reasoning || req.MaxCompletionTokens != nil {
+		raw["max_completion_tokens"] = capJSON
+		delete(raw, "max_tokens")
+	} else {
+		raw["max_tokens"] = capJSON
+	}
+	clientUsage := false // the client asked for the usage chunk itself
+	if req.Stream {
+		opts := map[string]json.RawMessage{}
+		if len(req.StreamOptions) > 0 && string(req.StreamOptions) != "null" {
+			json.Unmarshal(req.StreamOptions, &opts) // checked before admission
+		}
+		if v, ok := opts["include_usage"]; ok && string(v) == "true" {
+			clientUsage = true
+		}
+		opts["include_usage"] = json.RawMessage("true")
+		raw["stream_options"], _ = json.Marshal(opts)
+	}
+	body, _ := json.Marshal(raw)
+	cctx := ctx
+	if !req.Stream {
+		var cancel context.CancelFunc
+		cctx, cancel = context.WithTimeout(ctx, g.cfg.Timeout)
+		defer cancel()
+	}
+	resp, err := g.call(ctx, cctx, q, body)
+	for attempt := 1; err == nil && attempt <= maxRequeues && resp.StatusCode == http.StatusTooManyRequests && time.Now().Before(q.deadline); attempt++ {
+		// the provider's limit was reached before ours (its clock runs on
+		// a little after admission): the bucket is penalized until its
+		// retry time; wait in the order again, within the deadline
+		reason, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+		resp.Body.Close()
+		if bytes.Contains(reason, []byte("insufficient_quota")) {
+			resp, err = replay(resp, reason), nil
+			break
+		}
+		if serr := g.adm.Settle(bg, q.model, q.ticket, ratelimit.Cost{Requests: 1, Tokens: q.est}); serr != nil && !errors.Is(serr, ratelimit.ErrNotReserved) {
+			g.log.WarnContext(ctx, "gateway: settling a refused call failed", "key", q.key.ID, "err", serr)
+		}
+		g.log.InfoContext(ctx, "gateway: provider 429; back through admission", "key", q.key.ID, "model", q.model, "attempt", attempt)
+		q.ticket = fmt.Sprintf("%s-r%d", q.id, attempt)
+		if !g.admit(w, r, q) { // answered, reservations given back
+			return
+		}
+		resp, err = g.call(ctx, cctx, q, body)
+	}
+	if err != nil {
+		// the provider may have counted it: keep the whole reservation
+		g.settle(bg, q, nil, true)
+		if ctx.Err() == nil {
+			g.log.WarnContext(ctx, "gateway: upstream call failed", "key", q.key.ID, "model", q.model, "err", err)
+			apiError(w, http.StatusBadGateway, "server_error", "", "The gateway could not reach the provider.")
+		}
+		return
+	}
+	defer resp.Body.Close()
+	for name, vs := range resp.Header {
+		if forwardable(name) {
+			w.Header()[name] = vs
+		}
+	}
+	if resp.StatusCode != http.StatusOK || !req.Stream {
+		g.forwardWhole(w, r, q, resp)
+		return
+	}
+	g.forwardStream(w, r, q, resp, clientUsage)
+}
+
+// maxRequeues bounds how often a call the provider refused with 429 goes
+// back through admission.
+const maxRequeues = 3
+
+// call makes one upstream call and syncs the model's bucket with the
+// provider's rate-limit headers (a 429 penalizes it until the retry time).
+func (g *Gateway) call(ctx, cctx context.Context, q *request, body []byte) (*http.Response, error) {
+	up, err := http.NewRequestWithContext(cctx, http.MethodPost, g.cfg.UpstreamURL+"/chat/completions", bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	up.Header.Set("Content-Type", "application/json")
+	if g.cfg.UpstreamKey != "" {
+		up.Header.Set("Authorization", "Bearer "+g.cfg.UpstreamKey)
+	}
+	callStart := time.Now()
+	resp, err := g.cfg.Client.Do(up)
+	if err != nil {
+		return nil, err
+	}
+	if b, ok := g.adm.Bucket(q.model); ok {
+		if _, err := b.Sync(context.WithoutCancel(ctx), resp.StatusCode, resp.Header, time.Since(callStart)); err != nil {
+			g.log.WarnContext(ctx, "gateway: could not sync the bucket with the provider's headers", "model", q.model, "err", err)
+		}
+	}
+	return resp, nil
+}
+
+// replay gives back a response whose body was read.
+func replay(resp *http.Response, body []byte) *http.Response {
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	return resp
+}
+
+// forwardWhole answers with a non-streaming reply (or an error).
+func (g *Gateway) forwardWhole(w http.ResponseWriter, r *http.Request, q *request, resp *http.Response) {
+	ctx := r.Context()
+	bg := context.WithoutCancel(ctx)
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		g.settle(bg, q, nil, true)
+		if ctx.Err() == nil {
+			apiError(w, http.StatusBadGateway, "server_error", "", "The provider's reply was cut off.")
+		}
+		return
+	}
+	switch {
+	case resp.StatusCode == http.StatusOK:
+		var reply struct {
+			Usage *usage `json:"usage"`
+		}
+		json.Unmarshal(body, &reply)
+		g.settle(bg, q, reply.Usage, true)
+	case resp.StatusCode >= 500:
+		g.settle(bg, q, nil, true) // it may have run: never overshoot
+	default: // refused: nothing generated
+		g.settle(bg, q, nil, false)
+	}
+	g.keyHeaders(bg, w.Header(), q)
+	w.WriteHeader(resp.StatusCode)
+	w.Write(body)
+}
+
+// forwardStream relays server-sent events as they come, reads the usage
+// chunk the gateway asked for (and drops it when the client did not ask),
+// and settles when the stream ends, however it ends.
+func (g *Gateway) forwardStream(w http.ResponseWriter, r *http.Request, q *request, resp *http.Response, clientUsage bool) {
+	bg := context.WithoutCancel(r.Context())
+	g.keyHeaders(bg, w.Header(), q) // the quota as reserved: the stream's use is not known yet
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(http.StatusOK)
+	flusher, _ := w.(http.Flusher)
+	var got *usage
+	settled := false
+	rd := bufio.NewReaderSize(resp.Body, 64<<10)
+	var event bytes.Buffer
+	write := func() bool {
+		defer event.Reset()
+		if event.Len() == 0 {
+			return true
+		}
+		if _, err := w.Write(append(event.Bytes(), '\n')); err != nil {
+			return false
+		}
+		if flusher != nil {
+			flusher.Flush()
+		}
+		return true
+	}
+	for {
+		line, err := rd.ReadBytes('\n')
+		if len(line) > 0 {
+			trimmed := bytes.TrimRight(line, "\r\n")
+			if len(trimmed) == 0 {
+				if !write() {
+					break
+				}
+			} else {
+				keep := true
+				if data, ok := bytes.CutPrefix(trimmed, []byte("data:")); ok {
+					data = bytes.TrimSpace(data)
+					var chunk struct {
+						Choices []json.RawMessage `json:"choices"`
+						Usage   *usage            `json:"usage"`
+					}
+					switch {
+					case bytes.Equal(data, []byte("[DONE]")):
+						if !settled { // settled before the client sees the end
+							g.settle(bg, q, got, true)
+							settled = true
+						}
+					case json.Unmarshal(data, &chunk) == nil && chunk.Usage != nil:
+						got = chunk.Usage
+						keep = clientUsage || len(chunk.Choices) > 0
+					}
+				}
+				if keep {
+					event.Write(trimmed)
+					event.WriteByte('\n')
+				}
+			}
+		}
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				g.log.InfoContext(bg, "gateway: stream ended early", "key", q.key.ID, "model", q.model, "client_gone", r.Context().Err() != nil)
+			}
+			write()
+			break
+		}
+	}
+	if !settled {
+		// without a usage chunk (the client left, the stream broke) the
+		// provider may have generated up to the cap: the reservation stands
+		g.settle(bg, q, got, true)
+	}
+}
+
+// settle books a finished call: with the provider's usage when known;
+// without it, the whole reservation when the provider may have run the
+// call (ran), nothing when it refused it.
+func (g *Gateway) settle(ctx context.Context, q *request, u *usage, ran bool) {
+	tokens, quota := q.est, int64(0)
+	if ran && q.grant != nil {
+		quota = q.grant.Input + q.grant.Cap
+	}
+	if u != nil {
+		tokens = u.PromptTokens + u.CompletionTokens
+		quota = tokens
+		g.metrics.used(q.key.ID, u.PromptTokens, u.CompletionTokens)
+	}
+	if err := g.adm.Settle(ctx, q.model, q.ticket, ratelimit.Cost{Requests: 1, Tokens: tokens}); err != nil && !errors.Is(err, ratelimit.ErrNotReserved) {
+		g.log.WarnContext(ctx, "gateway: settling the bucket failed; it keeps the estimate", "key", q.key.ID, "err", err)
+	}
+	g.settleQuota(ctx, q, quota)
+	if q.tpm != nil {
+		g.settleTPM(ctx, q, tokens)
+	}
+	g.log.InfoContext(ctx, "gateway request", "key", q.key.ID, "model", q.model, "input", q.input, "cap", q.cap,
+		"usage_known", u != nil, "tokens", tokens, "admission_wait", q.waited, "took", time.Since(q.started))
+}

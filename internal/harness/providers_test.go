@@ -1,0 +1,151 @@
+package harness
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prq-dev/prq/fake/fakeopenai"
+	"github.com/prq-dev/prq/internal/config"
+	"github.com/prq-dev/prq/ratelimit"
+)
+
+// TestEndToEndTwoProviders runs the whole pipeline with summaries and
+// chat on an Anthropic-compatible fake (Messages API, separate input and
+// output token limits) and reviews on the OpenAI fake: every PR is
+// published, neither fake answers a 429, and the Anthropic fake's
+// requests, input tokens and output tokens each keep the interval rule
+// (at most burst + rate·(b−a) in any [a,b]).
+func TestEndToEndTwoProviders(t *testing.T) {
+	const compress = 30
+	per := time.Duration(float64(time.Minute) / compress)
+	claude := config.ModelConfig{Name: "claude-haiku", Provider: "claude", RequestsPerMinute: 120, TokensPerMinute: 12000,
+		MaxOutputTokens: 300, Period: config.Duration(per)}
+	anthropicKey := "sk-ant-test-" + RandomHex(8)
+	ant, antURL := startAnthropicFake(t, claude, per, anthropicKey, 800*time.Millisecond/compress)
+
+	s := startStack(t, stackOpts{compress: compress, providers: func(c *config.Config, f *Fakes) {
+		c.Providers = []config.ProviderConfig{
+			{Name: "openai", Kind: config.KindOpenAI, BaseURL: f.OpenAIURL, KeyEnv: config.EnvList{"OPENAI_API_KEY"}, Keys: []config.Secret{c.OpenAI.APIKey}},
+			{Name: "claude", Kind: config.KindAnthropic, BaseURL: antURL, KeyEnv: config.EnvList{"ANTHROPIC_API_KEY"}, Keys: []config.Secret{config.Secret(anthropicKey)}},
+		}
+		c.OpenAI.BaseURL = "" // providers[].base_url says it
+		for i := range c.Models {
+			c.Models[i].Provider = "openai"
+		}
+		c.Models = append(c.Models, claude)
+		c.Jobs.SummaryModel, c.Jobs.ChatModel = claude.Name, claude.Name
+	}})
+	runE2E(t, s, 9)
+
+	checkAnthropicIntervals(t, ant, claude, per)
+	openai := s.fakes.OpenAI.Stats()
+	if openai["gpt-4o"].Requests == 0 {
+		t.Fatal("no review reached the OpenAI fake")
+	}
+	if n := openai["gpt-4o-mini"].Requests + openai[claude.Name].Requests; n != 0 {
+		t.Errorf("%d summary or chat calls went to the OpenAI fake", n)
+	}
+	for model, st := range openai {
+		if st.RateLimited != 0 {
+			t.Errorf("openai fake %s: %d 429s", model, st.RateLimited)
+		}
+	}
+	if err := s.stop(); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	if logs := s.logs.String(); strings.Contains(logs, anthropicKey) || strings.Contains(logs, string(s.app.Config().OpenAI.APIKey)) {
+		t.Fatal("a provider key reached the logs")
+	}
+}
+
+// startAnthropicFake starts a fake in Anthropic mode for m whose input
+// and output token limits each equal m's total-token limit: an admission
+// of input+output within the total fits both.
+func startAnthropicFake(t *testing.T, m config.ModelConfig, per time.Duration, key string, latency time.Duration) (*fakeopenai.Server, string) {
+	t.Helper()
+	ant := fakeopenai.New(fakeopenai.Config{
+		Models: []fakeopenai.Model{{Name: m.Name, RPM: m.RequestsPerMinute, TPM: m.TokensPerMinute,
+			ITPM: m.TokensPerMinute, OTPM: m.TokensPerMinute, Latency: latency, Jitter: latency / 2}},
+		Period: per, Keys: []string{key}, Seed: 2, Record: true,
+	})
+	url, closeFake, err := ListenServe(ant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeFake)
+	return ant, url
+}
+
+// checkAnthropicIntervals: no 429 on the Anthropic fake, and each of its
+// dimensions (requests, input tokens, output tokens) admitted at most
+// burst + rate·(b−a) in every interval [a,b].
+func checkAnthropicIntervals(t *testing.T, ant *fakeopenai.Server, m config.ModelConfig, per time.Duration) {
+	t.Helper()
+	st := ant.Stats()[m.Name]
+	if st.Requests == 0 {
+		t.Fatalf("no request reached the Anthropic fake's %s", m.Name)
+	}
+	if st.RateLimited != 0 {
+		t.Errorf("anthropic fake: %d 429s; prq must keep it at its limits, never over", st.RateLimited)
+	}
+	adm := ant.Admissions(m.Name)
+	dims := []struct {
+		name  string
+		cost  func(fakeopenai.Admission) int64
+		limit int64
+	}{
+		{"requests", func(fakeopenai.Admission) int64 { return 1 }, m.RequestsPerMinute},
+		{"input tokens", func(a fakeopenai.Admission) int64 { return a.Input }, m.TokensPerMinute},
+		{"output tokens", func(a fakeopenai.Admission) int64 { return a.Output }, m.TokensPerMinute},
+	}
+	for _, d := range dims {
+		var xs []ratelimit.Admission
+		for _, a := range adm {
+			xs = append(xs, ratelimit.Admission{At: a.At, Cost: d.cost(a)})
+		}
+		rep := ratelimit.CheckIntervals(xs, d.limit, per, d.limit)
+		t.Logf("anthropic %s: %d admissions, total %d, worst interval ratio %.3f, utilisation %.2f", d.name, rep.Admissions, rep.Total, rep.WorstRatio, rep.Utilisation)
+		if rep.Violations != 0 {
+			t.Errorf("anthropic %s: %d intervals over the limit", d.name, rep.Violations)
+		}
+	}
+}
+
+// TestEndToEndAzureAndAnthropicReviews: summaries and chat on the Azure
+// mode of the fake (deployment paths, api-version, api-key) and reviews
+// on the Anthropic fake asked for as strict JSON through a forced tool.
+func TestEndToEndAzureAndAnthropicReviews(t *testing.T) {
+	const compress = 30
+	per := time.Duration(float64(time.Minute) / compress)
+	claude := config.ModelConfig{Name: "claude-sonnet", Provider: "claude", RequestsPerMinute: 120, TokensPerMinute: 24000,
+		MaxOutputTokens: 600, Period: config.Duration(per), OutputFormat: "json_schema"}
+	anthropicKey := "sk-ant-test-" + RandomHex(8)
+	ant, antURL := startAnthropicFake(t, claude, per, anthropicKey, 2*time.Second/compress)
+	s := startStack(t, stackOpts{compress: compress, providers: func(c *config.Config, f *Fakes) {
+		c.Providers = []config.ProviderConfig{
+			{Name: "azure", Kind: config.KindAzure, BaseURL: strings.TrimSuffix(f.OpenAIURL, "/v1"), APIVersion: "2024-10-21",
+				KeyEnv: config.EnvList{"AZURE_OPENAI_API_KEY"}, Keys: []config.Secret{c.OpenAI.APIKey}},
+			{Name: "claude", Kind: config.KindAnthropic, BaseURL: antURL, KeyEnv: config.EnvList{"ANTHROPIC_API_KEY"}, Keys: []config.Secret{config.Secret(anthropicKey)}},
+		}
+		c.OpenAI.BaseURL = ""
+		for i := range c.Models {
+			c.Models[i].Provider = "azure"
+		}
+		c.Models = append(c.Models, claude)
+		c.Jobs.ReviewModel = claude.Name
+	}})
+	runE2E(t, s, 6)
+	checkAnthropicIntervals(t, ant, claude, per)
+	if st := ant.Stats()[claude.Name]; st.ResponseFormats["tool:true"] != st.Requests {
+		t.Errorf("reviews asked for without the tool: %v of %d", st.ResponseFormats, st.Requests)
+	}
+	for model, st := range s.fakes.OpenAI.Stats() {
+		if st.RateLimited != 0 {
+			t.Errorf("azure fake %s: %d 429s", model, st.RateLimited)
+		}
+	}
+	if s.fakes.OpenAI.Stats()["gpt-4o-mini"].Requests == 0 {
+		t.Fatal("no summary reached the Azure fake")
+	}
+}

@@ -1,0 +1,37 @@
+package server
+
+import (
+	"fmt"
+
+	"github.com/prq-dev/prq/internal/config"
+	"github.com/prq-dev/prq/llm"
+)
+
+// buildLLM builds one client per configured provider and routes each
+// model to its provider's client. Without providers it is the implicit
+// OpenAI provider (OPENAI_API_KEY, OPENAI_BASE_URL), as before.
+func buildLLM(cfg *config.Config) (*llm.Router, error) {
+	timeout := cfg.OpenAI.Timeout.D()
+	clients := map[string]llm.Completer{}
+	for _, p := range cfg.ProviderList() {
+		switch p.Kind {
+		case config.KindOpenAI:
+			clients[p.Name] = llm.New(p.Key(), p.BaseURL, timeout, nil)
+		case config.KindAzure:
+			clients[p.Name] = llm.NewAzure(p.Key(), p.BaseURL, p.APIVersion, p.Deployment, timeout, nil)
+		case config.KindAnthropic:
+			clients[p.Name] = llm.NewAnthropic(p.Key(), p.BaseURL, timeout, nil)
+		default:
+			return nil, &config.SettingError{Name: "providers." + p.Name + ".kind", Problem: fmt.Sprintf("%q: want openai, azure or anthropic", p.Kind)}
+		}
+	}
+	byModel := map[string]llm.Completer{}
+	for _, m := range cfg.Models {
+		p, ok := cfg.ProviderOf(m.Name)
+		if !ok {
+			return nil, &config.SettingError{Name: "models." + m.Name + ".provider", Problem: "names no configured provider"}
+		}
+		byModel[m.Name] = clients[p.Name]
+	}
+	return llm.NewRouter(byModel), nil
+}

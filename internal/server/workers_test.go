@@ -1,0 +1,125 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/prq-dev/prq/admission"
+	"github.com/prq-dev/prq/internal/config"
+	"github.com/prq-dev/prq/jobs"
+)
+
+// TestChatStartsWithEveryBatchSlotBusy: with every batch slot of the only
+// worker process taken by a job that does not end, and batch work still
+// waiting, a chat job is admitted and starts on the slots kept for chat;
+// the waiting batch job does not take them.
+func TestChatStartsWithEveryBatchSlotBusy(t *testing.T) {
+	s, _ := newTestServer(t, func(c *config.Config) { c.Worker.Concurrency = 2 })
+	ctx := context.Background()
+	started := make(chan string, 8)
+	hold := make(chan struct{})
+	var running atomic.Int64
+	s.jobs = &jobSide{
+		handler: asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
+			running.Add(1)
+			defer running.Add(-1)
+			id, _ := asynq.GetTaskID(ctx)
+			started <- id
+			if task.Type() == "batch" {
+				select {
+				case <-hold:
+				case <-ctx.Done():
+				}
+			}
+			return nil
+		}),
+		running:    func() int { return int(running.Load()) },
+		ticketOf:   func(*asynq.TaskInfo) (admission.Ticket, bool) { return admission.Ticket{}, false },
+		retryDelay: asynq.DefaultRetryDelayFunc,
+		isFailure:  func(error) bool { return true },
+	}
+	stop, err := s.startWorker(ctx, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	defer close(hold)
+	model := s.cfg.Jobs.ReviewModel
+	submit := func(typ, id, class, queue string) {
+		t.Helper()
+		tk := admission.Ticket{ID: id, Queue: queue, Model: model, Class: class, Tenant: "1", Tokens: 10}
+		if ok, err := s.sched.Submit(ctx, asynq.NewTask(typ, nil), tk); err != nil || !ok {
+			t.Fatalf("submit %s: %v %v", id, ok, err)
+		}
+	}
+	next := func() string {
+		t.Helper()
+		select {
+		case id := <-started:
+			return id
+		case <-time.After(2 * time.Minute): // a hang, not a speed figure
+			t.Fatal("no job started")
+			return ""
+		}
+	}
+	for i := range 2 {
+		submit("batch", fmt.Sprint("batch-", i), string(jobs.TierPaid), jobs.QueuePaid)
+	}
+	busy := map[string]bool{next(): true, next(): true}
+	if !busy["batch-0"] || !busy["batch-1"] {
+		t.Fatalf("started %v, want both batch jobs", busy)
+	}
+	submit("batch", "batch-2", string(jobs.TierPaid), jobs.QueuePaid)
+	submit("chat", "chat-0", admission.ClassChat, jobs.QueueChat)
+	if id := next(); id != "chat-0" {
+		t.Fatalf("with every batch slot busy, %s started; want chat-0", id)
+	}
+	info, err := s.insp.GetTaskInfo(jobs.QueuePaid, "batch-2")
+	if err != nil || info.State != asynq.TaskStateScheduled {
+		t.Fatalf("batch-2: %v %v, want still held", info, err)
+	}
+}
+
+// TestSlotsCountPendingWork: pending work takes slots before it runs;
+// chat beyond the chat server's idle slots takes batch slots, and chat may
+// use every idle slot while batch may use only the batch server's.
+func TestSlotsCountPendingWork(t *testing.T) {
+	for _, tc := range []struct {
+		name                   string
+		running, chatRunning   int
+		pendingChat, pendingB  int
+		wantBatch, wantChatAll int
+	}{
+		{"idle", 0, 0, 0, 0, 4, 6},
+		{"every batch slot busy", 4, 0, 0, 0, 0, 2},
+		{"chat slots busy", 2, 2, 0, 0, 4, 4},
+		{"pending batch", 0, 0, 0, 3, 1, 3},
+		{"pending chat beyond the chat slots", 0, 0, 3, 0, 3, 3},
+		{"all busy", 6, 2, 0, 0, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, _ := newTestServer(t, nil)
+			ctx := context.Background()
+			for q, n := range map[string]int{jobs.QueueChat: tc.pendingChat, jobs.QueuePaid: tc.pendingB} {
+				for i := range n {
+					if _, err := s.client.EnqueueContext(ctx, asynq.NewTask("probe", nil), asynq.Queue(q), asynq.TaskID(fmt.Sprint(q, i))); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			sl := &slots{rdb: s.rdb, batch: 4, chat: 2, running: func() int { return tc.running }}
+			sl.chatRunning.Store(int64(tc.chatRunning))
+			if got := sl.batchFree(); got != tc.wantBatch {
+				t.Errorf("batch may start %d, want %d", got, tc.wantBatch)
+			}
+			if got := sl.chatFree(); got != tc.wantChatAll {
+				t.Errorf("chat may start %d, want %d", got, tc.wantChatAll)
+			}
+		})
+	}
+}

@@ -1,0 +1,57 @@
+-- An installation's GitHub write lane, shared by every process.
+-- KEYS[1] next slot (ms)  KEYS[2] line: zset writer -> class * 1e13 + joined ms
+-- KEYS[3] hash writer -> last asked (ms)
+-- ARGV[1] op  ARGV[2] now ms ('' = Redis TIME)
+local now
+if ARGV[2] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+else
+  now = tonumber(ARGV[2])
+end
+local keep = 3600000
+local op = ARGV[1]
+
+if op == 'take' then
+  -- ARGV[3] writer  ARGV[4] class  ARGV[5] gap ms  ARGV[6] stale ms  ARGV[7] poll ms
+  -- -> 0: the slot is the writer's (next slot booked), else ms to wait
+  local me, gap, stale, poll = ARGV[3], tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+  redis.call('ZADD', KEYS[2], 'NX', tonumber(ARGV[4]) * 1e13 + now, me)
+  redis.call('HSET', KEYS[3], me, now)
+  -- the head is the first writer still asking; one that stopped (its
+  -- process died) leaves the line
+  local head
+  repeat
+    head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+    if head == me then break end
+    local seen = tonumber(redis.call('HGET', KEYS[3], head) or '0')
+    if now - seen <= stale then break end
+    redis.call('ZREM', KEYS[2], head)
+    redis.call('HDEL', KEYS[3], head)
+  until false
+  local next = tonumber(redis.call('GET', KEYS[1]) or '0')
+  if head == me and next <= now then
+    redis.call('ZREM', KEYS[2], me)
+    redis.call('HDEL', KEYS[3], me)
+    redis.call('SET', KEYS[1], now + gap, 'PX', gap + keep)
+    return 0
+  end
+  redis.call('PEXPIRE', KEYS[2], keep)
+  redis.call('PEXPIRE', KEYS[3], keep)
+  if next > now then return next - now end
+  return poll -- the slot is free, and another writer's turn
+
+elseif op == 'leave' then
+  -- ARGV[3] writer
+  redis.call('ZREM', KEYS[2], ARGV[3])
+  redis.call('HDEL', KEYS[3], ARGV[3])
+  return 0
+
+elseif op == 'hold' then
+  -- ARGV[3] ms nobody may write for (GitHub's retry time)
+  local after = tonumber(ARGV[3])
+  local next = tonumber(redis.call('GET', KEYS[1]) or '0')
+  if now + after > next then redis.call('SET', KEYS[1], now + after, 'PX', after + keep) end
+  return 0
+end
+return redis.error_reply('pacer: unknown op ' .. tostring(op))
