@@ -10,11 +10,11 @@ import (
 // PermanentKey tells the keys prq keeps without a TTL by design, as
 // README "Settings" (retention) lists them: per installation or account
 // (plans, Marketplace tiers), the shared counters, the index of runs in
-// progress (its members leave when runs end or expire), and admission's
-// and the limiters' state per model.
+// progress (its members leave when runs end or expire), admission's
+// and the limiters' state per model, and the worker-process registry.
 func PermanentKey(k string) bool {
 	for _, p := range []string{"prq:inst:", "prq:insts", "prq:account:", "prq:llm:calls", "prq:github:requests", "prq:jobs:gave_up", "prq:lifecycle",
-		"prq:prs:active", "{prq:rl:"} {
+		"prq:prs:active", "{prq:rl:", "prq:procs"} {
 		if strings.HasPrefix(k, p) {
 			return true
 		}
