@@ -90,6 +90,8 @@ func TestDeployKnowsEveryMetric(t *testing.T) {
 	m.CountCall(s.cfg.Jobs.ReviewModel, "ok")
 	m.CountUnusable(s.cfg.Jobs.ReviewModel, "review")
 	m.CountGaveUp("review", "attempts")
+	m.CountLifecycle("run_finalized", "lost_finalize")
+	m.Watch(s.rdb, time.Minute) // the series read from the shared Redis too
 	w := httptest.NewRecorder()
 	m.Handler().ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))
 	listed, err := os.ReadFile("../../deploy/validate/testdata/metrics.txt")
