@@ -178,6 +178,18 @@ func apiError(w http.ResponseWriter, status int, typ, code, msg string) {
 	json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": c}})
 }
 
+// badRequest answers 400 for a request the gateway cannot take, naming
+// the parameter at fault when it is known.
+func badRequest(w http.ResponseWriter, err error) {
+	var param any
+	if re, ok := err.(*requestError); ok && re.param != "" {
+		param = re.param
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusBadRequest)
+	json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"message": err.Error(), "type": "invalid_request_error", "param": param, "code": nil}})
+}
+
 // authenticate reads the bearer key; on failure it has answered 401.
 func (g *Gateway) authenticate(w http.ResponseWriter, r *http.Request) (Key, bool) {
 	secret, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
@@ -221,70 +233,6 @@ func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
 	json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": data})
 }
 
-// chatRequest is what the gateway reads of a request; the body is
-// forwarded as sent but for the output cap and stream options.
-type chatRequest struct {
-	Model               string    `json:"model"`
-	Messages            []message `json:"messages"`
-	Stream              bool      `json:"stream"`
-	MaxTokens           *int64    `json:"max_tokens"`
-	MaxCompletionTokens *int64    `json:"max_completion_tokens"`
-	// N choices each take up to the output cap.
-	N             *int64          `json:"n"`
-	StreamOptions json.RawMessage `json:"stream_options"`
-	Tools         json.RawMessage `json:"tools"`
-	Functions     json.RawMessage `json:"functions"`
-}
-
-type message struct {
-	Content   json.RawMessage `json:"content"`
-	ToolCalls json.RawMessage `json:"tool_calls"`
-}
-
-// texts returns what the provider counts of the request, one string per
-// message as in ratelimit.Tokenizer.CountMessages: the text of each
-// message (a string, or its text parts), and, counted on top so the
-// count errs high, tool calls and tool definitions as JSON.
-func (c chatRequest) texts() ([]string, error) {
-	var out []string
-	for i, m := range c.Messages {
-		var s string
-		switch {
-		case len(m.Content) == 0 || string(m.Content) == "null":
-		case m.Content[0] == '"':
-			if err := json.Unmarshal(m.Content, &s); err != nil {
-				return nil, fmt.Errorf("messages[%d].content: %w", i, err)
-			}
-		case m.Content[0] == '[':
-			var parts []struct {
-				Type string `json:"type"`
-				Text string `json:"text"`
-			}
-			if err := json.Unmarshal(m.Content, &parts); err != nil {
-				return nil, fmt.Errorf("messages[%d].content: %w", i, err)
-			}
-			for _, p := range parts {
-				if p.Type != "text" {
-					return nil, fmt.Errorf("messages[%d].content: the gateway counts text parts only, not %q", i, p.Type)
-				}
-				s += p.Text
-			}
-		default:
-			return nil, fmt.Errorf("messages[%d].content must be a string or an array of parts", i)
-		}
-		if len(m.ToolCalls) > 0 && string(m.ToolCalls) != "null" {
-			s += string(m.ToolCalls)
-		}
-		out = append(out, s)
-	}
-	for _, extra := range []json.RawMessage{c.Tools, c.Functions} {
-		if len(extra) > 0 && string(extra) != "null" {
-			out = append(out, string(extra))
-		}
-	}
-	return out, nil
-}
-
 func newID() string {
 	var b [12]byte
 	rand.Read(b[:])
@@ -324,7 +272,8 @@ type request struct {
 	id      string
 	model   string
 	input   int64
-	cap     int64
+	cap     int64 // per choice
+	n       int64 // choices
 	est     int64 // the provider's admission estimate: the bucket's charge
 	grant   *ratelimit.Grant
 	tpm     *ratelimit.Bucket
@@ -363,14 +312,9 @@ func (g *Gateway) serveCompletion(w http.ResponseWriter, r *http.Request, q *req
 		apiError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "", fmt.Sprintf("The request body is larger than %d bytes.", g.cfg.MaxBody))
 		return
 	}
-	var req chatRequest
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(body, &raw); err != nil {
-		apiError(w, http.StatusBadRequest, "invalid_request_error", "", "We could not parse the JSON body of your request.")
-		return
-	}
-	if err := json.Unmarshal(body, &req); err != nil {
-		apiError(w, http.StatusBadRequest, "invalid_request_error", "", "Invalid request: "+err.Error())
+	req, err := parseRequest(body)
+	if err != nil {
+		badRequest(w, err)
 		return
 	}
 	m, known := g.cfg.Models[req.Model]
@@ -379,7 +323,7 @@ func (g *Gateway) serveCompletion(w http.ResponseWriter, r *http.Request, q *req
 		return
 	}
 	q.model = req.Model
-	if len(req.Messages) == 0 {
+	if len(req.messages) == 0 {
 		apiError(w, http.StatusBadRequest, "invalid_request_error", "", "'messages' must contain at least one message.")
 		return
 	}
@@ -416,6 +360,7 @@ func (g *Gateway) serveCompletion(w http.ResponseWriter, r *http.Request, q *req
 		}
 		n = *req.N
 	}
+	q.n = n
 	wait, err := g.maxWait(r)
 	if err != nil {
 		apiError(w, http.StatusBadRequest, "invalid_request_error", "", err.Error())
@@ -426,7 +371,7 @@ func (g *Gateway) serveCompletion(w http.ResponseWriter, r *http.Request, q *req
 		q.input, err = g.tokenizers[req.Model].CountMessages(texts...)
 	}
 	if err != nil {
-		apiError(w, http.StatusBadRequest, "invalid_request_error", "", "Invalid messages: "+err.Error())
+		badRequest(w, err)
 		return
 	}
 	q.id = newID()
@@ -474,7 +419,7 @@ func (g *Gateway) serveCompletion(w http.ResponseWriter, r *http.Request, q *req
 		return
 	}
 	called = true
-	g.forward(w, r, q, raw, req, m)
+	g.forward(w, r, q, req, m)
 }
 
 // takeTPM charges the key's tokens-per-minute bucket; over it, the

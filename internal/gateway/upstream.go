@@ -35,7 +35,8 @@ func forwardable(name string) bool {
 
 // forward makes the admitted call and answers with its reply, settling
 // the bucket and the quota with what the provider reports it used.
-func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, q *request, raw map[string]json.RawMessage, req chatRequest, m Model) {
+func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, q *request, req chatRequest, m Model) {
+	raw := req.raw
 	ctx := r.Context()
 	bg := context.WithoutCancel(ctx)
 	capJSON, _ := json.Marshal(q.cap)
@@ -256,6 +257,13 @@ func (g *Gateway) settle(ctx context.Context, q *request, u *usage, ran bool) {
 		tokens = u.PromptTokens + u.CompletionTokens
 		quota = tokens
 		g.metrics.used(q.key.ID, u.PromptTokens, u.CompletionTokens)
+		if reserved := q.input + q.cap*q.n; tokens > reserved {
+			// the count missed something the provider counts: the quota
+			// may overshoot by the difference
+			g.metrics.overshot(q.key.ID, tokens-reserved)
+			g.log.WarnContext(ctx, "gateway: usage above the reservation", "key", q.key.ID, "model", q.model,
+				"reserved", reserved, "input_counted", q.input, "prompt_tokens", u.PromptTokens, "completion_tokens", u.CompletionTokens)
+		}
 	}
 	if err := g.adm.Settle(ctx, q.model, q.ticket, ratelimit.Cost{Requests: 1, Tokens: tokens}); err != nil && !errors.Is(err, ratelimit.ErrNotReserved) {
 		g.log.WarnContext(ctx, "gateway: settling the bucket failed; it keeps the estimate", "key", q.key.ID, "err", err)
