@@ -35,12 +35,29 @@ type rig struct {
 
 func newRig(t testing.TB, latency time.Duration) *rig {
 	t.Helper()
+	return newRigWith(t, rigOpts{latency: latency})
+}
+
+// rigOpts vary a rig: the fake's latency, the upstream URL the gateway
+// calls (the fake's by default), the bucket's period (a minute by
+// default; a long one barely refills during a test) and the gateway's
+// settings.
+type rigOpts struct {
+	latency  time.Duration
+	upstream string
+	period   time.Duration
+	cfg      func(*gateway.Config)
+}
+
+func newRigWith(t testing.TB, o rigOpts) *rig {
+	t.Helper()
+	latency := o.latency
 	rdb := redistest.Shared(t).Client(t)
 	model := fmt.Sprintf("gpt-4o-mini-%d", time.Now().UnixNano())
 	fake := fakeopenai.New(fakeopenai.Config{Models: []fakeopenai.Model{{Name: model, RPM: 1000, TPM: 100000, Latency: latency}}, Keys: []string{"sk-up"}})
 	up := httptest.NewServer(fake)
 	t.Cleanup(up.Close)
-	b, err := ratelimit.NewBucket(rdb, model, "sk-up", ratelimit.Limits{RequestsPerPeriod: 1000, TokensPerPeriod: 100000})
+	b, err := ratelimit.NewBucket(rdb, model, "sk-up", ratelimit.Limits{RequestsPerPeriod: 1000, TokensPerPeriod: 100000, Period: o.period})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +77,14 @@ func newRig(t testing.TB, latency time.Duration) *rig {
 		t.Fatal(err)
 	}
 	keys := gateway.NewKeys(rdb)
-	g, err := gateway.New(gateway.Config{Models: map[string]gateway.Model{model: {}}, UpstreamURL: up.URL + "/v1", UpstreamKey: "sk-up", Log: log}, keys, sched, waiter, rdb, gateway.NewMetrics())
+	cfg := gateway.Config{Models: map[string]gateway.Model{model: {}}, UpstreamURL: up.URL + "/v1", UpstreamKey: "sk-up", Log: log}
+	if o.upstream != "" {
+		cfg.UpstreamURL = o.upstream
+	}
+	if o.cfg != nil {
+		o.cfg(&cfg)
+	}
+	g, err := gateway.New(cfg, keys, sched, waiter, rdb, gateway.NewMetrics())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prq-dev/prq/ratelimit"
@@ -87,8 +89,15 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, q *request, re
 		resp, err = g.call(ctx, cctx, q, body)
 	}
 	if err != nil {
-		// the provider may have counted it: keep the whole reservation
-		g.settle(bg, q, nil, true)
+		// a call that was never written out (no connection, DNS, the
+		// client gone first) cost nothing; one that was may have run:
+		// it keeps the whole reservation
+		var ns *notSentError
+		if errors.As(err, &ns) {
+			g.settleNothing(bg, q)
+		} else {
+			g.settle(bg, q, nil, true)
+		}
 		if ctx.Err() == nil {
 			g.log.WarnContext(ctx, "gateway: upstream call failed", "key", q.key.ID, "model", q.model, "err", err)
 			apiError(w, http.StatusBadGateway, "server_error", "", "The gateway could not reach the provider.")
@@ -123,9 +132,20 @@ func (g *Gateway) call(ctx, cctx context.Context, q *request, body []byte) (*htt
 	if g.cfg.UpstreamKey != "" {
 		up.Header.Set("Authorization", "Bearer "+g.cfg.UpstreamKey)
 	}
+	var wrote atomic.Bool // the transport writes on its own goroutine
+	up = up.WithContext(httptrace.WithClientTrace(up.Context(), &httptrace.ClientTrace{
+		WroteRequest: func(i httptrace.WroteRequestInfo) {
+			if i.Err == nil {
+				wrote.Store(true)
+			}
+		},
+	}))
 	callStart := time.Now()
 	resp, err := g.cfg.Client.Do(up)
 	if err != nil {
+		if !wrote.Load() {
+			return nil, &notSentError{err: err}
+		}
 		return nil, err
 	}
 	if b, ok := g.adm.Bucket(q.model); ok {
@@ -134,6 +154,26 @@ func (g *Gateway) call(ctx, cctx context.Context, q *request, body []byte) (*htt
 		}
 	}
 	return resp, nil
+}
+
+// notSentError is a call that failed before its request was written
+// out: the provider never saw it.
+type notSentError struct{ err error }
+
+func (e *notSentError) Error() string { return "not sent: " + e.err.Error() }
+func (e *notSentError) Unwrap() error { return e.err }
+
+// settleNothing books a call the provider never saw: the bucket, the
+// quota and the key's tpm get their whole reservations back.
+func (g *Gateway) settleNothing(ctx context.Context, q *request) {
+	if err := g.adm.Settle(ctx, q.model, q.ticket, ratelimit.Cost{}); err != nil && !errors.Is(err, ratelimit.ErrNotReserved) {
+		g.log.WarnContext(ctx, "gateway: refunding the bucket failed; it keeps the estimate", "key", q.key.ID, "err", err)
+	}
+	g.settleQuota(ctx, q, 0)
+	if q.tpm != nil {
+		g.settleTPM(ctx, q, 0)
+	}
+	g.log.InfoContext(ctx, "gateway request not sent", "key", q.key.ID, "model", q.model, "admission_wait", q.waited)
 }
 
 // replay gives back a response whose body was read.
