@@ -43,10 +43,23 @@ type Config struct {
 	// UpstreamKey is the provider's API key.
 	UpstreamKey string
 	// Client makes upstream calls. Defaults to a client with no overall
-	// timeout (streams run long); Timeout bounds the non-streaming ones.
+	// timeout (streams run long) whose transport waits at most
+	// HeaderTimeout for the reply's headers; Timeout bounds the
+	// non-streaming calls, StreamIdle the gaps in a stream.
 	Client *http.Client
 	// Timeout bounds a non-streaming upstream call. Defaults to 120s.
 	Timeout time.Duration
+	// HeaderTimeout bounds the wait for an upstream reply's headers (a
+	// non-streaming reply's come with its body: it defaults to Timeout).
+	// Used when Client is nil.
+	HeaderTimeout time.Duration
+	// StreamIdle is the longest a stream may go without a line from the
+	// provider; past it the upstream call is cancelled and the stream
+	// ends with an error event. Defaults to 60s.
+	StreamIdle time.Duration
+	// MaxLine bounds a line of an upstream stream (one event's data);
+	// a longer one ends the stream with an error event. Defaults to 1 MiB.
+	MaxLine int
 	// MaxWait is the longest a request waits for admission; a request's
 	// X-Prq-Max-Wait header may lower it. Defaults to 60s.
 	MaxWait time.Duration
@@ -108,14 +121,25 @@ func New(cfg Config, keys *Keys, adm Admission, waiter Waiter, rdb redis.Univers
 		return nil, errors.New("gateway: the upstream URL is required")
 	case keys == nil || adm == nil || waiter == nil || rdb == nil:
 		return nil, errors.New("gateway: keys, admission, waiter and Redis are required")
-	case cfg.MaxWait < 0 || cfg.MinOutput < 0 || cfg.Timeout < 0:
-		return nil, errors.New("gateway: MaxWait, MinOutput and Timeout must not be negative")
-	}
-	if cfg.Client == nil {
-		cfg.Client = &http.Client{}
+	case cfg.MaxWait < 0 || cfg.MinOutput < 0 || cfg.Timeout < 0 || cfg.HeaderTimeout < 0 || cfg.StreamIdle < 0 || cfg.MaxLine < 0:
+		return nil, errors.New("gateway: MaxWait, MinOutput, Timeout, HeaderTimeout, StreamIdle and MaxLine must not be negative")
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 120 * time.Second
+	}
+	if cfg.HeaderTimeout == 0 {
+		cfg.HeaderTimeout = cfg.Timeout
+	}
+	if cfg.StreamIdle == 0 {
+		cfg.StreamIdle = 60 * time.Second
+	}
+	if cfg.MaxLine == 0 {
+		cfg.MaxLine = 1 << 20
+	}
+	if cfg.Client == nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.ResponseHeaderTimeout = cfg.HeaderTimeout
+		cfg.Client = &http.Client{Transport: tr}
 	}
 	if cfg.MaxWait == 0 {
 		cfg.MaxWait = 60 * time.Second

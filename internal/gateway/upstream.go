@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptrace"
 	"strings"
@@ -61,12 +62,12 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, q *request, re
 		raw["stream_options"], _ = json.Marshal(opts)
 	}
 	body, _ := json.Marshal(raw)
-	cctx := ctx
+	// a stream's call is cancelled when it goes idle (forwardStream)
+	cctx, cancel := context.WithCancel(ctx)
 	if !req.Stream {
-		var cancel context.CancelFunc
 		cctx, cancel = context.WithTimeout(ctx, g.cfg.Timeout)
-		defer cancel()
 	}
+	defer cancel()
 	resp, err := g.call(ctx, cctx, q, body)
 	for attempt := 1; err == nil && attempt <= maxRequeues && resp.StatusCode == http.StatusTooManyRequests && time.Now().Before(q.deadline); attempt++ {
 		// the provider's limit was reached before ours (its clock runs on
@@ -98,7 +99,13 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, q *request, re
 		} else {
 			g.settle(bg, q, nil, true)
 		}
-		if ctx.Err() == nil {
+		var ne net.Error
+		switch {
+		case ctx.Err() != nil: // the client left
+		case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
+			g.log.WarnContext(ctx, "gateway: upstream call timed out", "key", q.key.ID, "model", q.model, "err", err)
+			apiError(w, http.StatusGatewayTimeout, "server_error", "", "The provider did not answer in time.")
+		default:
 			g.log.WarnContext(ctx, "gateway: upstream call failed", "key", q.key.ID, "model", q.model, "err", err)
 			apiError(w, http.StatusBadGateway, "server_error", "", "The gateway could not reach the provider.")
 		}
@@ -114,7 +121,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, q *request, re
 		g.forwardWhole(w, r, q, resp)
 		return
 	}
-	g.forwardStream(w, r, q, resp, clientUsage)
+	g.forwardStream(w, r, q, resp, clientUsage, cancel)
 }
 
 // maxRequeues bounds how often a call the provider refused with 429 goes
@@ -214,7 +221,7 @@ func (g *Gateway) forwardWhole(w http.ResponseWriter, r *http.Request, q *reques
 // forwardStream relays server-sent events as they come, reads the usage
 // chunk the gateway asked for (and drops it when the client did not ask),
 // and settles when the stream ends, however it ends.
-func (g *Gateway) forwardStream(w http.ResponseWriter, r *http.Request, q *request, resp *http.Response, clientUsage bool) {
+func (g *Gateway) forwardStream(w http.ResponseWriter, r *http.Request, q *request, resp *http.Response, clientUsage bool, cancel context.CancelFunc) {
 	bg := context.WithoutCancel(r.Context())
 	g.keyHeaders(bg, w.Header(), q) // the quota as reserved: the stream's use is not known yet
 	w.Header().Set("Content-Type", "text/event-stream")
@@ -223,6 +230,9 @@ func (g *Gateway) forwardStream(w http.ResponseWriter, r *http.Request, q *reque
 	var got *usage
 	settled := false
 	rd := bufio.NewReaderSize(resp.Body, 64<<10)
+	var idle atomic.Bool
+	timer := time.AfterFunc(g.cfg.StreamIdle, func() { idle.Store(true); cancel() })
+	defer timer.Stop()
 	var event bytes.Buffer
 	write := func() bool {
 		defer event.Reset()
@@ -238,7 +248,8 @@ func (g *Gateway) forwardStream(w http.ResponseWriter, r *http.Request, q *reque
 		return true
 	}
 	for {
-		line, err := rd.ReadBytes('\n')
+		line, err := readLine(rd, g.cfg.MaxLine)
+		timer.Reset(g.cfg.StreamIdle)
 		if len(line) > 0 {
 			trimmed := bytes.TrimRight(line, "\r\n")
 			if len(trimmed) == 0 {
@@ -271,10 +282,22 @@ func (g *Gateway) forwardStream(w http.ResponseWriter, r *http.Request, q *reque
 			}
 		}
 		if err != nil {
-			if !errors.Is(err, io.EOF) {
-				g.log.InfoContext(bg, "gateway: stream ended early", "key", q.key.ID, "model", q.model, "client_gone", r.Context().Err() != nil)
-			}
 			write()
+			switch {
+			case errors.Is(err, io.EOF):
+			case r.Context().Err() != nil:
+				g.log.InfoContext(bg, "gateway: stream ended early", "key", q.key.ID, "model", q.model, "client_gone", true)
+			default:
+				msg := "The provider's stream broke off."
+				switch {
+				case idle.Load():
+					msg = fmt.Sprintf("The provider's stream was idle for %s; the gateway ended it.", g.cfg.StreamIdle)
+				case errors.Is(err, errLineTooLong):
+					msg = fmt.Sprintf("The provider's stream sent a line longer than %d bytes; the gateway ended it.", g.cfg.MaxLine)
+				}
+				g.log.WarnContext(bg, "gateway: stream ended early", "key", q.key.ID, "model", q.model, "idle", idle.Load(), "err", err)
+				streamError(w, msg)
+			}
 			break
 		}
 	}
@@ -282,6 +305,34 @@ func (g *Gateway) forwardStream(w http.ResponseWriter, r *http.Request, q *reque
 		// without a usage chunk (the client left, the stream broke) the
 		// provider may have generated up to the cap: the reservation stands
 		g.settle(bg, q, got, true)
+	}
+}
+
+// errLineTooLong is an upstream stream line over Config.MaxLine.
+var errLineTooLong = errors.New("gateway: upstream stream line too long")
+
+// readLine reads a line of at most max bytes.
+func readLine(rd *bufio.Reader, max int) ([]byte, error) {
+	var line []byte
+	for {
+		frag, err := rd.ReadSlice('\n')
+		if len(line)+len(frag) > max {
+			return nil, errLineTooLong
+		}
+		line = append(line, frag...)
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return line, err
+		}
+	}
+}
+
+// streamError ends a stream with an error event in OpenAI's shape (what
+// the SDKs raise mid-stream).
+func streamError(w http.ResponseWriter, msg string) {
+	b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": "server_error", "param": nil, "code": nil}})
+	fmt.Fprintf(w, "data: %s\n\n", b)
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
 	}
 }
 

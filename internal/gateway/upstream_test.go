@@ -3,8 +3,11 @@ package gateway_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,5 +59,82 @@ func TestNotSentSettlesNothing(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != http.StatusBadGateway {
 		t.Fatalf("%d, want 502 (past the key's tpm, to the unreachable provider)", res.StatusCode)
+	}
+}
+
+// stalling is an upstream that answers each call with what serve does.
+func stalling(t *testing.T, serve func(w http.ResponseWriter, r *http.Request)) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body) // then the server notices the gateway hanging up
+		serve(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL + "/v1"
+}
+
+// TestStalledUpstream: a provider that never sends its headers, one
+// whose stream stops, and one that sends an endless line are each cut
+// off by the gateway (header timeout, idle timeout, line bound), which
+// answers in OpenAI's error shape instead of hanging. The short limits
+// are the rig's settings; the test asserts no timing, only that the
+// requests end (its client gives up after a minute).
+func TestStalledUpstream(t *testing.T) {
+	t.Parallel()
+	hang := func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }
+	oneChunkThenHang := func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}
+	endlessLine := func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: ")
+		chunk := strings.Repeat("x", 32<<10)
+		for r.Context().Err() == nil {
+			if _, err := fmt.Fprint(w, chunk); err != nil {
+				return
+			}
+		}
+	}
+	limits := func(c *gateway.Config) {
+		c.HeaderTimeout, c.StreamIdle, c.MaxLine = 200*time.Millisecond, 200*time.Millisecond, 64<<10
+	}
+	tests := []struct {
+		name   string
+		serve  http.HandlerFunc
+		stream bool
+		want   int
+		event  string // the error event a stream ends with
+	}{
+		{"no headers", hang, false, http.StatusGatewayTimeout, ""},
+		{"no headers, stream", hang, true, http.StatusGatewayTimeout, ""},
+		{"idle stream", oneChunkThenHang, true, http.StatusOK, "idle"},
+		{"endless line", endlessLine, true, http.StatusOK, "longer than 65536 bytes"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := newRigWith(t, rigOpts{upstream: stalling(t, tt.serve), cfg: limits})
+			secret, _ := r.key(t, gateway.Spec{Name: "stalled", Tier: "paid"})
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			res, err := r.post(ctx, secret, fmt.Sprintf(`{"model":%q,"stream":%v,"max_tokens":20,"messages":[{"role":"user","content":"hello"}]}`, r.model, tt.stream), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, err := io.ReadAll(res.Body)
+			res.Body.Close()
+			if err != nil || res.StatusCode != tt.want {
+				t.Fatalf("%d %v %.200q, want %d", res.StatusCode, err, body, tt.want)
+			}
+			if tt.event != "" && (!strings.Contains(string(body), `data: {"error":`) || !strings.Contains(string(body), tt.event) || len(body) > 64<<10) {
+				t.Fatalf("the stream ended without an error event about %q: %.300q (%d bytes)", tt.event, body, len(body))
+			}
+			if tt.event == "" && !strings.Contains(string(body), `"error"`) {
+				t.Fatalf("%q: not OpenAI's error shape", body)
+			}
+		})
 	}
 }

@@ -39,6 +39,7 @@ func (s *Server) gateway(ctx context.Context) (http.Handler, error) {
 	}
 	g, err := gateway.New(gateway.Config{Models: models, UpstreamURL: base, UpstreamKey: string(cfg.OpenAI.APIKey),
 		Timeout: cfg.OpenAI.Timeout.D(), MaxWait: cfg.Gateway.MaxWait.D(), MinOutput: cfg.Gateway.MinOutput,
+		HeaderTimeout: cfg.Gateway.HeaderTimeout.D(), StreamIdle: cfg.Gateway.StreamIdle.D(),
 		Log: s.log.With("component", "gateway")}, gateway.NewKeys(s.rdb), s.sched, waiter, s.rdb, gm)
 	if err != nil {
 		waiter.Close()
