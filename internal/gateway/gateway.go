@@ -31,7 +31,13 @@ type Model struct {
 	MaxOutput int64
 	// Reasoning models take max_completion_tokens instead of max_tokens.
 	Reasoning bool
+	// Context is the model's context window: a request asking for more
+	// output than this is refused (400). Defaults to 128000.
+	Context int64
 }
+
+// maxChoices bounds n (OpenAI's limit).
+const maxChoices = 128
 
 // Config configures the gateway.
 type Config struct {
@@ -165,8 +171,12 @@ func New(cfg Config, keys *Keys, adm Admission, waiter Waiter, rdb redis.Univers
 		}
 		if m.MaxOutput <= 0 {
 			m.MaxOutput = ratelimit.DefaultMaxOutput
-			cfg.Models[name] = m
 		}
+		if m.Context <= 0 {
+			m.Context = 128000
+		}
+		m.MaxOutput = min(m.MaxOutput, m.Context)
+		cfg.Models[name] = m
 		tk, err := ratelimit.NewTokenizer(name)
 		if err != nil {
 			return nil, err
@@ -366,20 +376,29 @@ func (g *Gateway) serveCompletion(w http.ResponseWriter, r *http.Request, q *req
 			return
 		}
 	}
+	// bounded here, the products below (cap × n, input + cap × n) stay
+	// far from overflowing
 	want := m.MaxOutput
-	for _, v := range []*int64{req.MaxTokens, req.MaxCompletionTokens} {
-		if v != nil {
-			if *v < 1 {
-				apiError(w, http.StatusBadRequest, "invalid_request_error", "integer_below_min_value", "max_tokens must be at least 1.")
-				return
-			}
-			want = *v
+	for _, f := range []struct {
+		name string
+		v    *int64
+	}{{"max_tokens", req.MaxTokens}, {"max_completion_tokens", req.MaxCompletionTokens}} {
+		switch {
+		case f.v == nil:
+			continue
+		case *f.v < 1:
+			badRequest(w, &requestError{param: f.name, msg: f.name + " must be at least 1."})
+			return
+		case *f.v > m.Context:
+			badRequest(w, &requestError{param: f.name, msg: fmt.Sprintf("%s is too large: %d. This model supports at most %d tokens (its context window).", f.name, *f.v, m.Context)})
+			return
 		}
+		want = *f.v
 	}
 	n := int64(1)
 	if req.N != nil {
-		if *req.N < 1 || *req.N > 128 {
-			apiError(w, http.StatusBadRequest, "invalid_request_error", "", "n must be between 1 and 128.")
+		if *req.N < 1 || *req.N > maxChoices {
+			badRequest(w, &requestError{param: "n", msg: fmt.Sprintf("n must be between 1 and %d.", maxChoices)})
 			return
 		}
 		n = *req.N

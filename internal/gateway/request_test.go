@@ -93,3 +93,38 @@ func TestEveryForwardedFieldCounted(t *testing.T) {
 		t.Fatalf("%d upstream calls for refused requests", n)
 	}
 }
+
+// TestOutputCapBounded: an output cap past the model's context window,
+// or n past 128, is refused with 400 naming it, before anything is
+// reserved: a cap near 2^63 (times n) would wrap the reservation.
+func TestOutputCapBounded(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, 0)
+	secret, k := r.key(t, gateway.Spec{Name: "huge", Tier: "paid", QuotaTokens: 100000})
+	msg := `"messages":[{"role":"user","content":"hi"}]`
+	tests := []struct{ name, params, param string }{
+		{"max int64", `"max_tokens":9223372036854775807`, "max_tokens"},
+		{"wraps times n", `"max_tokens":4611686018427387905,"n":4`, "max_tokens"},
+		{"past the context", `"max_completion_tokens":128001`, "max_completion_tokens"},
+		{"n", `"n":129`, "n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, err := r.post(context.Background(), secret, fmt.Sprintf(`{"model":%q,%s,%s}`, r.model, tt.params, msg), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer res.Body.Close()
+			var e apiErr
+			if err := jsonDecode(res, &e); err != nil || res.StatusCode != http.StatusBadRequest || e.Error.Param == nil || *e.Error.Param != tt.param {
+				t.Fatalf("%d %+v (%v), want 400 naming %s", res.StatusCode, e, err, tt.param)
+			}
+		})
+	}
+	if got := r.used(t, k); got != 0 {
+		t.Fatalf("quota used %d by refused requests", got)
+	}
+	if n := r.fake.Stats()[r.model].Requests; n != 0 {
+		t.Fatalf("%d upstream calls for refused requests", n)
+	}
+}

@@ -22,7 +22,7 @@ func (s *Server) gateway(ctx context.Context) (http.Handler, error) {
 	cfg := s.cfg
 	models := map[string]gateway.Model{}
 	for _, m := range cfg.Models {
-		models[m.Name] = gateway.Model{MaxOutput: m.MaxOutputTokens, Reasoning: m.Reasoning}
+		models[m.Name] = gateway.Model{MaxOutput: m.MaxOutputTokens, Reasoning: m.Reasoning, Context: m.ContextTokens}
 	}
 	base := cfg.OpenAI.BaseURL
 	if base == "" {
