@@ -26,14 +26,16 @@ type usage struct {
 
 // forwardable reports whether a provider header is forwarded: not
 // hop-by-hop ones, lengths the gateway changes, nor the provider's own
-// rate limits (of the shared account; the reply describes the key's).
+// rate limits (of the shared account; the reply describes the key's),
 func forwardable(name string) bool {
 	n := strings.ToLower(name)
 	switch n {
 	case "connection", "keep-alive", "transfer-encoding", "content-length", "upgrade", "proxy-connection", "te", "trailer", "set-cookie":
 		return false
 	}
-	return !strings.HasPrefix(n, "x-ratelimit-")
+	// nor the provider account's details (openai-organization,
+	// openai-project, ...)
+	return !strings.HasPrefix(n, "x-ratelimit-") && !strings.HasPrefix(n, "openai-")
 }
 
 // forward makes the admitted call and answers with its reply, settling
@@ -202,6 +204,20 @@ func (g *Gateway) forwardWhole(w http.ResponseWriter, r *http.Request, q *reques
 		return
 	}
 	switch {
+	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
+		// the gateway's own key was refused: not the client's fault, and
+		// the body names the (masked) upstream key
+		g.settleNothing(bg, q)
+		var e struct {
+			Error struct{ Type, Code any } `json:"error"`
+		}
+		json.Unmarshal(body, &e)
+		g.log.ErrorContext(ctx, "gateway: the provider refused the gateway's key", "status", resp.StatusCode, "type", e.Error.Type, "code", e.Error.Code, "model", q.model)
+		for name := range w.Header() {
+			w.Header().Del(name)
+		}
+		apiError(w, http.StatusBadGateway, "server_error", "upstream_auth", "The provider refused the gateway's credentials; the gateway's operator has been told. Your key is fine.")
+		return
 	case resp.StatusCode == http.StatusOK:
 		var reply struct {
 			Usage *usage `json:"usage"`

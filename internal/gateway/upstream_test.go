@@ -138,3 +138,52 @@ func TestStalledUpstream(t *testing.T) {
 		})
 	}
 }
+
+// TestProviderAccountHidden: the provider's account headers
+// (openai-organization, openai-project) are not forwarded, and its 401
+// or 403 for the gateway's own key (whose body names that key, masked)
+// is a 502 in the gateway's words, which does not blame the client's key.
+func TestProviderAccountHidden(t *testing.T) {
+	t.Parallel()
+	for _, status := range []int{http.StatusOK, http.StatusUnauthorized, http.StatusForbidden} {
+		t.Run(http.StatusText(status), func(t *testing.T) {
+			t.Parallel()
+			up := stalling(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("openai-organization", "org-secretcorp")
+				w.Header().Set("openai-project", "proj_secret")
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(status)
+				if status != http.StatusOK {
+					fmt.Fprint(w, `{"error":{"message":"Incorrect API key provided: sk-up***abcd. You can find your API key at https://platform.openai.com/account/api-keys.","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`)
+					return
+				}
+				fmt.Fprint(w, `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":1,"total_tokens":10}}`)
+			})
+			r := newRigWith(t, rigOpts{upstream: up})
+			secret, k := r.key(t, gateway.Spec{Name: "curious", Tier: "paid", QuotaTokens: 10000})
+			res, err := r.post(context.Background(), secret, fmt.Sprintf(`{"model":%q,"max_tokens":20,"messages":[{"role":"user","content":"hello"}]}`, r.model), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			for name := range res.Header {
+				if strings.HasPrefix(strings.ToLower(name), "openai-") {
+					t.Errorf("provider header %s forwarded", name)
+				}
+			}
+			if status == http.StatusOK {
+				if res.StatusCode != http.StatusOK {
+					t.Fatalf("%d %s", res.StatusCode, body)
+				}
+				return
+			}
+			if res.StatusCode != http.StatusBadGateway || strings.Contains(string(body), "sk-") || strings.Contains(string(body), "invalid_api_key") {
+				t.Fatalf("%d %s, want 502 in the gateway's words", res.StatusCode, body)
+			}
+			if got := r.used(t, k); got != 0 {
+				t.Fatalf("quota used %d by a call the provider refused", got)
+			}
+		})
+	}
+}
