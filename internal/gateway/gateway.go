@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -198,6 +199,9 @@ func (g *Gateway) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", g.completions)
 	mux.HandleFunc("GET /v1/models", g.models)
+	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
+		apiError(w, http.StatusNotFound, "invalid_request_error", "unknown_url", fmt.Sprintf("Invalid URL (%s %s): the gateway serves POST /v1/chat/completions and GET /v1/models.", r.Method, r.URL.Path))
+	})
 	return mux
 }
 
@@ -226,8 +230,8 @@ func badRequest(w http.ResponseWriter, err error) {
 
 // authenticate reads the bearer key; on failure it has answered 401.
 func (g *Gateway) authenticate(w http.ResponseWriter, r *http.Request) (Key, bool) {
-	secret, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || secret == "" {
+	scheme, secret, _ := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
+	if !strings.EqualFold(scheme, "bearer") || strings.TrimSpace(secret) == "" {
 		apiError(w, http.StatusUnauthorized, "invalid_request_error", "missing_api_key", "You didn't provide an API key. Provide a prq virtual key (prq-sk-...) as a bearer token.")
 		return Key{}, false
 	}
@@ -434,6 +438,7 @@ func (g *Gateway) serveCompletion(w http.ResponseWriter, r *http.Request, q *req
 		if errors.As(err, &qe) {
 			g.metrics.refused(k.ID, "quota")
 			g.quotaHeaders(w.Header(), k, qe.Remaining, qe.Reset)
+			g.rateHeaders(ctx, w.Header(), q)
 			apiError(w, http.StatusForbidden, "insufficient_quota", "quota_exceeded", fmt.Sprintf(
 				"The %s quota of key %s (%d tokens per %s) is spent: %d tokens left, %d needed (input %d + a minimum output of %d). It resets at %s.",
 				k.QuotaPeriod, k.ID, k.QuotaTokens, k.QuotaPeriod, qe.Remaining, qe.Needed, q.input, g.cfg.MinOutput, qe.Reset.UTC().Format(time.RFC3339)))
@@ -476,14 +481,15 @@ func (g *Gateway) takeTPM(w http.ResponseWriter, r *http.Request, q *request) bo
 		var ce *ratelimit.CostError
 		switch {
 		case errors.As(err, &ce):
-			g.metrics.refused(q.key.ID, "tpm")
-			apiError(w, http.StatusTooManyRequests, "tokens", "rate_limit_exceeded", fmt.Sprintf(
-				"Request too large for key %s on tokens per min (TPM): Limit %d, Requested %d.", q.key.ID, q.key.TPM, q.est))
+			// never admissible: not a 429, which SDKs retry
+			g.metrics.refused(q.key.ID, "too_large")
+			apiError(w, http.StatusBadRequest, "invalid_request_error", "request_too_large", fmt.Sprintf(
+				"Request too large for key %s on tokens per min (TPM): Limit %d, Requested %d (input and output cap, as the provider counts). Lower max_tokens or the input.", q.key.ID, q.key.TPM, q.est))
 			return false
 		case err == nil && !d.Admitted:
 			g.metrics.refused(q.key.ID, "tpm")
 			retryHeaders(w.Header(), d.Wait)
-			w.Header().Set("x-ratelimit-limit-tokens", strconv.FormatInt(q.key.TPM, 10))
+			g.rateHeaders(context.WithoutCancel(r.Context()), w.Header(), q)
 			apiError(w, http.StatusTooManyRequests, "tokens", "rate_limit_exceeded", fmt.Sprintf(
 				"Rate limit reached for key %s on tokens per min (TPM): Limit %d, Requested %d. Please try again in %s.", q.key.ID, q.key.TPM, q.est, d.Wait.Round(time.Millisecond)))
 			return false
@@ -551,8 +557,8 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, q *request) bool
 	case errors.Is(err, admission.ErrRejected):
 		g.metrics.refused(q.key.ID, "too_large")
 		b, _ := g.adm.Bucket(q.model)
-		apiError(w, http.StatusTooManyRequests, "tokens", "rate_limit_exceeded", fmt.Sprintf(
-			"Request too large for %s: %d tokens by the provider's count, more than its bucket holds (%d).", q.model, q.est, b.Limits().BurstTokens))
+		apiError(w, http.StatusBadRequest, "invalid_request_error", "request_too_large", fmt.Sprintf(
+			"Request too large for %s: %d tokens by the provider's count (input and output cap), more than its bucket holds (%d). Lower max_tokens or the input.", q.model, q.est, b.Limits().BurstTokens))
 	case ctx.Err() != nil:
 		// the client left while waiting: nothing to answer
 	case wctx.Err() != nil:
@@ -589,17 +595,13 @@ func retryHeaders(h http.Header, d time.Duration) {
 	h.Set("retry-after-ms", strconv.FormatInt(max(d.Milliseconds(), 1), 10))
 }
 
-// quotaHeaders describe the key's quota in OpenAI's x-ratelimit-* terms
-// and prq's own.
+// quotaHeaders describe the key's quota in prq's own headers (OpenAI's
+// x-ratelimit-* describe per-minute limits: rateHeaders).
 func (g *Gateway) quotaHeaders(h http.Header, k Key, remaining int64, reset time.Time) {
 	if k.QuotaTokens <= 0 {
 		return
 	}
 	remaining = max(remaining, 0)
-	until := max(time.Until(reset), 0).Round(time.Second)
-	h.Set("x-ratelimit-limit-tokens", strconv.FormatInt(k.QuotaTokens, 10))
-	h.Set("x-ratelimit-remaining-tokens", strconv.FormatInt(remaining, 10))
-	h.Set("x-ratelimit-reset-tokens", until.String())
 	h.Set("x-prq-quota-limit", strconv.FormatInt(k.QuotaTokens, 10))
 	h.Set("x-prq-quota-remaining", strconv.FormatInt(remaining, 10))
 	h.Set("x-prq-quota-reset", reset.UTC().Format(time.RFC3339))
@@ -618,7 +620,51 @@ func (g *Gateway) keyHeaders(ctx context.Context, h http.Header, q *request) {
 			h.Set("x-prq-bucket-remaining-tokens", strconv.FormatInt(max(avail.Tokens, 0), 10))
 		}
 	}
+	g.rateHeaders(ctx, h, q)
 	h.Set("x-prq-admission-wait-ms", strconv.FormatInt(q.waited.Milliseconds(), 10))
+}
+
+// rateHeaders describe a per-minute limit in OpenAI's x-ratelimit-*
+// terms, as the SDKs read them: the key's tokens per minute when it has
+// them, else the model's bucket (tokens and requests), shared with
+// everyone admitted to it.
+func (g *Gateway) rateHeaders(ctx context.Context, h http.Header, q *request) {
+	var b *ratelimit.Bucket
+	if q.key.TPM > 0 {
+		b, _ = g.tpmBucket(q.key)
+	} else {
+		b, _ = g.adm.Bucket(q.model)
+	}
+	if b == nil {
+		return
+	}
+	avail, _, err := b.Available(ctx)
+	if err != nil {
+		return
+	}
+	l := b.Limits()
+	per := l.Period
+	if per <= 0 {
+		per = time.Minute
+	}
+	perMinute := func(v int64) int64 { return int64(float64(v) * float64(time.Minute) / float64(per)) }
+	// the time to refill what is missing
+	reset := func(burst, rate, left int64) string {
+		if rate <= 0 {
+			return "0s"
+		}
+		return (time.Duration(float64(max(burst-left, 0)) / float64(rate) * float64(per))).Round(time.Millisecond).String()
+	}
+	burstT := cmp.Or(l.BurstTokens, l.TokensPerPeriod)
+	h.Set("x-ratelimit-limit-tokens", strconv.FormatInt(perMinute(l.TokensPerPeriod), 10))
+	h.Set("x-ratelimit-remaining-tokens", strconv.FormatInt(max(avail.Tokens, 0), 10))
+	h.Set("x-ratelimit-reset-tokens", reset(burstT, l.TokensPerPeriod, avail.Tokens))
+	if q.key.TPM <= 0 {
+		burstR := cmp.Or(l.BurstRequests, l.RequestsPerPeriod)
+		h.Set("x-ratelimit-limit-requests", strconv.FormatInt(perMinute(l.RequestsPerPeriod), 10))
+		h.Set("x-ratelimit-remaining-requests", strconv.FormatInt(max(avail.Requests, 0), 10))
+		h.Set("x-ratelimit-reset-requests", reset(burstR, l.RequestsPerPeriod, avail.Requests))
+	}
 }
 
 func (g *Gateway) settleQuota(ctx context.Context, q *request, actual int64) {

@@ -301,7 +301,8 @@ func TestProvider429GoesBackThroughAdmission(t *testing.T) {
 }
 
 // TestKeyTPMAndChoices: a key's tokens per minute refuse with 429 and
-// Retry-After before anything is sent; n choices share the output cap.
+// Retry-After before anything is sent (400 for a request over them by
+// itself); n choices share the output cap.
 func TestKeyTPMAndChoices(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, 0)
@@ -318,8 +319,8 @@ func TestKeyTPMAndChoices(t *testing.T) {
 		res.Body.Close()
 		return res.StatusCode, res.Header
 	}
-	if code, _ := status(slow, body(500)); code != http.StatusTooManyRequests {
-		t.Fatalf("a request over the key's whole TPM: %d, want 429", code)
+	if code, _ := status(slow, body(500)); code != http.StatusBadRequest {
+		t.Fatalf("a request over the key's whole TPM: %d, want 400 (never admissible: no 429, which SDKs retry)", code)
 	}
 	if code, _ := status(slow, body(150)); code != http.StatusOK {
 		t.Fatalf("the first request within the TPM: %d", code)
