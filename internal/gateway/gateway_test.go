@@ -47,6 +47,7 @@ type rigOpts struct {
 	upstream string
 	period   time.Duration
 	cfg      func(*gateway.Config)
+	verbose  bool // the fake answers at full length
 }
 
 func newRigWith(t testing.TB, o rigOpts) *rig {
@@ -54,7 +55,7 @@ func newRigWith(t testing.TB, o rigOpts) *rig {
 	latency := o.latency
 	rdb := redistest.Shared(t).Client(t)
 	model := fmt.Sprintf("gpt-4o-mini-%d", time.Now().UnixNano())
-	fake := fakeopenai.New(fakeopenai.Config{Models: []fakeopenai.Model{{Name: model, RPM: 1000, TPM: 100000, Latency: latency}}, Keys: []string{"sk-up"}})
+	fake := fakeopenai.New(fakeopenai.Config{Models: []fakeopenai.Model{{Name: model, RPM: 1000, TPM: 100000, Latency: latency}}, Keys: []string{"sk-up"}, Verbose: o.verbose})
 	up := httptest.NewServer(fake)
 	t.Cleanup(up.Close)
 	b, err := ratelimit.NewBucket(rdb, model, "sk-up", ratelimit.Limits{RequestsPerPeriod: 1000, TokensPerPeriod: 100000, Period: o.period})
@@ -302,7 +303,7 @@ func TestProvider429GoesBackThroughAdmission(t *testing.T) {
 
 // TestKeyTPMAndChoices: a key's tokens per minute refuse with 429 and
 // Retry-After before anything is sent (400 for a request over them by
-// itself); n choices share the output cap.
+// itself).
 func TestKeyTPMAndChoices(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, 0)
@@ -335,18 +336,29 @@ func TestKeyTPMAndChoices(t *testing.T) {
 		t.Fatalf("%d upstream calls, want 1: TPM refusals send nothing", n)
 	}
 
-	// three choices of a key with 100 tokens left share them: 27 each after the input
-	few, k := r.key(t, gateway.Spec{Name: "few", Tier: "paid", QuotaTokens: 100})
-	res, err := r.post(ctx, few, fmt.Sprintf(`{"model":"%s","n":3,"max_tokens":500,"messages":[{"role":"user","content":"hello"}]}`, r.model), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res.Body.Close()
-	if res.StatusCode != http.StatusOK {
-		t.Fatalf("n=3: %d", res.StatusCode)
-	}
-	if got := r.used(t, k); got > 100 {
-		t.Fatalf("n=3 spent %d of a 100-token quota", got)
+}
+
+// TestChoicesShareTheCap: n choices share what the key has left, each
+// capped to its share. The fake answers at full length (verbose) and
+// generates n choices, counting them all, as OpenAI does: a cap not
+// divided by n would spend some three times the quota.
+func TestChoicesShareTheCap(t *testing.T) {
+	t.Parallel()
+	r := newRigWith(t, rigOpts{verbose: true})
+	for _, stream := range []bool{false, true} {
+		few, k := r.key(t, gateway.Spec{Name: "few", Tier: "paid", QuotaTokens: 100})
+		res, err := r.post(context.Background(), few, fmt.Sprintf(`{"model":"%s","n":3,"stream":%v,"max_tokens":500,"messages":[{"role":"user","content":"hello"}]}`, r.model, stream), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("n=3: %d", res.StatusCode)
+		}
+		if got := r.used(t, k); got > 100 || got < 60 {
+			t.Fatalf("stream %v: n=3 spent %d of a 100-token quota, want all but the rounding (three choices of ~27 tokens)", stream, got)
+		}
 	}
 }
 
