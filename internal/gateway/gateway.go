@@ -342,6 +342,9 @@ func (g *Gateway) serveCompletion(w http.ResponseWriter, r *http.Request, q *req
 		return
 	}
 	q.key = k
+	if !g.quotaLeft(w, r, k) {
+		return
+	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, g.cfg.MaxBody+1))
 	if err != nil {
 		return // the client left
@@ -468,6 +471,29 @@ func (g *Gateway) serveCompletion(w http.ResponseWriter, r *http.Request, q *req
 	}
 	called = true
 	g.forward(w, r, q, req, m)
+}
+
+// quotaLeft refuses (403) a key whose quota cannot cover the smallest
+// request (one input token and the minimum output) before its body is
+// read, parsed or counted: a spent key costs one Redis read, no CPU.
+func (g *Gateway) quotaLeft(w http.ResponseWriter, r *http.Request, k Key) bool {
+	if k.QuotaTokens <= 0 {
+		return true
+	}
+	u, err := g.quotas[k.QuotaPeriod].Used(r.Context(), tenantOf(k), "", k.QuotaTokens)
+	if err != nil { // Reserve checks again, and reports
+		return true
+	}
+	left := k.QuotaTokens - u.Used
+	if left >= 1+g.cfg.MinOutput {
+		return true
+	}
+	g.metrics.refused(k.ID, "quota")
+	g.quotaHeaders(w.Header(), k, left, u.Reset)
+	apiError(w, http.StatusForbidden, "insufficient_quota", "quota_exceeded", fmt.Sprintf(
+		"The %s quota of key %s (%d tokens per %s) is spent: %d tokens left, less than the smallest request (an input token and a minimum output of %d). It resets at %s.",
+		k.QuotaPeriod, k.ID, k.QuotaTokens, k.QuotaPeriod, max(left, 0), g.cfg.MinOutput, u.Reset.UTC().Format(time.RFC3339)))
+	return false
 }
 
 // takeTPM charges the key's tokens-per-minute bucket; over it, the

@@ -128,3 +128,25 @@ func TestOutputCapBounded(t *testing.T) {
 		t.Fatalf("%d upstream calls for refused requests", n)
 	}
 }
+
+// TestSpentKeyRefusedFirst: a key whose quota cannot cover the smallest
+// request is refused (403) before its body is parsed or counted, so it
+// cannot burn the gateway's CPU: even a body the gateway could not parse
+// gets the 403.
+func TestSpentKeyRefusedFirst(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, 0)
+	secret, _ := r.key(t, gateway.Spec{Name: "spent", Tier: "paid", QuotaTokens: 10})
+	for _, body := range []string{`{`, fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":%q}]}`, r.model, strings.Repeat("word ", 100000))} {
+		res, err := r.post(context.Background(), secret, body, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e apiErr
+		jsonDecode(res, &e)
+		res.Body.Close()
+		if res.StatusCode != http.StatusForbidden || e.Error.Type != "insufficient_quota" || res.Header.Get("x-prq-quota-remaining") != "10" {
+			t.Fatalf("%d %+v remaining %q, want 403 insufficient_quota with 10 left", res.StatusCode, e, res.Header.Get("x-prq-quota-remaining"))
+		}
+	}
+}
