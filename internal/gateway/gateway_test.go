@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/prq-dev/prq/admission"
@@ -31,6 +32,7 @@ type rig struct {
 	keys  *gateway.Keys
 	sched *admission.Scheduler
 	fake  *fakeopenai.Server
+	reg   *prometheus.Registry // the gateway's metrics
 }
 
 func newRig(t testing.TB, latency time.Duration) *rig {
@@ -85,7 +87,10 @@ func newRigWith(t testing.TB, o rigOpts) *rig {
 	if o.cfg != nil {
 		o.cfg(&cfg)
 	}
-	g, err := gateway.New(cfg, keys, sched, waiter, rdb, gateway.NewMetrics())
+	metrics := gateway.NewMetrics()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(metrics.Collectors()...)
+	g, err := gateway.New(cfg, keys, sched, waiter, rdb, metrics)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +98,7 @@ func newRigWith(t testing.TB, o rigOpts) *rig {
 	srv.Config.WriteTimeout = 300 * time.Millisecond // as serve's, shortened: a gateway request outlives it
 	srv.Start()
 	t.Cleanup(func() { srv.Close(); waiter.Close(); cancel(); <-done })
-	return &rig{url: srv.URL, up: up.URL, model: model, rdb: rdb, keys: keys, sched: sched, fake: fake}
+	return &rig{url: srv.URL, up: up.URL, model: model, rdb: rdb, keys: keys, sched: sched, fake: fake, reg: reg}
 }
 
 func (r *rig) key(t testing.TB, s gateway.Spec) (string, gateway.Key) {
@@ -132,6 +137,24 @@ func (r *rig) bucketTokens(t *testing.T) int64 {
 		t.Fatal(err)
 	}
 	return c.Tokens
+}
+
+// metric sums a series of the gateway's metrics.
+func (r *rig) metric(t *testing.T, name string) float64 {
+	t.Helper()
+	fams, err := r.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, f := range fams {
+		if f.GetName() == name {
+			for _, m := range f.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
 }
 
 // eventually polls cond; the machine is shared, so no timing is asserted.

@@ -187,3 +187,28 @@ func TestProviderAccountHidden(t *testing.T) {
 		})
 	}
 }
+
+// TestUsageOverReservationCounted: when the provider reports more than
+// the gateway reserved (its count missed something), the excess is
+// counted in a metric (and logged), so the miss is visible.
+func TestUsageOverReservationCounted(t *testing.T) {
+	t.Parallel()
+	up := stalling(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5000,"completion_tokens":1,"total_tokens":5001}}`)
+	})
+	r := newRigWith(t, rigOpts{upstream: up})
+	secret, _ := r.key(t, gateway.Spec{Name: "undercounted", Tier: "paid"})
+	res, err := r.post(context.Background(), secret, fmt.Sprintf(`{"model":%q,"max_tokens":20,"messages":[{"role":"user","content":"hello"}]}`, r.model), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("%d", res.StatusCode)
+	}
+	// the reservation was input (~9) + 20; the provider reported 5001
+	if got := r.metric(t, "prq_gateway_usage_over_reservation_tokens_total"); got < 4900 || got > 5001 {
+		t.Fatalf("usage over the reservation counted %v, want some 4,970", got)
+	}
+}
