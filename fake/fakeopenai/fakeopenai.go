@@ -413,6 +413,15 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, key, deploy
 	if deployment != "" {
 		req.Model = deployment // Azure: the deployment decides, not the body
 	}
+	if msg := unrecognizedArgument(body); msg != "" {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "", msg)
+		return
+	}
+	n, msg := choiceCount(body)
+	if msg != "" {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "", msg)
+		return
+	}
 	m, ok := s.models[req.Model]
 	if !ok {
 		writeError(w, http.StatusNotFound, "invalid_request_error", "model_not_found", fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", req.Model))
@@ -450,7 +459,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, key, deploy
 		n, _ := s.codec.Count(msg.Content)
 		prompt += int64(n) + 4
 	}
-	cost := int64(math.Ceil(float64(chars)/4)) + maxOut
+	cost := int64(math.Ceil(float64(chars)/4)) + maxOut*n // each choice may take the cap
 
 	s.mu.Lock()
 	st := s.statsOf(m.Name)
@@ -567,16 +576,20 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, key, deploy
 		finish = "length"
 	}
 	s.mu.Lock()
-	st.CompletionToks += int64(len(toks))
+	st.CompletionToks += n * int64(len(toks))
 	s.mu.Unlock()
+	if req.Stream && n > 1 {
+		s.streamChoices(w, r, n, m.Name, now, text, finish, toks, prompt, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
+		return
+	}
 	if req.Stream {
 		s.stream(w, r, m.Name, now, text, finish, toks, prompt, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
 		return
 	}
 	resp := map[string]any{
 		"id": fmt.Sprintf("chatcmpl-fake%d", now.UnixNano()), "object": "chat.completion", "created": now.Unix(), "model": m.Name,
-		"choices": []any{map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": text}, "finish_reason": finish, "logprobs": nil}},
-		"usage":   map[string]any{"prompt_tokens": prompt, "completion_tokens": len(toks), "total_tokens": prompt + int64(len(toks))},
+		"choices": choices(n, text, finish),
+		"usage":   map[string]any{"prompt_tokens": prompt, "completion_tokens": n * int64(len(toks)), "total_tokens": prompt + n*int64(len(toks))},
 	}
 	out, _ := json.Marshal(resp)
 	roll -= f.Empty

@@ -268,6 +268,12 @@ type GatewayConfig struct {
 	// MinOutput is the least output worth a call: below input plus this
 	// much quota left, a request is refused (403). Defaults to 16.
 	MinOutput int64 `yaml:"min_output"`
+	// HeaderTimeout bounds the wait for the provider's reply headers.
+	// Defaults to openai.timeout.
+	HeaderTimeout Duration `yaml:"header_timeout"`
+	// StreamIdle is the longest a stream may go without a line from the
+	// provider before the gateway ends it. Defaults to 60s.
+	StreamIdle Duration `yaml:"stream_idle"`
 }
 
 // QuotaSettings configures tenant quotas.
@@ -624,6 +630,9 @@ func (c *Config) Validate(m Mode) error {
 	}
 	if c.Gateway.MaxWait.D() < 0 {
 		bad("gateway.max_wait", "must not be negative, got %s", c.Gateway.MaxWait.D())
+	}
+	if c.Gateway.HeaderTimeout.D() < 0 || c.Gateway.StreamIdle.D() < 0 {
+		bad("gateway.header_timeout", "header_timeout and stream_idle must not be negative")
 	}
 	if c.Gateway.MinOutput < 0 {
 		bad("gateway.min_output", "must not be negative, got %d", c.Gateway.MinOutput)

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -31,7 +32,13 @@ type Model struct {
 	MaxOutput int64
 	// Reasoning models take max_completion_tokens instead of max_tokens.
 	Reasoning bool
+	// Context is the model's context window: a request asking for more
+	// output than this is refused (400). Defaults to 128000.
+	Context int64
 }
+
+// maxChoices bounds n (OpenAI's limit).
+const maxChoices = 128
 
 // Config configures the gateway.
 type Config struct {
@@ -43,10 +50,23 @@ type Config struct {
 	// UpstreamKey is the provider's API key.
 	UpstreamKey string
 	// Client makes upstream calls. Defaults to a client with no overall
-	// timeout (streams run long); Timeout bounds the non-streaming ones.
+	// timeout (streams run long) whose transport waits at most
+	// HeaderTimeout for the reply's headers; Timeout bounds the
+	// non-streaming calls, StreamIdle the gaps in a stream.
 	Client *http.Client
 	// Timeout bounds a non-streaming upstream call. Defaults to 120s.
 	Timeout time.Duration
+	// HeaderTimeout bounds the wait for an upstream reply's headers (a
+	// non-streaming reply's come with its body: it defaults to Timeout).
+	// Used when Client is nil.
+	HeaderTimeout time.Duration
+	// StreamIdle is the longest a stream may go without a line from the
+	// provider; past it the upstream call is cancelled and the stream
+	// ends with an error event. Defaults to 60s.
+	StreamIdle time.Duration
+	// MaxLine bounds a line of an upstream stream (one event's data);
+	// a longer one ends the stream with an error event. Defaults to 1 MiB.
+	MaxLine int
 	// MaxWait is the longest a request waits for admission; a request's
 	// X-Prq-Max-Wait header may lower it. Defaults to 60s.
 	MaxWait time.Duration
@@ -108,14 +128,25 @@ func New(cfg Config, keys *Keys, adm Admission, waiter Waiter, rdb redis.Univers
 		return nil, errors.New("gateway: the upstream URL is required")
 	case keys == nil || adm == nil || waiter == nil || rdb == nil:
 		return nil, errors.New("gateway: keys, admission, waiter and Redis are required")
-	case cfg.MaxWait < 0 || cfg.MinOutput < 0 || cfg.Timeout < 0:
-		return nil, errors.New("gateway: MaxWait, MinOutput and Timeout must not be negative")
-	}
-	if cfg.Client == nil {
-		cfg.Client = &http.Client{}
+	case cfg.MaxWait < 0 || cfg.MinOutput < 0 || cfg.Timeout < 0 || cfg.HeaderTimeout < 0 || cfg.StreamIdle < 0 || cfg.MaxLine < 0:
+		return nil, errors.New("gateway: MaxWait, MinOutput, Timeout, HeaderTimeout, StreamIdle and MaxLine must not be negative")
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 120 * time.Second
+	}
+	if cfg.HeaderTimeout == 0 {
+		cfg.HeaderTimeout = cfg.Timeout
+	}
+	if cfg.StreamIdle == 0 {
+		cfg.StreamIdle = 60 * time.Second
+	}
+	if cfg.MaxLine == 0 {
+		cfg.MaxLine = 1 << 20
+	}
+	if cfg.Client == nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.ResponseHeaderTimeout = cfg.HeaderTimeout
+		cfg.Client = &http.Client{Transport: tr}
 	}
 	if cfg.MaxWait == 0 {
 		cfg.MaxWait = 60 * time.Second
@@ -141,8 +172,12 @@ func New(cfg Config, keys *Keys, adm Admission, waiter Waiter, rdb redis.Univers
 		}
 		if m.MaxOutput <= 0 {
 			m.MaxOutput = ratelimit.DefaultMaxOutput
-			cfg.Models[name] = m
 		}
+		if m.Context <= 0 {
+			m.Context = 128000
+		}
+		m.MaxOutput = min(m.MaxOutput, m.Context)
+		cfg.Models[name] = m
 		tk, err := ratelimit.NewTokenizer(name)
 		if err != nil {
 			return nil, err
@@ -164,6 +199,9 @@ func (g *Gateway) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", g.completions)
 	mux.HandleFunc("GET /v1/models", g.models)
+	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
+		apiError(w, http.StatusNotFound, "invalid_request_error", "unknown_url", fmt.Sprintf("Invalid URL (%s %s): the gateway serves POST /v1/chat/completions and GET /v1/models.", r.Method, r.URL.Path))
+	})
 	return mux
 }
 
@@ -178,10 +216,22 @@ func apiError(w http.ResponseWriter, status int, typ, code, msg string) {
 	json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": c}})
 }
 
+// badRequest answers 400 for a request the gateway cannot take, naming
+// the parameter at fault when it is known.
+func badRequest(w http.ResponseWriter, err error) {
+	var param any
+	if re, ok := err.(*requestError); ok && re.param != "" {
+		param = re.param
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusBadRequest)
+	json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"message": err.Error(), "type": "invalid_request_error", "param": param, "code": nil}})
+}
+
 // authenticate reads the bearer key; on failure it has answered 401.
 func (g *Gateway) authenticate(w http.ResponseWriter, r *http.Request) (Key, bool) {
-	secret, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || secret == "" {
+	scheme, secret, _ := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
+	if !strings.EqualFold(scheme, "bearer") || strings.TrimSpace(secret) == "" {
 		apiError(w, http.StatusUnauthorized, "invalid_request_error", "missing_api_key", "You didn't provide an API key. Provide a prq virtual key (prq-sk-...) as a bearer token.")
 		return Key{}, false
 	}
@@ -219,70 +269,6 @@ func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": data})
-}
-
-// chatRequest is what the gateway reads of a request; the body is
-// forwarded as sent but for the output cap and stream options.
-type chatRequest struct {
-	Model               string    `json:"model"`
-	Messages            []message `json:"messages"`
-	Stream              bool      `json:"stream"`
-	MaxTokens           *int64    `json:"max_tokens"`
-	MaxCompletionTokens *int64    `json:"max_completion_tokens"`
-	// N choices each take up to the output cap.
-	N             *int64          `json:"n"`
-	StreamOptions json.RawMessage `json:"stream_options"`
-	Tools         json.RawMessage `json:"tools"`
-	Functions     json.RawMessage `json:"functions"`
-}
-
-type message struct {
-	Content   json.RawMessage `json:"content"`
-	ToolCalls json.RawMessage `json:"tool_calls"`
-}
-
-// texts returns what the provider counts of the request, one string per
-// message as in ratelimit.Tokenizer.CountMessages: the text of each
-// message (a string, or its text parts), and, counted on top so the
-// count errs high, tool calls and tool definitions as JSON.
-func (c chatRequest) texts() ([]string, error) {
-	var out []string
-	for i, m := range c.Messages {
-		var s string
-		switch {
-		case len(m.Content) == 0 || string(m.Content) == "null":
-		case m.Content[0] == '"':
-			if err := json.Unmarshal(m.Content, &s); err != nil {
-				return nil, fmt.Errorf("messages[%d].content: %w", i, err)
-			}
-		case m.Content[0] == '[':
-			var parts []struct {
-				Type string `json:"type"`
-				Text string `json:"text"`
-			}
-			if err := json.Unmarshal(m.Content, &parts); err != nil {
-				return nil, fmt.Errorf("messages[%d].content: %w", i, err)
-			}
-			for _, p := range parts {
-				if p.Type != "text" {
-					return nil, fmt.Errorf("messages[%d].content: the gateway counts text parts only, not %q", i, p.Type)
-				}
-				s += p.Text
-			}
-		default:
-			return nil, fmt.Errorf("messages[%d].content must be a string or an array of parts", i)
-		}
-		if len(m.ToolCalls) > 0 && string(m.ToolCalls) != "null" {
-			s += string(m.ToolCalls)
-		}
-		out = append(out, s)
-	}
-	for _, extra := range []json.RawMessage{c.Tools, c.Functions} {
-		if len(extra) > 0 && string(extra) != "null" {
-			out = append(out, string(extra))
-		}
-	}
-	return out, nil
 }
 
 func newID() string {
@@ -324,7 +310,8 @@ type request struct {
 	id      string
 	model   string
 	input   int64
-	cap     int64
+	cap     int64 // per choice
+	n       int64 // choices
 	est     int64 // the provider's admission estimate: the bucket's charge
 	grant   *ratelimit.Grant
 	tpm     *ratelimit.Bucket
@@ -355,6 +342,9 @@ func (g *Gateway) serveCompletion(w http.ResponseWriter, r *http.Request, q *req
 		return
 	}
 	q.key = k
+	if !g.quotaLeft(w, r, k) {
+		return
+	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, g.cfg.MaxBody+1))
 	if err != nil {
 		return // the client left
@@ -363,14 +353,9 @@ func (g *Gateway) serveCompletion(w http.ResponseWriter, r *http.Request, q *req
 		apiError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "", fmt.Sprintf("The request body is larger than %d bytes.", g.cfg.MaxBody))
 		return
 	}
-	var req chatRequest
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(body, &raw); err != nil {
-		apiError(w, http.StatusBadRequest, "invalid_request_error", "", "We could not parse the JSON body of your request.")
-		return
-	}
-	if err := json.Unmarshal(body, &req); err != nil {
-		apiError(w, http.StatusBadRequest, "invalid_request_error", "", "Invalid request: "+err.Error())
+	req, err := parseRequest(body)
+	if err != nil {
+		badRequest(w, err)
 		return
 	}
 	m, known := g.cfg.Models[req.Model]
@@ -379,7 +364,7 @@ func (g *Gateway) serveCompletion(w http.ResponseWriter, r *http.Request, q *req
 		return
 	}
 	q.model = req.Model
-	if len(req.Messages) == 0 {
+	if len(req.messages) == 0 {
 		apiError(w, http.StatusBadRequest, "invalid_request_error", "", "'messages' must contain at least one message.")
 		return
 	}
@@ -398,24 +383,34 @@ func (g *Gateway) serveCompletion(w http.ResponseWriter, r *http.Request, q *req
 			return
 		}
 	}
+	// bounded here, the products below (cap × n, input + cap × n) stay
+	// far from overflowing
 	want := m.MaxOutput
-	for _, v := range []*int64{req.MaxTokens, req.MaxCompletionTokens} {
-		if v != nil {
-			if *v < 1 {
-				apiError(w, http.StatusBadRequest, "invalid_request_error", "integer_below_min_value", "max_tokens must be at least 1.")
-				return
-			}
-			want = *v
+	for _, f := range []struct {
+		name string
+		v    *int64
+	}{{"max_tokens", req.MaxTokens}, {"max_completion_tokens", req.MaxCompletionTokens}} {
+		switch {
+		case f.v == nil:
+			continue
+		case *f.v < 1:
+			badRequest(w, &requestError{param: f.name, msg: f.name + " must be at least 1."})
+			return
+		case *f.v > m.Context:
+			badRequest(w, &requestError{param: f.name, msg: fmt.Sprintf("%s is too large: %d. This model supports at most %d tokens (its context window).", f.name, *f.v, m.Context)})
+			return
 		}
+		want = *f.v
 	}
 	n := int64(1)
 	if req.N != nil {
-		if *req.N < 1 || *req.N > 128 {
-			apiError(w, http.StatusBadRequest, "invalid_request_error", "", "n must be between 1 and 128.")
+		if *req.N < 1 || *req.N > maxChoices {
+			badRequest(w, &requestError{param: "n", msg: fmt.Sprintf("n must be between 1 and %d.", maxChoices)})
 			return
 		}
 		n = *req.N
 	}
+	q.n = n
 	wait, err := g.maxWait(r)
 	if err != nil {
 		apiError(w, http.StatusBadRequest, "invalid_request_error", "", err.Error())
@@ -426,7 +421,7 @@ func (g *Gateway) serveCompletion(w http.ResponseWriter, r *http.Request, q *req
 		q.input, err = g.tokenizers[req.Model].CountMessages(texts...)
 	}
 	if err != nil {
-		apiError(w, http.StatusBadRequest, "invalid_request_error", "", "Invalid messages: "+err.Error())
+		badRequest(w, err)
 		return
 	}
 	q.id = newID()
@@ -446,6 +441,7 @@ func (g *Gateway) serveCompletion(w http.ResponseWriter, r *http.Request, q *req
 		if errors.As(err, &qe) {
 			g.metrics.refused(k.ID, "quota")
 			g.quotaHeaders(w.Header(), k, qe.Remaining, qe.Reset)
+			g.rateHeaders(ctx, w.Header(), q)
 			apiError(w, http.StatusForbidden, "insufficient_quota", "quota_exceeded", fmt.Sprintf(
 				"The %s quota of key %s (%d tokens per %s) is spent: %d tokens left, %d needed (input %d + a minimum output of %d). It resets at %s.",
 				k.QuotaPeriod, k.ID, k.QuotaTokens, k.QuotaPeriod, qe.Remaining, qe.Needed, q.input, g.cfg.MinOutput, qe.Reset.UTC().Format(time.RFC3339)))
@@ -474,7 +470,30 @@ func (g *Gateway) serveCompletion(w http.ResponseWriter, r *http.Request, q *req
 		return
 	}
 	called = true
-	g.forward(w, r, q, raw, req, m)
+	g.forward(w, r, q, req, m)
+}
+
+// quotaLeft refuses (403) a key whose quota cannot cover the smallest
+// request (one input token and the minimum output) before its body is
+// read, parsed or counted: a spent key costs one Redis read, no CPU.
+func (g *Gateway) quotaLeft(w http.ResponseWriter, r *http.Request, k Key) bool {
+	if k.QuotaTokens <= 0 {
+		return true
+	}
+	u, err := g.quotas[k.QuotaPeriod].Used(r.Context(), tenantOf(k), "", k.QuotaTokens)
+	if err != nil { // Reserve checks again, and reports
+		return true
+	}
+	left := k.QuotaTokens - u.Used
+	if left >= 1+g.cfg.MinOutput {
+		return true
+	}
+	g.metrics.refused(k.ID, "quota")
+	g.quotaHeaders(w.Header(), k, left, u.Reset)
+	apiError(w, http.StatusForbidden, "insufficient_quota", "quota_exceeded", fmt.Sprintf(
+		"The %s quota of key %s (%d tokens per %s) is spent: %d tokens left, less than the smallest request (an input token and a minimum output of %d). It resets at %s.",
+		k.QuotaPeriod, k.ID, k.QuotaTokens, k.QuotaPeriod, max(left, 0), g.cfg.MinOutput, u.Reset.UTC().Format(time.RFC3339)))
+	return false
 }
 
 // takeTPM charges the key's tokens-per-minute bucket; over it, the
@@ -488,14 +507,15 @@ func (g *Gateway) takeTPM(w http.ResponseWriter, r *http.Request, q *request) bo
 		var ce *ratelimit.CostError
 		switch {
 		case errors.As(err, &ce):
-			g.metrics.refused(q.key.ID, "tpm")
-			apiError(w, http.StatusTooManyRequests, "tokens", "rate_limit_exceeded", fmt.Sprintf(
-				"Request too large for key %s on tokens per min (TPM): Limit %d, Requested %d.", q.key.ID, q.key.TPM, q.est))
+			// never admissible: not a 429, which SDKs retry
+			g.metrics.refused(q.key.ID, "too_large")
+			apiError(w, http.StatusBadRequest, "invalid_request_error", "request_too_large", fmt.Sprintf(
+				"Request too large for key %s on tokens per min (TPM): Limit %d, Requested %d (input and output cap, as the provider counts). Lower max_tokens or the input.", q.key.ID, q.key.TPM, q.est))
 			return false
 		case err == nil && !d.Admitted:
 			g.metrics.refused(q.key.ID, "tpm")
 			retryHeaders(w.Header(), d.Wait)
-			w.Header().Set("x-ratelimit-limit-tokens", strconv.FormatInt(q.key.TPM, 10))
+			g.rateHeaders(context.WithoutCancel(r.Context()), w.Header(), q)
 			apiError(w, http.StatusTooManyRequests, "tokens", "rate_limit_exceeded", fmt.Sprintf(
 				"Rate limit reached for key %s on tokens per min (TPM): Limit %d, Requested %d. Please try again in %s.", q.key.ID, q.key.TPM, q.est, d.Wait.Round(time.Millisecond)))
 			return false
@@ -563,8 +583,8 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, q *request) bool
 	case errors.Is(err, admission.ErrRejected):
 		g.metrics.refused(q.key.ID, "too_large")
 		b, _ := g.adm.Bucket(q.model)
-		apiError(w, http.StatusTooManyRequests, "tokens", "rate_limit_exceeded", fmt.Sprintf(
-			"Request too large for %s: %d tokens by the provider's count, more than its bucket holds (%d).", q.model, q.est, b.Limits().BurstTokens))
+		apiError(w, http.StatusBadRequest, "invalid_request_error", "request_too_large", fmt.Sprintf(
+			"Request too large for %s: %d tokens by the provider's count (input and output cap), more than its bucket holds (%d). Lower max_tokens or the input.", q.model, q.est, b.Limits().BurstTokens))
 	case ctx.Err() != nil:
 		// the client left while waiting: nothing to answer
 	case wctx.Err() != nil:
@@ -601,17 +621,13 @@ func retryHeaders(h http.Header, d time.Duration) {
 	h.Set("retry-after-ms", strconv.FormatInt(max(d.Milliseconds(), 1), 10))
 }
 
-// quotaHeaders describe the key's quota in OpenAI's x-ratelimit-* terms
-// and prq's own.
+// quotaHeaders describe the key's quota in prq's own headers (OpenAI's
+// x-ratelimit-* describe per-minute limits: rateHeaders).
 func (g *Gateway) quotaHeaders(h http.Header, k Key, remaining int64, reset time.Time) {
 	if k.QuotaTokens <= 0 {
 		return
 	}
 	remaining = max(remaining, 0)
-	until := max(time.Until(reset), 0).Round(time.Second)
-	h.Set("x-ratelimit-limit-tokens", strconv.FormatInt(k.QuotaTokens, 10))
-	h.Set("x-ratelimit-remaining-tokens", strconv.FormatInt(remaining, 10))
-	h.Set("x-ratelimit-reset-tokens", until.String())
 	h.Set("x-prq-quota-limit", strconv.FormatInt(k.QuotaTokens, 10))
 	h.Set("x-prq-quota-remaining", strconv.FormatInt(remaining, 10))
 	h.Set("x-prq-quota-reset", reset.UTC().Format(time.RFC3339))
@@ -630,7 +646,51 @@ func (g *Gateway) keyHeaders(ctx context.Context, h http.Header, q *request) {
 			h.Set("x-prq-bucket-remaining-tokens", strconv.FormatInt(max(avail.Tokens, 0), 10))
 		}
 	}
+	g.rateHeaders(ctx, h, q)
 	h.Set("x-prq-admission-wait-ms", strconv.FormatInt(q.waited.Milliseconds(), 10))
+}
+
+// rateHeaders describe a per-minute limit in OpenAI's x-ratelimit-*
+// terms, as the SDKs read them: the key's tokens per minute when it has
+// them, else the model's bucket (tokens and requests), shared with
+// everyone admitted to it.
+func (g *Gateway) rateHeaders(ctx context.Context, h http.Header, q *request) {
+	var b *ratelimit.Bucket
+	if q.key.TPM > 0 {
+		b, _ = g.tpmBucket(q.key)
+	} else {
+		b, _ = g.adm.Bucket(q.model)
+	}
+	if b == nil {
+		return
+	}
+	avail, _, err := b.Available(ctx)
+	if err != nil {
+		return
+	}
+	l := b.Limits()
+	per := l.Period
+	if per <= 0 {
+		per = time.Minute
+	}
+	perMinute := func(v int64) int64 { return int64(float64(v) * float64(time.Minute) / float64(per)) }
+	// the time to refill what is missing
+	reset := func(burst, rate, left int64) string {
+		if rate <= 0 {
+			return "0s"
+		}
+		return (time.Duration(float64(max(burst-left, 0)) / float64(rate) * float64(per))).Round(time.Millisecond).String()
+	}
+	burstT := cmp.Or(l.BurstTokens, l.TokensPerPeriod)
+	h.Set("x-ratelimit-limit-tokens", strconv.FormatInt(perMinute(l.TokensPerPeriod), 10))
+	h.Set("x-ratelimit-remaining-tokens", strconv.FormatInt(max(avail.Tokens, 0), 10))
+	h.Set("x-ratelimit-reset-tokens", reset(burstT, l.TokensPerPeriod, avail.Tokens))
+	if q.key.TPM <= 0 {
+		burstR := cmp.Or(l.BurstRequests, l.RequestsPerPeriod)
+		h.Set("x-ratelimit-limit-requests", strconv.FormatInt(perMinute(l.RequestsPerPeriod), 10))
+		h.Set("x-ratelimit-remaining-requests", strconv.FormatInt(max(avail.Requests, 0), 10))
+		h.Set("x-ratelimit-reset-requests", reset(burstR, l.RequestsPerPeriod, avail.Requests))
+	}
 }
 
 func (g *Gateway) settleQuota(ctx context.Context, q *request, actual int64) {

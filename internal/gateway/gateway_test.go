@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/prq-dev/prq/admission"
@@ -31,16 +32,35 @@ type rig struct {
 	keys  *gateway.Keys
 	sched *admission.Scheduler
 	fake  *fakeopenai.Server
+	reg   *prometheus.Registry // the gateway's metrics
 }
 
 func newRig(t testing.TB, latency time.Duration) *rig {
 	t.Helper()
+	return newRigWith(t, rigOpts{latency: latency})
+}
+
+// rigOpts vary a rig: the fake's latency, the upstream URL the gateway
+// calls (the fake's by default), the bucket's period (a minute by
+// default; a long one barely refills during a test) and the gateway's
+// settings.
+type rigOpts struct {
+	latency  time.Duration
+	upstream string
+	period   time.Duration
+	cfg      func(*gateway.Config)
+	verbose  bool // the fake answers at full length
+}
+
+func newRigWith(t testing.TB, o rigOpts) *rig {
+	t.Helper()
+	latency := o.latency
 	rdb := redistest.Shared(t).Client(t)
 	model := fmt.Sprintf("gpt-4o-mini-%d", time.Now().UnixNano())
-	fake := fakeopenai.New(fakeopenai.Config{Models: []fakeopenai.Model{{Name: model, RPM: 1000, TPM: 100000, Latency: latency}}, Keys: []string{"sk-up"}})
+	fake := fakeopenai.New(fakeopenai.Config{Models: []fakeopenai.Model{{Name: model, RPM: 1000, TPM: 100000, Latency: latency}}, Keys: []string{"sk-up"}, Verbose: o.verbose})
 	up := httptest.NewServer(fake)
 	t.Cleanup(up.Close)
-	b, err := ratelimit.NewBucket(rdb, model, "sk-up", ratelimit.Limits{RequestsPerPeriod: 1000, TokensPerPeriod: 100000})
+	b, err := ratelimit.NewBucket(rdb, model, "sk-up", ratelimit.Limits{RequestsPerPeriod: 1000, TokensPerPeriod: 100000, Period: o.period})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +80,17 @@ func newRig(t testing.TB, latency time.Duration) *rig {
 		t.Fatal(err)
 	}
 	keys := gateway.NewKeys(rdb)
-	g, err := gateway.New(gateway.Config{Models: map[string]gateway.Model{model: {}}, UpstreamURL: up.URL + "/v1", UpstreamKey: "sk-up", Log: log}, keys, sched, waiter, rdb, gateway.NewMetrics())
+	cfg := gateway.Config{Models: map[string]gateway.Model{model: {}}, UpstreamURL: up.URL + "/v1", UpstreamKey: "sk-up", Log: log}
+	if o.upstream != "" {
+		cfg.UpstreamURL = o.upstream
+	}
+	if o.cfg != nil {
+		o.cfg(&cfg)
+	}
+	metrics := gateway.NewMetrics()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(metrics.Collectors()...)
+	g, err := gateway.New(cfg, keys, sched, waiter, rdb, metrics)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +98,7 @@ func newRig(t testing.TB, latency time.Duration) *rig {
 	srv.Config.WriteTimeout = 300 * time.Millisecond // as serve's, shortened: a gateway request outlives it
 	srv.Start()
 	t.Cleanup(func() { srv.Close(); waiter.Close(); cancel(); <-done })
-	return &rig{url: srv.URL, up: up.URL, model: model, rdb: rdb, keys: keys, sched: sched, fake: fake}
+	return &rig{url: srv.URL, up: up.URL, model: model, rdb: rdb, keys: keys, sched: sched, fake: fake, reg: reg}
 }
 
 func (r *rig) key(t testing.TB, s gateway.Spec) (string, gateway.Key) {
@@ -107,6 +137,24 @@ func (r *rig) bucketTokens(t *testing.T) int64 {
 		t.Fatal(err)
 	}
 	return c.Tokens
+}
+
+// metric sums a series of the gateway's metrics.
+func (r *rig) metric(t *testing.T, name string) float64 {
+	t.Helper()
+	fams, err := r.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, f := range fams {
+		if f.GetName() == name {
+			for _, m := range f.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
 }
 
 // eventually polls cond; the machine is shared, so no timing is asserted.
@@ -277,7 +325,8 @@ func TestProvider429GoesBackThroughAdmission(t *testing.T) {
 }
 
 // TestKeyTPMAndChoices: a key's tokens per minute refuse with 429 and
-// Retry-After before anything is sent; n choices share the output cap.
+// Retry-After before anything is sent (400 for a request over them by
+// itself).
 func TestKeyTPMAndChoices(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, 0)
@@ -294,8 +343,8 @@ func TestKeyTPMAndChoices(t *testing.T) {
 		res.Body.Close()
 		return res.StatusCode, res.Header
 	}
-	if code, _ := status(slow, body(500)); code != http.StatusTooManyRequests {
-		t.Fatalf("a request over the key's whole TPM: %d, want 429", code)
+	if code, _ := status(slow, body(500)); code != http.StatusBadRequest {
+		t.Fatalf("a request over the key's whole TPM: %d, want 400 (never admissible: no 429, which SDKs retry)", code)
 	}
 	if code, _ := status(slow, body(150)); code != http.StatusOK {
 		t.Fatalf("the first request within the TPM: %d", code)
@@ -310,18 +359,29 @@ func TestKeyTPMAndChoices(t *testing.T) {
 		t.Fatalf("%d upstream calls, want 1: TPM refusals send nothing", n)
 	}
 
-	// three choices of a key with 100 tokens left share them: 27 each after the input
-	few, k := r.key(t, gateway.Spec{Name: "few", Tier: "paid", QuotaTokens: 100})
-	res, err := r.post(ctx, few, fmt.Sprintf(`{"model":"%s","n":3,"max_tokens":500,"messages":[{"role":"user","content":"hello"}]}`, r.model), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res.Body.Close()
-	if res.StatusCode != http.StatusOK {
-		t.Fatalf("n=3: %d", res.StatusCode)
-	}
-	if got := r.used(t, k); got > 100 {
-		t.Fatalf("n=3 spent %d of a 100-token quota", got)
+}
+
+// TestChoicesShareTheCap: n choices share what the key has left, each
+// capped to its share. The fake answers at full length (verbose) and
+// generates n choices, counting them all, as OpenAI does: a cap not
+// divided by n would spend some three times the quota.
+func TestChoicesShareTheCap(t *testing.T) {
+	t.Parallel()
+	r := newRigWith(t, rigOpts{verbose: true})
+	for _, stream := range []bool{false, true} {
+		few, k := r.key(t, gateway.Spec{Name: "few", Tier: "paid", QuotaTokens: 100})
+		res, err := r.post(context.Background(), few, fmt.Sprintf(`{"model":"%s","n":3,"stream":%v,"max_tokens":500,"messages":[{"role":"user","content":"hello"}]}`, r.model, stream), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("n=3: %d", res.StatusCode)
+		}
+		if got := r.used(t, k); got > 100 || got < 60 {
+			t.Fatalf("stream %v: n=3 spent %d of a 100-token quota, want all but the rounding (three choices of ~27 tokens)", stream, got)
+		}
 	}
 }
 

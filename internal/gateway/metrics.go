@@ -14,6 +14,7 @@ type Metrics struct {
 	tokens   *prometheus.CounterVec
 	refusals *prometheus.CounterVec
 	wait     *prometheus.HistogramVec
+	over     *prometheus.CounterVec
 }
 
 // NewMetrics returns the series, unregistered (Collectors).
@@ -24,12 +25,13 @@ func NewMetrics() *Metrics {
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_gateway_refusals_total", Help: "Requests refused before any upstream call, by key id and reason (quota: 403, deadline: 429 past the admission deadline, tpm: 429 over the key's tokens per minute, too_large: 429 never fits the bucket)."}, []string{"key", "reason"}),
 		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "prq_gateway_admission_wait_seconds", Help: "Time a gateway request waited for admission, by key id.",
 			Buckets: []float64{.005, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}}, []string{"key"}),
+		over: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_gateway_usage_over_reservation_tokens_total", Help: "Tokens the provider reported beyond a request's reservation (input counted + output cap), by key id: the gateway's count missed them."}, []string{"key"}),
 	}
 }
 
 // Collectors returns the series to register.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.requests, m.tokens, m.refusals, m.wait}
+	return []prometheus.Collector{m.requests, m.tokens, m.refusals, m.wait, m.over}
 }
 
 func (m *Metrics) request(key string, code int) {
@@ -42,6 +44,12 @@ func (m *Metrics) used(key string, input, output int64) {
 	if m != nil {
 		m.tokens.WithLabelValues(key, "input").Add(float64(max(input, 0)))
 		m.tokens.WithLabelValues(key, "output").Add(float64(max(output, 0)))
+	}
+}
+
+func (m *Metrics) overshot(key string, tokens int64) {
+	if m != nil {
+		m.over.WithLabelValues(key).Add(float64(tokens))
 	}
 }
 

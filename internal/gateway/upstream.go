@@ -8,8 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prq-dev/prq/ratelimit"
@@ -23,19 +26,22 @@ type usage struct {
 
 // forwardable reports whether a provider header is forwarded: not
 // hop-by-hop ones, lengths the gateway changes, nor the provider's own
-// rate limits (of the shared account; the reply describes the key's).
+// rate limits (of the shared account; the reply describes the key's),
 func forwardable(name string) bool {
 	n := strings.ToLower(name)
 	switch n {
 	case "connection", "keep-alive", "transfer-encoding", "content-length", "upgrade", "proxy-connection", "te", "trailer", "set-cookie":
 		return false
 	}
-	return !strings.HasPrefix(n, "x-ratelimit-")
+	// nor the provider account's details (openai-organization,
+	// openai-project, ...)
+	return !strings.HasPrefix(n, "x-ratelimit-") && !strings.HasPrefix(n, "openai-")
 }
 
 // forward makes the admitted call and answers with its reply, settling
 // the bucket and the quota with what the provider reports it used.
-func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, q *request, raw map[string]json.RawMessage, req chatRequest, m Model) {
+func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, q *request, req chatRequest, m Model) {
+	raw := req.raw
 	ctx := r.Context()
 	bg := context.WithoutCancel(ctx)
 	capJSON, _ := json.Marshal(q.cap)
@@ -58,12 +64,12 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, q *request, ra
 		raw["stream_options"], _ = json.Marshal(opts)
 	}
 	body, _ := json.Marshal(raw)
-	cctx := ctx
+	// a stream's call is cancelled when it goes idle (forwardStream)
+	cctx, cancel := context.WithCancel(ctx)
 	if !req.Stream {
-		var cancel context.CancelFunc
 		cctx, cancel = context.WithTimeout(ctx, g.cfg.Timeout)
-		defer cancel()
 	}
+	defer cancel()
 	resp, err := g.call(ctx, cctx, q, body)
 	for attempt := 1; err == nil && attempt <= maxRequeues && resp.StatusCode == http.StatusTooManyRequests && time.Now().Before(q.deadline); attempt++ {
 		// the provider's limit was reached before ours (its clock runs on
@@ -86,9 +92,22 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, q *request, ra
 		resp, err = g.call(ctx, cctx, q, body)
 	}
 	if err != nil {
-		// the provider may have counted it: keep the whole reservation
-		g.settle(bg, q, nil, true)
-		if ctx.Err() == nil {
+		// a call that was never written out (no connection, DNS, the
+		// client gone first) cost nothing; one that was may have run:
+		// it keeps the whole reservation
+		var ns *notSentError
+		if errors.As(err, &ns) {
+			g.settleNothing(bg, q)
+		} else {
+			g.settle(bg, q, nil, true)
+		}
+		var ne net.Error
+		switch {
+		case ctx.Err() != nil: // the client left
+		case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
+			g.log.WarnContext(ctx, "gateway: upstream call timed out", "key", q.key.ID, "model", q.model, "err", err)
+			apiError(w, http.StatusGatewayTimeout, "server_error", "", "The provider did not answer in time.")
+		default:
 			g.log.WarnContext(ctx, "gateway: upstream call failed", "key", q.key.ID, "model", q.model, "err", err)
 			apiError(w, http.StatusBadGateway, "server_error", "", "The gateway could not reach the provider.")
 		}
@@ -104,7 +123,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, q *request, ra
 		g.forwardWhole(w, r, q, resp)
 		return
 	}
-	g.forwardStream(w, r, q, resp, clientUsage)
+	g.forwardStream(w, r, q, resp, clientUsage, cancel)
 }
 
 // maxRequeues bounds how often a call the provider refused with 429 goes
@@ -122,9 +141,20 @@ func (g *Gateway) call(ctx, cctx context.Context, q *request, body []byte) (*htt
 	if g.cfg.UpstreamKey != "" {
 		up.Header.Set("Authorization", "Bearer "+g.cfg.UpstreamKey)
 	}
+	var wrote atomic.Bool // the transport writes on its own goroutine
+	up = up.WithContext(httptrace.WithClientTrace(up.Context(), &httptrace.ClientTrace{
+		WroteRequest: func(i httptrace.WroteRequestInfo) {
+			if i.Err == nil {
+				wrote.Store(true)
+			}
+		},
+	}))
 	callStart := time.Now()
 	resp, err := g.cfg.Client.Do(up)
 	if err != nil {
+		if !wrote.Load() {
+			return nil, &notSentError{err: err}
+		}
 		return nil, err
 	}
 	if b, ok := g.adm.Bucket(q.model); ok {
@@ -133,6 +163,26 @@ func (g *Gateway) call(ctx, cctx context.Context, q *request, body []byte) (*htt
 		}
 	}
 	return resp, nil
+}
+
+// notSentError is a call that failed before its request was written
+// out: the provider never saw it.
+type notSentError struct{ err error }
+
+func (e *notSentError) Error() string { return "not sent: " + e.err.Error() }
+func (e *notSentError) Unwrap() error { return e.err }
+
+// settleNothing books a call the provider never saw: the bucket, the
+// quota and the key's tpm get their whole reservations back.
+func (g *Gateway) settleNothing(ctx context.Context, q *request) {
+	if err := g.adm.Settle(ctx, q.model, q.ticket, ratelimit.Cost{}); err != nil && !errors.Is(err, ratelimit.ErrNotReserved) {
+		g.log.WarnContext(ctx, "gateway: refunding the bucket failed; it keeps the estimate", "key", q.key.ID, "err", err)
+	}
+	g.settleQuota(ctx, q, 0)
+	if q.tpm != nil {
+		g.settleTPM(ctx, q, 0)
+	}
+	g.log.InfoContext(ctx, "gateway request not sent", "key", q.key.ID, "model", q.model, "admission_wait", q.waited)
 }
 
 // replay gives back a response whose body was read.
@@ -154,6 +204,20 @@ func (g *Gateway) forwardWhole(w http.ResponseWriter, r *http.Request, q *reques
 		return
 	}
 	switch {
+	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
+		// the gateway's own key was refused: not the client's fault, and
+		// the body names the (masked) upstream key
+		g.settleNothing(bg, q)
+		var e struct {
+			Error struct{ Type, Code any } `json:"error"`
+		}
+		json.Unmarshal(body, &e)
+		g.log.ErrorContext(ctx, "gateway: the provider refused the gateway's key", "status", resp.StatusCode, "type", e.Error.Type, "code", e.Error.Code, "model", q.model)
+		for name := range w.Header() {
+			w.Header().Del(name)
+		}
+		apiError(w, http.StatusBadGateway, "server_error", "upstream_auth", "The provider refused the gateway's credentials; the gateway's operator has been told. Your key is fine.")
+		return
 	case resp.StatusCode == http.StatusOK:
 		var reply struct {
 			Usage *usage `json:"usage"`
@@ -173,7 +237,7 @@ func (g *Gateway) forwardWhole(w http.ResponseWriter, r *http.Request, q *reques
 // forwardStream relays server-sent events as they come, reads the usage
 // chunk the gateway asked for (and drops it when the client did not ask),
 // and settles when the stream ends, however it ends.
-func (g *Gateway) forwardStream(w http.ResponseWriter, r *http.Request, q *request, resp *http.Response, clientUsage bool) {
+func (g *Gateway) forwardStream(w http.ResponseWriter, r *http.Request, q *request, resp *http.Response, clientUsage bool, cancel context.CancelFunc) {
 	bg := context.WithoutCancel(r.Context())
 	g.keyHeaders(bg, w.Header(), q) // the quota as reserved: the stream's use is not known yet
 	w.Header().Set("Content-Type", "text/event-stream")
@@ -182,6 +246,9 @@ func (g *Gateway) forwardStream(w http.ResponseWriter, r *http.Request, q *reque
 	var got *usage
 	settled := false
 	rd := bufio.NewReaderSize(resp.Body, 64<<10)
+	var idle atomic.Bool
+	timer := time.AfterFunc(g.cfg.StreamIdle, func() { idle.Store(true); cancel() })
+	defer timer.Stop()
 	var event bytes.Buffer
 	write := func() bool {
 		defer event.Reset()
@@ -197,7 +264,8 @@ func (g *Gateway) forwardStream(w http.ResponseWriter, r *http.Request, q *reque
 		return true
 	}
 	for {
-		line, err := rd.ReadBytes('\n')
+		line, err := readLine(rd, g.cfg.MaxLine)
+		timer.Reset(g.cfg.StreamIdle)
 		if len(line) > 0 {
 			trimmed := bytes.TrimRight(line, "\r\n")
 			if len(trimmed) == 0 {
@@ -230,10 +298,22 @@ func (g *Gateway) forwardStream(w http.ResponseWriter, r *http.Request, q *reque
 			}
 		}
 		if err != nil {
-			if !errors.Is(err, io.EOF) {
-				g.log.InfoContext(bg, "gateway: stream ended early", "key", q.key.ID, "model", q.model, "client_gone", r.Context().Err() != nil)
-			}
 			write()
+			switch {
+			case errors.Is(err, io.EOF):
+			case r.Context().Err() != nil:
+				g.log.InfoContext(bg, "gateway: stream ended early", "key", q.key.ID, "model", q.model, "client_gone", true)
+			default:
+				msg := "The provider's stream broke off."
+				switch {
+				case idle.Load():
+					msg = fmt.Sprintf("The provider's stream was idle for %s; the gateway ended it.", g.cfg.StreamIdle)
+				case errors.Is(err, errLineTooLong):
+					msg = fmt.Sprintf("The provider's stream sent a line longer than %d bytes; the gateway ended it.", g.cfg.MaxLine)
+				}
+				g.log.WarnContext(bg, "gateway: stream ended early", "key", q.key.ID, "model", q.model, "idle", idle.Load(), "err", err)
+				streamError(w, msg)
+			}
 			break
 		}
 	}
@@ -241,6 +321,34 @@ func (g *Gateway) forwardStream(w http.ResponseWriter, r *http.Request, q *reque
 		// without a usage chunk (the client left, the stream broke) the
 		// provider may have generated up to the cap: the reservation stands
 		g.settle(bg, q, got, true)
+	}
+}
+
+// errLineTooLong is an upstream stream line over Config.MaxLine.
+var errLineTooLong = errors.New("gateway: upstream stream line too long")
+
+// readLine reads a line of at most max bytes.
+func readLine(rd *bufio.Reader, max int) ([]byte, error) {
+	var line []byte
+	for {
+		frag, err := rd.ReadSlice('\n')
+		if len(line)+len(frag) > max {
+			return nil, errLineTooLong
+		}
+		line = append(line, frag...)
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return line, err
+		}
+	}
+}
+
+// streamError ends a stream with an error event in OpenAI's shape (what
+// the SDKs raise mid-stream).
+func streamError(w http.ResponseWriter, msg string) {
+	b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": "server_error", "param": nil, "code": nil}})
+	fmt.Fprintf(w, "data: %s\n\n", b)
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
 	}
 }
 
@@ -256,6 +364,13 @@ func (g *Gateway) settle(ctx context.Context, q *request, u *usage, ran bool) {
 		tokens = u.PromptTokens + u.CompletionTokens
 		quota = tokens
 		g.metrics.used(q.key.ID, u.PromptTokens, u.CompletionTokens)
+		if reserved := q.input + q.cap*q.n; tokens > reserved {
+			// the count missed something the provider counts: the quota
+			// may overshoot by the difference
+			g.metrics.overshot(q.key.ID, tokens-reserved)
+			g.log.WarnContext(ctx, "gateway: usage above the reservation", "key", q.key.ID, "model", q.model,
+				"reserved", reserved, "input_counted", q.input, "prompt_tokens", u.PromptTokens, "completion_tokens", u.CompletionTokens)
+		}
 	}
 	if err := g.adm.Settle(ctx, q.model, q.ticket, ratelimit.Cost{Requests: 1, Tokens: tokens}); err != nil && !errors.Is(err, ratelimit.ErrNotReserved) {
 		g.log.WarnContext(ctx, "gateway: settling the bucket failed; it keeps the estimate", "key", q.key.ID, "err", err)

@@ -31,7 +31,7 @@ func (s *Server) gateway(ctx context.Context) (http.Handler, error) {
 			continue
 		}
 		up = p
-		models[m.Name] = gateway.Model{MaxOutput: m.MaxOutputTokens, Reasoning: m.Reasoning}
+		models[m.Name] = gateway.Model{MaxOutput: m.MaxOutputTokens, Reasoning: m.Reasoning, Context: m.ContextTokens}
 	}
 	if len(models) == 0 {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -55,6 +55,7 @@ func (s *Server) gateway(ctx context.Context) (http.Handler, error) {
 	}
 	g, err := gateway.New(gateway.Config{Models: models, UpstreamURL: base, UpstreamKey: up.Key(),
 		Timeout: cfg.OpenAI.Timeout.D(), MaxWait: cfg.Gateway.MaxWait.D(), MinOutput: cfg.Gateway.MinOutput,
+		HeaderTimeout: cfg.Gateway.HeaderTimeout.D(), StreamIdle: cfg.Gateway.StreamIdle.D(),
 		Log: s.log.With("component", "gateway")}, gateway.NewKeys(s.rdb), s.sched, waiter, s.rdb, gm)
 	if err != nil {
 		waiter.Close()
