@@ -20,19 +20,9 @@ import (
 // window), not left idle — yet a chat arriving at the fullest moment is
 // admitted within that horizon.
 func TestWindowLimiterThroughAdmission(t *testing.T) {
-	rdb := redistest.Shared(t).Client(t)
 	model := fmt.Sprintf("m-window-%d", time.Now().UnixNano())
 	l := ratelimit.Limits{RequestsPerPeriod: 100000, TokensPerPeriod: 1000, Period: time.Second, Limiter: ratelimit.LimiterWindow}
-	b, err := ratelimit.NewBucket(rdb, model, "sk", l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	clk := &clock{t: time.Unix(1_900_000_000, 0)}
-	s, err := admission.New(redis.UniversalClient(rdb), map[string]*ratelimit.Bucket{model: b}, nil, nil,
-		admission.Config{ChatShare: 0.1, NowFunc: clk.now}, discard)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, b, clk := windowScheduler(t, model, l, admission.Config{ChatShare: 0.1})
 	for i := 0; i < 60; i++ {
 		// three tiers and tenants, so that backfill has flows to take from
 		reg(t, s, admission.Ticket{ID: fmt.Sprint("p", i), Model: model, Class: []string{"paid", "trial", "free"}[i%3], Tenant: fmt.Sprint(i % 3),
@@ -96,19 +86,9 @@ func TestWindowLimiterThroughAdmission(t *testing.T) {
 // from its admission: the next whole-window job waits for it to leave
 // the window as the provider counts it.
 func TestWindowChargeMovesToStart(t *testing.T) {
-	rdb := redistest.Shared(t).Client(t)
 	model := fmt.Sprintf("m-window-start-%d", time.Now().UnixNano())
 	l := ratelimit.Limits{RequestsPerPeriod: 100000, TokensPerPeriod: 1000, Period: time.Second, Limiter: ratelimit.LimiterWindow}
-	b, err := ratelimit.NewBucket(rdb, model, "sk", l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	clk := &clock{t: time.Unix(1_900_000_000, 0)}
-	s, err := admission.New(redis.UniversalClient(rdb), map[string]*ratelimit.Bucket{model: b}, nil, nil,
-		admission.Config{NowFunc: clk.now}, discard)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, _, clk := windowScheduler(t, model, l, admission.Config{})
 	ctx := context.Background()
 	reg(t, s, admission.Ticket{ID: "a", Model: model, Class: "paid", Tenant: "1", Tokens: 1000})
 	if a, _, err := s.Admit(ctx, model, 1); err != nil || len(a) != 1 {
@@ -145,19 +125,9 @@ func TestWindowChargeMovesToStart(t *testing.T) {
 // room is there, its start waits for it (and counts from then), so the
 // provider never sees more than the limit.
 func TestWindowLooksAhead(t *testing.T) {
-	rdb := redistest.Shared(t).Client(t)
 	model := fmt.Sprintf("m-window-ahead-%d", time.Now().UnixNano())
 	l := ratelimit.Limits{RequestsPerPeriod: 100000, TokensPerPeriod: 1000, Period: time.Second, Limiter: ratelimit.LimiterWindow}
-	b, err := ratelimit.NewBucket(rdb, model, "sk", l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	clk := &clock{t: time.Unix(1_900_000_000, 0)}
-	s, err := admission.New(redis.UniversalClient(rdb), map[string]*ratelimit.Bucket{model: b}, nil, nil,
-		admission.Config{NowFunc: clk.now}, discard)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, _, clk := windowScheduler(t, model, l, admission.Config{})
 	ctx := context.Background()
 	// a job starts 80 ms after its admission: the measured lag
 	reg(t, s, admission.Ticket{ID: "a", Model: model, Class: "paid", Tenant: "1", Tokens: 1000})
@@ -258,18 +228,9 @@ func TestWindowBackfill(t *testing.T) {
 func TestWindowRefund(t *testing.T) {
 	for _, policy := range []ratelimit.Policy{ratelimit.PolicyRefund, ratelimit.PolicyDebt} {
 		t.Run(string(policy), func(t *testing.T) {
-			rdb := redistest.Shared(t).Client(t)
 			model := fmt.Sprintf("m-window-refund-%s-%d", policy, time.Now().UnixNano())
 			l := ratelimit.Limits{RequestsPerPeriod: 100000, TokensPerPeriod: 1000, Period: time.Second, Limiter: ratelimit.LimiterWindow, Policy: policy}
-			b, err := ratelimit.NewBucket(rdb, model, "sk", l)
-			if err != nil {
-				t.Fatal(err)
-			}
-			clk := &clock{t: time.Unix(1_900_000_000, 0)}
-			s, err := admission.New(redis.UniversalClient(rdb), map[string]*ratelimit.Bucket{model: b}, nil, nil, admission.Config{NowFunc: clk.now}, discard)
-			if err != nil {
-				t.Fatal(err)
-			}
+			s, _, clk := windowScheduler(t, model, l, admission.Config{})
 			ctx := context.Background()
 			reg(t, s, admission.Ticket{ID: "a", Model: model, Class: "chat", Tenant: "1", Tokens: 800})
 			if a, _, _ := s.Admit(ctx, model, 1); len(a) != 1 {
@@ -301,18 +262,9 @@ func TestWindowRefund(t *testing.T) {
 func TestSettleWithoutCall(t *testing.T) {
 	for _, limiter := range []ratelimit.Limiter{ratelimit.LimiterBucket, ratelimit.LimiterWindow} {
 		t.Run(string(limiter), func(t *testing.T) {
-			rdb := redistest.Shared(t).Client(t)
 			model := fmt.Sprintf("m-nocall-%s-%d", limiter, time.Now().UnixNano())
 			l := ratelimit.Limits{RequestsPerPeriod: 100000, TokensPerPeriod: 1000, Period: time.Minute, Limiter: limiter, Policy: ratelimit.PolicyDebt}
-			b, err := ratelimit.NewBucket(rdb, model, "sk", l)
-			if err != nil {
-				t.Fatal(err)
-			}
-			clk := &clock{t: time.Unix(1_900_000_000, 0)}
-			s, err := admission.New(redis.UniversalClient(rdb), map[string]*ratelimit.Bucket{model: b}, nil, nil, admission.Config{NowFunc: clk.now}, discard)
-			if err != nil {
-				t.Fatal(err)
-			}
+			s, b, _ := windowScheduler(t, model, l, admission.Config{})
 			ctx := context.Background()
 			for _, id := range []string{"called", "refused"} {
 				reg(t, s, admission.Ticket{ID: id, Model: model, Class: "chat", Tenant: "1", Tokens: 400})
@@ -342,4 +294,22 @@ func TestSettleWithoutCall(t *testing.T) {
 			}
 		})
 	}
+}
+
+// windowScheduler is a scheduler over one model's bucket with limits l on
+// the shared test Redis, on a fake clock (cfg.NowFunc is set to it).
+func windowScheduler(t *testing.T, model string, l ratelimit.Limits, cfg admission.Config) (*admission.Scheduler, *ratelimit.Bucket, *clock) {
+	t.Helper()
+	rdb := redistest.Shared(t).Client(t)
+	b, err := ratelimit.NewBucket(rdb, model, "sk", l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &clock{t: time.Unix(1_900_000_000, 0)}
+	cfg.NowFunc = clk.now
+	s, err := admission.New(redis.UniversalClient(rdb), map[string]*ratelimit.Bucket{model: b}, nil, nil, cfg, discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, b, clk
 }
