@@ -69,8 +69,12 @@ func choices(n int64, text, finish string) []any {
 	return out
 }
 
-// streamChoices streams n choices as OpenAI does: each choice's chunks
-// carry its index, then a usage chunk counting them all.
+// streamChoices answers as OpenAI streams: server-sent events of
+// chat.completion.chunk — for each of the n choices (by its index) the
+// role first, the content in pieces, the finish reason — then (with
+// stream_options.include_usage) a last chunk with no choices and the
+// usage of them all, and "data: [DONE]". With include_usage every earlier
+// chunk carries "usage": null.
 func (s *Server) streamChoices(w http.ResponseWriter, r *http.Request, n int64, model string, now time.Time, text, finish string, toks []uint, prompt int64, withUsage bool) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")

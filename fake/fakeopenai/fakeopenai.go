@@ -578,12 +578,8 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, key, deploy
 	s.mu.Lock()
 	st.CompletionToks += n * int64(len(toks))
 	s.mu.Unlock()
-	if req.Stream && n > 1 {
-		s.streamChoices(w, r, n, m.Name, now, text, finish, toks, prompt, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
-		return
-	}
 	if req.Stream {
-		s.stream(w, r, m.Name, now, text, finish, toks, prompt, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
+		s.streamChoices(w, r, n, m.Name, now, text, finish, toks, prompt, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
 		return
 	}
 	resp := map[string]any{
@@ -600,55 +596,6 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, key, deploy
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("openai-processing-ms", strconv.FormatInt(latency.Milliseconds(), 10))
 	w.Write(out)
-}
-
-// stream answers as OpenAI streams: server-sent events of
-// chat.completion.chunk, the role first, the content in pieces, the
-// finish reason, then (with stream_options.include_usage) a last chunk
-// with no choices and the usage, and "data: [DONE]". With include_usage
-// every earlier chunk carries "usage": null.
-func (s *Server) stream(w http.ResponseWriter, r *http.Request, model string, now time.Time, text, finish string, toks []uint, prompt int64, withUsage bool) {
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
-	flusher, _ := w.(http.Flusher)
-	id := fmt.Sprintf("chatcmpl-fake%d", now.UnixNano())
-	send := func(choices []any, usage any) bool {
-		chunk := map[string]any{"id": id, "object": "chat.completion.chunk", "created": now.Unix(), "model": model, "choices": choices}
-		if withUsage {
-			chunk["usage"] = usage
-		}
-		b, _ := json.Marshal(chunk)
-		if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
-			return false
-		}
-		if flusher != nil {
-			flusher.Flush()
-		}
-		return r.Context().Err() == nil
-	}
-	delta := func(d map[string]any, fin any) []any {
-		return []any{map[string]any{"index": 0, "delta": d, "finish_reason": fin, "logprobs": nil}}
-	}
-	if !send(delta(map[string]any{"role": "assistant", "content": ""}, nil), nil) {
-		return
-	}
-	for i := 0; i < len(toks); i += 8 { // a few tokens per chunk
-		piece, _ := s.codec.Decode(toks[i:min(i+8, len(toks))])
-		if !send(delta(map[string]any{"content": piece}, nil), nil) {
-			return
-		}
-	}
-	if !send(delta(map[string]any{}, finish), nil) {
-		return
-	}
-	if withUsage && !send([]any{}, map[string]any{"prompt_tokens": prompt, "completion_tokens": len(toks), "total_tokens": prompt + int64(len(toks))}) {
-		return
-	}
-	fmt.Fprint(w, "data: [DONE]\n\n")
-	if flusher != nil {
-		flusher.Flush()
-	}
 }
 
 func (s *Server) countFault(model string) {
