@@ -613,10 +613,7 @@ func jain(calls []callRecord, tiers map[int64]jobs.Tier, window time.Duration) m
 	if len(calls) == 0 {
 		return out
 	}
-	lo, hi := calls[0].At, calls[0].At
-	for _, c := range calls {
-		lo, hi = min(lo, c.Created, c.At), max(hi, c.At)
-	}
+	lo, hi := callSpan(calls)
 	step := window.Milliseconds()
 	for _, tier := range []jobs.Tier{jobs.TierPaid, jobs.TierTrial, jobs.TierFree} {
 		kind := kindOf[tier]

@@ -80,10 +80,9 @@ func tierShares(calls []callRecord, tiers map[int64]jobs.Tier, kind string, wind
 	if len(calls) == 0 {
 		return got, 0
 	}
-	lo, hi := calls[0].At, calls[0].At
+	lo, hi := callSpan(calls)
 	present := map[jobs.Tier]bool{}
 	for _, c := range calls {
-		lo, hi = min(lo, c.Created, c.At), max(hi, c.At)
 		if c.Kind == kind {
 			present[tiers[c.Tenant]] = true
 		}
@@ -174,10 +173,7 @@ func jainSummed(calls []callRecord, tiers map[int64]jobs.Tier, window time.Durat
 	if len(calls) == 0 {
 		return out
 	}
-	lo, hi := calls[0].At, calls[0].At
-	for _, c := range calls {
-		lo, hi = min(lo, c.Created, c.At), max(hi, c.At)
-	}
+	lo, hi := callSpan(calls)
 	step := window.Milliseconds()
 	for _, tier := range []jobs.Tier{jobs.TierPaid, jobs.TierTrial, jobs.TierFree} {
 		kind := kindOf[tier]
@@ -218,4 +214,14 @@ func jainSummed(calls []callRecord, tiers map[int64]jobs.Tier, window time.Durat
 		}
 	}
 	return out
+}
+
+// callSpan is the recorded calls' time span (unix ms): from the first
+// job planned or called to the last call. calls is not empty.
+func callSpan(calls []callRecord) (lo, hi int64) {
+	lo, hi = calls[0].At, calls[0].At
+	for _, c := range calls {
+		lo, hi = min(lo, c.Created, c.At), max(hi, c.At)
+	}
+	return lo, hi
 }
