@@ -569,14 +569,7 @@ func (s *Server) listInstallations(w http.ResponseWriter, r *http.Request) {
 		ghError(w, 401, msg)
 		return
 	}
-	perPage, page := 30, 1
-	q := r.URL.Query()
-	if v, err := strconv.Atoi(q.Get("per_page")); err == nil && v > 0 {
-		perPage = min(v, 100)
-	}
-	if v, err := strconv.Atoi(q.Get("page")); err == nil && v > 0 {
-		page = v
-	}
+	perPage, page := paging(r)
 	all := s.installations()
 	lo, hi := min((page-1)*perPage, len(all)), min(page*perPage, len(all))
 	created := time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC).Format(time.RFC3339)
@@ -593,6 +586,7 @@ func (s *Server) listInstallations(w http.ResponseWriter, r *http.Request) {
 	}
 	if hi < len(all) {
 		next := *r.URL
+		q := next.Query()
 		q.Set("page", strconv.Itoa(page+1))
 		next.RawQuery = q.Encode()
 		w.Header().Set("Link", fmt.Sprintf("<%s>; rel=\"next\"", next.String()))
@@ -719,14 +713,7 @@ const MaxCompareFiles = 300
 const MaxFiles = 3000
 
 func (s *Server) listFiles(w http.ResponseWriter, r *http.Request, p *pullRequest) {
-	perPage, page := 30, 1
-	q := r.URL.Query()
-	if v, err := strconv.Atoi(q.Get("per_page")); err == nil && v > 0 {
-		perPage = min(v, 100)
-	}
-	if v, err := strconv.Atoi(q.Get("page")); err == nil && v > 0 {
-		page = v
-	}
+	perPage, page := paging(r)
 	s.mu.Lock()
 	files := p.files
 	if len(files) > MaxFiles {
@@ -827,13 +814,7 @@ func (s *Server) listComments(w http.ResponseWriter, r *http.Request, p *pullReq
 		}
 	}
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	perPage, page := 30, 1
-	if v, err := strconv.Atoi(r.URL.Query().Get("per_page")); err == nil && v > 0 {
-		perPage = min(v, 100)
-	}
-	if v, err := strconv.Atoi(r.URL.Query().Get("page")); err == nil && v > 0 {
-		page = v
-	}
+	perPage, page := paging(r)
 	lo := min((page-1)*perPage, len(ids))
 	hi := min(lo+perPage, len(ids))
 	out := []any{}
@@ -1036,13 +1017,7 @@ func (s *Server) listReviewComments(w http.ResponseWriter, r *http.Request, p *p
 		}
 	}
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	perPage, page := 30, 1
-	if v, err := strconv.Atoi(r.URL.Query().Get("per_page")); err == nil && v > 0 {
-		perPage = min(v, 100)
-	}
-	if v, err := strconv.Atoi(r.URL.Query().Get("page")); err == nil && v > 0 {
-		page = v
-	}
+	perPage, page := paging(r)
 	lo := min((page-1)*perPage, len(ids))
 	hi := min(lo+perPage, len(ids))
 	out := []any{}
@@ -1438,4 +1413,18 @@ func (s *Server) CheckRuns(owner, repo, sha string) []CheckRun {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
+}
+
+// paging reads GitHub's list parameters: per_page (default 30, at most
+// 100) and page (default 1).
+func paging(r *http.Request) (perPage, page int) {
+	perPage, page = 30, 1
+	q := r.URL.Query()
+	if v, err := strconv.Atoi(q.Get("per_page")); err == nil && v > 0 {
+		perPage = min(v, 100)
+	}
+	if v, err := strconv.Atoi(q.Get("page")); err == nil && v > 0 {
+		page = v
+	}
+	return perPage, page
 }
