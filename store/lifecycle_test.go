@@ -170,3 +170,34 @@ func TestResultOfAnEarlierRunIsNotCounted(t *testing.T) {
 		t.Fatalf("results %+v %v, want the new diff's only", rs, err)
 	}
 }
+
+// TestLockIsTakenBackByItsOwner: another owner waits for the holder; a new
+// attempt of the holder's job (its process died) takes the lock back at
+// once; the dead attempt's release does not free the new attempt's lock.
+func TestLockIsTakenBackByItsOwner(t *testing.T) {
+	ctx := context.Background()
+	st := store.New(redistest.Shared(t).Client(t), jobs.TierFree)
+	pr := jobs.PR{Installation: 1, Owner: "o", Repo: "lock", Number: 1}
+	releaseDead, ok, err := st.Lock(ctx, pr, "publish", "final-h1", time.Minute)
+	if err != nil || !ok {
+		t.Fatalf("first attempt: ok=%v %v", ok, err)
+	}
+	if _, ok, err := st.Lock(ctx, pr, "publish", "final-h2", time.Minute); err != nil || ok {
+		t.Fatalf("another owner took a held lock: ok=%v %v", ok, err)
+	}
+	if _, ok, err := st.Lock(ctx, pr, "publish", "final-h", time.Minute); err != nil || ok {
+		t.Fatalf("an owner whose name prefixes the holder's took its lock: ok=%v %v", ok, err)
+	}
+	releaseNew, ok, err := st.Lock(ctx, pr, "publish", "final-h1", time.Minute)
+	if err != nil || !ok {
+		t.Fatalf("the owner's next attempt: ok=%v %v, want the lock back", ok, err)
+	}
+	releaseDead() // late, from the attempt that lost it
+	if _, ok, _ := st.Lock(ctx, pr, "publish", "final-h2", time.Minute); ok {
+		t.Fatal("the dead attempt's release freed the new attempt's lock")
+	}
+	releaseNew()
+	if _, ok, err := st.Lock(ctx, pr, "publish", "final-h2", time.Minute); err != nil || !ok {
+		t.Fatalf("after release: ok=%v %v, want the lock free", ok, err)
+	}
+}

@@ -358,22 +358,31 @@ var unlockSource string
 
 var unlockScript = redis.NewScript(unlockSource)
 
-// Lock takes the pull request's lock named what for ttl, so that one
-// process at a time does it; release gives it back if it is still held
-// by this caller. ok is false when another holds it.
-func (s *Store) Lock(ctx context.Context, pr jobs.PR, what string, ttl time.Duration) (release func(), ok bool, err error) {
+//go:embed lock.lua
+var lockSource string
+
+var lockScript = redis.NewScript(lockSource)
+
+// Lock takes the pull request's lock named what for ttl on behalf of owner
+// (a job's id), so that one job at a time does it; release gives it back if
+// it is still held by this attempt. ok is false when another owner holds
+// it. A new attempt of the same owner takes the lock over: the attempt that
+// held it died with its process (a job runs in one process at a time), and
+// waiting for its expiry would only delay the work.
+func (s *Store) Lock(ctx context.Context, pr jobs.PR, what, owner string, ttl time.Duration) (release func(), ok bool, err error) {
 	key := prTag(pr) + ":lock:" + what
 	token := strconv.FormatInt(s.NowFunc().UnixNano(), 36) + "-" + strconv.FormatUint(rand.Uint64(), 36)
-	ok, err = s.rdb.SetNX(ctx, key, token, ttl).Result()
+	taken, err := lockScript.Run(ctx, s.rdb, []string{key}, owner, token, ttl.Milliseconds()).Int()
 	if err != nil {
 		return nil, false, fmt.Errorf("store: lock %s %s: %w", pr, what, err)
 	}
-	if !ok {
+	if taken == 0 {
 		return nil, false, nil
 	}
+	value := owner + "|" + token
 	return func() {
 		// an unreleased lock expires by itself
-		_ = unlockScript.Run(context.WithoutCancel(ctx), s.rdb, []string{key}, token).Err()
+		_ = unlockScript.Run(context.WithoutCancel(ctx), s.rdb, []string{key}, value).Err()
 	}, true, nil
 }
 

@@ -42,7 +42,7 @@ type Publications interface {
 	SetPosted(ctx context.Context, pr jobs.PR, what string, id int64) error
 	MarkFinalized(ctx context.Context, pr jobs.PR, head string) error
 	CarryResults(ctx context.Context, pr jobs.PR, head string, rs []store.Result) error
-	Lock(ctx context.Context, pr jobs.PR, what string, ttl time.Duration) (release func(), ok bool, err error)
+	Lock(ctx context.Context, pr jobs.PR, what, owner string, ttl time.Duration) (release func(), ok bool, err error)
 }
 
 var (
@@ -136,7 +136,7 @@ func (p *Finalizer) publish(ctx context.Context, f jobs.Finalize) error {
 	// one publication of a pull request at a time: a finalize of a head
 	// that was current when it began must not write after a newer head's
 	// (it would put the older summary back)
-	release, ok, err := cfg.Publications.Lock(ctx, f.PR, "publish", publishLockTTL)
+	release, ok, err := cfg.Publications.Lock(ctx, f.PR, "publish", jobs.FinalizeTaskID(f), publishLockTTL)
 	if err != nil {
 		return err
 	}

@@ -382,6 +382,15 @@ func chaosScenario(ctx context.Context, c Flags, scenario string) (chaosReport, 
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+	// and for the jobs still queued or waiting to retry (a finalize that
+	// found another publishing, say) to end: lost means not done by the
+	// deadline, not "not done the moment the last summary appeared"
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if lost, _ := chaosJobs(ctx, a); lost == 0 {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 	time.Sleep(2 * time.Second) // a late duplicate would show now
 	rep.Elapsed = time.Since(start)
 	if scenario == "soak" {
