@@ -105,6 +105,9 @@ type GitHubConfig struct {
 	// CheckRuns shows each head's progress as a check run (the App needs
 	// checks: write). Defaults to true.
 	CheckRuns *bool `yaml:"check_runs"`
+	// CheckRunEvery is the least time between two progress updates of a
+	// head's check run. Defaults to 5s.
+	CheckRunEvery Duration `yaml:"check_run_every"`
 	// WebURL is GitHub's web address, for links. Defaults to https://github.com.
 	WebURL string `yaml:"web_url"`
 	// MaxReviewParts caps the calls one file's review may be split into.
@@ -353,7 +356,7 @@ func Default() Config {
 		Addr:            ":8080",
 		ShutdownTimeout: Duration(30 * time.Second),
 		Log:             LogConfig{Format: "text", Level: "info"},
-		GitHub:          GitHubConfig{APIURL: "https://api.github.com/", SkipBotPRs: BoolPtr(true), WebhookMaxBytes: 25 << 20, WriteGap: Duration(time.Second)},
+		GitHub:          GitHubConfig{APIURL: "https://api.github.com/", SkipBotPRs: BoolPtr(true), WebhookMaxBytes: 25 << 20, WriteGap: Duration(time.Second), CheckRunEvery: Duration(5 * time.Second)},
 		OpenAI:          OpenAIConfig{Timeout: Duration(120 * time.Second)},
 		Models: []ModelConfig{
 			{Name: "gpt-4o-mini", RequestsPerMinute: 500, TokensPerMinute: 200000, MaxOutputTokens: 512},
@@ -582,6 +585,9 @@ func (c *Config) Validate(m Mode) error {
 	}
 	if c.GitHub.WriteGap.D() < 0 {
 		bad("github.write_gap", "must not be negative")
+	}
+	if c.GitHub.CheckRunEvery.D() < 0 {
+		bad("github.check_run_every", "must not be negative")
 	}
 	if c.GitHub.WebhookMaxBytes <= 0 {
 		bad("github.webhook_max_bytes", "must be positive, got %d", c.GitHub.WebhookMaxBytes)

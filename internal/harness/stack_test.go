@@ -35,6 +35,8 @@ type stack struct {
 	cancel context.CancelFunc
 	done   chan error
 	redis  *redistest.Server
+	// checkEvery is the configured pacing of check-run progress updates.
+	checkEvery time.Duration
 }
 
 type stackOpts struct {
@@ -87,7 +89,7 @@ func startStack(t *testing.T, o stackOpts) *stack {
 		cancel()
 		t.Fatal(err)
 	}
-	s := &stack{t: t, app: a, fakes: fakes, logs: logs, cancel: cancel, done: make(chan error, 1), redis: srv}
+	s := &stack{t: t, app: a, fakes: fakes, logs: logs, cancel: cancel, done: make(chan error, 1), redis: srv, checkEvery: cfg.GitHub.CheckRunEvery.D()}
 	served := Serve(ctx, a, logs, server.Roles{HTTP: true, Worker: true}, server.Options{})
 	go func() {
 		s.done <- <-served
