@@ -182,7 +182,9 @@ elseif op == 'started' then
   return 0
 
 elseif op == 'settle' then
-  -- ARGV: op, now, id, policy, dims... (values: actual usage)
+  -- ARGV: op, now, id, policy, dims... (values: actual usage); policy
+  -- refund (usage replaces the estimate), debt (usage beyond the
+  -- estimate is added) or estimate (the estimate stays)
   local r = redis.call('HGET', KEYS[12], ARGV[3])
   if not r then return 0 end
   local st = B.load(KEYS[1], ARGV, 4, now)
@@ -194,7 +196,7 @@ elseif op == 'settle' then
     i = i + 1
     if i <= st.n then
       local delta = tonumber(c) - st.val[i]
-      if delta < 0 or ARGV[4] == 'refund' then B.give(st, i, delta, at) end
+      if ARGV[4] == 'refund' or (delta < 0 and ARGV[4] == 'debt') then B.give(st, i, delta, at) end
     end
   end
   B.save(st)

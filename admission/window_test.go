@@ -21,7 +21,7 @@ import (
 // admitted within that horizon.
 func TestWindowLimiterThroughAdmission(t *testing.T) {
 	model := fmt.Sprintf("m-window-%d", time.Now().UnixNano())
-	l := ratelimit.Limits{RequestsPerPeriod: 100000, TokensPerPeriod: 1000, Period: time.Second, Limiter: ratelimit.LimiterWindow}
+	l := ratelimit.Limits{RequestsPerPeriod: 100000, TokensPerPeriod: 1000, Period: time.Second, Limiter: ratelimit.LimiterWindow, Policy: ratelimit.PolicyDebt}
 	s, b, clk := windowScheduler(t, model, l, admission.Config{ChatShare: 0.1})
 	for i := 0; i < 60; i++ {
 		// three tiers and tenants, so that backfill has flows to take from

@@ -35,9 +35,18 @@ type Scripter interface {
 type Policy string
 
 const (
-	// PolicyDebt keeps the estimate charged and adds only usage beyond it,
-	// as OpenAI does: it admits on ceil(chars/4)+max_tokens and does not
-	// give back unused output. Refunding early would cause upstream 429s.
+	// PolicyEstimate keeps the estimate charged and nothing else, as
+	// OpenAI counts: it charges ceil(chars/4)+max_tokens when it admits a
+	// request, gives back no unused output and charges nothing after. The
+	// estimate prq charges is the provider's own, so the bucket stays in
+	// step with the provider's; a provider that counts more than that
+	// shows it in its remaining-tokens headers, which lower the bucket.
+	PolicyEstimate Policy = "estimate"
+	// PolicyDebt keeps the estimate charged and adds usage beyond it, for
+	// providers that charge at admission and true up what was used beyond.
+	// Against a provider that counts only the estimate it leaves that
+	// usage unused while jobs wait. Refunding early would cause upstream
+	// 429s.
 	PolicyDebt Policy = "debt"
 	// PolicyRefund replaces the estimate with actual usage both ways, for
 	// providers that count only what was used.
@@ -80,7 +89,7 @@ type Limits struct {
 	// RequestsPerDay and TokensPerDay are optional daily limits (0: none).
 	// A window limiter counts them over a sliding 24 hours.
 	RequestsPerDay, TokensPerDay int64
-	// Policy settles reservations. Defaults to PolicyDebt.
+	// Policy settles reservations. Defaults to PolicyEstimate.
 	Policy Policy
 	// Limiter is how the provider counts. Defaults to LimiterBucket.
 	Limiter Limiter
@@ -127,7 +136,7 @@ func (l *Limits) setDefaults() {
 		l.BurstTokens = l.TokensPerPeriod
 	}
 	if l.Policy == "" {
-		l.Policy = PolicyDebt
+		l.Policy = PolicyEstimate
 	}
 }
 
@@ -144,8 +153,8 @@ func (l Limits) Validate() error {
 		return fmt.Errorf("burst must not be negative")
 	case l.RequestsPerDay < 0 || l.TokensPerDay < 0:
 		return fmt.Errorf("daily limits must not be negative")
-	case l.Policy != "" && l.Policy != PolicyDebt && l.Policy != PolicyRefund:
-		return fmt.Errorf("policy must be %q or %q, got %q", PolicyDebt, PolicyRefund, l.Policy)
+	case l.Policy != "" && l.Policy != PolicyEstimate && l.Policy != PolicyDebt && l.Policy != PolicyRefund:
+		return fmt.Errorf("settle policy must be %q, %q or %q, got %q", PolicyEstimate, PolicyDebt, PolicyRefund, l.Policy)
 	}
 	if err := l.validateLimiter(); err != nil {
 		return err
@@ -432,10 +441,16 @@ func (b *Bucket) Reserve(ctx context.Context, jobID string, c Cost) (Decision, e
 	return d, nil
 }
 
-// Settle replaces jobID's estimate with its actual usage, once, under the
-// bucket's policy. It returns ErrNotReserved when there is nothing to settle.
+// Settle corrects jobID's estimate with its actual usage, once, under the
+// bucket's policy; a zero actual (no call was made) gives the whole
+// reservation back under any policy. It returns ErrNotReserved when there
+// is nothing to settle.
 func (b *Bucket) Settle(ctx context.Context, jobID string, actual Cost) error {
-	res, err := b.run(ctx, "settle", jobID, [4]int64{actual.Requests, actual.Tokens, actual.Requests, actual.Tokens}, string(b.limits.Policy))
+	policy := b.limits.Policy
+	if actual == (Cost{}) { // no call was made: the provider counted nothing
+		policy = PolicyRefund
+	}
+	res, err := b.run(ctx, "settle", jobID, [4]int64{actual.Requests, actual.Tokens, actual.Requests, actual.Tokens}, string(policy))
 	if err != nil {
 		return err
 	}

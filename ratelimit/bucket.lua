@@ -23,7 +23,9 @@ if op == 'reserve' then
 elseif op == 'settle' then
   local r = redis.call('GET', KEYS[2])
   if not r then return {0, 0, B.fmt(now)} end
-  local refund = ARGV[tail + 1] == 'refund'
+  -- policy: refund (usage replaces the estimate), debt (usage beyond
+  -- the estimate is added), estimate (the estimate stays)
+  local policy = ARGV[tail + 1]
   local at = tonumber(string.match(r, '@(%d+)'))
   local i = 0
   for c in string.gmatch(r, '%S+') do
@@ -31,7 +33,7 @@ elseif op == 'settle' then
       i = i + 1
       if i <= st.n then
         local delta = tonumber(c) - st.val[i] -- estimate minus actual
-        if delta < 0 or refund then B.give(st, i, delta, at) end
+        if policy == 'refund' or (delta < 0 and policy == 'debt') then B.give(st, i, delta, at) end
       end
     end
   end

@@ -110,8 +110,10 @@ func TestBucketEdges(t *testing.T) {
 			t.Fatalf("retry charged twice: %d left", avail.Tokens)
 		}
 	})
+	debt := l
+	debt.Policy = ratelimit.PolicyDebt
 	t.Run("settle twice", func(t *testing.T) {
-		b, _, _ := newBucket(t, t.Name(), l)
+		b, _, _ := newBucket(t, t.Name(), debt)
 		b.Reserve(ctx, "s", ratelimit.Cost{Requests: 1, Tokens: 400})
 		if err := b.Settle(ctx, "s", ratelimit.Cost{Requests: 1, Tokens: 500}); err != nil {
 			t.Fatal(err)
@@ -124,8 +126,27 @@ func TestBucketEdges(t *testing.T) {
 			t.Fatalf("tokens left %d, want 500", avail.Tokens)
 		}
 	})
+	t.Run("estimate policy keeps the estimate both ways", func(t *testing.T) {
+		b, _, _ := newBucket(t, t.Name(), l) // the default
+		if b.Limits().Policy != ratelimit.PolicyEstimate {
+			t.Fatalf("default policy %q, want %q", b.Limits().Policy, ratelimit.PolicyEstimate)
+		}
+		b.Reserve(ctx, "over", ratelimit.Cost{Requests: 1, Tokens: 400})
+		b.Reserve(ctx, "under", ratelimit.Cost{Requests: 1, Tokens: 200})
+		b.Settle(ctx, "over", ratelimit.Cost{Requests: 1, Tokens: 550})
+		b.Settle(ctx, "under", ratelimit.Cost{Requests: 1, Tokens: 50})
+		if avail, _, _ := b.Available(ctx); avail.Tokens != 400 {
+			t.Fatalf("estimate policy: %d left, want 400 (the estimates, nothing else)", avail.Tokens)
+		}
+		// a zero cost (no call was made) still gives everything back
+		b.Reserve(ctx, "none", ratelimit.Cost{Requests: 1, Tokens: 300})
+		b.Settle(ctx, "none", ratelimit.Cost{})
+		if avail, _, _ := b.Available(ctx); avail.Tokens != 400 {
+			t.Fatalf("no-call settle: %d left, want 400", avail.Tokens)
+		}
+	})
 	t.Run("debt policy keeps unused estimate, refund policy returns it", func(t *testing.T) {
-		b, _, _ := newBucket(t, t.Name(), l)
+		b, _, _ := newBucket(t, t.Name(), debt)
 		b.Reserve(ctx, "d", ratelimit.Cost{Requests: 1, Tokens: 400})
 		b.Settle(ctx, "d", ratelimit.Cost{Requests: 1, Tokens: 100})
 		if avail, _, _ := b.Available(ctx); avail.Tokens != 600 {

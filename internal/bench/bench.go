@@ -62,11 +62,13 @@ type Flags struct {
 }
 
 // The strategies that run prq's own admission: with each model's limiter
-// as configured (a token bucket by default), or with every model set to
-// limiter: window.
+// as configured (a token bucket by default), with every model set to
+// limiter: window, or with every model set to settle: debt (usage beyond
+// the estimate charged, the settle policy before estimate).
 const (
 	StrategyPrq       = "prq"
 	StrategyPrqWindow = "prq-window"
+	StrategyPrqDebt   = "prq-debt"
 )
 
 // defaultStrategies run when --strategies is not given; against a
@@ -213,7 +215,7 @@ func (b *Flags) Register(fs *flag.FlagSet) {
 	fs.DurationVar(&b.sim, "duration", 10*time.Minute, "simulated length of the arrivals (real time: duration/compress)")
 	fs.Float64Var(&b.compress, "compress", 10, "time compression: limits per minute/compress")
 	fs.Int64Var(&b.seed, "seed", 1, "workload seed")
-	fs.StringVar(&b.strategies, "strategies", "", "strategies to run, comma-separated: prq, prq-window (every model limiter: window), asynq-recipe, handler-wait, naive (default "+defaultStrategies+"; with --provider-limiter window, "+defaultWindowStrategies+")")
+	fs.StringVar(&b.strategies, "strategies", "", "strategies to run, comma-separated: prq, prq-window (every model limiter: window), prq-debt (every model settle: debt), asynq-recipe, handler-wait, naive (default "+defaultStrategies+"; with --provider-limiter window, "+defaultWindowStrategies+")")
 	fs.StringVar(&b.workload, "workload", WorkloadDefault, "default (arrivals over the span, a tenant with very large PRs, chat bursts) or fairness (three tenants per tier backlogged at once: Jain's index inside each tier and the tiers' shares against their weights)")
 	fs.StringVar(&b.providerLimiter, "provider-limiter", fakeopenai.LimiterBucket, "how the fake provider counts its limits: bucket (OpenAI's continuous refill) or window (at most the limit in any sliding minute)")
 	fs.StringVar(&b.out, "out", "bench-out", "output directory (results.md, results.json, admitted.svg, logs)")
@@ -313,9 +315,12 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 	}
 	cfg := harness.RunConfig(redisURL, b.compress, b.concurrency)
 	cfg.AllowNoPersistence = true // the bench flushes its Redis between strategies: nothing in it is meant to last
-	if strategy == StrategyPrqWindow {
-		for i := range cfg.Models {
+	for i := range cfg.Models {
+		switch strategy {
+		case StrategyPrqWindow:
 			cfg.Models[i].Limiter = string(ratelimit.LimiterWindow)
+		case StrategyPrqDebt:
+			cfg.Models[i].Settle = string(ratelimit.PolicyDebt)
 		}
 	}
 	fakes, err := harness.StartFakes(&cfg, b.compress, "sk-bench-"+harness.RandomHex(8), b.seed, true)

@@ -160,6 +160,11 @@ type ModelConfig struct {
 	// than the window, for the time until the provider counts the call.
 	// Defaults to window/60.
 	WindowMargin Duration `yaml:"window_margin"`
+	// Settle is how a call's real usage corrects its admitted estimate:
+	// estimate (nothing: the provider counted the estimate, OpenAI's way),
+	// debt (usage beyond the estimate is charged too) or refund (usage
+	// replaces the estimate both ways). Defaults to estimate.
+	Settle string `yaml:"settle"`
 	// OutputFormat is how reviews are asked for: json_schema (strict
 	// structured outputs), json_object, or text (a delimited block the
 	// prompt describes). Defaults by model family: json_schema for
@@ -761,7 +766,7 @@ func (m ModelConfig) Limits() (ratelimit.Limits, error) {
 		BurstRequests: m.BurstRequests, BurstTokens: m.BurstTokens,
 		RequestsPerDay: m.RequestsPerDay, TokensPerDay: m.TokensPerDay,
 		Limiter: ratelimit.Limiter(m.Limiter), Window: m.Window.D(), SubWindow: m.SubWindow.D(), SubWindowShare: m.SubWindowShare,
-		WindowMargin: m.WindowMargin.D(),
+		WindowMargin: m.WindowMargin.D(), Policy: ratelimit.Policy(m.Settle),
 	}
 	if l.Period == 0 {
 		l.Period = time.Minute
