@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -206,6 +207,9 @@ type Admitted struct {
 	Enqueued time.Time
 	// Dim names the bucket dimension a rejected ticket exceeds.
 	Dim string
+	// Key is the index of the model's API key whose bucket was charged
+	// (0 with one key): the call must be made with that key.
+	Key int
 }
 
 // Admit takes up to budget tickets of a model in global order while its
@@ -390,6 +394,42 @@ func (s *Scheduler) settle(ctx context.Context, model, id string, actual ratelim
 		return ratelimit.ErrNotReserved
 	}
 	return nil
+}
+
+// KeyOf returns the index of the API key an admitted job was charged to:
+// the key its call must use, whose bucket its settle, header sync and
+// 429 go to. A job without a reservation (settled, expired, never
+// admitted), or a model with one key, has key 0.
+func (s *Scheduler) KeyOf(ctx context.Context, model, id string) (int, error) {
+	keys, b, err := s.keys(model)
+	if err != nil {
+		return 0, err
+	}
+	if b.Keys() == 1 {
+		return 0, nil
+	}
+	r, err := s.rdb.HGet(ctx, keys.Reservations, id).Result()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("admission: key of %s: %w", id, err)
+	}
+	return reservationKey(r, b.Keys()), nil
+}
+
+// reservationKey reads the key index of a stored reservation, "cost
+// cost ... k<i>" (admission.lua writes it); 0 without one or out of the
+// model's n keys.
+func reservationKey(r string, n int) int {
+	for _, f := range strings.Fields(r) {
+		if k, ok := strings.CutPrefix(f, "k"); ok {
+			if i, err := strconv.Atoi(k); err == nil && i >= 0 && i < n {
+				return i
+			}
+		}
+	}
+	return 0
 }
 
 // Cancel removes a waiting ticket (superseded work).
