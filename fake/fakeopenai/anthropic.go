@@ -195,7 +195,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		writeAnthropicError(w, http.StatusBadRequest, "invalid_request_error", fmt.Sprintf("prompt is too long: %d tokens > %d maximum", prompt, m.ContextTokens))
 		return
 	}
-	now := time.Now()
+	now := s.cfg.Now()
 	b := s.msgBucketOf(m, itpm, otpm, key, now)
 	if b.req < 1 || b.in < float64(in) || b.out < float64(maxOut) {
 		st.RateLimited++
@@ -221,7 +221,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	b.out -= float64(maxOut)
 	st.admit(now, in+maxOut, s.cfg.Period)
 	if s.cfg.Record {
-		s.recorded[m.Name] = append(s.recorded[m.Name], Admission{At: now, Cost: in + maxOut, Input: in, Output: maxOut})
+		s.recorded[m.Name] = append(s.recorded[m.Name], Admission{At: now, Cost: in + maxOut, Input: in, Output: maxOut, Key: KeyLabel(key)})
 	}
 	s.setMsgHeaders(w.Header(), m, itpm, otpm, b, now)
 	f := s.faults
