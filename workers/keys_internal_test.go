@@ -54,8 +54,17 @@ type keyRig struct {
 	// calls counts the successful calls; admitted the admissions per key.
 	calls    int
 	admitted map[int]int
-	// waiting are the jobs registered and not yet served, by id.
-	waiting map[string]callSpec
+	// waiting are the jobs registered and not yet served, by id;
+	// starting those admitted whose start waits for room.
+	waiting    map[string]callSpec
+	starting   []pendingStart
+	startWaits int
+}
+
+// pendingStart is an admitted job whose start waits until due.
+type pendingStart struct {
+	a   admission.Admitted
+	due time.Time
 }
 
 // newKeyRig configures prq with keys; the fake accepts only valid (nil:
@@ -68,7 +77,7 @@ func newKeyRig(t *testing.T, model string, keys, valid []string, limits ratelimi
 	rdb := redistest.Shared(t).Client(t)
 	clock := &stepClock{t: time.UnixMilli(1_900_000_000_000)}
 	fake := fakeopenai.New(fakeopenai.Config{Models: []fakeopenai.Model{{Name: model, RPM: limits.RequestsPerPeriod, TPM: limits.TokensPerPeriod}},
-		Period: limits.Period, Keys: valid, Record: true, Now: clock.Now})
+		Period: limits.Period, Keys: valid, Record: true, Now: clock.Now, Limiter: string(limits.Limiter)})
 	srv := httptest.NewServer(fake)
 	t.Cleanup(srv.Close)
 	b, err := ratelimit.NewKeyedBucket(rdb, model, keys, limits)
@@ -135,12 +144,33 @@ func (r *keyRig) run(ctx context.Context, span, step time.Duration, backlog int,
 				r.t.Fatalf("job %s rejected (%s)", a.ID, a.Dim)
 			}
 			r.admitted[a.Key]++
+		}
+		// jobs admitted earlier whose start waited come first, as a
+		// worker's sleep in Started would end
+		var starts []admission.Admitted
+		now, later := r.clock.Now(), r.starting[:0:0]
+		for _, p := range r.starting {
+			if p.due.After(now) {
+				later = append(later, p)
+			} else {
+				starts = append(starts, p.a)
+			}
+		}
+		r.starting = later
+		starts = append(starts, adm...)
+		for _, a := range starts {
 			s, ok := waiting[a.ID]
 			if !ok {
 				r.t.Fatalf("admitted %s, which is not waiting", a.ID)
 			}
-			if err := r.sched.Started(ctx, r.model, a.ID); err != nil {
+			// a window's start may wait for the room admission looked
+			// ahead to (Started sleeps; on this clock, a later step)
+			if wait, err := r.sched.TryStart(ctx, r.model, a.ID); err != nil {
 				r.t.Fatal(err)
+			} else if wait > 0 {
+				r.startWaits++
+				r.starting = append(r.starting, pendingStart{a: a, due: now.Add(wait)})
+				continue
 			}
 			_, err := r.caller.call(ctx, s)
 			switch {
@@ -187,51 +217,103 @@ func ones(adm []ratelimit.Admission) []ratelimit.Admission {
 // which limits every key by itself, sees each key's load within that
 // key's limit (the interval rule holds per key, requests and tokens)
 // while the model's total is close to three keys' worth, with no 429.
+// Under a window limiter (the fake's and prq's), every window of each
+// key holds at most its limit, and three keys carry three times what
+// one key alone carries on the same workload.
 func TestThreeKeysTripleTheLimit(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	keys := []string{"sk-three-a", "sk-three-b", "sk-three-c"}
-	limits := ratelimit.Limits{RequestsPerPeriod: 120, TokensPerPeriod: 40_000, Period: time.Minute}
-	r := newKeyRig(t, "gpt-keys-three", keys, nil, limits)
-	// jobs of 500 to 3000 tokens, a backlog that never runs dry, 20
-	// simulated minutes in steps of 200ms
-	r.run(ctx, 20*time.Minute, 200*time.Millisecond, 150, func(i int) int64 { return 500 + int64(i*733%2501) })
+	for _, limiter := range []ratelimit.Limiter{ratelimit.LimiterBucket, ratelimit.LimiterWindow} {
+		t.Run(string(limiter), func(t *testing.T) {
+			t.Parallel()
+			threeKeys(t, limiter)
+		})
+	}
+}
 
-	st := r.fake.Stats()[r.model]
-	if st.RateLimited != 0 {
-		t.Errorf("the provider answered %d 429s", st.RateLimited)
+// keyLoad runs the rig with n keys on one workload: jobs of 500 to 3000
+// tokens, a backlog that never runs dry, span simulated in steps of
+// 200ms. It returns the rig and the provider's admissions per key.
+func keyLoad(t *testing.T, n int, limits ratelimit.Limits, span time.Duration) (*keyRig, [][]ratelimit.Admission) {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("sk-load-%s-%d-of-%d", limits.Limiter, i, n)
+	}
+	r := newKeyRig(t, fmt.Sprintf("gpt-keys-%s-%d", limits.Limiter, n), keys, nil, limits)
+	r.run(context.Background(), span, 200*time.Millisecond, 150, func(i int) int64 { return 500 + int64(i*733%2501) })
+	if st := r.fake.Stats()[r.model]; st.RateLimited != 0 {
+		t.Errorf("%d keys: the provider answered %d 429s", n, st.RateLimited)
 	}
 	per := r.byKey(keys)
+	var got int
+	for i := range keys {
+		got += len(per[i])
+		// jobs admitted whose start still waits made no call yet
+		pending := 0
+		for _, p := range r.starting {
+			if p.a.Key == i {
+				pending++
+			}
+		}
+		if r.admitted[i]-pending != len(per[i]) {
+			t.Errorf("admission charged key %d %d times (%d not started); the provider saw %d calls with it", i, r.admitted[i], pending, len(per[i]))
+		}
+	}
+	if r.calls != got {
+		t.Errorf("%d calls succeeded, the provider admitted %d", r.calls, got)
+	}
+	return r, per
+}
+
+func threeKeys(t *testing.T, limiter ratelimit.Limiter) {
+	limits := ratelimit.Limits{RequestsPerPeriod: 120, TokensPerPeriod: 40_000, Period: time.Minute, Limiter: limiter}
+	span := 10 * time.Minute
+	r, per := keyLoad(t, 3, limits, span)
 	var all []ratelimit.Admission
 	for i, adm := range per {
-		tok := ratelimit.CheckIntervals(adm, limits.TokensPerPeriod, limits.Period, limits.TokensPerPeriod)
-		req := ratelimit.CheckIntervals(ones(adm), limits.RequestsPerPeriod, limits.Period, limits.RequestsPerPeriod)
-		t.Logf("key %d: %d calls, %d tokens; tokens: worst interval %.4f of the limit, utilisation %.4f; requests: worst %.4f",
-			i, tok.Admissions, tok.Total, tok.WorstRatio, tok.Utilisation, req.WorstRatio)
-		if tok.Violations != 0 || req.Violations != 0 {
-			t.Errorf("key %d: %d token and %d request intervals over the key's limit", i, tok.Violations, req.Violations)
-		}
-		// spread: each key carries about a third
-		if tok.Utilisation < 0.95 {
-			t.Errorf("key %d used %.3f of its limit, want >= 0.95", i, tok.Utilisation)
+		if limiter == ratelimit.LimiterWindow {
+			tok := ratelimit.CheckWindows(adm, limits.TokensPerPeriod, limits.Period)
+			req := ratelimit.CheckWindows(ones(adm), limits.RequestsPerPeriod, limits.Period)
+			t.Logf("key %d: %d calls, %d tokens; fullest window %.4f of the key's tokens, %.4f of its requests; mean window fill %.4f",
+				i, tok.Admissions, tok.Total, tok.Worst, req.Worst, tok.Utilisation)
+			if tok.Violations != 0 || req.Violations != 0 {
+				t.Errorf("key %d: %d token and %d request windows over the key's limit", i, tok.Violations, req.Violations)
+			}
+		} else {
+			tok := ratelimit.CheckIntervals(adm, limits.TokensPerPeriod, limits.Period, limits.TokensPerPeriod)
+			req := ratelimit.CheckIntervals(ones(adm), limits.RequestsPerPeriod, limits.Period, limits.RequestsPerPeriod)
+			t.Logf("key %d: %d calls, %d tokens; tokens: worst interval %.4f of the limit, utilisation %.4f; requests: worst %.4f",
+				i, tok.Admissions, tok.Total, tok.WorstRatio, tok.Utilisation, req.WorstRatio)
+			if tok.Violations != 0 || req.Violations != 0 {
+				t.Errorf("key %d: %d token and %d request intervals over the key's limit", i, tok.Violations, req.Violations)
+			}
+			// spread: each key carries its share
+			if tok.Utilisation < 0.95 {
+				t.Errorf("key %d used %.3f of its limit, want >= 0.95", i, tok.Utilisation)
+			}
 		}
 		all = append(all, adm...)
 	}
-	// the model's load against one key's limit (its burst plus its rate
-	// over the run)
 	total := ratelimit.CheckIntervals(all, limits.TokensPerPeriod, limits.Period, limits.TokensPerPeriod)
-	t.Logf("three keys: %d calls, %d tokens over %s = %.3fx one key's limit; admissions per key %v; 429s %d",
-		total.Admissions, total.Total, all[len(all)-1].At.Sub(all[0].At), total.Utilisation, r.admitted, st.RateLimited)
-	if total.Utilisation < 2.9 {
-		t.Errorf("three keys admitted %.3fx one key's limit, want >= 2.9", total.Utilisation)
-	}
-	if r.calls != total.Admissions {
-		t.Errorf("%d calls succeeded, the provider admitted %d", r.calls, total.Admissions)
-	}
-	for i := range keys {
-		if r.admitted[i] != len(per[i]) {
-			t.Errorf("admission charged key %d %d times; the provider saw %d calls with it", i, r.admitted[i], len(per[i]))
+	t.Logf("three keys: %d calls, %d tokens over %s; admissions per key %v; starts that waited %d; 429s 0",
+		total.Admissions, total.Total, all[len(all)-1].At.Sub(all[0].At), r.admitted, r.startWaits)
+	if limiter == ratelimit.LimiterBucket {
+		// the model's load against one key's limit: its burst plus its
+		// rate over the run
+		t.Logf("three keys admitted %.3fx one key's limit", total.Utilisation)
+		if total.Utilisation < 2.9 {
+			t.Errorf("three keys admitted %.3fx one key's limit, want >= 2.9", total.Utilisation)
 		}
+		return
+	}
+	// a window limiter keeps a margin and admits ahead of starts: one
+	// key alone fills its windows to a little less than its limit, and
+	// three keys must carry three times that
+	_, one := keyLoad(t, 1, limits, span)
+	alone := ratelimit.CheckWindows(one[0], limits.TokensPerPeriod, limits.Period)
+	ratio := float64(total.Total) / float64(alone.Total)
+	t.Logf("one key alone: %d calls, %d tokens, mean window fill %.4f; three keys carry %.3fx that", alone.Admissions, alone.Total, alone.Utilisation, ratio)
+	if ratio < 2.9 {
+		t.Errorf("three keys carried %.3fx one key's load, want >= 2.9", ratio)
 	}
 }
 
