@@ -184,3 +184,30 @@ func TestReadmeProvidersExample(t *testing.T) {
 		}
 	}
 }
+
+// TestReadmeSeveralKeysExample: the README's several-keys example loads
+// and validates, its keys in the listed order.
+func TestReadmeSeveralKeysExample(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(b), "\n### Several keys per model\n")
+	if !ok {
+		t.Fatal("README has no Several keys per model section")
+	}
+	_, rest, ok := strings.Cut(section, "```yaml\n")
+	if !ok {
+		t.Fatal("the section has no yaml example")
+	}
+	doc, _, _ := strings.Cut(rest, "```")
+	env := map[string]string{"OPENAI_KEY_ORG_A": "sk-a-readme", "OPENAI_KEY_ORG_B": "sk-b-readme", "OPENAI_KEY_ORG_C": "sk-c-readme"}
+	c := loadYAML(t, doc, env)
+	if err := c.Validate(ModeCheck); err != nil {
+		t.Fatalf("the README's example does not validate: %v", err)
+	}
+	p, ok := c.ProviderOf("gpt-4o-mini")
+	if got := strings.Join(p.KeyValues(), ","); !ok || got != "sk-a-readme,sk-b-readme,sk-c-readme" {
+		t.Fatalf("keys %q", got)
+	}
+}
