@@ -547,6 +547,22 @@ func (b *Bucket) Available(ctx context.Context) (Cost, time.Time, error) {
 	return Cost{Requests: res[1], Tokens: res[2]}, time.UnixMicro(res[0]), nil
 }
 
+// AvailableAll returns what the model's buckets could admit now, summed
+// over its API keys (with one key, Available). A single call still
+// needs room on one key.
+func (b *Bucket) AvailableAll(ctx context.Context) (Cost, error) {
+	var sum Cost
+	for i := range b.Keys() {
+		c, _, err := b.ForKey(i).Available(ctx)
+		if err != nil {
+			return Cost{}, err
+		}
+		sum.Requests += c.Requests
+		sum.Tokens += c.Tokens
+	}
+	return sum, nil
+}
+
 func sanitize(s string) string {
 	out := []byte(s)
 	for i, c := range out {

@@ -199,8 +199,8 @@ var (
 	descAhead      = prometheus.NewDesc("prq_admission_ahead_of_fifo_tokens_total", "Tokens admitted ahead of an older job (what prioritisation moved forward).", []string{"model", "class"}, nil)
 	descBehind     = prometheus.NewDesc("prq_admission_behind_fifo_tokens_total", "Tokens by which a class's oldest job was passed.", []string{"model", "class"}, nil)
 	descReleased   = prometheus.NewDesc("prq_admission_released_jobs", "Admitted jobs not yet started.", []string{"model"}, nil)
-	descAvail      = prometheus.NewDesc("prq_bucket_available_tokens", "Tokens the model's shared bucket could admit now.", []string{"model"}, nil)
-	descLimit      = prometheus.NewDesc("prq_bucket_limit_tokens_per_second", "The model's token limit, per second.", []string{"model"}, nil)
+	descAvail      = prometheus.NewDesc("prq_bucket_available_tokens", "Tokens the model's shared bucket could admit now (summed over its API keys).", []string{"model"}, nil)
+	descLimit      = prometheus.NewDesc("prq_bucket_limit_tokens_per_second", "The model's token limit, per second (its per-key limit times its API keys).", []string{"model"}, nil)
 	descPaused     = prometheus.NewDesc("prq_model_paused", "1 when the model's admissions are paused (account problem).", []string{"model"}, nil)
 	descKeysPaused = prometheus.NewDesc("prq_model_keys_paused", "How many of a model's several API keys are paused (an account problem on that key); its other keys keep serving.", []string{"model"}, nil)
 	descQueue      = prometheus.NewDesc("prq_queue_tasks", "asynq tasks per queue and state (scheduled holds the jobs waiting for admission).", []string{"queue", "state"}, nil)
@@ -353,11 +353,11 @@ func (c *stateCollector) read(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descReleased, prometheus.GaugeValue, float64(st.Released), model)
 		if b, ok := c.adm.Bucket(model); ok {
-			if avail, _, err := b.Available(ctx); err == nil {
+			if avail, err := b.AvailableAll(ctx); err == nil {
 				ch <- prometheus.MustNewConstMetric(descAvail, prometheus.GaugeValue, float64(avail.Tokens), model)
 			}
 			l := b.Limits()
-			ch <- prometheus.MustNewConstMetric(descLimit, prometheus.GaugeValue, float64(l.TokensPerPeriod)/l.Period.Seconds(), model)
+			ch <- prometheus.MustNewConstMetric(descLimit, prometheus.GaugeValue, float64(b.Keys())*float64(l.TokensPerPeriod)/l.Period.Seconds(), model)
 			if n, err := b.WindowLikeReports(ctx); err == nil {
 				ch <- prometheus.MustNewConstMetric(descWinLike, prometheus.GaugeValue, float64(n), model)
 			}
