@@ -311,10 +311,11 @@ func (s *Scheduler) onItsWay(queue, id string) bool {
 	return err == nil && (info.State == asynq.TaskStatePending || info.State == asynq.TaskStateActive)
 }
 
-// Started records that an admitted task reached its handler. With a
-// window limiter it moves the job's charge to now, when the provider will
-// count the call, and first waits, if need be, for the room admission
-// counted on when it looked ahead (see TryStart).
+// Started records that an admitted task reached its handler. It moves
+// the job's charge to now, when the provider will count the call (a
+// token bucket full at admission is lowered by the refill the provider's
+// lost meanwhile); with a window limiter it first waits, if need be, for
+// the room admission counted on when it looked ahead (see TryStart).
 func (s *Scheduler) Started(ctx context.Context, model, id string) error {
 	for {
 		wait, err := s.TryStart(ctx, model, id)
@@ -341,9 +342,7 @@ func (s *Scheduler) TryStart(ctx context.Context, model, id string) (time.Durati
 		return 0, err
 	}
 	args := []any{"started", s.now(), id}
-	if b.Limits().Limiter == ratelimit.LimiterWindow {
-		args = append(args, b.ScriptArgs([4]int64{})...)
-	}
+	args = append(args, b.ScriptArgs([4]int64{})...)
 	us, err := script.Run(ctx, s.rdb, keys.list(), args...).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("admission: started %s: %w", id, err)

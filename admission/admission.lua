@@ -176,8 +176,13 @@ elseif op == 'cancel' then
 
 elseif op == 'started' then
   -- ARGV: op, now, id[, dims...]: the released task reached a handler.
-  -- With dims (a window limiter), the job's charge moves from the slot of
-  -- its admission to now, where the provider will count the call: a job
+  -- With dims, the job's charge moves to now, where the provider will
+  -- count the call. A token bucket that was full at admission lost no
+  -- refill here but does there (the provider's stays full until the call
+  -- arrives): ours becomes what it would be had the charge been made now,
+  -- min(full, level + cost) - cost, never higher than it is, so a key
+  -- left idle (several keys: often) does not admit early after it.
+  -- A window moves the charge from the slot of its admission: a job
   -- that waited for a worker would otherwise stop counting here before it
   -- stops counting there. Admission looks ahead by the measured lag from
   -- admission to start (lag_us), so the room it counted on may not be
@@ -195,6 +200,21 @@ elseif op == 'started' then
   local st = B.load(keystate(key), ARGV, 3, now)
   local costs = {}
   for j = 1, st.n do costs[j] = charged[j] or 0 end
+  if st.n > 0 and st.kind[1] == 'b' then
+    local moved = false
+    for j = 1, st.n do
+      if costs[j] > 0 then
+        B.give(st, j, costs[j]) -- capped at full
+        moved = true
+      end
+    end
+    if moved then
+      B.take(st, costs)
+      B.save(st)
+    end
+    redis.call('ZADD', KEYS[13], now, ARGV[3])
+    return 0
+  end
   for j = 1, st.n do
     if st.kind[j] == 'w' and costs[j] > 0 then B.give(st, j, costs[j], at) end
   end

@@ -8,8 +8,9 @@ import (
 
 // keySet names every Redis key of one model's admission state. All share
 // the bucket's hash tag, so one script call works on Redis Cluster.
-// list gives them in the order admission.lua reads KEYS[1..18], then per
-// API key of the model (KeyStates[i], KeyPaused[i]) from KEYS[19].
+// list gives them in the order admission.lua reads KEYS[1..18], then,
+// for a model with several API keys, per key (KeyStates[i],
+// KeyPaused[i]) from KEYS[19].
 type keySet struct {
 	State          string // K[1] the model bucket's state (ratelimit)
 	Tickets        string // K[2] hash: id -> encoded ticket
@@ -71,8 +72,10 @@ func (k keySet) list() []string {
 	out := []string{k.State, k.Tickets, k.Lex, k.Chat, k.HeadsPaid, k.HeadsTrial, k.HeadsFree,
 		k.VirtualTimes, k.Age, k.Released, k.Stats, k.Reservations, k.ReservationAge, k.Delayed, k.Paused, k.Waits,
 		k.HeadsChat, k.BatchAge}
-	for i := range k.KeyStates {
-		out = append(out, k.KeyStates[i], k.KeyPaused[i])
+	if len(k.KeyStates) > 1 { // one key: State, paused with the model
+		for i := range k.KeyStates {
+			out = append(out, k.KeyStates[i], k.KeyPaused[i])
+		}
 	}
 	return out
 }

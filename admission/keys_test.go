@@ -202,3 +202,36 @@ func TestOneKeyAsBefore(t *testing.T) {
 		t.Fatalf("one key paused: Paused %v, want the model", p)
 	}
 }
+
+// A start moves a token bucket's charge to when the provider counts the
+// call: a bucket that was full at admission is lowered by the refill the
+// provider's, still full until the call arrives, did not get; one that
+// was not full is left as it is.
+func TestStartMovesBucketCharge(t *testing.T) {
+	ctx := context.Background()
+	s, b, clk, model := newKeyed(t, 1, ratelimit.Limits{RequestsPerPeriod: 1000, TokensPerPeriod: 1000, Period: time.Second})
+	step := func(id string, tokens, before, after int64) {
+		t.Helper()
+		registerN(t, s, model, id, 1, tokens)
+		adm, _, err := s.Admit(ctx, model, 1)
+		if err != nil || len(adm) != 1 {
+			t.Fatalf("admitted %+v (%v)", adm, err)
+		}
+		clk.advance(100 * time.Millisecond) // ours refills 100 tokens
+		if got, _, _ := b.Available(ctx); got.Tokens != before {
+			t.Fatalf("%s before its start: %d tokens, want %d", id, got.Tokens, before)
+		}
+		if err := s.Started(ctx, model, adm[0].ID); err != nil {
+			t.Fatal(err)
+		}
+		if got, _, _ := b.Available(ctx); got.Tokens != after {
+			t.Fatalf("%s after its start: %d tokens, want %d", id, got.Tokens, after)
+		}
+	}
+	// full at admission: the provider's bucket stays full until the call
+	// arrives, then holds 1000 - 600
+	step("full", 600, 500, 400)
+	// 400 left: admitted at 100, refilled to 200 by the start, as the
+	// provider's (not full meanwhile)
+	step("partial", 300, 200, 200)
+}
