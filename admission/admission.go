@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -206,6 +207,9 @@ type Admitted struct {
 	Enqueued time.Time
 	// Dim names the bucket dimension a rejected ticket exceeds.
 	Dim string
+	// Key is the index of the model's API key whose bucket was charged
+	// (0 with one key): the call must be made with that key.
+	Key int
 }
 
 // Admit takes up to budget tickets of a model in global order while its
@@ -307,10 +311,11 @@ func (s *Scheduler) onItsWay(queue, id string) bool {
 	return err == nil && (info.State == asynq.TaskStatePending || info.State == asynq.TaskStateActive)
 }
 
-// Started records that an admitted task reached its handler. With a
-// window limiter it moves the job's charge to now, when the provider will
-// count the call, and first waits, if need be, for the room admission
-// counted on when it looked ahead (see TryStart).
+// Started records that an admitted task reached its handler. It moves
+// the job's charge to now, when the provider will count the call (a
+// token bucket full at admission is lowered by the refill the provider's
+// lost meanwhile); with a window limiter it first waits, if need be, for
+// the room admission counted on when it looked ahead (see TryStart).
 func (s *Scheduler) Started(ctx context.Context, model, id string) error {
 	for {
 		wait, err := s.TryStart(ctx, model, id)
@@ -337,9 +342,7 @@ func (s *Scheduler) TryStart(ctx context.Context, model, id string) (time.Durati
 		return 0, err
 	}
 	args := []any{"started", s.now(), id}
-	if b.Limits().Limiter == ratelimit.LimiterWindow {
-		args = append(args, b.ScriptArgs([4]int64{})...)
-	}
+	args = append(args, b.ScriptArgs([4]int64{})...)
 	us, err := script.Run(ctx, s.rdb, keys.list(), args...).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("admission: started %s: %w", id, err)
@@ -390,6 +393,42 @@ func (s *Scheduler) settle(ctx context.Context, model, id string, actual ratelim
 		return ratelimit.ErrNotReserved
 	}
 	return nil
+}
+
+// KeyOf returns the index of the API key an admitted job was charged to:
+// the key its call must use, whose bucket its settle, header sync and
+// 429 go to. A job without a reservation (settled, expired, never
+// admitted), or a model with one key, has key 0.
+func (s *Scheduler) KeyOf(ctx context.Context, model, id string) (int, error) {
+	keys, b, err := s.keys(model)
+	if err != nil {
+		return 0, err
+	}
+	if b.Keys() == 1 {
+		return 0, nil
+	}
+	r, err := s.rdb.HGet(ctx, keys.Reservations, id).Result()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("admission: key of %s: %w", id, err)
+	}
+	return reservationKey(r, b.Keys()), nil
+}
+
+// reservationKey reads the key index of a stored reservation, "cost
+// cost ... k<i>" (admission.lua writes it); 0 without one or out of the
+// model's n keys.
+func reservationKey(r string, n int) int {
+	for _, f := range strings.Fields(r) {
+		if k, ok := strings.CutPrefix(f, "k"); ok {
+			if i, err := strconv.Atoi(k); err == nil && i >= 0 && i < n {
+				return i
+			}
+		}
+	}
+	return 0
 }
 
 // Cancel removes a waiting ticket (superseded work).

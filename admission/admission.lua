@@ -16,6 +16,14 @@
 --  K[16] recent admission waits ("class:µs", newest first, capped)
 --  K[17] flow heads of chat (tenant by finish tag)
 --  K[18] batch age zset (id by enqueue µs): the aging bound's order
+--  K[19 + 2i], K[20 + 2i]: the bucket state of the model's API key i
+--                          (from 0; key 0's is K[1]) and why it is paused
+--
+-- Several API keys: each key has its own bucket state with the model's
+-- limits. A ticket is charged to one key: of the keys not paused whose
+-- bucket admits it now, the one with the most room left (so the load
+-- spreads evenly). Its reservation remembers the key ("... k<i>"), so
+-- start, settle and refund go to that key's bucket; the reply names it.
 --
 -- Order of one admission: chat against batch by start-time fair queuing
 -- of the two classes (weights cap and 1 - cap over tokens, so chat takes
@@ -25,8 +33,8 @@
 -- goes first unless a batch ticket is past the aging bound.
 --
 -- Tickets are stored encoded (see ticket.lua); admit replies with
--- "via|queue|class|tenant|tokens|enq_us" (plus "|dim" for a reject) per
--- admitted id, read by decodeAdmitted in ticket.go.
+-- "via|queue|class|tenant|tokens|enq_us|key" ("|dim" instead of "|key"
+-- for a reject) per admitted id, read by decodeAdmitted in ticket.go.
 
 local TIERS = {'paid', 'trial', 'free'}
 local HEADS = {paid = KEYS[5], trial = KEYS[6], free = KEYS[7], chat = KEYS[17]}
@@ -86,6 +94,32 @@ end
 local op = ARGV[1]
 local now = B.clock(ARGV[2])
 
+-- the model's API keys (one when the caller passes no key pairs)
+local NKEYS = math.max(math.floor((#KEYS - 18) / 2), 1)
+local function keystate(i)
+  if #KEYS >= 19 then return KEYS[19 + 2 * i] end
+  return KEYS[1]
+end
+local function keypaused(i)
+  if #KEYS >= 20 then return KEYS[20 + 2 * i] end
+  return nil
+end
+
+-- reservation reads a stored reservation "cost cost ... [k<key>]": its
+-- costs and its key's index (nil: a key no longer configured).
+local function reservation(r)
+  local costs, key = {}, 0
+  for c in string.gmatch(r, '%S+') do
+    if string.sub(c, 1, 1) == 'k' then
+      key = tonumber(string.sub(c, 2))
+    else
+      costs[#costs + 1] = tonumber(c)
+    end
+  end
+  if key == nil or key < 0 or key >= NKEYS then key = nil end
+  return costs, key
+end
+
 local function register(id, enc)
   if redis.call('HEXISTS', KEYS[2], id) == 1 then return 0 end
   local t = decode(id, enc)
@@ -142,8 +176,13 @@ elseif op == 'cancel' then
 
 elseif op == 'started' then
   -- ARGV: op, now, id[, dims...]: the released task reached a handler.
-  -- With dims (a window limiter), the job's charge moves from the slot of
-  -- its admission to now, where the provider will count the call: a job
+  -- With dims, the job's charge moves to now, where the provider will
+  -- count the call. A token bucket that was full at admission lost no
+  -- refill here but does there (the provider's stays full until the call
+  -- arrives): ours becomes what it would be had the charge been made now,
+  -- min(full, level + cost) - cost, never higher than it is, so a key
+  -- left idle (several keys: often) does not admit early after it.
+  -- A window moves the charge from the slot of its admission: a job
   -- that waited for a worker would otherwise stop counting here before it
   -- stops counting there. Admission looks ahead by the measured lag from
   -- admission to start (lag_us), so the room it counted on may not be
@@ -156,13 +195,26 @@ elseif op == 'started' then
   local at = tonumber(redis.call('ZSCORE', KEYS[13], ARGV[3]) or '')
   if not r or not at then return 0 end
   if at > now then at = now end
-  local st = B.load(KEYS[1], ARGV, 3, now)
-  local costs, i = {}, 0
-  for c in string.gmatch(r, '%S+') do
-    i = i + 1
-    if i <= st.n then costs[i] = tonumber(c) end
+  local charged, key = reservation(r)
+  if key == nil then return 0 end
+  local st = B.load(keystate(key), ARGV, 3, now)
+  local costs = {}
+  for j = 1, st.n do costs[j] = charged[j] or 0 end
+  if st.n > 0 and st.kind[1] == 'b' then
+    local moved = false
+    for j = 1, st.n do
+      if costs[j] > 0 then
+        B.give(st, j, costs[j]) -- capped at full
+        moved = true
+      end
+    end
+    if moved then
+      B.take(st, costs)
+      B.save(st)
+    end
+    redis.call('ZADD', KEYS[13], now, ARGV[3])
+    return 0
   end
-  for j = i + 1, st.n do costs[j] = 0 end
   for j = 1, st.n do
     if st.kind[j] == 'w' and costs[j] > 0 then B.give(st, j, costs[j], at) end
   end
@@ -187,19 +239,18 @@ elseif op == 'settle' then
   -- estimate is added) or estimate (the estimate stays)
   local r = redis.call('HGET', KEYS[12], ARGV[3])
   if not r then return 0 end
-  local st = B.load(KEYS[1], ARGV, 4, now)
-  -- where the charge is (its admission, or its start): a window gives
-  -- back in that slot, if it still counts
-  local at = tonumber(redis.call('ZSCORE', KEYS[13], ARGV[3]) or '')
-  local i = 0
-  for c in string.gmatch(r, '%S+') do
-    i = i + 1
-    if i <= st.n then
-      local delta = tonumber(c) - st.val[i]
+  local charged, key = reservation(r)
+  if key ~= nil then -- else its key is gone: nothing to correct
+    local st = B.load(keystate(key), ARGV, 4, now)
+    -- where the charge is (its admission, or its start): a window gives
+    -- back in that slot, if it still counts
+    local at = tonumber(redis.call('ZSCORE', KEYS[13], ARGV[3]) or '')
+    for i = 1, math.min(#charged, st.n) do
+      local delta = charged[i] - st.val[i]
       if ARGV[4] == 'refund' or (delta < 0 and ARGV[4] == 'debt') then B.give(st, i, delta, at) end
     end
+    B.save(st)
   end
-  B.save(st)
   redis.call('HDEL', KEYS[12], ARGV[3])
   redis.call('ZREM', KEYS[13], ARGV[3])
   return 1
@@ -212,6 +263,15 @@ elseif op == 'delay' then
 elseif op == 'admit' then
   local paused = redis.call('GET', KEYS[15])
   if paused then return {B.fmt(now), '0', {}, paused} end
+  -- the keys not paused
+  local live = {}
+  for k = 0, NKEYS - 1 do
+    local kp = keypaused(k)
+    local why = nil
+    if kp ~= nil then why = redis.call('GET', kp) end
+    if why then paused = why else live[#live + 1] = k end
+  end
+  if #live == 0 then return {B.fmt(now), '0', {}, 'every key is paused: ' .. paused} end
   local due = redis.call('ZRANGEBYSCORE', KEYS[14], '-inf', now, 'LIMIT', 0, 1000)
   for _, m in ipairs(due) do
     local id, enc = string.match(m, '^([^%z]*)%z(.*)$')
@@ -231,7 +291,10 @@ elseif op == 'admit' then
   local weight = {paid = tonumber(ARGV[8]), trial = tonumber(ARGV[9]), free = tonumber(ARGV[10])}
   local cap = tonumber(ARGV[11])
   local cweight = {chat = cap, batch = 1 - cap}
-  local st = B.load(KEYS[1], ARGV, 11, now)
+  local sts = {}
+  for _, k in ipairs(live) do sts[k] = B.load(keystate(k), ARGV, 11, now) end
+  -- st is the first live key's: every key has the model's limits
+  local st = sts[live[1]]
   local keep = {}
   for i = 1, st.n do keep[i] = math.floor(share * st.burst[i]) end
   local backfills = st.n > 0
@@ -248,11 +311,42 @@ elseif op == 'admit' then
   end
   local out = {}
   local wait = 0
-  local dirty = false
+  local dirty = {}
   local V = vt('V')
-  -- grant admits cand (already charged with costs): its order's tags,
-  -- its reservation and the reply.
-  local function grant(cand, via, costs)
+  -- roomof is the share of its limit a key's bucket has left in its
+  -- fullest dimension.
+  local function roomof(s)
+    local room = nil
+    for i, v in ipairs(B.available(s)) do
+      local r = v / s.lim[i]
+      if room == nil or r < room then room = r end
+    end
+    return room or 0
+  end
+  -- pick returns the live key whose bucket admits costs now (with keep;
+  -- a window also with the look-ahead), the one with the most room; else
+  -- nil, the shortest wait and the key it is for; or nil, a negative
+  -- error code and the dimension when costs can never fit (B.wait: every
+  -- key has the same limits).
+  local function pick(costs, kp, lookahead)
+    local best, bestroom, soon, soonw = nil, nil, nil, nil
+    for _, k in ipairs(live) do
+      local w, dim = B.wait(sts[k], costs, kp)
+      if w < 0 then return nil, w, dim end
+      if w > 0 and w <= lookahead then w = 0 end
+      if w == 0 then
+        local room = roomof(sts[k])
+        if best == nil or room > bestroom then best, bestroom = k, room end
+      elseif soonw == nil or w < soonw then
+        soon, soonw = k, w
+      end
+    end
+    if best ~= nil then return best, 0 end
+    return nil, soonw, soon
+  end
+  -- grant admits cand (already charged with costs on key): its order's
+  -- tags, its reservation and the reply.
+  local function grant(cand, via, costs, key)
     if cand.class ~= 'chat' then nbatch = nbatch + 1 end
     -- FIFO comparison: was someone older waiting?
     local fifo = redis.call('ZRANGE', KEYS[9], 0, 0)
@@ -287,13 +381,14 @@ elseif op == 'admit' then
     redis.call('ZADD', KEYS[10], now + release, cand.id)
     local rc = {}
     for i = 1, st.n do rc[i] = B.fmt(costs[i]) end
+    if NKEYS > 1 then rc[#rc + 1] = 'k' .. key end
     redis.call('HSET', KEYS[12], cand.id, table.concat(rc, ' '))
     redis.call('ZADD', KEYS[13], now, cand.id)
     redis.call('HINCRBY', KEYS[11], 'adm_tok:' .. cand.class, cand.tokens)
     redis.call('HINCRBY', KEYS[11], 'adm_n:' .. cand.class, 1)
     redis.call('LPUSH', KEYS[16], cand.class .. ':' .. B.fmt(now - cand.enq))
     out[#out + 1] = cand.id
-    out[#out + 1] = via .. '|' .. cand.queue .. '|' .. cand.class .. '|' .. cand.tenant .. '|' .. cand.tokens .. '|' .. B.fmt(cand.enq)
+    out[#out + 1] = via .. '|' .. cand.queue .. '|' .. cand.class .. '|' .. cand.tenant .. '|' .. cand.tokens .. '|' .. B.fmt(cand.enq) .. '|' .. key
   end
   -- costsof is a ticket's charge per dimension (a request dimension
   -- counts 1).
@@ -309,9 +404,11 @@ elseif op == 'admit' then
   -- window has now may sit idle until then. Tickets further back (the
   -- first of each flow, chat's then each tier's, a few each) take it if
   -- they fit now and still leave the waiting ticket room when its turn
-  -- comes (B.slack): it is admitted no later than without them.
-  local function backfill(head, headcosts, w)
-    local slack = B.slack(st, headcosts, head.class ~= 'chat' and keep or nil, w)
+  -- comes (B.slack): it is admitted no later than without them. With
+  -- several keys the waiting ticket waits for key hk (the soonest);
+  -- another key's room now is taken by whatever fits it.
+  local function backfill(head, headcosts, w, hk)
+    local slack = B.slack(sts[hk], headcosts, head.class ~= 'chat' and keep or nil, w)
     if slack == nil then return end
     for _, cls in ipairs({'chat', 'paid', 'trial', 'free'}) do
       for _, tenant in ipairs(redis.call('ZRANGE', HEADS[cls], 0, 7)) do
@@ -319,15 +416,24 @@ elseif op == 'admit' then
         local t = flowhead(cls, tenant)
         if t ~= nil and t.id ~= head.id and (cls == 'chat' or nbatch < bmax) then
           local c = costsof(t)
+          local kp = cls ~= 'chat' and keep or nil
           local ok = true
           for i = 1, st.n do
             if c[i] > slack[i] then ok = false end
           end
-          if ok and B.wait(st, c, cls ~= 'chat' and keep or nil) == 0 then
-            B.take(st, c)
-            dirty = true
+          local key = nil
+          if ok and B.wait(sts[hk], c, kp) == 0 then
+            key = hk
             for i = 1, st.n do slack[i] = slack[i] - c[i] end
-            grant(t, 'backfill', c)
+          else
+            for _, k in ipairs(live) do
+              if key == nil and k ~= hk and B.wait(sts[k], c, kp) == 0 then key = k end
+            end
+          end
+          if key ~= nil then
+            B.take(sts[key], c)
+            dirty[key] = true
+            grant(t, 'backfill', c, key)
           end
         end
       end
@@ -394,8 +500,9 @@ elseif op == 'admit' then
     end
     if cand == nil then break end
     local costs = costsof(cand)
-    local w, dim = B.wait(st, costs, cand.class ~= 'chat' and keep or nil)
-    if w > 0 and w <= ahead then w = 0 end
+    -- key: the key charged; else w, the wait (dim: the key it is for)
+    -- or an error code (dim: the dimension it exceeds)
+    local key, w, dim = pick(costs, cand.class ~= 'chat' and keep or nil, ahead)
     if w < 0 then
       -- can never fit: drop the ticket and report it, never wait forever
       unlink(cand)
@@ -405,18 +512,18 @@ elseif op == 'admit' then
       out[#out + 1] = 'reject|' .. cand.queue .. '|' .. cand.class .. '|' .. cand.tenant .. '|' .. cand.tokens .. '|' .. B.fmt(cand.enq) .. '|' .. dim
     elseif w > 0 then
       wait = w
-      if backfills then backfill(cand, costs, w) end
+      if backfills then backfill(cand, costs, w, dim) end
       break
     else
       if #out >= budget * 2 then break end
-      B.take(st, costs)
-      dirty = true
-      grant(cand, via, costs)
+      B.take(sts[key], costs)
+      dirty[key] = true
+      grant(cand, via, costs, key)
     end
   end
   redis.call('HSET', KEYS[8], 'V', V)
-  if dirty then
-    B.save(st)
+  if next(dirty) ~= nil then
+    for k in pairs(dirty) do B.save(sts[k]) end
     redis.call('LTRIM', KEYS[16], 0, 1999)
   end
   return {B.fmt(now), B.fmt(wait), out}

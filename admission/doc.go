@@ -16,6 +16,13 @@
 // order but has no task: its admission is published to the caller waiting
 // in-process (Waiter.Await), who reports back like a worker or withdraws.
 //
+// A model served by several API keys has a bucket per key (each with the
+// model's limits, under the model's one hash tag): each admission is
+// charged to the key with the most room among those not paused that
+// admit it now (Admitted.Key); the job's call uses that key (KeyOf), and
+// its start, settle and the provider's headers go to that key's bucket. A
+// key with an account problem is paused alone (PauseKey).
+//
 // Files: admission.go (the scheduler and its calls), keys.go (the Redis
 // keys of a model), ticket.go and ticket.lua (the ticket and its stored
 // form, encoded in Go and decoded in both Go and Lua), loop.go (the

@@ -1,10 +1,16 @@
 package admission
 
-import "github.com/prq-dev/prq/ratelimit"
+import (
+	"strconv"
+
+	"github.com/prq-dev/prq/ratelimit"
+)
 
 // keySet names every Redis key of one model's admission state. All share
 // the bucket's hash tag, so one script call works on Redis Cluster.
-// list gives them in the order admission.lua reads KEYS[1..18].
+// list gives them in the order admission.lua reads KEYS[1..18], then,
+// for a model with several API keys, per key (KeyStates[i],
+// KeyPaused[i]) from KEYS[19].
 type keySet struct {
 	State          string // K[1] the model bucket's state (ratelimit)
 	Tickets        string // K[2] hash: id -> encoded ticket
@@ -24,11 +30,15 @@ type keySet struct {
 	Waits          string // K[16] list: recent waits "class:µs", newest first
 	HeadsChat      string // K[17] flow heads of chat: tenant by finish tag
 	BatchAge       string // K[18] zset: batch id by enqueue µs (aging order)
+	// KeyStates are the bucket states of the model's API keys (the
+	// first is State); KeyPaused say why a key is paused (a string with
+	// a TTL, like Paused). Keys are named by their short hash only.
+	KeyStates, KeyPaused []string
 }
 
 func newKeySet(b *ratelimit.Bucket) keySet {
 	p := b.Tag() + ":adm:"
-	return keySet{
+	ks := keySet{
 		State:          b.StateKey(),
 		Tickets:        p + "tickets",
 		Lex:            p + "lex",
@@ -47,14 +57,27 @@ func newKeySet(b *ratelimit.Bucket) keySet {
 		Waits:          p + "waits",
 		HeadsChat:      p + "heads:chat",
 		BatchAge:       p + "bage",
+		KeyStates:      make([]string, b.Keys()),
+		KeyPaused:      make([]string, b.Keys()),
 	}
+	for i := range b.Keys() {
+		ks.KeyStates[i] = b.KeyStateKey(i)
+		ks.KeyPaused[i] = p + "paused:key:" + strconv.Itoa(i) + ":" + b.KeyLabel(i)
+	}
+	return ks
 }
 
 // list returns the keys in admission.lua's KEYS order.
 func (k keySet) list() []string {
-	return []string{k.State, k.Tickets, k.Lex, k.Chat, k.HeadsPaid, k.HeadsTrial, k.HeadsFree,
+	out := []string{k.State, k.Tickets, k.Lex, k.Chat, k.HeadsPaid, k.HeadsTrial, k.HeadsFree,
 		k.VirtualTimes, k.Age, k.Released, k.Stats, k.Reservations, k.ReservationAge, k.Delayed, k.Paused, k.Waits,
 		k.HeadsChat, k.BatchAge}
+	if len(k.KeyStates) > 1 { // one key: State, paused with the model
+		for i := range k.KeyStates {
+			out = append(out, k.KeyStates[i], k.KeyPaused[i])
+		}
+	}
+	return out
 }
 
 // wake is the channel where a registration wakes the admission loops.

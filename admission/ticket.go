@@ -118,7 +118,8 @@ func decodeTicket(enc string) (storedTicket, error) {
 }
 
 // decodeAdmitted reads one admission of admit's reply:
-// "via|queue|class|tenant|tokens|enq_us", plus "|dim" for a reject.
+// "via|queue|class|tenant|tokens|enq_us|key", "|dim" instead of "|key"
+// for a reject.
 func decodeAdmitted(id, desc, model string, now time.Time) (Admitted, bool) {
 	const (
 		fVia = iota
@@ -127,7 +128,8 @@ func decodeAdmitted(id, desc, model string, now time.Time) (Admitted, bool) {
 		fTenant
 		fTokens
 		fEnqueued
-		fDim
+		fDim // a reject's; an admission's key
+		fKey = fDim
 	)
 	f := strings.Split(desc, "|")
 	if len(f) <= fEnqueued {
@@ -137,8 +139,11 @@ func decodeAdmitted(id, desc, model string, now time.Time) (Admitted, bool) {
 	enq, _ := strconv.ParseInt(f[fEnqueued], 10, 64)
 	a := Admitted{ID: id, Via: f[fVia], Queue: f[fQueue], Class: f[fClass], Tenant: f[fTenant], Model: model, Tokens: tok,
 		Enqueued: time.UnixMicro(enq), Waited: now.Sub(time.UnixMicro(enq))}
-	if a.Via == "reject" && len(f) > fDim {
+	switch {
+	case a.Via == "reject" && len(f) > fDim:
 		a.Dim = f[fDim]
+	case len(f) > fKey:
+		a.Key, _ = strconv.Atoi(f[fKey])
 	}
 	return a, true
 }

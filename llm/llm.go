@@ -75,6 +75,10 @@ type Request struct {
 	Reasoning bool
 	// Format asks for a reply format; the zero value asks for nothing.
 	Format Format
+	// Key is the index of the provider's API key to call with (a Router
+	// holds one client per key; admission says which key a job was
+	// charged to). 0: the first.
+	Key int
 }
 
 // Message is one turn of a conversation.

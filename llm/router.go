@@ -15,27 +15,33 @@ var (
 	_ Completer = (*Anthropic)(nil)
 )
 
-// Router sends each request to the client of its model's provider.
+// Router sends each request to the client of its model's provider, and
+// of the provider's keys to the one the request names (Request.Key).
 type Router struct {
-	byModel map[string]Completer
+	byModel map[string][]Completer
 }
 
 // NewRouter returns a router; byModel maps each model name to the
-// client of its provider.
-func NewRouter(byModel map[string]Completer) *Router {
-	m := make(map[string]Completer, len(byModel))
+// clients of its provider, one per API key, in the provider's key order
+// (admission's key indices).
+func NewRouter(byModel map[string][]Completer) *Router {
+	m := make(map[string][]Completer, len(byModel))
 	for k, v := range byModel {
-		m[k] = v
+		m[k] = append([]Completer(nil), v...)
 	}
 	return &Router{byModel: m}
 }
 
-// Complete calls the request's model's provider. A model without one is
-// a permanent failure (configuration validation prevents it).
+// Complete calls the request's model's provider with the request's key.
+// A model without one, or a key it does not have, is a permanent
+// failure (configuration validation prevents both).
 func (r *Router) Complete(ctx context.Context, req Request) (Response, error) {
-	c, ok := r.byModel[req.Model]
-	if !ok {
+	cs := r.byModel[req.Model]
+	if len(cs) == 0 {
 		return Response{}, &Error{Kind: ErrPermanent, Message: fmt.Sprintf("model %q has no provider", req.Model)}
 	}
-	return c.Complete(ctx, req)
+	if req.Key < 0 || req.Key >= len(cs) {
+		return Response{}, &Error{Kind: ErrPermanent, Message: fmt.Sprintf("model %q has no API key %d (it has %d)", req.Model, req.Key, len(cs))}
+	}
+	return cs[req.Key].Complete(ctx, req)
 }

@@ -273,6 +273,10 @@ type Bucket struct {
 	Log *slog.Logger
 
 	model string
+	// keys are the short hashes (KeyHash) of the API keys that share the
+	// model, one bucket state each; key is the one this Bucket is.
+	keys []string
+	key  int
 }
 
 // KeyHash returns a short, non-reversible label for an API key, the only
@@ -284,20 +288,73 @@ func KeyHash(apiKey string) string {
 
 // NewBucket returns the bucket of a model and API key.
 func NewBucket(rdb Scripter, model, apiKey string, limits Limits) (*Bucket, error) {
+	return NewKeyedBucket(rdb, model, []string{apiKey}, limits)
+}
+
+// NewKeyedBucket returns the bucket of a model served by several API keys
+// (of one provider): each key has a bucket state of its own, with the
+// model's limits (a provider limits each key, or organisation, by
+// itself). The returned Bucket is the first key's; ForKey gives the
+// others. Every state shares the first key's hash tag, so one script can
+// choose among them atomically. With one key it is NewBucket's bucket,
+// under the same Redis keys.
+func NewKeyedBucket(rdb Scripter, model string, apiKeys []string, limits Limits) (*Bucket, error) {
 	if model == "" {
 		return nil, errors.New("ratelimit: model is required")
+	}
+	if len(apiKeys) == 0 {
+		return nil, fmt.Errorf("ratelimit: model %s: at least one API key is required", model)
 	}
 	limits.setDefaults()
 	if err := limits.Validate(); err != nil {
 		return nil, fmt.Errorf("ratelimit: model %s: %w", model, err)
 	}
+	labels := make([]string, len(apiKeys))
+	seen := map[string]bool{}
+	for i, k := range apiKeys {
+		labels[i] = KeyHash(k)
+		// unread keys ("": a process that never calls the provider) may
+		// repeat; a real key twice would be counted as two
+		if k != "" && seen[labels[i]] {
+			return nil, fmt.Errorf("ratelimit: model %s: API key %d (%s) is listed twice", model, i, labels[i])
+		}
+		seen[labels[i]] = true
+	}
 	return &Bucket{
 		rdb:            rdb,
 		limits:         limits,
-		tag:            BucketTag(model, apiKey),
+		tag:            BucketTag(model, apiKeys[0]),
 		model:          model,
 		ReservationTTL: 10 * time.Minute,
+		keys:           labels,
 	}, nil
+}
+
+// Keys returns how many API keys share the model (at least 1).
+func (b *Bucket) Keys() int { return max(len(b.keys), 1) }
+
+// Key returns which of the model's keys this bucket is (0-based).
+func (b *Bucket) Key() int { return b.key }
+
+// KeyLabel returns key i's short hash (KeyHash), the only way a key is
+// named in Redis, logs and metrics.
+func (b *Bucket) KeyLabel(i int) string {
+	if i < 0 || i >= len(b.keys) {
+		return ""
+	}
+	return b.keys[i]
+}
+
+// ForKey returns the bucket of the model's key i (a copy sharing the
+// limits and the hash tag, charging key i's state). Out of range, it is
+// nil.
+func (b *Bucket) ForKey(i int) *Bucket {
+	if i < 0 || i >= b.Keys() {
+		return nil
+	}
+	c := *b
+	c.key = i
+	return &c
 }
 
 // BucketTag is the Redis hash tag of a model and API key's bucket: scripts
@@ -312,8 +369,18 @@ func (b *Bucket) Tag() string { return b.tag }
 // Limits returns the bucket's effective limits.
 func (b *Bucket) Limits() Limits { return b.limits }
 
-// StateKey is the key of the bucket's state hash.
-func (b *Bucket) StateKey() string { return b.tag + ":state" }
+// StateKey is the key of the bucket's state hash: this key's. The first
+// key's is the model's as it always was; another key's is named by its
+// short hash, so reordering the keys keeps each key's state.
+func (b *Bucket) StateKey() string { return b.KeyStateKey(b.key) }
+
+// KeyStateKey is the state hash of the model's key i.
+func (b *Bucket) KeyStateKey(i int) string {
+	if i == 0 {
+		return b.tag + ":state"
+	}
+	return b.tag + ":key:" + b.KeyLabel(i) + ":state"
+}
 
 func (b *Bucket) reservationKey(jobID string) string { return b.tag + ":res:" + jobID }
 
@@ -493,6 +560,22 @@ func (b *Bucket) Available(ctx context.Context) (Cost, time.Time, error) {
 		return Cost{}, time.Time{}, fmt.Errorf("ratelimit: peek: short reply")
 	}
 	return Cost{Requests: res[1], Tokens: res[2]}, time.UnixMicro(res[0]), nil
+}
+
+// AvailableAll returns what the model's buckets could admit now, summed
+// over its API keys (with one key, Available). A single call still
+// needs room on one key.
+func (b *Bucket) AvailableAll(ctx context.Context) (Cost, error) {
+	var sum Cost
+	for i := range b.Keys() {
+		c, _, err := b.ForKey(i).Available(ctx)
+		if err != nil {
+			return Cost{}, err
+		}
+		sum.Requests += c.Requests
+		sum.Tokens += c.Tokens
+	}
+	return sum, nil
 }
 
 func sanitize(s string) string {

@@ -170,15 +170,27 @@ func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
 		grant = &g
 		maxOut = g.Cap
 	}
-	callStart := time.Now()
-	resp, err := cfg.LLM.Complete(ctx, s.prompt.request(s.model, maxOut))
+	// the key admission charged: the call uses it, and its bucket takes
+	// the provider's headers
+	key, err := cfg.Ledger.KeyOf(ctx, model, s.ticket.ID)
+	if err != nil {
+		key = 0
+		log.WarnContext(ctx, "could not read which key the job was admitted on; calling with the first", "task", s.ticket.ID, "model", model, "err", err)
+	}
 	bucket, _ := cfg.Provider.Bucket(model)
+	if bucket != nil {
+		bucket = bucket.ForKey(key) // nil: a key this process does not have
+	}
+	req := s.prompt.request(s.model, maxOut)
+	req.Key = key
+	callStart := time.Now()
+	resp, err := cfg.LLM.Complete(ctx, req)
 	sync := func(status int, h http.Header) {
 		if bucket == nil {
 			return
 		}
 		if _, err := bucket.Sync(ctx, status, h, time.Since(callStart)); err != nil {
-			log.WarnContext(ctx, "could not sync the model's bucket with the provider's headers; admission goes by its own count", "model", model, "err", err)
+			log.WarnContext(ctx, "could not sync the key's bucket with the provider's headers; admission goes by its own count", "model", model, "key", key, "err", err)
 		}
 	}
 	settleQuota := func(actual int64) {
@@ -213,9 +225,17 @@ func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
 	case errors.Is(err, llm.ErrAccount):
 		settleQuota(0)
 		c.count(model, "account")
-		log.ErrorContext(ctx, "provider account problem: pausing the model's admissions", "model", model, "pause", cfg.PauseFor, "err", err)
-		if perr := cfg.Provider.Pause(ctx, model, err.Error(), cfg.PauseFor); perr != nil {
-			log.ErrorContext(ctx, "could not pause the model's admissions; its jobs keep failing until the account is fixed", "model", model, "err", perr)
+		if bucket != nil && bucket.Keys() > 1 {
+			// one key's account: its jobs go to the others meanwhile
+			log.ErrorContext(ctx, "provider account problem: pausing the key's admissions", "model", model, "key", key, "key_hash", bucket.KeyLabel(key), "pause", cfg.PauseFor, "err", err)
+			if perr := cfg.Provider.PauseKey(ctx, model, key, err.Error(), cfg.PauseFor); perr != nil {
+				log.ErrorContext(ctx, "could not pause the key's admissions; its jobs keep failing until the account is fixed", "model", model, "key", key, "err", perr)
+			}
+		} else {
+			log.ErrorContext(ctx, "provider account problem: pausing the model's admissions", "model", model, "pause", cfg.PauseFor, "err", err)
+			if perr := cfg.Provider.Pause(ctx, model, err.Error(), cfg.PauseFor); perr != nil {
+				log.ErrorContext(ctx, "could not pause the model's admissions; its jobs keep failing until the account is fixed", "model", model, "err", perr)
+			}
 		}
 		if s.attempt.spent() {
 			return llm.Response{}, c.giveUp(ctx, s, GaveUpAccount, err)

@@ -39,6 +39,10 @@ func (r *requeueAt) Bucket(string) (*ratelimit.Bucket, bool) { return nil, false
 func (r *requeueAt) Pause(context.Context, string, string, time.Duration) error {
 	return nil
 }
+func (r *requeueAt) PauseKey(context.Context, string, int, string, time.Duration) error {
+	return nil
+}
+func (r *requeueAt) KeyOf(context.Context, string, string) (int, error) { return 0, nil }
 
 type llmFunc func(context.Context, llm.Request) (llm.Response, error)
 

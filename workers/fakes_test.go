@@ -113,6 +113,13 @@ func (f *fakeAdmission) Pause(_ context.Context, model, reason string, d time.Du
 	return nil
 }
 
+func (f *fakeAdmission) PauseKey(_ context.Context, model string, key int, reason string, d time.Duration) error {
+	f.record("pausekey %s %d", model, key)
+	return nil
+}
+
+func (f *fakeAdmission) KeyOf(context.Context, string, string) (int, error) { return 0, nil }
+
 func (f *fakeAdmission) Bucket(string) (*ratelimit.Bucket, bool) { return nil, false }
 
 func (f *fakeAdmission) Models() []string { return f.models }

@@ -22,6 +22,9 @@ import (
 type Ledger interface {
 	Started(ctx context.Context, model, id string) error
 	Settle(ctx context.Context, model, id string, actual ratelimit.Cost) error
+	// KeyOf is the index of the model's API key the job was charged to
+	// (0 with one key): its call uses that key.
+	KeyOf(ctx context.Context, model, id string) (int, error)
 }
 
 // Requeue puts an LLM job's ticket back in admission, now or later.
@@ -31,11 +34,13 @@ type Requeue interface {
 }
 
 // Provider is what an LLM call tells admission about the provider: the
-// rate-limit headers, to the model's bucket; an account problem, as a
-// pause of the model's admissions.
+// rate-limit headers, to the bucket of the call's key; an account
+// problem, as a pause of the model's admissions (with several keys, of
+// the key's alone).
 type Provider interface {
 	Bucket(model string) (*ratelimit.Bucket, bool)
 	Pause(ctx context.Context, model, reason string, d time.Duration) error
+	PauseKey(ctx context.Context, model string, key int, reason string, d time.Duration) error
 }
 
 // Tickets is how planned work enters admission and superseded work

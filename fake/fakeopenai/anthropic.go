@@ -35,10 +35,18 @@ import (
 	"unicode/utf8"
 )
 
-// msgBucket is one (model, key)'s three limiters in the Anthropic mode.
+// msgBucket is one (model, key)'s three limiters in the Anthropic mode,
+// their levels scaled by the period in µs so the refill is exact (as the
+// OpenAI mode's bucket).
 type msgBucket struct {
-	req, in, out float64
+	req, in, out int64
 	last         time.Time
+}
+
+// levels returns the bucket's levels in requests and tokens.
+func (b *msgBucket) levels(per time.Duration) (req, in, out float64) {
+	p := float64(per.Microseconds())
+	return float64(b.req) / p, float64(b.in) / p, float64(b.out) / p
 }
 
 type msgRequest struct {
@@ -195,20 +203,22 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		writeAnthropicError(w, http.StatusBadRequest, "invalid_request_error", fmt.Sprintf("prompt is too long: %d tokens > %d maximum", prompt, m.ContextTokens))
 		return
 	}
-	now := time.Now()
+	now := s.cfg.Now()
 	b := s.msgBucketOf(m, itpm, otpm, key, now)
-	if b.req < 1 || b.in < float64(in) || b.out < float64(maxOut) {
+	perUS := s.cfg.Period.Microseconds()
+	if b.req < perUS || b.in < in*perUS || b.out < maxOut*perUS {
 		st.RateLimited++
 		per := s.cfg.Period
+		req, inLeft, outLeft := b.levels(per)
 		wait := time.Duration(0)
 		need := func(have float64, want, limit int64) {
 			if d := time.Duration((float64(want) - have) / float64(limit) * float64(per)); d > wait {
 				wait = d
 			}
 		}
-		need(b.req, 1, m.RPM)
-		need(b.in, in, itpm)
-		need(b.out, maxOut, otpm)
+		need(req, 1, m.RPM)
+		need(inLeft, in, itpm)
+		need(outLeft, maxOut, otpm)
 		s.setMsgHeaders(w.Header(), m, itpm, otpm, b, now)
 		s.mu.Unlock()
 		w.Header().Set("retry-after", strconv.FormatInt(int64(math.Ceil(wait.Seconds())), 10))
@@ -216,12 +226,12 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 			"This request would exceed your organization's rate limit. Please try again later.")
 		return
 	}
-	b.req--
-	b.in -= float64(in)
-	b.out -= float64(maxOut)
+	b.req -= perUS
+	b.in -= in * perUS
+	b.out -= maxOut * perUS
 	st.admit(now, in+maxOut, s.cfg.Period)
 	if s.cfg.Record {
-		s.recorded[m.Name] = append(s.recorded[m.Name], Admission{At: now, Cost: in + maxOut, Input: in, Output: maxOut})
+		s.recorded[m.Name] = append(s.recorded[m.Name], Admission{At: now, Cost: in + maxOut, Input: in, Output: maxOut, Key: KeyLabel(key)})
 	}
 	s.setMsgHeaders(w.Header(), m, itpm, otpm, b, now)
 	f := s.faults
@@ -280,16 +290,17 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 // Caller holds mu.
 func (s *Server) msgBucketOf(m Model, itpm, otpm int64, key string, now time.Time) *msgBucket {
 	k := m.Name + "\x00" + key
+	per := s.cfg.Period.Microseconds()
 	b, ok := s.msgBuckets[k]
 	if !ok {
-		b = &msgBucket{req: float64(m.RPM), in: float64(itpm), out: float64(otpm), last: now}
+		b = &msgBucket{req: m.RPM * per, in: itpm * per, out: otpm * per, last: now}
 		s.msgBuckets[k] = b
 	}
-	if el := now.Sub(b.last).Seconds() / s.cfg.Period.Seconds(); el > 0 {
-		b.req = math.Min(float64(m.RPM), b.req+el*float64(m.RPM))
-		b.in = math.Min(float64(itpm), b.in+el*float64(itpm))
-		b.out = math.Min(float64(otpm), b.out+el*float64(otpm))
-		b.last = now
+	if el := now.Sub(b.last).Microseconds(); el > 0 {
+		b.req = min(m.RPM*per, b.req+el*m.RPM)
+		b.in = min(itpm*per, b.in+el*itpm)
+		b.out = min(otpm*per, b.out+el*otpm)
+		b.last = b.last.Add(time.Duration(el) * time.Microsecond)
 	}
 	return b
 }
@@ -303,13 +314,14 @@ func (s *Server) setMsgHeaders(h http.Header, m Model, itpm, otpm int64, b *msgB
 		full := time.Duration((float64(limit) - have) / float64(limit) * float64(s.cfg.Period))
 		h.Set("anthropic-ratelimit-"+dim+"-reset", now.Add(full).UTC().Format(time.RFC3339Nano))
 	}
-	set("requests", m.RPM, b.req)
-	set("input-tokens", itpm, b.in)
-	set("output-tokens", otpm, b.out)
+	req, in, out := b.levels(s.cfg.Period)
+	set("requests", m.RPM, req)
+	set("input-tokens", itpm, in)
+	set("output-tokens", otpm, out)
 	// tokens-*: the most restrictive of the two, as Anthropic reports it
-	if b.in/float64(itpm) <= b.out/float64(otpm) {
-		set("tokens", itpm, b.in)
+	if in/float64(itpm) <= out/float64(otpm) {
+		set("tokens", itpm, in)
 	} else {
-		set("tokens", otpm, b.out)
+		set("tokens", otpm, out)
 	}
 }

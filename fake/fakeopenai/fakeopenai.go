@@ -15,6 +15,8 @@
 package fakeopenai
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -93,6 +95,9 @@ type Config struct {
 	// the request's max output tokens, as talkative models do (an agent's
 	// quota meets the whole of its max_tokens).
 	Verbose bool
+	// Now is the limiters' clock. Defaults to time.Now; a test that runs
+	// admission on a stepped clock steps this one with it.
+	Now func() time.Time
 }
 
 // ReplyStyle is how a fake model answers a review prompt, modelled on
@@ -138,9 +143,19 @@ const (
 type Admission struct {
 	At   time.Time
 	Cost int64
+	// Key is the short hash of the API key the request was charged to
+	// (KeyLabel): every key has limits of its own.
+	Key string
 	// Input and Output are what the Anthropic mode charged each of its
 	// token limits (Cost is their sum); 0 in the OpenAI modes.
 	Input, Output int64
+}
+
+// KeyLabel is how the fake names an API key in what it records: the
+// first 12 hex digits of its SHA-256 (prq's ratelimit.KeyHash).
+func KeyLabel(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:6])
 }
 
 // Admissions returns every admission of a model (Config.Record).
@@ -167,9 +182,12 @@ type Server struct {
 }
 
 // bucket is one (model, key)'s limiter state: a token bucket, or the
-// admissions still in the window.
+// admissions still in the window. The token bucket's levels are kept
+// scaled by the period in µs (level·period_µs), so its refill
+// (elapsed_µs·limit) is exact: a float level drifts below a whole token
+// and refuses a call an exact limiter admits.
 type bucket struct {
-	req, tok float64
+	req, tok int64 // scaled levels
 	last     time.Time
 	win      []admission
 	winTok   int64
@@ -211,6 +229,9 @@ func New(cfg Config) *Server {
 	}
 	if cfg.LatencyScale == 0 {
 		cfg.LatencyScale = 1
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	if cfg.Limiter == "" {
 		cfg.Limiter = LimiterBucket
@@ -481,7 +502,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, key, deploy
 			fmt.Sprintf("This model's maximum context length is %d tokens. However, your messages resulted in %d tokens. Please reduce the length of the messages.", m.ContextTokens, prompt))
 		return
 	}
-	now := time.Now()
+	now := s.cfg.Now()
 	b := s.bucketOf(m, key, now)
 	if float64(cost) > float64(m.TPM) {
 		s.mu.Unlock()
@@ -489,7 +510,8 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, key, deploy
 			fmt.Sprintf("Request too large for %s on tokens per min (TPM): Limit %d, Requested %d.", m.Name, m.TPM, cost))
 		return
 	}
-	if reqLeft, tokLeft := s.remaining(m, b); reqLeft < 1 || tokLeft < float64(cost) {
+	if !s.admits(m, b, cost) {
+		reqLeft, tokLeft := s.remaining(m, b)
 		st.RateLimited++
 		wait := s.waitFor(m, b, cost, now)
 		s.setLimitHeaders(w.Header(), m, b, now)
@@ -514,7 +536,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, key, deploy
 	s.charge(b, cost, now)
 	st.admit(now, cost, s.cfg.Period)
 	if s.cfg.Record {
-		s.recorded[m.Name] = append(s.recorded[m.Name], Admission{At: now, Cost: cost})
+		s.recorded[m.Name] = append(s.recorded[m.Name], Admission{At: now, Cost: cost, Key: KeyLabel(key)})
 	}
 	s.setLimitHeaders(w.Header(), m, b, now)
 	if deployment != "" {
@@ -617,9 +639,10 @@ func (s *Server) statsOf(model string) *modelStats {
 // state. Caller holds mu.
 func (s *Server) bucketOf(m Model, key string, now time.Time) *bucket {
 	k := m.Name + "\x00" + key
+	per := s.cfg.Period.Microseconds()
 	b, ok := s.buckets[k]
 	if !ok {
-		b = &bucket{req: float64(m.RPM), tok: float64(m.TPM), last: now}
+		b = &bucket{req: m.RPM * per, tok: m.TPM * per, last: now}
 		s.buckets[k] = b
 	}
 	if s.cfg.Limiter == LimiterWindow {
@@ -630,11 +653,10 @@ func (s *Server) bucketOf(m Model, key string, now time.Time) *bucket {
 		}
 		return b
 	}
-	el := now.Sub(b.last).Seconds() / s.cfg.Period.Seconds()
-	if el > 0 {
-		b.req = math.Min(float64(m.RPM), b.req+el*float64(m.RPM))
-		b.tok = math.Min(float64(m.TPM), b.tok+el*float64(m.TPM))
-		b.last = now
+	if el := now.Sub(b.last).Microseconds(); el > 0 {
+		b.req = min(m.RPM*per, b.req+el*m.RPM)
+		b.tok = min(m.TPM*per, b.tok+el*m.TPM)
+		b.last = b.last.Add(time.Duration(el) * time.Microsecond)
 	}
 	return b
 }
@@ -644,7 +666,17 @@ func (s *Server) remaining(m Model, b *bucket) (req, tok float64) {
 	if s.cfg.Limiter == LimiterWindow {
 		return float64(m.RPM - int64(len(b.win))), float64(m.TPM - b.winTok)
 	}
-	return b.req, b.tok
+	per := float64(s.cfg.Period.Microseconds())
+	return float64(b.req) / per, float64(b.tok) / per
+}
+
+// admits reports whether one more request of cost fits now.
+func (s *Server) admits(m Model, b *bucket, cost int64) bool {
+	if s.cfg.Limiter == LimiterWindow {
+		return int64(len(b.win)) < m.RPM && b.winTok+cost <= m.TPM
+	}
+	per := s.cfg.Period.Microseconds()
+	return b.req >= per && b.tok >= cost*per
 }
 
 func (s *Server) charge(b *bucket, cost int64, now time.Time) {
@@ -653,8 +685,9 @@ func (s *Server) charge(b *bucket, cost int64, now time.Time) {
 		b.winTok += cost
 		return
 	}
-	b.req--
-	b.tok -= float64(cost)
+	per := s.cfg.Period.Microseconds()
+	b.req -= per
+	b.tok -= cost * per
 }
 
 func (s *Server) waitFor(m Model, b *bucket, cost int64, now time.Time) time.Duration {
@@ -673,14 +706,15 @@ func (s *Server) waitFor(m Model, b *bucket, cost int64, now time.Time) time.Dur
 		}
 		return max(wait, 0)
 	}
-	var w float64
-	if b.req < 1 {
-		w = (1 - b.req) / float64(m.RPM)
+	per := s.cfg.Period.Microseconds()
+	var w int64 // µs
+	if b.req < per {
+		w = (per - b.req + m.RPM - 1) / m.RPM
 	}
-	if t := (float64(cost) - b.tok) / float64(m.TPM); t > w {
-		w = t
+	if need := cost*per - b.tok; need > 0 {
+		w = max(w, (need+m.TPM-1)/m.TPM)
 	}
-	return time.Duration(w * float64(s.cfg.Period))
+	return time.Duration(w) * time.Microsecond
 }
 
 func (s *Server) setLimitHeaders(h http.Header, m Model, b *bucket, now time.Time) {

@@ -31,7 +31,9 @@ type ProviderConfig struct {
 	// when empty; required for azure (https://RESOURCE.openai.azure.com).
 	BaseURL string `yaml:"base_url"`
 	// KeyEnv names the environment variables holding the keys: one name
-	// or a list. Required. Only one key per provider is used today.
+	// or a list. Required. Each key has its own bucket with each model's
+	// limits (a model's limits are per key), and admission spreads the
+	// jobs over the keys.
 	KeyEnv EnvList `yaml:"key_env"`
 	// APIVersion is Azure's api-version query parameter. Required for azure.
 	APIVersion string `yaml:"api_version"`
@@ -66,6 +68,20 @@ func (p ProviderConfig) Key() string {
 		return ""
 	}
 	return string(p.Keys[0])
+}
+
+// KeyValues returns the provider's keys in order: the values of KeyEnv
+// (one "" when none is read, as Key; a process that does not call the
+// provider may run without them).
+func (p ProviderConfig) KeyValues() []string {
+	if len(p.Keys) == 0 {
+		return []string{""}
+	}
+	out := make([]string, len(p.Keys))
+	for i, k := range p.Keys {
+		out[i] = string(k)
+	}
+	return out
 }
 
 // Deployment returns the Azure deployment that serves model.
@@ -122,6 +138,10 @@ func (c *Config) readKeys(getenv func(string) string) {
 	}
 }
 
+// maxKeys bounds a provider's keys (admission reads every key's bucket
+// at each decision).
+const maxKeys = 16
+
 var providerName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,39}$`)
 
 // validateProviders checks providers and which provider each model
@@ -162,19 +182,35 @@ func (c *Config) validateProviders(bad func(name, format string, a ...any), need
 				bad(at+".base_url", "is not an http(s) URL without credentials")
 			}
 		}
-		switch {
-		case len(p.KeyEnv) == 0:
-			bad(at+".key_env", "is required: the environment variable that holds the key (for example ANTHROPIC_API_KEY)")
-		case len(p.KeyEnv) > 1:
-			// each key would need its own bucket and admission choosing
-			// among them; until then a second key would be silently unused
-			bad(at+".key_env", "lists %d variables; several keys per provider are not supported yet: use one", len(p.KeyEnv))
+		if len(p.KeyEnv) == 0 {
+			bad(at+".key_env", "is required: the environment variable that holds the key, or a list of them (for example ANTHROPIC_API_KEY)")
 		}
+		if len(p.KeyEnv) > maxKeys {
+			bad(at+".key_env", "lists %d variables; at most %d keys per provider", len(p.KeyEnv), maxKeys)
+		}
+		envs := map[string]bool{}
 		for k, env := range p.KeyEnv {
-			if env == "" {
+			switch {
+			case env == "":
 				bad(at+".key_env", "has an empty variable name")
-			} else if needKeys && (k >= len(p.Keys) || p.Keys[k] == "") {
+			case envs[env]:
+				bad(at+".key_env", "lists %s twice", env)
+			case needKeys && (k >= len(p.Keys) || p.Keys[k] == ""):
 				bad(at+".key_env", "environment variable %s is not set", env)
+			}
+			envs[env] = true
+		}
+		if needKeys {
+			// two variables with one value would be one key counted twice:
+			// twice its limit admitted, and 429s
+			vals := map[Secret]string{}
+			for k, v := range p.Keys {
+				if prev, dup := vals[v]; dup && v != "" && k < len(p.KeyEnv) {
+					bad(at+".key_env", "%s and %s hold the same key", prev, p.KeyEnv[k])
+				}
+				if k < len(p.KeyEnv) {
+					vals[v] = p.KeyEnv[k]
+				}
 			}
 		}
 	}

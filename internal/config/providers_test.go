@@ -63,6 +63,27 @@ func TestProvidersResolve(t *testing.T) {
 	}
 }
 
+// TestSeveralKeys: a provider's key_env may list several variables; the
+// keys come in that order (admission's key indices), and the single form
+// keeps meaning one key.
+func TestSeveralKeys(t *testing.T) {
+	doc := strings.Replace(twoProviders, "key_env: ANTHROPIC_API_KEY", "key_env: [ANT_KEY_A, ANT_KEY_B, ANT_KEY_C]", 1)
+	c := loadYAML(t, doc, map[string]string{"ANT_KEY_A": "sk-ant-a1", "ANT_KEY_B": "sk-ant-b2", "ANT_KEY_C": "sk-ant-c3", "AZURE_OPENAI_API_KEY": "az-1"})
+	if err := c.Validate(ModeCheck); err != nil {
+		t.Fatalf("validate: %v", err)
+	}
+	p, _ := c.ProviderOf("claude-haiku")
+	if got := strings.Join(p.KeyValues(), ","); got != "sk-ant-a1,sk-ant-b2,sk-ant-c3" || p.Key() != "sk-ant-a1" {
+		t.Fatalf("keys %q (first %q)", got, p.Key())
+	}
+	if p, _ := c.ProviderOf("gpt-4o"); len(p.KeyValues()) != 1 || p.Key() != "az-1" {
+		t.Fatalf("azure keys %d", len(p.KeyValues()))
+	}
+	if out := c.Redacted(); strings.Contains(out, "sk-ant-b2") {
+		t.Fatalf("the redacted configuration shows a key:\n%s", out)
+	}
+}
+
 // TestImplicitProvider: a configuration without providers keeps working
 // as one OpenAI provider made from OPENAI_API_KEY and OPENAI_BASE_URL.
 func TestImplicitProvider(t *testing.T) {
@@ -103,8 +124,16 @@ func TestProvidersValidate(t *testing.T) {
 			`providers.claude.kind: "claude": want openai, azure or anthropic`},
 		{"no key_env", strings.Replace(twoProviders, "key_env: ANTHROPIC_API_KEY", "", 1), nil, ModeCheck,
 			"providers.claude.key_env: is required"},
-		{"several keys", strings.Replace(twoProviders, "key_env: ANTHROPIC_API_KEY", "key_env: [A_KEY, B_KEY]", 1), nil, ModeCheck,
-			"several keys per provider are not supported yet"},
+		{"a key variable twice", strings.Replace(twoProviders, "key_env: ANTHROPIC_API_KEY", "key_env: [A_KEY, B_KEY, A_KEY]", 1), nil, ModeCheck,
+			"providers.claude.key_env: lists A_KEY twice"},
+		{"two variables, one key", strings.Replace(twoProviders, "key_env: ANTHROPIC_API_KEY", "key_env: [A_KEY, B_KEY]", 1),
+			map[string]string{"A_KEY": key, "B_KEY": key, "AZURE_OPENAI_API_KEY": "az-1"}, ModeWorker,
+			"providers.claude.key_env: A_KEY and B_KEY hold the same key"},
+		{"one of several keys unset in a worker", strings.Replace(twoProviders, "key_env: ANTHROPIC_API_KEY", "key_env: [A_KEY, B_KEY]", 1),
+			map[string]string{"A_KEY": key, "AZURE_OPENAI_API_KEY": "az-1"}, ModeWorker,
+			"providers.claude.key_env: environment variable B_KEY is not set"},
+		{"too many keys", strings.Replace(twoProviders, "key_env: ANTHROPIC_API_KEY", "key_env: [K1, K2, K3, K4, K5, K6, K7, K8, K9, K10, K11, K12, K13, K14, K15, K16, K17]", 1), nil, ModeCheck,
+			"providers.claude.key_env: lists 17 variables; at most 16 keys per provider"},
 		{"twice", strings.Replace(twoProviders, "name: azure-eu", "name: claude", 1), nil, ModeCheck,
 			`providers[1].name: provider "claude" is configured twice`},
 		{"model without provider among several", strings.Replace(twoProviders, "provider: claude, ", "", 1), nil, ModeCheck,
@@ -153,5 +182,32 @@ func TestReadmeProvidersExample(t *testing.T) {
 		if p, ok := c.ProviderOf(model); !ok || p.Kind != want || p.Key() == "" {
 			t.Errorf("%s: provider %q kind %q, want kind %s with its key", model, p.Name, p.Kind, want)
 		}
+	}
+}
+
+// TestReadmeSeveralKeysExample: the README's several-keys example loads
+// and validates, its keys in the listed order.
+func TestReadmeSeveralKeysExample(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(b), "\n### Several keys per model\n")
+	if !ok {
+		t.Fatal("README has no Several keys per model section")
+	}
+	_, rest, ok := strings.Cut(section, "```yaml\n")
+	if !ok {
+		t.Fatal("the section has no yaml example")
+	}
+	doc, _, _ := strings.Cut(rest, "```")
+	env := map[string]string{"OPENAI_KEY_ORG_A": "sk-a-readme", "OPENAI_KEY_ORG_B": "sk-b-readme", "OPENAI_KEY_ORG_C": "sk-c-readme"}
+	c := loadYAML(t, doc, env)
+	if err := c.Validate(ModeCheck); err != nil {
+		t.Fatalf("the README's example does not validate: %v", err)
+	}
+	p, ok := c.ProviderOf("gpt-4o-mini")
+	if got := strings.Join(p.KeyValues(), ","); !ok || got != "sk-a-readme,sk-b-readme,sk-c-readme" {
+		t.Fatalf("keys %q", got)
 	}
 }

@@ -137,7 +137,7 @@ func (s *sampler) tick(ctx context.Context) {
 		}
 		b, _ := s.src.Bucket(model)
 		l := b.Limits()
-		sm := sample{T: now.UnixMilli(), Limit: float64(l.TokensPerPeriod) / l.Period.Seconds(),
+		sm := sample{T: now.UnixMilli(), Limit: float64(b.Keys()) * float64(l.TokensPerPeriod) / l.Period.Seconds(),
 			Incoming: float64(sum(st.InTokens)-sum(prev.InTokens)) / dt,
 			Admitted: float64(sum(st.AdmTokens)-sum(prev.AdmTokens)) / dt, ByClass: map[string]float64{}}
 		for _, c := range admission.Classes {
@@ -235,9 +235,9 @@ func (d *Dashboard) state(ctx context.Context, smp *sampler) dashState {
 		}
 		b, _ := src.Bucket(model)
 		l := b.Limits()
-		avail, _, _ := b.Available(ctx)
+		avail, _ := b.AvailableAll(ctx)
 		suspected, _ := b.WindowSuspected(ctx)
-		st.Models = append(st.Models, modelState{Name: model, LimitPerSecond: float64(l.TokensPerPeriod) / l.Period.Seconds(),
+		st.Models = append(st.Models, modelState{Name: model, LimitPerSecond: float64(b.Keys()) * float64(l.TokensPerPeriod) / l.Period.Seconds(),
 			Available: avail.Tokens, Paused: paused[model], Released: s.Released, WindowSuspected: suspected})
 		for _, c := range admission.Classes {
 			cs := st.Classes[c]

@@ -49,6 +49,10 @@ type Config struct {
 	UpstreamURL string
 	// UpstreamKey is the provider's API key.
 	UpstreamKey string
+	// UpstreamKeys, when set, are the provider's several keys in the
+	// order of the models' buckets (admission's key indices): a request
+	// is sent with the key admission charged. UpstreamKey is then unused.
+	UpstreamKeys []string
 	// Client makes upstream calls. Defaults to a client with no overall
 	// timeout (streams run long) whose transport waits at most
 	// HeaderTimeout for the reply's headers; Timeout bounds the
@@ -87,6 +91,7 @@ type Admission interface {
 	Started(ctx context.Context, model, id string) error
 	Settle(ctx context.Context, model, id string, actual ratelimit.Cost) error
 	Withdraw(ctx context.Context, model, id string) (bool, error)
+	KeyOf(ctx context.Context, model, id string) (int, error)
 }
 
 // Waiter waits for a ticket's admission (an *admission.Waiter).

@@ -50,6 +50,10 @@ type rigOpts struct {
 	period   time.Duration
 	cfg      func(*gateway.Config)
 	verbose  bool // the fake answers at full length
+	// upstreamKeys, when set, are the provider's several keys (the fake
+	// accepts them and limits each by itself; the model's bucket has a
+	// state per key); else one key, sk-up.
+	upstreamKeys []string
 }
 
 func newRigWith(t testing.TB, o rigOpts) *rig {
@@ -57,10 +61,15 @@ func newRigWith(t testing.TB, o rigOpts) *rig {
 	latency := o.latency
 	rdb := redistest.Shared(t).Client(t)
 	model := fmt.Sprintf("gpt-4o-mini-%d", time.Now().UnixNano())
-	fake := fakeopenai.New(fakeopenai.Config{Models: []fakeopenai.Model{{Name: model, RPM: 1000, TPM: 100000, Latency: latency}}, Keys: []string{"sk-up"}, Verbose: o.verbose})
+	upKeys := o.upstreamKeys
+	if len(upKeys) == 0 {
+		upKeys = []string{"sk-up"}
+	}
+	fake := fakeopenai.New(fakeopenai.Config{Models: []fakeopenai.Model{{Name: model, RPM: 1000, TPM: 100000, Latency: latency}}, Keys: upKeys, Verbose: o.verbose,
+		Period: o.period, Record: true})
 	up := httptest.NewServer(fake)
 	t.Cleanup(up.Close)
-	b, err := ratelimit.NewBucket(rdb, model, "sk-up", ratelimit.Limits{RequestsPerPeriod: 1000, TokensPerPeriod: 100000, Period: o.period})
+	b, err := ratelimit.NewKeyedBucket(rdb, model, upKeys, ratelimit.Limits{RequestsPerPeriod: 1000, TokensPerPeriod: 100000, Period: o.period})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,6 +92,9 @@ func newRigWith(t testing.TB, o rigOpts) *rig {
 	cfg := gateway.Config{Models: map[string]gateway.Model{model: {}}, UpstreamURL: up.URL + "/v1", UpstreamKey: "sk-up", Log: log}
 	if o.upstream != "" {
 		cfg.UpstreamURL = o.upstream
+	}
+	if len(o.upstreamKeys) > 0 {
+		cfg.UpstreamKeys = o.upstreamKeys
 	}
 	if o.cfg != nil {
 		o.cfg(&cfg)
@@ -359,6 +371,40 @@ func TestKeyTPMAndChoices(t *testing.T) {
 		t.Fatalf("%d upstream calls, want 1: TPM refusals send nothing", n)
 	}
 
+}
+
+// TestSeveralUpstreamKeys: with three provider keys the gateway sends
+// each request with the key admission charged, so a model takes three
+// times one key's limit with no 429 on any key.
+func TestSeveralUpstreamKeys(t *testing.T) {
+	t.Parallel()
+	keys := []string{"sk-up-a", "sk-up-b", "sk-up-c"}
+	r := newRigWith(t, rigOpts{period: time.Hour, upstreamKeys: keys}) // an hour: barely refills
+	ctx := context.Background()
+	secret, _ := r.key(t, gateway.Spec{Name: "many", Tier: "paid"})
+	// 12 requests of ~20005 tokens: 240k, over one key's 100k, within three
+	for i := range 12 {
+		res, err := r.post(ctx, secret, fmt.Sprintf(`{"model":"%s","max_tokens":20000,"messages":[{"role":"user","content":"hello %d"}]}`, r.model, i), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("request %d: %d", i, res.StatusCode)
+		}
+	}
+	if st := r.fake.Stats()[r.model]; st.RateLimited != 0 || st.Requests != 12 {
+		t.Fatalf("the provider saw %d requests and answered %d 429s", st.Requests, st.RateLimited)
+	}
+	per := map[string]int64{}
+	for _, a := range r.fake.Admissions(r.model) {
+		per[a.Key] += a.Cost
+	}
+	for i, k := range keys {
+		if got := per[fakeopenai.KeyLabel(k)]; got == 0 || got > 100000 {
+			t.Errorf("key %d carried %d tokens, want some and at most its 100000", i, got)
+		}
+	}
 }
 
 // TestChoicesShareTheCap: n choices share what the key has left, each

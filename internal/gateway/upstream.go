@@ -138,8 +138,18 @@ func (g *Gateway) call(ctx, cctx context.Context, q *request, body []byte) (*htt
 		return nil, err
 	}
 	up.Header.Set("Content-Type", "application/json")
-	if g.cfg.UpstreamKey != "" {
-		up.Header.Set("Authorization", "Bearer "+g.cfg.UpstreamKey)
+	// the key admission charged (several keys: each has its own bucket)
+	apiKey, key := g.cfg.UpstreamKey, 0
+	if len(g.cfg.UpstreamKeys) > 0 {
+		k, err := g.adm.KeyOf(ctx, q.model, q.ticket)
+		if err != nil || k < 0 || k >= len(g.cfg.UpstreamKeys) {
+			g.log.WarnContext(ctx, "gateway: could not read which key the request was admitted on; calling with the first", "model", q.model, "err", err)
+			k = 0
+		}
+		apiKey, key = g.cfg.UpstreamKeys[k], k
+	}
+	if apiKey != "" {
+		up.Header.Set("Authorization", "Bearer "+apiKey)
 	}
 	var wrote atomic.Bool // the transport writes on its own goroutine
 	up = up.WithContext(httptrace.WithClientTrace(up.Context(), &httptrace.ClientTrace{
@@ -157,8 +167,8 @@ func (g *Gateway) call(ctx, cctx context.Context, q *request, body []byte) (*htt
 		}
 		return nil, err
 	}
-	if b, ok := g.adm.Bucket(q.model); ok {
-		if _, err := b.Sync(context.WithoutCancel(ctx), resp.StatusCode, resp.Header, time.Since(callStart)); err != nil {
+	if b, ok := g.adm.Bucket(q.model); ok && b.ForKey(key) != nil {
+		if _, err := b.ForKey(key).Sync(context.WithoutCancel(ctx), resp.StatusCode, resp.Header, time.Since(callStart)); err != nil {
 			g.log.WarnContext(ctx, "gateway: could not sync the bucket with the provider's headers", "model", q.model, "err", err)
 		}
 	}

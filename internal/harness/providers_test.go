@@ -149,3 +149,79 @@ func TestEndToEndAzureAndAnthropicReviews(t *testing.T) {
 		t.Fatal("no summary reached the Azure fake")
 	}
 }
+
+// TestEndToEndThreeKeys: summaries and chat on a model whose provider
+// lists three keys (key_env a list), on a fake that limits each key by
+// itself: the whole pipeline completes, every key carries calls, no key
+// sees a 429, and each key's requests and tokens keep the interval rule
+// of its own limit (the model's limits are per key).
+func TestEndToEndThreeKeys(t *testing.T) {
+	const compress = 30
+	per := time.Duration(float64(time.Minute) / compress)
+	// each key's limit is well under the run's load (~40k tokens of
+	// summaries and chat): the keys are needed, and their limits bind
+	m := config.ModelConfig{Name: "gpt-keys", Provider: "org", RequestsPerMinute: 120, TokensPerMinute: 8000,
+		MaxOutputTokens: 300, Period: config.Duration(per)}
+	keys := []string{"sk-org-a-" + RandomHex(8), "sk-org-b-" + RandomHex(8), "sk-org-c-" + RandomHex(8)}
+	fake := fakeopenai.New(fakeopenai.Config{
+		Models: []fakeopenai.Model{{Name: m.Name, RPM: m.RequestsPerMinute, TPM: m.TokensPerMinute, Latency: 800 * time.Millisecond / compress, Jitter: 400 * time.Millisecond / compress}},
+		Period: per, Keys: keys, Seed: 3, Record: true,
+	})
+	url, closeFake, err := ListenServe(fake)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeFake)
+	s := startStack(t, stackOpts{compress: compress, providers: func(c *config.Config, f *Fakes) {
+		secrets := make([]config.Secret, len(keys))
+		for i, k := range keys {
+			secrets[i] = config.Secret(k)
+		}
+		c.Providers = []config.ProviderConfig{
+			{Name: "openai", Kind: config.KindOpenAI, BaseURL: f.OpenAIURL, KeyEnv: config.EnvList{"OPENAI_API_KEY"}, Keys: []config.Secret{c.OpenAI.APIKey}},
+			{Name: "org", Kind: config.KindOpenAI, BaseURL: url, KeyEnv: config.EnvList{"ORG_KEY_A", "ORG_KEY_B", "ORG_KEY_C"}, Keys: secrets},
+		}
+		c.OpenAI.BaseURL = ""
+		for i := range c.Models {
+			c.Models[i].Provider = "openai"
+		}
+		c.Models = append(c.Models, m)
+		c.Jobs.SummaryModel, c.Jobs.ChatModel = m.Name, m.Name
+	}})
+	runE2E(t, s, 6)
+
+	st := fake.Stats()[m.Name]
+	if st.RateLimited != 0 {
+		t.Errorf("the three-key fake answered %d 429s", st.RateLimited)
+	}
+	byKey := map[string][]ratelimit.Admission{}
+	for _, a := range fake.Admissions(m.Name) {
+		byKey[a.Key] = append(byKey[a.Key], ratelimit.Admission{At: a.At, Cost: a.Cost})
+	}
+	for i, k := range keys {
+		adm := byKey[fakeopenai.KeyLabel(k)]
+		if len(adm) == 0 {
+			t.Errorf("key %d carried no call", i)
+			continue
+		}
+		reqs := make([]ratelimit.Admission, len(adm))
+		for j, a := range adm {
+			reqs[j] = ratelimit.Admission{At: a.At, Cost: 1}
+		}
+		tok := ratelimit.CheckIntervals(adm, m.TokensPerMinute, per, m.TokensPerMinute)
+		req := ratelimit.CheckIntervals(reqs, m.RequestsPerMinute, per, m.RequestsPerMinute)
+		t.Logf("key %d: %d calls, %d tokens, worst interval %.3f of its token limit, %.3f of its request limit, utilisation %.3f", i, tok.Admissions, tok.Total, tok.WorstRatio, req.WorstRatio, tok.Utilisation)
+		if tok.Violations != 0 || req.Violations != 0 {
+			t.Errorf("key %d: %d token and %d request intervals over its limit", i, tok.Violations, req.Violations)
+		}
+	}
+	if err := s.stop(); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	logs := s.logs.String()
+	for _, k := range keys {
+		if strings.Contains(logs, k) {
+			t.Fatal("a provider key reached the logs")
+		}
+	}
+}

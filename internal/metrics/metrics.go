@@ -31,6 +31,7 @@ type Admission interface {
 	Stats(ctx context.Context, model string) (admission.Stats, error)
 	Bucket(model string) (*ratelimit.Bucket, bool)
 	Paused(ctx context.Context) map[string]string
+	PausedKeys(ctx context.Context, model string) map[int]string
 }
 
 // Queues is what the metrics read of asynq's queues.
@@ -192,25 +193,26 @@ func (m *Metrics) ObserveAdmission(a admission.Admitted) {
 }
 
 var (
-	descBacklog  = prometheus.NewDesc("prq_admission_backlog_jobs", "Tickets waiting for admission.", []string{"model", "class"}, nil)
-	descInTok    = prometheus.NewDesc("prq_admission_incoming_tokens_total", "Estimated tokens of jobs registered for admission.", []string{"model", "class"}, nil)
-	descAdmTok   = prometheus.NewDesc("prq_admission_admitted_tokens_total", "Estimated tokens admitted (all processes).", []string{"model", "class"}, nil)
-	descAhead    = prometheus.NewDesc("prq_admission_ahead_of_fifo_tokens_total", "Tokens admitted ahead of an older job (what prioritisation moved forward).", []string{"model", "class"}, nil)
-	descBehind   = prometheus.NewDesc("prq_admission_behind_fifo_tokens_total", "Tokens by which a class's oldest job was passed.", []string{"model", "class"}, nil)
-	descReleased = prometheus.NewDesc("prq_admission_released_jobs", "Admitted jobs not yet started.", []string{"model"}, nil)
-	descAvail    = prometheus.NewDesc("prq_bucket_available_tokens", "Tokens the model's shared bucket could admit now.", []string{"model"}, nil)
-	descLimit    = prometheus.NewDesc("prq_bucket_limit_tokens_per_second", "The model's token limit, per second.", []string{"model"}, nil)
-	descPaused   = prometheus.NewDesc("prq_model_paused", "1 when the model's admissions are paused (account problem).", []string{"model"}, nil)
-	descQueue    = prometheus.NewDesc("prq_queue_tasks", "asynq tasks per queue and state (scheduled holds the jobs waiting for admission).", []string{"queue", "state"}, nil)
-	descWindow   = prometheus.NewDesc("prq_provider_window_suspected", "1 when the provider's rate-limit headers look window-limited while the model is configured limiter: bucket (set limiter: window).", []string{"model"}, nil)
-	descWinLike  = prometheus.NewDesc("prq_provider_window_like_reports", "Provider replies in the last day whose rate-limit headers only a window limiter explains (all processes).", []string{"model"}, nil)
-	descOldest   = prometheus.NewDesc("prq_admission_oldest_wait_seconds", "Age of the oldest ticket waiting for admission (0 when none waits).", []string{"model"}, nil)
-	descAging    = prometheus.NewDesc("prq_admission_aging_seconds", "The aging bound: a job waiting this long goes first (scheduler.aging).", nil, nil)
-	descRedisUp  = prometheus.NewDesc("prq_redis_up", "1 when Redis answered PING at scrape time.", nil, nil)
-	descRedisMem = prometheus.NewDesc("prq_redis_memory_used_bytes", "Redis used_memory (INFO memory).", nil, nil)
-	descRedisMax = prometheus.NewDesc("prq_redis_memory_max_bytes", "Redis maxmemory (0: no limit).", nil, nil)
-	descGitHub   = prometheus.NewDesc("prq_github_requests_all_total", "GitHub API requests of every process (from Redis), by kind (read, write, token) and outcome (ok, rate_limited, refused, not_found, failed, error).", []string{"kind", "outcome"}, nil)
-	descAllCalls = prometheus.NewDesc("prq_llm_calls_all_total", "LLM calls of every process (from Redis), by model and outcome; prq_llm_calls_total counts this process's only.", []string{"model", "outcome"}, nil)
+	descBacklog    = prometheus.NewDesc("prq_admission_backlog_jobs", "Tickets waiting for admission.", []string{"model", "class"}, nil)
+	descInTok      = prometheus.NewDesc("prq_admission_incoming_tokens_total", "Estimated tokens of jobs registered for admission.", []string{"model", "class"}, nil)
+	descAdmTok     = prometheus.NewDesc("prq_admission_admitted_tokens_total", "Estimated tokens admitted (all processes).", []string{"model", "class"}, nil)
+	descAhead      = prometheus.NewDesc("prq_admission_ahead_of_fifo_tokens_total", "Tokens admitted ahead of an older job (what prioritisation moved forward).", []string{"model", "class"}, nil)
+	descBehind     = prometheus.NewDesc("prq_admission_behind_fifo_tokens_total", "Tokens by which a class's oldest job was passed.", []string{"model", "class"}, nil)
+	descReleased   = prometheus.NewDesc("prq_admission_released_jobs", "Admitted jobs not yet started.", []string{"model"}, nil)
+	descAvail      = prometheus.NewDesc("prq_bucket_available_tokens", "Tokens the model's shared bucket could admit now (summed over its API keys).", []string{"model"}, nil)
+	descLimit      = prometheus.NewDesc("prq_bucket_limit_tokens_per_second", "The model's token limit, per second (its per-key limit times its API keys).", []string{"model"}, nil)
+	descPaused     = prometheus.NewDesc("prq_model_paused", "1 when the model's admissions are paused (account problem).", []string{"model"}, nil)
+	descKeysPaused = prometheus.NewDesc("prq_model_keys_paused", "How many of a model's several API keys are paused (an account problem on that key); its other keys keep serving.", []string{"model"}, nil)
+	descQueue      = prometheus.NewDesc("prq_queue_tasks", "asynq tasks per queue and state (scheduled holds the jobs waiting for admission).", []string{"queue", "state"}, nil)
+	descWindow     = prometheus.NewDesc("prq_provider_window_suspected", "1 when the provider's rate-limit headers look window-limited while the model is configured limiter: bucket (set limiter: window).", []string{"model"}, nil)
+	descWinLike    = prometheus.NewDesc("prq_provider_window_like_reports", "Provider replies in the last day whose rate-limit headers only a window limiter explains (all processes).", []string{"model"}, nil)
+	descOldest     = prometheus.NewDesc("prq_admission_oldest_wait_seconds", "Age of the oldest ticket waiting for admission (0 when none waits).", []string{"model"}, nil)
+	descAging      = prometheus.NewDesc("prq_admission_aging_seconds", "The aging bound: a job waiting this long goes first (scheduler.aging).", nil, nil)
+	descRedisUp    = prometheus.NewDesc("prq_redis_up", "1 when Redis answered PING at scrape time.", nil, nil)
+	descRedisMem   = prometheus.NewDesc("prq_redis_memory_used_bytes", "Redis used_memory (INFO memory).", nil, nil)
+	descRedisMax   = prometheus.NewDesc("prq_redis_memory_max_bytes", "Redis maxmemory (0: no limit).", nil, nil)
+	descGitHub     = prometheus.NewDesc("prq_github_requests_all_total", "GitHub API requests of every process (from Redis), by kind (read, write, token) and outcome (ok, rate_limited, refused, not_found, failed, error).", []string{"kind", "outcome"}, nil)
+	descAllCalls   = prometheus.NewDesc("prq_llm_calls_all_total", "LLM calls of every process (from Redis), by model and outcome; prq_llm_calls_total counts this process's only.", []string{"model", "outcome"}, nil)
 )
 
 // descLifecycle is prq_lifecycle_total, from Redis.
@@ -269,7 +271,7 @@ type stateCollector struct {
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descBacklog, descInTok, descAdmTok, descAhead, descBehind, descReleased, descAvail, descLimit, descPaused, descQueue,
+	for _, d := range []*prometheus.Desc{descBacklog, descInTok, descAdmTok, descAhead, descBehind, descReleased, descAvail, descLimit, descPaused, descKeysPaused, descQueue,
 		descOldest, descAging, descRedisUp, descRedisMem, descRedisMax, descAllCalls, descGitHub, descWindow, descWinLike} {
 		ch <- d
 	}
@@ -351,11 +353,11 @@ func (c *stateCollector) read(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descReleased, prometheus.GaugeValue, float64(st.Released), model)
 		if b, ok := c.adm.Bucket(model); ok {
-			if avail, _, err := b.Available(ctx); err == nil {
+			if avail, err := b.AvailableAll(ctx); err == nil {
 				ch <- prometheus.MustNewConstMetric(descAvail, prometheus.GaugeValue, float64(avail.Tokens), model)
 			}
 			l := b.Limits()
-			ch <- prometheus.MustNewConstMetric(descLimit, prometheus.GaugeValue, float64(l.TokensPerPeriod)/l.Period.Seconds(), model)
+			ch <- prometheus.MustNewConstMetric(descLimit, prometheus.GaugeValue, float64(b.Keys())*float64(l.TokensPerPeriod)/l.Period.Seconds(), model)
 			if n, err := b.WindowLikeReports(ctx); err == nil {
 				ch <- prometheus.MustNewConstMetric(descWinLike, prometheus.GaugeValue, float64(n), model)
 			}
@@ -369,6 +371,7 @@ func (c *stateCollector) read(ch chan<- prometheus.Metric) {
 			p = 1
 		}
 		ch <- prometheus.MustNewConstMetric(descPaused, prometheus.GaugeValue, p, model)
+		ch <- prometheus.MustNewConstMetric(descKeysPaused, prometheus.GaugeValue, float64(len(c.adm.PausedKeys(ctx, model))), model)
 	}
 	for _, q := range jobs.Queues {
 		info, err := c.queues.GetQueueInfo(q)

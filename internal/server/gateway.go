@@ -53,7 +53,11 @@ func (s *Server) gateway(ctx context.Context) (http.Handler, error) {
 	if err := s.metrics.Register(gm.Collectors()...); err != nil {
 		s.log.WarnContext(ctx, "gateway metrics not registered", "err", err)
 	}
-	g, err := gateway.New(gateway.Config{Models: models, UpstreamURL: base, UpstreamKey: up.Key(),
+	var keys []string
+	if len(up.KeyEnv) > 1 {
+		keys = up.KeyValues()
+	}
+	g, err := gateway.New(gateway.Config{Models: models, UpstreamURL: base, UpstreamKey: up.Key(), UpstreamKeys: keys,
 		Timeout: cfg.OpenAI.Timeout.D(), MaxWait: cfg.Gateway.MaxWait.D(), MinOutput: cfg.Gateway.MinOutput,
 		HeaderTimeout: cfg.Gateway.HeaderTimeout.D(), StreamIdle: cfg.Gateway.StreamIdle.D(),
 		Log: s.log.With("component", "gateway")}, gateway.NewKeys(s.rdb), s.sched, waiter, s.rdb, gm)

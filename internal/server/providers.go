@@ -7,25 +7,30 @@ import (
 	"github.com/prq-dev/prq/llm"
 )
 
-// buildLLM builds one client per configured provider and routes each
-// model to its provider's client. Without providers it is the implicit
-// OpenAI provider (OPENAI_API_KEY, OPENAI_BASE_URL), as before.
+// buildLLM builds one client per configured provider and key, and
+// routes each model to its provider's clients (in key order: admission's
+// key indices). Without providers it is the implicit OpenAI provider
+// (OPENAI_API_KEY, OPENAI_BASE_URL), as before.
 func buildLLM(cfg *config.Config) (*llm.Router, error) {
 	timeout := cfg.OpenAI.Timeout.D()
-	clients := map[string]llm.Completer{}
+	clients := map[string][]llm.Completer{}
 	for _, p := range cfg.ProviderList() {
-		switch p.Kind {
-		case config.KindOpenAI:
-			clients[p.Name] = llm.New(p.Key(), p.BaseURL, timeout, nil)
-		case config.KindAzure:
-			clients[p.Name] = llm.NewAzure(p.Key(), p.BaseURL, p.APIVersion, p.Deployment, timeout, nil)
-		case config.KindAnthropic:
-			clients[p.Name] = llm.NewAnthropic(p.Key(), p.BaseURL, timeout, nil)
-		default:
-			return nil, &config.SettingError{Name: "providers." + p.Name + ".kind", Problem: fmt.Sprintf("%q: want openai, azure or anthropic", p.Kind)}
+		for _, key := range p.KeyValues() {
+			var c llm.Completer
+			switch p.Kind {
+			case config.KindOpenAI:
+				c = llm.New(key, p.BaseURL, timeout, nil)
+			case config.KindAzure:
+				c = llm.NewAzure(key, p.BaseURL, p.APIVersion, p.Deployment, timeout, nil)
+			case config.KindAnthropic:
+				c = llm.NewAnthropic(key, p.BaseURL, timeout, nil)
+			default:
+				return nil, &config.SettingError{Name: "providers." + p.Name + ".kind", Problem: fmt.Sprintf("%q: want openai, azure or anthropic", p.Kind)}
+			}
+			clients[p.Name] = append(clients[p.Name], c)
 		}
 	}
-	byModel := map[string]llm.Completer{}
+	byModel := map[string][]llm.Completer{}
 	for _, m := range cfg.Models {
 		p, ok := cfg.ProviderOf(m.Name)
 		if !ok {

@@ -112,10 +112,11 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, connOpt asyn
 		if err != nil {
 			return nil, fmt.Errorf("model %s: %w", m.Name, err)
 		}
-		// a model's bucket is its provider key's (the implicit provider's
-		// is OPENAI_API_KEY, as before)
+		// a model's bucket is its provider keys' (the implicit provider's
+		// is OPENAI_API_KEY, as before): one state per key, each with the
+		// model's limits
 		p, _ := cfg.ProviderOf(m.Name)
-		if buckets[m.Name], err = ratelimit.NewBucket(rdb, m.Name, p.Key(), l); err != nil {
+		if buckets[m.Name], err = ratelimit.NewKeyedBucket(rdb, m.Name, p.KeyValues(), l); err != nil {
 			return nil, err
 		}
 	}

@@ -76,6 +76,12 @@ func (d *Direct) DeleteTask(string, string) {}
 // Pause does nothing.
 func (d *Direct) Pause(context.Context, string, string, time.Duration) error { return nil }
 
+// PauseKey does nothing.
+func (d *Direct) PauseKey(context.Context, string, int, string, time.Duration) error { return nil }
+
+// KeyOf is always the first key: the baselines call with one.
+func (d *Direct) KeyOf(context.Context, string, string) (int, error) { return 0, nil }
+
 // Bucket returns handler-wait's shared bucket.
 func (d *Direct) Bucket(model string) (*ratelimit.Bucket, bool) {
 	b, ok := d.Buckets[model]
