@@ -297,6 +297,12 @@ elseif op == 'admit' then
   local st = sts[live[1]]
   local keep = {}
   for i = 1, st.n do keep[i] = math.floor(share * st.burst[i]) end
+  -- the reserve in tokens: how far chat may run ahead of its capped share
+  -- on the room batch must leave it
+  local reservetok = 0
+  for i = 1, st.n do
+    if st.val[i] ~= 0 then reservetok = math.max(reservetok, keep[i]) end
+  end
   local backfills = st.n > 0
   for i = 1, st.n do
     if st.kind[i] ~= 'w' then backfills = false end
@@ -347,7 +353,10 @@ elseif op == 'admit' then
   -- grant admits cand (already charged with costs on key): its order's
   -- tags, its reservation and the reply.
   local function grant(cand, via, costs, key)
-    if cand.class ~= 'chat' then nbatch = nbatch + 1 end
+    if cand.class ~= 'chat' then
+      nbatch = nbatch + 1
+      if cap < 1 then redis.call('HDEL', KEYS[8], 'c:r') end
+    end
     -- FIFO comparison: was someone older waiting?
     local fifo = redis.call('ZRANGE', KEYS[9], 0, 0)
     if #fifo > 0 and fifo[1] ~= cand.id then
@@ -511,9 +520,31 @@ elseif op == 'admit' then
       out[#out + 1] = cand.id
       out[#out + 1] = 'reject|' .. cand.queue .. '|' .. cand.class .. '|' .. cand.tenant .. '|' .. cand.tokens .. '|' .. B.fmt(cand.enq) .. '|' .. dim
     elseif w > 0 then
-      wait = w
-      if backfills then backfill(cand, costs, w, dim) end
-      break
+      -- the reserve is chat's: a batch ticket held by it (batch must leave
+      -- keep) does not hold a chat that fits now, as long as the chat
+      -- taken this way since batch was last admitted stays within the
+      -- reserve (c:r); past that, chat waits its turn
+      local rkey, rcosts = nil, nil
+      if chat ~= nil and cand.class ~= 'chat' and cap < 1 then
+        if vt('c:r') + chat.tokens <= reservetok then
+          rcosts = costsof(chat)
+          local k, rw = pick(rcosts, nil, ahead)
+          if rw == 0 then rkey = k end
+        end
+      end
+      if rkey == nil then
+        wait = w
+        if backfills then backfill(cand, costs, w, dim) end
+        break
+      end
+      B.take(sts[rkey], rcosts)
+      dirty[rkey] = true
+      redis.call('HINCRBY', KEYS[8], 'c:r', chat.tokens)
+      -- chat's tag moves on (it pays for this in later turns); the
+      -- classes' virtual time stays where waiting batch holds it
+      local cv = vt('c:V')
+      grant(chat, 'reserve', rcosts, rkey)
+      redis.call('HSET', KEYS[8], 'c:V', cv)
     else
       if #out >= budget * 2 then break end
       B.take(sts[key], costs)

@@ -289,3 +289,50 @@ func TestSettleOnce(t *testing.T) {
 	_ = b
 	_ = jobs.TierPaid
 }
+
+// TestChatUsesTheReserveWhileBatchWaits: with chat capped, a batch ticket
+// whose turn it is but which must leave the reserve does not hold back a
+// chat that fits in the reserve; chat runs ahead of its share by at most
+// the reserve, then waits its turn.
+func TestChatUsesTheReserveWhileBatchWaits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, clk, model := newOrdered(t, 1000, admission.Config{ChatShare: 0.3}) // reserve 300 of 1000; cap 0.5
+	for i := 0; i < 4; i++ {
+		reg(t, s, admission.Ticket{ID: fmt.Sprint("c", i), Model: model, Class: "chat", Tenant: "2", Tokens: 100})
+	}
+	if adm, _, _ := s.Admit(ctx, model, 10); len(adm) != 4 {
+		t.Fatalf("first chats: %+v", adm)
+	}
+	// level 600: the paid job (400) would leave 200 of the 300 reserve
+	reg(t, s, admission.Ticket{ID: "p1", Model: model, Class: "paid", Tenant: "1", Tokens: 400})
+	if adm, _, _ := s.Admit(ctx, model, 10); len(adm) != 0 {
+		t.Fatalf("batch took the reserve: %+v", adm)
+	}
+	// chat has had more than its share: batch's turn, and batch waits for
+	// the refill; the chats fit the reserve and go now
+	for i := 4; i < 8; i++ {
+		reg(t, s, admission.Ticket{ID: fmt.Sprint("c", i), Model: model, Class: "chat", Tenant: "2", Tokens: 100})
+	}
+	adm, _, err := s.Admit(ctx, model, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, a := range adm {
+		ids = append(ids, a.ID+"/"+a.Via)
+	}
+	// the reserve is 300 tokens: three chats of 100 go ahead of batch;
+	// the fourth still fits the bucket but would take more than the
+	// reserve ahead of batch, and waits for it
+	if len(adm) != 3 || adm[0].ID != "c4" || adm[2].ID != "c6" || adm[0].Via != "reserve" {
+		t.Fatalf("admitted %v, want c4, c5, c6 through the reserve while p1 waits", ids)
+	}
+	t.Logf("batch waiting at the reserve: admitted %v", ids)
+	// once the refill lets batch in, it goes first, then the last chat
+	clk.advance(time.Second)
+	adm, _, _ = s.Admit(ctx, model, 10)
+	if len(adm) != 2 || adm[0].ID != "p1" || adm[1].ID != "c7" {
+		t.Fatalf("after the refill: %+v, want p1 then c7", adm)
+	}
+}
