@@ -11,7 +11,7 @@
 --  K[4] chat zset (id by seq)   K[5..7] flow heads per tier (tenant by finish tag)
 --  K[8] virtual times hash      K[9] age zset (id by enqueue µs)
 --  K[10] released zset (id by deadline µs)   K[11] stats hash
---  K[12] reservations hash (id -> "requests tokens")   K[13] reservation age zset
+--  K[12] reservations hash (id -> "requests tokens[ k<key>][ s]", s: started)   K[13] reservation age zset
 --  K[14] delayed zset (id NUL encoded, by due µs)      K[15] paused (reason)
 --  K[16] recent admission waits ("class:µs", newest first, capped)
 --  K[17] flow heads of chat (tenant by finish tag)
@@ -108,16 +108,19 @@ end
 -- reservation reads a stored reservation "cost cost ... [k<key>]": its
 -- costs and its key's index (nil: a key no longer configured).
 local function reservation(r)
-  local costs, key = {}, 0
+  local costs, key, started = {}, 0, false
   for c in string.gmatch(r, '%S+') do
-    if string.sub(c, 1, 1) == 'k' then
+    local f = string.sub(c, 1, 1)
+    if f == 'k' then
       key = tonumber(string.sub(c, 2))
+    elseif f == 's' then
+      started = true
     else
       costs[#costs + 1] = tonumber(c)
     end
   end
   if key == nil or key < 0 or key >= NKEYS then key = nil end
-  return costs, key
+  return costs, key, started
 end
 
 local function register(id, enc)
@@ -177,11 +180,14 @@ elseif op == 'cancel' then
 elseif op == 'started' then
   -- ARGV: op, now, id[, dims...]: the released task reached a handler.
   -- With dims, the job's charge moves to now, where the provider will
-  -- count the call. A token bucket that was full at admission lost no
-  -- refill here but does there (the provider's stays full until the call
-  -- arrives): ours becomes what it would be had the charge been made now,
-  -- min(full, level + cost) - cost, never higher than it is, so a key
-  -- left idle (several keys: often) does not admit early after it.
+  -- count the call. A token bucket counts refill from each admission on,
+  -- but the provider's, which has seen none of the calls admitted and not
+  -- started yet (this one's included: their sum is U), stays capped at
+  -- full until they arrive: ours becomes min(full, level + U) - U, what
+  -- the provider holds now less what it has not seen yet (never higher
+  -- than it is), so a bucket that was full when a burst was admitted, or
+  -- a key left idle (several keys: often), does not admit early after it.
+  -- The reservation is marked started (" s").
   -- A window moves the charge from the slot of its admission: a job
   -- that waited for a worker would otherwise stop counting here before it
   -- stops counting there. Admission looks ahead by the measured lag from
@@ -195,23 +201,33 @@ elseif op == 'started' then
   local at = tonumber(redis.call('ZSCORE', KEYS[13], ARGV[3]) or '')
   if not r or not at then return 0 end
   if at > now then at = now end
-  local charged, key = reservation(r)
+  local charged, key, wasStarted = reservation(r)
   if key == nil then return 0 end
   local st = B.load(keystate(key), ARGV, 3, now)
   local costs = {}
   for j = 1, st.n do costs[j] = charged[j] or 0 end
   if st.n > 0 and st.kind[1] == 'b' then
+    -- what the provider has not seen yet: this key's charges admitted
+    -- and not started (this one's included)
+    local unseen = {}
+    for j = 1, st.n do unseen[j] = 0 end
+    for _, v in ipairs(redis.call('HVALS', KEYS[12])) do
+      local c, k, started = reservation(v)
+      if k == key and not started then
+        for j = 1, st.n do unseen[j] = unseen[j] + (c[j] or 0) end
+      end
+    end
     local moved = false
     for j = 1, st.n do
-      if costs[j] > 0 then
-        B.give(st, j, costs[j]) -- capped at full
+      local u = unseen[j] * st.per[j]
+      local cap = st.burst[j] * st.per[j]
+      if u > 0 and st.level[j] + u > cap then
+        st.level[j] = cap - u
         moved = true
       end
     end
-    if moved then
-      B.take(st, costs)
-      B.save(st)
-    end
+    if moved then B.save(st) end
+    if not wasStarted then redis.call('HSET', KEYS[12], ARGV[3], r .. ' s') end
     redis.call('ZADD', KEYS[13], now, ARGV[3])
     return 0
   end

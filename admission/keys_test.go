@@ -235,3 +235,51 @@ func TestStartMovesBucketCharge(t *testing.T) {
 	// provider's (not full meanwhile)
 	step("partial", 300, 200, 200)
 }
+
+// TestStartOfABurstFromFull: two jobs admitted at once from a full bucket.
+// The provider's bucket stays full until the first call arrives and has
+// not seen the second then; ours counted refill since the admission for
+// both. At the first start ours must hold what the provider holds less
+// what it has not seen yet; the second start changes nothing more.
+func TestStartOfABurstFromFull(t *testing.T) {
+	ctx := context.Background()
+	s, b, clk, model := newKeyed(t, 1, ratelimit.Limits{RequestsPerPeriod: 1000, TokensPerPeriod: 1000, Period: time.Second})
+	registerN(t, s, model, "burst", 2, 300)
+	adm, _, err := s.Admit(ctx, model, 2)
+	if err != nil || len(adm) != 2 {
+		t.Fatalf("admitted %+v (%v)", adm, err)
+	}
+	left := func() int64 {
+		t.Helper()
+		got, _, err := b.Available(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.Tokens
+	}
+	clk.advance(200 * time.Millisecond) // ours: 400 + 200
+	if err := s.Started(ctx, model, adm[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	// the provider: full until now, 1000 - 300 = 700, the second job
+	// (300) not seen yet: ours 400, not 600 (nor 600 less nothing, as a
+	// correction for the starting job alone would leave it)
+	if got := left(); got != 400 {
+		t.Fatalf("after the first start: %d tokens, want 400", got)
+	}
+	clk.advance(100 * time.Millisecond)
+	if err := s.Started(ctx, model, adm[1].ID); err != nil {
+		t.Fatal(err)
+	}
+	// the provider: 700 + 100 - 300 = 500; ours refilled to 500 already
+	if got := left(); got != 500 {
+		t.Fatalf("after the second start: %d tokens, want 500", got)
+	}
+	// a second start of the same job (a rerun) changes nothing
+	if err := s.Started(ctx, model, adm[1].ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := left(); got != 500 {
+		t.Fatalf("after a rerun's start: %d tokens, want 500", got)
+	}
+}
