@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -89,8 +88,6 @@ type Set struct {
 	Files     *FileWorker
 	Chat      *ChatResponder
 	Finalizer *Finalizer
-
-	running atomic.Int64
 }
 
 // New builds the four handlers from the shared settings and dependencies.
@@ -162,22 +159,9 @@ func (s *Set) Register(mux *asynq.ServeMux) {
 	mux.Handle(jobs.TypeChat, s.Chat)
 }
 
-// Mux returns a mux with every handler registered, counting the jobs
-// running (Running).
+// Mux returns a mux with every handler registered.
 func (s *Set) Mux() *asynq.ServeMux {
 	mux := asynq.NewServeMux()
-	mux.Use(s.track)
 	s.Register(mux)
 	return mux
-}
-
-// Running returns how many jobs this process runs now.
-func (s *Set) Running() int { return int(s.running.Load()) }
-
-func (s *Set) track(h asynq.Handler) asynq.Handler {
-	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
-		s.running.Add(1)
-		defer s.running.Add(-1)
-		return h.ProcessTask(ctx, t)
-	})
 }

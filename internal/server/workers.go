@@ -34,7 +34,6 @@ import (
 // buildWorkers knows the workers package's constructors.
 type jobSide struct {
 	handler    asynq.Handler
-	running    func() int
 	enqueuer   webhook.Queue
 	ticketOf   func(*asynq.TaskInfo) (admission.Ticket, bool)
 	retryDelay asynq.RetryDelayFunc
@@ -126,7 +125,7 @@ func (s *Server) buildWorkers(tr http.RoundTripper, opt Options, handlers bool) 
 	if err != nil {
 		return nil, err
 	}
-	js.handler, js.running = w.Mux(), w.Running
+	js.handler = w.Mux()
 	rec, err := workers.NewRunReconciler(workers.RunReconcilerConfig{Store: s.store, Queue: s.client, CountFunc: s.metrics.CountLifecycle, Log: log})
 	if err != nil {
 		return nil, err
@@ -157,7 +156,7 @@ func chatSlots(concurrency int) int { return max(2, concurrency/10) }
 type slots struct {
 	rdb          redis.UniversalClient
 	batch, chat  int          // the two servers' concurrency
-	running      func() int   // jobs running on either server
+	batchRunning atomic.Int64 // jobs running on the batch server
 	chatRunning  atomic.Int64 // jobs running on the chat server
 	mu           sync.Mutex
 	at           time.Time
@@ -193,8 +192,7 @@ func (sl *slots) pending() (chat, batch int64) {
 
 // free returns the idle slots of each server.
 func (sl *slots) free() (chat, batch int) {
-	rc := int(sl.chatRunning.Load())
-	return sl.chat - rc, sl.batch - (sl.running() - rc)
+	return sl.chat - int(sl.chatRunning.Load()), sl.batch - int(sl.batchRunning.Load())
 }
 
 // batchFree is how many more batch jobs may start: the batch server's
@@ -220,7 +218,7 @@ func (sl *slots) chatFree() int {
 // and records its running jobs (admission.Process), so if it dies they
 // are put back within seconds.
 func (s *Server) startServers(ctx context.Context, handler asynq.Handler, retryDelay asynq.RetryDelayFunc, isFailure func(error) bool, track bool) (*slots, func(), error) {
-	sl := &slots{rdb: s.rdb, batch: s.cfg.Worker.Concurrency, chat: chatSlots(s.cfg.Worker.Concurrency), running: s.jobs.running}
+	sl := &slots{rdb: s.rdb, batch: s.cfg.Worker.Concurrency, chat: chatSlots(s.cfg.Worker.Concurrency)}
 	if track {
 		host, _ := os.Hostname()
 		var b [6]byte
@@ -254,13 +252,18 @@ func (s *Server) startServers(ctx context.Context, handler asynq.Handler, retryD
 		}
 	}
 	batch := asynq.NewServerFromRedisClient(s.rdb, config(sl.batch, jobs.QueuePriorities, 20*time.Millisecond))
-	if err := batch.Start(handler); err != nil {
+	err := batch.Start(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		sl.batchRunning.Add(1)
+		defer sl.batchRunning.Add(-1)
+		return handler.ProcessTask(ctx, t)
+	}))
+	if err != nil {
 		return nil, nil, fmt.Errorf("start worker: %w", err)
 	}
 	// the batch server takes chat first whenever it has a slot: the chat
 	// server's slower idle polling (fewer Redis calls) costs chat little
 	chat := asynq.NewServerFromRedisClient(s.rdb, config(sl.chat, map[string]int{jobs.QueueChat: 1}, 50*time.Millisecond))
-	err := chat.Start(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+	err = chat.Start(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 		sl.chatRunning.Add(1)
 		defer sl.chatRunning.Add(-1)
 		return handler.ProcessTask(ctx, t)

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,11 +22,8 @@ func TestChatStartsWithEveryBatchSlotBusy(t *testing.T) {
 	ctx := context.Background()
 	started := make(chan string, 8)
 	hold := make(chan struct{})
-	var running atomic.Int64
 	s.jobs = &jobSide{
 		handler: asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
-			running.Add(1)
-			defer running.Add(-1)
 			id, _ := asynq.GetTaskID(ctx)
 			started <- id
 			if task.Type() == "batch" {
@@ -38,7 +34,6 @@ func TestChatStartsWithEveryBatchSlotBusy(t *testing.T) {
 			}
 			return nil
 		}),
-		running:    func() int { return int(running.Load()) },
 		ticketOf:   func(*asynq.TaskInfo) (admission.Ticket, bool) { return admission.Ticket{}, false },
 		retryDelay: asynq.DefaultRetryDelayFunc,
 		isFailure:  func(error) bool { return true },
@@ -90,17 +85,17 @@ func TestChatStartsWithEveryBatchSlotBusy(t *testing.T) {
 // use every idle slot while batch may use only the batch server's.
 func TestSlotsCountPendingWork(t *testing.T) {
 	for _, tc := range []struct {
-		name                   string
-		running, chatRunning   int
-		pendingChat, pendingB  int
-		wantBatch, wantChatAll int
+		name                      string
+		batchRunning, chatRunning int
+		pendingChat, pendingB     int
+		wantBatch, wantChatAll    int
 	}{
 		{"idle", 0, 0, 0, 0, 4, 6},
 		{"every batch slot busy", 4, 0, 0, 0, 0, 2},
-		{"chat slots busy", 2, 2, 0, 0, 4, 4},
+		{"chat slots busy", 0, 2, 0, 0, 4, 4},
 		{"pending batch", 0, 0, 0, 3, 1, 3},
 		{"pending chat beyond the chat slots", 0, 0, 3, 0, 3, 3},
-		{"all busy", 6, 2, 0, 0, 0, 0},
+		{"all busy", 4, 2, 0, 0, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, _ := newTestServer(t, nil)
@@ -112,7 +107,8 @@ func TestSlotsCountPendingWork(t *testing.T) {
 					}
 				}
 			}
-			sl := &slots{rdb: s.rdb, batch: 4, chat: 2, running: func() int { return tc.running }}
+			sl := &slots{rdb: s.rdb, batch: 4, chat: 2}
+			sl.batchRunning.Store(int64(tc.batchRunning))
 			sl.chatRunning.Store(int64(tc.chatRunning))
 			if got := sl.batchFree(); got != tc.wantBatch {
 				t.Errorf("batch may start %d, want %d", got, tc.wantBatch)
