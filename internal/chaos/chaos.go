@@ -431,10 +431,12 @@ func chaosScenario(ctx context.Context, c Flags, scenario string) (chaosReport, 
 	rep.Elapsed = time.Since(start)
 	if scenario == "soak" {
 		rep.AfterDrain, rep.BoundPerPR = usedMemory(ctx, a), c.soakKB*1024
+	}
+	rep.PRs = len(sent) // the soak's retained PRs
+	if scenario == "soak" {
 		missing, _, err := harness.KeysWithoutTTL(ctx, a.Redis())
 		rep.checkSoak(missing, err)
 	}
-	rep.PRs = len(sent)
 	rep.ProviderLimited = 0
 	for _, st := range fakes.OpenAI.Stats() {
 		rep.ProviderLimited += st.RateLimited
