@@ -173,6 +173,12 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	if err != nil {
 		return err
 	}
+	if run.Head != f.HeadSHA || run.State == store.StateCancelled {
+		// superseded since the check above: the run's title and body are
+		// another head's now
+		settle(ctx, cfg.Ledger, log, ticket, ratelimit.Cost{}) // no call: all refunded
+		return fmt.Errorf("stale job of a superseded head: %w", asynq.RevokeTask)
+	}
 	title := run.Title
 	if title == "" {
 		title = f.PR.String()

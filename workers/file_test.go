@@ -239,3 +239,41 @@ func TestFileWorkerLogsWhatAdmissionRefuses(t *testing.T) {
 		t.Errorf("warned of a settle with nothing reserved:\n%s", logs2)
 	}
 }
+
+// pushedBetween is a store on which a push lands right after the job's
+// check that its head is current.
+type pushedBetween struct {
+	*store.Store
+	t *testing.T
+}
+
+func (s pushedBetween) Current(ctx context.Context, pr jobs.PR, head string) (bool, error) {
+	ok, err := s.Store.Current(ctx, pr, head)
+	if _, _, serr := s.Store.StartRun(ctx, store.Run{PR: pr, Head: "h2", Tier: jobs.TierPaid, SummaryTotal: 1, Title: "the next head's title"}, nil); serr != nil {
+		s.t.Fatal(serr)
+	}
+	return ok, err
+}
+
+// TestFileWorkerSupersededWhileStarting: a push planned between the
+// job's check that its head is current and its read of the run: the job
+// makes no call (it would have sent the newer head's title and
+// description with the older head's file) and is revoked.
+func TestFileWorkerSupersededWhileStarting(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, adm, q, model := newStore(t), &fakeAdmission{}, &fakeQueue{}, &fakeLLM{CompleteFunc: answer("never")}
+	pr := testPR(t, 212)
+	_, task := plannedFile(t, st, pr, jobs.KindSummary)
+	w, err := workers.NewFileWorker(workers.FileWorkerConfig{Attempts: newAttempts(t), Store: pushedBetween{st, t}, Ledger: adm,
+		Caller: newCaller(t, adm, model, nil, nil), Queue: q, Models: testModels, Repairs: st, Requeue: adm})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.ProcessTask(ctx, task); !errors.Is(err, asynq.RevokeTask) {
+		t.Fatalf("ProcessTask = %v, want the task revoked", err)
+	}
+	if model.Calls() != 0 {
+		t.Errorf("a job superseded while starting called the LLM %d times", model.Calls())
+	}
+}

@@ -87,6 +87,7 @@ type Server struct {
 	checks    map[int64]*CheckRun
 	botLogin  atomic.Value // string: the App's bot login
 	writes    map[int64][]time.Time
+	attempts  []WriteAttempt
 	stats     map[string]*PRStats
 	nextID    int64
 	failures  map[string]int   // path substring -> status to answer once per entry
@@ -292,8 +293,32 @@ func (s *Server) AddPR(inst int64, owner, repo string, p corpus.PR) {
 		pushes: map[string][]corpus.File{}, parent: map[string]string{}}
 }
 
+// WriteAttempt is a request other than GET made with an installation's
+// token, recorded when it arrives, whatever the answer (Refused: the
+// installation was uninstalled or suspended then, so its token was
+// refused).
+type WriteAttempt struct {
+	At           time.Time
+	Installation int64
+	Method, Path string
+	Refused      bool
+}
+
+// WriteAttempts returns every write attempt so far, in order.
+func (s *Server) WriteAttempts() []WriteAttempt {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]WriteAttempt(nil), s.attempts...)
+}
+
 // Push moves a PR's head, changing the given files (synchronize).
 func (s *Server) Push(owner, repo string, n int, newHead string, changed []corpus.File) error {
+	return s.PushTitled(owner, repo, n, newHead, "", changed)
+}
+
+// PushTitled is Push that also retitles the PR (title "" keeps it), in
+// the same step: a reader sees the new head with the new title.
+func (s *Server) PushTitled(owner, repo string, n int, newHead, title string, changed []corpus.File) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p, ok := s.prs[key(owner, repo, n)]
@@ -314,6 +339,9 @@ func (s *Server) Push(owner, repo string, n int, newHead string, changed []corpu
 		}
 	}
 	p.head = newHead
+	if title != "" {
+		p.title = title
+	}
 	return nil
 }
 
@@ -607,6 +635,10 @@ func (s *Server) auth(h handler) http.HandlerFunc {
 		}
 		s.mu.Lock()
 		t, known := s.tokens[tok]
+		if known && r.Method != http.MethodGet {
+			_, refused := s.refused[t.inst]
+			s.attempts = append(s.attempts, WriteAttempt{At: s.cfg.NowFunc(), Installation: t.inst, Method: r.Method, Path: r.URL.Path, Refused: refused})
+		}
 		for sub, status := range s.failures {
 			if strings.Contains(r.URL.Path, sub) {
 				delete(s.failures, sub)

@@ -324,3 +324,58 @@ func TestAppEndpoints(t *testing.T) {
 		t.Fatalf("page 2: %s %q", body, resp.Header.Get("Link"))
 	}
 }
+
+// TestWriteAttemptsRecorded: every write made with an installation's
+// token is recorded when it arrives, reads are not, and a write of an
+// uninstalled installation is recorded as refused (and refused: 401).
+// PushTitled moves the head and the title in one step.
+func TestWriteAttemptsRecorded(t *testing.T) {
+	fake, app, _ := setup(t, fakegithub.Config{}, "")
+	fake.AddPR(1, "", "", bigPR(1))
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+	c, _ := app.Client(1)
+	ctx := context.Background()
+	if _, err := c.PR(ctx, "acme", "big", 7); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.UpsertComment(ctx, "acme", "big", 7, 0, "<!-- m -->", "hello <!-- m -->"); err != nil {
+		t.Fatal(err)
+	}
+	tok := mintToken(t, srv.URL, 1)
+	fake.Uninstall(1)
+	req, _ := http.NewRequest("POST", srv.URL+"/repos/acme/big/issues/7/comments", strings.NewReader(`{"body":"again"}`))
+	req.Header.Set("Authorization", "token "+tok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 401 {
+		t.Fatalf("a write of an uninstalled installation: status %d, want 401", resp.StatusCode)
+	}
+	got := fake.WriteAttempts()
+	var posts []fakegithub.WriteAttempt
+	for _, w := range got {
+		if w.Method == http.MethodGet {
+			t.Errorf("a read recorded as a write: %+v", w)
+		}
+		if w.Method == http.MethodPost {
+			posts = append(posts, w)
+		}
+	}
+	if len(posts) != 2 || posts[0].Refused || !posts[1].Refused || posts[1].Installation != 1 || posts[1].Path != "/repos/acme/big/issues/7/comments" || posts[1].At.Before(posts[0].At) {
+		t.Fatalf("write attempts %+v, want two comment posts, the second refused", got)
+	}
+	fake.Reinstall(1)
+	if err := fake.PushTitled("acme", "big", 7, strings.Repeat("c", 40), "new title", nil); err != nil {
+		t.Fatal(err)
+	}
+	pr, err := c.PR(ctx, "acme", "big", 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pr.HeadSHA != strings.Repeat("c", 40) || pr.Title != "new title" {
+		t.Fatalf("after PushTitled: head %s, title %q", pr.HeadSHA, pr.Title)
+	}
+}

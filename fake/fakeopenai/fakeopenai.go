@@ -77,7 +77,8 @@ type Config struct {
 	Seed int64
 	// LatencyScale multiplies every latency (0.1 to compress time). Defaults to 1.
 	LatencyScale float64
-	// Record keeps every admission for Admissions (bounded runs only).
+	// Record keeps every admission for Admissions, and every chat
+	// completion request for Calls (bounded runs only).
 	Record bool
 	// Replies is how the fake model formats review replies: one of the
 	// Reply* styles. Defaults to ReplyJSON.
@@ -165,6 +166,79 @@ func (s *Server) Admissions(model string) []Admission {
 	return append([]Admission(nil), s.recorded[model]...)
 }
 
+// Call is one chat completion request the fake received (Config.Record),
+// attributed by what prq's prompts say of themselves: the first user
+// message's "Pull request: <title>" and "File: <path>" lines and a
+// review part's "part k of n"; Kind is how the fake read the prompt
+// ("review", "chat", or "text" for a summary or anything else). Status is
+// what the fake answered (0: the client went away first); Complete says
+// the answer was whole and no fault was injected into it.
+type Call struct {
+	At          time.Time
+	Model, Kind string
+	Title, Path string
+	Part, Parts int
+	Status      int
+	Complete    bool
+}
+
+var (
+	titleLine = regexp.MustCompile(`(?m)^Pull request: (.*)$`)
+	partOf    = regexp.MustCompile(`, part (\d+) of (\d+) of its diff`)
+)
+
+// callOf attributes a request (see Call).
+func callOf(req chatRequest, model string, at time.Time) Call {
+	c := Call{At: at, Model: model, Kind: kindOf(req), Part: 1, Parts: 1}
+	user := firstUser(req)
+	head, _, _ := strings.Cut(user, "\n\n") // the header, before the diff
+	if m := titleLine.FindStringSubmatch(head); m != nil {
+		c.Title = m[1]
+	}
+	if m := pathLine.FindStringSubmatch(head); m != nil {
+		c.Path = m[1]
+	}
+	if m := partOf.FindStringSubmatch(head); m != nil {
+		c.Part, _ = strconv.Atoi(m[1])
+		c.Parts, _ = strconv.Atoi(m[2])
+	}
+	return c
+}
+
+// Calls returns every chat completion request received (Config.Record),
+// in order.
+func (s *Server) Calls() []Call {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Call(nil), s.calls...)
+}
+
+// statusWriter remembers the status a handler answered.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
 // Server is the fake provider.
 type Server struct {
 	cfg    Config
@@ -177,6 +251,7 @@ type Server struct {
 	faults   Faults
 	stats    map[string]*modelStats
 	recorded map[string][]Admission
+	calls    []Call
 	// msgBuckets are the Anthropic mode's (model, key) limiters.
 	msgBuckets map[string]*msgBucket
 }
@@ -485,6 +560,18 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, key, deploy
 	s.mu.Lock()
 	st := s.statsOf(m.Name)
 	st.Requests++
+	complete := false // a whole answer, no fault injected into it
+	if s.cfg.Record {
+		ci := len(s.calls)
+		s.calls = append(s.calls, callOf(req, m.Name, time.Now()))
+		sw := &statusWriter{ResponseWriter: w}
+		w = sw
+		defer func() {
+			s.mu.Lock()
+			s.calls[ci].Status, s.calls[ci].Complete = sw.status, complete && sw.status == http.StatusOK
+			s.mu.Unlock()
+		}()
+	}
 	format := "none"
 	if req.ResponseFormat != nil {
 		format = req.ResponseFormat.Type
@@ -600,8 +687,10 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, key, deploy
 	s.mu.Lock()
 	st.CompletionToks += n * int64(len(toks))
 	s.mu.Unlock()
+	faulted := roll >= 0 && roll < f.Empty
 	if req.Stream {
 		s.streamChoices(w, r, n, m.Name, now, text, finish, toks, prompt, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
+		complete = !faulted && r.Context().Err() == nil
 		return
 	}
 	resp := map[string]any{
@@ -614,10 +703,12 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, key, deploy
 	if roll >= 0 && roll < f.Truncated {
 		s.countFault(m.Name)
 		out = out[:len(out)/2]
+		faulted = true
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("openai-processing-ms", strconv.FormatInt(latency.Milliseconds(), 10))
-	w.Write(out)
+	_, err = w.Write(out)
+	complete = !faulted && err == nil
 }
 
 func (s *Server) countFault(model string) {
@@ -749,19 +840,40 @@ func fmtDuration(d time.Duration) string {
 var annotated = regexp.MustCompile(`(?m)^\s*(\d+) \+(.*)$`)
 var pathLine = regexp.MustCompile(`(?m)^File: (\S+)`)
 
+// firstUser is the request's first user message (it holds the diff).
+func firstUser(req chatRequest) string {
+	for _, m := range req.Messages {
+		if m.Role == "user" {
+			return m.Content
+		}
+	}
+	return ""
+}
+
+// kindOf is how the fake reads a prompt: "review" when the system
+// message or the requested schema names "comments", "chat" when the
+// system message asks for a reply, else "text".
+func kindOf(req chatRequest) string {
+	system := req.Messages[0].Content
+	schema := ""
+	if f := req.ResponseFormat; f != nil && f.JSONSchema != nil {
+		schema = string(f.JSONSchema.Schema)
+	}
+	switch {
+	case strings.Contains(system, `"comments"`) || strings.Contains(schema, `"comments"`):
+		return "review"
+	case strings.Contains(strings.ToLower(system), "reply"):
+		return "chat"
+	}
+	return "text"
+}
+
 // answer writes a plausible reply. A review prompt (the system message
 // or the requested schema names "comments") gets a review citing real
 // added lines of the annotated diff, formatted in the server's reply
 // style; other prompts get prose naming the file.
 func (s *Server) answer(req chatRequest) (text, finish string) {
-	system := req.Messages[0].Content
-	var user string
-	for _, m := range req.Messages {
-		if m.Role == "user" {
-			user = m.Content // the first user message holds the diff
-			break
-		}
-	}
+	user := firstUser(req)
 	path := "the change"
 	if m := pathLine.FindStringSubmatch(user); m != nil {
 		path = m[1]
@@ -773,10 +885,10 @@ func (s *Server) answer(req chatRequest) (text, finish string) {
 			schema = string(f.JSONSchema.Schema)
 		}
 	}
-	if strings.Contains(system, `"comments"`) || strings.Contains(schema, `"comments"`) {
+	switch kindOf(req) {
+	case "review":
 		return s.review(user, path, format, schema)
-	}
-	if strings.Contains(strings.ToLower(system), "reply") {
+	case "chat":
 		return "Thanks for the question. Looking at " + path + ", the change keeps the existing behaviour and adds the new path guarded by its own checks; the tests in this PR cover the main case.", "stop"
 	}
 	n := len(annotated.FindAllStringIndex(user, -1))

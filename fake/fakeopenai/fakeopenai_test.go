@@ -356,3 +356,50 @@ func TestListModels(t *testing.T) {
 		t.Fatalf("bad key: %v", err)
 	}
 }
+
+// TestCallsAttributed: with Record, every request is logged with what its
+// prompt says of itself (pull request title, file, review part, kind)
+// and how it was answered: whole, faulted or refused.
+func TestCallsAttributed(t *testing.T) {
+	fake := fakeopenai.New(fakeopenai.Config{Models: []fakeopenai.Model{{Name: "m", RPM: 1000, TPM: 1000000}}, Record: true})
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+	ctx := context.Background()
+	c := newClient(srv.URL, "k")
+	review := openai.ChatCompletionRequest{Model: "m", MaxTokens: 200, Messages: []openai.ChatCompletionMessage{
+		{Role: "system", Content: `Review. Answer {"summary":..., "comments":[...]}`},
+		{Role: "user", Content: "Pull request: fix it @abc123\nFile: a/b.go (modified, +1 -0), part 2 of 3 of its diff\n\n   1 +x := 1\nFile: not/this.go\n"}}}
+	summary := openai.ChatCompletionRequest{Model: "m", MaxTokens: 50, Messages: []openai.ChatCompletionMessage{
+		{Role: "system", Content: "You summarise one file."},
+		{Role: "user", Content: "Pull request: fix it @abc123\nFile: c.go (added, +1 -0)\n\n   1 +y\n"}}}
+	if _, err := c.CreateChatCompletion(ctx, review); err != nil {
+		t.Fatal(err)
+	}
+	fake.SetFaults(fakeopenai.Faults{Truncated: 1})
+	c.CreateChatCompletion(ctx, summary)
+	fake.SetFaults(fakeopenai.Faults{ServerError: 1})
+	c.CreateChatCompletion(ctx, summary)
+	fake.SetFaults(fakeopenai.Faults{})
+	if _, err := c.CreateChatCompletion(ctx, summary); err != nil {
+		t.Fatal(err)
+	}
+	got := fake.Calls()
+	want := []fakeopenai.Call{
+		{Model: "m", Kind: "review", Title: "fix it @abc123", Path: "a/b.go", Part: 2, Parts: 3, Status: 200, Complete: true},
+		{Model: "m", Kind: "text", Title: "fix it @abc123", Path: "c.go", Part: 1, Parts: 1, Status: 200},
+		{Model: "m", Kind: "text", Title: "fix it @abc123", Path: "c.go", Part: 1, Parts: 1, Status: 500},
+		{Model: "m", Kind: "text", Title: "fix it @abc123", Path: "c.go", Part: 1, Parts: 1, Status: 200, Complete: true},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d calls logged, want %d: %+v", len(got), len(want), got)
+	}
+	for i := range want {
+		if got[i].At.IsZero() {
+			t.Errorf("call %d has no time", i)
+		}
+		got[i].At = time.Time{}
+		if got[i] != want[i] {
+			t.Errorf("call %d = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}

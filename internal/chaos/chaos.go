@@ -58,6 +58,9 @@ type Flags struct {
 	exe        string
 	latency    float64
 	soak       time.Duration
+	// soakKB is the documented bound of Redis memory per retained pull
+	// request after a soak, KB
+	soakKB float64
 	// lifecycle: sequences, events per sequence, and the share (percent)
 	// of events that kill a worker
 	sequences   int
@@ -82,6 +85,7 @@ func (c *Flags) Register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.arrivalFor, "arrivals", 20*time.Second, "how long the webhooks take to arrive")
 	fs.StringVar(&c.exe, "worker-binary", "", "the prq binary to run workers with (default: this one)")
 	fs.DurationVar(&c.soak, "soak-for", 5*time.Minute, "soak: how long the steady arrivals last")
+	fs.Float64Var(&c.soakKB, "soak-kb-per-pr", soakKBPerPR, "soak: the bound of Redis memory per retained pull request after the drain, KB; more than 10% over it is a problem")
 	fs.Float64Var(&c.latency, "latency-scale", 0.5, "provider latency scale (1: summaries ~0.8 s, reviews ~8 s), so kills catch jobs in flight")
 	fs.IntVar(&c.sequences, "sequences", 20, "lifecycle: seeded sequences to play (seeds --seed, --seed+1, ...)")
 	fs.IntVar(&c.steps, "steps", 20, "lifecycle: life-cycle events per sequence")
@@ -106,9 +110,40 @@ type chaosReport struct {
 	Problems        []string
 	ProviderLimited int64
 	Checked         []string
-	// soak: samples during the arrivals, and Redis memory before and after
+	// soak: samples during the arrivals, Redis memory before and after,
+	// the bound per retained PR (bytes), and the prq keys found without
+	// a TTL after the drain (the documented permanent ones aside)
 	Samples              []soakSample
 	Baseline, AfterDrain int64
+	BoundPerPR           float64
+	NoTTL                int
+}
+
+// soakKBPerPR is the documented bound of Redis memory per pull request a
+// soak leaves behind (its run, files and patches, results, what was
+// posted: kept for retention), in KB, for the soak's workload: the
+// corpus's PRs of 1 to 30 files. Measured: 15.5 KB (README).
+const soakKBPerPR = 16.0
+
+// checkSoak holds a soak to its bounds: Redis memory per retained PR
+// within 10% of BoundPerPR, and no prq key without a TTL (missing, from
+// the scan, which failed with scanErr).
+func (r *chaosReport) checkSoak(missing []string, scanErr error) {
+	if per := r.soakPerPR(); per > r.BoundPerPR*1.1 {
+		r.Problems = append(r.Problems, fmt.Sprintf("Redis keeps %.1f KB per retained PR after the drain, over the bound of %.1f KB by more than 10%%", per/1024, r.BoundPerPR/1024))
+	}
+	r.NoTTL = len(missing)
+	switch {
+	case scanErr != nil:
+		r.Problems = append(r.Problems, "scan for keys without a TTL: "+scanErr.Error())
+	case len(missing) > 0:
+		r.Problems = append(r.Problems, fmt.Sprintf("%d prq keys without a TTL after the soak: %s", len(missing), strings.Join(missing[:min(len(missing), 5)], " ")))
+	}
+}
+
+// soakPerPR is the Redis memory the soak left per retained PR, bytes.
+func (r chaosReport) soakPerPR() float64 {
+	return float64(r.AfterDrain-r.Baseline) / float64(max(r.PRs, 1))
 }
 
 type soakSample struct {
@@ -128,8 +163,8 @@ const Usage = "Proves prq survives: kills, stalls and Redis restarts under load,
 // Run runs the scenarios and prints what each found; it fails on any
 // lost or duplicated work.
 func Run(ctx context.Context, c Flags, stdout io.Writer) error {
-	if c.prs <= 0 || c.processes <= 0 || c.compress <= 0 {
-		return &config.UsageError{Msg: "--prs, --processes and --compress must be positive"}
+	if c.prs <= 0 || c.processes <= 0 || c.compress <= 0 || !(c.soakKB > 0) {
+		return &config.UsageError{Msg: "--prs, --processes, --compress and --soak-kb-per-pr must be positive"}
 	}
 	if err := os.MkdirAll(c.out, 0o755); err != nil {
 		return err
@@ -182,9 +217,10 @@ func printChaos(w io.Writer, r chaosReport) {
 		fmt.Fprintf(w, "  soak: worker RSS %.0f MB at %s, %.0f MB at %s, max %.0f MB; serve goroutines %d -> %d (max %d)\n",
 			float64(first.WorkerRSS)/(1<<20), first.At.Round(time.Second), float64(last.WorkerRSS)/(1<<20), last.At.Round(time.Second), float64(maxRSS)/(1<<20),
 			first.Goroutines, last.Goroutines, maxG)
-		fmt.Fprintf(w, "  soak: Redis memory %.1f MB before, %.1f MB at the end of arrivals, %.1f MB after the drain (%.1f KB per PR kept: runs live %s, finished plan and chat tasks 72 h)\n",
-			float64(r.Baseline)/(1<<20), float64(last.RedisMem)/(1<<20), float64(r.AfterDrain)/(1<<20),
-			float64(r.AfterDrain-r.Baseline)/1024/float64(max(r.PRs, 1)), "14 days")
+		fmt.Fprintf(w, "  soak: Redis memory %.1f MB before, %.1f MB at the end of arrivals, %.1f MB after the drain (runs live %s, finished plan and chat tasks 72 h)\n",
+			float64(r.Baseline)/(1<<20), float64(last.RedisMem)/(1<<20), float64(r.AfterDrain)/(1<<20), "14 days")
+		fmt.Fprintf(w, "  soak: (after the drain − before) / %d retained PRs = %.1f KB per PR; bound %.1f KB, a problem past %.1f KB (+10%%); %d prq keys without a TTL (documented permanent ones aside)\n",
+			r.PRs, r.soakPerPR()/1024, r.BoundPerPR/1024, r.BoundPerPR*1.1/1024, r.NoTTL)
 	}
 	for _, c := range r.Checked {
 		fmt.Fprintf(w, "  limiter on the cluster: %s\n", c)
@@ -394,9 +430,13 @@ func chaosScenario(ctx context.Context, c Flags, scenario string) (chaosReport, 
 	time.Sleep(2 * time.Second) // a late duplicate would show now
 	rep.Elapsed = time.Since(start)
 	if scenario == "soak" {
-		rep.AfterDrain = usedMemory(ctx, a)
+		rep.AfterDrain, rep.BoundPerPR = usedMemory(ctx, a), c.soakKB*1024
 	}
-	rep.PRs = len(sent)
+	rep.PRs = len(sent) // the soak's retained PRs
+	if scenario == "soak" {
+		missing, _, err := harness.KeysWithoutTTL(ctx, a.Redis())
+		rep.checkSoak(missing, err)
+	}
 	rep.ProviderLimited = 0
 	for _, st := range fakes.OpenAI.Stats() {
 		rep.ProviderLimited += st.RateLimited

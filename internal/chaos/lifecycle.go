@@ -8,10 +8,13 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
+	"github.com/hibiken/asynq"
 	"gopkg.in/yaml.v3"
 
 	"github.com/prq-dev/prq/fake/corpus"
@@ -39,11 +42,24 @@ import (
 //   - at most one review per reviewed head;
 //   - exactly one reply per accepted chat comment whose installation stayed
 //     installed; at most one for any other;
+//   - no write attempted for an uninstalled installation: the fake GitHub
+//     refuses its tokens, as GitHub does, and records every write
+//     attempt; none may arrive after the uninstall was processed (its
+//     webhook answered) and every job that was running then has ended,
+//     until the installation is created again;
+//   - LLM calls per (file, head) within the retry bound: the fake
+//     provider logs every call with the pull request title and file its
+//     prompt names (each head gets its own title here), and per job (a
+//     file's summary, or a part of its review) a head gets at most
+//     retry.batch.max_attempts calls per run of the head, plus one per
+//     worker killed in the sequence (a killed run's attempt ends without
+//     a failure); and at most one whole answer per run (two for a review:
+//     a reply the parser cannot read gets one repair call), plus one per
+//     kill (no call is repeated once it succeeded but for a kill);
 //   - nothing held, pending, running or retrying in asynq;
 //   - every prq key has a TTL but the documented permanent ones.
 //
-// No write of an uninstalled installation can happen: the fake GitHub
-// refuses its tokens, as GitHub does. A failing sequence prints its seed.
+// A failing sequence prints its seed.
 
 // lcPR is the model's view of one pull request.
 type lcPR struct {
@@ -59,7 +75,14 @@ type lcPR struct {
 	// want is the head whose publication is owed: the last head a
 	// plan-triggering event was accepted for, while nothing cancelled it
 	want string
+	// runs counts the plan-triggering deliveries sent per head (every
+	// attempt): the runs a head can have
+	runs map[string]int
 }
+
+// lcTitle is the title of a pull request at head: the provider's call
+// log says which head a call was for by the title its prompt carries.
+func lcTitle(head string) string { return "lifecycle @" + head }
 
 func (p *lcPR) ref() jobs.PR {
 	return jobs.PR{Installation: p.inst, Owner: p.owner, Repo: p.repo, Number: p.number}
@@ -77,6 +100,18 @@ type lcComment struct {
 // lcStats is what the checked sequences covered.
 type lcStats struct {
 	events, summaries, replies, reviews, uninstalls, faults, kills int
+	// calls: LLM calls checked against the bound; maxJob: the most calls
+	// one job made; inFlight: writes of an uninstalled installation that
+	// arrived while jobs running at the uninstall were still running
+	// (refused by the fake)
+	calls, maxJob, inFlight int
+}
+
+// lcWindow is one uninstall of an installation: acked when its webhook
+// was answered, quiet once every job running then had ended, ended when
+// the installation was created again (zero times: not yet).
+type lcWindow struct {
+	acked, quiet, ended time.Time
 }
 
 type lcModel struct {
@@ -86,6 +121,13 @@ type lcModel struct {
 	installed map[int64]bool
 	comments  []*lcComment
 	events    []string
+	kills     int
+	// maxAttempts is the workers' retry.batch.max_attempts
+	maxAttempts int
+
+	mu      sync.Mutex
+	windows map[int64][]*lcWindow
+	pollers sync.WaitGroup
 }
 
 // lifecycle runs c.sequences seeded sequences of c.steps events each.
@@ -100,7 +142,7 @@ func lifecycle(ctx context.Context, c Flags, stdout io.Writer) error {
 	for i := range cfg.Models {
 		cfg.Models[i].TokensPerMinute *= 4
 	}
-	fakes, err := harness.StartFakes(&cfg, c.compress, "sk-chaos-"+harness.RandomHex(8), c.seed, false)
+	fakes, err := harness.StartFakes(&cfg, c.compress, "sk-chaos-"+harness.RandomHex(8), c.seed, true)
 	if err != nil {
 		return err
 	}
@@ -110,7 +152,7 @@ func lifecycle(ctx context.Context, c Flags, stdout io.Writer) error {
 	cfg.Addr = "127.0.0.1:0"
 	cfgFile := filepath.Join(c.out, "lifecycle-config.yaml")
 	yb, _ := yaml.Marshal(map[string]any{"models": cfg.Models, "jobs": cfg.Jobs, "tiers": cfg.Tiers, "log": config.LogConfig{Format: "json", Level: "info"},
-		"shutdown_timeout": cfg.ShutdownTimeout, "worker": cfg.Worker, "github": map[string]any{"write_gap": cfg.GitHub.WriteGap}})
+		"shutdown_timeout": cfg.ShutdownTimeout, "worker": cfg.Worker, "github": map[string]any{"write_gap": cfg.GitHub.WriteGap}, "retry": cfg.Retry})
 	if err := os.WriteFile(cfgFile, yb, 0o600); err != nil {
 		return err
 	}
@@ -159,7 +201,7 @@ func lifecycle(ctx context.Context, c Flags, stdout io.Writer) error {
 	ran := 0
 	for i := 0; i < c.sequences && ctx.Err() == nil; i++ {
 		seed := c.seed + int64(i)
-		problems, err := r.sequence(ctx, seed, i, a, fakes, sender, prs, st)
+		problems, err := r.sequence(ctx, seed, i, a, fakes, sender, prs, st, cfg.Retry.Batch.MaxAttempts)
 		if ctx.Err() != nil {
 			break // interrupted: this sequence did not finish
 		}
@@ -179,6 +221,8 @@ func lifecycle(ctx context.Context, c Flags, stdout io.Writer) error {
 		ran-len(failed), ran, c.steps, c.seed, c.seed+int64(max(ran, 1))-1, time.Since(start).Round(time.Second))
 	fmt.Fprintf(stdout, "  checked: %d events, %d owed summaries on the latest head, %d owed chat replies, %d reviews, %d uninstalls, %d faults, %d kill -9\n",
 		st.events, st.summaries, st.replies, st.reviews, st.uninstalls, st.faults, st.kills)
+	fmt.Fprintf(stdout, "  checked: %d LLM calls of file jobs against the retry bound (retry.batch.max_attempts %d; at most %d calls by one job at one head); %d writes of uninstalled installations from jobs running at their uninstall (refused by the fake)\n",
+		st.calls, cfg.Retry.Batch.MaxAttempts, st.maxJob, st.inFlight)
 	if len(failed) > 0 {
 		return fmt.Errorf("chaos lifecycle: failing seeds %v", failed)
 	}
@@ -190,8 +234,8 @@ func lifecycle(ctx context.Context, c Flags, stdout io.Writer) error {
 
 // sequence plays one seeded sequence and checks its invariants; it
 // returns what it found wrong and the workers it killed.
-func (r *chaosRun) sequence(ctx context.Context, seed int64, n int, a *server.Server, fakes *harness.Fakes, sender *traffic.Sender, corpusPRs []corpus.PR, st *lcStats) ([]string, error) {
-	m := &lcModel{stats: st, rng: rand.New(rand.NewSource(seed)), installed: map[int64]bool{}}
+func (r *chaosRun) sequence(ctx context.Context, seed int64, n int, a *server.Server, fakes *harness.Fakes, sender *traffic.Sender, corpusPRs []corpus.PR, st *lcStats, maxAttempts int) ([]string, error) {
+	m := &lcModel{stats: st, rng: rand.New(rand.NewSource(seed)), installed: map[int64]bool{}, maxAttempts: maxAttempts, windows: map[int64][]*lcWindow{}}
 	// two installations and three pull requests of their own per sequence
 	insts := []int64{int64(1000 + 2*n), int64(1001 + 2*n)}
 	for _, inst := range insts {
@@ -211,10 +255,12 @@ func (r *chaosRun) sequence(ctx context.Context, seed int64, n int, a *server.Se
 		}
 		inst := insts[k%2]
 		m.prs = append(m.prs, &lcPR{inst: inst, owner: fmt.Sprintf("lc-%d", inst), repo: p.Name(), number: 10 + k,
-			files: append([]corpus.File(nil), p.Files...), head: harness.RandomHex(40), base: p.BaseSHA})
+			files: append([]corpus.File(nil), p.Files...), head: harness.RandomHex(40), base: p.BaseSHA, runs: map[string]int{}})
 	}
+	sent := 0 // the attempts of the last send
 	send := func(event string, body []byte) (int, error) {
 		for attempt := 0; attempt < 50; attempt++ {
+			sent = attempt + 1
 			code, err := sender.Send(ctx, event, traffic.NewDelivery(), body)
 			if err == nil && code != 503 {
 				return code, nil
@@ -224,10 +270,11 @@ func (r *chaosRun) sequence(ctx context.Context, seed int64, n int, a *server.Se
 		return 0, fmt.Errorf("webhook %s kept failing", event)
 	}
 	prEvent := func(p *lcPR, action string, before string) []byte {
-		return traffic.PullRequestEvent(action, traffic.PR{Installation: p.inst, Owner: p.owner, Repo: p.repo, Number: p.number, Head: p.head, Base: p.base, Before: before})
+		return traffic.PullRequestEvent(action, traffic.PR{Installation: p.inst, Owner: p.owner, Repo: p.repo, Number: p.number, Title: lcTitle(p.head), Head: p.head, Base: p.base, Before: before})
 	}
 	plan := func(p *lcPR, action, before string) error {
 		code, err := send("pull_request", prEvent(p, action, before))
+		p.runs[p.head] += sent
 		if err != nil {
 			return err
 		}
@@ -241,7 +288,7 @@ func (r *chaosRun) sequence(ctx context.Context, seed int64, n int, a *server.Se
 		p := m.prs[m.rng.Intn(len(m.prs))]
 		switch x := m.rng.Intn(100); {
 		case !p.opened:
-			c := corpus.PR{Number: p.number, Title: "lifecycle", HeadSHA: p.head, BaseSHA: p.base, Files: p.files}
+			c := corpus.PR{Number: p.number, Title: lcTitle(p.head), HeadSHA: p.head, BaseSHA: p.base, Files: p.files}
 			fakes.GitHub.AddPR(p.inst, p.owner, p.repo, c)
 			p.opened, p.open = true, true
 			if err := plan(p, "opened", ""); err != nil {
@@ -255,7 +302,7 @@ func (r *chaosRun) sequence(ctx context.Context, seed int64, n int, a *server.Se
 				patch := *f.Patch + "\n+// " + p.head[:7]
 				f.Patch = &patch
 			}
-			if err := fakes.GitHub.Push(p.owner, p.repo, p.number, p.head, []corpus.File{f}); err != nil {
+			if err := fakes.GitHub.PushTitled(p.owner, p.repo, p.number, p.head, lcTitle(p.head), []corpus.File{f}); err != nil {
 				return nil, err
 			}
 			if err := plan(p, "synchronize", old); err != nil {
@@ -291,6 +338,7 @@ func (r *chaosRun) sequence(ctx context.Context, seed int64, n int, a *server.Se
 			ev["changes"] = map[string]any{"base": map[string]any{"ref": map[string]any{"from": "old"}, "sha": map[string]any{"from": "x"}}}
 			b, _ := json.Marshal(ev)
 			code, err := send("pull_request", b)
+			p.runs[p.head] += sent
 			if err != nil {
 				return nil, err
 			}
@@ -318,9 +366,11 @@ func (r *chaosRun) sequence(ctx context.Context, seed int64, n int, a *server.Se
 				if _, err := send("installation", b); err != nil {
 					return nil, err
 				}
+				m.uninstalled(ctx, a, inst)
 				m.events = append(m.events, fmt.Sprintf("installation %d deleted", inst))
 				st.uninstalls++
 			} else {
+				m.reinstalled(inst)
 				fakes.GitHub.Reinstall(inst)
 				m.installed[inst] = true
 				b, _ := json.Marshal(map[string]any{"action": "created", "installation": map[string]any{"id": inst, "account": acct}})
@@ -336,6 +386,7 @@ func (r *chaosRun) sequence(ctx context.Context, seed int64, n int, a *server.Se
 			r.mu.Unlock()
 			victim.Kill()
 			st.kills++
+			m.kills++
 			if err := r.spawn(i); err != nil {
 				return nil, err
 			}
@@ -391,7 +442,8 @@ func (m *lcModel) drainAndCheck(ctx context.Context, timeout time.Duration, a *s
 		time.Sleep(500 * time.Millisecond)
 	}
 	time.Sleep(time.Second) // a late duplicate would show now
-	var problems []string
+	problems := m.checkCalls(fakes)
+	problems = append(problems, m.checkWrites(fakes, deadline)...)
 	for _, p := range m.prs {
 		if !p.opened {
 			continue
@@ -467,4 +519,160 @@ func replies(fakes *harness.Fakes, c *lcComment) int {
 		}
 	}
 	return n
+}
+
+// uninstalled opens an uninstall window of inst, its webhook just
+// answered: the jobs of inst running now may still write (the fake
+// refuses them); once they have all ended, no write of inst may come.
+func (m *lcModel) uninstalled(ctx context.Context, a *server.Server, inst int64) {
+	w := &lcWindow{acked: time.Now()}
+	running := runningOf(a, inst)
+	m.mu.Lock()
+	m.windows[inst] = append(m.windows[inst], w)
+	m.mu.Unlock()
+	m.pollers.Add(1)
+	go func() {
+		defer m.pollers.Done()
+		for {
+			left := running[:0]
+			for _, t := range running {
+				if info, err := a.Inspector().GetTaskInfo(t[0], t[1]); err == nil && info.State == asynq.TaskStateActive {
+					left = append(left, t)
+				}
+			}
+			running = left
+			m.mu.Lock()
+			if len(running) == 0 {
+				w.quiet = time.Now() // every write of those jobs arrived before this
+			}
+			done := !w.quiet.IsZero() || !w.ended.IsZero()
+			m.mu.Unlock()
+			if done || ctx.Err() != nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+}
+
+// reinstalled closes inst's open uninstall window (before the fake
+// accepts its tokens again).
+func (m *lcModel) reinstalled(inst int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, w := range m.windows[inst] {
+		if w.ended.IsZero() {
+			w.ended = time.Now()
+		}
+	}
+}
+
+// runningOf lists (queue, id) of the tasks of installation inst asynq
+// has active.
+func runningOf(a *server.Server, inst int64) [][2]string {
+	var out [][2]string
+	for _, q := range jobs.Queues {
+		tasks, err := a.Inspector().ListActiveTasks(q, asynq.PageSize(1000))
+		if err != nil {
+			continue
+		}
+		for _, t := range tasks {
+			var p struct {
+				PR jobs.PR `json:"pr"`
+			}
+			if json.Unmarshal(t.Payload, &p) == nil && p.PR.Installation == inst {
+				out = append(out, [2]string{q, t.ID})
+			}
+		}
+	}
+	return out
+}
+
+// checkWrites finds writes of an uninstalled installation after its
+// uninstall was processed and the jobs running then had ended.
+func (m *lcModel) checkWrites(fakes *harness.Fakes, deadline time.Time) []string {
+	waited := make(chan struct{})
+	go func() { m.pollers.Wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-time.After(time.Until(deadline) + 30*time.Second):
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var problems []string
+	for inst, ws := range m.windows {
+		for _, w := range ws {
+			if w.quiet.IsZero() && w.ended.IsZero() {
+				problems = append(problems, fmt.Sprintf("installation %d: jobs running at its uninstall (%s) never ended", inst, w.acked.Format("15:04:05.000")))
+			}
+		}
+	}
+	for _, x := range fakes.GitHub.WriteAttempts() {
+		for _, w := range m.windows[x.Installation] {
+			after := w.ended.IsZero() || x.At.Before(w.ended)
+			switch {
+			case !after || x.At.Before(w.acked):
+			case !w.quiet.IsZero() && !x.At.Before(w.quiet):
+				problems = append(problems, fmt.Sprintf("installation %d: %s %s %s after its uninstall was processed, %s after its running jobs had ended",
+					x.Installation, x.Method, x.Path, x.At.Sub(w.acked).Round(time.Millisecond), x.At.Sub(w.quiet).Round(time.Millisecond)))
+			default:
+				m.stats.inFlight++
+			}
+		}
+	}
+	return problems
+}
+
+// checkCalls holds each file job's LLM calls per head to the retry
+// bound (see the package comment).
+func (m *lcModel) checkCalls(fakes *harness.Fakes) []string {
+	byHead := map[string]*lcPR{}
+	for _, p := range m.prs {
+		for h := range p.runs {
+			byHead[h] = p
+		}
+	}
+	type job struct {
+		head, path, kind string
+		part             int
+	}
+	total, whole := map[job]int{}, map[job]int{}
+	for _, c := range fakes.OpenAI.Calls() {
+		head, ok := strings.CutPrefix(c.Title, lcTitle(""))
+		if !ok || c.Kind == "chat" || byHead[head] == nil {
+			continue
+		}
+		j := job{head, c.Path, c.Kind, c.Part}
+		total[j]++
+		if c.Complete {
+			whole[j]++
+		}
+		m.stats.calls++
+	}
+	var problems []string
+	for j, n := range total {
+		p := byHead[j.head]
+		runs := p.runs[j.head]
+		m.stats.maxJob = max(m.stats.maxJob, n)
+		kind := "summary"
+		if j.kind == "review" {
+			kind = "review"
+		}
+		what := fmt.Sprintf("%s: %s of %s (part %d) at head %.7s", p.ref(), kind, j.path, j.part, j.head)
+		if bound := runs*m.maxAttempts + m.kills; n > bound {
+			problems = append(problems, fmt.Sprintf("%s: %d LLM calls, over the retry bound %d (%d runs × retry.batch.max_attempts %d + %d kills)",
+				what, n, bound, runs, m.maxAttempts, m.kills))
+		}
+		// a review reply the parser cannot read gets one repair call
+		perRun := 1
+		if j.kind == "review" {
+			perRun = 2
+		}
+		if k, bound := whole[j], runs*perRun+m.kills; k > bound {
+			problems = append(problems, fmt.Sprintf("%s: %d whole answers, over %d (%d runs × %d + %d kills): a call was repeated after it succeeded",
+				what, k, bound, runs, perRun, m.kills))
+		}
+	}
+	sort.Strings(problems)
+	return problems
 }

@@ -1,0 +1,43 @@
+package chaos
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+)
+
+// TestSoakBound: the soak's Redis memory per retained PR is held to the
+// documented bound plus 10%, and any prq key without a TTL is a problem.
+func TestSoakBound(t *testing.T) {
+	const kb = 1024
+	for _, tc := range []struct {
+		name    string
+		perPR   float64 // KB left per PR
+		missing []string
+		scan    error
+		want    string // a problem containing this; "" for none
+	}{
+		{"at the bound", soakKBPerPR, nil, nil, ""},
+		{"within 10%", soakKBPerPR * 1.09, nil, nil, ""},
+		{"past 10%", soakKBPerPR * 1.12, nil, nil, "per retained PR after the drain, over the bound"},
+		{"a key without a TTL", soakKBPerPR, []string{"prq:pr:1.a.b.1:results:h1"}, nil, "1 prq keys without a TTL after the soak: prq:pr:1.a.b.1:results:h1"},
+		{"scan failed", soakKBPerPR, nil, errors.New("boom"), "scan for keys without a TTL: boom"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := chaosReport{Scenario: "soak", PRs: 300, Baseline: 2 << 20, BoundPerPR: soakKBPerPR * kb}
+			r.AfterDrain = r.Baseline + int64(tc.perPR*kb*300)
+			r.checkSoak(tc.missing, tc.scan)
+			got := strings.Join(r.Problems, "\n")
+			if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+				t.Fatalf("problems %q, want %q", got, tc.want)
+			}
+			r.Samples = []soakSample{{RedisMem: r.AfterDrain}}
+			var out bytes.Buffer
+			printChaos(&out, r)
+			if !strings.Contains(out.String(), "retained PRs = ") || !strings.Contains(out.String(), "bound 16.0 KB, a problem past 17.6 KB") {
+				t.Fatalf("report:\n%s", out.String())
+			}
+		})
+	}
+}
