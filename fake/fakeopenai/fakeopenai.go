@@ -901,7 +901,7 @@ func (s *Server) review(user, path, format, schema string) (text, finish string)
 	s.mu.Unlock()
 	asked := format == "json_object" || format == "json_schema"
 	lines := annotated.FindAllStringSubmatch(user, -1)
-	var cs []map[string]any
+	cs := []map[string]any{} // strict structured outputs send an empty array, never null
 	s.mu.Lock()
 	pick := s.rng.Perm(len(lines))
 	s.mu.Unlock()

@@ -4,6 +4,7 @@ package fakeopenai_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -401,5 +402,30 @@ func TestCallsAttributed(t *testing.T) {
 		if got[i] != want[i] {
 			t.Errorf("call %d = %+v, want %+v", i, got[i], want[i])
 		}
+	}
+}
+
+// TestReviewWithoutLinesHasEmptyComments: a review of a diff with no
+// added line answers "comments": [] — strict structured outputs never
+// send null for a required array, and prq rightly refuses null.
+func TestReviewWithoutLinesHasEmptyComments(t *testing.T) {
+	fake := fakeopenai.New(fakeopenai.Config{Models: []fakeopenai.Model{{Name: "m", RPM: 1000, TPM: 1000000}}})
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+	resp, err := newClient(srv.URL, "k").CreateChatCompletion(context.Background(), openai.ChatCompletionRequest{Model: "m", MaxTokens: 200,
+		Messages: []openai.ChatCompletionMessage{
+			{Role: "system", Content: `Review. Answer {"summary":..., "comments":[...]}`},
+			{Role: "user", Content: "Pull request: remove it\nFile: a.go (removed, +0 -3)\n\n"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Comments *[]json.RawMessage `json:"comments"`
+	}
+	if err := json.Unmarshal([]byte(resp.Choices[0].Message.Content), &got); err != nil {
+		t.Fatalf("reply %q: %v", resp.Choices[0].Message.Content, err)
+	}
+	if got.Comments == nil || len(*got.Comments) != 0 {
+		t.Fatalf("comments in %q: want an empty array", resp.Choices[0].Message.Content)
 	}
 }
