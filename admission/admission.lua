@@ -105,8 +105,9 @@ local function keypaused(i)
   return nil
 end
 
--- reservation reads a stored reservation "cost cost ... [k<key>]": its
--- costs and its key's index (nil: a key no longer configured).
+-- reservation reads a stored reservation "cost cost ...[ k<key>][ s]": its
+-- costs, its key's index (nil: a key no longer configured) and whether
+-- its job has started.
 local function reservation(r)
   local costs, key, started = {}, 0, false
   for c in string.gmatch(r, '%S+') do
