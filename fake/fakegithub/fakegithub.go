@@ -845,19 +845,12 @@ func (s *Server) listComments(w http.ResponseWriter, r *http.Request, p *pullReq
 			ids = append(ids, id)
 		}
 	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	perPage, page := paging(r)
-	lo := min((page-1)*perPage, len(ids))
-	hi := min(lo+perPage, len(ids))
 	out := []any{}
-	for _, id := range ids[lo:hi] {
+	for _, id := range pageOf(w, r, ids) {
 		c := s.comments[id]
 		out = append(out, map[string]any{"id": c.ID, "body": c.Body, "user": s.userJSON(c.Author)})
 	}
 	s.mu.Unlock()
-	if link := linkHeader(r, perPage, page, max(1, (len(ids)+perPage-1)/perPage)); link != "" {
-		w.Header().Set("Link", link)
-	}
 	writeJSON(w, 200, out)
 }
 
@@ -1048,12 +1041,8 @@ func (s *Server) listReviewComments(w http.ResponseWriter, r *http.Request, p *p
 			ids = append(ids, id)
 		}
 	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	perPage, page := paging(r)
-	lo := min((page-1)*perPage, len(ids))
-	hi := min(lo+perPage, len(ids))
 	out := []any{}
-	for _, id := range ids[lo:hi] {
+	for _, id := range pageOf(w, r, ids) {
 		c := s.reviewCmt[id]
 		m := map[string]any{"id": c.ID, "body": c.Body, "path": c.Path, "line": c.Line, "side": c.Side, "user": s.userJSON(c.Author)}
 		if c.InReplyTo != 0 {
@@ -1062,9 +1051,6 @@ func (s *Server) listReviewComments(w http.ResponseWriter, r *http.Request, p *p
 		out = append(out, m)
 	}
 	s.mu.Unlock()
-	if link := linkHeader(r, perPage, page, max(1, (len(ids)+perPage-1)/perPage)); link != "" {
-		w.Header().Set("Link", link)
-	}
 	writeJSON(w, 200, out)
 }
 
@@ -1449,6 +1435,18 @@ func (s *Server) CheckRuns(owner, repo, sha string) []CheckRun {
 
 // paging reads GitHub's list parameters: per_page (default 30, at most
 // 100) and page (default 1).
+// pageOf sorts ids (oldest first), sets the Link header GitHub sends for
+// the page the request asks for, and returns that page's ids.
+func pageOf(w http.ResponseWriter, r *http.Request, ids []int64) []int64 {
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	perPage, page := paging(r)
+	if link := linkHeader(r, perPage, page, max(1, (len(ids)+perPage-1)/perPage)); link != "" {
+		w.Header().Set("Link", link)
+	}
+	lo := min((page-1)*perPage, len(ids))
+	return ids[lo:min(lo+perPage, len(ids))]
+}
+
 func paging(r *http.Request) (perPage, page int) {
 	perPage, page = 30, 1
 	q := r.URL.Query()
