@@ -35,7 +35,7 @@ func TestSoakBound(t *testing.T) {
 			r.Samples = []soakSample{{RedisMem: r.AfterDrain}}
 			var out bytes.Buffer
 			printChaos(&out, r)
-			if !strings.Contains(out.String(), "retained PRs = ") || !strings.Contains(out.String(), "bound 16.0 KB, a problem past 17.6 KB") {
+			if !strings.Contains(out.String(), "retained PRs = ") || !strings.Contains(out.String(), "bound 24.0 KB, a problem past 26.4 KB") {
 				t.Fatalf("report:\n%s", out.String())
 			}
 		})
