@@ -235,7 +235,7 @@ func (s *Scheduler) admit(ctx context.Context, model string, budget, batch int) 
 	args := []any{"admit", s.now(), strconv.Itoa(budget) + ":" + strconv.Itoa(min(max(batch, 0), budget)), mode, strconv.FormatFloat(s.cfg.ChatShare, 'f', 6, 64), s.cfg.Aging.Microseconds(),
 		s.cfg.ReleaseTimeout.Microseconds(), s.cfg.Weights[jobs.TierPaid], s.cfg.Weights[jobs.TierTrial], s.cfg.Weights[jobs.TierFree],
 		strconv.FormatFloat(s.cfg.ChatCap, 'f', 6, 64)}
-	args = append(args, b.ScriptArgs([4]int64{0, 1, 0, 1})...)
+	args = append(args, b.ScriptArgs(ratelimit.Marks)...)
 	res, err := script.Run(ctx, s.rdb, keys.list(), args...).Slice()
 	if err != nil {
 		return nil, 0, fmt.Errorf("admission: admit %s: %w", model, err)
@@ -342,7 +342,7 @@ func (s *Scheduler) TryStart(ctx context.Context, model, id string) (time.Durati
 		return 0, err
 	}
 	args := []any{"started", s.now(), id}
-	args = append(args, b.ScriptArgs([4]int64{})...)
+	args = append(args, b.ScriptArgs(ratelimit.Values{})...)
 	us, err := script.Run(ctx, s.rdb, keys.list(), args...).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("admission: started %s: %w", id, err)
@@ -384,7 +384,7 @@ func (s *Scheduler) settle(ctx context.Context, model, id string, actual ratelim
 		policy = b.Limits().Policy
 	}
 	args := []any{"settle", s.now(), id, string(policy)}
-	args = append(args, b.ScriptArgs([4]int64{actual.Requests, actual.Tokens, actual.Requests, actual.Tokens})...)
+	args = append(args, b.ScriptArgs(actual.Usage())...)
 	n, err := script.Run(ctx, s.rdb, keys.list(), args...).Int()
 	if err != nil {
 		return fmt.Errorf("admission: settle %s: %w", id, err)

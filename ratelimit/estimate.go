@@ -14,6 +14,16 @@ import (
 // no max output tokens, in estimates and in the fake provider.
 const DefaultMaxOutput = 4096
 
+// OutputAllowance is the output a request may take: its max output
+// tokens, DefaultMaxOutput when it sets none. It is the output part of
+// EstimateOpenAI's estimate.
+func OutputAllowance(maxOutput int64) int64 {
+	if maxOutput <= 0 {
+		return DefaultMaxOutput
+	}
+	return maxOutput
+}
+
 // EstimateOpenAI mirrors OpenAI's admission rule: ceil(characters of all
 // messages / 4) plus the request's max output tokens.
 func EstimateOpenAI(messages []string, maxOutput int64) int64 {

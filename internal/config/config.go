@@ -136,6 +136,12 @@ type ModelConfig struct {
 	BurstTokens       int64  `yaml:"burst_tokens"`
 	RequestsPerDay    int64  `yaml:"requests_per_day"`
 	TokensPerDay      int64  `yaml:"tokens_per_day"`
+	// InputTokensPerMinute and OutputTokensPerMinute limit a call's input
+	// and output tokens apart (Anthropic's ITPM and OTPM; 0: none). With
+	// both set, tokens_per_minute defaults to their sum (it then never
+	// binds before them).
+	InputTokensPerMinute  int64 `yaml:"input_tokens_per_minute"`
+	OutputTokensPerMinute int64 `yaml:"output_tokens_per_minute"`
 	// Reasoning models take max_completion_tokens instead of max_tokens.
 	Reasoning bool `yaml:"reasoning"`
 	// MaxOutputTokens is the output cap asked for. Defaults to 1024.
@@ -765,11 +771,15 @@ func (m ModelConfig) Limits() (ratelimit.Limits, error) {
 		RequestsPerPeriod: m.RequestsPerMinute, TokensPerPeriod: m.TokensPerMinute, Period: m.Period.D(),
 		BurstRequests: m.BurstRequests, BurstTokens: m.BurstTokens,
 		RequestsPerDay: m.RequestsPerDay, TokensPerDay: m.TokensPerDay,
+		InputTokensPerPeriod: m.InputTokensPerMinute, OutputTokensPerPeriod: m.OutputTokensPerMinute,
 		Limiter: ratelimit.Limiter(m.Limiter), Window: m.Window.D(), SubWindow: m.SubWindow.D(), SubWindowShare: m.SubWindowShare,
 		WindowMargin: m.WindowMargin.D(), Policy: ratelimit.Policy(m.Settle),
 	}
 	if l.Period == 0 {
 		l.Period = time.Minute
+	}
+	if l.TokensPerPeriod == 0 && l.InputTokensPerPeriod > 0 && l.OutputTokensPerPeriod > 0 {
+		l.TokensPerPeriod = l.InputTokensPerPeriod + l.OutputTokensPerPeriod
 	}
 	if l.Limiter == ratelimit.LimiterWindow && l.Window == 0 {
 		l.Window = l.Period

@@ -559,7 +559,8 @@ func (g *Gateway) settleTPM(ctx context.Context, q *request, tokens int64) {
 // client has left) and given back what admission charged.
 func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, q *request) bool {
 	ctx := r.Context()
-	t := admission.Ticket{ID: q.ticket, Queue: admission.NotifyQueue, Model: q.model, Class: classOf(q.key.Tier), Tenant: tenantOf(q.key), Tokens: q.est}
+	t := admission.Ticket{ID: q.ticket, Queue: admission.NotifyQueue, Model: q.model, Class: classOf(q.key.Tier), Tenant: tenantOf(q.key), Tokens: q.est,
+		Output: min(ratelimit.OutputAllowance(q.cap*q.n), q.est)}
 	wctx, cancel := context.WithDeadline(ctx, q.deadline)
 	defer cancel()
 	start := time.Now()

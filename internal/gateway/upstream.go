@@ -382,7 +382,11 @@ func (g *Gateway) settle(ctx context.Context, q *request, u *usage, ran bool) {
 				"reserved", reserved, "input_counted", q.input, "prompt_tokens", u.PromptTokens, "completion_tokens", u.CompletionTokens)
 		}
 	}
-	if err := g.adm.Settle(ctx, q.model, q.ticket, ratelimit.Cost{Requests: 1, Tokens: tokens}); err != nil && !errors.Is(err, ratelimit.ErrNotReserved) {
+	cost := ratelimit.Cost{Requests: 1, Tokens: tokens}
+	if u != nil {
+		cost.Input, cost.Output = u.PromptTokens, u.CompletionTokens
+	}
+	if err := g.adm.Settle(ctx, q.model, q.ticket, cost); err != nil && !errors.Is(err, ratelimit.ErrNotReserved) {
 		g.log.WarnContext(ctx, "gateway: settling the bucket failed; it keeps the estimate", "key", q.key.ID, "err", err)
 	}
 	g.settleQuota(ctx, q, quota)
