@@ -295,20 +295,67 @@ func (s *Scheduler) Release(ctx context.Context, adm []Admitted) {
 			s.log.InfoContext(ctx, "admitted task is gone (superseded or deleted)", "task", a.ID, "queue", a.Queue)
 			s.forget(ctx, a.Model, a.ID)
 		default:
-			// already pending or active: fine; anything else the reconciler retries
-			if !s.onItsWay(a.Queue, a.ID) {
+			// pending already: fine; active: its handler put it back into
+			// admission and has not returned yet (release it when it has);
+			// anything else the reconciler retries
+			switch s.stateOf(a.Queue, a.ID) {
+			case asynq.TaskStatePending:
+			case asynq.TaskStateActive:
+				s.releaseWhenHeld(ctx, a)
+			default:
 				s.log.WarnContext(ctx, "release failed; the reconciler will retry", "task", a.ID, "err", err)
 			}
 		}
 	}
 }
 
-// onItsWay reports whether a task is pending or active already: RunTask
-// refuses those, and asynq exports no error value to tell that refusal
-// from others, so ask for the state.
-func (s *Scheduler) onItsWay(queue, id string) bool {
+// stateOf is a task's state, 0 when it cannot be read: RunTask refuses
+// pending and active tasks, and asynq exports no error value to tell that
+// refusal from others, so ask for the state.
+func (s *Scheduler) stateOf(queue, id string) asynq.TaskState {
 	info, err := s.insp.GetTaskInfo(queue, id)
-	return err == nil && (info.State == asynq.TaskStatePending || info.State == asynq.TaskStateActive)
+	if err != nil {
+		return 0
+	}
+	return info.State
+}
+
+// heldAgainWithin bounds how long releaseWhenHeld waits for a handler
+// that put its job back into admission (a 429, a review's repair call)
+// to return; past it, the reconciler releases the task after
+// ReleaseTimeout as for any release that did not reach a handler.
+const heldAgainWithin = 10 * time.Second
+
+// releaseWhenHeld releases a task admitted while its previous run was
+// still active: the handler registered the ticket again and asynq holds
+// the task once the handler returns. Without this the task would wait for
+// the reconciler (ReleaseTimeout, 30 s by default) although its charge
+// is taken and room is kept for it.
+func (s *Scheduler) releaseWhenHeld(ctx context.Context, a Admitted) {
+	go func() {
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		deadline := time.Now().Add(heldAgainWithin)
+		for time.Now().Before(deadline) {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			switch s.stateOf(a.Queue, a.ID) {
+			case asynq.TaskStateActive:
+				continue
+			case asynq.TaskStateScheduled, asynq.TaskStateRetry:
+				if err := s.insp.RunTask(a.Queue, a.ID); err != nil && s.stateOf(a.Queue, a.ID) != asynq.TaskStatePending {
+					s.log.WarnContext(ctx, "release after the previous run failed; the reconciler will retry", "task", a.ID, "err", err)
+				}
+				return
+			default: // pending (released by another), done or gone
+				return
+			}
+		}
+		s.log.InfoContext(ctx, "admitted task still running its previous attempt; the reconciler releases it", "task", a.ID)
+	}()
 }
 
 // Started records that an admitted task reached its handler. It moves
