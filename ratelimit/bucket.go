@@ -98,6 +98,9 @@ type Limits struct {
 	// BurstInputTokens and BurstOutputTokens cap them as BurstTokens
 	// caps tokens (default: a full period's limit).
 	BurstInputTokens, BurstOutputTokens int64
+	// InputTokensPerDay and OutputTokensPerDay are their daily limits
+	// (0: none), counted as TokensPerDay is.
+	InputTokensPerDay, OutputTokensPerDay int64
 	// Policy settles reservations. Defaults to PolicyEstimate.
 	Policy Policy
 	// Limiter is how the provider counts. Defaults to LimiterBucket.
@@ -168,7 +171,7 @@ func (l Limits) Validate() error {
 		return fmt.Errorf("burst must not be negative")
 	case l.RequestsPerDay < 0 || l.TokensPerDay < 0:
 		return fmt.Errorf("daily limits must not be negative")
-	case l.InputTokensPerPeriod < 0 || l.OutputTokensPerPeriod < 0:
+	case l.InputTokensPerPeriod < 0 || l.OutputTokensPerPeriod < 0 || l.InputTokensPerDay < 0 || l.OutputTokensPerDay < 0:
 		return fmt.Errorf("input and output token limits must not be negative")
 	case l.BurstInputTokens < 0 || l.BurstOutputTokens < 0:
 		return fmt.Errorf("input and output token bursts must not be negative")
@@ -185,7 +188,7 @@ func (l Limits) Validate() error {
 	// numbers no longer fit the int64 replies.
 	day := float64((24 * time.Hour).Microseconds())
 	if float64(max(l.BurstTokens, l.TokensPerPeriod, l.InputTokensPerPeriod, l.BurstInputTokens, l.OutputTokensPerPeriod, l.BurstOutputTokens))*float64(l.Period.Microseconds()) > 1<<62 ||
-		float64(l.TokensPerDay)*day > 1<<62 {
+		float64(max(l.TokensPerDay, l.InputTokensPerDay, l.OutputTokensPerDay))*day > 1<<62 {
 		return fmt.Errorf("token limit too large (limit x period in µs must stay below 2^62)")
 	}
 	return nil
@@ -449,9 +452,9 @@ func (b *Bucket) KeyStateKey(i int) string {
 func (b *Bucket) reservationKey(jobID string) string { return b.tag + ":res:" + jobID }
 
 // dimension is one limit of the bucket, in the order the script counts
-// them: requests and tokens per period, then the daily limits, then the
-// input and output token limits (added last, so a bucket's stored state
-// keeps its fields when they are configured).
+// them: requests and tokens per period, then their daily limits, then the
+// input and output token limits per period and per day (added last, so a
+// bucket's stored state keeps its fields when they are configured).
 type dimension struct {
 	name         string
 	limit, burst int64
@@ -482,6 +485,12 @@ func (b *Bucket) dimensions() []dimension {
 	}
 	if l.OutputTokensPerPeriod > 0 {
 		dims = append(dims, dimension{"output tokens", l.OutputTokensPerPeriod, l.BurstOutputTokens, span, true, func(v Values) int64 { return v.Output }})
+	}
+	if l.InputTokensPerDay > 0 {
+		dims = append(dims, dimension{"input tokens/day", l.InputTokensPerDay, l.InputTokensPerDay, day, false, func(v Values) int64 { return v.Input }})
+	}
+	if l.OutputTokensPerDay > 0 {
+		dims = append(dims, dimension{"output tokens/day", l.OutputTokensPerDay, l.OutputTokensPerDay, day, false, func(v Values) int64 { return v.Output }})
 	}
 	return dims
 }

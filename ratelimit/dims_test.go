@@ -151,3 +151,28 @@ func TestInputOutputLimitsValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestDailyInputOutputLimits: the daily output limit refuses by itself,
+// and the provider's per-minute headers leave the daily limits alone.
+func TestDailyInputOutputLimits(t *testing.T) {
+	ctx := context.Background()
+	l := claudeLimits
+	l.OutputTokensPerDay = 120
+	b, clk, _ := newBucket(t, t.Name(), l)
+	if d, _ := b.Reserve(ctx, "a", ratelimit.Cost{Requests: 1, Tokens: 160, Input: 60, Output: 100}); !d.Admitted {
+		t.Fatal("refused")
+	}
+	clk.advance(2 * time.Second) // the per-period limits are full again
+	d, err := b.Reserve(ctx, "b", ratelimit.Cost{Requests: 1, Tokens: 90, Input: 60, Output: 30})
+	if err != nil || d.Admitted || d.Wait < time.Hour {
+		t.Fatalf("past the daily output limit: %+v %v; want a wait of hours", d, err)
+	}
+	h := http.Header{}
+	h.Set("anthropic-ratelimit-output-tokens-remaining", "100")
+	if _, err := b.Sync(ctx, 200, h, 0); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := b.Reserve(ctx, "c", ratelimit.Cost{Requests: 1, Tokens: 30, Input: 10, Output: 20}); !d.Admitted {
+		t.Fatal("20 more output tokens fit the day's 120 and the minute's 100")
+	}
+}

@@ -142,6 +142,9 @@ type ModelConfig struct {
 	// binds before them).
 	InputTokensPerMinute  int64 `yaml:"input_tokens_per_minute"`
 	OutputTokensPerMinute int64 `yaml:"output_tokens_per_minute"`
+	// InputTokensPerDay and OutputTokensPerDay are their daily limits.
+	InputTokensPerDay  int64 `yaml:"input_tokens_per_day"`
+	OutputTokensPerDay int64 `yaml:"output_tokens_per_day"`
 	// Reasoning models take max_completion_tokens instead of max_tokens.
 	Reasoning bool `yaml:"reasoning"`
 	// MaxOutputTokens is the output cap asked for. Defaults to 1024.
@@ -772,6 +775,7 @@ func (m ModelConfig) Limits() (ratelimit.Limits, error) {
 		BurstRequests: m.BurstRequests, BurstTokens: m.BurstTokens,
 		RequestsPerDay: m.RequestsPerDay, TokensPerDay: m.TokensPerDay,
 		InputTokensPerPeriod: m.InputTokensPerMinute, OutputTokensPerPeriod: m.OutputTokensPerMinute,
+		InputTokensPerDay: m.InputTokensPerDay, OutputTokensPerDay: m.OutputTokensPerDay,
 		Limiter: ratelimit.Limiter(m.Limiter), Window: m.Window.D(), SubWindow: m.SubWindow.D(), SubWindowShare: m.SubWindowShare,
 		WindowMargin: m.WindowMargin.D(), Policy: ratelimit.Policy(m.Settle),
 	}
