@@ -264,7 +264,7 @@ func (c Cost) split() bool { return c.Input != 0 || c.Output != 0 }
 // values spreads c over the kinds of dimension; unsplit is what the input
 // and output dimensions get when c does not split its tokens.
 func (c Cost) values(unsplit int64) Values {
-	v := Values{Requests: c.Requests, Tokens: c.Tokens, Input: c.Input, Output: c.Output}
+	v := Values(c)
 	if !c.split() {
 		v.Input, v.Output = unsplit, unsplit
 	}
