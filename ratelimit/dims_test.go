@@ -176,3 +176,28 @@ func TestDailyInputOutputLimits(t *testing.T) {
 		t.Fatal("20 more output tokens fit the day's 120 and the minute's 100")
 	}
 }
+
+// TestWindowInputOutput: a window limiter counts input and output in
+// windows of their own: output full refuses until its charges leave the
+// window (plus the margin), whatever room input has.
+func TestWindowInputOutput(t *testing.T) {
+	ctx := context.Background()
+	l := claudeLimits
+	l.Limiter, l.Window, l.WindowMargin = ratelimit.LimiterWindow, time.Second, 10*time.Millisecond
+	b, clk, _ := newBucket(t, t.Name(), l)
+	if d, _ := b.Reserve(ctx, "a", ratelimit.Cost{Requests: 1, Tokens: 200, Input: 100, Output: 100}); !d.Admitted {
+		t.Fatal("refused")
+	}
+	clk.advance(500 * time.Millisecond) // a bucket would have refilled 50 output tokens by now
+	d, err := b.Reserve(ctx, "b", ratelimit.Cost{Requests: 1, Tokens: 20, Input: 10, Output: 10})
+	if err != nil || d.Admitted {
+		t.Fatalf("admitted into a full output window: %+v %v", d, err)
+	}
+	if d.Wait < 500*time.Millisecond {
+		t.Fatalf("wait %s: the output charge leaves the window 1s (and the margin) after it was made", d.Wait)
+	}
+	clk.advance(d.Wait)
+	if d, _ := b.Reserve(ctx, "b", ratelimit.Cost{Requests: 1, Tokens: 20, Input: 10, Output: 10}); !d.Admitted {
+		t.Fatal("refused once the output charge left the window")
+	}
+}
