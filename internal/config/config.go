@@ -5,6 +5,7 @@
 package config
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -689,6 +690,9 @@ func (c *Config) Validate(m Mode) error {
 		}
 		if mc.MaxOutputTokens < 0 || mc.ContextTokens < 0 {
 			bad("models."+mc.Name, "max_output_tokens and context_tokens must not be negative")
+		}
+		if out := cmp.Or(mc.MaxOutputTokens, 1024); mc.OutputTokensPerMinute > 0 && out > mc.OutputTokensPerMinute {
+			bad("models."+mc.Name, "max_output_tokens %d exceeds output_tokens_per_minute %d: every call asks for that much output, so none could ever be admitted", out, mc.OutputTokensPerMinute)
 		}
 		if mc.OutputFormat != "" {
 			if _, err := llm.ParseFormatType(mc.OutputFormat); err != nil {

@@ -30,6 +30,10 @@ jobs: {summary_model: claude-haiku, review_model: claude-sonnet, chat_model: cla
 	if l, err := sonnet.Limits(); err != nil || l.InputTokensPerPeriod != 0 || l.OutputTokensPerPeriod != 8000 || l.TokensPerPeriod != 40000 {
 		t.Fatalf("sonnet: %+v %v; want output 8000 within a total of 40000", l, err)
 	}
+	c.Models[0].OutputTokensPerMinute = 800 // the default max_output_tokens is 1024
+	if err := c.Validate(ModeCheck); err == nil || !strings.Contains(err.Error(), "max_output_tokens 1024 exceeds output_tokens_per_minute 800") {
+		t.Fatalf("an output limit below the output cap: %v", err)
+	}
 	c.Models[0].OutputTokensPerMinute = -5
 	if err := c.Validate(ModeCheck); err == nil || !strings.Contains(err.Error(), "models.claude-haiku") {
 		t.Fatalf("negative output limit: %v", err)
