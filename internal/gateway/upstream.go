@@ -44,29 +44,39 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, q *request, re
 	raw := req.raw
 	ctx := r.Context()
 	bg := context.WithoutCancel(ctx)
-	capJSON, _ := json.Marshal(q.cap)
-	if m.Reasoning || req.MaxCompletionTokens != nil {
-		raw["max_completion_tokens"] = capJSON
-		delete(raw, "max_tokens")
-	} else {
-		raw["max_tokens"] = capJSON
-	}
 	clientUsage := false // the client asked for the usage chunk itself
+	opts := map[string]json.RawMessage{}
 	if req.Stream {
-		opts := map[string]json.RawMessage{}
 		if len(req.StreamOptions) > 0 && string(req.StreamOptions) != "null" {
 			json.Unmarshal(req.StreamOptions, &opts) // checked before admission
 		}
 		if v, ok := opts["include_usage"]; ok && string(v) == "true" {
 			clientUsage = true
 		}
-		opts["include_usage"] = json.RawMessage("true")
-		raw["stream_options"], _ = json.Marshal(opts)
 	}
-	body, _ := json.Marshal(raw)
+	anthropic := m.Provider.Kind == KindAnthropic
+	var body []byte
+	if anthropic {
+		// called without streaming (see anthropic.go)
+		q.anth.MaxTokens = q.cap
+		body, _ = json.Marshal(q.anth)
+	} else {
+		capJSON, _ := json.Marshal(q.cap)
+		if m.Reasoning || req.MaxCompletionTokens != nil {
+			raw["max_completion_tokens"] = capJSON
+			delete(raw, "max_tokens")
+		} else {
+			raw["max_tokens"] = capJSON
+		}
+		if req.Stream {
+			opts["include_usage"] = json.RawMessage("true")
+			raw["stream_options"], _ = json.Marshal(opts)
+		}
+		body, _ = json.Marshal(raw)
+	}
 	// a stream's call is cancelled when it goes idle (forwardStream)
 	cctx, cancel := context.WithCancel(ctx)
-	if !req.Stream {
+	if !req.Stream || anthropic {
 		cctx, cancel = context.WithTimeout(ctx, g.cfg.Timeout)
 	}
 	defer cancel()
@@ -114,6 +124,10 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, q *request, re
 		return
 	}
 	defer resp.Body.Close()
+	if anthropic {
+		g.forwardAnthropic(w, r, q, resp, req.Stream, clientUsage)
+		return
+	}
 	for name, vs := range resp.Header {
 		if forwardable(name) {
 			w.Header()[name] = vs
@@ -133,23 +147,21 @@ const maxRequeues = 3
 // call makes one upstream call and syncs the model's bucket with the
 // provider's rate-limit headers (a 429 penalizes it until the retry time).
 func (g *Gateway) call(ctx, cctx context.Context, q *request, body []byte) (*http.Response, error) {
-	up, err := http.NewRequestWithContext(cctx, http.MethodPost, g.cfg.UpstreamURL+"/chat/completions", bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	up.Header.Set("Content-Type", "application/json")
+	m := g.cfg.Models[q.model]
+	p := m.Provider
 	// the key admission charged (several keys: each has its own bucket)
-	apiKey, key := g.cfg.UpstreamKey, 0
-	if len(g.cfg.UpstreamKeys) > 0 {
+	key := 0
+	if len(p.Keys) > 1 {
 		k, err := g.adm.KeyOf(ctx, q.model, q.ticket)
-		if err != nil || k < 0 || k >= len(g.cfg.UpstreamKeys) {
+		if err != nil || k < 0 || k >= len(p.Keys) {
 			g.log.WarnContext(ctx, "gateway: could not read which key the request was admitted on; calling with the first", "model", q.model, "err", err)
 			k = 0
 		}
-		apiKey, key = g.cfg.UpstreamKeys[k], k
+		key = k
 	}
-	if apiKey != "" {
-		up.Header.Set("Authorization", "Bearer "+apiKey)
+	up, err := p.newUpstream(cctx, m.Deployment, body, p.Keys[key])
+	if err != nil {
+		return nil, err
 	}
 	var wrote atomic.Bool // the transport writes on its own goroutine
 	up = up.WithContext(httptrace.WithClientTrace(up.Context(), &httptrace.ClientTrace{

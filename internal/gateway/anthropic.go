@@ -1,0 +1,487 @@
+package gateway
+
+// A model of an Anthropic provider is served by translation: the client
+// speaks OpenAI's chat completions, the gateway sends Anthropic's
+// Messages API (POST {base}/v1/messages, x-api-key, anthropic-version)
+// and answers with the reply as a chat completion.
+//
+// Translated: system and developer messages become the system prompt
+// (text blocks, in order); user and assistant messages with text content
+// become the messages (a turn's consecutive messages joined as blocks of
+// one); the output cap (max_tokens or max_completion_tokens, lowered to
+// what the key's quota leaves) becomes max_tokens; stop becomes
+// stop_sequences; temperature (0 to 1) and top_p as they are; user
+// becomes metadata.user_id; n must be 1; response_format may only be
+// text. Any other parameter, and any other field of a message or a
+// content part, is refused with 400 naming it, unless it asks for
+// nothing (null, false, 0, "", {} or []): tools and functions, tool
+// messages, images, logprobs, JSON modes, seed, penalties...
+//
+// Streaming: the gateway calls Anthropic without streaming and, when the
+// client asked for a stream, answers with the whole reply as OpenAI's
+// events (the role, the content, the finish reason, the usage when
+// stream_options.include_usage, [DONE]): the first token comes with the
+// last.
+//
+// The reply: the text blocks' text as the message's content; stop_reason
+// end_turn or stop_sequence → "stop", max_tokens → "length"; usage
+// prompt_tokens = input_tokens plus the cache's input tokens,
+// completion_tokens = output_tokens. Errors come back in OpenAI's shape:
+// 429 after the gateway's own requeues stays 429; 529 (overloaded) is 503;
+// a refusal of the gateway's key (401, 403) is a 502 that names no key;
+// other refusals keep their status and Anthropic's message.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// anthropicRequest is the Messages API request a chat completion becomes.
+type anthropicRequest struct {
+	Model         string             `json:"model"`
+	MaxTokens     int64              `json:"max_tokens"`
+	System        []anthropicBlock   `json:"system,omitempty"`
+	Messages      []anthropicMessage `json:"messages"`
+	StopSequences []string           `json:"stop_sequences,omitempty"`
+	Temperature   json.RawMessage    `json:"temperature,omitempty"`
+	TopP          json.RawMessage    `json:"top_p,omitempty"`
+	Metadata      *anthropicMetadata `json:"metadata,omitempty"`
+}
+
+type anthropicBlock struct {
+	Type string `json:"type"`
+	Text string `json:"text"`
+}
+
+type anthropicMessage struct {
+	Role    string           `json:"role"`
+	Content []anthropicBlock `json:"content"`
+}
+
+type anthropicMetadata struct {
+	UserID string `json:"user_id"`
+}
+
+// untranslatable is the 400 of a parameter the gateway cannot send to an
+// Anthropic model.
+func untranslatable(param, model, why string) error {
+	return &requestError{param: param, msg: fmt.Sprintf(
+		"'%s' is not supported for %s: the gateway translates requests to Anthropic's Messages API, and %s. Remove it, or use a model of an OpenAI-compatible provider.", param, model, why)}
+}
+
+// asksNothing reports whether a parameter's value is null or its type's
+// zero (false, 0, "", {}, []): sent or not, it changes nothing.
+func asksNothing(v json.RawMessage) bool {
+	dec := json.NewDecoder(bytes.NewReader(v))
+	dec.UseNumber()
+	var x any
+	if dec.Decode(&x) != nil {
+		return false
+	}
+	switch x := x.(type) {
+	case nil:
+		return true
+	case bool:
+		return !x
+	case string:
+		return x == ""
+	case json.Number:
+		f, err := x.Float64()
+		return err == nil && f == 0
+	case map[string]any:
+		return len(x) == 0
+	case []any:
+		return len(x) == 0
+	}
+	return false
+}
+
+// unit reads a number between 0 and 1 (temperature, top_p).
+func unit(v json.RawMessage, param, model string) (json.RawMessage, error) {
+	if string(v) == "null" {
+		return nil, nil
+	}
+	var f float64
+	if err := json.Unmarshal(v, &f); err != nil {
+		return nil, &requestError{param: param, msg: fmt.Sprintf("Invalid type for '%s': a number is expected.", param)}
+	}
+	if f < 0 || f > 1 {
+		return nil, &requestError{param: param, msg: fmt.Sprintf("'%s' must be between 0 and 1 for %s (Anthropic's range), got %s.", param, model, v)}
+	}
+	return v, nil
+}
+
+// toAnthropic translates a request for an Anthropic model (see the rules
+// above); a *requestError names what cannot be translated. MaxTokens is
+// set at the call, when the cap is known.
+func toAnthropic(req chatRequest) (*anthropicRequest, error) {
+	model := req.Model
+	a := &anthropicRequest{Model: model}
+	var err error
+	for _, k := range sortedKeys(req.raw) {
+		v := req.raw[k]
+		switch k {
+		case "model", "messages", "max_tokens", "max_completion_tokens", "stream", "stream_options":
+			// read by the gateway itself
+		case "n":
+			if req.N != nil && *req.N != 1 {
+				return nil, untranslatable("n", model, "an Anthropic model answers with one choice (n must be 1)")
+			}
+		case "stop":
+			switch {
+			case string(v) == "null":
+			case len(v) > 0 && v[0] == '"':
+				var s string
+				json.Unmarshal(v, &s)
+				if s != "" {
+					a.StopSequences = []string{s}
+				}
+			default:
+				if err := json.Unmarshal(v, &a.StopSequences); err != nil {
+					return nil, &requestError{param: "stop", msg: "Invalid type for 'stop': a string or an array of strings is expected."}
+				}
+			}
+		case "temperature":
+			if a.Temperature, err = unit(v, k, model); err != nil {
+				return nil, err
+			}
+		case "top_p":
+			if a.TopP, err = unit(v, k, model); err != nil {
+				return nil, err
+			}
+		case "user":
+			var s string
+			if json.Unmarshal(v, &s) != nil {
+				return nil, &requestError{param: "user", msg: "Invalid type for 'user': a string is expected."}
+			}
+			if s != "" {
+				a.Metadata = &anthropicMetadata{UserID: s}
+			}
+		case "response_format":
+			var f struct {
+				Type string `json:"type"`
+			}
+			json.Unmarshal(v, &f)
+			if string(v) != "null" && f.Type != "text" {
+				return nil, untranslatable("response_format", model, fmt.Sprintf("response_format %q has no equivalent there (only text)", f.Type))
+			}
+		default:
+			if !asksNothing(v) {
+				return nil, untranslatable(k, model, "it has no translation for this parameter")
+			}
+		}
+	}
+	for i, m := range req.messages {
+		var role string
+		if err := json.Unmarshal(m["role"], &role); err != nil {
+			return nil, &requestError{param: fmt.Sprintf("messages[%d].role", i), msg: fmt.Sprintf("messages[%d].role must be a string.", i)}
+		}
+		for _, k := range sortedKeys(m) {
+			if k != "role" && k != "content" && !asksNothing(m[k]) {
+				return nil, untranslatable(fmt.Sprintf("messages[%d].%s", i, k), model, "it translates a message's role and text content only")
+			}
+		}
+		blocks, err := anthropicBlocks(m["content"], i, model)
+		if err != nil {
+			return nil, err
+		}
+		switch role {
+		case "system", "developer":
+			a.System = append(a.System, blocks...)
+		case "user", "assistant":
+			if len(blocks) == 0 {
+				continue
+			}
+			if n := len(a.Messages); n > 0 && a.Messages[n-1].Role == role {
+				a.Messages[n-1].Content = append(a.Messages[n-1].Content, blocks...)
+			} else {
+				a.Messages = append(a.Messages, anthropicMessage{Role: role, Content: blocks})
+			}
+		default:
+			return nil, untranslatable(fmt.Sprintf("messages[%d].role", i), model, fmt.Sprintf("it translates system, developer, user and assistant messages, not %q (tools are not translated)", role))
+		}
+	}
+	if len(a.Messages) == 0 || a.Messages[0].Role != "user" {
+		return nil, &requestError{param: "messages", msg: fmt.Sprintf("%s is an Anthropic model: besides system messages, the conversation must start with a user message with some text.", model)}
+	}
+	return a, nil
+}
+
+// anthropicBlocks is a message's content as text blocks (empty text
+// dropped: Anthropic refuses empty blocks).
+func anthropicBlocks(content json.RawMessage, i int, model string) ([]anthropicBlock, error) {
+	where := fmt.Sprintf("messages[%d].content", i)
+	switch {
+	case len(content) == 0 || string(content) == "null":
+		return nil, nil
+	case content[0] == '"':
+		var s string
+		if err := json.Unmarshal(content, &s); err != nil {
+			return nil, &requestError{param: where, msg: where + ": " + err.Error()}
+		}
+		if s == "" {
+			return nil, nil
+		}
+		return []anthropicBlock{{Type: "text", Text: s}}, nil
+	case content[0] == '[':
+		var parts []map[string]json.RawMessage
+		if err := json.Unmarshal(content, &parts); err != nil {
+			return nil, &requestError{param: where, msg: where + " must be a string or an array of parts"}
+		}
+		var out []anthropicBlock
+		for j, p := range parts {
+			at := fmt.Sprintf("%s[%d]", where, j)
+			var typ, text string
+			json.Unmarshal(p["type"], &typ)
+			if typ != "text" {
+				return nil, untranslatable(at+".type", model, fmt.Sprintf("it translates text parts only, not %q", typ))
+			}
+			if err := json.Unmarshal(p["text"], &text); err != nil {
+				return nil, &requestError{param: at + ".text", msg: at + ".text must be a string"}
+			}
+			for _, k := range sortedKeys(p) {
+				if k != "type" && k != "text" && !asksNothing(p[k]) {
+					return nil, untranslatable(at+"."+k, model, "it translates a part's text only")
+				}
+			}
+			if text != "" {
+				out = append(out, anthropicBlock{Type: "text", Text: text})
+			}
+		}
+		return out, nil
+	}
+	return nil, &requestError{param: where, msg: where + " must be a string or an array of parts"}
+}
+
+// anthropicReply is what the gateway reads of a Messages API reply.
+type anthropicReply struct {
+	ID      string `json:"id"`
+	Type    string `json:"type"`
+	Content []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	} `json:"content"`
+	StopReason string `json:"stop_reason"`
+	Usage      struct {
+		InputTokens              int64 `json:"input_tokens"`
+		OutputTokens             int64 `json:"output_tokens"`
+		CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
+		CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
+	} `json:"usage"`
+}
+
+// usage is the reply's count in OpenAI's terms: every input token
+// Anthropic counted (cache writes and reads too) is a prompt token.
+func (a anthropicReply) usage() *usage {
+	u := a.Usage
+	return &usage{PromptTokens: u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens, CompletionTokens: u.OutputTokens}
+}
+
+// finishReason is OpenAI's name of Anthropic's stop reason.
+func finishReason(stop string) string {
+	switch stop {
+	case "max_tokens", "model_context_window_exceeded":
+		return "length"
+	case "refusal":
+		return "content_filter"
+	case "tool_use":
+		return "tool_calls"
+	}
+	return "stop" // end_turn, stop_sequence, pause_turn
+}
+
+// text is the reply's text blocks, joined.
+func (a anthropicReply) text() string {
+	var b strings.Builder
+	for _, c := range a.Content {
+		if c.Type == "text" {
+			b.WriteString(c.Text)
+		}
+	}
+	return b.String()
+}
+
+// chatCompletion is OpenAI's chat completion object.
+type chatCompletion struct {
+	ID      string             `json:"id"`
+	Object  string             `json:"object"`
+	Created int64              `json:"created"`
+	Model   string             `json:"model"`
+	Choices []completionChoice `json:"choices"`
+	Usage   *completionUsage   `json:"usage,omitempty"`
+}
+
+type completionChoice struct {
+	Index        int                `json:"index"`
+	Message      *completionMessage `json:"message,omitempty"`
+	Delta        *completionMessage `json:"delta,omitempty"`
+	Logprobs     *struct{}          `json:"logprobs"`
+	FinishReason *string            `json:"finish_reason"`
+}
+
+type completionMessage struct {
+	Role    string  `json:"role,omitempty"`
+	Content *string `json:"content,omitempty"`
+	Refusal *string `json:"refusal,omitempty"`
+}
+
+type completionUsage struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+	TotalTokens      int64 `json:"total_tokens"`
+}
+
+func usageOf(u *usage) *completionUsage {
+	return &completionUsage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.PromptTokens + u.CompletionTokens}
+}
+
+// completionOf is the reply as a chat completion of model.
+func completionOf(a anthropicReply, model string, created int64) chatCompletion {
+	text, finish := a.text(), finishReason(a.StopReason)
+	return chatCompletion{ID: a.ID, Object: "chat.completion", Created: created, Model: model,
+		Choices: []completionChoice{{Message: &completionMessage{Role: "assistant", Content: &text}, FinishReason: &finish}},
+		Usage:   usageOf(a.usage())}
+}
+
+// chunksOf is the reply as a stream's events: the role, the content
+// (when there is some), the finish reason, and the usage when the client
+// asked for it (every chunk then has a usage field, null but the last's,
+// as OpenAI sends them).
+func chunksOf(a anthropicReply, model string, created int64, withUsage bool) [][]byte {
+	text, finish := a.text(), finishReason(a.StopReason)
+	type chunk struct {
+		ID      string             `json:"id"`
+		Object  string             `json:"object"`
+		Created int64              `json:"created"`
+		Model   string             `json:"model"`
+		Choices []completionChoice `json:"choices"`
+		Usage   *completionUsage   `json:"usage"`
+	}
+	var out [][]byte
+	add := func(choices []completionChoice, u *completionUsage) {
+		c := chunk{ID: a.ID, Object: "chat.completion.chunk", Created: created, Model: model, Choices: choices, Usage: u}
+		var b []byte
+		if withUsage {
+			b, _ = json.Marshal(c)
+		} else {
+			b, _ = json.Marshal(struct {
+				chunk
+				Usage *completionUsage `json:"usage,omitempty"`
+			}{chunk: c})
+		}
+		out = append(out, b)
+	}
+	empty := ""
+	add([]completionChoice{{Delta: &completionMessage{Role: "assistant", Content: &empty}}}, nil)
+	if text != "" {
+		add([]completionChoice{{Delta: &completionMessage{Content: &text}}}, nil)
+	}
+	add([]completionChoice{{Delta: &completionMessage{}, FinishReason: &finish}}, nil)
+	if withUsage {
+		add([]completionChoice{}, usageOf(a.usage()))
+	}
+	return out
+}
+
+// forwardAnthropic answers with an Anthropic reply translated: a chat
+// completion, or its stream's events when the client asked for a
+// stream; an error in OpenAI's shape.
+func (g *Gateway) forwardAnthropic(w http.ResponseWriter, r *http.Request, q *request, resp *http.Response, stream, clientUsage bool) {
+	ctx := r.Context()
+	bg := context.WithoutCancel(ctx)
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		g.settle(bg, q, nil, true)
+		if ctx.Err() == nil {
+			apiError(w, http.StatusBadGateway, "server_error", "", "The provider's reply was cut off.")
+		}
+		return
+	}
+	if resp.StatusCode != http.StatusOK {
+		g.anthropicError(w, r, q, resp, body)
+		return
+	}
+	var reply anthropicReply
+	if err := json.Unmarshal(body, &reply); err != nil || reply.Type != "message" {
+		g.settle(bg, q, nil, true) // it ran: never overshoot
+		g.log.WarnContext(ctx, "gateway: an Anthropic reply could not be read", "key", q.key.ID, "model", q.model, "err", err, "type", reply.Type)
+		apiError(w, http.StatusBadGateway, "server_error", "", "The provider's reply could not be read.")
+		return
+	}
+	g.settle(bg, q, reply.usage(), true)
+	g.keyHeaders(bg, w.Header(), q)
+	created := time.Now().Unix()
+	if !stream {
+		b, _ := json.Marshal(completionOf(reply, q.model, created))
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		w.Write(b)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	var out bytes.Buffer
+	for _, c := range chunksOf(reply, q.model, created, clientUsage) {
+		fmt.Fprintf(&out, "data: %s\n\n", c)
+	}
+	out.WriteString("data: [DONE]\n\n")
+	w.Write(out.Bytes())
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// anthropicError answers an Anthropic error in OpenAI's shape and settles
+// the call: a refusal generated nothing; an overload or a server error
+// may have run (the reservation stands, as for OpenAI's 5xx).
+func (g *Gateway) anthropicError(w http.ResponseWriter, r *http.Request, q *request, resp *http.Response, body []byte) {
+	ctx := r.Context()
+	bg := context.WithoutCancel(ctx)
+	var e struct {
+		Error struct {
+			Type    string `json:"type"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	json.Unmarshal(body, &e)
+	status := resp.StatusCode
+	switch {
+	case status == http.StatusUnauthorized || status == http.StatusForbidden || status == http.StatusPaymentRequired:
+		// the gateway's own key or account: not the client's fault
+		g.settleNothing(bg, q)
+		g.log.ErrorContext(ctx, "gateway: the provider refused the gateway's key", "status", status, "type", e.Error.Type, "model", q.model)
+		apiError(w, http.StatusBadGateway, "server_error", "upstream_auth", "The provider refused the gateway's credentials; the gateway's operator has been told. Your key is fine.")
+		return
+	case status == http.StatusTooManyRequests:
+		g.settle(bg, q, nil, false)
+		if v := resp.Header.Get("retry-after"); v != "" {
+			w.Header().Set("Retry-After", v)
+		}
+		g.keyHeaders(bg, w.Header(), q)
+		apiError(w, http.StatusTooManyRequests, "requests", "rate_limit_exceeded", "The provider's rate limit was reached ("+e.Error.Type+"): "+e.Error.Message)
+	case status == 529:
+		g.settle(bg, q, nil, true)
+		g.keyHeaders(bg, w.Header(), q)
+		apiError(w, http.StatusServiceUnavailable, "server_error", "overloaded", "The provider is overloaded; try again later.")
+	case status >= 500:
+		g.settle(bg, q, nil, true)
+		g.log.WarnContext(ctx, "gateway: Anthropic failed", "status", status, "type", e.Error.Type, "model", q.model)
+		g.keyHeaders(bg, w.Header(), q)
+		apiError(w, http.StatusBadGateway, "server_error", "", fmt.Sprintf("The provider failed (%d %s).", status, e.Error.Type))
+	default:
+		g.settle(bg, q, nil, false)
+		g.keyHeaders(bg, w.Header(), q)
+		msg := e.Error.Message
+		if msg == "" {
+			msg = http.StatusText(status)
+		}
+		apiError(w, status, "invalid_request_error", "", "The provider refused the request: "+msg)
+	}
+}
