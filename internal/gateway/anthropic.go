@@ -182,6 +182,11 @@ func toAnthropic(req chatRequest) (*anthropicRequest, error) {
 		if err := json.Unmarshal(m["role"], &role); err != nil {
 			return nil, &requestError{param: fmt.Sprintf("messages[%d].role", i), msg: fmt.Sprintf("messages[%d].role must be a string.", i)}
 		}
+		switch role {
+		case "system", "developer", "user", "assistant":
+		default:
+			return nil, untranslatable(fmt.Sprintf("messages[%d].role", i), model, fmt.Sprintf("it translates system, developer, user and assistant messages, not %q (tools are not translated)", role))
+		}
 		for _, k := range sortedKeys(m) {
 			if k != "role" && k != "content" && !asksNothing(m[k]) {
 				return nil, untranslatable(fmt.Sprintf("messages[%d].%s", i, k), model, "it translates a message's role and text content only")
@@ -194,7 +199,7 @@ func toAnthropic(req chatRequest) (*anthropicRequest, error) {
 		switch role {
 		case "system", "developer":
 			a.System = append(a.System, blocks...)
-		case "user", "assistant":
+		default: // user, assistant
 			if len(blocks) == 0 {
 				continue
 			}
@@ -203,12 +208,10 @@ func toAnthropic(req chatRequest) (*anthropicRequest, error) {
 			} else {
 				a.Messages = append(a.Messages, anthropicMessage{Role: role, Content: blocks})
 			}
-		default:
-			return nil, untranslatable(fmt.Sprintf("messages[%d].role", i), model, fmt.Sprintf("it translates system, developer, user and assistant messages, not %q (tools are not translated)", role))
 		}
 	}
 	if len(a.Messages) == 0 || a.Messages[0].Role != "user" {
-		return nil, &requestError{param: "messages", msg: fmt.Sprintf("%s is an Anthropic model: besides system messages, the conversation must start with a user message with some text.", model)}
+		return nil, &requestError{param: "messages", msg: fmt.Sprintf("'messages': %s is an Anthropic model, whose conversation (besides system and developer messages) must start with a user message with some text.", model)}
 	}
 	return a, nil
 }
