@@ -621,3 +621,24 @@ func TestAnthropicErrors(t *testing.T) {
 	checkCompletion(t, r.claude, b)
 	noKeys(t, "the logs", r.logs.String())
 }
+
+// TestAzure429GoesBackThroughAdmission: Azure's 429 (retry-after-ms)
+// penalizes the model's bucket and goes back through admission, as
+// OpenAI's does; the client then gets it with Retry-After.
+func TestAzure429GoesBackThroughAdmission(t *testing.T) {
+	t.Parallel()
+	r := newMultiRig(t)
+	secret, k := r.key(t, gateway.Spec{Name: "unlucky", Tier: "paid", QuotaTokens: 100000})
+	r.azFake.SetFaults(fakeopenai.Faults{TooMany: 1})
+	code, h, b := r.post(t, secret, fmt.Sprintf(`{"model":%q,"max_tokens":50,"messages":[{"role":"user","content":"hello"}]}`, r.azure))
+	if code != http.StatusTooManyRequests || h.Get("Retry-After") == "" {
+		t.Fatalf("%d Retry-After %q %s, want 429 with Retry-After", code, h.Get("Retry-After"), b)
+	}
+	if n := len(r.azSeen.all()); n != 4 {
+		t.Fatalf("%d calls to Azure, want 4: the call and three more through admission", n)
+	}
+	if got := r.used(t, k); got != 0 {
+		t.Fatalf("quota used %d for a request Azure never ran", got)
+	}
+	noKeys(t, "a reply", string(b)+fmt.Sprint(h))
+}

@@ -27,6 +27,7 @@ type usage struct {
 // forwardable reports whether a provider header is forwarded: not
 // hop-by-hop ones, lengths the gateway changes, nor the provider's own
 // rate limits (of the shared account; the reply describes the key's),
+// nor the account's details.
 func forwardable(name string) bool {
 	n := strings.ToLower(name)
 	switch n {
@@ -34,8 +35,14 @@ func forwardable(name string) bool {
 		return false
 	}
 	// nor the provider account's details (openai-organization,
-	// openai-project, ...)
-	return !strings.HasPrefix(n, "x-ratelimit-") && !strings.HasPrefix(n, "openai-")
+	// openai-project, Azure's region and deployment, Anthropic's
+	// organization...)
+	for _, prefix := range []string{"x-ratelimit-", "openai-", "x-ms-", "apim-", "azureml-", "anthropic-"} {
+		if strings.HasPrefix(n, prefix) {
+			return false
+		}
+	}
+	return true
 }
 
 // forward makes the admitted call and answers with its reply, settling
