@@ -11,11 +11,12 @@ package gateway
 // one); the output cap (max_tokens or max_completion_tokens, lowered to
 // what the key's quota leaves) becomes max_tokens; stop becomes
 // stop_sequences; temperature (0 to 1) and top_p as they are; user
-// becomes metadata.user_id; n must be 1; response_format may only be
-// text. Any other parameter, and any other field of a message or a
+// becomes metadata.user_id; n must be 1; response_format text, or
+// json_schema as one tool forced by tool_choice whose input (the JSON
+// reply) becomes the content. Any other parameter, and any other field of a message or a
 // content part, is refused with 400 naming it, unless it asks for
 // nothing (null, false, 0, "", {} or []): tools and functions, tool
-// messages, images, logprobs, JSON modes, seed, penalties...
+// messages, images, logprobs, json_object, seed, penalties...
 //
 // Streaming: the gateway calls Anthropic without streaming and, when the
 // client asked for a stream, answers with the whole reply as OpenAI's
@@ -38,6 +39,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"strings"
 	"time"
 )
@@ -52,7 +54,27 @@ type anthropicRequest struct {
 	Temperature   json.RawMessage    `json:"temperature,omitempty"`
 	TopP          json.RawMessage    `json:"top_p,omitempty"`
 	Metadata      *anthropicMetadata `json:"metadata,omitempty"`
+	Tools         []anthropicTool    `json:"tools,omitempty"`
+	ToolChoice    *anthropicChoice   `json:"tool_choice,omitempty"`
+
+	// tool is the forced tool that carries a json_schema reply ("": none)
+	tool string
 }
+
+type anthropicTool struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	InputSchema json.RawMessage `json:"input_schema"`
+}
+
+type anthropicChoice struct {
+	Type string `json:"type"`
+	Name string `json:"name"`
+}
+
+// toolName is what Anthropic takes as a tool's name (and OpenAI as a
+// json_schema's).
+var toolName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
 
 type anthropicBlock struct {
 	Type string `json:"type"`
@@ -164,12 +186,8 @@ func toAnthropic(req chatRequest) (*anthropicRequest, error) {
 				a.Metadata = &anthropicMetadata{UserID: s}
 			}
 		case "response_format":
-			var f struct {
-				Type string `json:"type"`
-			}
-			json.Unmarshal(v, &f)
-			if string(v) != "null" && f.Type != "text" {
-				return nil, untranslatable("response_format", model, fmt.Sprintf("response_format %q has no equivalent there (only text)", f.Type))
+			if err := a.responseFormat(v); err != nil {
+				return nil, err
 			}
 		default:
 			if !asksNothing(v) {
@@ -214,6 +232,52 @@ func toAnthropic(req chatRequest) (*anthropicRequest, error) {
 		return nil, &requestError{param: "messages", msg: fmt.Sprintf("'messages': %s is an Anthropic model, whose conversation (besides system and developer messages) must start with a user message with some text.", model)}
 	}
 	return a, nil
+}
+
+// responseFormat translates response_format: text is the default; a
+// json_schema becomes one tool whose input_schema is the schema, forced
+// by tool_choice (as prq's own Anthropic client asks for structured
+// reviews): the reply is the tool's input, a JSON object. json_object
+// has no equivalent (Anthropic has no JSON mode without a schema).
+func (a *anthropicRequest) responseFormat(v json.RawMessage) error {
+	if string(v) == "null" {
+		return nil
+	}
+	var f struct {
+		Type       string `json:"type"`
+		JSONSchema *struct {
+			Name        string          `json:"name"`
+			Description string          `json:"description"`
+			Schema      json.RawMessage `json:"schema"`
+		} `json:"json_schema"`
+	}
+	if err := json.Unmarshal(v, &f); err != nil {
+		return &requestError{param: "response_format", msg: "Invalid type for 'response_format': an object is expected."}
+	}
+	switch f.Type {
+	case "text":
+		return nil
+	case "json_schema":
+	default:
+		return untranslatable("response_format", a.Model, fmt.Sprintf("response_format %q has no equivalent there (text and json_schema do)", f.Type))
+	}
+	js := f.JSONSchema
+	if js == nil {
+		return &requestError{param: "response_format.json_schema", msg: "Missing required parameter: 'response_format.json_schema'."}
+	}
+	if !toolName.MatchString(js.Name) {
+		return &requestError{param: "response_format.json_schema.name", msg: "'response_format.json_schema.name' must be 1 to 64 letters, digits, underscores or dashes."}
+	}
+	var schema struct {
+		Type any `json:"type"`
+	}
+	if err := json.Unmarshal(js.Schema, &schema); err != nil || schema.Type != "object" {
+		return untranslatable("response_format.json_schema.schema", a.Model, `a structured reply is a tool's input there, whose schema must be of "type": "object"`)
+	}
+	a.Tools = []anthropicTool{{Name: js.Name, Description: js.Description, InputSchema: js.Schema}}
+	a.ToolChoice = &anthropicChoice{Type: "tool", Name: js.Name}
+	a.tool = js.Name
+	return nil
 }
 
 // anthropicBlocks is a message's content as text blocks (empty text
@@ -267,8 +331,10 @@ type anthropicReply struct {
 	ID      string `json:"id"`
 	Type    string `json:"type"`
 	Content []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
+		Type  string          `json:"type"`
+		Text  string          `json:"text"`
+		Name  string          `json:"name"`
+		Input json.RawMessage `json:"input"`
 	} `json:"content"`
 	StopReason string `json:"stop_reason"`
 	Usage      struct {
@@ -286,24 +352,32 @@ func (a anthropicReply) usage() *usage {
 	return &usage{PromptTokens: u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens, CompletionTokens: u.OutputTokens}
 }
 
-// finishReason is OpenAI's name of Anthropic's stop reason.
-func finishReason(stop string) string {
+// finishReason is OpenAI's name of Anthropic's stop reason; the forced
+// tool of a json_schema reply (tool) ends it as a stop.
+func finishReason(stop, tool string) string {
 	switch stop {
 	case "max_tokens", "model_context_window_exceeded":
 		return "length"
 	case "refusal":
 		return "content_filter"
 	case "tool_use":
+		if tool != "" {
+			return "stop"
+		}
 		return "tool_calls"
 	}
 	return "stop" // end_turn, stop_sequence, pause_turn
 }
 
-// text is the reply's text blocks, joined.
-func (a anthropicReply) text() string {
+// text is the reply's content: the input of the forced tool when there
+// is one (a json_schema reply), else the text blocks, joined.
+func (a anthropicReply) text(tool string) string {
 	var b strings.Builder
 	for _, c := range a.Content {
-		if c.Type == "text" {
+		switch {
+		case tool != "" && c.Type == "tool_use" && c.Name == tool:
+			return string(c.Input)
+		case c.Type == "text":
 			b.WriteString(c.Text)
 		}
 	}
@@ -344,9 +418,10 @@ func usageOf(u *usage) *completionUsage {
 	return &completionUsage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.PromptTokens + u.CompletionTokens}
 }
 
-// completionOf is the reply as a chat completion of model.
-func completionOf(a anthropicReply, model string, created int64) chatCompletion {
-	text, finish := a.text(), finishReason(a.StopReason)
+// completionOf is the reply as a chat completion of model (tool: the
+// forced tool of a json_schema reply).
+func completionOf(a anthropicReply, model, tool string, created int64) chatCompletion {
+	text, finish := a.text(tool), finishReason(a.StopReason, tool)
 	return chatCompletion{ID: a.ID, Object: "chat.completion", Created: created, Model: model,
 		Choices: []completionChoice{{Message: &completionMessage{Role: "assistant", Content: &text}, FinishReason: &finish}},
 		Usage:   usageOf(a.usage())}
@@ -356,8 +431,8 @@ func completionOf(a anthropicReply, model string, created int64) chatCompletion 
 // (when there is some), the finish reason, and the usage when the client
 // asked for it (every chunk then has a usage field, null but the last's,
 // as OpenAI sends them).
-func chunksOf(a anthropicReply, model string, created int64, withUsage bool) [][]byte {
-	text, finish := a.text(), finishReason(a.StopReason)
+func chunksOf(a anthropicReply, model, tool string, created int64, withUsage bool) [][]byte {
+	text, finish := a.text(tool), finishReason(a.StopReason, tool)
 	type chunk struct {
 		ID      string             `json:"id"`
 		Object  string             `json:"object"`
@@ -421,7 +496,7 @@ func (g *Gateway) forwardAnthropic(w http.ResponseWriter, r *http.Request, q *re
 	g.keyHeaders(bg, w.Header(), q)
 	created := time.Now().Unix()
 	if !stream {
-		b, _ := json.Marshal(completionOf(reply, q.model, created))
+		b, _ := json.Marshal(completionOf(reply, q.model, q.anth.tool, created))
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusOK)
 		w.Write(b)
@@ -431,7 +506,7 @@ func (g *Gateway) forwardAnthropic(w http.ResponseWriter, r *http.Request, q *re
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
 	var out bytes.Buffer
-	for _, c := range chunksOf(reply, q.model, created, clientUsage) {
+	for _, c := range chunksOf(reply, q.model, q.anth.tool, created, clientUsage) {
 		fmt.Fprintf(&out, "data: %s\n\n", c)
 	}
 	out.WriteString("data: [DONE]\n\n")

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -521,7 +522,8 @@ func TestAnthropicUntranslatable(t *testing.T) {
 		{"tool choice", `"tool_choice":"auto",`, user, "tool_choice"},
 		{"functions", `"functions":[{"name":"f"}],`, user, "functions"},
 		{"logprobs", `"logprobs":true,`, user, "logprobs"},
-		{"json schema", `"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object"}}},`, user, "response_format"},
+		{"json schema not an object", `"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"array"}}},`, user, "response_format.json_schema.schema"},
+		{"json schema name", `"response_format":{"type":"json_schema","json_schema":{"name":"a b","schema":{"type":"object"}}},`, user, "response_format.json_schema.name"},
 		{"json object", `"response_format":{"type":"json_object"},`, user, "response_format"},
 		{"seed", `"seed":7,`, user, "seed"},
 		{"temperature over 1", `"temperature":1.5,`, user, "temperature"},
@@ -641,4 +643,66 @@ func TestAzure429GoesBackThroughAdmission(t *testing.T) {
 		t.Fatalf("quota used %d for a request Azure never ran", got)
 	}
 	noKeys(t, "a reply", string(b)+fmt.Sprint(h))
+}
+
+// TestAnthropicStructuredReply: a json_schema response_format becomes
+// one tool forced by tool_choice (input_schema the schema), and the
+// tool's input comes back as the message's content, finish_reason stop,
+// streaming or not.
+func TestAnthropicStructuredReply(t *testing.T) {
+	t.Parallel()
+	r := newMultiRig(t)
+	secret, _ := r.key(t, gateway.Spec{Name: "structured", Tier: "paid"})
+	schema := `{"type":"object","properties":{"comments":{"type":"array","items":{"type":"object","properties":{"line":{"type":"integer"},"body":{"type":"string"}},"required":["line","body"]}}},"required":["comments"]}`
+	for _, stream := range []bool{false, true} {
+		body := fmt.Sprintf(`{"model":%q,"stream":%v,"max_tokens":400,"response_format":{"type":"json_schema","json_schema":{"name":"review","strict":true,"schema":%s}},
+			"messages":[{"role":"system","content":"Review the diff."},{"role":"user","content":"File: main.go\n\n 12 +\tx := compute()\n 13 +\treturn x"}]}`, r.claude, stream, schema)
+		code, _, b := r.post(t, secret, body)
+		if code != http.StatusOK {
+			t.Fatalf("stream %v: %d %s", stream, code, b)
+		}
+		var content string
+		if stream {
+			content, _ = checkStream(t, r.claude, b, false)
+		} else {
+			content, _ = checkCompletion(t, r.claude, b)
+			if !strings.Contains(string(b), `"finish_reason":"stop"`) {
+				t.Fatalf("finish_reason: %s", b)
+			}
+		}
+		var reply struct {
+			Comments []struct {
+				Line int
+				Body string
+			}
+		}
+		if err := json.Unmarshal([]byte(content), &reply); err != nil || reply.Comments == nil {
+			t.Fatalf("stream %v: content %q is not the schema's JSON (%v)", stream, content, err)
+		}
+	}
+	all := r.antSeen.all()
+	if len(all) != 2 {
+		t.Fatalf("%d calls", len(all))
+	}
+	var sent struct {
+		Tools []struct {
+			Name        string          `json:"name"`
+			InputSchema json.RawMessage `json:"input_schema"`
+		} `json:"tools"`
+		ToolChoice map[string]string `json:"tool_choice"`
+		Extra      json.RawMessage   `json:"response_format"`
+	}
+	json.Unmarshal(all[0].Body, &sent)
+	var got, want any
+	if len(sent.Tools) == 1 {
+		json.Unmarshal(sent.Tools[0].InputSchema, &got)
+	}
+	json.Unmarshal([]byte(schema), &want)
+	if len(sent.Tools) != 1 || sent.Tools[0].Name != "review" || !reflect.DeepEqual(got, want) ||
+		sent.ToolChoice["type"] != "tool" || sent.ToolChoice["name"] != "review" || sent.Extra != nil {
+		t.Fatalf("sent to Anthropic: %s", all[0].Body)
+	}
+	if n := r.antFake.Stats()[r.claude].ResponseFormats["tool:true"]; n != 2 {
+		t.Fatalf("the fake saw %d forced-tool requests, want 2", n)
+	}
 }
