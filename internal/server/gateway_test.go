@@ -17,7 +17,7 @@ import (
 )
 
 // TestGatewayServesEveryProvider: prq gateway's handler, built from a
-// configuration with an OpenAI, an Azure and an Anthropic provider,
+// configuration with two OpenAI, an Azure and an Anthropic provider,
 // lists every configured model and forwards each to its own provider
 // (the Azure model to its configured deployment, the Anthropic model
 // translated), admitted by the process's scheduler.
@@ -29,18 +29,23 @@ func TestGatewayServesEveryProvider(t *testing.T) {
 		return f, srv.URL
 	}
 	oa, oaURL := fake(fakeopenai.Config{Models: []fakeopenai.Model{{Name: "gpt-4o-mini", RPM: 500, TPM: 200000}, {Name: "gpt-4o", RPM: 500, TPM: 30000}}, Keys: []string{"sk-oa"}})
+	oa2, oa2URL := fake(fakeopenai.Config{Models: []fakeopenai.Model{{Name: "gpt-4o", RPM: 500, TPM: 30000}}, Keys: []string{"sk-oa2"}})
 	az, azURL := fake(fakeopenai.Config{Models: []fakeopenai.Model{{Name: "gpt-4o-eu", RPM: 500, TPM: 30000}}, Keys: []string{"az-key"},
 		Deployments: map[string]string{"review-eu": "gpt-4o-eu"}})
 	ant, antURL := fake(fakeopenai.Config{Models: []fakeopenai.Model{{Name: "claude-haiku", RPM: 500, TPM: 30000, ITPM: 20000, OTPM: 10000}}, Keys: []string{"sk-ant"}})
 	s, _ := newTestServer(t, func(c *config.Config) {
 		c.Providers = []config.ProviderConfig{
 			{Name: "openai", Kind: config.KindOpenAI, BaseURL: oaURL + "/v1", KeyEnv: config.EnvList{"OPENAI_API_KEY"}, Keys: []config.Secret{"sk-oa"}},
+			{Name: "openai2", Kind: config.KindOpenAI, BaseURL: oa2URL + "/v1", KeyEnv: config.EnvList{"OPENAI2_API_KEY"}, Keys: []config.Secret{"sk-oa2"}},
 			{Name: "azure", Kind: config.KindAzure, BaseURL: azURL, APIVersion: "2024-10-21", KeyEnv: config.EnvList{"AZURE_OPENAI_API_KEY"}, Keys: []config.Secret{"az-key"},
 				Deployments: map[string]string{"gpt-4o-eu": "review-eu"}},
 			{Name: "claude", Kind: config.KindAnthropic, BaseURL: antURL, KeyEnv: config.EnvList{"ANTHROPIC_API_KEY"}, Keys: []config.Secret{"sk-ant"}},
 		}
 		for i := range c.Models {
 			c.Models[i].Provider = "openai"
+			if c.Models[i].Name == "gpt-4o" {
+				c.Models[i].Provider = "openai2" // a second OpenAI-kind provider
+			}
 		}
 		c.Models = append(c.Models,
 			config.ModelConfig{Name: "gpt-4o-eu", Provider: "azure", RequestsPerMinute: 500, TokensPerMinute: 30000, MaxOutputTokens: 256},
@@ -83,7 +88,7 @@ func TestGatewayServesEveryProvider(t *testing.T) {
 	for _, c := range []struct {
 		model string
 		fake  *fakeopenai.Server
-	}{{"gpt-4o-mini", oa}, {"gpt-4o-eu", az}, {"claude-haiku", ant}} {
+	}{{"gpt-4o-mini", oa}, {"gpt-4o", oa2}, {"gpt-4o-eu", az}, {"claude-haiku", ant}} {
 		code, b := do(http.MethodPost, "/v1/chat/completions", fmt.Sprintf(`{"model":%q,"max_tokens":40,"messages":[{"role":"user","content":"hello"}]}`, c.model))
 		var reply struct {
 			Object  string `json:"object"`
@@ -98,5 +103,8 @@ func TestGatewayServesEveryProvider(t *testing.T) {
 		if st := c.fake.Stats()[c.model]; st.Requests != 1 || st.RateLimited != 0 {
 			t.Fatalf("%s: its provider saw %d requests, %d 429s; want 1 and none", c.model, st.Requests, st.RateLimited)
 		}
+	}
+	if n := oa.Stats()["gpt-4o"].Requests; n != 0 {
+		t.Fatalf("gpt-4o went to the first OpenAI provider %d times; it is the second's", n)
 	}
 }
