@@ -13,34 +13,39 @@ package gateway
 // stop_sequences; temperature (0 to 1) and top_p as they are; user
 // becomes metadata.user_id; n must be 1; response_format text, or
 // json_schema as one tool forced by tool_choice whose input (the JSON
-// reply) becomes the content. Any other parameter, and any other field of a message or a
-// content part, is refused with 400 naming it, unless it asks for
-// nothing (null, false, 0, "", {} or []): tools and functions, tool
-// messages, images, logprobs, json_object, seed, penalties...
+// reply) becomes the content. Any other parameter, and any other field
+// of a message or a content part, is refused with 400 naming it, unless
+// it asks for nothing (null, false, 0, "", {} or []): tools and
+// functions, tool messages, images, logprobs, json_object, seed,
+// penalties...
 //
-// Streaming: the gateway calls Anthropic without streaming and, when the
-// client asked for a stream, answers with the whole reply as OpenAI's
-// events (the role, the content, the finish reason, the usage when
-// stream_options.include_usage, [DONE]): the first token comes with the
-// last.
+// Streaming: a stream: true request is streamed from Anthropic and its
+// events translated to OpenAI's chunks as they come (the role, the
+// content deltas, the finish reason, the usage when
+// stream_options.include_usage, [DONE]; forwardAnthropicStream).
 //
-// The reply: the text blocks' text as the message's content; stop_reason
-// end_turn or stop_sequence → "stop", max_tokens → "length"; usage
+// The reply: the text blocks' text (or the forced tool's input) as the
+// message's content; stop_reason end_turn, stop_sequence (or the forced
+// tool's tool_use) → "stop", max_tokens → "length"; usage
 // prompt_tokens = input_tokens plus the cache's input tokens,
 // completion_tokens = output_tokens. Errors come back in OpenAI's shape:
 // 429 after the gateway's own requeues stays 429; 529 (overloaded) is 503;
-// a refusal of the gateway's key (401, 403) is a 502 that names no key;
+// a refusal of the gateway's key or account (401, 402, 403) is a 502
+// that names no key;
 // other refusals keep their status and Anthropic's message.
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -56,6 +61,7 @@ type anthropicRequest struct {
 	Metadata      *anthropicMetadata `json:"metadata,omitempty"`
 	Tools         []anthropicTool    `json:"tools,omitempty"`
 	ToolChoice    *anthropicChoice   `json:"tool_choice,omitempty"`
+	Stream        bool               `json:"stream,omitempty"`
 
 	// tool is the forced tool that carries a json_schema reply ("": none)
 	tool string
@@ -336,20 +342,27 @@ type anthropicReply struct {
 		Name  string          `json:"name"`
 		Input json.RawMessage `json:"input"`
 	} `json:"content"`
-	StopReason string `json:"stop_reason"`
-	Usage      struct {
-		InputTokens              int64 `json:"input_tokens"`
-		OutputTokens             int64 `json:"output_tokens"`
-		CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
-		CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
-	} `json:"usage"`
+	StopReason string         `json:"stop_reason"`
+	Usage      anthropicUsage `json:"usage"`
 }
 
-// usage is the reply's count in OpenAI's terms: every input token
-// Anthropic counted (cache writes and reads too) is a prompt token.
+// anthropicUsage is Anthropic's count of a call.
+type anthropicUsage struct {
+	InputTokens              int64 `json:"input_tokens"`
+	OutputTokens             int64 `json:"output_tokens"`
+	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
+}
+
+// input is every input token Anthropic counted, cache writes and reads
+// too: OpenAI's prompt tokens.
+func (u anthropicUsage) input() int64 {
+	return u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens
+}
+
+// usage is the reply's count in OpenAI's terms.
 func (a anthropicReply) usage() *usage {
-	u := a.Usage
-	return &usage{PromptTokens: u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens, CompletionTokens: u.OutputTokens}
+	return &usage{PromptTokens: a.Usage.input(), CompletionTokens: a.Usage.OutputTokens}
 }
 
 // finishReason is OpenAI's name of Anthropic's stop reason; the forced
@@ -427,52 +440,16 @@ func completionOf(a anthropicReply, model, tool string, created int64) chatCompl
 		Usage:   usageOf(a.usage())}
 }
 
-// chunksOf is the reply as a stream's events: the role, the content
-// (when there is some), the finish reason, and the usage when the client
-// asked for it (every chunk then has a usage field, null but the last's,
-// as OpenAI sends them).
-func chunksOf(a anthropicReply, model, tool string, created int64, withUsage bool) [][]byte {
-	text, finish := a.text(tool), finishReason(a.StopReason, tool)
-	type chunk struct {
-		ID      string             `json:"id"`
-		Object  string             `json:"object"`
-		Created int64              `json:"created"`
-		Model   string             `json:"model"`
-		Choices []completionChoice `json:"choices"`
-		Usage   *completionUsage   `json:"usage"`
-	}
-	var out [][]byte
-	add := func(choices []completionChoice, u *completionUsage) {
-		c := chunk{ID: a.ID, Object: "chat.completion.chunk", Created: created, Model: model, Choices: choices, Usage: u}
-		var b []byte
-		if withUsage {
-			b, _ = json.Marshal(c)
-		} else {
-			b, _ = json.Marshal(struct {
-				chunk
-				Usage *completionUsage `json:"usage,omitempty"`
-			}{chunk: c})
-		}
-		out = append(out, b)
-	}
-	empty := ""
-	add([]completionChoice{{Delta: &completionMessage{Role: "assistant", Content: &empty}}}, nil)
-	if text != "" {
-		add([]completionChoice{{Delta: &completionMessage{Content: &text}}}, nil)
-	}
-	add([]completionChoice{{Delta: &completionMessage{}, FinishReason: &finish}}, nil)
-	if withUsage {
-		add([]completionChoice{}, usageOf(a.usage()))
-	}
-	return out
-}
-
 // forwardAnthropic answers with an Anthropic reply translated: a chat
-// completion, or its stream's events when the client asked for a
-// stream; an error in OpenAI's shape.
-func (g *Gateway) forwardAnthropic(w http.ResponseWriter, r *http.Request, q *request, resp *http.Response, stream, clientUsage bool) {
+// completion, or a stream's events translated as they come; an error in
+// OpenAI's shape.
+func (g *Gateway) forwardAnthropic(w http.ResponseWriter, r *http.Request, q *request, resp *http.Response, stream, clientUsage bool, cancel context.CancelFunc) {
 	ctx := r.Context()
 	bg := context.WithoutCancel(ctx)
+	if stream && resp.StatusCode == http.StatusOK {
+		g.forwardAnthropicStream(w, r, q, resp, clientUsage, cancel)
+		return
+	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
 		g.settle(bg, q, nil, true)
@@ -494,25 +471,178 @@ func (g *Gateway) forwardAnthropic(w http.ResponseWriter, r *http.Request, q *re
 	}
 	g.settle(bg, q, reply.usage(), true)
 	g.keyHeaders(bg, w.Header(), q)
-	created := time.Now().Unix()
-	if !stream {
-		b, _ := json.Marshal(completionOf(reply, q.model, q.anth.tool, created))
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusOK)
-		w.Write(b)
-		return
-	}
+	b, _ := json.Marshal(completionOf(reply, q.model, q.anth.tool, time.Now().Unix()))
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	w.Write(b)
+}
+
+// anthropicEvent is what the gateway reads of a Messages stream's event.
+type anthropicEvent struct {
+	Type    string `json:"type"`
+	Index   int    `json:"index"`
+	Message *struct {
+		ID    string         `json:"id"`
+		Usage anthropicUsage `json:"usage"`
+	} `json:"message"`
+	ContentBlock *struct {
+		Type string `json:"type"`
+		Name string `json:"name"`
+	} `json:"content_block"`
+	Delta *struct {
+		Type        string `json:"type"`
+		Text        string `json:"text"`
+		PartialJSON string `json:"partial_json"`
+		StopReason  string `json:"stop_reason"`
+	} `json:"delta"`
+	Usage *anthropicUsage `json:"usage"`
+	Error *struct {
+		Type    string `json:"type"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// forwardAnthropicStream translates a Messages stream into OpenAI's
+// chunks as its events come: message_start → the role chunk; a text
+// block's text_delta (or the forced tool's input_json_delta, for a
+// json_schema reply) → a content chunk; message_delta → the finish
+// reason and the output usage; message_stop → the finish chunk, the
+// usage chunk when the client asked for it, [DONE]. It settles with the
+// usage of message_start and message_delta before the client sees
+// [DONE]; a stream that breaks off (idle, too long a line, an error
+// event, the client gone) keeps its whole reservation, as forwardStream.
+func (g *Gateway) forwardAnthropicStream(w http.ResponseWriter, r *http.Request, q *request, resp *http.Response, clientUsage bool, cancel context.CancelFunc) {
+	bg := context.WithoutCancel(r.Context())
+	g.keyHeaders(bg, w.Header(), q) // the quota as reserved
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
-	var out bytes.Buffer
-	for _, c := range chunksOf(reply, q.model, q.anth.tool, created, clientUsage) {
-		fmt.Fprintf(&out, "data: %s\n\n", c)
+	flusher, _ := w.(http.Flusher)
+	tool := q.anth.tool
+	id, created := "", time.Now().Unix()
+	var in, out anthropicUsage
+	finish, toolBlock := "", -1
+	sawDelta, settled, ended := false, false, false
+	emit := func(choices []completionChoice, u *completionUsage) bool {
+		c := chatCompletion{ID: id, Object: "chat.completion.chunk", Created: created, Model: q.model, Choices: choices}
+		var b []byte
+		if clientUsage { // every chunk has a usage field, null but the last's
+			b, _ = json.Marshal(struct {
+				chatCompletion
+				Usage *completionUsage `json:"usage"`
+			}{c, u})
+		} else {
+			b, _ = json.Marshal(c)
+		}
+		if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
+			return false
+		}
+		if flusher != nil {
+			flusher.Flush()
+		}
+		return true
 	}
-	out.WriteString("data: [DONE]\n\n")
-	w.Write(out.Bytes())
-	if f, ok := w.(http.Flusher); ok {
-		f.Flush()
+	content := func(text string) bool {
+		return text == "" || emit([]completionChoice{{Delta: &completionMessage{Content: &text}}}, nil)
+	}
+	rd := bufio.NewReaderSize(resp.Body, 64<<10)
+	var idle atomic.Bool
+	timer := time.AfterFunc(g.cfg.StreamIdle, func() { idle.Store(true); cancel() })
+	defer timer.Stop()
+	for !ended {
+		line, err := readLine(rd, g.cfg.MaxLine)
+		timer.Reset(g.cfg.StreamIdle)
+		ok := true
+		if data, isData := bytes.CutPrefix(bytes.TrimRight(line, "\r\n"), []byte("data:")); isData {
+			var ev anthropicEvent
+			if json.Unmarshal(bytes.TrimSpace(data), &ev) != nil {
+				ev.Type = ""
+			}
+			switch ev.Type {
+			case "message_start":
+				if ev.Message != nil {
+					id, in = ev.Message.ID, ev.Message.Usage
+				}
+				empty := ""
+				ok = emit([]completionChoice{{Delta: &completionMessage{Role: "assistant", Content: &empty}}}, nil)
+			case "content_block_start":
+				if b := ev.ContentBlock; b != nil && tool != "" && b.Type == "tool_use" && b.Name == tool {
+					toolBlock = ev.Index
+				}
+			case "content_block_delta":
+				switch d := ev.Delta; {
+				case d == nil:
+				case d.Type == "text_delta" && toolBlock < 0:
+					ok = content(d.Text)
+				case d.Type == "input_json_delta" && ev.Index == toolBlock:
+					ok = content(d.PartialJSON)
+				}
+			case "message_delta":
+				if ev.Delta != nil {
+					finish = finishReason(ev.Delta.StopReason, tool)
+				}
+				if ev.Usage != nil {
+					out, sawDelta = *ev.Usage, true
+				}
+			case "message_stop":
+				u := &usage{PromptTokens: in.input(), CompletionTokens: out.OutputTokens}
+				if out.InputTokens > 0 { // newer replies repeat the input in message_delta
+					u.PromptTokens = out.input()
+				}
+				if !sawDelta {
+					u = nil
+				}
+				g.settle(bg, q, u, true) // before the client sees the end
+				settled = true
+				if finish == "" {
+					finish = "stop"
+				}
+				ok = emit([]completionChoice{{Delta: &completionMessage{}, FinishReason: &finish}}, nil)
+				if ok && clientUsage && u != nil {
+					ok = emit([]completionChoice{}, usageOf(u))
+				}
+				if ok {
+					_, werr := fmt.Fprint(w, "data: [DONE]\n\n")
+					ok = werr == nil
+					if flusher != nil {
+						flusher.Flush()
+					}
+				}
+				ended = true
+			case "error":
+				typ := ""
+				if ev.Error != nil {
+					typ = ev.Error.Type
+				}
+				g.log.WarnContext(bg, "gateway: Anthropic's stream ended with an error", "key", q.key.ID, "model", q.model, "type", typ)
+				streamError(w, fmt.Sprintf("The provider's stream failed (%s).", typ))
+				ended = true
+			}
+		}
+		if !ok {
+			break // the client left
+		}
+		if err != nil && !ended {
+			switch {
+			case r.Context().Err() != nil:
+				g.log.InfoContext(bg, "gateway: stream ended early", "key", q.key.ID, "model", q.model, "client_gone", true)
+			default:
+				msg := "The provider's stream broke off."
+				switch {
+				case idle.Load():
+					msg = fmt.Sprintf("The provider's stream was idle for %s; the gateway ended it.", g.cfg.StreamIdle)
+				case errors.Is(err, errLineTooLong):
+					msg = fmt.Sprintf("The provider's stream sent a line longer than %d bytes; the gateway ended it.", g.cfg.MaxLine)
+				}
+				g.log.WarnContext(bg, "gateway: stream ended early", "key", q.key.ID, "model", q.model, "idle", idle.Load(), "err", err)
+				streamError(w, msg)
+			}
+			break
+		}
+	}
+	if !settled {
+		// the provider may have generated up to the cap: the reservation stands
+		g.settle(bg, q, nil, true)
 	}
 }
 

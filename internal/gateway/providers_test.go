@@ -336,7 +336,8 @@ func checkStream(t *testing.T, model string, body []byte, withUsage bool) (strin
 // quota is settled with it); each fake saw exactly its requests, spoken
 // its way (the OpenAI path and bearer key; Azure's deployment path,
 // api-version and api-key; Anthropic's Messages path, x-api-key and
-// anthropic-version, the body translated), and answered no 429; no
+// anthropic-version, the body translated, streams streamed and their
+// events translated), and answered no 429; no
 // provider key reached a reply or the logs.
 func TestRoutesByModel(t *testing.T) {
 	t.Parallel()
@@ -442,10 +443,14 @@ func TestRoutesByModel(t *testing.T) {
 			if err := json.Unmarshal(s.Body, &body); err != nil {
 				return err.Error()
 			}
-			for _, f := range []string{"stream", "stream_options", "max_completion_tokens", "n"} {
+			for _, f := range []string{"stream_options", "max_completion_tokens", "n"} {
 				if _, ok := body[f]; ok {
 					return "OpenAI's " + f + " sent to Anthropic"
 				}
+			}
+			// streams are streamed (the prompts say which is which)
+			if streamed := string(body["stream"]) == "true"; streamed != strings.Contains(string(s.Body), "Stream a hello") {
+				return "stream " + string(body["stream"])
 			}
 			if string(body["max_tokens"]) != "60" {
 				return "max_tokens " + string(body["max_tokens"])
@@ -704,5 +709,73 @@ func TestAnthropicStructuredReply(t *testing.T) {
 	}
 	if n := r.antFake.Stats()[r.claude].ResponseFormats["tool:true"]; n != 2 {
 		t.Fatalf("the fake saw %d forced-tool requests, want 2", n)
+	}
+}
+
+// TestAnthropicStreamBrokenOff: an Anthropic stream is relayed as it
+// comes, so a stream that stops (idle) or fails midway (an error event)
+// ends with an error event after the chunks already sent, and keeps its
+// whole reservation (no usage came: the provider may have generated up
+// to the cap).
+func TestAnthropicStreamBrokenOff(t *testing.T) {
+	t.Parallel()
+	start := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"usage\":{\"input_tokens\":9,\"output_tokens\":1}}}\n\n" +
+		"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n" +
+		"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Once upon\"}}\n\n"
+	tests := []struct {
+		name  string
+		then  func(w http.ResponseWriter, r *http.Request)
+		event string
+	}{
+		{"idle", func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }, "idle"},
+		{"error event", func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprint(w, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n")
+		}, "overloaded_error"},
+		{"cut", func(w http.ResponseWriter, r *http.Request) {}, "broke off"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			up := stalling(t, func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path != "/v1/messages" || r.Header.Get("x-api-key") != "sk-up" {
+					http.Error(w, "not a Messages call", http.StatusNotFound)
+					return
+				}
+				w.Header().Set("Content-Type", "text/event-stream")
+				fmt.Fprint(w, start)
+				w.(http.Flusher).Flush()
+				tt.then(w, r)
+			})
+			r := newRigWith(t, rigOpts{cfg: func(c *gateway.Config) {
+				c.StreamIdle = 200 * time.Millisecond
+				for name := range c.Models {
+					c.Models[name] = gateway.Model{Provider: &gateway.Provider{Kind: gateway.KindAnthropic, BaseURL: strings.TrimSuffix(up, "/v1"), Keys: []string{"sk-up"}}}
+				}
+			}})
+			secret, k := r.key(t, gateway.Spec{Name: "broken", Tier: "paid", QuotaTokens: 10000})
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			res, err := r.post(ctx, secret, fmt.Sprintf(`{"model":%q,"stream":true,"max_tokens":200,"messages":[{"role":"user","content":"hello"}]}`, r.model), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, err := io.ReadAll(res.Body)
+			res.Body.Close()
+			if err != nil || res.StatusCode != http.StatusOK {
+				t.Fatalf("%d %v %s", res.StatusCode, err, body)
+			}
+			b := string(body)
+			role, text, errEvent := strings.Index(b, `"role":"assistant"`), strings.Index(b, `"content":"Once upon"`), strings.Index(b, `data: {"error":`)
+			if role < 0 || text < role || errEvent < text || !strings.Contains(b[errEvent:], tt.event) || strings.Contains(b, "[DONE]") {
+				t.Fatalf("want the role, the text, then an error event about %q, no [DONE]:\n%s", tt.event, b)
+			}
+			eventually(t, "the call settled", func() bool {
+				keys, _ := r.rdb.Keys(context.Background(), "{prq:quota:key_"+k.ID+"}:res:*").Result()
+				return len(keys) == 0
+			})
+			if got := r.used(t, k); got < 200 {
+				t.Fatalf("quota used %d, want the whole reservation (input + the 200 cap)", got)
+			}
+		})
 	}
 }

@@ -64,8 +64,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, q *request, re
 	anthropic := m.Provider.Kind == KindAnthropic
 	var body []byte
 	if anthropic {
-		// called without streaming (see anthropic.go)
-		q.anth.MaxTokens = q.cap
+		q.anth.MaxTokens, q.anth.Stream = q.cap, req.Stream
 		body, _ = json.Marshal(q.anth)
 	} else {
 		capJSON, _ := json.Marshal(q.cap)
@@ -83,7 +82,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, q *request, re
 	}
 	// a stream's call is cancelled when it goes idle (forwardStream)
 	cctx, cancel := context.WithCancel(ctx)
-	if !req.Stream || anthropic {
+	if !req.Stream {
 		cctx, cancel = context.WithTimeout(ctx, g.cfg.Timeout)
 	}
 	defer cancel()
@@ -132,7 +131,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, q *request, re
 	}
 	defer resp.Body.Close()
 	if anthropic {
-		g.forwardAnthropic(w, r, q, resp, req.Stream, clientUsage)
+		g.forwardAnthropic(w, r, q, resp, req.Stream, clientUsage, cancel)
 		return
 	}
 	for name, vs := range resp.Header {
