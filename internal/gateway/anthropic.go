@@ -418,7 +418,6 @@ type completionChoice struct {
 type completionMessage struct {
 	Role    string  `json:"role,omitempty"`
 	Content *string `json:"content,omitempty"`
-	Refusal *string `json:"refusal,omitempty"`
 }
 
 type completionUsage struct {
