@@ -11,6 +11,7 @@ package fakeopenai
 //   - reply: {"type":"message","role":"assistant","content":[blocks],
 //     "stop_reason":"end_turn"|"max_tokens"|"tool_use",
 //     "usage":{"input_tokens","output_tokens"}};
+//   - stream: true answers with the Messages events (anthropic_stream.go);
 //   - errors: {"type":"error","error":{"type":...,"message":...}}, 429
 //     rate_limit_error with retry-after (seconds), 529 overloaded_error;
 //   - limits per model and key, a continuously refilled bucket per
@@ -65,6 +66,7 @@ type msgRequest struct {
 		Type string `json:"type"`
 		Name string `json:"name"`
 	} `json:"tool_choice"`
+	Stream bool `json:"stream"`
 }
 
 // blockText reads content that is a string or a list of text blocks.
@@ -277,6 +279,10 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	case tool != "" && json.Unmarshal([]byte(text), &input) == nil:
 		stop = "tool_use"
 		block = map[string]any{"type": "tool_use", "id": fmt.Sprintf("toolu_fake%d", now.UnixNano()), "name": tool, "input": input}
+	}
+	if req.Stream {
+		s.streamMessage(w, r, fmt.Sprintf("msg_fake%d", now.UnixNano()), m.Name, block, text, toks, stop, prompt, int64(len(toks)))
+		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(map[string]any{
