@@ -81,6 +81,11 @@ func (p *prompt) measure(m Model, tok *ratelimit.Tokenizer) error {
 		counted = req.Contents()
 	}
 	p.estimate = ratelimit.EstimateOpenAI(counted, m.MaxOutput)
+	if m.SchemaIsInput && req.Format.Type == llm.FormatJSONSchema && len(req.Format.Schema) > 0 {
+		// the schema goes as a forced tool: Anthropic adds its tool-use
+		// system prompt to the input it counts
+		p.estimate += ratelimit.AnthropicToolUseTokens
+	}
 	p.output = ratelimit.OutputAllowance(m.MaxOutput)
 	return nil
 }

@@ -36,6 +36,10 @@ import (
 	"unicode/utf8"
 )
 
+// toolUseTokens is the input Anthropic adds to a request with tools (its
+// tool-use system prompt; ratelimit.AnthropicToolUseTokens).
+const toolUseTokens = 346
+
 // msgBucket is one (model, key)'s three limiters in the Anthropic mode,
 // their levels scaled by the period in µs so the refill is exact (as the
 // OpenAI mode's bucket).
@@ -188,6 +192,13 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		prompt += int64(n)
 	}
 	in := int64(math.Ceil(float64(chars) / 4))
+	if tool != "" {
+		// Anthropic's tool-use system prompt is input too (313 to 346
+		// tokens by tool_choice and model): the larger, as a real
+		// account's input limit would count it
+		in += toolUseTokens
+		prompt += toolUseTokens
+	}
 	itpm, otpm := m.ITPM, m.OTPM
 	if itpm == 0 {
 		itpm = m.TPM

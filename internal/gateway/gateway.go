@@ -504,6 +504,11 @@ func (g *Gateway) serveCompletion(w http.ResponseWriter, r *http.Request, q *req
 		q.grant, q.cap = &gr, gr.Cap/n
 	}
 	q.est = ratelimit.EstimateOpenAI(texts, q.cap*n)
+	if q.anth != nil && q.anth.tool != "" {
+		// a forced tool: Anthropic adds its tool-use system prompt to
+		// the input it counts
+		q.est += ratelimit.AnthropicToolUseTokens
+	}
 	// from here a failure gives the quota reservation back unless a call
 	// was made (settled on its own path)
 	called := false
