@@ -17,7 +17,7 @@ import (
 // usage and the rate-limit headers; failures are classified as
 // Anthropic documents its statuses.
 func TestAnthropic(t *testing.T) {
-	fake := fakeopenai.New(fakeopenai.Config{Models: []fakeopenai.Model{{Name: "claude", RPM: 1000, TPM: 1000000, ContextTokens: 400}},
+	fake := fakeopenai.New(fakeopenai.Config{Models: []fakeopenai.Model{{Name: "claude", RPM: 1000, TPM: 1000000, ContextTokens: 600}},
 		Period: time.Hour, Keys: []string{"sk-ant-good"}})
 	srv := httptest.NewServer(fake)
 	defer srv.Close()
@@ -59,7 +59,7 @@ func TestAnthropic(t *testing.T) {
 		{"429", fakeopenai.Faults{TooMany: 1}, "sk-ant-good", nil, llm.ErrRateLimited},
 		{"529 overloaded", fakeopenai.Faults{ServerError: 1}, "sk-ant-good", nil, llm.ErrTransient},
 		{"prompt too long", fakeopenai.Faults{}, "sk-ant-good", func(r llm.Request) llm.Request {
-			for i := 0; i < 300; i++ {
+			for i := 0; i < 500; i++ { // past the 600-token context
 				r.User += " token token"
 			}
 			return r
