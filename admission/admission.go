@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -36,7 +37,12 @@ type Config struct {
 	// Weights of the batch tiers. Default paid 8, trial 2, free 1.
 	Weights map[jobs.Tier]int64
 	// ChatShare of each bucket batch work may not use. Defaults to 0.05.
+	// A window limiter keeps it (over a horizon) only for the ChatModels
+	// and for a model a chat ticket was registered for within the last
+	// hour: room a window keeps unused is lost.
 	ChatShare float64
+	// ChatModels are the models chat always uses (the chat model).
+	ChatModels []string
 	// ChatCap is the largest share of the admitted tokens chat takes
 	// while batch work waits: the two classes are served by start-time
 	// fair queuing with weights ChatCap and 1-ChatCap, so over any
@@ -232,7 +238,11 @@ func (s *Scheduler) admit(ctx context.Context, model string, budget, batch int) 
 	if s.cfg.Strict {
 		mode = "strict"
 	}
-	args := []any{"admit", s.now(), strconv.Itoa(budget) + ":" + strconv.Itoa(min(max(batch, 0), budget)), mode, strconv.FormatFloat(s.cfg.ChatShare, 'f', 6, 64), s.cfg.Aging.Microseconds(),
+	share := strconv.FormatFloat(s.cfg.ChatShare, 'f', 6, 64)
+	if slices.Contains(s.cfg.ChatModels, model) {
+		share += "c"
+	}
+	args := []any{"admit", s.now(), strconv.Itoa(budget) + ":" + strconv.Itoa(min(max(batch, 0), budget)), mode, share, s.cfg.Aging.Microseconds(),
 		s.cfg.ReleaseTimeout.Microseconds(), s.cfg.Weights[jobs.TierPaid], s.cfg.Weights[jobs.TierTrial], s.cfg.Weights[jobs.TierFree],
 		strconv.FormatFloat(s.cfg.ChatCap, 'f', 6, 64)}
 	args = append(args, b.ScriptArgs(ratelimit.Marks)...)

@@ -143,6 +143,7 @@ local function register(id, enc)
   redis.call('HINCRBY', KEYS[11], 'in_tok:' .. t.class, t.tokens)
   redis.call('HINCRBY', KEYS[11], 'in_n:' .. t.class, 1)
   if t.class == 'chat' then
+    redis.call('HSET', KEYS[11], 'chat_at', B.fmt(now)) -- a window keeps chat's share while chat uses the model
     redis.call('ZADD', KEYS[4], seq, id)
   else
     redis.call('ZADD', KEYS[18], t.enq, id)
@@ -306,7 +307,9 @@ elseif op == 'admit' then
   if budget then budget, bmax = tonumber(budget), tonumber(bmax) else budget = tonumber(ARGV[3]); bmax = budget end
   local nbatch = 0
   local mode = ARGV[4]
-  local share, aging, release = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+  -- chat_share ends in 'c' for a model chat always uses (the chat model)
+  local sharearg, always = string.match(ARGV[5], '^([^c]*)(c?)$')
+  local share, aging, release = tonumber(sharearg), tonumber(ARGV[6]), tonumber(ARGV[7])
   local weight = {paid = tonumber(ARGV[8]), trial = tonumber(ARGV[9]), free = tonumber(ARGV[10])}
   local cap = tonumber(ARGV[11])
   local cweight = {chat = cap, batch = 1 - cap}
@@ -314,6 +317,18 @@ elseif op == 'admit' then
   for _, k in ipairs(live) do sts[k] = B.load(keystate(k), ARGV, 11, now) end
   -- st is the first live key's: every key has the model's limits
   local st = sts[live[1]]
+  local backfills = st.n > 0
+  for i = 1, st.n do
+    if st.kind[i] ~= 'w' then backfills = false end
+  end
+  -- a bucket keeps chat's share as a floor, at no cost; room a window
+  -- keeps is lost, so a window keeps it only while chat uses the model:
+  -- the chat model always, another model while a chat ticket was
+  -- registered for it within the last hour (or 60 windows)
+  if backfills and always == '' then
+    local seen = tonumber(redis.call('HGET', KEYS[11], 'chat_at') or '')
+    if seen == nil or now - seen > math.max(3600000000, 60 * st.per[1]) then share = 0 end
+  end
   local keep = {}
   for i = 1, st.n do keep[i] = math.floor(share * st.burst[i]) end
   -- the reserve in tokens: how far chat may run ahead of its capped share
@@ -321,10 +336,6 @@ elseif op == 'admit' then
   local reservetok = 0
   for i = 1, st.n do
     if st.val[i] == 1 then reservetok = math.max(reservetok, keep[i]) end
-  end
-  local backfills = st.n > 0
-  for i = 1, st.n do
-    if st.kind[i] ~= 'w' then backfills = false end
   end
   -- a window looks ahead by the lag from admission to start (measured at
   -- each start, at most a tenth of the window): room that frees by the

@@ -463,6 +463,11 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 		adm = append(adm, ratelimit.Admission{At: x.At, Cost: x.Cost})
 		reqs = append(reqs, ratelimit.Admission{At: x.At, Cost: 1})
 	}
+	// the provider's ledger of the review model, for reading a run after
+	// the fact (per-window fill against the calls' waits)
+	if ab, err := json.Marshal(fakes.OpenAI.Admissions(review)); err == nil {
+		os.WriteFile(filepath.Join(b.out, fmt.Sprintf("%s-%d-admissions.json", strategy, processes)), ab, 0o644)
+	}
 	tr := ratelimit.CheckIntervals(adm, lim.TokensPerPeriod, lim.Period, lim.BurstTokens)
 	rr := ratelimit.CheckIntervals(reqs, lim.RequestsPerPeriod, lim.Period, lim.BurstRequests)
 	res.TPMUtilisation, res.RPMUtilisation, res.WorstVsAllowance = tr.Utilisation, rr.Utilisation, tr.WorstRatio
