@@ -92,6 +92,14 @@ type WindowReport struct {
 	// from one window after the first admission to the last): ≤ 1 for an
 	// exact window limiter, near 1 when it keeps the limit busy.
 	Utilisation float64
+	// OfAttainable is the total over the most a window limiter can admit
+	// from the first admission to the last: limit·(⌊span/W⌋+1) (the span
+	// is covered by that many windows; admitting the limit at the first
+	// admission and every W after reaches it). CheckIntervals' Utilisation
+	// divides by limit·(1+span/W), a bucket's most, which a window can
+	// never reach when span/W is not whole: it charges a window limiter
+	// for up to one window's limit no schedule could admit.
+	OfAttainable float64
 }
 
 // CheckWindows verifies that every window (t−W, t] holds at most limit.
@@ -122,6 +130,7 @@ func CheckWindows(adm []Admission, limit int64, window time.Duration) WindowRepo
 	// mean fill of the windows ending on a grid after the first window
 	if n := len(a); n > 0 {
 		first, last := a[0].At.UnixMicro(), a[n-1].At.UnixMicro()
+		rep.OfAttainable = float64(rep.Total) / float64(limit*((last-first)/w+1))
 		const samples = 1000
 		if span := last - first - w; span > 0 {
 			var fill float64

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strings"
 	"testing"
@@ -260,6 +261,34 @@ func TestCheckWindows(t *testing.T) {
 				t.Fatalf("violations = %d, want violation %v", rep.Violations, tt.viol)
 			}
 		})
+	}
+}
+
+// TestCheckWindowsOfAttainable: a schedule that keeps every window full
+// (half the limit every half window, for three and a half windows) is
+// all a window limiter can admit over its span, yet a bucket's measure
+// (limit·(1+span/W)) calls it 8/9 used; with whole windows both agree.
+func TestCheckWindowsOfAttainable(t *testing.T) {
+	t0 := time.UnixMicro(1_000_000)
+	var adm []ratelimit.Admission
+	for k := 0; k <= 7; k++ {
+		adm = append(adm, ratelimit.Admission{At: t0.Add(time.Duration(k) * 500 * time.Millisecond), Cost: 50})
+	}
+	rep := ratelimit.CheckWindows(adm, 100, time.Second)
+	old := ratelimit.CheckIntervals(adm, 100, time.Second, 100)
+	if rep.Violations != 0 || rep.OfAttainable != 1 {
+		t.Fatalf("violations %d, of attainable %.4f; want 0 and 1", rep.Violations, rep.OfAttainable)
+	}
+	if math.Abs(old.Utilisation-8.0/9) > 1e-9 {
+		t.Fatalf("bucket measure %.4f, want 8/9", old.Utilisation)
+	}
+	// three windows' worth in four clumps, one per window: both measures 1
+	adm = adm[:0]
+	for k := 0; k <= 3; k++ {
+		adm = append(adm, ratelimit.Admission{At: t0.Add(time.Duration(k) * time.Second), Cost: 100})
+	}
+	if rep, old := ratelimit.CheckWindows(adm, 100, time.Second), ratelimit.CheckIntervals(adm, 100, time.Second, 100); rep.OfAttainable != 1 || math.Abs(old.Utilisation-1) > 1e-9 {
+		t.Fatalf("clumps a window apart: of attainable %.4f, bucket measure %.4f; want both 1", rep.OfAttainable, old.Utilisation)
 	}
 }
 

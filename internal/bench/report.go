@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/prq-dev/prq/fake/fakeopenai"
 	"github.com/prq-dev/prq/internal/config"
 )
 
@@ -29,6 +30,13 @@ func writeBench(out io.Writer, b Flags, results, scale []benchResult) error {
 	row("chats answered", func(r benchResult) string { return fmt.Sprintf("%d/%d", r.ChatsAnswered, r.Chats) })
 	row("provider 429s", func(r benchResult) string { return fmt.Sprint(r.Provider429s) })
 	row("TPM utilisation while queued (review model)", func(r benchResult) string { return pctf(r.TPMUtilisation) })
+	if b.providerLimiter == fakeopenai.LimiterWindow {
+		// a window admits at most limit·(⌊span/W⌋+1) over the span; the
+		// bucket's measure (limit·(1+span/W)) is kept for comparison
+		row("TPM utilisation, bucket measure limit·(1+span/W) / mean window fill", func(r benchResult) string {
+			return pctf(r.TPMUtilisationBucket) + " / " + pctf(r.TPMWindowFill)
+		})
+	}
 	row("unused TPM: lost while jobs waited / while none did / left at the end", func(r benchResult) string {
 		return pctf(r.Loss.WhileQueued) + " / " + pctf(r.Loss.NothingQueued) + " / " + pctf(r.Loss.LeftAtEnd)
 	})
