@@ -92,14 +92,15 @@ type WindowReport struct {
 	// from one window after the first admission to the last): ≤ 1 for an
 	// exact window limiter, near 1 when it keeps the limit busy.
 	Utilisation float64
-	// OfAttainable is the total over the most a window limiter can admit
-	// from the first admission to the last: limit·(⌊span/W⌋+1) (the span
-	// is covered by that many windows; admitting the limit at the first
-	// admission and every W after reaches it). CheckIntervals' Utilisation
-	// divides by limit·(1+span/W), a bucket's most, which a window can
-	// never reach when span/W is not whole: it charges a window limiter
-	// for up to one window's limit no schedule could admit.
-	OfAttainable float64
+	// WhileQueued is the mean fill of the windows ending from the first
+	// admission to the last, over the limit: Σ cost·min(W, last−at) /
+	// (limit·span), exact. 1 is reachable (the limit at the first
+	// admission and every W after). CheckIntervals' Utilisation,
+	// total/(limit·(1+span/W)), is the mean fill over [first, last+W]
+	// instead: its last W comes after the last admission, when nothing is
+	// left to admit, so a window limiter that kept every window full
+	// still scores below 1 by up to a window's share of the span.
+	WhileQueued float64
 }
 
 // CheckWindows verifies that every window (t−W, t] holds at most limit.
@@ -130,7 +131,13 @@ func CheckWindows(adm []Admission, limit int64, window time.Duration) WindowRepo
 	// mean fill of the windows ending on a grid after the first window
 	if n := len(a); n > 0 {
 		first, last := a[0].At.UnixMicro(), a[n-1].At.UnixMicro()
-		rep.OfAttainable = float64(rep.Total) / float64(limit*((last-first)/w+1))
+		if last > first {
+			var in float64 // cost·µs inside windows ending in [first, last]
+			for _, x := range a {
+				in += float64(x.Cost) * float64(min(w, last-x.At.UnixMicro()))
+			}
+			rep.WhileQueued = in / (float64(limit) * float64(last-first))
+		}
 		const samples = 1000
 		if span := last - first - w; span > 0 {
 			var fill float64

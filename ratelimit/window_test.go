@@ -264,31 +264,32 @@ func TestCheckWindows(t *testing.T) {
 	}
 }
 
-// TestCheckWindowsOfAttainable: a schedule that keeps every window full
-// (half the limit every half window, for three and a half windows) is
-// all a window limiter can admit over its span, yet a bucket's measure
-// (limit·(1+span/W)) calls it 8/9 used; with whole windows both agree.
-func TestCheckWindowsOfAttainable(t *testing.T) {
+// TestCheckWindowsWhileQueued: the mean fill of the windows from the
+// first admission to the last is 1 for clumps of the limit a window
+// apart, as the bucket's measure (total over limit·(1+span/W)) is; where
+// windows are not full the two differ by what they average over: the
+// bucket's measure also over the window after the last admission, when
+// nothing is left to admit.
+func TestCheckWindowsWhileQueued(t *testing.T) {
 	t0 := time.UnixMicro(1_000_000)
-	var adm []ratelimit.Admission
-	for k := 0; k <= 7; k++ {
-		adm = append(adm, ratelimit.Admission{At: t0.Add(time.Duration(k) * 500 * time.Millisecond), Cost: 50})
+	at := func(ms int64) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	tests := []struct {
+		name         string
+		adm          []ratelimit.Admission
+		want, bucket float64
+	}{
+		{"clumps a window apart", []ratelimit.Admission{{at(0), 100}, {at(1000), 100}, {at(2000), 100}, {at(3000), 100}}, 1, 1},
+		{"the last window spread", []ratelimit.Admission{{at(0), 100}, {at(1000), 100}, {at(2000), 50}, {at(2500), 50}}, 0.9, 3 / 3.5},
+		{"half every half window", []ratelimit.Admission{{at(0), 50}, {at(500), 50}, {at(1000), 50}, {at(1500), 50}, {at(2000), 50}}, 0.875, 2.5 / 3},
 	}
-	rep := ratelimit.CheckWindows(adm, 100, time.Second)
-	old := ratelimit.CheckIntervals(adm, 100, time.Second, 100)
-	if rep.Violations != 0 || rep.OfAttainable != 1 {
-		t.Fatalf("violations %d, of attainable %.4f; want 0 and 1", rep.Violations, rep.OfAttainable)
-	}
-	if math.Abs(old.Utilisation-8.0/9) > 1e-9 {
-		t.Fatalf("bucket measure %.4f, want 8/9", old.Utilisation)
-	}
-	// three windows' worth in four clumps, one per window: both measures 1
-	adm = adm[:0]
-	for k := 0; k <= 3; k++ {
-		adm = append(adm, ratelimit.Admission{At: t0.Add(time.Duration(k) * time.Second), Cost: 100})
-	}
-	if rep, old := ratelimit.CheckWindows(adm, 100, time.Second), ratelimit.CheckIntervals(adm, 100, time.Second, 100); rep.OfAttainable != 1 || math.Abs(old.Utilisation-1) > 1e-9 {
-		t.Fatalf("clumps a window apart: of attainable %.4f, bucket measure %.4f; want both 1", rep.OfAttainable, old.Utilisation)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rep := ratelimit.CheckWindows(tt.adm, 100, time.Second)
+			old := ratelimit.CheckIntervals(tt.adm, 100, time.Second, 100)
+			if rep.Violations != 0 || math.Abs(rep.WhileQueued-tt.want) > 1e-9 || math.Abs(old.Utilisation-tt.bucket) > 1e-9 {
+				t.Fatalf("violations %d, while queued %.4f (want %.4f), bucket measure %.4f (want %.4f)", rep.Violations, rep.WhileQueued, tt.want, old.Utilisation, tt.bucket)
+			}
+		})
 	}
 }
 

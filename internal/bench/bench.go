@@ -176,28 +176,26 @@ type benchResult struct {
 	HandlerRuns       int64   `json:"handler_runs"`
 	HandlerRunsPerLLM float64 `json:"handler_runs_per_llm_call"`
 	RedisCmdsPerLLM   float64 `json:"redis_commands_per_llm_call"`
-	// TPMUtilisation is the review model's admitted tokens over the most
-	// the provider admits from the first admission to the last: a
-	// bucket's burst + rate·span, a window's limit·(⌊span/W⌋+1).
+	// TPMUtilisation is how much of the review model's limit was used
+	// from the first admission to the last: against a bucket provider,
+	// admitted over what the bucket allowed (burst + rate·span); against
+	// a window provider, the mean fill of its windows over that span
+	// (ratelimit.WindowReport.WhileQueued).
 	TPMUtilisation float64 `json:"tpm_utilisation"`
 	// TPMUtilisationBucket is the bucket's measure whatever the provider
-	// (before the window's: what the bench printed then).
-	TPMUtilisationBucket float64 `json:"tpm_utilisation_bucket_measure"`
-	// TPMWindowFill is the mean fill of the provider's windows (window
-	// provider only): windows ending from one window after the first
-	// admission to the last.
-	TPMWindowFill    float64            `json:"tpm_window_fill,omitempty"`
-	RPMUtilisation   float64            `json:"rpm_utilisation"`
-	WorstVsAllowance float64            `json:"worst_interval_vs_allowance"`
-	WorstWindowVsTPM float64            `json:"worst_period_window_vs_tpm"`
-	ChatWaitP50      float64            `json:"chat_wait_p50_s"`
-	ChatWaitP99      float64            `json:"chat_wait_p99_s"`
-	ChatsAnswered    int                `json:"chats_answered"`
-	Chats            int                `json:"chats"`
-	PRTimeP50        map[string]float64 `json:"pr_time_p50_s"`
-	PRTimeP95        map[string]float64 `json:"pr_time_p95_s"`
-	Inversions       int                `json:"priority_inversions"`
-	Jain             map[string]float64 `json:"jain_index"`
+	// (what the bench printed for a window provider before).
+	TPMUtilisationBucket float64            `json:"tpm_utilisation_bucket_measure"`
+	RPMUtilisation       float64            `json:"rpm_utilisation"`
+	WorstVsAllowance     float64            `json:"worst_interval_vs_allowance"`
+	WorstWindowVsTPM     float64            `json:"worst_period_window_vs_tpm"`
+	ChatWaitP50          float64            `json:"chat_wait_p50_s"`
+	ChatWaitP99          float64            `json:"chat_wait_p99_s"`
+	ChatsAnswered        int                `json:"chats_answered"`
+	Chats                int                `json:"chats"`
+	PRTimeP50            map[string]float64 `json:"pr_time_p50_s"`
+	PRTimeP95            map[string]float64 `json:"pr_time_p95_s"`
+	Inversions           int                `json:"priority_inversions"`
+	Jain                 map[string]float64 `json:"jain_index"`
 	// JainSummed is Jain's index of tokens summed over the windows in
 	// which all of a tier's tenants waited (jainSummed).
 	JainSummed map[string]float64 `json:"jain_index_summed"`
@@ -484,8 +482,7 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 	res.TPMUtilisationBucket = tr.Utilisation
 	if b.providerLimiter == fakeopenai.LimiterWindow {
 		// the fake's window is the period
-		wr := ratelimit.CheckWindows(adm, lim.TokensPerPeriod, lim.Period)
-		res.TPMUtilisation, res.TPMWindowFill = wr.OfAttainable, wr.Utilisation
+		res.TPMUtilisation = ratelimit.CheckWindows(adm, lim.TokensPerPeriod, lim.Period).WhileQueued
 	}
 	res.WorstWindowVsTPM = float64(stats[review].MaxWindowTokens) / float64(lim.TokensPerPeriod)
 	res.Series = series(fakes.OpenAI.Admissions(review), start, lim.Period/6)
