@@ -179,7 +179,7 @@ elseif op == 'cancel' then
   refresh(t.class, t.tenant, true)
   return 1
 
-elseif op == 'started' then
+elseif op == 'started' or op == 'calling' then
   -- ARGV: op, now, id[, dims...]: the released task reached a handler.
   -- With dims, the job's charge moves to now, where the provider will
   -- count the call. A token bucket counts refill from each admission on,
@@ -196,6 +196,10 @@ elseif op == 'started' then
   -- admission to start (lag_us), so the room it counted on may not be
   -- here yet: then nothing changes and the reply is the µs to wait
   -- before starting again. 0: start.
+  -- calling (window only): the job is about to send its call: its charge
+  -- moves again, from its start to now, so the handler's work before the
+  -- call (Redis reads, the prompt) is not left to the margin; the old
+  -- slot still counts, so it needs no room. No lag sample.
   redis.call('ZREM', KEYS[10], ARGV[3])
   redis.call('HDEL', KEYS[2], ARGV[3])
   if ARGV[4] == nil then return 0 end
@@ -208,6 +212,7 @@ elseif op == 'started' then
   local st = B.load(keystate(key), ARGV, 3, now)
   local costs = {}
   for j = 1, st.n do costs[j] = charged[j] or 0 end
+  if op == 'calling' and (st.n == 0 or st.kind[1] ~= 'w') then return 0 end
   if st.n > 0 and st.kind[1] == 'b' then
     -- what the provider has not seen yet: this key's charges admitted
     -- and not started (this one's included)
@@ -243,6 +248,7 @@ elseif op == 'started' then
   end
   B.save(st)
   redis.call('ZADD', KEYS[13], now, ARGV[3])
+  if op == 'calling' then return 0 end
   -- the lag from admission to start, smoothed (a restart's long gap is
   -- not a lag: samples are capped at the window's tenth)
   local sample = math.min(now - at, math.floor(st.per[1] / 10))

@@ -121,6 +121,51 @@ func TestWindowChargeMovesToStart(t *testing.T) {
 	}
 }
 
+// TestWindowChargeMovesToCall: when the job sends its call (Calling), its
+// charge moves again, from its start to then, needing no room: the next
+// whole-window job waits for the call to leave the window, not the
+// start. A bucket has nothing to move.
+func TestWindowChargeMovesToCall(t *testing.T) {
+	model := fmt.Sprintf("m-window-call-%d", time.Now().UnixNano())
+	l := ratelimit.Limits{RequestsPerPeriod: 100000, TokensPerPeriod: 1000, Period: time.Second, Limiter: ratelimit.LimiterWindow}
+	s, _, clk := windowScheduler(t, model, l, admission.Config{})
+	ctx := context.Background()
+	reg(t, s, admission.Ticket{ID: "a", Model: model, Class: "paid", Tenant: "1", Tokens: 1000})
+	if a, _, err := s.Admit(ctx, model, 1); err != nil || len(a) != 1 {
+		t.Fatalf("first job: %v %v", a, err)
+	}
+	if err := s.Started(ctx, model, "a"); err != nil {
+		t.Fatal(err)
+	}
+	clk.advance(300 * time.Millisecond) // the handler reads and builds its prompt
+	if err := s.Calling(ctx, model, "a"); err != nil {
+		t.Fatal(err)
+	}
+	called := clk.now()
+	reg(t, s, admission.Ticket{ID: "b", Model: model, Class: "paid", Tenant: "1", Tokens: 1000})
+	got := drain(t, s, clk, model, 1)
+	if len(got) != 1 || got[0].ID != "b" {
+		t.Fatalf("second job: %+v", got)
+	}
+	at, free := clk.now(), called.Add(time.Second+time.Second/60)
+	if at.Before(free) {
+		t.Fatalf("second job admitted %s after the first's call: the provider counts it until %s", at.Sub(called), time.Second+time.Second/60)
+	}
+	if late := at.Sub(free); late > time.Second/120+time.Microsecond {
+		t.Fatalf("second job admitted %s after the first's call left the window", late)
+	}
+	// a bucket: nothing to move, no error
+	bm := model + "-bucket"
+	bs, _, _ := windowScheduler(t, bm, ratelimit.Limits{RequestsPerPeriod: 100000, TokensPerPeriod: 1000, Period: time.Second}, admission.Config{})
+	reg(t, bs, admission.Ticket{ID: "c", Model: bm, Class: "paid", Tenant: "1", Tokens: 10})
+	if a, _, err := bs.Admit(ctx, bm, 1); err != nil || len(a) != 1 {
+		t.Fatalf("bucket job: %v %v", a, err)
+	}
+	if err := bs.Calling(ctx, bm, "c"); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestWindowLooksAhead: admission admits a job whose room frees within
 // the measured lag from admission to start; if the job starts before the
 // room is there, its start waits for it (and counts from then), so the
