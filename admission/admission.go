@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -36,7 +37,12 @@ type Config struct {
 	// Weights of the batch tiers. Default paid 8, trial 2, free 1.
 	Weights map[jobs.Tier]int64
 	// ChatShare of each bucket batch work may not use. Defaults to 0.05.
+	// A window limiter keeps it (over a horizon) only for the ChatModels
+	// and for a model a chat ticket was registered for within the last
+	// hour: room a window keeps unused is lost.
 	ChatShare float64
+	// ChatModels are the models chat always uses (the chat model).
+	ChatModels []string
 	// ChatCap is the largest share of the admitted tokens chat takes
 	// while batch work waits: the two classes are served by start-time
 	// fair queuing with weights ChatCap and 1-ChatCap, so over any
@@ -232,7 +238,11 @@ func (s *Scheduler) admit(ctx context.Context, model string, budget, batch int) 
 	if s.cfg.Strict {
 		mode = "strict"
 	}
-	args := []any{"admit", s.now(), strconv.Itoa(budget) + ":" + strconv.Itoa(min(max(batch, 0), budget)), mode, strconv.FormatFloat(s.cfg.ChatShare, 'f', 6, 64), s.cfg.Aging.Microseconds(),
+	share := strconv.FormatFloat(s.cfg.ChatShare, 'f', 6, 64)
+	if slices.Contains(s.cfg.ChatModels, model) {
+		share += "c"
+	}
+	args := []any{"admit", s.now(), strconv.Itoa(budget) + ":" + strconv.Itoa(min(max(batch, 0), budget)), mode, share, s.cfg.Aging.Microseconds(),
 		s.cfg.ReleaseTimeout.Microseconds(), s.cfg.Weights[jobs.TierPaid], s.cfg.Weights[jobs.TierTrial], s.cfg.Weights[jobs.TierFree],
 		strconv.FormatFloat(s.cfg.ChatCap, 'f', 6, 64)}
 	args = append(args, b.ScriptArgs(ratelimit.Marks)...)
@@ -395,6 +405,42 @@ func (s *Scheduler) TryStart(ctx context.Context, model, id string) (time.Durati
 		return 0, fmt.Errorf("admission: started %s: %w", id, err)
 	}
 	return time.Duration(us) * time.Microsecond, nil
+}
+
+// Calling moves a started job's charge to now, when its call is about to
+// be sent: with a window limiter the provider counts the call from its
+// arrival, and the handler's work between its start and the call (Redis
+// reads, building the prompt; tens of ms, more on a loaded machine)
+// would otherwise be left to the window margin. It needs no room while
+// the start's charge still counts; a call sent more than a window after
+// its start waits for room like a start. Other limiters: nothing to do
+// (no Redis call).
+func (s *Scheduler) Calling(ctx context.Context, model, id string) error {
+	keys, b, err := s.keys(model)
+	if err != nil {
+		return err
+	}
+	if b.Limits().Limiter != ratelimit.LimiterWindow {
+		return nil
+	}
+	for {
+		args := []any{"calling", s.now(), id}
+		args = append(args, b.ScriptArgs(ratelimit.Values{})...)
+		us, err := script.Run(ctx, s.rdb, keys.list(), args...).Int64()
+		if err != nil {
+			return fmt.Errorf("admission: calling %s: %w", id, err)
+		}
+		if us <= 0 {
+			return nil
+		}
+		t := time.NewTimer(time.Duration(us) * time.Microsecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
 }
 
 // forget drops the ticket of a task that is gone, so nothing waits on it;

@@ -143,6 +143,7 @@ local function register(id, enc)
   redis.call('HINCRBY', KEYS[11], 'in_tok:' .. t.class, t.tokens)
   redis.call('HINCRBY', KEYS[11], 'in_n:' .. t.class, 1)
   if t.class == 'chat' then
+    redis.call('HSET', KEYS[11], 'chat_at', B.fmt(now)) -- a window keeps chat's share while chat uses the model
     redis.call('ZADD', KEYS[4], seq, id)
   else
     redis.call('ZADD', KEYS[18], t.enq, id)
@@ -178,7 +179,7 @@ elseif op == 'cancel' then
   refresh(t.class, t.tenant, true)
   return 1
 
-elseif op == 'started' then
+elseif op == 'started' or op == 'calling' then
   -- ARGV: op, now, id[, dims...]: the released task reached a handler.
   -- With dims, the job's charge moves to now, where the provider will
   -- count the call. A token bucket counts refill from each admission on,
@@ -195,6 +196,10 @@ elseif op == 'started' then
   -- admission to start (lag_us), so the room it counted on may not be
   -- here yet: then nothing changes and the reply is the µs to wait
   -- before starting again. 0: start.
+  -- calling (window only): the job is about to send its call: its charge
+  -- moves again, from its start to now, so the handler's work before the
+  -- call (Redis reads, the prompt) is not left to the margin; the old
+  -- slot still counts, so it needs no room. No lag sample.
   redis.call('ZREM', KEYS[10], ARGV[3])
   redis.call('HDEL', KEYS[2], ARGV[3])
   if ARGV[4] == nil then return 0 end
@@ -207,6 +212,7 @@ elseif op == 'started' then
   local st = B.load(keystate(key), ARGV, 3, now)
   local costs = {}
   for j = 1, st.n do costs[j] = charged[j] or 0 end
+  if op == 'calling' and (st.n == 0 or st.kind[1] ~= 'w') then return 0 end
   if st.n > 0 and st.kind[1] == 'b' then
     -- what the provider has not seen yet: this key's charges admitted
     -- and not started (this one's included)
@@ -242,6 +248,7 @@ elseif op == 'started' then
   end
   B.save(st)
   redis.call('ZADD', KEYS[13], now, ARGV[3])
+  if op == 'calling' then return 0 end
   -- the lag from admission to start, smoothed (a restart's long gap is
   -- not a lag: samples are capped at the window's tenth)
   local sample = math.min(now - at, math.floor(st.per[1] / 10))
@@ -306,7 +313,9 @@ elseif op == 'admit' then
   if budget then budget, bmax = tonumber(budget), tonumber(bmax) else budget = tonumber(ARGV[3]); bmax = budget end
   local nbatch = 0
   local mode = ARGV[4]
-  local share, aging, release = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+  -- chat_share ends in 'c' for a model chat always uses (the chat model)
+  local sharearg, always = string.match(ARGV[5], '^([^c]*)(c?)$')
+  local share, aging, release = tonumber(sharearg), tonumber(ARGV[6]), tonumber(ARGV[7])
   local weight = {paid = tonumber(ARGV[8]), trial = tonumber(ARGV[9]), free = tonumber(ARGV[10])}
   local cap = tonumber(ARGV[11])
   local cweight = {chat = cap, batch = 1 - cap}
@@ -314,6 +323,18 @@ elseif op == 'admit' then
   for _, k in ipairs(live) do sts[k] = B.load(keystate(k), ARGV, 11, now) end
   -- st is the first live key's: every key has the model's limits
   local st = sts[live[1]]
+  local backfills = st.n > 0
+  for i = 1, st.n do
+    if st.kind[i] ~= 'w' then backfills = false end
+  end
+  -- a bucket keeps chat's share as a floor, at no cost; room a window
+  -- keeps is lost, so a window keeps it only while chat uses the model:
+  -- the chat model always, another model while a chat ticket was
+  -- registered for it within the last hour (or 60 windows)
+  if backfills and always == '' then
+    local seen = tonumber(redis.call('HGET', KEYS[11], 'chat_at') or '')
+    if seen == nil or now - seen > math.max(3600000000, 60 * st.per[1]) then share = 0 end
+  end
   local keep = {}
   for i = 1, st.n do keep[i] = math.floor(share * st.burst[i]) end
   -- the reserve in tokens: how far chat may run ahead of its capped share
@@ -321,10 +342,6 @@ elseif op == 'admit' then
   local reservetok = 0
   for i = 1, st.n do
     if st.val[i] == 1 then reservetok = math.max(reservetok, keep[i]) end
-  end
-  local backfills = st.n > 0
-  for i = 1, st.n do
-    if st.kind[i] ~= 'w' then backfills = false end
   end
   -- a window looks ahead by the lag from admission to start (measured at
   -- each start, at most a tenth of the window): room that frees by the

@@ -23,6 +23,7 @@ func TestWindowLimiterThroughAdmission(t *testing.T) {
 	model := fmt.Sprintf("m-window-%d", time.Now().UnixNano())
 	l := ratelimit.Limits{RequestsPerPeriod: 100000, TokensPerPeriod: 1000, Period: time.Second, Limiter: ratelimit.LimiterWindow, Policy: ratelimit.PolicyDebt}
 	s, b, clk := windowScheduler(t, model, l, admission.Config{ChatShare: 0.1})
+	chatUses(t, s, model)
 	for i := 0; i < 60; i++ {
 		// three tiers and tenants, so that backfill has flows to take from
 		reg(t, s, admission.Ticket{ID: fmt.Sprint("p", i), Model: model, Class: []string{"paid", "trial", "free"}[i%3], Tenant: fmt.Sprint(i % 3),
@@ -120,6 +121,51 @@ func TestWindowChargeMovesToStart(t *testing.T) {
 	}
 }
 
+// TestWindowChargeMovesToCall: when the job sends its call (Calling), its
+// charge moves again, from its start to then, needing no room: the next
+// whole-window job waits for the call to leave the window, not the
+// start. A bucket has nothing to move.
+func TestWindowChargeMovesToCall(t *testing.T) {
+	model := fmt.Sprintf("m-window-call-%d", time.Now().UnixNano())
+	l := ratelimit.Limits{RequestsPerPeriod: 100000, TokensPerPeriod: 1000, Period: time.Second, Limiter: ratelimit.LimiterWindow}
+	s, _, clk := windowScheduler(t, model, l, admission.Config{})
+	ctx := context.Background()
+	reg(t, s, admission.Ticket{ID: "a", Model: model, Class: "paid", Tenant: "1", Tokens: 1000})
+	if a, _, err := s.Admit(ctx, model, 1); err != nil || len(a) != 1 {
+		t.Fatalf("first job: %v %v", a, err)
+	}
+	if err := s.Started(ctx, model, "a"); err != nil {
+		t.Fatal(err)
+	}
+	clk.advance(300 * time.Millisecond) // the handler reads and builds its prompt
+	if err := s.Calling(ctx, model, "a"); err != nil {
+		t.Fatal(err)
+	}
+	called := clk.now()
+	reg(t, s, admission.Ticket{ID: "b", Model: model, Class: "paid", Tenant: "1", Tokens: 1000})
+	got := drain(t, s, clk, model, 1)
+	if len(got) != 1 || got[0].ID != "b" {
+		t.Fatalf("second job: %+v", got)
+	}
+	at, free := clk.now(), called.Add(time.Second+time.Second/60)
+	if at.Before(free) {
+		t.Fatalf("second job admitted %s after the first's call: the provider counts it until %s", at.Sub(called), time.Second+time.Second/60)
+	}
+	if late := at.Sub(free); late > time.Second/120+time.Microsecond {
+		t.Fatalf("second job admitted %s after the first's call left the window", late)
+	}
+	// a bucket: nothing to move, no error
+	bm := model + "-bucket"
+	bs, _, _ := windowScheduler(t, bm, ratelimit.Limits{RequestsPerPeriod: 100000, TokensPerPeriod: 1000, Period: time.Second}, admission.Config{})
+	reg(t, bs, admission.Ticket{ID: "c", Model: bm, Class: "paid", Tenant: "1", Tokens: 10})
+	if a, _, err := bs.Admit(ctx, bm, 1); err != nil || len(a) != 1 {
+		t.Fatalf("bucket job: %v %v", a, err)
+	}
+	if err := bs.Calling(ctx, bm, "c"); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestWindowLooksAhead: admission admits a job whose room frees within
 // the measured lag from admission to start; if the job starts before the
 // room is there, its start waits for it (and counts from then), so the
@@ -190,6 +236,7 @@ func TestWindowBackfill(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
+	chatUses(t, s, model)
 	reg(t, s, admission.Ticket{ID: "a", Model: model, Class: "paid", Tenant: "1", Tokens: 600})
 	if a, _, err := s.Admit(ctx, model, 10); err != nil || len(a) != 1 {
 		t.Fatalf("first: %v %v", a, err)
@@ -219,6 +266,67 @@ func TestWindowBackfill(t *testing.T) {
 	// c did not delay it
 	if at, free := rest[0].Enqueued.Add(rest[0].Waited).Sub(start), time.Second+time.Second/60; at > free+time.Second/120+time.Microsecond {
 		t.Fatalf("b admitted %s after a; a left the window at %s", at, free)
+	}
+}
+
+// chatUses registers a chat ticket for the model and cancels it: chat
+// uses the model, so a window keeps chat's share.
+func chatUses(t *testing.T, s *admission.Scheduler, model string) {
+	t.Helper()
+	id := fmt.Sprint("chat-seen-", time.Now().UnixNano())
+	reg(t, s, admission.Ticket{ID: id, Model: model, Class: "chat", Tenant: "9", Tokens: 1})
+	if ok, err := s.Cancel(context.Background(), model, id); err != nil || !ok {
+		t.Fatalf("cancel %s: %v %v", id, ok, err)
+	}
+}
+
+// TestWindowChatShareWhileChatUses: a window keeps chat's share (over
+// its horizon) only while chat uses the model: with no chat ticket in the
+// last hour, batch fills the window to its limit; once chat registers,
+// a batch ticket that would fill the window with nothing leaving it
+// within the horizon waits; an hour after the last chat, it goes again.
+// The chat model (Config.ChatModels) keeps the share from the start.
+func TestWindowChatShareWhileChatUses(t *testing.T) {
+	model := fmt.Sprintf("m-window-chatshare-%d", time.Now().UnixNano())
+	l := ratelimit.Limits{RequestsPerPeriod: 100000, TokensPerPeriod: 1000, Period: time.Second, Limiter: ratelimit.LimiterWindow}
+	s, _, clk := windowScheduler(t, model, l, admission.Config{ChatShare: 0.1})
+	chatModel := model + "-chat"
+	cs, _, cclk := windowScheduler(t, chatModel, l, admission.Config{ChatShare: 0.1, ChatModels: []string{chatModel}})
+	ctx := context.Background()
+	n := 0
+	// fill admits 500, then 500 half a window later: what it got then
+	fill := func() ([]admission.Admitted, time.Duration) {
+		t.Helper()
+		n++
+		reg(t, s, admission.Ticket{ID: fmt.Sprint("a", n), Model: model, Class: "paid", Tenant: "1", Tokens: 500})
+		if a, _, err := s.Admit(ctx, model, 1); err != nil || len(a) != 1 {
+			t.Fatalf("first half: %v %v", a, err)
+		}
+		clk.advance(500 * time.Millisecond)
+		reg(t, s, admission.Ticket{ID: fmt.Sprint("b", n), Model: model, Class: "paid", Tenant: "1", Tokens: 500})
+		got, wait, err := s.Admit(ctx, model, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got, wait
+	}
+	if got, wait := fill(); len(got) != 1 {
+		t.Fatalf("no chat uses the model, yet batch left room in the window: nothing admitted, wait %s", wait)
+	}
+	clk.advance(3 * time.Second)
+	chatUses(t, s, model)
+	if got, wait := fill(); len(got) != 0 || wait <= 0 {
+		t.Fatalf("chat uses the model, yet batch filled the window with nothing leaving it within the horizon: %v, wait %s", got, wait)
+	}
+	drain(t, s, clk, model, 1)
+	clk.advance(time.Hour + 3*time.Second)
+	if got, wait := fill(); len(got) != 1 {
+		t.Fatalf("an hour after the last chat batch still left chat's share: nothing admitted, wait %s", wait)
+	}
+	// the chat model keeps it though no chat came yet
+	s, clk, model = cs, cclk, chatModel
+	if got, wait := fill(); len(got) != 0 || wait <= 0 {
+		t.Fatalf("the chat model, yet batch filled the window with nothing leaving it within the horizon: %v, wait %s", got, wait)
 	}
 }
 

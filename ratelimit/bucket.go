@@ -115,11 +115,12 @@ type Limits struct {
 	// SubWindowShare is the share of the limits any SubWindow may hold, in
 	// (0, 1]. Defaults to SubWindow/Window.
 	SubWindowShare float64
-	// WindowMargin is how much later than prq admits a call the provider
-	// may count it (the job's start, the request on its way): the window
-	// limiter holds every admission that much longer, or the provider
-	// would still count a call when prq lets the next one in. Defaults to
-	// Window/60 (1s of a minute).
+	// WindowMargin is how much later than prq counts a call the provider
+	// may count it (admission moves the charge to the call as it is sent:
+	// the request on its way, a stalled process): the window limiter
+	// holds every admission that much longer, or the provider would still
+	// count a call when prq lets the next one in. Defaults to Window/60
+	// (1s of a minute).
 	WindowMargin time.Duration
 }
 

@@ -92,6 +92,15 @@ type WindowReport struct {
 	// from one window after the first admission to the last): ≤ 1 for an
 	// exact window limiter, near 1 when it keeps the limit busy.
 	Utilisation float64
+	// WhileQueued is the mean fill of the windows ending from the first
+	// admission to the last, over the limit: Σ cost·min(W, last−at) /
+	// (limit·span), exact. 1 is reachable (the limit at the first
+	// admission and every W after). CheckIntervals' Utilisation,
+	// total/(limit·(1+span/W)), is the mean fill over [first, last+W]
+	// instead: its last W comes after the last admission, when nothing is
+	// left to admit, so a window limiter that kept every window full
+	// still scores below 1 by up to a window's share of the span.
+	WhileQueued float64
 }
 
 // CheckWindows verifies that every window (t−W, t] holds at most limit.
@@ -122,6 +131,13 @@ func CheckWindows(adm []Admission, limit int64, window time.Duration) WindowRepo
 	// mean fill of the windows ending on a grid after the first window
 	if n := len(a); n > 0 {
 		first, last := a[0].At.UnixMicro(), a[n-1].At.UnixMicro()
+		if last > first {
+			var in float64 // cost·µs inside windows ending in [first, last]
+			for _, x := range a {
+				in += float64(x.Cost) * float64(min(w, last-x.At.UnixMicro()))
+			}
+			rep.WhileQueued = in / (float64(limit) * float64(last-first))
+		}
 		const samples = 1000
 		if span := last - first - w; span > 0 {
 			var fill float64

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strings"
 	"testing"
@@ -258,6 +259,35 @@ func TestCheckWindows(t *testing.T) {
 			rep := ratelimit.CheckWindows(tt.adm, 100, time.Second)
 			if got := rep.Violations > 0; got != tt.viol {
 				t.Fatalf("violations = %d, want violation %v", rep.Violations, tt.viol)
+			}
+		})
+	}
+}
+
+// TestCheckWindowsWhileQueued: the mean fill of the windows from the
+// first admission to the last is 1 for clumps of the limit a window
+// apart, as the bucket's measure (total over limit·(1+span/W)) is; where
+// windows are not full the two differ by what they average over: the
+// bucket's measure also over the window after the last admission, when
+// nothing is left to admit.
+func TestCheckWindowsWhileQueued(t *testing.T) {
+	t0 := time.UnixMicro(1_000_000)
+	at := func(ms int64) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	tests := []struct {
+		name         string
+		adm          []ratelimit.Admission
+		want, bucket float64
+	}{
+		{"clumps a window apart", []ratelimit.Admission{{at(0), 100}, {at(1000), 100}, {at(2000), 100}, {at(3000), 100}}, 1, 1},
+		{"the last window spread", []ratelimit.Admission{{at(0), 100}, {at(1000), 100}, {at(2000), 50}, {at(2500), 50}}, 0.9, 3 / 3.5},
+		{"half every half window", []ratelimit.Admission{{at(0), 50}, {at(500), 50}, {at(1000), 50}, {at(1500), 50}, {at(2000), 50}}, 0.875, 2.5 / 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rep := ratelimit.CheckWindows(tt.adm, 100, time.Second)
+			old := ratelimit.CheckIntervals(tt.adm, 100, time.Second, 100)
+			if rep.Violations != 0 || math.Abs(rep.WhileQueued-tt.want) > 1e-9 || math.Abs(old.Utilisation-tt.bucket) > 1e-9 {
+				t.Fatalf("violations %d, while queued %.4f (want %.4f), bucket measure %.4f (want %.4f)", rep.Violations, rep.WhileQueued, tt.want, old.Utilisation, tt.bucket)
 			}
 		})
 	}

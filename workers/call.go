@@ -133,6 +133,12 @@ func newRef() string {
 
 func (e *skipError) Error() string { return e.reason }
 
+// callMover is a Ledger that moves a job's charge to its call (admission's
+// Scheduler: with a window limiter).
+type callMover interface {
+	Calling(ctx context.Context, model, id string) error
+}
+
 // call makes the call. Failures come back classified: a skip (quota, too
 // large, permanent), a return to admission (429, account problems,
 // transient failures with backoff).
@@ -183,6 +189,12 @@ func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
 	}
 	req := s.prompt.request(s.model, maxOut)
 	req.Key = key
+	if cl, ok := cfg.Ledger.(callMover); ok {
+		// a window counts the call from now, not from the job's start
+		if err := cl.Calling(ctx, model, s.ticket.ID); err != nil {
+			log.WarnContext(ctx, "could not move the job's charge to its call; the window margin covers the difference", "task", s.ticket.ID, "model", model, "err", err)
+		}
+	}
 	callStart := time.Now()
 	resp, err := cfg.LLM.Complete(ctx, req)
 	sync := func(status int, h http.Header) {

@@ -120,6 +120,13 @@ func (f *fakeAdmission) PauseKey(_ context.Context, model string, key int, reaso
 
 func (f *fakeAdmission) KeyOf(context.Context, string, string) (int, error) { return 0, nil }
 
+// Calling records that a job's call is about to be sent (admission moves
+// a window's charge there).
+func (f *fakeAdmission) Calling(_ context.Context, model, id string) error {
+	f.record("calling %s", id)
+	return nil
+}
+
 func (f *fakeAdmission) Bucket(string) (*ratelimit.Bucket, bool) { return nil, false }
 
 func (f *fakeAdmission) Models() []string { return f.models }

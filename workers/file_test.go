@@ -69,6 +69,32 @@ func newFileWorker(t *testing.T, st *store.Store, adm *fakeAdmission, c *workers
 	return w
 }
 
+// TestFileWorkerCallingBeforeCall: the job tells admission right before
+// its call (a window limiter moves its charge from the job's start to
+// the call), once, after its start.
+func TestFileWorkerCallingBeforeCall(t *testing.T) {
+	t.Parallel()
+	st, adm, q := newStore(t), &fakeAdmission{}, &fakeQueue{}
+	var before []string
+	model := &fakeLLM{CompleteFunc: func(r llm.Request) (llm.Response, error) {
+		before = adm.Events("")
+		return answer("Adds b.")(r)
+	}}
+	pr := testPR(t, 209)
+	f, task := plannedFile(t, st, pr, jobs.KindSummary)
+	w := newFileWorker(t, st, adm, newCaller(t, adm, model, nil, nil), q, nil)
+	if err := w.ProcessTask(context.Background(), task); err != nil {
+		t.Fatal(err)
+	}
+	id := jobs.FileTaskID(f)
+	if n := len(before); n < 2 || before[0] != "started "+id || before[n-1] != "calling "+id {
+		t.Fatalf("admission heard %q before the call; want the start first and calling last", before)
+	}
+	if got := adm.Events("calling"); len(got) != 1 {
+		t.Fatalf("calling %q, want once", got)
+	}
+}
+
 func TestFileWorker(t *testing.T) {
 	t.Parallel()
 	cases := []struct {

@@ -166,28 +166,36 @@ func buildWorkload(prs []corpus.PR, b Flags) benchWorkload {
 
 // benchResult is one strategy's figures.
 type benchResult struct {
-	Strategy          string             `json:"strategy"`
-	Processes         int                `json:"processes"`
-	Complete          bool               `json:"complete"`
-	PRsDone           int                `json:"prs_done"`
-	PRs               int                `json:"prs"`
-	Provider429s      int64              `json:"provider_429s"`
-	LLMCalls          int64              `json:"llm_calls"`
-	HandlerRuns       int64              `json:"handler_runs"`
-	HandlerRunsPerLLM float64            `json:"handler_runs_per_llm_call"`
-	RedisCmdsPerLLM   float64            `json:"redis_commands_per_llm_call"`
-	TPMUtilisation    float64            `json:"tpm_utilisation"`
-	RPMUtilisation    float64            `json:"rpm_utilisation"`
-	WorstVsAllowance  float64            `json:"worst_interval_vs_allowance"`
-	WorstWindowVsTPM  float64            `json:"worst_period_window_vs_tpm"`
-	ChatWaitP50       float64            `json:"chat_wait_p50_s"`
-	ChatWaitP99       float64            `json:"chat_wait_p99_s"`
-	ChatsAnswered     int                `json:"chats_answered"`
-	Chats             int                `json:"chats"`
-	PRTimeP50         map[string]float64 `json:"pr_time_p50_s"`
-	PRTimeP95         map[string]float64 `json:"pr_time_p95_s"`
-	Inversions        int                `json:"priority_inversions"`
-	Jain              map[string]float64 `json:"jain_index"`
+	Strategy          string  `json:"strategy"`
+	Processes         int     `json:"processes"`
+	Complete          bool    `json:"complete"`
+	PRsDone           int     `json:"prs_done"`
+	PRs               int     `json:"prs"`
+	Provider429s      int64   `json:"provider_429s"`
+	LLMCalls          int64   `json:"llm_calls"`
+	HandlerRuns       int64   `json:"handler_runs"`
+	HandlerRunsPerLLM float64 `json:"handler_runs_per_llm_call"`
+	RedisCmdsPerLLM   float64 `json:"redis_commands_per_llm_call"`
+	// TPMUtilisation is how much of the review model's limit was used
+	// from the first admission to the last: against a bucket provider,
+	// admitted over what the bucket allowed (burst + rate·span); against
+	// a window provider, the mean fill of its windows over that span
+	// (ratelimit.WindowReport.WhileQueued).
+	TPMUtilisation float64 `json:"tpm_utilisation"`
+	// TPMUtilisationBucket is the bucket's measure whatever the provider
+	// (what the bench printed for a window provider before).
+	TPMUtilisationBucket float64            `json:"tpm_utilisation_bucket_measure"`
+	RPMUtilisation       float64            `json:"rpm_utilisation"`
+	WorstVsAllowance     float64            `json:"worst_interval_vs_allowance"`
+	WorstWindowVsTPM     float64            `json:"worst_period_window_vs_tpm"`
+	ChatWaitP50          float64            `json:"chat_wait_p50_s"`
+	ChatWaitP99          float64            `json:"chat_wait_p99_s"`
+	ChatsAnswered        int                `json:"chats_answered"`
+	Chats                int                `json:"chats"`
+	PRTimeP50            map[string]float64 `json:"pr_time_p50_s"`
+	PRTimeP95            map[string]float64 `json:"pr_time_p95_s"`
+	Inversions           int                `json:"priority_inversions"`
+	Jain                 map[string]float64 `json:"jain_index"`
 	// JainSummed is Jain's index of tokens summed over the windows in
 	// which all of a tier's tenants waited (jainSummed).
 	JainSummed map[string]float64 `json:"jain_index_summed"`
@@ -463,9 +471,19 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 		adm = append(adm, ratelimit.Admission{At: x.At, Cost: x.Cost})
 		reqs = append(reqs, ratelimit.Admission{At: x.At, Cost: 1})
 	}
+	// the provider's ledger of the review model, for reading a run after
+	// the fact (per-window fill against the calls' waits)
+	if ab, err := json.Marshal(fakes.OpenAI.Admissions(review)); err == nil {
+		os.WriteFile(filepath.Join(b.out, fmt.Sprintf("%s-%d-admissions.json", strategy, processes)), ab, 0o644)
+	}
 	tr := ratelimit.CheckIntervals(adm, lim.TokensPerPeriod, lim.Period, lim.BurstTokens)
 	rr := ratelimit.CheckIntervals(reqs, lim.RequestsPerPeriod, lim.Period, lim.BurstRequests)
 	res.TPMUtilisation, res.RPMUtilisation, res.WorstVsAllowance = tr.Utilisation, rr.Utilisation, tr.WorstRatio
+	res.TPMUtilisationBucket = tr.Utilisation
+	if b.providerLimiter == fakeopenai.LimiterWindow {
+		// the fake's window is the period
+		res.TPMUtilisation = ratelimit.CheckWindows(adm, lim.TokensPerPeriod, lim.Period).WhileQueued
+	}
 	res.WorstWindowVsTPM = float64(stats[review].MaxWindowTokens) / float64(lim.TokensPerPeriod)
 	res.Series = series(fakes.OpenAI.Admissions(review), start, lim.Period/6)
 	cost.saturated(&res.RedisCost, fakes.OpenAI, []string{cfg.Jobs.SummaryModel, cfg.Jobs.ReviewModel})

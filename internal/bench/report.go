@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/prq-dev/prq/fake/fakeopenai"
 	"github.com/prq-dev/prq/internal/config"
 )
 
@@ -29,6 +30,12 @@ func writeBench(out io.Writer, b Flags, results, scale []benchResult) error {
 	row("chats answered", func(r benchResult) string { return fmt.Sprintf("%d/%d", r.ChatsAnswered, r.Chats) })
 	row("provider 429s", func(r benchResult) string { return fmt.Sprint(r.Provider429s) })
 	row("TPM utilisation while queued (review model)", func(r benchResult) string { return pctf(r.TPMUtilisation) })
+	if b.providerLimiter == fakeopenai.LimiterWindow {
+		// against a window the figure above is its mean fill from the
+		// first admission to the last; the bucket's measure (the mean fill
+		// up to a window after the last admission) is kept beside it
+		row("TPM utilisation, bucket's measure (total / limit·(1+span/W))", func(r benchResult) string { return pctf(r.TPMUtilisationBucket) })
+	}
 	row("unused TPM: lost while jobs waited / while none did / left at the end", func(r benchResult) string {
 		return pctf(r.Loss.WhileQueued) + " / " + pctf(r.Loss.NothingQueued) + " / " + pctf(r.Loss.LeftAtEnd)
 	})

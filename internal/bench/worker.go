@@ -32,6 +32,7 @@ type callRecord struct {
 	Class   string `json:"class"`
 	Tenant  int64  `json:"tenant"`
 	Created int64  `json:"created"` // job planned, unix ms
+	Start   int64  `json:"start"`   // handler started, unix ms
 	At      int64  `json:"at"`      // call started, unix ms
 	Tokens  int64  `json:"tokens"`  // estimate
 	Model   string `json:"model"`
@@ -50,6 +51,7 @@ type taskMeta struct {
 	tenant      int64
 	created     int64
 	tokens      int64
+	start       int64
 }
 
 // recorder wraps the worker's LLM client and handlers for the benchmark.
@@ -79,6 +81,7 @@ func (r *recorder) handler(h asynq.Handler) asynq.Handler {
 					m = taskMeta{kind: string(f.Kind), class: string(f.Tier), tenant: f.PR.Installation, created: f.Created, tokens: f.Estimate}
 				}
 			}
+			m.start = time.Now().UnixMilli()
 			r.mu.Lock()
 			r.meta[id] = m
 			r.mu.Unlock()
@@ -102,7 +105,7 @@ func (r *recorder) Complete(ctx context.Context, req llm.Request) (llm.Response,
 		outcome = "error"
 	}
 	r.mu.Lock()
-	r.calls = append(r.calls, callRecord{Task: id, Kind: m.kind, Class: m.class, Tenant: m.tenant, Created: m.created, At: at, Tokens: m.tokens, Model: req.Model, Outcome: outcome})
+	r.calls = append(r.calls, callRecord{Task: id, Kind: m.kind, Class: m.class, Tenant: m.tenant, Created: m.created, Start: m.start, At: at, Tokens: m.tokens, Model: req.Model, Outcome: outcome})
 	r.mu.Unlock()
 	return resp, err
 }

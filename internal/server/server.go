@@ -129,7 +129,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, connOpt asyn
 		chatCap = *cfg.Scheduler.ChatCap
 	}
 	s.sched, err = admission.New(rdb, buckets, s.client, s.insp, admission.Config{
-		Strict: cfg.Scheduler.Mode == "strict", Weights: weights, ChatShare: *cfg.Scheduler.ChatShare, ChatCap: chatCap, Aging: cfg.Scheduler.Aging.D(),
+		Strict: cfg.Scheduler.Mode == "strict", Weights: weights, ChatShare: *cfg.Scheduler.ChatShare, ChatModels: []string{cfg.Jobs.ChatModel}, ChatCap: chatCap, Aging: cfg.Scheduler.Aging.D(),
 	}, log.With("component", "admission"))
 	if err != nil {
 		return nil, err
