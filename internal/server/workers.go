@@ -251,6 +251,10 @@ func (s *Server) startServers(ctx context.Context, handler asynq.Handler, retryD
 			}),
 		}
 	}
+	// idle queues are answered in-process until work is put on them
+	if err := s.gate.Listen(ctx); err != nil {
+		s.log.Warn("no dispatch wakes: the worker's asynq servers poll Redis", "err", err)
+	}
 	batch := asynq.NewServerFromRedisClient(s.rdb, config(sl.batch, jobs.QueuePriorities, 20*time.Millisecond))
 	err := batch.Start(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 		sl.batchRunning.Add(1)
