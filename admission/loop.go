@@ -2,6 +2,10 @@ package admission
 
 import (
 	"context"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -19,8 +23,16 @@ type RunConfig struct {
 	// Poll is the sleep when this process has no free slot. Defaults to 20ms.
 	Poll time.Duration
 	// MaxSleep bounds a sleep while tickets wait for room or none wait; a
-	// new ticket wakes the loop at once (pub/sub). Defaults to 250ms.
+	// new ticket wakes the loop at once (pub/sub), unless it is batch and
+	// the head waits for tokens. Of the processes, only the last to attempt
+	// attempts again when MaxSleep or the wait is over (the others stay
+	// Behind it). Defaults to 250ms.
 	MaxSleep time.Duration
+	// Behind is how far behind the leading process (the last to attempt)
+	// the others' loops attempt, so its announcement reaches them first
+	// and they skip an attempt it covered: Behind plus up to twice that at
+	// random. Defaults to 10ms.
+	Behind time.Duration
 	// ReconcileEvery is the reconciler's period. Defaults to 5s.
 	ReconcileEvery time.Duration
 	// TicketOf rebuilds a ticket from a held task without one (a crash
@@ -48,30 +60,35 @@ func (s *Scheduler) Run(ctx context.Context, rc RunConfig) {
 	if rc.MaxSleep == 0 {
 		rc.MaxSleep = 250 * time.Millisecond
 	}
+	if rc.Behind == 0 {
+		rc.Behind = 10 * time.Millisecond
+	}
 	if rc.Beat == 0 {
 		rc.Beat = time.Second
 	}
 	if rc.ProcessTTL == 0 {
 		rc.ProcessTTL = 4 * time.Second
 	}
-	wake := map[string]chan struct{}{}
+	me := strconv.FormatUint(rand.Uint64(), 36)
+	wake := map[string]*wakes{}
 	byChannel := map[string]string{}
 	var channels []string
 	for model := range s.buckets {
-		wake[model] = make(chan struct{}, 1)
+		wake[model] = newWakes(me)
 		keys, _, _ := s.keys(model)
 		byChannel[keys.wake()] = model
 		channels = append(channels, keys.wake())
 	}
 	sub := s.rdb.Subscribe(ctx, channels...)
 	defer sub.Close()
+	// subscribed before the first attempt: the loops hear each other's
+	if _, err := sub.Receive(ctx); err != nil && ctx.Err() == nil {
+		s.log.WarnContext(ctx, "admission wakes: subscribe failed", "err", err)
+	}
 	go func() {
 		for msg := range sub.Channel() {
-			if c, ok := wake[byChannel[msg.Channel]]; ok {
-				select {
-				case c <- struct{}{}:
-				default:
-				}
+			if w, ok := wake[byChannel[msg.Channel]]; ok {
+				w.hear(msg.Payload)
 			}
 		}
 	}()
@@ -112,56 +129,223 @@ func (s *Scheduler) Run(ctx context.Context, rc RunConfig) {
 	}
 }
 
-func (s *Scheduler) loop(ctx context.Context, model string, rc RunConfig, wake <-chan struct{}) {
+// wakes is what a model's loop hears on the model's channel: new tickets
+// (their class and time) and every process's attempts (announcements).
+//
+// Every process runs a loop per model, and each attempt runs the whole
+// admission script, so the loops share the work: after each attempt a
+// loop announces what it found (its time, the wait until the head fits,
+// whether its own capacity cut it short). The last to announce leads: it
+// attempts when the wait is over and when a ticket arrives; the others
+// stay Behind it and skip what a complete announcement covered (an
+// attempt that began after the ticket came). A leader that dies or has no
+// free slot costs the others Behind.
+type wakes struct {
+	me     string        // this process
+	signal chan struct{} // a ticket arrived (coalesced)
+	heard  chan heard    // the latest announcement of another process
+	mu     sync.Mutex
+	leader string // the last process to announce
+	ticket int64  // the latest ticket's time (µs, the script's clock)
+	chat   bool   // a chat ticket among those not covered yet
+	seen   int64  // the latest complete attempt's time
+}
+
+type heard struct {
+	wait     time.Duration // 0: nothing waits for tokens
+	complete bool          // the attempt was not cut short by the announcer's capacity
+}
+
+func newWakes(me string) *wakes {
+	return &wakes{me: me, signal: make(chan struct{}, 1), heard: make(chan heard, 1)}
+}
+
+// announcement is the payload of an attempt's announcement.
+func announcement(me string, at int64, wait time.Duration, complete bool) string {
+	c := "0"
+	if complete {
+		c = "1"
+	}
+	return "a|" + me + "|" + strconv.FormatInt(wait.Microseconds(), 10) + "|" + c + "|" + strconv.FormatInt(at, 10)
+}
+
+// hear takes one message, in the channel's order: "t|class|µs" (a
+// ticket) or "a|process|wait µs|complete|µs" (an attempt); anything else
+// counts as a chat ticket that only a later complete attempt covers.
+func (w *wakes) hear(payload string) {
+	f := strings.Split(payload, "|")
+	if len(f) == 5 && f[0] == "a" {
+		wait, _ := strconv.ParseInt(f[2], 10, 64)
+		at, _ := strconv.ParseInt(f[4], 10, 64)
+		h := heard{wait: time.Duration(wait) * time.Microsecond, complete: f[3] == "1"}
+		w.mu.Lock()
+		w.leader = f[1]
+		if h.complete && at > w.seen {
+			w.seen = at
+			if w.seen >= w.ticket {
+				w.chat = false
+			}
+		}
+		w.mu.Unlock()
+		if f[1] == w.me {
+			return
+		}
+		for { // keep the latest
+			select {
+			case w.heard <- h:
+				return
+			default:
+			}
+			select {
+			case <-w.heard:
+			default:
+			}
+		}
+	}
+	w.mu.Lock()
+	at := w.seen + 1 // unknown: after every attempt heard so far
+	chat := true
+	if len(f) == 3 && f[0] == "t" {
+		if v, err := strconv.ParseInt(f[2], 10, 64); err == nil {
+			at = v
+		}
+		chat = f[1] == "chat"
+	}
+	if at > w.seen {
+		w.ticket = max(w.ticket, at)
+		w.chat = w.chat || chat
+	}
+	w.mu.Unlock()
+	select {
+	case w.signal <- struct{}{}:
+	default:
+	}
+}
+
+// uncovered reports whether a ticket came that no complete attempt has
+// seen, and whether one of those is chat.
+func (w *wakes) uncovered() (any, chat bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.ticket > w.seen, w.chat
+}
+
+// leads reports whether this process announced last, or nobody has.
+func (w *wakes) leads() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.leader == w.me || w.leader == ""
+}
+
+func earliest(a, b time.Time) time.Time {
+	switch {
+	case a.IsZero():
+		return b
+	case b.IsZero() || a.Before(b):
+		return a
+	}
+	return b
+}
+
+// jitter is how far behind the leader the others stay: enough for its
+// announcement to arrive first.
+func jitter(behind time.Duration) time.Duration {
+	return behind + rand.N(2*behind)
+}
+
+func (s *Scheduler) loop(ctx context.Context, model string, rc RunConfig, w *wakes) {
+	keys, _, _ := s.keys(model)
 	backoff := rc.Poll
 	var chatAt time.Time // with batch slots full: when chat is worth another try
+	next := time.Now()   // the next attempt of this loop's own
+	var follow time.Time // the next look at tickets others may have covered
+	var bound time.Time  // the head waits for tokens until then
+	timer := time.NewTimer(0)
+	defer timer.Stop()
 	for ctx.Err() == nil {
+		timer.Reset(max(time.Until(earliest(next, follow)), 0))
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+			if time.Now().Before(next) { // a follow-up
+				follow = time.Time{}
+				if any, _ := w.uncovered(); !any {
+					continue
+				}
+			}
+		case h := <-w.heard: // another process attempted
+			now := time.Now()
+			if !h.complete { // its capacity cut it short: there may be more for us
+				next = earliest(next, now.Add(jitter(rc.Behind)))
+				continue
+			}
+			bound = time.Time{}
+			if h.wait > 0 {
+				bound = now.Add(h.wait)
+			}
+			d := h.wait
+			if d <= 0 || d > rc.MaxSleep {
+				d = rc.MaxSleep
+			}
+			next = now.Add(d + jitter(rc.Behind))
+			continue
+		case <-w.signal: // a ticket
+			chatAt = time.Time{}
+			now := time.Now()
+			any, chat := w.uncovered()
+			if !any || (!chat && now.Before(bound)) {
+				// seen already; or batch while the head waits for tokens:
+				// it waits its turn (the attempt at bound, or within MaxSleep)
+				continue
+			}
+			if !w.leads() {
+				follow = earliest(follow, now.Add(jitter(rc.Behind)))
+				continue
+			}
+		}
 		budget, chat := rc.Capacity(), 0
 		if rc.ChatCapacity != nil {
 			chat = rc.ChatCapacity()
 		}
 		if budget <= 0 && (chat <= 0 || time.Now().Before(chatAt)) {
-			if sleep(ctx, rc.Poll, wake) {
-				chatAt = time.Time{} // a new ticket
-			}
+			next = time.Now().Add(rc.Poll)
 			continue
 		}
-		adm, wait, err := s.admit(ctx, model, max(budget, chat), budget)
+		adm, wait, at, err := s.attempt(ctx, model, max(budget, chat), budget)
 		if err != nil {
 			if ctx.Err() == nil {
 				s.log.WarnContext(ctx, "admission failed", "model", model, "err", err)
 			}
-			sleep(ctx, backoff, nil)
+			next = time.Now().Add(backoff)
 			backoff = min(backoff*2, 2*time.Second)
 			continue
 		}
 		backoff = rc.Poll
 		s.Release(ctx, adm)
-		if len(adm) > 0 {
+		// cut short by this process's capacity: the others may admit more
+		complete := len(adm) < budget
+		s.rdb.Publish(ctx, keys.wake(), announcement(w.me, at, wait, complete))
+		now := time.Now()
+		follow = time.Time{}
+		bound = time.Time{}
+		if wait > 0 {
+			bound = now.Add(wait)
+		}
+		if len(adm) > 0 && !complete {
+			next = now // more may fit in slots this process has yet to see
 			continue
 		}
-		// nothing fits until wait (exact), or nothing waits: sleep until
-		// then, or until a new ticket arrives
+		// nothing (more) fits until wait (exact), or nothing waits: sleep
+		// until then, or until a new ticket arrives
 		if wait <= 0 || wait > rc.MaxSleep {
 			wait = rc.MaxSleep
 		}
 		if budget <= 0 { // only chat could go: watch for a batch slot meanwhile
-			chatAt = time.Now().Add(wait)
+			chatAt = now.Add(wait)
+			next = now.Add(rc.Poll)
 			continue
 		}
-		sleep(ctx, wait, wake)
+		next = now.Add(wait)
 	}
-}
-
-// sleep waits d, or until ctx ends or wake fires; it reports a wake.
-func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	case <-wake:
-		return true
-	}
-	return false
 }
