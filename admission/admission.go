@@ -165,6 +165,10 @@ func (s *Scheduler) RegisterAt(ctx context.Context, t Ticket, at time.Time) erro
 	if err := script.Run(ctx, s.rdb, keys.list(), "delay", s.now(), t.ID, encodeTicket(t.stored()), at.UnixMicro()).Err(); err != nil {
 		return fmt.Errorf("admission: delay %s: %w", t.ID, err)
 	}
+	// the loops sleep long while no ticket waits: tell them when to look
+	if err := s.rdb.Publish(ctx, keys.wake(), "d|"+strconv.FormatInt(at.UnixMicro(), 10)).Err(); err != nil {
+		s.log.WarnContext(ctx, "admission: delayed ticket's wake failed; the loops find it within their idle sleep", "task", t.ID, "err", err)
+	}
 	return nil
 }
 

@@ -76,7 +76,7 @@ func TestOnlyTheLeaderAttempts(t *testing.T) {
 	s, cnt, admitted, register := leadSetup(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	rc := admission.RunConfig{Capacity: func() int { return 4 }, MaxSleep: time.Hour, Behind: time.Hour}
+	rc := admission.RunConfig{Capacity: func() int { return 4 }, MaxSleep: time.Hour, IdleSleep: time.Hour, Behind: time.Hour}
 	go s.Run(ctx, rc)
 	go s.Run(ctx, rc)
 	for deadline := time.Now().Add(30 * time.Second); cnt.n.Load() < 2; time.Sleep(time.Millisecond) {
@@ -110,13 +110,32 @@ func TestOthersAdmitWhenTheLeaderHasNoSlots(t *testing.T) {
 	defer cancel()
 	var capA, capB atomic.Int64
 	capA.Store(4)
-	go s.Run(ctx, admission.RunConfig{Capacity: func() int { return int(capA.Load()) }, MaxSleep: time.Hour})
+	go s.Run(ctx, admission.RunConfig{Capacity: func() int { return int(capA.Load()) }, MaxSleep: time.Hour, IdleSleep: time.Hour})
 	// B never polls for a slot on its own (Poll), nor looks again (MaxSleep)
-	go s.Run(ctx, admission.RunConfig{Capacity: func() int { return int(capB.Load()) }, MaxSleep: time.Hour, Poll: time.Hour})
+	go s.Run(ctx, admission.RunConfig{Capacity: func() int { return int(capB.Load()) }, MaxSleep: time.Hour, IdleSleep: time.Hour, Poll: time.Hour})
 	register(0)
 	waitAdmitted(t, admitted, "t0") // by A, the only one with slots: A leads
 	capA.Store(0)
 	capB.Store(4)
 	register(1)
 	waitAdmitted(t, admitted, "t1")
+}
+
+// A ticket delayed (a retry's backoff) is admitted when it comes due,
+// although no loop would look again for an hour on its own: RegisterAt
+// tells the loops when.
+func TestDelayedTicketWakesTheLoops(t *testing.T) {
+	s, _, admitted, register := leadSetup(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rc := admission.RunConfig{Capacity: func() int { return 4 }, MaxSleep: time.Hour, IdleSleep: time.Hour}
+	go s.Run(ctx, rc)
+	go s.Run(ctx, rc)
+	register(0)
+	waitAdmitted(t, admitted, "t0")
+	tk := admission.Ticket{ID: "later", Queue: "paid", Model: "lead", Class: "paid", Tenant: "1", Index: 1, Total: 100, Tokens: 10}
+	if err := s.RegisterAt(ctx, tk, time.Now().Add(100*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	waitAdmitted(t, admitted, "later")
 }

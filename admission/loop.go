@@ -28,6 +28,9 @@ type RunConfig struct {
 	// attempts again when MaxSleep or the wait is over (the others stay
 	// Behind it). Defaults to 250ms.
 	MaxSleep time.Duration
+	// IdleSleep bounds the leader's sleep while no ticket waits: new
+	// tickets and delayed ones coming due wake it. Defaults to 2s.
+	IdleSleep time.Duration
 	// Behind is how far behind the leading process (the last to attempt)
 	// the others' loops attempt, so its announcement reaches them first
 	// and they skip an attempt it covered: Behind plus up to twice that at
@@ -59,6 +62,9 @@ func (s *Scheduler) Run(ctx context.Context, rc RunConfig) {
 	}
 	if rc.MaxSleep == 0 {
 		rc.MaxSleep = 250 * time.Millisecond
+	}
+	if rc.IdleSleep == 0 {
+		rc.IdleSleep = 2 * time.Second
 	}
 	if rc.Behind == 0 {
 		rc.Behind = 10 * time.Millisecond
@@ -145,15 +151,17 @@ type wakes struct {
 	signal chan struct{} // a ticket arrived (coalesced)
 	heard  chan heard    // the latest announcement of another process
 	mu     sync.Mutex
-	leader string // the last process to announce
-	ticket int64  // the latest ticket's time (µs, the script's clock)
-	chat   bool   // a chat ticket among those not covered yet
-	seen   int64  // the latest complete attempt's time
+	leader string      // the last process to announce
+	ticket int64       // the latest ticket's time (µs, the script's clock)
+	chat   bool        // a chat ticket among those not covered yet
+	seen   int64       // the latest complete attempt's time
+	due    []time.Time // delayed tickets coming due, not yet taken by the loop
 }
 
 type heard struct {
 	wait     time.Duration // 0: nothing waits for tokens
 	complete bool          // the attempt was not cut short by the announcer's capacity
+	idle     bool          // complete, and no ticket waits at all
 }
 
 func newWakes(me string) *wakes {
@@ -178,6 +186,7 @@ func (w *wakes) hear(payload string) {
 		wait, _ := strconv.ParseInt(f[2], 10, 64)
 		at, _ := strconv.ParseInt(f[4], 10, 64)
 		h := heard{wait: time.Duration(wait) * time.Microsecond, complete: f[3] == "1"}
+		h.idle = h.complete && wait == 0 && at > 0
 		w.mu.Lock()
 		w.leader = f[1]
 		if h.complete && at > w.seen {
@@ -200,6 +209,20 @@ func (w *wakes) hear(payload string) {
 			case <-w.heard:
 			default:
 			}
+		}
+	}
+	if len(f) == 2 && f[0] == "d" { // a delayed ticket: due then
+		if us, err := strconv.ParseInt(f[1], 10, 64); err == nil {
+			w.mu.Lock()
+			if len(w.due) < 1000 {
+				w.due = append(w.due, time.UnixMicro(us))
+			}
+			w.mu.Unlock()
+			select {
+			case w.signal <- struct{}{}:
+			default:
+			}
+			return
 		}
 	}
 	w.mu.Lock()
@@ -231,10 +254,33 @@ func (w *wakes) uncovered() (any, chat bool) {
 }
 
 // leads reports whether this process announced last, or nobody has.
+// dues takes the delayed tickets' due times heard since the last call.
+func (w *wakes) dues() []time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	d := w.due
+	w.due = nil
+	return d
+}
+
 func (w *wakes) leads() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.leader == w.me || w.leader == ""
+}
+
+// sleepFor is the sleep after an attempt whose head waits wait: at most
+// MaxSleep (room given back may let it in earlier), IdleSleep when no
+// ticket waits at all (idle; not a paused model, whose attempt has no
+// time).
+func sleepFor(rc RunConfig, wait time.Duration, idle bool) time.Duration {
+	switch {
+	case idle:
+		return rc.IdleSleep
+	case wait <= 0 || wait > rc.MaxSleep:
+		return rc.MaxSleep
+	}
+	return wait
 }
 
 func earliest(a, b time.Time) time.Time {
@@ -260,15 +306,16 @@ func (s *Scheduler) loop(ctx context.Context, model string, rc RunConfig, w *wak
 	next := time.Now()   // the next attempt of this loop's own
 	var follow time.Time // the next look at tickets others may have covered
 	var bound time.Time  // the head waits for tokens until then
+	var due time.Time    // the earliest delayed ticket not yet due at the last attempt
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for ctx.Err() == nil {
-		timer.Reset(max(time.Until(earliest(next, follow)), 0))
+		timer.Reset(max(time.Until(earliest(earliest(next, follow), due)), 0))
 		select {
 		case <-ctx.Done():
 			return
 		case <-timer.C:
-			if time.Now().Before(next) { // a follow-up
+			if now := time.Now(); now.Before(next) && (due.IsZero() || now.Before(due)) { // a follow-up
 				follow = time.Time{}
 				if any, _ := w.uncovered(); !any {
 					continue
@@ -284,15 +331,17 @@ func (s *Scheduler) loop(ctx context.Context, model string, rc RunConfig, w *wak
 			if h.wait > 0 {
 				bound = now.Add(h.wait)
 			}
-			d := h.wait
-			if d <= 0 || d > rc.MaxSleep {
-				d = rc.MaxSleep
-			}
-			next = now.Add(d + jitter(rc.Behind))
+			next = now.Add(sleepFor(rc, h.wait, h.idle) + jitter(rc.Behind))
 			continue
-		case <-w.signal: // a ticket
+		case <-w.signal: // a ticket, or a delayed one's due time
 			chatAt = time.Time{}
 			now := time.Now()
+			for _, d := range w.dues() {
+				if !w.leads() {
+					d = d.Add(jitter(rc.Behind))
+				}
+				due = earliest(due, d)
+			}
 			any, chat := w.uncovered()
 			if !any || (!chat && now.Before(bound)) {
 				// seen already; or batch while the head waits for tokens:
@@ -303,6 +352,9 @@ func (s *Scheduler) loop(ctx context.Context, model string, rc RunConfig, w *wak
 				follow = earliest(follow, now.Add(jitter(rc.Behind)))
 				continue
 			}
+		}
+		if !due.After(time.Now()) {
+			due = time.Time{} // this attempt registers it (or the next, if this one cannot run)
 		}
 		budget, chat := rc.Capacity(), 0
 		if rc.ChatCapacity != nil {
@@ -338,9 +390,7 @@ func (s *Scheduler) loop(ctx context.Context, model string, rc RunConfig, w *wak
 		}
 		// nothing (more) fits until wait (exact), or nothing waits: sleep
 		// until then, or until a new ticket arrives
-		if wait <= 0 || wait > rc.MaxSleep {
-			wait = rc.MaxSleep
-		}
+		wait = sleepFor(rc, wait, wait == 0 && at > 0)
 		if budget <= 0 { // only chat could go: watch for a batch slot meanwhile
 			chatAt = now.Add(wait)
 			next = now.Add(rc.Poll)
