@@ -253,7 +253,6 @@ func (w *wakes) uncovered() (any, chat bool) {
 	return w.ticket > w.seen, w.chat
 }
 
-// leads reports whether this process announced last, or nobody has.
 // dues takes the delayed tickets' due times heard since the last call.
 func (w *wakes) dues() []time.Time {
 	w.mu.Lock()
@@ -263,6 +262,7 @@ func (w *wakes) dues() []time.Time {
 	return d
 }
 
+// leads reports whether this process announced last, or nobody has.
 func (w *wakes) leads() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -390,7 +390,7 @@ func (s *Scheduler) loop(ctx context.Context, model string, rc RunConfig, w *wak
 		}
 		// nothing (more) fits until wait (exact), or nothing waits: sleep
 		// until then, or until a new ticket arrives
-		wait = sleepFor(rc, wait, wait == 0 && at > 0)
+		wait = sleepFor(rc, wait, complete && wait == 0 && at > 0)
 		if budget <= 0 { // only chat could go: watch for a batch slot meanwhile
 			chatAt = now.Add(wait)
 			next = now.Add(rc.Poll)
