@@ -94,6 +94,18 @@ func (g *Gate) Wake(queues ...string) {
 	}
 }
 
+// Empty reports whether this process knows queue q empty: its last real
+// dequeue found nothing, no wake came since, and the re-check is not due.
+func (g *Gate) Empty(q string) bool {
+	if !g.listening.Load() {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	st := g.queues[q]
+	return st != nil && st.empty && g.Now().Sub(st.checked) < g.Recheck
+}
+
 // Stats reports the dequeues answered locally and those sent to Redis.
 func (g *Gate) Stats() (local, real int64) { return g.local.Load(), g.real.Load() }
 

@@ -102,6 +102,9 @@ func TestGateAnswersLocallyWhileEmpty(t *testing.T) {
 	if after := w.cnt.n.Load(); after != before {
 		t.Fatalf("%d dequeues reached Redis while the queue was known empty", after-before)
 	}
+	if !w.gate.Empty("q") || w.gate.Empty("other") {
+		t.Fatal("Empty: want q known empty, a queue never looked at not")
+	}
 }
 
 // Work released by another process (its own client and gate: the writer
@@ -205,5 +208,12 @@ func TestWakeDuringLookKeepsQueueOpen(t *testing.T) {
 	}
 	if err := look(false); err != redis.Nil || g.real.Load() != real+1 {
 		t.Fatal("a queue found empty with no wake since was looked at again")
+	}
+	if !g.Empty("q") {
+		t.Fatal("a queue found empty is not known empty")
+	}
+	g.Wake("q")
+	if g.Empty("q") {
+		t.Fatal("a woken queue is still known empty")
 	}
 }
