@@ -246,7 +246,7 @@ func (s *Scheduler) attempt(ctx context.Context, model string, budget, batch int
 	args := []any{"admit", s.now(), strconv.Itoa(budget) + ":" + strconv.Itoa(min(max(batch, 0), budget)), mode, strconv.FormatFloat(s.cfg.ChatShare, 'f', 6, 64), s.cfg.Aging.Microseconds(),
 		s.cfg.ReleaseTimeout.Microseconds(), s.cfg.Weights[jobs.TierPaid], s.cfg.Weights[jobs.TierTrial], s.cfg.Weights[jobs.TierFree],
 		strconv.FormatFloat(s.cfg.ChatCap, 'f', 6, 64)}
-	args = append(args, b.ScriptArgs([4]int64{0, 1, 0, 1})...)
+	args = append(args, b.ScriptArgs(ratelimit.Marks)...)
 	res, err := script.Run(ctx, s.rdb, keys.list(), args...).Slice()
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("admission: admit %s: %w", model, err)
@@ -306,20 +306,67 @@ func (s *Scheduler) Release(ctx context.Context, adm []Admitted) {
 			s.log.InfoContext(ctx, "admitted task is gone (superseded or deleted)", "task", a.ID, "queue", a.Queue)
 			s.forget(ctx, a.Model, a.ID)
 		default:
-			// already pending or active: fine; anything else the reconciler retries
-			if !s.onItsWay(a.Queue, a.ID) {
+			// pending already: fine; active: its handler put it back into
+			// admission and has not returned yet (release it when it has);
+			// anything else the reconciler retries
+			switch s.stateOf(a.Queue, a.ID) {
+			case asynq.TaskStatePending:
+			case asynq.TaskStateActive:
+				s.releaseWhenHeld(ctx, a)
+			default:
 				s.log.WarnContext(ctx, "release failed; the reconciler will retry", "task", a.ID, "err", err)
 			}
 		}
 	}
 }
 
-// onItsWay reports whether a task is pending or active already: RunTask
-// refuses those, and asynq exports no error value to tell that refusal
-// from others, so ask for the state.
-func (s *Scheduler) onItsWay(queue, id string) bool {
+// stateOf is a task's state, 0 when it cannot be read: RunTask refuses
+// pending and active tasks, and asynq exports no error value to tell that
+// refusal from others, so ask for the state.
+func (s *Scheduler) stateOf(queue, id string) asynq.TaskState {
 	info, err := s.insp.GetTaskInfo(queue, id)
-	return err == nil && (info.State == asynq.TaskStatePending || info.State == asynq.TaskStateActive)
+	if err != nil {
+		return 0
+	}
+	return info.State
+}
+
+// heldAgainWithin bounds how long releaseWhenHeld waits for a handler
+// that put its job back into admission (a 429, a review's repair call)
+// to return; past it, the reconciler releases the task after
+// ReleaseTimeout as for any release that did not reach a handler.
+const heldAgainWithin = 10 * time.Second
+
+// releaseWhenHeld releases a task admitted while its previous run was
+// still active: the handler registered the ticket again and asynq holds
+// the task once the handler returns. Without this the task would wait for
+// the reconciler (ReleaseTimeout, 30 s by default) although its charge
+// is taken and room is kept for it.
+func (s *Scheduler) releaseWhenHeld(ctx context.Context, a Admitted) {
+	go func() {
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		deadline := time.Now().Add(heldAgainWithin)
+		for time.Now().Before(deadline) {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			switch s.stateOf(a.Queue, a.ID) {
+			case asynq.TaskStateActive:
+				continue
+			case asynq.TaskStateScheduled, asynq.TaskStateRetry:
+				if err := s.insp.RunTask(a.Queue, a.ID); err != nil && s.stateOf(a.Queue, a.ID) != asynq.TaskStatePending {
+					s.log.WarnContext(ctx, "release after the previous run failed; the reconciler will retry", "task", a.ID, "err", err)
+				}
+				return
+			default: // pending (released by another), done or gone
+				return
+			}
+		}
+		s.log.InfoContext(ctx, "admitted task still running its previous attempt; the reconciler releases it", "task", a.ID)
+	}()
 }
 
 // Started records that an admitted task reached its handler. It moves
@@ -353,7 +400,7 @@ func (s *Scheduler) TryStart(ctx context.Context, model, id string) (time.Durati
 		return 0, err
 	}
 	args := []any{"started", s.now(), id}
-	args = append(args, b.ScriptArgs([4]int64{})...)
+	args = append(args, b.ScriptArgs(ratelimit.Values{})...)
 	us, err := script.Run(ctx, s.rdb, keys.list(), args...).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("admission: started %s: %w", id, err)
@@ -395,7 +442,7 @@ func (s *Scheduler) settle(ctx context.Context, model, id string, actual ratelim
 		policy = b.Limits().Policy
 	}
 	args := []any{"settle", s.now(), id, string(policy)}
-	args = append(args, b.ScriptArgs([4]int64{actual.Requests, actual.Tokens, actual.Requests, actual.Tokens})...)
+	args = append(args, b.ScriptArgs(actual.Usage())...)
 	n, err := script.Run(ctx, s.rdb, keys.list(), args...).Int()
 	if err != nil {
 		return fmt.Errorf("admission: settle %s: %w", id, err)

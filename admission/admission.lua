@@ -266,8 +266,10 @@ elseif op == 'settle' then
     -- back in that slot, if it still counts
     local at = tonumber(redis.call('ZSCORE', KEYS[13], ARGV[3]) or '')
     for i = 1, math.min(#charged, st.n) do
+      -- an unknown actual (-1: usage not split into input and output)
+      -- leaves the charge
       local delta = charged[i] - st.val[i]
-      if ARGV[4] == 'refund' or (delta < 0 and ARGV[4] == 'debt') then B.give(st, i, delta, at) end
+      if st.val[i] >= 0 and (ARGV[4] == 'refund' or (delta < 0 and ARGV[4] == 'debt')) then B.give(st, i, delta, at) end
     end
     B.save(st)
   end
@@ -299,8 +301,8 @@ elseif op == 'admit' then
     if id and redis.call('HEXISTS', KEYS[2], id) == 0 then register(id, enc) end
   end
   -- ARGV: op, now, budget, mode, chat_share, aging_us, release_us,
-  --       w_paid, w_trial, w_free, chat_cap, dims (value 0 = a request
-  --       dimension, 1 = a token dimension)
+  --       w_paid, w_trial, w_free, chat_cap, dims (values mark the
+  --       kinds: 0 requests, 1 tokens, 2 input, 3 output tokens)
   -- budget: "n" jobs of any class, or "n:b": n jobs, at most b of them
   -- batch (the rest of the process's free slots only chat may use)
   local budget, bmax = string.match(ARGV[3], '^(%d+):(%d+)$')
@@ -321,7 +323,7 @@ elseif op == 'admit' then
   -- on the room batch must leave it
   local reservetok = 0
   for i = 1, st.n do
-    if st.val[i] ~= 0 then reservetok = math.max(reservetok, keep[i]) end
+    if st.val[i] == 1 then reservetok = math.max(reservetok, keep[i]) end
   end
   local backfills = st.n > 0
   for i = 1, st.n do
@@ -419,12 +421,14 @@ elseif op == 'admit' then
     out[#out + 1] = cand.id
     out[#out + 1] = via .. '|' .. cand.queue .. '|' .. cand.class .. '|' .. cand.tenant .. '|' .. cand.tokens .. '|' .. B.fmt(cand.enq) .. '|' .. key
   end
-  -- costsof is a ticket's charge per dimension (a request dimension
-  -- counts 1).
+  -- costsof is a ticket's charge per dimension by its kind (the value
+  -- marks it): a request counts 1, total tokens the estimate, input and
+  -- output tokens their parts of it.
   local function costsof(t)
     local c = {}
     for i = 1, st.n do
-      if st.val[i] == 0 then c[i] = 1 else c[i] = t.tokens end
+      local v = st.val[i]
+      if v == 0 then c[i] = 1 elseif v == 2 then c[i] = t.input elseif v == 3 then c[i] = t.output else c[i] = t.tokens end
     end
     return c
   end

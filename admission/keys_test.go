@@ -2,6 +2,7 @@ package admission_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -281,5 +282,49 @@ func TestStartOfABurstFromFull(t *testing.T) {
 	}
 	if got := left(); got != 500 {
 		t.Fatalf("after a rerun's start: %d tokens, want 500", got)
+	}
+}
+
+// TestKeyOrderClaimed: a process listing a model's keys in another order
+// than a running one is refused, naming the model and both orders by
+// hash (never a key); the same order is accepted and renews the claim;
+// once the claim is gone, the new order may take it.
+func TestKeyOrderClaimed(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Shared(t).Client(t)
+	model := fmt.Sprintf("order-%d", time.Now().UnixNano())
+	sched := func(keys ...string) *admission.Scheduler {
+		t.Helper()
+		b, err := ratelimit.NewKeyedBucket(rdb, model, keys, ratelimit.Limits{RequestsPerPeriod: 10, TokensPerPeriod: 1000, Period: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := admission.New(redis.UniversalClient(rdb), map[string]*ratelimit.Bucket{model: b}, nil, nil, admission.Config{}, discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	first := sched("sk-order-a", "sk-order-b")
+	if err := first.ClaimKeyOrder(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := sched("sk-order-a", "sk-order-b").ClaimKeyOrder(ctx); err != nil {
+		t.Fatalf("the same order refused: %v", err)
+	}
+	err := sched("sk-order-b", "sk-order-a").ClaimKeyOrder(ctx)
+	if !errors.Is(err, admission.ErrKeyOrder) || !strings.Contains(err.Error(), model) ||
+		!strings.Contains(err.Error(), ratelimit.KeyHash("sk-order-b")+","+ratelimit.KeyHash("sk-order-a")) {
+		t.Fatalf("the swapped order: %v", err)
+	}
+	if strings.Contains(err.Error(), "sk-order") {
+		t.Fatal("a key reached the error")
+	}
+	if ttl := rdb.TTL(ctx, "prq:keyorder:"+model).Val(); ttl <= 0 || ttl > 2*time.Minute {
+		t.Fatalf("the claim's ttl is %s, want up to 2m", ttl)
+	}
+	rdb.Del(ctx, "prq:keyorder:"+model)
+	if err := sched("sk-order-b", "sk-order-a").ClaimKeyOrder(ctx); err != nil {
+		t.Fatalf("the new order after the old claim is gone: %v", err)
 	}
 }

@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -127,6 +128,9 @@ func (s *Scheduler) Run(ctx context.Context, rc RunConfig) {
 			}
 			if err := s.Reconcile(ctx, rc, pass%12 == 0); err != nil && ctx.Err() == nil {
 				s.log.WarnContext(ctx, "reconcile failed", "err", err)
+			}
+			if err := s.ClaimKeyOrder(ctx); err != nil && ctx.Err() == nil && (pass%12 == 0 || !errors.Is(err, ErrKeyOrder)) {
+				s.log.ErrorContext(ctx, "API keys listed differently by another process: calls may go out on a key other than the one charged", "err", err)
 			}
 		}
 	}()

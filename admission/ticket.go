@@ -31,6 +31,11 @@ type Ticket struct {
 	Index, Total int
 	// Tokens is the estimated cost (the provider's admission rule).
 	Tokens int64
+	// Output is the part of Tokens that is the call's output allowance
+	// (max_tokens); the rest is its input. A model with input or output
+	// token limits charges each its part; 0 (not split) charges all of
+	// Tokens to each, never less than the call takes.
+	Output int64
 	// Enqueued is when the job first waited (zero: now, by Redis's clock).
 	Enqueued time.Time
 }
@@ -41,6 +46,8 @@ func (t Ticket) validate() error {
 		return errors.New("admission: ticket needs id, queue and model")
 	case t.Tokens < 0:
 		return fmt.Errorf("admission: ticket %s: negative cost %d", t.ID, t.Tokens)
+	case t.Output < 0 || t.Output > t.Tokens:
+		return fmt.Errorf("admission: ticket %s: output part %d outside the cost %d", t.ID, t.Output, t.Tokens)
 	case strings.ContainsAny(t.ID+t.Tenant+t.Queue, "|{}"):
 		return fmt.Errorf("admission: ticket %s: id, tenant and queue must not contain | { }", t.ID)
 	}
@@ -74,9 +81,13 @@ type storedTicket struct {
 	Queue      string
 	// Prio (>= 1) divides the cost in fair queuing; kept to 3 decimals.
 	Prio float64
+	// Output is the output part of Tokens; 0 (not split) is not written,
+	// and a ticket stored before the field existed reads as 0.
+	Output int64
 }
 
-// ticketFields is the number of fields of an encoded ticket.
+// ticketFields is the number of fields every encoded ticket has (the
+// output part, an eighth, is optional).
 const ticketFields = 7
 
 func (t Ticket) stored() storedTicket {
@@ -85,19 +96,24 @@ func (t Ticket) stored() storedTicket {
 		enq = t.Enqueued.UnixMicro()
 	}
 	return storedTicket{Class: t.Class, Tenant: t.Tenant, Rank: fmt.Sprintf("%012d%06d", t.PRSeq, t.Index),
-		Tokens: t.Tokens, EnqueuedUS: enq, Queue: t.Queue, Prio: t.prio()}
+		Tokens: t.Tokens, EnqueuedUS: enq, Queue: t.Queue, Prio: t.prio(), Output: t.Output}
 }
 
 // encodeTicket is the one writer of the stored form,
-// "class|tenant|rank|tokens|enq_us|queue|prio"; ticket.lua decodes it.
+// "class|tenant|rank|tokens|enq_us|queue|prio[|output]"; ticket.lua
+// decodes it.
 func encodeTicket(s storedTicket) string {
-	return strings.Join([]string{s.Class, s.Tenant, s.Rank, strconv.FormatInt(s.Tokens, 10),
-		strconv.FormatInt(s.EnqueuedUS, 10), s.Queue, strconv.FormatFloat(s.Prio, 'f', 3, 64)}, "|")
+	f := []string{s.Class, s.Tenant, s.Rank, strconv.FormatInt(s.Tokens, 10),
+		strconv.FormatInt(s.EnqueuedUS, 10), s.Queue, strconv.FormatFloat(s.Prio, 'f', 3, 64)}
+	if s.Output > 0 {
+		f = append(f, strconv.FormatInt(s.Output, 10))
+	}
+	return strings.Join(f, "|")
 }
 
 // decodeTicket reads what encodeTicket wrote (and what ticket.lua's stamp
-// rewrote: stamp leaves a trailing empty field). Fields past the
-// seventh are ignored.
+// rewrote: stamp leaves a trailing empty field). Fields past the eighth
+// are ignored.
 func decodeTicket(enc string) (storedTicket, error) {
 	f := strings.Split(enc, "|")
 	if len(f) < ticketFields {
@@ -113,6 +129,11 @@ func decodeTicket(enc string) (storedTicket, error) {
 	}
 	if s.Prio, err = strconv.ParseFloat(f[6], 64); err != nil {
 		return storedTicket{}, fmt.Errorf("admission: stored ticket prio: %w", err)
+	}
+	if len(f) > ticketFields && f[ticketFields] != "" {
+		if s.Output, err = strconv.ParseInt(f[ticketFields], 10, 64); err != nil {
+			return storedTicket{}, fmt.Errorf("admission: stored ticket output: %w", err)
+		}
 	}
 	return s, nil
 }

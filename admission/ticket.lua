@@ -2,10 +2,13 @@
 -- the codec test (ticket_test.go runs decode on Redis against Go's encode).
 --
 -- A ticket is stored as "class|tenant|rank|tokens|enq_us|queue|prio"
--- (Go: encodeTicket/decodeTicket in ticket.go; keep the three in step).
--- rank orders a tenant's flow (PR sequence, then the job's index); prio
--- (>= 1) divides the ticket's cost in fair queuing: the bump of a PR that
--- is further along.
+-- and optionally "|output" (Go: encodeTicket/decodeTicket in ticket.go;
+-- keep the three in step). rank orders a tenant's flow (PR sequence, then
+-- the job's index); prio (>= 1) divides the ticket's cost in fair
+-- queuing: the bump of a PR that is further along. output is the part of
+-- tokens that is the call's output allowance, the rest its input; a
+-- ticket without it charges all its tokens to each of the input and
+-- output dimensions.
 
 local function split(s)
   local out = {}
@@ -15,8 +18,15 @@ end
 
 local function decode(id, enc)
   local p = split(enc)
-  return {id = id, class = p[1], tenant = p[2], rank = p[3], tokens = tonumber(p[4]),
+  local t = {id = id, class = p[1], tenant = p[2], rank = p[3], tokens = tonumber(p[4]),
     enq = tonumber(p[5]), queue = p[6], prio = tonumber(p[7]) or 1}
+  local out = tonumber(p[8] or '')
+  if out ~= nil and out > 0 and out <= t.tokens then
+    t.input, t.output = t.tokens - out, out
+  else
+    t.input, t.output = t.tokens, t.tokens
+  end
+  return t
 end
 
 -- stamp returns enc with its enqueue time set to us (a ticket registered

@@ -16,7 +16,8 @@ import (
 // storedTicket's order, as strings, exactly as Lua holds them.
 var luaDecode = redis.NewScript(ticketLua + `
 local t = decode(ARGV[1], ARGV[2])
-return {t.id, t.class, t.tenant, t.rank, string.format('%d', t.tokens), string.format('%d', t.enq), t.queue, string.format('%.3f', t.prio)}
+return {t.id, t.class, t.tenant, t.rank, string.format('%d', t.tokens), string.format('%d', t.enq), t.queue, string.format('%.3f', t.prio),
+  string.format('%d', t.input), string.format('%d', t.output)}
 `)
 
 var luaStamp = redis.NewScript(ticketLua + `
@@ -36,6 +37,8 @@ func TestTicketCodecRoundTrip(t *testing.T) {
 		"last file":        {ID: "x", Queue: "free", Model: "m", Class: "free", Tenant: "t", Index: 9, Total: 10, Tokens: 0},
 		"empty tenant":     {ID: "y", Queue: "trial", Model: "m", Class: "trial", Index: 1, Total: 3, Tokens: 7},
 		"unicode and dots": {ID: "z.ü", Queue: "trial", Model: "m", Class: "trial", Tenant: "ténant.name", Tokens: 1 << 40},
+		"split":            {ID: "s", Queue: "paid", Model: "m", Class: "paid", Tenant: "1", Tokens: 3300, Output: 300},
+		"all output":       {ID: "o", Queue: "chat", Model: "m", Class: ClassChat, Tenant: "1", Tokens: 512, Output: 512},
 	}
 	for name, tk := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -63,7 +66,20 @@ func TestTicketCodecRoundTrip(t *testing.T) {
 			tokens, _ := strconv.ParseInt(f[4], 10, 64)
 			enq, _ := strconv.ParseInt(f[5], 10, 64)
 			prio, _ := strconv.ParseFloat(f[7], 64)
+			// input and output: the parts when split, else all tokens each
+			in, _ := strconv.ParseInt(f[8], 10, 64)
+			out, _ := strconv.ParseInt(f[9], 10, 64)
+			wantIn, wantOut := tk.Tokens-tk.Output, tk.Output
+			if tk.Output == 0 {
+				wantIn, wantOut = tk.Tokens, tk.Tokens
+			}
+			if in != wantIn || out != wantOut {
+				t.Fatalf("Lua decode of %q: input %d output %d, want %d and %d", enc, in, out, wantIn, wantOut)
+			}
 			fromLua := storedTicket{Class: f[1], Tenant: f[2], Rank: f[3], Tokens: tokens, EnqueuedUS: enq, Queue: f[6], Prio: prio}
+			if in+out == tokens && out > 0 {
+				fromLua.Output = out
+			}
 			if !reflect.DeepEqual(want, fromLua) {
 				t.Fatalf("Lua decode of %q:\n got %+v\nwant %+v", enc, fromLua, want)
 			}
@@ -79,7 +95,7 @@ func TestTicketCodecRoundTrip(t *testing.T) {
 func TestTicketStamp(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Shared(t).Client(t)
-	tk := Ticket{ID: "a", Queue: "paid", Model: "m", Class: "paid", Tenant: "1", PRSeq: 5, Index: 2, Total: 4, Tokens: 300}
+	tk := Ticket{ID: "a", Queue: "paid", Model: "m", Class: "paid", Tenant: "1", PRSeq: 5, Index: 2, Total: 4, Tokens: 300, Output: 100}
 	want := tk.stored()
 	enc, err := luaStamp.Run(context.Background(), rdb, []string{"{codec}"}, encodeTicket(want), "1900000000000001").Text()
 	if err != nil {
@@ -103,6 +119,7 @@ func TestDecodeTicketRefusesBadInput(t *testing.T) {
 		"tokens":       "paid|1|000|ten|0|paid|1.000",
 		"enqueue time": "paid|1|000|10|now|paid|1.000",
 		"priority":     "paid|1|000|10|0|paid|high",
+		"output":       "paid|1|000|10|0|paid|1.000|many",
 	} {
 		if _, err := decodeTicket(enc); err == nil {
 			t.Errorf("%s: decoded %q", name, enc)

@@ -150,11 +150,14 @@ type File struct {
 	// Index is the job's position among the plan's jobs of its kind
 	// (0..Total-1), which orders admission; the file's position in the
 	// plan's stored files travels beside it in the task payload.
-	Index    int    `json:"index"`
-	Total    int    `json:"total"` // jobs of this kind in the plan
-	Estimate int64  `json:"estimate"`
-	Model    string `json:"model"`
-	PRSeq    int64  `json:"pr_seq"` // orders a tenant's PRs, older first
+	Index    int   `json:"index"`
+	Total    int   `json:"total"` // jobs of this kind in the plan
+	Estimate int64 `json:"estimate"`
+	// EstimateOutput is the output part of Estimate (max_tokens); 0 in
+	// payloads planned before it existed (see admission.Ticket.Output).
+	EstimateOutput int64  `json:"estimate_output,omitempty"`
+	Model          string `json:"model"`
+	PRSeq          int64  `json:"pr_seq"` // orders a tenant's PRs, older first
 	// Part and Parts split the review of a file too large for one call:
 	// part Part (1-based) of Parts, each a group of whole hunks.
 	Part  int `json:"part,omitempty"`
@@ -184,8 +187,10 @@ type Chat struct {
 	Delivery  string `json:"delivery"`
 	Tier      Tier   `json:"tier"`
 	Estimate  int64  `json:"estimate"`
-	Model     string `json:"model"`
-	Created   int64  `json:"created,omitempty"` // unix ms
+	// EstimateOutput is the output part of Estimate, as File's.
+	EstimateOutput int64  `json:"estimate_output,omitempty"`
+	Model          string `json:"model"`
+	Created        int64  `json:"created,omitempty"` // unix ms
 	// Refusal asks for the polite "chat limit reached" reply instead of
 	// an answer: no LLM call, no admission. RetryAt (unix ms) is when
 	// the author may chat again.

@@ -89,6 +89,18 @@ type Limits struct {
 	// RequestsPerDay and TokensPerDay are optional daily limits (0: none).
 	// A window limiter counts them over a sliding 24 hours.
 	RequestsPerDay, TokensPerDay int64
+	// InputTokensPerPeriod and OutputTokensPerPeriod are optional limits
+	// on a call's input tokens and output tokens alone (Anthropic's ITPM
+	// and OTPM; 0: none), each its own dimension next to the total-token
+	// one: a call is charged its input estimate on the first and its
+	// output allowance (max_tokens) on the second.
+	InputTokensPerPeriod, OutputTokensPerPeriod int64
+	// BurstInputTokens and BurstOutputTokens cap them as BurstTokens
+	// caps tokens (default: a full period's limit).
+	BurstInputTokens, BurstOutputTokens int64
+	// InputTokensPerDay and OutputTokensPerDay are their daily limits
+	// (0: none), counted as TokensPerDay is.
+	InputTokensPerDay, OutputTokensPerDay int64
 	// Policy settles reservations. Defaults to PolicyEstimate.
 	Policy Policy
 	// Limiter is how the provider counts. Defaults to LimiterBucket.
@@ -135,6 +147,12 @@ func (l *Limits) setDefaults() {
 	if l.BurstTokens == 0 {
 		l.BurstTokens = l.TokensPerPeriod
 	}
+	if l.BurstInputTokens == 0 {
+		l.BurstInputTokens = l.InputTokensPerPeriod
+	}
+	if l.BurstOutputTokens == 0 {
+		l.BurstOutputTokens = l.OutputTokensPerPeriod
+	}
 	if l.Policy == "" {
 		l.Policy = PolicyEstimate
 	}
@@ -153,6 +171,12 @@ func (l Limits) Validate() error {
 		return fmt.Errorf("burst must not be negative")
 	case l.RequestsPerDay < 0 || l.TokensPerDay < 0:
 		return fmt.Errorf("daily limits must not be negative")
+	case l.InputTokensPerPeriod < 0 || l.OutputTokensPerPeriod < 0 || l.InputTokensPerDay < 0 || l.OutputTokensPerDay < 0:
+		return fmt.Errorf("input and output token limits must not be negative")
+	case l.BurstInputTokens < 0 || l.BurstOutputTokens < 0:
+		return fmt.Errorf("input and output token bursts must not be negative")
+	case (l.BurstInputTokens > 0 && l.InputTokensPerPeriod == 0) || (l.BurstOutputTokens > 0 && l.OutputTokensPerPeriod == 0):
+		return fmt.Errorf("an input or output token burst needs its limit")
 	case l.Policy != "" && l.Policy != PolicyEstimate && l.Policy != PolicyDebt && l.Policy != PolicyRefund:
 		return fmt.Errorf("settle policy must be %q, %q or %q, got %q", PolicyEstimate, PolicyDebt, PolicyRefund, l.Policy)
 	}
@@ -163,8 +187,8 @@ func (l Limits) Validate() error {
 	// rounding is far below a millionth of a token, but past 2^62 the
 	// numbers no longer fit the int64 replies.
 	day := float64((24 * time.Hour).Microseconds())
-	if float64(max(l.BurstTokens, l.TokensPerPeriod))*float64(l.Period.Microseconds()) > 1<<62 ||
-		float64(l.TokensPerDay)*day > 1<<62 {
+	if float64(max(l.BurstTokens, l.TokensPerPeriod, l.InputTokensPerPeriod, l.BurstInputTokens, l.OutputTokensPerPeriod, l.BurstOutputTokens))*float64(l.Period.Microseconds()) > 1<<62 ||
+		float64(max(l.TokensPerDay, l.InputTokensPerDay, l.OutputTokensPerDay))*day > 1<<62 {
 		return fmt.Errorf("token limit too large (limit x period in µs must stay below 2^62)")
 	}
 	return nil
@@ -188,7 +212,8 @@ func (l Limits) validateLimiter() error {
 	switch {
 	case w < time.Millisecond || w > 24*time.Hour:
 		return fmt.Errorf("window must be between 1ms and 24h, got %s", w)
-	case (l.BurstRequests != 0 && l.BurstRequests != l.RequestsPerPeriod) || (l.BurstTokens != 0 && l.BurstTokens != l.TokensPerPeriod):
+	case (l.BurstRequests != 0 && l.BurstRequests != l.RequestsPerPeriod) || (l.BurstTokens != 0 && l.BurstTokens != l.TokensPerPeriod) ||
+		(l.BurstInputTokens != 0 && l.BurstInputTokens != l.InputTokensPerPeriod) || (l.BurstOutputTokens != 0 && l.BurstOutputTokens != l.OutputTokensPerPeriod):
 		return fmt.Errorf("burst applies to limiter %q; a window limiter caps bursts with a sub-window", LimiterBucket)
 	case l.WindowMargin < 0 || l.WindowMargin > w:
 		return fmt.Errorf("window margin must be between 0 and the window %s, got %s", w, l.WindowMargin)
@@ -209,7 +234,8 @@ func (l Limits) validateLimiter() error {
 	if share == 0 {
 		share = float64(l.SubWindow) / float64(w)
 	}
-	if int64(share*float64(l.RequestsPerPeriod)) < 1 || int64(share*float64(l.TokensPerPeriod)) < 1 {
+	if int64(share*float64(l.RequestsPerPeriod)) < 1 || int64(share*float64(l.TokensPerPeriod)) < 1 ||
+		(l.InputTokensPerPeriod > 0 && int64(share*float64(l.InputTokensPerPeriod)) < 1) || (l.OutputTokensPerPeriod > 0 && int64(share*float64(l.OutputTokensPerPeriod)) < 1) {
 		return fmt.Errorf("sub-window share %g of the limits admits nothing (less than one request or token)", share)
 	}
 	return nil
@@ -220,11 +246,52 @@ func (l Limits) subLimit(limit int64) int64 {
 	return int64(l.SubWindowShare * float64(limit))
 }
 
-// Cost is what one call takes from a bucket.
+// Cost is what one call takes from a bucket: one request, its tokens
+// in all, and of those its input and its output (for a bucket with input
+// or output token limits). A cost that leaves Input and Output zero does
+// not split its tokens: reserved, it charges all of them to each of those
+// dimensions (never under); settled, it leaves their charges as they are.
 type Cost struct {
 	Requests int64
 	Tokens   int64
+	Input    int64
+	Output   int64
 }
+
+// split reports whether c gives its input and output apart.
+func (c Cost) split() bool { return c.Input != 0 || c.Output != 0 }
+
+// values spreads c over the kinds of dimension; unsplit is what the input
+// and output dimensions get when c does not split its tokens.
+func (c Cost) values(unsplit int64) Values {
+	v := Values(c)
+	if !c.split() {
+		v.Input, v.Output = unsplit, unsplit
+	}
+	return v
+}
+
+// Usage is c as a settle reads it: when c does not split its tokens,
+// input and output are unknown (-1) and their charges stay.
+func (c Cost) Usage() Values { return c.values(-1) }
+
+// Values are one number per kind of dimension (a cost, a usage, a
+// remaining count or a wait) that ScriptArgs spreads over a bucket's
+// dimensions: Requests to the request limits (per period and per day),
+// Tokens to the total-token limits, Input and Output to the input and
+// output token limits. Where a script reads a negative value as unknown,
+// that dimension is left alone.
+type Values struct {
+	Requests, Tokens, Input, Output int64
+}
+
+// Marks are the values admission's script reads as each dimension's kind
+// (0 requests, 1 tokens, 2 input tokens, 3 output tokens): it charges a
+// ticket's own estimate for each.
+var Marks = Values{Requests: 0, Tokens: 1, Input: 2, Output: 3}
+
+// uniform is v in every dimension.
+func uniform(v int64) Values { return Values{v, v, v, v} }
 
 // Decision is the outcome of a reservation.
 type Decision struct {
@@ -384,85 +451,110 @@ func (b *Bucket) KeyStateKey(i int) string {
 
 func (b *Bucket) reservationKey(jobID string) string { return b.tag + ":res:" + jobID }
 
-// ScriptArgs returns the dimension arguments B.load reads for values v
-// (cost, actual usage, remaining or wait per dimension, in the order
-// requests, tokens, requests/day, tokens/day).
-func (b *Bucket) ScriptArgs(v [4]int64) []any {
+// dimension is one limit of the bucket, in the order the script counts
+// them: requests and tokens per period, then their daily limits, then the
+// input and output token limits per period and per day (added last, so a
+// bucket's stored state keeps its fields when they are configured).
+type dimension struct {
+	name         string
+	limit, burst int64
+	span         time.Duration
+	period       bool // a per-period limit (a window's margin and sub-window apply)
+	value        func(Values) int64
+}
+
+func (b *Bucket) dimensions() []dimension {
 	l := b.limits
+	span := l.Period
+	if l.Limiter == LimiterWindow {
+		span = l.Window
+	}
 	day := 24 * time.Hour
-	args := []any{nil}
-	n := 0
-	dim := func(limit, burst int64, span time.Duration, sub bool, value int64) {
-		n++
+	dims := []dimension{
+		{"requests", l.RequestsPerPeriod, l.BurstRequests, span, true, func(v Values) int64 { return v.Requests }},
+		{"tokens", l.TokensPerPeriod, l.BurstTokens, span, true, func(v Values) int64 { return v.Tokens }},
+	}
+	if l.RequestsPerDay > 0 {
+		dims = append(dims, dimension{"requests/day", l.RequestsPerDay, l.RequestsPerDay, day, false, func(v Values) int64 { return v.Requests }})
+	}
+	if l.TokensPerDay > 0 {
+		dims = append(dims, dimension{"tokens/day", l.TokensPerDay, l.TokensPerDay, day, false, func(v Values) int64 { return v.Tokens }})
+	}
+	if l.InputTokensPerPeriod > 0 {
+		dims = append(dims, dimension{"input tokens", l.InputTokensPerPeriod, l.BurstInputTokens, span, true, func(v Values) int64 { return v.Input }})
+	}
+	if l.OutputTokensPerPeriod > 0 {
+		dims = append(dims, dimension{"output tokens", l.OutputTokensPerPeriod, l.BurstOutputTokens, span, true, func(v Values) int64 { return v.Output }})
+	}
+	if l.InputTokensPerDay > 0 {
+		dims = append(dims, dimension{"input tokens/day", l.InputTokensPerDay, l.InputTokensPerDay, day, false, func(v Values) int64 { return v.Input }})
+	}
+	if l.OutputTokensPerDay > 0 {
+		dims = append(dims, dimension{"output tokens/day", l.OutputTokensPerDay, l.OutputTokensPerDay, day, false, func(v Values) int64 { return v.Output }})
+	}
+	return dims
+}
+
+// ScriptArgs returns the dimension arguments B.load reads for values v
+// (cost, actual usage, remaining or wait per kind of dimension).
+func (b *Bucket) ScriptArgs(v Values) []any { return b.scriptArgs(v, true) }
+
+// scriptArgs is ScriptArgs; without daily, the daily dimensions get -1
+// (unknown: a provider's per-minute headers say nothing of them).
+func (b *Bucket) scriptArgs(v Values, daily bool) []any {
+	l := b.limits
+	dims := b.dimensions()
+	args := []any{len(dims)}
+	for _, d := range dims {
+		value := d.value(v)
+		if !daily && !d.period {
+			value = -1
+		}
 		if l.Limiter != LimiterWindow {
-			args = append(args, "b", limit, span.Microseconds(), burst, value)
-			return
+			args = append(args, "b", d.limit, d.span.Microseconds(), d.burst, value)
+			continue
 		}
 		var subUS, subLimit int64
-		shortest := span
-		if sub && l.SubWindow > 0 {
-			subUS, subLimit, shortest = l.SubWindow.Microseconds(), l.subLimit(limit), l.SubWindow
+		shortest := d.span
+		if d.period && l.SubWindow > 0 {
+			subUS, subLimit, shortest = l.SubWindow.Microseconds(), l.subLimit(d.limit), l.SubWindow
 		}
 		slot := max(shortest.Microseconds()/windowSlots, 1)
 		// an admission counts a margin longer than the provider's window
 		var margin int64
-		if sub {
+		if d.period {
 			margin = l.WindowMargin.Microseconds()
 			if subUS > 0 {
 				subUS += margin
 			}
 		}
-		args = append(args, "w", limit, span.Microseconds()+margin, subUS, subLimit, slot, value)
+		args = append(args, "w", d.limit, d.span.Microseconds()+margin, subUS, subLimit, slot, value)
 	}
-	span := l.Period
-	if l.Limiter == LimiterWindow {
-		span = l.Window
-	}
-	dim(l.RequestsPerPeriod, l.BurstRequests, span, true, v[0])
-	dim(l.TokensPerPeriod, l.BurstTokens, span, true, v[1])
-	if l.RequestsPerDay > 0 {
-		dim(l.RequestsPerDay, l.RequestsPerDay, day, false, v[2])
-	}
-	if l.TokensPerDay > 0 {
-		dim(l.TokensPerDay, l.TokensPerDay, day, false, v[3])
-	}
-	args[0] = n
 	return args
 }
 
 // dimName names dimension i (1-based) as the script counts them.
 func (b *Bucket) dimName(i int64) string {
-	names := []string{"requests", "tokens"}
-	if b.limits.RequestsPerDay > 0 {
-		names = append(names, "requests/day")
-	}
-	if b.limits.TokensPerDay > 0 {
-		names = append(names, "tokens/day")
-	}
-	if i >= 1 && int(i) <= len(names) {
-		return names[i-1]
+	dims := b.dimensions()
+	if i >= 1 && int(i) <= len(dims) {
+		return dims[i-1].name
 	}
 	return "dimension " + strconv.FormatInt(i, 10)
 }
 
+// burstOf returns dimension i's share of cost c and the most one call
+// may ever take of it.
 func (b *Bucket) burstOf(i int64, c Cost) (cost, burst int64) {
-	l := b.limits
-	switch b.dimName(i) {
-	case "requests":
-		if l.Limiter == LimiterWindow && l.SubWindow > 0 {
-			return c.Requests, l.subLimit(l.RequestsPerPeriod)
-		}
-		return c.Requests, l.BurstRequests
-	case "tokens":
-		if l.Limiter == LimiterWindow && l.SubWindow > 0 {
-			return c.Tokens, l.subLimit(l.TokensPerPeriod)
-		}
-		return c.Tokens, l.BurstTokens
-	case "requests/day":
-		return c.Requests, b.limits.RequestsPerDay
-	default:
-		return c.Tokens, b.limits.TokensPerDay
+	dims := b.dimensions()
+	if i < 1 || int(i) > len(dims) {
+		return 0, 0
 	}
+	d := dims[i-1]
+	cost, burst = d.value(c.values(c.Tokens)), d.burst
+	if d.period && b.limits.Limiter == LimiterWindow && b.limits.SubWindow > 0 {
+		burst = b.limits.subLimit(d.limit)
+	}
+	return cost, burst
 }
 
 func (b *Bucket) now() string {
@@ -472,8 +564,12 @@ func (b *Bucket) now() string {
 	return strconv.FormatInt(b.NowFunc().UnixMicro(), 10)
 }
 
-func (b *Bucket) run(ctx context.Context, op, jobID string, v [4]int64, extra ...any) ([]int64, error) {
-	args := append([]any{op, b.now()}, b.ScriptArgs(v)...)
+func (b *Bucket) run(ctx context.Context, op, jobID string, v Values, extra ...any) ([]int64, error) {
+	return b.runArgs(ctx, op, jobID, b.ScriptArgs(v), extra...)
+}
+
+func (b *Bucket) runArgs(ctx context.Context, op, jobID string, dims []any, extra ...any) ([]int64, error) {
+	args := append([]any{op, b.now()}, dims...)
 	args = append(args, extra...)
 	res, err := bucketScript.Run(ctx, b.rdb, []string{b.StateKey(), b.reservationKey(jobID)}, args...).Int64Slice()
 	if err != nil {
@@ -489,7 +585,7 @@ func (b *Bucket) Reserve(ctx context.Context, jobID string, c Cost) (Decision, e
 	if jobID == "" {
 		return Decision{}, errors.New("ratelimit: reserve: job id is required")
 	}
-	res, err := b.run(ctx, "reserve", jobID, [4]int64{c.Requests, c.Tokens, c.Requests, c.Tokens}, b.ReservationTTL.Milliseconds())
+	res, err := b.run(ctx, "reserve", jobID, c.values(c.Tokens), b.ReservationTTL.Milliseconds())
 	if err != nil {
 		return Decision{}, err
 	}
@@ -517,7 +613,7 @@ func (b *Bucket) Settle(ctx context.Context, jobID string, actual Cost) error {
 	if actual == (Cost{}) { // no call was made: the provider counted nothing
 		policy = PolicyRefund
 	}
-	res, err := b.run(ctx, "settle", jobID, [4]int64{actual.Requests, actual.Tokens, actual.Requests, actual.Tokens}, string(policy))
+	res, err := b.run(ctx, "settle", jobID, actual.Usage(), string(policy))
 	if err != nil {
 		return err
 	}
@@ -528,11 +624,11 @@ func (b *Bucket) Settle(ctx context.Context, jobID string, actual Cost) error {
 }
 
 // Lower brings the bucket down to what the provider reports remaining, in
-// requests and tokens (negative: unknown), as of age ago: the provider
-// counted at admission, and its bucket has refilled since. It never
-// raises the bucket.
-func (b *Bucket) Lower(ctx context.Context, remaining Cost, age time.Duration) (bool, error) {
-	res, err := b.run(ctx, "sync", "", [4]int64{remaining.Requests, remaining.Tokens, -1, -1}, max(age, 0).Microseconds())
+// requests, tokens, input and output tokens (negative: unknown), as of
+// age ago: the provider counted at admission, and its bucket has
+// refilled since. It never raises the bucket; daily limits are left.
+func (b *Bucket) Lower(ctx context.Context, remaining Values, age time.Duration) (bool, error) {
+	res, err := b.runArgs(ctx, "sync", "", b.scriptArgs(remaining, false), max(age, 0).Microseconds())
 	if err != nil {
 		return false, err
 	}
@@ -546,20 +642,35 @@ func (b *Bucket) Penalize(ctx context.Context, wait time.Duration) error {
 		wait = time.Second
 	}
 	us := wait.Microseconds()
-	_, err := b.run(ctx, "penalize", "", [4]int64{us, us, us, us})
+	_, err := b.run(ctx, "penalize", "", uniform(us))
 	return err
 }
 
-// Available returns what the bucket could admit now.
+// Available returns what the bucket could admit now: requests, tokens,
+// and input and output tokens where it limits them (else 0).
 func (b *Bucket) Available(ctx context.Context) (Cost, time.Time, error) {
-	res, err := b.run(ctx, "peek", "", [4]int64{})
+	res, err := b.run(ctx, "peek", "", Values{})
 	if err != nil {
 		return Cost{}, time.Time{}, err
 	}
-	if len(res) < 3 {
+	dims := b.dimensions()
+	if len(res) < 1+len(dims) {
 		return Cost{}, time.Time{}, fmt.Errorf("ratelimit: peek: short reply")
 	}
-	return Cost{Requests: res[1], Tokens: res[2]}, time.UnixMicro(res[0]), nil
+	var c Cost
+	for i, d := range dims {
+		switch d.name {
+		case "requests":
+			c.Requests = res[1+i]
+		case "tokens":
+			c.Tokens = res[1+i]
+		case "input tokens":
+			c.Input = res[1+i]
+		case "output tokens":
+			c.Output = res[1+i]
+		}
+	}
+	return c, time.UnixMicro(res[0]), nil
 }
 
 // AvailableAll returns what the model's buckets could admit now, summed
@@ -574,6 +685,8 @@ func (b *Bucket) AvailableAll(ctx context.Context) (Cost, error) {
 		}
 		sum.Requests += c.Requests
 		sum.Tokens += c.Tokens
+		sum.Input += c.Input
+		sum.Output += c.Output
 	}
 	return sum, nil
 }

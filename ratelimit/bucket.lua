@@ -32,8 +32,9 @@ elseif op == 'settle' then
     if string.sub(c, 1, 1) ~= '@' then
       i = i + 1
       if i <= st.n then
-        local delta = tonumber(c) - st.val[i] -- estimate minus actual
-        if policy == 'refund' or (delta < 0 and policy == 'debt') then B.give(st, i, delta, at) end
+        -- estimate minus actual (an unknown actual, -1, leaves the charge)
+        local delta = tonumber(c) - st.val[i]
+        if st.val[i] >= 0 and (policy == 'refund' or (delta < 0 and policy == 'debt')) then B.give(st, i, delta, at) end
       end
     end
   end

@@ -14,6 +14,24 @@ import (
 // no max output tokens, in estimates and in the fake provider.
 const DefaultMaxOutput = 4096
 
+// AnthropicToolUseTokens is the input Anthropic adds to a request that
+// offers tools: a system prompt of its own, 346 tokens with tool_choice
+// auto or none and 313 with any or tool for current Claude models
+// (Anthropic's "Tool use" pricing table; older models up to 346 too).
+// Its input-token limit counts it, so an estimate of a call that forces a
+// tool (prq's structured reviews) adds the larger figure.
+const AnthropicToolUseTokens = 346
+
+// OutputAllowance is the output a request may take: its max output
+// tokens, DefaultMaxOutput when it sets none. It is the output part of
+// EstimateOpenAI's estimate.
+func OutputAllowance(maxOutput int64) int64 {
+	if maxOutput <= 0 {
+		return DefaultMaxOutput
+	}
+	return maxOutput
+}
+
 // EstimateOpenAI mirrors OpenAI's admission rule: ceil(characters of all
 // messages / 4) plus the request's max output tokens.
 func EstimateOpenAI(messages []string, maxOutput int64) int64 {

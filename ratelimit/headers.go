@@ -19,7 +19,16 @@ type ProviderState struct {
 	LimitRequests, LimitTokens         int64
 	RemainingRequests, RemainingTokens int64
 	ResetRequests, ResetTokens         time.Duration
-	RetryAfter                         time.Duration // 0 when absent
+	// Input and output token limits, where the provider limits them apart
+	// (Anthropic's anthropic-ratelimit-{input,output}-tokens-*).
+	LimitInputTokens, LimitOutputTokens         int64
+	RemainingInputTokens, RemainingOutputTokens int64
+	ResetInputTokens, ResetOutputTokens         time.Duration
+	// TokensMostRestrictive: the tokens values are not a total-token
+	// limit but whichever of the input and output limits is most
+	// restrictive (Anthropic's tokens-*).
+	TokensMostRestrictive bool
+	RetryAfter            time.Duration // 0 when absent
 }
 
 // ParseHeaders reads the rate-limit headers of OpenAI and Azure OpenAI
@@ -46,6 +55,8 @@ func ParseHeadersAt(h http.Header, now time.Time) ProviderState {
 		RemainingTokens:   headerInt(h, "x-ratelimit-remaining-tokens"),
 		ResetRequests:     headerDuration(h, "x-ratelimit-reset-requests"),
 		ResetTokens:       headerDuration(h, "x-ratelimit-reset-tokens"),
+		LimitInputTokens:  -1, LimitOutputTokens: -1, RemainingInputTokens: -1, RemainingOutputTokens: -1,
+		ResetInputTokens: -1, ResetOutputTokens: -1,
 	}
 	if ms := headerInt(h, "retry-after-ms"); ms >= 0 {
 		s.RetryAfter = time.Duration(ms) * time.Millisecond
@@ -74,7 +85,12 @@ func parseAnthropic(h http.Header, now time.Time) ProviderState {
 		LimitRequests: headerInt(h, p+"requests-limit"), RemainingRequests: headerInt(h, p+"requests-remaining"),
 		ResetRequests: reset(p + "requests-reset"),
 		LimitTokens:   headerInt(h, p+"tokens-limit"), RemainingTokens: headerInt(h, p+"tokens-remaining"),
-		ResetTokens: reset(p + "tokens-reset"),
+		ResetTokens:      reset(p + "tokens-reset"),
+		LimitInputTokens: headerInt(h, p+"input-tokens-limit"), RemainingInputTokens: headerInt(h, p+"input-tokens-remaining"),
+		ResetInputTokens:  reset(p + "input-tokens-reset"),
+		LimitOutputTokens: headerInt(h, p+"output-tokens-limit"), RemainingOutputTokens: headerInt(h, p+"output-tokens-remaining"),
+		ResetOutputTokens:     reset(p + "output-tokens-reset"),
+		TokensMostRestrictive: true,
 	}
 	if s.RemainingTokens < 0 {
 		share := 2.0
@@ -205,13 +221,19 @@ func (b *Bucket) Sync(ctx context.Context, status int, h http.Header, age time.D
 	if status == http.StatusTooManyRequests {
 		wait := s.RetryAfter
 		if wait <= 0 {
-			wait = max(s.ResetRequests, s.ResetTokens, time.Second)
+			wait = max(s.ResetRequests, s.ResetTokens, s.ResetInputTokens, s.ResetOutputTokens, time.Second)
 		}
 		return true, errors.Join(b.Penalize(ctx, wait), oerr)
 	}
-	if s.RemainingRequests < 0 && s.RemainingTokens < 0 {
+	if s.RemainingRequests < 0 && s.RemainingTokens < 0 && s.RemainingInputTokens < 0 && s.RemainingOutputTokens < 0 {
 		return false, oerr
 	}
-	lowered, err := b.Lower(ctx, Cost{Requests: s.RemainingRequests, Tokens: s.RemainingTokens}, age)
+	remaining := Values{Requests: s.RemainingRequests, Tokens: s.RemainingTokens, Input: s.RemainingInputTokens, Output: s.RemainingOutputTokens}
+	if s.TokensMostRestrictive && (b.limits.InputTokensPerPeriod > 0 || b.limits.OutputTokensPerPeriod > 0) {
+		// the input and output limits are synced each by itself; the
+		// most restrictive of them says nothing of a total
+		remaining.Tokens = -1
+	}
+	lowered, err := b.Lower(ctx, remaining, age)
 	return lowered, errors.Join(err, oerr)
 }

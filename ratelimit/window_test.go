@@ -157,16 +157,16 @@ func TestWindowEdges(t *testing.T) {
 	t.Run("lower books what the provider counted and we did not", func(t *testing.T) {
 		b, _, _ := newBucket(t, t.Name(), winLimits)
 		reserve(t, b, "a", 100)
-		if lowered, err := b.Lower(ctx, ratelimit.Cost{Requests: -1, Tokens: 950}, 0); err != nil || lowered {
+		if lowered, err := b.Lower(ctx, ratelimit.Values{Requests: -1, Tokens: 950, Input: -1, Output: -1}, 0); err != nil || lowered {
 			t.Fatalf("provider counts less than we do: lowered %v %v", lowered, err)
 		}
-		if lowered, _ := b.Lower(ctx, ratelimit.Cost{Requests: -1, Tokens: 500}, 0); !lowered {
+		if lowered, _ := b.Lower(ctx, ratelimit.Values{Requests: -1, Tokens: 500, Input: -1, Output: -1}, 0); !lowered {
 			t.Fatal("not lowered to the provider's remaining")
 		}
 		if avail, _, _ := b.Available(ctx); avail.Tokens != 500 {
 			t.Fatalf("%d available, want 500", avail.Tokens)
 		}
-		if lowered, _ := b.Lower(ctx, ratelimit.Cost{Requests: -1, Tokens: 500}, 0); lowered {
+		if lowered, _ := b.Lower(ctx, ratelimit.Values{Requests: -1, Tokens: 500, Input: -1, Output: -1}, 0); lowered {
 			t.Fatal("the same report lowered twice")
 		}
 	})
@@ -176,7 +176,7 @@ func TestWindowEdges(t *testing.T) {
 		clk.advance(100 * time.Millisecond)
 		reserve(t, b, "b", 300)
 		// as of 100ms ago the provider had seen only a's 300
-		if lowered, _ := b.Lower(ctx, ratelimit.Cost{Requests: -1, Tokens: 700}, 100*time.Millisecond); lowered {
+		if lowered, _ := b.Lower(ctx, ratelimit.Values{Requests: -1, Tokens: 700, Input: -1, Output: -1}, 100*time.Millisecond); lowered {
 			t.Fatal("a report agreeing with our window then lowered it")
 		}
 	})

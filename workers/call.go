@@ -204,7 +204,8 @@ func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
 	if err == nil {
 		sync(http.StatusOK, resp.Header)
 		used := resp.PromptTokens + resp.OutputTokens
-		settle(ctx, cfg.Ledger, log, s.ticket, ratelimit.Cost{Requests: 1, Tokens: max(used, 0)})
+		settle(ctx, cfg.Ledger, log, s.ticket, ratelimit.Cost{Requests: 1, Tokens: max(used, 0),
+			Input: max(resp.PromptTokens, 0), Output: max(resp.OutputTokens, 0)})
 		settleQuota(used)
 		c.count(model, "ok")
 		return resp, nil

@@ -103,7 +103,7 @@ func (e *Enqueuer) Chat(ctx context.Context, c jobs.Chat) (bool, error) {
 		}
 		return true, nil
 	}
-	c.Estimate = EstimateChat(c, e.cfg.ChatModel)
+	c.Estimate, c.EstimateOutput = EstimateChat(c, e.cfg.ChatModel)
 	return e.cfg.Tickets.Submit(ctx, asynq.NewTask(jobs.TypeChat, jobs.Marshal(c)), ChatTicket(c),
 		asynq.MaxRetry(8), asynq.Timeout(5*time.Minute), asynq.Retention(e.cfg.Retention))
 }

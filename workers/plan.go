@@ -307,7 +307,7 @@ func (p *Planner) plan(ctx context.Context, pl jobs.Plan) error {
 				// the job records why it could not run; estimate little
 				pm.estimate = 1
 			}
-			f.Estimate = pm.estimate
+			f.Estimate, f.EstimateOutput = pm.estimate, pm.output
 			f.Index = k
 			ticket := fileTicket(*f)
 			ids = append(ids, ticket.ID)

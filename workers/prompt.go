@@ -51,6 +51,7 @@ type prompt struct {
 	format       llm.Format
 	turns        []llm.Message
 	estimate     int64 // the provider's admission rule, over exactly what is sent
+	output       int64 // the estimate's output part (the output allowance)
 	input        int64 // exact prompt tokens
 	truncated    int   // hunks left out to fit the model (summaries)
 	patch        *diff.Patch
@@ -75,7 +76,17 @@ func (p *prompt) measure(m Model, tok *ratelimit.Tokenizer) error {
 		return err
 	}
 	p.input = n
-	p.estimate = ratelimit.EstimateOpenAI(req.Messages(), m.MaxOutput)
+	counted := req.Messages()
+	if m.SchemaIsInput {
+		counted = req.Contents()
+	}
+	p.estimate = ratelimit.EstimateOpenAI(counted, m.MaxOutput)
+	if m.SchemaIsInput && req.Format.Type == llm.FormatJSONSchema && len(req.Format.Schema) > 0 {
+		// the schema goes as a forced tool: Anthropic adds its tool-use
+		// system prompt to the input it counts
+		p.estimate += ratelimit.AnthropicToolUseTokens
+	}
+	p.output = ratelimit.OutputAllowance(m.MaxOutput)
 	return nil
 }
 
@@ -197,20 +208,23 @@ func buildChatPrompt(c jobs.Chat, m Model, tok *ratelimit.Tokenizer) (prompt, er
 	if err != nil {
 		return prompt{}, err
 	}
-	return prompt{system: chatSystem, user: user, input: n, estimate: ratelimit.EstimateOpenAI([]string{chatSystem, user}, m.MaxOutput)}, nil
+	return prompt{system: chatSystem, user: user, input: n, estimate: ratelimit.EstimateOpenAI([]string{chatSystem, user}, m.MaxOutput),
+		output: ratelimit.OutputAllowance(m.MaxOutput)}, nil
 }
 
-// EstimateChat returns a chat job's estimated cost (for the webhook).
-func EstimateChat(c jobs.Chat, m Model) int64 {
+// EstimateChat returns a chat job's estimated cost (for the webhook) and
+// its output part.
+func EstimateChat(c jobs.Chat, m Model) (estimate, output int64) {
+	output = ratelimit.OutputAllowance(m.MaxOutput)
 	tok, err := ratelimit.NewTokenizer(m.Name)
 	if err != nil {
-		return ratelimit.EstimateOpenAI([]string{chatSystem, c.Body, c.DiffHunk}, m.MaxOutput)
+		return ratelimit.EstimateOpenAI([]string{chatSystem, c.Body, c.DiffHunk}, m.MaxOutput), output
 	}
 	p, err := buildChatPrompt(c, m, tok)
 	if err != nil {
-		return ratelimit.EstimateOpenAI([]string{chatSystem, c.Body, c.DiffHunk}, m.MaxOutput)
+		return ratelimit.EstimateOpenAI([]string{chatSystem, c.Body, c.DiffHunk}, m.MaxOutput), output
 	}
-	return p.estimate
+	return p.estimate, p.output
 }
 
 // Excluded reports whether a path matches an exclude glob, and which.

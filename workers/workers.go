@@ -87,6 +87,10 @@ type Model struct {
 	// Output is how reviews are asked for: json_schema, json_object or
 	// text. Defaults to the model family's (review.DefaultFormat).
 	Output llm.FormatType
+	// SchemaIsInput: the provider counts a structured reply's schema as
+	// input when it admits the call (Anthropic: the schema is a tool's
+	// definition), so the estimate counts it too.
+	SchemaIsInput bool
 }
 
 func (m Model) withDefaults() Model {
@@ -214,13 +218,23 @@ func isRefusal(typ string, payload []byte) bool {
 
 func fileTicket(f jobs.File) admission.Ticket {
 	return admission.Ticket{ID: jobs.FileTaskID(f), Queue: f.Tier.Queue(), Model: f.Model, Class: string(f.Tier),
-		Tenant: strconv.FormatInt(f.PR.Installation, 10), PRSeq: f.PRSeq, Index: f.Index, Total: f.Total, Tokens: f.Estimate}
+		Tenant: strconv.FormatInt(f.PR.Installation, 10), PRSeq: f.PRSeq, Index: f.Index, Total: f.Total, Tokens: f.Estimate, Output: splitOf(f.Estimate, f.EstimateOutput)}
 }
 
 // ChatTicket is a chat job's admission ticket.
 func ChatTicket(c jobs.Chat) admission.Ticket {
 	return admission.Ticket{ID: jobs.ChatTaskID(c), Queue: jobs.QueueChat, Model: c.Model, Class: admission.ClassChat,
-		Tenant: strconv.FormatInt(c.PR.Installation, 10), Tokens: c.Estimate}
+		Tenant: strconv.FormatInt(c.PR.Installation, 10), Tokens: c.Estimate, Output: splitOf(c.Estimate, c.EstimateOutput)}
+}
+
+// splitOf is a ticket's output part: the payload's, when it is a part of
+// the estimate; else 0 (not split: admission charges the whole estimate
+// to each of the input and output limits).
+func splitOf(estimate, output int64) int64 {
+	if output <= 0 || output > estimate {
+		return 0
+	}
+	return output
 }
 
 // backToAdmission puts an LLM job's ticket back, at once or after delay,

@@ -73,6 +73,9 @@ func runDoctor(ctx context.Context, env *cmdEnv, args []string) error {
 			in.Provider.Models = append(in.Provider.Models, dm)
 		}
 		in.Provider.BaseURL, in.Provider.APIKey = up.BaseURL, up.Key()
+		if keys := up.KeyValues(); len(keys) > 1 {
+			in.Provider.MoreKeys = keys[1:]
+		}
 		if rdb == nil {
 			rs = append(rs, doctor.Result{Name: "redis reachable", Detail: "REDIS_URL is not set", Fix: "set REDIS_URL to prq's Redis (redis://host:6379/0)"})
 		}

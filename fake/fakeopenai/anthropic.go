@@ -11,6 +11,7 @@ package fakeopenai
 //   - reply: {"type":"message","role":"assistant","content":[blocks],
 //     "stop_reason":"end_turn"|"max_tokens"|"tool_use",
 //     "usage":{"input_tokens","output_tokens"}};
+//   - stream: true answers with the Messages events (anthropic_stream.go);
 //   - errors: {"type":"error","error":{"type":...,"message":...}}, 429
 //     rate_limit_error with retry-after (seconds), 529 overloaded_error;
 //   - limits per model and key, a continuously refilled bucket per
@@ -34,6 +35,10 @@ import (
 	"time"
 	"unicode/utf8"
 )
+
+// toolUseTokens is the input Anthropic adds to a request with tools (its
+// tool-use system prompt; ratelimit.AnthropicToolUseTokens).
+const toolUseTokens = 346
 
 // msgBucket is one (model, key)'s three limiters in the Anthropic mode,
 // their levels scaled by the period in µs so the refill is exact (as the
@@ -65,6 +70,7 @@ type msgRequest struct {
 		Type string `json:"type"`
 		Name string `json:"name"`
 	} `json:"tool_choice"`
+	Stream bool `json:"stream"`
 }
 
 // blockText reads content that is a string or a list of text blocks.
@@ -186,6 +192,13 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		prompt += int64(n)
 	}
 	in := int64(math.Ceil(float64(chars) / 4))
+	if tool != "" {
+		// Anthropic's tool-use system prompt is input too (313 to 346
+		// tokens by tool_choice and model): the larger, as a real
+		// account's input limit would count it
+		in += toolUseTokens
+		prompt += toolUseTokens
+	}
 	itpm, otpm := m.ITPM, m.OTPM
 	if itpm == 0 {
 		itpm = m.TPM
@@ -277,6 +290,10 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	case tool != "" && json.Unmarshal([]byte(text), &input) == nil:
 		stop = "tool_use"
 		block = map[string]any{"type": "tool_use", "id": fmt.Sprintf("toolu_fake%d", now.UnixNano()), "name": tool, "input": input}
+	}
+	if req.Stream {
+		s.streamMessage(w, r, fmt.Sprintf("msg_fake%d", now.UnixNano()), m.Name, block, text, toks, stop, prompt, int64(len(toks)))
+		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(map[string]any{

@@ -2,6 +2,7 @@ package fakeopenai_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -134,5 +135,86 @@ func TestAzureMode(t *testing.T) {
 	resp, body = post(t, url("prod-4o", "2024-10-21"), key, chat)
 	if resp.StatusCode != 429 || code(body) != "429" || resp.Header.Get("retry-after-ms") == "" || !strings.Contains(body["error"].(map[string]any)["message"].(string), "Please retry after") {
 		t.Fatalf("over the limit: %d %v %v", resp.StatusCode, body, resp.Header)
+	}
+}
+
+// TestAnthropicStream: stream: true answers with Anthropic's events in
+// their order, the text (or a forced tool's input JSON) in deltas that
+// add up to the non-streaming reply's, the usage in message_start
+// (input) and message_delta (output).
+func TestAnthropicStream(t *testing.T) {
+	fake := fakeopenai.New(fakeopenai.Config{Models: []fakeopenai.Model{{Name: "claude", RPM: 100, TPM: 100000}}, Keys: []string{"sk-ant"}})
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+	h := map[string]string{"x-api-key": "sk-ant", "anthropic-version": "2023-06-01"}
+	for _, tc := range []struct{ name, extra, delta string }{
+		{"text", ``, "text_delta"},
+		{"tool", `,"tools":[{"name":"review","input_schema":{"type":"object","properties":{"comments":{"type":"array"}}}}],"tool_choice":{"type":"tool","name":"review"}`, "input_json_delta"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := `{"model":"claude","max_tokens":300,"system":"Return \"comments\" if asked.","messages":[{"role":"user","content":"File: a.go\n  3 +x := 1"}]` + tc.extra
+			_, whole := post(t, srv.URL+"/v1/messages", h, body+`}`)
+			req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/messages", strings.NewReader(body+`,"stream":true}`))
+			for k, v := range h {
+				req.Header.Set(k, v)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+				t.Fatalf("%d %s", resp.StatusCode, raw)
+			}
+			var types []string
+			var text strings.Builder
+			var in, out float64
+			for _, ev := range strings.Split(strings.TrimSpace(string(raw)), "\n\n") {
+				name, data, _ := strings.Cut(ev, "\n")
+				var d map[string]any
+				if err := json.Unmarshal([]byte(strings.TrimPrefix(data, "data: ")), &d); err != nil || "event: "+d["type"].(string) != name {
+					t.Fatalf("event %q (%v)", ev, err)
+				}
+				types = append(types, d["type"].(string))
+				switch d["type"] {
+				case "message_start":
+					in = d["message"].(map[string]any)["usage"].(map[string]any)["input_tokens"].(float64)
+				case "content_block_delta":
+					delta := d["delta"].(map[string]any)
+					if delta["type"] != tc.delta {
+						t.Fatalf("delta %v, want %s", delta, tc.delta)
+					}
+					s, _ := delta["text"].(string)
+					p, _ := delta["partial_json"].(string)
+					text.WriteString(s + p)
+				case "message_delta":
+					out = d["usage"].(map[string]any)["output_tokens"].(float64)
+				}
+			}
+			got := strings.Join(types, ",")
+			if !strings.HasPrefix(got, "message_start,content_block_start,ping,content_block_delta,") || !strings.HasSuffix(got, ",content_block_stop,message_delta,message_stop") {
+				t.Fatalf("events %s", got)
+			}
+			usage := whole["usage"].(map[string]any)
+			if in != usage["input_tokens"] || out != usage["output_tokens"] {
+				t.Fatalf("stream usage %v/%v, whole reply's %v", in, out, usage)
+			}
+			block := whole["content"].([]any)[0].(map[string]any)
+			want, _ := block["text"].(string)
+			if tc.delta == "input_json_delta" {
+				b, _ := json.Marshal(block["input"])
+				var a, w any
+				json.Unmarshal([]byte(text.String()), &a)
+				json.Unmarshal(b, &w)
+				if fmt.Sprint(a) != fmt.Sprint(w) {
+					t.Fatalf("streamed input %s, whole %s", text.String(), b)
+				}
+				return
+			}
+			if text.String() != want {
+				t.Fatalf("streamed %q, whole %q", text.String(), want)
+			}
+		})
 	}
 }

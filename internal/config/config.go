@@ -5,6 +5,7 @@
 package config
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -136,6 +137,15 @@ type ModelConfig struct {
 	BurstTokens       int64  `yaml:"burst_tokens"`
 	RequestsPerDay    int64  `yaml:"requests_per_day"`
 	TokensPerDay      int64  `yaml:"tokens_per_day"`
+	// InputTokensPerMinute and OutputTokensPerMinute limit a call's input
+	// and output tokens apart (Anthropic's ITPM and OTPM; 0: none). With
+	// both set, tokens_per_minute defaults to their sum (it then never
+	// binds before them).
+	InputTokensPerMinute  int64 `yaml:"input_tokens_per_minute"`
+	OutputTokensPerMinute int64 `yaml:"output_tokens_per_minute"`
+	// InputTokensPerDay and OutputTokensPerDay are their daily limits.
+	InputTokensPerDay  int64 `yaml:"input_tokens_per_day"`
+	OutputTokensPerDay int64 `yaml:"output_tokens_per_day"`
 	// Reasoning models take max_completion_tokens instead of max_tokens.
 	Reasoning bool `yaml:"reasoning"`
 	// MaxOutputTokens is the output cap asked for. Defaults to 1024.
@@ -681,6 +691,9 @@ func (c *Config) Validate(m Mode) error {
 		if mc.MaxOutputTokens < 0 || mc.ContextTokens < 0 {
 			bad("models."+mc.Name, "max_output_tokens and context_tokens must not be negative")
 		}
+		if out := cmp.Or(mc.MaxOutputTokens, 1024); mc.OutputTokensPerMinute > 0 && out > mc.OutputTokensPerMinute {
+			bad("models."+mc.Name, "max_output_tokens %d exceeds output_tokens_per_minute %d: every call asks for that much output, so none could ever be admitted", out, mc.OutputTokensPerMinute)
+		}
 		if mc.OutputFormat != "" {
 			if _, err := llm.ParseFormatType(mc.OutputFormat); err != nil {
 				bad("models."+mc.Name+".output_format", "%q: want json_schema, json_object or text", mc.OutputFormat)
@@ -765,11 +778,16 @@ func (m ModelConfig) Limits() (ratelimit.Limits, error) {
 		RequestsPerPeriod: m.RequestsPerMinute, TokensPerPeriod: m.TokensPerMinute, Period: m.Period.D(),
 		BurstRequests: m.BurstRequests, BurstTokens: m.BurstTokens,
 		RequestsPerDay: m.RequestsPerDay, TokensPerDay: m.TokensPerDay,
+		InputTokensPerPeriod: m.InputTokensPerMinute, OutputTokensPerPeriod: m.OutputTokensPerMinute,
+		InputTokensPerDay: m.InputTokensPerDay, OutputTokensPerDay: m.OutputTokensPerDay,
 		Limiter: ratelimit.Limiter(m.Limiter), Window: m.Window.D(), SubWindow: m.SubWindow.D(), SubWindowShare: m.SubWindowShare,
 		WindowMargin: m.WindowMargin.D(), Policy: ratelimit.Policy(m.Settle),
 	}
 	if l.Period == 0 {
 		l.Period = time.Minute
+	}
+	if l.TokensPerPeriod == 0 && l.InputTokensPerPeriod > 0 && l.OutputTokensPerPeriod > 0 {
+		l.TokensPerPeriod = l.InputTokensPerPeriod + l.OutputTokensPerPeriod
 	}
 	if l.Limiter == ratelimit.LimiterWindow && l.Window == 0 {
 		l.Window = l.Period

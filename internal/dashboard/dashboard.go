@@ -32,6 +32,8 @@ type Source interface {
 	Stats(ctx context.Context, model string) (admission.Stats, error)
 	Bucket(model string) (*ratelimit.Bucket, bool)
 	Paused(ctx context.Context) map[string]string
+	// PausedKeys are a model's paused API keys (by index) and why.
+	PausedKeys(ctx context.Context, model string) map[int]string
 	ActiveRuns(ctx context.Context, limit int64) ([]store.Run, error)
 	GetQueueInfo(queue string) (*asynq.QueueInfo, error)
 	// CallCounts are every process's LLM calls by model and outcome.
@@ -192,6 +194,19 @@ type modelState struct {
 	// WindowSuspected: the provider's headers look window-limited while
 	// the model is configured limiter: bucket.
 	WindowSuspected bool `json:"window_suspected,omitempty"`
+	// Keys is each API key's state, with several keys (named by their
+	// short hash, never the key).
+	Keys []keyState `json:"keys,omitempty"`
+}
+
+// keyState is one API key of a model: what its bucket could admit now
+// (input and output where the model limits them apart) and its pause.
+type keyState struct {
+	Hash      string `json:"hash"`
+	Available int64  `json:"available"`
+	Input     int64  `json:"available_input,omitempty"`
+	Output    int64  `json:"available_output,omitempty"`
+	Paused    string `json:"paused,omitempty"`
 }
 
 type classState struct {
@@ -237,8 +252,19 @@ func (d *Dashboard) state(ctx context.Context, smp *sampler) dashState {
 		l := b.Limits()
 		avail, _ := b.AvailableAll(ctx)
 		suspected, _ := b.WindowSuspected(ctx)
-		st.Models = append(st.Models, modelState{Name: model, LimitPerSecond: float64(b.Keys()) * float64(l.TokensPerPeriod) / l.Period.Seconds(),
-			Available: avail.Tokens, Paused: paused[model], Released: s.Released, WindowSuspected: suspected})
+		ms := modelState{Name: model, LimitPerSecond: float64(b.Keys()) * float64(l.TokensPerPeriod) / l.Period.Seconds(),
+			Available: avail.Tokens, Paused: paused[model], Released: s.Released, WindowSuspected: suspected}
+		if b.Keys() > 1 {
+			pk := src.PausedKeys(ctx, model)
+			for i := range b.Keys() {
+				k := keyState{Hash: b.KeyLabel(i), Paused: pk[i]}
+				if c, _, err := b.ForKey(i).Available(ctx); err == nil {
+					k.Available, k.Input, k.Output = c.Tokens, c.Input, c.Output
+				}
+				ms.Keys = append(ms.Keys, k)
+			}
+		}
+		st.Models = append(st.Models, ms)
 		for _, c := range admission.Classes {
 			cs := st.Classes[c]
 			cs.Backlog += s.Backlog[c]

@@ -33,6 +33,7 @@ async function refresh(){
     document.getElementById("prs").innerHTML=(d.prs||[]).length?h:"<tr><td>none right now</td></tr>";
     h="<tr><th>model</th><th>ok</th><th>429s</th><th>transient</th><th>quota</th><th>failed</th><th>unreadable replies</th><th>available now</th></tr>";
     for(const m of (d.models||[])){const c=(d.calls||{})[m.name]||{};const rl=c.rate_limited||0;h+=`<tr><td>${esc(m.name)}</td><td>${c.ok||0}</td><td class="${rl?"warn":"ok"}">${rl}</td><td>${c.transient||0}</td><td>${c.quota||0}</td><td>${(c.failed||0)+(c.account||0)}</td><td class="${(c.unusable||0)?"warn":"ok"}">${c.unusable||0}</td><td>${fmt(m.available)}</td></tr>`}
+    for(const m of (d.models||[])){for(const k of (m.keys||[])){h+=`<tr><td>&nbsp;&nbsp;key ${esc(k.hash)}</td><td colspan="6" class="${k.paused?"warn":"ok"}">${k.paused?"paused: "+esc(k.paused):"serving"}${k.available_input||k.available_output?` · input ${fmt(k.available_input||0)}, output ${fmt(k.available_output||0)}`:""}</td><td>${fmt(k.available)}</td></tr>`}}
     document.getElementById("calls").innerHTML=h;
     const paused=(d.models||[]).filter(m=>m.paused);
     const win=(d.models||[]).filter(m=>m.window_suspected);

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/prq-dev/prq/ratelimit"
 )
 
 // Result is the outcome of one check. Detail and Fix never hold a secret.
@@ -64,7 +66,10 @@ type Provider struct {
 	// BaseURL defaults to https://api.openai.com/v1.
 	BaseURL string
 	APIKey  string
-	Models  []Model
+	// MoreKeys are the provider's other keys (key_env a list): each is
+	// checked as APIKey is, its results named by the key's short hash.
+	MoreKeys []string
+	Models   []Model
 }
 
 // Model is one configured model and its configured limits.
@@ -114,6 +119,14 @@ func Run(ctx context.Context, in Input) []Result {
 	}
 	if len(in.Provider.Models) > 0 {
 		out = append(out, CheckProvider(ctx, in.HTTPClient, in.Provider)...)
+		for i, k := range in.Provider.MoreKeys {
+			p := in.Provider
+			p.APIKey, p.MoreKeys = k, nil
+			for _, r := range CheckProvider(ctx, in.HTTPClient, p) {
+				r.Name += fmt.Sprintf(" (key %d, %s)", i+2, ratelimit.KeyHash(k))
+				out = append(out, r)
+			}
+		}
 	}
 	out = append(out, CheckWebhook(ctx, in.HTTPClient, in.Webhook))
 	return redact(out, in.secrets())
@@ -192,7 +205,7 @@ func Write(w io.Writer, rs []Result) error {
 // secrets returns every secret value that must not appear in results.
 func (in *Input) secrets() []string {
 	var s []string
-	for _, v := range []string{in.Provider.APIKey, string(in.Webhook.Secret), string(in.GitHub.PrivateKey)} {
+	for _, v := range append([]string{in.Provider.APIKey, string(in.Webhook.Secret), string(in.GitHub.PrivateKey)}, in.Provider.MoreKeys...) {
 		if len(v) >= 4 {
 			s = append(s, v)
 		}

@@ -24,6 +24,7 @@ import (
 	"github.com/prq-dev/prq/fake/fakeopenai"
 	"github.com/prq-dev/prq/internal/doctor"
 	"github.com/prq-dev/prq/internal/redistest"
+	"github.com/prq-dev/prq/ratelimit"
 	"github.com/prq-dev/prq/webhook"
 )
 
@@ -285,5 +286,34 @@ func TestWebhookWithoutSecret(t *testing.T) {
 				t.Fatalf("want ok=%v with a fix when failing, got %+v", c.ok, r)
 			}
 		})
+	}
+}
+
+// TestEveryKeyChecked: with several keys, each is checked as the first
+// is; a second key the provider refuses fails its own check, named by the
+// key's hash and never the key, while the first key's pass.
+func TestEveryKeyChecked(t *testing.T) {
+	e := newEnv(t, fakegithub.Config{})
+	in := e.in
+	in.Redis, in.GitHub, in.Webhook = nil, doctor.GitHub{}, doctor.Webhook{}
+	bad := "sk-doctor-not-a-known-key-42"
+	in.Provider.MoreKeys = []string{bad}
+	rs := doctor.Run(context.Background(), in)
+	got := byName(rs)
+	if r := got["provider key"]; !r.OK {
+		t.Fatalf("the first key failed: %+v", r)
+	}
+	name := "provider key (key 2, " + ratelimit.KeyHash(bad) + ")"
+	r, ok := got[name]
+	if !ok {
+		t.Fatalf("no check for the second key; ran %q", names(rs))
+	}
+	if r.OK || !strings.Contains(r.Detail, "refused") || r.Fix == "" {
+		t.Fatalf("the refused second key: %+v", r)
+	}
+	var out bytes.Buffer
+	doctor.Write(&out, rs)
+	if strings.Contains(out.String(), bad) {
+		t.Fatalf("the key reached doctor's output:\n%s", out.String())
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
-	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -35,6 +34,12 @@ type Model struct {
 	// Context is the model's context window: a request asking for more
 	// output than this is refused (400). Defaults to 128000.
 	Context int64
+	// Provider serves the model. Nil: the OpenAI-kind provider of
+	// Config.UpstreamURL and its keys.
+	Provider *Provider
+	// Deployment is the Azure deployment serving the model (KindAzure).
+	// Defaults to the model's name.
+	Deployment string
 }
 
 // maxChoices bounds n (OpenAI's limit).
@@ -42,14 +47,16 @@ const maxChoices = 128
 
 // Config configures the gateway.
 type Config struct {
-	// Models served, by name. Required.
+	// Models served, by name. Required. Each is forwarded to its own
+	// Provider; those without one to the OpenAI-kind provider below.
 	Models map[string]Model
-	// UpstreamURL is the provider's base URL (https://api.openai.com/v1).
-	// Required.
+	// UpstreamURL is the base URL (https://api.openai.com/v1) of the
+	// OpenAI-kind provider of the models without a Provider. Required
+	// when there are such models.
 	UpstreamURL string
-	// UpstreamKey is the provider's API key.
+	// UpstreamKey is that provider's API key.
 	UpstreamKey string
-	// UpstreamKeys, when set, are the provider's several keys in the
+	// UpstreamKeys, when set, are that provider's several keys in the
 	// order of the models' buckets (admission's key indices): a request
 	// is sent with the key admission charged. UpstreamKey is then unused.
 	UpstreamKeys []string
@@ -129,8 +136,6 @@ func New(cfg Config, keys *Keys, adm Admission, waiter Waiter, rdb redis.Univers
 	switch {
 	case len(cfg.Models) == 0:
 		return nil, errors.New("gateway: at least one model is required")
-	case cfg.UpstreamURL == "":
-		return nil, errors.New("gateway: the upstream URL is required")
 	case keys == nil || adm == nil || waiter == nil || rdb == nil:
 		return nil, errors.New("gateway: keys, admission, waiter and Redis are required")
 	case cfg.MaxWait < 0 || cfg.MinOutput < 0 || cfg.Timeout < 0 || cfg.HeaderTimeout < 0 || cfg.StreamIdle < 0 || cfg.MaxLine < 0:
@@ -165,10 +170,41 @@ func New(cfg Config, keys *Keys, adm Admission, waiter Waiter, rdb redis.Univers
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	cfg.UpstreamURL = strings.TrimRight(cfg.UpstreamURL, "/")
-	if u, err := url.Parse(cfg.UpstreamURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("gateway: upstream URL %q: want an http(s) URL with a host", cfg.UpstreamURL)
+	// the models without a provider of their own share the implicit one
+	var implicit *Provider
+	checked := map[*Provider]*Provider{} // the caller's → a checked copy
+	models := make(map[string]Model, len(cfg.Models))
+	for name, m := range cfg.Models {
+		if m.Provider == nil {
+			if implicit == nil {
+				if cfg.UpstreamURL == "" {
+					return nil, fmt.Errorf("gateway: model %s has no provider and the upstream URL is not set", name)
+				}
+				keys := cfg.UpstreamKeys
+				if len(keys) == 0 {
+					keys = []string{cfg.UpstreamKey}
+				}
+				implicit = &Provider{Kind: KindOpenAI, BaseURL: cfg.UpstreamURL, Keys: keys}
+			}
+			m.Provider = implicit
+		}
+		p, ok := checked[m.Provider]
+		if !ok {
+			c := *m.Provider
+			c.Keys = append([]string(nil), c.Keys...)
+			if err := c.check(); err != nil {
+				return nil, fmt.Errorf("%w (model %s)", err, name)
+			}
+			p = &c
+			checked[m.Provider] = p
+		}
+		m.Provider = p
+		if m.Provider.Kind == KindAzure && m.Deployment == "" {
+			m.Deployment = name
+		}
+		models[name] = m
 	}
+	cfg.Models = models // the caller's map is left as it was
 	g := &Gateway{cfg: cfg, keys: keys, adm: adm, waiter: waiter, rdb: rdb, metrics: metrics, log: cfg.Log,
 		tokenizers: map[string]*ratelimit.Tokenizer{}, quotas: map[ratelimit.Period]*ratelimit.Quota{}, tpm: map[string]*ratelimit.Bucket{}}
 	for name, m := range cfg.Models {
@@ -182,7 +218,7 @@ func New(cfg Config, keys *Keys, adm Admission, waiter Waiter, rdb redis.Univers
 			m.Context = 128000
 		}
 		m.MaxOutput = min(m.MaxOutput, m.Context)
-		cfg.Models[name] = m
+		g.cfg.Models[name] = m
 		tk, err := ratelimit.NewTokenizer(name)
 		if err != nil {
 			return nil, err
@@ -328,6 +364,8 @@ type request struct {
 	ticket   string
 	deadline time.Time
 	maxWait  time.Duration
+	// anth is the request translated for an Anthropic model
+	anth *anthropicRequest
 }
 
 func (g *Gateway) completions(w http.ResponseWriter, r *http.Request) {
@@ -416,6 +454,12 @@ func (g *Gateway) serveCompletion(w http.ResponseWriter, r *http.Request, q *req
 		n = *req.N
 	}
 	q.n = n
+	if m.Provider.Kind == KindAnthropic {
+		if q.anth, err = toAnthropic(req); err != nil {
+			badRequest(w, err)
+			return
+		}
+	}
 	wait, err := g.maxWait(r)
 	if err != nil {
 		apiError(w, http.StatusBadRequest, "invalid_request_error", "", err.Error())
@@ -460,6 +504,11 @@ func (g *Gateway) serveCompletion(w http.ResponseWriter, r *http.Request, q *req
 		q.grant, q.cap = &gr, gr.Cap/n
 	}
 	q.est = ratelimit.EstimateOpenAI(texts, q.cap*n)
+	if q.anth != nil && q.anth.tool != "" {
+		// a forced tool: Anthropic adds its tool-use system prompt to
+		// the input it counts
+		q.est += ratelimit.AnthropicToolUseTokens
+	}
 	// from here a failure gives the quota reservation back unless a call
 	// was made (settled on its own path)
 	called := false
@@ -559,7 +608,8 @@ func (g *Gateway) settleTPM(ctx context.Context, q *request, tokens int64) {
 // client has left) and given back what admission charged.
 func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, q *request) bool {
 	ctx := r.Context()
-	t := admission.Ticket{ID: q.ticket, Queue: admission.NotifyQueue, Model: q.model, Class: classOf(q.key.Tier), Tenant: tenantOf(q.key), Tokens: q.est}
+	t := admission.Ticket{ID: q.ticket, Queue: admission.NotifyQueue, Model: q.model, Class: classOf(q.key.Tier), Tenant: tenantOf(q.key), Tokens: q.est,
+		Output: min(ratelimit.OutputAllowance(q.cap*q.n), q.est)}
 	wctx, cancel := context.WithDeadline(ctx, q.deadline)
 	defer cancel()
 	start := time.Now()

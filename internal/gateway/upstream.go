@@ -27,6 +27,7 @@ type usage struct {
 // forwardable reports whether a provider header is forwarded: not
 // hop-by-hop ones, lengths the gateway changes, nor the provider's own
 // rate limits (of the shared account; the reply describes the key's),
+// nor the account's details.
 func forwardable(name string) bool {
 	n := strings.ToLower(name)
 	switch n {
@@ -34,8 +35,14 @@ func forwardable(name string) bool {
 		return false
 	}
 	// nor the provider account's details (openai-organization,
-	// openai-project, ...)
-	return !strings.HasPrefix(n, "x-ratelimit-") && !strings.HasPrefix(n, "openai-")
+	// openai-project, Azure's region and deployment, Anthropic's
+	// organization...)
+	for _, prefix := range []string{"x-ratelimit-", "openai-", "x-ms-", "apim-", "azureml-", "anthropic-"} {
+		if strings.HasPrefix(n, prefix) {
+			return false
+		}
+	}
+	return true
 }
 
 // forward makes the admitted call and answers with its reply, settling
@@ -44,26 +51,35 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, q *request, re
 	raw := req.raw
 	ctx := r.Context()
 	bg := context.WithoutCancel(ctx)
-	capJSON, _ := json.Marshal(q.cap)
-	if m.Reasoning || req.MaxCompletionTokens != nil {
-		raw["max_completion_tokens"] = capJSON
-		delete(raw, "max_tokens")
-	} else {
-		raw["max_tokens"] = capJSON
-	}
 	clientUsage := false // the client asked for the usage chunk itself
+	opts := map[string]json.RawMessage{}
 	if req.Stream {
-		opts := map[string]json.RawMessage{}
 		if len(req.StreamOptions) > 0 && string(req.StreamOptions) != "null" {
 			json.Unmarshal(req.StreamOptions, &opts) // checked before admission
 		}
 		if v, ok := opts["include_usage"]; ok && string(v) == "true" {
 			clientUsage = true
 		}
-		opts["include_usage"] = json.RawMessage("true")
-		raw["stream_options"], _ = json.Marshal(opts)
 	}
-	body, _ := json.Marshal(raw)
+	anthropic := m.Provider.Kind == KindAnthropic
+	var body []byte
+	if anthropic {
+		q.anth.MaxTokens, q.anth.Stream = q.cap, req.Stream
+		body, _ = json.Marshal(q.anth)
+	} else {
+		capJSON, _ := json.Marshal(q.cap)
+		if m.Reasoning || req.MaxCompletionTokens != nil {
+			raw["max_completion_tokens"] = capJSON
+			delete(raw, "max_tokens")
+		} else {
+			raw["max_tokens"] = capJSON
+		}
+		if req.Stream {
+			opts["include_usage"] = json.RawMessage("true")
+			raw["stream_options"], _ = json.Marshal(opts)
+		}
+		body, _ = json.Marshal(raw)
+	}
 	// a stream's call is cancelled when it goes idle (forwardStream)
 	cctx, cancel := context.WithCancel(ctx)
 	if !req.Stream {
@@ -114,6 +130,10 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, q *request, re
 		return
 	}
 	defer resp.Body.Close()
+	if anthropic {
+		g.forwardAnthropic(w, r, q, resp, req.Stream, clientUsage, cancel)
+		return
+	}
 	for name, vs := range resp.Header {
 		if forwardable(name) {
 			w.Header()[name] = vs
@@ -133,23 +153,21 @@ const maxRequeues = 3
 // call makes one upstream call and syncs the model's bucket with the
 // provider's rate-limit headers (a 429 penalizes it until the retry time).
 func (g *Gateway) call(ctx, cctx context.Context, q *request, body []byte) (*http.Response, error) {
-	up, err := http.NewRequestWithContext(cctx, http.MethodPost, g.cfg.UpstreamURL+"/chat/completions", bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	up.Header.Set("Content-Type", "application/json")
+	m := g.cfg.Models[q.model]
+	p := m.Provider
 	// the key admission charged (several keys: each has its own bucket)
-	apiKey, key := g.cfg.UpstreamKey, 0
-	if len(g.cfg.UpstreamKeys) > 0 {
+	key := 0
+	if len(p.Keys) > 1 {
 		k, err := g.adm.KeyOf(ctx, q.model, q.ticket)
-		if err != nil || k < 0 || k >= len(g.cfg.UpstreamKeys) {
+		if err != nil || k < 0 || k >= len(p.Keys) {
 			g.log.WarnContext(ctx, "gateway: could not read which key the request was admitted on; calling with the first", "model", q.model, "err", err)
 			k = 0
 		}
-		apiKey, key = g.cfg.UpstreamKeys[k], k
+		key = k
 	}
-	if apiKey != "" {
-		up.Header.Set("Authorization", "Bearer "+apiKey)
+	up, err := p.newUpstream(cctx, m.Deployment, body, p.Keys[key])
+	if err != nil {
+		return nil, err
 	}
 	var wrote atomic.Bool // the transport writes on its own goroutine
 	up = up.WithContext(httptrace.WithClientTrace(up.Context(), &httptrace.ClientTrace{
@@ -382,7 +400,11 @@ func (g *Gateway) settle(ctx context.Context, q *request, u *usage, ran bool) {
 				"reserved", reserved, "input_counted", q.input, "prompt_tokens", u.PromptTokens, "completion_tokens", u.CompletionTokens)
 		}
 	}
-	if err := g.adm.Settle(ctx, q.model, q.ticket, ratelimit.Cost{Requests: 1, Tokens: tokens}); err != nil && !errors.Is(err, ratelimit.ErrNotReserved) {
+	cost := ratelimit.Cost{Requests: 1, Tokens: tokens}
+	if u != nil {
+		cost.Input, cost.Output = u.PromptTokens, u.CompletionTokens
+	}
+	if err := g.adm.Settle(ctx, q.model, q.ticket, cost); err != nil && !errors.Is(err, ratelimit.ErrNotReserved) {
 		g.log.WarnContext(ctx, "gateway: settling the bucket failed; it keeps the estimate", "key", q.key.ID, "err", err)
 	}
 	g.settleQuota(ctx, q, quota)

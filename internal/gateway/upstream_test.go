@@ -140,7 +140,8 @@ func TestStalledUpstream(t *testing.T) {
 }
 
 // TestProviderAccountHidden: the provider's account headers
-// (openai-organization, openai-project) are not forwarded, and its 401
+// (openai-organization, openai-project, Azure's x-ms-region...) are not
+// forwarded, and its 401
 // or 403 for the gateway's own key (whose body names that key, masked)
 // is a 502 in the gateway's words, which does not blame the client's key.
 func TestProviderAccountHidden(t *testing.T) {
@@ -151,6 +152,8 @@ func TestProviderAccountHidden(t *testing.T) {
 			up := stalling(t, func(w http.ResponseWriter, r *http.Request) {
 				w.Header().Set("openai-organization", "org-secretcorp")
 				w.Header().Set("openai-project", "proj_secret")
+				w.Header().Set("x-ms-region", "Sweden Central") // Azure's
+				w.Header().Set("apim-request-id", "r-1")
 				w.Header().Set("Content-Type", "application/json")
 				w.WriteHeader(status)
 				if status != http.StatusOK {
@@ -168,7 +171,7 @@ func TestProviderAccountHidden(t *testing.T) {
 			body, _ := io.ReadAll(res.Body)
 			res.Body.Close()
 			for name := range res.Header {
-				if strings.HasPrefix(strings.ToLower(name), "openai-") {
+				if n := strings.ToLower(name); strings.HasPrefix(n, "openai-") || strings.HasPrefix(n, "x-ms-") || strings.HasPrefix(n, "apim-") {
 					t.Errorf("provider header %s forwarded", name)
 				}
 			}

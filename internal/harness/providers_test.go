@@ -15,12 +15,20 @@ import (
 // output token limits) and reviews on the OpenAI fake: every PR is
 // published, neither fake answers a 429, and the Anthropic fake's
 // requests, input tokens and output tokens each keep the interval rule
-// (at most burst + rate·(b−a) in any [a,b]).
+// (at most burst + rate·(b−a) in any [a,b]). The Claude model is
+// configured as Anthropic limits it: input and output tokens per minute
+// apart (no total), the output limit an eighth of the input's, so output
+// binds; one total-token limit in their place (13,500) gets 429s from
+// the output limit on this run (9 in one). Compressed 15× rather than 30×:
+// with the output limit binding, a worker's lag from a call's start to
+// the provider varying by tens of ms on a loaded machine (race detector,
+// packages in parallel) is 30× more of the limit's refill; at 30× one
+// run in a loaded suite met a 429 from that jitter alone.
 func TestEndToEndTwoProviders(t *testing.T) {
-	const compress = 30
+	const compress = 15
 	per := time.Duration(float64(time.Minute) / compress)
-	claude := config.ModelConfig{Name: "claude-haiku", Provider: "claude", RequestsPerMinute: 120, TokensPerMinute: 12000,
-		MaxOutputTokens: 300, Period: config.Duration(per)}
+	claude := config.ModelConfig{Name: "claude-haiku", Provider: "claude", RequestsPerMinute: 120,
+		InputTokensPerMinute: 12000, OutputTokensPerMinute: 1500, MaxOutputTokens: 300, Period: config.Duration(per)}
 	anthropicKey := "sk-ant-test-" + RandomHex(8)
 	ant, antURL := startAnthropicFake(t, claude, per, anthropicKey, 800*time.Millisecond/compress)
 
@@ -59,14 +67,15 @@ func TestEndToEndTwoProviders(t *testing.T) {
 	}
 }
 
-// startAnthropicFake starts a fake in Anthropic mode for m whose input
-// and output token limits each equal m's total-token limit: an admission
-// of input+output within the total fits both.
+// startAnthropicFake starts a fake in Anthropic mode for m: its input and
+// output token limits are m's where m sets them, else each equals m's
+// total-token limit (an admission of input+output within the total
+// fits both).
 func startAnthropicFake(t *testing.T, m config.ModelConfig, per time.Duration, key string, latency time.Duration) (*fakeopenai.Server, string) {
 	t.Helper()
 	ant := fakeopenai.New(fakeopenai.Config{
 		Models: []fakeopenai.Model{{Name: m.Name, RPM: m.RequestsPerMinute, TPM: m.TokensPerMinute,
-			ITPM: m.TokensPerMinute, OTPM: m.TokensPerMinute, Latency: latency, Jitter: latency / 2}},
+			ITPM: anthropicLimit(m.InputTokensPerMinute, m), OTPM: anthropicLimit(m.OutputTokensPerMinute, m), Latency: latency, Jitter: latency / 2}},
 		Period: per, Keys: []string{key}, Seed: 2, Record: true,
 	})
 	url, closeFake, err := ListenServe(ant)
@@ -96,8 +105,8 @@ func checkAnthropicIntervals(t *testing.T, ant *fakeopenai.Server, m config.Mode
 		limit int64
 	}{
 		{"requests", func(fakeopenai.Admission) int64 { return 1 }, m.RequestsPerMinute},
-		{"input tokens", func(a fakeopenai.Admission) int64 { return a.Input }, m.TokensPerMinute},
-		{"output tokens", func(a fakeopenai.Admission) int64 { return a.Output }, m.TokensPerMinute},
+		{"input tokens", func(a fakeopenai.Admission) int64 { return a.Input }, anthropicLimit(m.InputTokensPerMinute, m)},
+		{"output tokens", func(a fakeopenai.Admission) int64 { return a.Output }, anthropicLimit(m.OutputTokensPerMinute, m)},
 	}
 	for _, d := range dims {
 		var xs []ratelimit.Admission
@@ -112,14 +121,25 @@ func checkAnthropicIntervals(t *testing.T, ant *fakeopenai.Server, m config.Mode
 	}
 }
 
+// anthropicLimit is an input or output limit of m: its own, else m's
+// total-token limit.
+func anthropicLimit(own int64, m config.ModelConfig) int64 {
+	if own > 0 {
+		return own
+	}
+	return m.TokensPerMinute
+}
+
 // TestEndToEndAzureAndAnthropicReviews: summaries and chat on the Azure
 // mode of the fake (deployment paths, api-version, api-key) and reviews
 // on the Anthropic fake asked for as strict JSON through a forced tool.
+// Its input limit binds: Anthropic counts the tool's schema as input, and
+// so must prq's estimate (workers.Model.SchemaIsInput).
 func TestEndToEndAzureAndAnthropicReviews(t *testing.T) {
 	const compress = 30
 	per := time.Duration(float64(time.Minute) / compress)
-	claude := config.ModelConfig{Name: "claude-sonnet", Provider: "claude", RequestsPerMinute: 120, TokensPerMinute: 24000,
-		MaxOutputTokens: 600, Period: config.Duration(per), OutputFormat: "json_schema"}
+	claude := config.ModelConfig{Name: "claude-sonnet", Provider: "claude", RequestsPerMinute: 120, InputTokensPerMinute: 3000,
+		OutputTokensPerMinute: 24000, MaxOutputTokens: 600, Period: config.Duration(per), OutputFormat: "json_schema"}
 	anthropicKey := "sk-ant-test-" + RandomHex(8)
 	ant, antURL := startAnthropicFake(t, claude, per, anthropicKey, 2*time.Second/compress)
 	s := startStack(t, stackOpts{compress: compress, providers: func(c *config.Config, f *Fakes) {

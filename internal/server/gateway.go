@@ -20,29 +20,41 @@ import (
 // loops, like PR jobs.
 func (s *Server) gateway(ctx context.Context) (http.Handler, error) {
 	cfg := s.cfg
-	// the gateway forwards OpenAI's API as it is: it serves the models of
-	// one OpenAI-kind provider (the first that serves any), not Azure's
-	// or Anthropic's
-	var up config.ProviderConfig
+	// every configured model, each forwarded to its own provider (one
+	// *gateway.Provider per configured provider, its keys in the order of
+	// the models' buckets)
+	providers := map[string]*gateway.Provider{}
 	models := map[string]gateway.Model{}
 	for _, m := range cfg.Models {
 		p, ok := cfg.ProviderOf(m.Name)
-		if !ok || p.Kind != config.KindOpenAI || (up.Name != "" && p.Name != up.Name) {
-			continue
+		if !ok {
+			continue // the configuration's validation names it
 		}
-		up = p
-		models[m.Name] = gateway.Model{MaxOutput: m.MaxOutputTokens, Reasoning: m.Reasoning, Context: m.ContextTokens}
+		up := providers[p.Name]
+		if up == nil {
+			up = &gateway.Provider{Kind: p.Kind, BaseURL: p.BaseURL, Keys: p.KeyValues(), APIVersion: p.APIVersion}
+			if up.BaseURL == "" {
+				switch p.Kind {
+				case config.KindAnthropic:
+					up.BaseURL = "https://api.anthropic.com"
+				default:
+					up.BaseURL = "https://api.openai.com/v1"
+				}
+			}
+			providers[p.Name] = up
+		}
+		gm := gateway.Model{MaxOutput: m.MaxOutputTokens, Reasoning: m.Reasoning, Context: m.ContextTokens, Provider: up}
+		if p.Kind == config.KindAzure {
+			gm.Deployment = p.Deployment(m.Name)
+		}
+		models[m.Name] = gm
 	}
 	if len(models) == 0 {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusNotFound)
-			w.Write([]byte(`{"error":{"message":"the gateway serves the models of an OpenAI-compatible provider; none is configured","type":"invalid_request_error","code":"model_not_found"}}`))
+			w.Write([]byte(`{"error":{"message":"the gateway serves the configured models; none is configured","type":"invalid_request_error","code":"model_not_found"}}`))
 		}), nil
-	}
-	base := up.BaseURL
-	if base == "" {
-		base = "https://api.openai.com/v1"
 	}
 	waiter, err := s.sched.NewWaiter(ctx, 0)
 	if err != nil {
@@ -53,11 +65,7 @@ func (s *Server) gateway(ctx context.Context) (http.Handler, error) {
 	if err := s.metrics.Register(gm.Collectors()...); err != nil {
 		s.log.WarnContext(ctx, "gateway metrics not registered", "err", err)
 	}
-	var keys []string
-	if len(up.KeyEnv) > 1 {
-		keys = up.KeyValues()
-	}
-	g, err := gateway.New(gateway.Config{Models: models, UpstreamURL: base, UpstreamKey: up.Key(), UpstreamKeys: keys,
+	g, err := gateway.New(gateway.Config{Models: models,
 		Timeout: cfg.OpenAI.Timeout.D(), MaxWait: cfg.Gateway.MaxWait.D(), MinOutput: cfg.Gateway.MinOutput,
 		HeaderTimeout: cfg.Gateway.HeaderTimeout.D(), StreamIdle: cfg.Gateway.StreamIdle.D(),
 		Log: s.log.With("component", "gateway")}, gateway.NewKeys(s.rdb), s.sched, waiter, s.rdb, gm)

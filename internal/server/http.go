@@ -92,6 +92,9 @@ func (d dashSource) Stats(ctx context.Context, model string) (admission.Stats, e
 }
 func (d dashSource) Bucket(model string) (*ratelimit.Bucket, bool) { return d.s.sched.Bucket(model) }
 func (d dashSource) Paused(ctx context.Context) map[string]string  { return d.s.sched.Paused(ctx) }
+func (d dashSource) PausedKeys(ctx context.Context, model string) map[int]string {
+	return d.s.sched.PausedKeys(ctx, model)
+}
 func (d dashSource) ActiveRuns(ctx context.Context, limit int64) ([]store.Run, error) {
 	return d.s.store.ActiveRuns(ctx, limit)
 }

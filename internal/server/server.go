@@ -140,6 +140,11 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, connOpt asyn
 	if err != nil {
 		return nil, err
 	}
+	// every process must list a model's keys alike (admission records a
+	// job's key by its index): refuse to start beside one that does not
+	if err := s.sched.ClaimKeyOrder(ctx); err != nil {
+		return nil, err
+	}
 	s.metrics = metrics.New(s.sched, s.insp, rdb, metrics.Config{CacheFor: cfg.Metrics.CacheFor.D()})
 	s.metrics.Watch(rdb, cfg.Scheduler.Aging.D())
 	s.sched.Observe = s.metrics.ObserveAdmission

@@ -54,8 +54,9 @@ func (s *Server) buildWorkers(tr http.RoundTripper, opt Options, handlers bool) 
 	}
 	models := map[string]workers.Model{}
 	for _, m := range cfg.Models {
+		p, _ := cfg.ProviderOf(m.Name)
 		models[m.Name] = workers.Model{Name: m.Name, MaxOutput: m.MaxOutputTokens, ContextTokens: m.ContextTokens, Reasoning: m.Reasoning,
-			Output: llm.FormatType(m.OutputFormat)}
+			Output: llm.FormatType(m.OutputFormat), SchemaIsInput: p.Kind == config.KindAnthropic}
 	}
 	enq, err := workers.NewEnqueuer(workers.EnqueuerConfig{Queue: s.client, Tickets: adm, Store: s.store,
 		ChatModel: models[cfg.Jobs.ChatModel], Log: s.log.With("component", "webhook")})
