@@ -29,6 +29,10 @@ type RunConfig struct {
 	// attempts again when MaxSleep or the wait is over (the others stay
 	// Behind it). Defaults to 250ms.
 	MaxSleep time.Duration
+	// ChatSleep bounds the leader's sleep while a chat ticket waits (room
+	// given back by a settle may let it in before the exact wait).
+	// Defaults to 50ms.
+	ChatSleep time.Duration
 	// IdleSleep bounds the leader's sleep while no ticket waits: new
 	// tickets and delayed ones coming due wake it. Defaults to 2s.
 	IdleSleep time.Duration
@@ -63,6 +67,9 @@ func (s *Scheduler) Run(ctx context.Context, rc RunConfig) {
 	}
 	if rc.MaxSleep == 0 {
 		rc.MaxSleep = 250 * time.Millisecond
+	}
+	if rc.ChatSleep == 0 {
+		rc.ChatSleep = 50 * time.Millisecond
 	}
 	if rc.IdleSleep == 0 {
 		rc.IdleSleep = 2 * time.Second
@@ -160,6 +167,8 @@ type wakes struct {
 	chat   bool        // a chat ticket among those not covered yet
 	seen   int64       // the latest complete attempt's time
 	due    []time.Time // delayed tickets coming due, not yet taken by the loop
+	chats  int         // chat tickets heard less chats announced admitted (0 when an attempt finds none waiting)
+	chatAt time.Time   // the last chat ticket heard
 }
 
 type heard struct {
@@ -173,26 +182,34 @@ func newWakes(me string) *wakes {
 }
 
 // announcement is the payload of an attempt's announcement.
-func announcement(me string, at int64, wait time.Duration, complete bool) string {
+func announcement(me string, at int64, wait time.Duration, complete bool, chats int) string {
 	c := "0"
 	if complete {
 		c = "1"
 	}
-	return "a|" + me + "|" + strconv.FormatInt(wait.Microseconds(), 10) + "|" + c + "|" + strconv.FormatInt(at, 10)
+	return "a|" + me + "|" + strconv.FormatInt(wait.Microseconds(), 10) + "|" + c + "|" + strconv.FormatInt(at, 10) + "|" + strconv.Itoa(chats)
 }
 
 // hear takes one message, in the channel's order: "t|class|µs" (a
-// ticket) or "a|process|wait µs|complete|µs" (an attempt); anything else
-// counts as a chat ticket that only a later complete attempt covers.
+// ticket), "a|process|wait µs|complete|µs|chats admitted" (an attempt) or
+// "d|µs" (a delayed ticket's due time); anything else counts as a chat
+// ticket that only a later complete attempt covers.
 func (w *wakes) hear(payload string) {
 	f := strings.Split(payload, "|")
-	if len(f) == 5 && f[0] == "a" {
+	if (len(f) == 5 || len(f) == 6) && f[0] == "a" {
 		wait, _ := strconv.ParseInt(f[2], 10, 64)
 		at, _ := strconv.ParseInt(f[4], 10, 64)
 		h := heard{wait: time.Duration(wait) * time.Microsecond, complete: f[3] == "1"}
 		h.idle = h.complete && wait == 0 && at > 0
 		w.mu.Lock()
 		w.leader = f[1]
+		if len(f) == 6 {
+			n, _ := strconv.Atoi(f[5])
+			w.chats = max(w.chats-n, 0)
+		}
+		if h.idle {
+			w.chats = 0
+		}
 		if h.complete && at > w.seen {
 			w.seen = at
 			if w.seen >= w.ticket {
@@ -242,6 +259,10 @@ func (w *wakes) hear(payload string) {
 		w.ticket = max(w.ticket, at)
 		w.chat = w.chat || chat
 	}
+	if chat {
+		w.chats++
+		w.chatAt = time.Now()
+	}
 	w.mu.Unlock()
 	select {
 	case w.signal <- struct{}{}:
@@ -264,6 +285,15 @@ func (w *wakes) dues() []time.Time {
 	d := w.due
 	w.due = nil
 	return d
+}
+
+// chatWaits reports whether a chat ticket may still wait: counted, and
+// heard within the last 5s (a count that drifts, a ticket cancelled
+// unseen, costs at most that many quick looks).
+func (w *wakes) chatWaits() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.chats > 0 && time.Since(w.chatAt) < 5*time.Second
 }
 
 // leads reports whether this process announced last, or nobody has.
@@ -381,7 +411,13 @@ func (s *Scheduler) loop(ctx context.Context, model string, rc RunConfig, w *wak
 		s.Release(ctx, adm)
 		// cut short by this process's capacity: the others may admit more
 		complete := len(adm) < budget
-		s.rdb.Publish(ctx, keys.wake(), announcement(w.me, at, wait, complete))
+		chats := 0
+		for _, a := range adm {
+			if a.Class == "chat" {
+				chats++
+			}
+		}
+		s.rdb.Publish(ctx, keys.wake(), announcement(w.me, at, wait, complete, chats))
 		now := time.Now()
 		follow = time.Time{}
 		bound = time.Time{}
@@ -394,7 +430,11 @@ func (s *Scheduler) loop(ctx context.Context, model string, rc RunConfig, w *wak
 		}
 		// nothing (more) fits until wait (exact), or nothing waits: sleep
 		// until then, or until a new ticket arrives
-		wait = sleepFor(rc, wait, complete && wait == 0 && at > 0)
+		idle := complete && wait == 0 && at > 0
+		wait = sleepFor(rc, wait, idle)
+		if !idle && w.chatWaits() { // a chat may wait for room a settle gives back
+			wait = min(wait, rc.ChatSleep)
+		}
 		if budget <= 0 { // only chat could go: watch for a batch slot meanwhile
 			chatAt = now.Add(wait)
 			next = now.Add(rc.Poll)
