@@ -171,6 +171,10 @@ func (s *Scheduler) RegisterAt(ctx context.Context, t Ticket, at time.Time) erro
 	if err := script.Run(ctx, s.rdb, keys.list(), "delay", s.now(), t.ID, encodeTicket(t.stored()), at.UnixMicro()).Err(); err != nil {
 		return fmt.Errorf("admission: delay %s: %w", t.ID, err)
 	}
+	// the loops sleep long while no ticket waits: tell them when to look
+	if err := s.rdb.Publish(ctx, keys.wake(), "d|"+strconv.FormatInt(at.UnixMicro(), 10)).Err(); err != nil {
+		s.log.WarnContext(ctx, "admission: delayed ticket's wake failed; the loops find it within their idle sleep", "task", t.ID, "err", err)
+	}
 	return nil
 }
 
@@ -227,12 +231,19 @@ func (s *Scheduler) Admit(ctx context.Context, model string, budget int) ([]Admi
 
 // admit takes up to budget tickets, at most batch of them batch work.
 func (s *Scheduler) admit(ctx context.Context, model string, budget, batch int) ([]Admitted, time.Duration, error) {
+	adm, wait, _, err := s.attempt(ctx, model, budget, batch)
+	return adm, wait, err
+}
+
+// attempt is admit that also returns the attempt's time (µs, the
+// script's clock; 0 when it did not run or the model is paused).
+func (s *Scheduler) attempt(ctx context.Context, model string, budget, batch int) ([]Admitted, time.Duration, int64, error) {
 	keys, b, err := s.keys(model)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
 	if budget <= 0 {
-		return nil, 0, nil
+		return nil, 0, 0, nil
 	}
 	mode := "weighted"
 	if s.cfg.Strict {
@@ -248,13 +259,13 @@ func (s *Scheduler) admit(ctx context.Context, model string, budget, batch int) 
 	args = append(args, b.ScriptArgs(ratelimit.Marks)...)
 	res, err := script.Run(ctx, s.rdb, keys.list(), args...).Slice()
 	if err != nil {
-		return nil, 0, fmt.Errorf("admission: admit %s: %w", model, err)
+		return nil, 0, 0, fmt.Errorf("admission: admit %s: %w", model, err)
 	}
 	if len(res) == 4 { // paused
-		return nil, 0, nil
+		return nil, 0, 0, nil
 	}
 	if len(res) != 3 {
-		return nil, 0, fmt.Errorf("admission: admit %s: unexpected reply", model)
+		return nil, 0, 0, fmt.Errorf("admission: admit %s: unexpected reply", model)
 	}
 	nowUS, _ := strconv.ParseInt(fmt.Sprint(res[0]), 10, 64)
 	waitUS, _ := strconv.ParseInt(fmt.Sprint(res[1]), 10, 64)
@@ -268,7 +279,7 @@ func (s *Scheduler) admit(ctx context.Context, model string, budget, batch int) 
 			out = append(out, a)
 		}
 	}
-	return out, time.Duration(waitUS) * time.Microsecond, nil
+	return out, time.Duration(waitUS) * time.Microsecond, nowUS, nil
 }
 
 // Release moves admitted tasks from held to pending so a worker runs

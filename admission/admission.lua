@@ -159,13 +159,16 @@ local function register(id, enc)
       if h ~= nil and h.id == t.id then refresh(t.class, t.tenant, true) end
     end
   end
-  return 1
+  return 1, t.class
 end
 
 if op == 'register' then
   -- ARGV: op, now, id, encoded ticket, wake channel
-  local n = register(ARGV[3], ARGV[4])
-  if n == 1 and ARGV[5] ~= nil and ARGV[5] ~= '' then redis.call('PUBLISH', ARGV[5], '1') end
+  -- the wake names the ticket's class (the loops skip a batch one while
+  -- the model's head waits for tokens) and when it came (an attempt
+  -- that began later saw it)
+  local n, class = register(ARGV[3], ARGV[4])
+  if n == 1 and ARGV[5] ~= nil and ARGV[5] ~= '' then redis.call('PUBLISH', ARGV[5], 't|' .. class .. '|' .. B.fmt(now)) end
   return n
 
 elseif op == 'cancel' then

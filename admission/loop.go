@@ -3,6 +3,10 @@ package admission
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -20,8 +24,23 @@ type RunConfig struct {
 	// Poll is the sleep when this process has no free slot. Defaults to 20ms.
 	Poll time.Duration
 	// MaxSleep bounds a sleep while tickets wait for room or none wait; a
-	// new ticket wakes the loop at once (pub/sub). Defaults to 250ms.
+	// new ticket wakes the loop at once (pub/sub), unless it is batch and
+	// the head waits for tokens. Of the processes, only the last to attempt
+	// attempts again when MaxSleep or the wait is over (the others stay
+	// Behind it). Defaults to 250ms.
 	MaxSleep time.Duration
+	// ChatSleep bounds the leader's sleep while a chat ticket waits (room
+	// given back by a settle may let it in before the exact wait).
+	// Defaults to 50ms.
+	ChatSleep time.Duration
+	// IdleSleep bounds the leader's sleep while no ticket waits: new
+	// tickets and delayed ones coming due wake it. Defaults to 2s.
+	IdleSleep time.Duration
+	// Behind is how far behind the leading process (the last to attempt)
+	// the others' loops attempt, so its announcement reaches them first
+	// and they skip an attempt it covered: Behind plus up to twice that at
+	// random. Defaults to 10ms.
+	Behind time.Duration
 	// ReconcileEvery is the reconciler's period. Defaults to 5s.
 	ReconcileEvery time.Duration
 	// TicketOf rebuilds a ticket from a held task without one (a crash
@@ -49,30 +68,41 @@ func (s *Scheduler) Run(ctx context.Context, rc RunConfig) {
 	if rc.MaxSleep == 0 {
 		rc.MaxSleep = 250 * time.Millisecond
 	}
+	if rc.ChatSleep == 0 {
+		rc.ChatSleep = 50 * time.Millisecond
+	}
+	if rc.IdleSleep == 0 {
+		rc.IdleSleep = 2 * time.Second
+	}
+	if rc.Behind == 0 {
+		rc.Behind = 10 * time.Millisecond
+	}
 	if rc.Beat == 0 {
 		rc.Beat = time.Second
 	}
 	if rc.ProcessTTL == 0 {
 		rc.ProcessTTL = 4 * time.Second
 	}
-	wake := map[string]chan struct{}{}
+	me := strconv.FormatUint(rand.Uint64(), 36)
+	wake := map[string]*wakes{}
 	byChannel := map[string]string{}
 	var channels []string
 	for model := range s.buckets {
-		wake[model] = make(chan struct{}, 1)
+		wake[model] = newWakes(me)
 		keys, _, _ := s.keys(model)
 		byChannel[keys.wake()] = model
 		channels = append(channels, keys.wake())
 	}
 	sub := s.rdb.Subscribe(ctx, channels...)
 	defer sub.Close()
+	// subscribed before the first attempt: the loops hear each other's
+	if _, err := sub.Receive(ctx); err != nil && ctx.Err() == nil {
+		s.log.WarnContext(ctx, "admission wakes: subscribe failed", "err", err)
+	}
 	go func() {
 		for msg := range sub.Channel() {
-			if c, ok := wake[byChannel[msg.Channel]]; ok {
-				select {
-				case c <- struct{}{}:
-				default:
-				}
+			if w, ok := wake[byChannel[msg.Channel]]; ok {
+				w.hear(msg.Payload)
 			}
 		}
 	}()
@@ -116,56 +146,300 @@ func (s *Scheduler) Run(ctx context.Context, rc RunConfig) {
 	}
 }
 
-func (s *Scheduler) loop(ctx context.Context, model string, rc RunConfig, wake <-chan struct{}) {
+// wakes is what a model's loop hears on the model's channel: new tickets
+// (their class and time) and every process's attempts (announcements).
+//
+// Every process runs a loop per model, and each attempt runs the whole
+// admission script, so the loops share the work: after each attempt a
+// loop announces what it found (its time, the wait until the head fits,
+// whether its own capacity cut it short). The last to announce leads: it
+// attempts when the wait is over and when a ticket arrives; the others
+// stay Behind it and skip what a complete announcement covered (an
+// attempt that began after the ticket came). A leader that dies or has no
+// free slot costs the others Behind.
+type wakes struct {
+	me     string        // this process
+	signal chan struct{} // a ticket arrived (coalesced)
+	heard  chan heard    // the latest announcement of another process
+	mu     sync.Mutex
+	leader string      // the last process to announce
+	ticket int64       // the latest ticket's time (µs, the script's clock)
+	chat   bool        // a chat ticket among those not covered yet
+	seen   int64       // the latest complete attempt's time
+	due    []time.Time // delayed tickets coming due, not yet taken by the loop
+	chats  int         // chat tickets heard less chats announced admitted (0 when an attempt finds none waiting)
+	chatAt time.Time   // the last chat ticket heard
+}
+
+type heard struct {
+	wait     time.Duration // 0: nothing waits for tokens
+	complete bool          // the attempt was not cut short by the announcer's capacity
+	idle     bool          // complete, and no ticket waits at all
+}
+
+func newWakes(me string) *wakes {
+	return &wakes{me: me, signal: make(chan struct{}, 1), heard: make(chan heard, 1)}
+}
+
+// announcement is the payload of an attempt's announcement.
+func announcement(me string, at int64, wait time.Duration, complete bool, chats int) string {
+	c := "0"
+	if complete {
+		c = "1"
+	}
+	return "a|" + me + "|" + strconv.FormatInt(wait.Microseconds(), 10) + "|" + c + "|" + strconv.FormatInt(at, 10) + "|" + strconv.Itoa(chats)
+}
+
+// hear takes one message, in the channel's order: "t|class|µs" (a
+// ticket), "a|process|wait µs|complete|µs|chats admitted" (an attempt) or
+// "d|µs" (a delayed ticket's due time); anything else counts as a chat
+// ticket that only a later complete attempt covers.
+func (w *wakes) hear(payload string) {
+	f := strings.Split(payload, "|")
+	if (len(f) == 5 || len(f) == 6) && f[0] == "a" {
+		wait, _ := strconv.ParseInt(f[2], 10, 64)
+		at, _ := strconv.ParseInt(f[4], 10, 64)
+		h := heard{wait: time.Duration(wait) * time.Microsecond, complete: f[3] == "1"}
+		h.idle = h.complete && wait == 0 && at > 0
+		w.mu.Lock()
+		w.leader = f[1]
+		if len(f) == 6 {
+			n, _ := strconv.Atoi(f[5])
+			w.chats = max(w.chats-n, 0)
+		}
+		if h.idle {
+			w.chats = 0
+		}
+		if h.complete && at > w.seen {
+			w.seen = at
+			if w.seen >= w.ticket {
+				w.chat = false
+			}
+		}
+		w.mu.Unlock()
+		if f[1] == w.me {
+			return
+		}
+		for { // keep the latest
+			select {
+			case w.heard <- h:
+				return
+			default:
+			}
+			select {
+			case <-w.heard:
+			default:
+			}
+		}
+	}
+	if len(f) == 2 && f[0] == "d" { // a delayed ticket: due then
+		if us, err := strconv.ParseInt(f[1], 10, 64); err == nil {
+			w.mu.Lock()
+			if len(w.due) < 1000 {
+				w.due = append(w.due, time.UnixMicro(us))
+			}
+			w.mu.Unlock()
+			select {
+			case w.signal <- struct{}{}:
+			default:
+			}
+			return
+		}
+	}
+	w.mu.Lock()
+	at := w.seen + 1 // unknown: after every attempt heard so far
+	chat := true
+	if len(f) == 3 && f[0] == "t" {
+		if v, err := strconv.ParseInt(f[2], 10, 64); err == nil {
+			at = v
+		}
+		chat = f[1] == "chat"
+	}
+	if at > w.seen {
+		w.ticket = max(w.ticket, at)
+		w.chat = w.chat || chat
+	}
+	if chat {
+		w.chats++
+		w.chatAt = time.Now()
+	}
+	w.mu.Unlock()
+	select {
+	case w.signal <- struct{}{}:
+	default:
+	}
+}
+
+// uncovered reports whether a ticket came that no complete attempt has
+// seen, and whether one of those is chat.
+func (w *wakes) uncovered() (any, chat bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.ticket > w.seen, w.chat
+}
+
+// dues takes the delayed tickets' due times heard since the last call.
+func (w *wakes) dues() []time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	d := w.due
+	w.due = nil
+	return d
+}
+
+// chatWaits reports whether a chat ticket may still wait: counted, and
+// heard within the last 5s (a count that drifts, a ticket cancelled
+// unseen, costs at most that many quick looks).
+func (w *wakes) chatWaits() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.chats > 0 && time.Since(w.chatAt) < 5*time.Second
+}
+
+// leads reports whether this process announced last, or nobody has.
+func (w *wakes) leads() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.leader == w.me || w.leader == ""
+}
+
+// sleepFor is the sleep after an attempt whose head waits wait: at most
+// MaxSleep (room given back may let it in earlier), IdleSleep when no
+// ticket waits at all (idle; not a paused model, whose attempt has no
+// time).
+func sleepFor(rc RunConfig, wait time.Duration, idle bool) time.Duration {
+	switch {
+	case idle:
+		return rc.IdleSleep
+	case wait <= 0 || wait > rc.MaxSleep:
+		return rc.MaxSleep
+	}
+	return wait
+}
+
+func earliest(a, b time.Time) time.Time {
+	switch {
+	case a.IsZero():
+		return b
+	case b.IsZero() || a.Before(b):
+		return a
+	}
+	return b
+}
+
+// jitter is how far behind the leader the others stay: enough for its
+// announcement to arrive first.
+func jitter(behind time.Duration) time.Duration {
+	return behind + rand.N(2*behind)
+}
+
+func (s *Scheduler) loop(ctx context.Context, model string, rc RunConfig, w *wakes) {
+	keys, _, _ := s.keys(model)
 	backoff := rc.Poll
 	var chatAt time.Time // with batch slots full: when chat is worth another try
+	next := time.Now()   // the next attempt of this loop's own
+	var follow time.Time // the next look at tickets others may have covered
+	var bound time.Time  // the head waits for tokens until then
+	var due time.Time    // the earliest delayed ticket not yet due at the last attempt
+	timer := time.NewTimer(0)
+	defer timer.Stop()
 	for ctx.Err() == nil {
+		timer.Reset(max(time.Until(earliest(earliest(next, follow), due)), 0))
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+			if now := time.Now(); now.Before(next) && (due.IsZero() || now.Before(due)) { // a follow-up
+				follow = time.Time{}
+				if any, _ := w.uncovered(); !any {
+					continue
+				}
+			}
+		case h := <-w.heard: // another process attempted
+			now := time.Now()
+			if !h.complete { // its capacity cut it short: there may be more for us
+				next = earliest(next, now.Add(jitter(rc.Behind)))
+				continue
+			}
+			bound = time.Time{}
+			if h.wait > 0 {
+				bound = now.Add(h.wait)
+			}
+			next = now.Add(sleepFor(rc, h.wait, h.idle) + jitter(rc.Behind))
+			continue
+		case <-w.signal: // a ticket, or a delayed one's due time
+			chatAt = time.Time{}
+			now := time.Now()
+			for _, d := range w.dues() {
+				if !w.leads() {
+					d = d.Add(jitter(rc.Behind))
+				}
+				due = earliest(due, d)
+			}
+			any, chat := w.uncovered()
+			if !any || (!chat && now.Before(bound)) {
+				// seen already; or batch while the head waits for tokens:
+				// it waits its turn (the attempt at bound, or within MaxSleep)
+				continue
+			}
+			if !w.leads() {
+				follow = earliest(follow, now.Add(jitter(rc.Behind)))
+				continue
+			}
+		}
+		if !due.After(time.Now()) {
+			due = time.Time{} // this attempt registers it (or the next, if this one cannot run)
+		}
 		budget, chat := rc.Capacity(), 0
 		if rc.ChatCapacity != nil {
 			chat = rc.ChatCapacity()
 		}
 		if budget <= 0 && (chat <= 0 || time.Now().Before(chatAt)) {
-			if sleep(ctx, rc.Poll, wake) {
-				chatAt = time.Time{} // a new ticket
-			}
+			next = time.Now().Add(rc.Poll)
 			continue
 		}
-		adm, wait, err := s.admit(ctx, model, max(budget, chat), budget)
+		adm, wait, at, err := s.attempt(ctx, model, max(budget, chat), budget)
 		if err != nil {
 			if ctx.Err() == nil {
 				s.log.WarnContext(ctx, "admission failed", "model", model, "err", err)
 			}
-			sleep(ctx, backoff, nil)
+			next = time.Now().Add(backoff)
 			backoff = min(backoff*2, 2*time.Second)
 			continue
 		}
 		backoff = rc.Poll
 		s.Release(ctx, adm)
-		if len(adm) > 0 {
+		// cut short by this process's capacity: the others may admit more
+		complete := len(adm) < budget
+		chats := 0
+		for _, a := range adm {
+			if a.Class == "chat" {
+				chats++
+			}
+		}
+		s.rdb.Publish(ctx, keys.wake(), announcement(w.me, at, wait, complete, chats))
+		now := time.Now()
+		follow = time.Time{}
+		bound = time.Time{}
+		if wait > 0 {
+			bound = now.Add(wait)
+		}
+		if len(adm) > 0 && !complete {
+			next = now // more may fit in slots this process has yet to see
 			continue
 		}
-		// nothing fits until wait (exact), or nothing waits: sleep until
-		// then, or until a new ticket arrives
-		if wait <= 0 || wait > rc.MaxSleep {
-			wait = rc.MaxSleep
+		// nothing (more) fits until wait (exact), or nothing waits: sleep
+		// until then, or until a new ticket arrives
+		idle := complete && wait == 0 && at > 0
+		wait = sleepFor(rc, wait, idle)
+		if !idle && w.chatWaits() { // a chat may wait for room a settle gives back
+			wait = min(wait, rc.ChatSleep)
 		}
 		if budget <= 0 { // only chat could go: watch for a batch slot meanwhile
-			chatAt = time.Now().Add(wait)
+			chatAt = now.Add(wait)
+			next = now.Add(rc.Poll)
 			continue
 		}
-		sleep(ctx, wait, wake)
+		next = now.Add(wait)
 	}
-}
-
-// sleep waits d, or until ctx ends or wake fires; it reports a wake.
-func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	case <-wake:
-		return true
-	}
-	return false
 }

@@ -29,7 +29,7 @@ type redisCost struct {
 	// WindowS is the saturated window's length (real seconds).
 	WindowS float64 `json:"window_s"`
 	// TopPerJob: the commands that make up most of the marginal figure,
-	// per job, largest first (at most 8).
+	// per job, largest first (at most 12).
 	TopPerJob []commandShare `json:"top_commands_per_job"`
 }
 
@@ -145,7 +145,7 @@ func (m *costMeter) saturated(c *redisCost, f *fakeopenai.Server, models []strin
 			}
 		}
 		sort.Slice(c.TopPerJob, func(i, j int) bool { return c.TopPerJob[i].PerJob > c.TopPerJob[j].PerJob })
-		c.TopPerJob = c.TopPerJob[:min(len(c.TopPerJob), 8)]
+		c.TopPerJob = c.TopPerJob[:min(len(c.TopPerJob), 12)]
 	}
 }
 

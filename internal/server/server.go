@@ -14,6 +14,7 @@ import (
 
 	"github.com/prq-dev/prq/admission"
 	"github.com/prq-dev/prq/internal/config"
+	"github.com/prq-dev/prq/internal/dispatch"
 	"github.com/prq-dev/prq/internal/logging"
 	"github.com/prq-dev/prq/internal/metrics"
 	"github.com/prq-dev/prq/jobs"
@@ -57,6 +58,7 @@ type Server struct {
 	log     *slog.Logger
 	connOpt asynq.RedisConnOpt
 	rdb     redis.UniversalClient
+	gate    *dispatch.Gate
 	store   *store.Store
 	sched   *admission.Scheduler
 	client  *asynq.Client
@@ -88,7 +90,11 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, connOpt asyn
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: log, connOpt: connOpt, rdb: rdb}
+	// every process announces the work it puts on a queue; a worker's
+	// asynq servers skip their idle polls until such a wake (dispatch)
+	gate := dispatch.New(rdb)
+	rdb.AddHook(gate)
+	s := &Server{cfg: cfg, log: log, connOpt: connOpt, rdb: rdb, gate: gate}
 	ok := false
 	defer func() {
 		if !ok {

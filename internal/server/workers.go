@@ -20,6 +20,7 @@ import (
 	"github.com/prq-dev/prq/admission"
 	"github.com/prq-dev/prq/ghapp"
 	"github.com/prq-dev/prq/internal/config"
+	"github.com/prq-dev/prq/internal/dispatch"
 	"github.com/prq-dev/prq/internal/logging"
 	"github.com/prq-dev/prq/internal/metrics"
 	"github.com/prq-dev/prq/internal/render"
@@ -164,9 +165,11 @@ type slots struct {
 	pendingChat  int64
 	pendingBatch int64
 	process      *admission.Process // nil: not tracked
+	gate         *dispatch.Gate     // queues known empty need no LLEN; nil: read them all
 }
 
-// pending reads the queues' pending lengths, at most every 10ms.
+// pending reads the queues' pending lengths, at most every 10ms; a queue
+// this process's dispatch gate knows empty counts 0 without a read.
 func (sl *slots) pending() (chat, batch int64) {
 	sl.mu.Lock()
 	defer sl.mu.Unlock()
@@ -175,11 +178,18 @@ func (sl *slots) pending() (chat, batch int64) {
 		pipe := sl.rdb.Pipeline()
 		cmds := make([]*redis.IntCmd, len(jobs.Queues))
 		for i, q := range jobs.Queues {
-			cmds[i] = pipe.LLen(ctx, "asynq:{"+q+"}:pending")
+			if sl.gate == nil || !sl.gate.Empty(q) {
+				cmds[i] = pipe.LLen(ctx, "asynq:{"+q+"}:pending")
+			}
 		}
-		pipe.Exec(ctx)
+		if pipe.Len() > 0 {
+			pipe.Exec(ctx)
+		}
 		sl.pendingChat, sl.pendingBatch = 0, 0
 		for i, c := range cmds {
+			if c == nil {
+				continue
+			}
 			if jobs.Queues[i] == jobs.QueueChat {
 				sl.pendingChat += c.Val()
 			} else {
@@ -219,7 +229,7 @@ func (sl *slots) chatFree() int {
 // and records its running jobs (admission.Process), so if it dies they
 // are put back within seconds.
 func (s *Server) startServers(ctx context.Context, handler asynq.Handler, retryDelay asynq.RetryDelayFunc, isFailure func(error) bool, track bool) (*slots, func(), error) {
-	sl := &slots{rdb: s.rdb, batch: s.cfg.Worker.Concurrency, chat: chatSlots(s.cfg.Worker.Concurrency)}
+	sl := &slots{rdb: s.rdb, batch: s.cfg.Worker.Concurrency, chat: chatSlots(s.cfg.Worker.Concurrency), gate: s.gate}
 	if track {
 		host, _ := os.Hostname()
 		var b [6]byte
@@ -251,6 +261,10 @@ func (s *Server) startServers(ctx context.Context, handler asynq.Handler, retryD
 				s.log.WarnContext(ctx, "job failed", "type", t.Type(), "task", id, "retry", n, "err", err)
 			}),
 		}
+	}
+	// idle queues are answered in-process until work is put on them
+	if err := s.gate.Listen(ctx); err != nil {
+		s.log.Warn("no dispatch wakes: the worker's asynq servers poll Redis", "err", err)
 	}
 	batch := asynq.NewServerFromRedisClient(s.rdb, config(sl.batch, jobs.QueuePriorities, 20*time.Millisecond))
 	err := batch.Start(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {

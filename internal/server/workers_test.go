@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/prq-dev/prq/admission"
 	"github.com/prq-dev/prq/internal/config"
@@ -117,5 +118,63 @@ func TestSlotsCountPendingWork(t *testing.T) {
 				t.Errorf("chat may start %d, want %d", got, tc.wantChatAll)
 			}
 		})
+	}
+}
+
+// llens counts the LLENs sent per key (slot accounting pipelines them).
+type llens struct{ by map[string]int }
+
+func (l *llens) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (l *llens) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (l *llens) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if c.Name() == "llen" {
+				l.by[fmt.Sprint(c.Args()[1])]++
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestPendingSkipsQueuesKnownEmpty: slot accounting reads no LLEN of a
+// queue this process's dispatch gate knows empty (it counts 0), reads
+// every other queue, and reads a queue again once a wake names it.
+func TestPendingSkipsQueuesKnownEmpty(t *testing.T) {
+	s, _ := newTestServer(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := s.gate.Listen(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// asynq's dequeue of paid and chat finds them empty: known empty
+	for _, q := range []string{jobs.QueuePaid, jobs.QueueChat} {
+		keys := []string{"asynq:{" + q + "}:pending", "asynq:{" + q + "}:paused", "asynq:{" + q + "}:active", "asynq:{" + q + "}:lease"}
+		if err := s.rdb.Eval(ctx, "return nil", keys).Err(); err != redis.Nil {
+			t.Fatalf("dequeue of %s: %v", q, err)
+		}
+	}
+	// pushes nobody announces: two trial, one paid
+	for _, q := range []string{jobs.QueueTrial, jobs.QueueTrial, jobs.QueuePaid} {
+		if err := s.rdb.LPush(ctx, "asynq:{"+q+"}:pending", "x").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cnt := &llens{by: map[string]int{}}
+	s.rdb.AddHook(cnt)
+	sl := &slots{rdb: s.rdb, batch: 4, chat: 2, gate: s.gate}
+	if pc, pb := sl.pending(); pc != 0 || pb != 2 {
+		t.Errorf("pending chat %d, batch %d; want 0 and 2 (paid known empty, trial read)", pc, pb)
+	}
+	if n := cnt.by["asynq:{paid}:pending"] + cnt.by["asynq:{chat}:pending"]; n != 0 {
+		t.Errorf("%d LLENs of queues known empty", n)
+	}
+	if cnt.by["asynq:{trial}:pending"] != 1 || cnt.by["asynq:{free}:pending"] != 1 {
+		t.Errorf("LLENs %v: want one of trial and one of free", cnt.by)
+	}
+	s.gate.Wake(jobs.QueuePaid)
+	sl.at = time.Time{}
+	if _, pb := sl.pending(); pb != 3 {
+		t.Errorf("after a wake of paid: pending batch %d, want 3", pb)
 	}
 }
