@@ -424,15 +424,14 @@ func (s *Scheduler) TryStart(ctx context.Context, model, id string) (time.Durati
 // reads, building the prompt; tens of ms, more on a loaded machine)
 // would otherwise be left to the window margin. It needs no room while
 // the start's charge still counts; a call sent more than a window after
-// its start waits for room like a start. Other limiters: nothing to do
-// (no Redis call).
+// its start waits for room like a start. A token bucket is lowered as
+// at the start (see Started), now counting every charge of the key not
+// called yet: the provider's bucket, capped at full, did not refill
+// while those handlers prepared their calls, and ours did.
 func (s *Scheduler) Calling(ctx context.Context, model, id string) error {
 	keys, b, err := s.keys(model)
 	if err != nil {
 		return err
-	}
-	if b.Limits().Limiter != ratelimit.LimiterWindow {
-		return nil
 	}
 	for {
 		args := []any{"calling", s.now(), id}

@@ -105,7 +105,7 @@ local function keypaused(i)
   return nil
 end
 
--- reservation reads a stored reservation "cost cost ...[ k<key>][ s]": its
+-- reservation reads a stored reservation "cost cost ...[ k<key>][ s][ c]": its
 -- costs, its key's index (nil: a key no longer configured) and whether
 -- its job has started.
 local function reservation(r)
@@ -116,6 +116,8 @@ local function reservation(r)
       key = tonumber(string.sub(c, 2))
     elseif f == 's' then
       started = true
+    elseif f == 'c' then
+      -- called (a bucket's mark at the call): nothing more to read
     else
       costs[#costs + 1] = tonumber(c)
     end
@@ -199,7 +201,9 @@ elseif op == 'started' or op == 'calling' then
   -- admission to start (lag_us), so the room it counted on may not be
   -- here yet: then nothing changes and the reply is the µs to wait
   -- before starting again. 0: start.
-  -- calling (window only): the job is about to send its call: its charge
+  -- calling: the job is about to send its call. A bucket is lowered as
+  -- at the start, counting the charges not called yet (marked " c"). A
+  -- window: its charge
   -- moves again, from its start to now, so the handler's work before the
   -- call (Redis reads, the prompt) is not left to the margin; the old
   -- slot still counts, so it needs no room. No lag sample.
@@ -215,15 +219,20 @@ elseif op == 'started' or op == 'calling' then
   local st = B.load(keystate(key), ARGV, 3, now)
   local costs = {}
   for j = 1, st.n do costs[j] = charged[j] or 0 end
-  if op == 'calling' and (st.n == 0 or st.kind[1] ~= 'w') then return 0 end
+  if op == 'calling' and st.n == 0 then return 0 end
   if st.n > 0 and st.kind[1] == 'b' then
     -- what the provider has not seen yet: this key's charges admitted
-    -- and not started (this one's included)
+    -- and not started (this one's included); at the call, those not
+    -- called yet (" c"): the handler's work between its start and its
+    -- call (tens of ms, more on a loaded machine) is refill ours counts
+    -- and the provider's, capped at full, does not
     local unseen = {}
     for j = 1, st.n do unseen[j] = 0 end
     for _, v in ipairs(redis.call('HVALS', KEYS[12])) do
       local c, k, started = reservation(v)
-      if k == key and not started then
+      local pending = not started
+      if op == 'calling' then pending = not string.find(v, ' c', 1, true) end
+      if k == key and pending then
         for j = 1, st.n do unseen[j] = unseen[j] + (c[j] or 0) end
       end
     end
@@ -237,6 +246,10 @@ elseif op == 'started' or op == 'calling' then
       end
     end
     if moved then B.save(st) end
+    if op == 'calling' then
+      if not string.find(r, ' c', 1, true) then redis.call('HSET', KEYS[12], ARGV[3], r .. ' c') end
+      return 0
+    end
     if not wasStarted then redis.call('HSET', KEYS[12], ARGV[3], r .. ' s') end
     redis.call('ZADD', KEYS[13], now, ARGV[3])
     return 0

@@ -328,3 +328,38 @@ func TestKeyOrderClaimed(t *testing.T) {
 		t.Fatalf("the new order after the old claim is gone: %v", err)
 	}
 }
+
+// TestCallOfABurstFromFull: two jobs admitted at once from full and both
+// started; while their handlers prepare the calls ours refills and the
+// provider's, capped at full with neither call seen, does not. At the
+// first call the bucket comes down to what the provider will hold once
+// both arrive (full less both), not what the starts left.
+func TestCallOfABurstFromFull(t *testing.T) {
+	ctx := context.Background()
+	s, b, clk, model := newKeyed(t, 1, ratelimit.Limits{RequestsPerPeriod: 1000, TokensPerPeriod: 1000, Period: time.Second})
+	registerN(t, s, model, "burst", 2, 300)
+	adm, _, err := s.Admit(ctx, model, 2)
+	if err != nil || len(adm) != 2 {
+		t.Fatalf("admitted %+v (%v)", adm, err)
+	}
+	for _, a := range adm {
+		if err := s.Started(ctx, model, a.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk.advance(200 * time.Millisecond) // ours: 400 + 200
+	if err := s.Calling(ctx, model, adm[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, _ := b.Available(ctx); got.Tokens != 400 {
+		t.Fatalf("at the first call: %d tokens, want 400 (full less both calls not yet seen)", got.Tokens)
+	}
+	clk.advance(100 * time.Millisecond)
+	if err := s.Calling(ctx, model, adm[1].ID); err != nil {
+		t.Fatal(err)
+	}
+	// the provider: 1000 - 300 at the first call, + 100 refill, - 300
+	if got, _, _ := b.Available(ctx); got.Tokens != 500 {
+		t.Fatalf("at the second call: %d tokens, want 500", got.Tokens)
+	}
+}

@@ -190,9 +190,10 @@ func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
 	req := s.prompt.request(s.model, maxOut)
 	req.Key = key
 	if cl, ok := cfg.Ledger.(callMover); ok {
-		// a window counts the call from now, not from the job's start
+		// the charge moves to the call: a window counts it from now, a
+		// bucket counts what the provider has not seen yet
 		if err := cl.Calling(ctx, model, s.ticket.ID); err != nil {
-			log.WarnContext(ctx, "could not move the job's charge to its call; the window margin covers the difference", "task", s.ticket.ID, "model", model, "err", err)
+			log.WarnContext(ctx, "could not move the job's charge to its call; the window margin (a bucket: the start's correction) covers the difference", "task", s.ticket.ID, "model", model, "err", err)
 		}
 	}
 	callStart := time.Now()

@@ -96,6 +96,8 @@ type Config struct {
 type Admission interface {
 	Bucket(model string) (*ratelimit.Bucket, bool)
 	Started(ctx context.Context, model, id string) error
+	// Calling moves the charge to the moment the call is sent.
+	Calling(ctx context.Context, model, id string) error
 	Settle(ctx context.Context, model, id string, actual ratelimit.Cost) error
 	Withdraw(ctx context.Context, model, id string) (bool, error)
 	KeyOf(ctx context.Context, model, id string) (int, error)

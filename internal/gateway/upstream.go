@@ -177,6 +177,11 @@ func (g *Gateway) call(ctx, cctx context.Context, q *request, body []byte) (*htt
 			}
 		},
 	}))
+	// the charge moves to the call: the bucket counts what the provider
+	// has not seen, the window counts from here
+	if err := g.adm.Calling(ctx, q.model, q.ticket); err != nil {
+		g.log.WarnContext(ctx, "gateway: could not move the charge to the call", "model", q.model, "err", err)
+	}
 	callStart := time.Now()
 	resp, err := g.cfg.Client.Do(up)
 	if err != nil {
