@@ -133,12 +133,15 @@ func anthropicLimit(own int64, m config.ModelConfig) int64 {
 // TestEndToEndAzureAndAnthropicReviews: summaries and chat on the Azure
 // mode of the fake (deployment paths, api-version, api-key) and reviews
 // on the Anthropic fake asked for as strict JSON through a forced tool.
-// Its input limit binds: Anthropic counts the tool's schema as input, and
-// so must prq's estimate (workers.Model.SchemaIsInput).
+// Its input limit binds: Anthropic counts the tool's schema and its
+// tool-use prompt as input, and so must prq's estimate
+// (workers.Model.SchemaIsInput). The limit stays above the largest review
+// of the generated PRs (one of ~3,800 tokens can never fit 3,000: it is
+// dropped, and the PR waits for it).
 func TestEndToEndAzureAndAnthropicReviews(t *testing.T) {
 	const compress = 30
 	per := time.Duration(float64(time.Minute) / compress)
-	claude := config.ModelConfig{Name: "claude-sonnet", Provider: "claude", RequestsPerMinute: 120, InputTokensPerMinute: 3000,
+	claude := config.ModelConfig{Name: "claude-sonnet", Provider: "claude", RequestsPerMinute: 120, InputTokensPerMinute: 6000,
 		OutputTokensPerMinute: 24000, MaxOutputTokens: 600, Period: config.Duration(per), OutputFormat: "json_schema"}
 	anthropicKey := "sk-ant-test-" + RandomHex(8)
 	ant, antURL := startAnthropicFake(t, claude, per, anthropicKey, 2*time.Second/compress)
