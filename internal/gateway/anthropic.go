@@ -39,7 +39,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -622,20 +621,7 @@ func (g *Gateway) forwardAnthropicStream(w http.ResponseWriter, r *http.Request,
 			break // the client left
 		}
 		if err != nil && !ended {
-			switch {
-			case r.Context().Err() != nil:
-				g.log.InfoContext(bg, "gateway: stream ended early", "key", q.key.ID, "model", q.model, "client_gone", true)
-			default:
-				msg := "The provider's stream broke off."
-				switch {
-				case idle.Load():
-					msg = fmt.Sprintf("The provider's stream was idle for %s; the gateway ended it.", g.cfg.StreamIdle)
-				case errors.Is(err, errLineTooLong):
-					msg = fmt.Sprintf("The provider's stream sent a line longer than %d bytes; the gateway ended it.", g.cfg.MaxLine)
-				}
-				g.log.WarnContext(bg, "gateway: stream ended early", "key", q.key.ID, "model", q.model, "idle", idle.Load(), "err", err)
-				streamError(w, msg)
-			}
+			g.streamBrokeOff(bg, w, r, q, idle.Load(), err)
 			break
 		}
 	}

@@ -205,6 +205,25 @@ type notSentError struct{ err error }
 func (e *notSentError) Error() string { return "not sent: " + e.err.Error() }
 func (e *notSentError) Unwrap() error { return e.err }
 
+// streamBrokeOff ends a client's stream whose provider stream broke off
+// (idle, a line too long, a read error) with OpenAI's error event, and
+// logs why; a client that left first gets nothing.
+func (g *Gateway) streamBrokeOff(ctx context.Context, w http.ResponseWriter, r *http.Request, q *request, idle bool, err error) {
+	if r.Context().Err() != nil {
+		g.log.InfoContext(ctx, "gateway: stream ended early", "key", q.key.ID, "model", q.model, "client_gone", true)
+		return
+	}
+	msg := "The provider's stream broke off."
+	switch {
+	case idle:
+		msg = fmt.Sprintf("The provider's stream was idle for %s; the gateway ended it.", g.cfg.StreamIdle)
+	case errors.Is(err, errLineTooLong):
+		msg = fmt.Sprintf("The provider's stream sent a line longer than %d bytes; the gateway ended it.", g.cfg.MaxLine)
+	}
+	g.log.WarnContext(ctx, "gateway: stream ended early", "key", q.key.ID, "model", q.model, "idle", idle, "err", err)
+	streamError(w, msg)
+}
+
 // settleNothing books a call the provider never saw: the bucket, the
 // quota and the key's tpm get their whole reservations back.
 func (g *Gateway) settleNothing(ctx context.Context, q *request) {
@@ -334,18 +353,8 @@ func (g *Gateway) forwardStream(w http.ResponseWriter, r *http.Request, q *reque
 			write()
 			switch {
 			case errors.Is(err, io.EOF):
-			case r.Context().Err() != nil:
-				g.log.InfoContext(bg, "gateway: stream ended early", "key", q.key.ID, "model", q.model, "client_gone", true)
 			default:
-				msg := "The provider's stream broke off."
-				switch {
-				case idle.Load():
-					msg = fmt.Sprintf("The provider's stream was idle for %s; the gateway ended it.", g.cfg.StreamIdle)
-				case errors.Is(err, errLineTooLong):
-					msg = fmt.Sprintf("The provider's stream sent a line longer than %d bytes; the gateway ended it.", g.cfg.MaxLine)
-				}
-				g.log.WarnContext(bg, "gateway: stream ended early", "key", q.key.ID, "model", q.model, "idle", idle.Load(), "err", err)
-				streamError(w, msg)
+				g.streamBrokeOff(bg, w, r, q, idle.Load(), err)
 			}
 			break
 		}
