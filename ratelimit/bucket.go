@@ -345,6 +345,9 @@ type Bucket struct {
 	// model, one bucket state each; key is the one this Bucket is.
 	keys []string
 	key  int
+	// dims are the limits' dimensions, in the script's order (fixed by
+	// the limits: built once).
+	dims []dimension
 }
 
 // KeyHash returns a short, non-reversible label for an API key, the only
@@ -395,6 +398,7 @@ func NewKeyedBucket(rdb Scripter, model string, apiKeys []string, limits Limits)
 		model:          model,
 		ReservationTTL: 10 * time.Minute,
 		keys:           labels,
+		dims:           dimensionsOf(limits),
 	}, nil
 }
 
@@ -464,8 +468,7 @@ type dimension struct {
 	value        func(Values) int64
 }
 
-func (b *Bucket) dimensions() []dimension {
-	l := b.limits
+func dimensionsOf(l Limits) []dimension {
 	span := l.Period
 	if l.Limiter == LimiterWindow {
 		span = l.Window
@@ -504,7 +507,7 @@ func (b *Bucket) ScriptArgs(v Values) []any { return b.scriptArgs(v, true) }
 // (unknown: a provider's per-minute headers say nothing of them).
 func (b *Bucket) scriptArgs(v Values, daily bool) []any {
 	l := b.limits
-	dims := b.dimensions()
+	dims := b.dims
 	args := []any{len(dims)}
 	for _, d := range dims {
 		value := d.value(v)
@@ -536,7 +539,7 @@ func (b *Bucket) scriptArgs(v Values, daily bool) []any {
 
 // dimName names dimension i (1-based) as the script counts them.
 func (b *Bucket) dimName(i int64) string {
-	dims := b.dimensions()
+	dims := b.dims
 	if i >= 1 && int(i) <= len(dims) {
 		return dims[i-1].name
 	}
@@ -546,7 +549,7 @@ func (b *Bucket) dimName(i int64) string {
 // burstOf returns dimension i's share of cost c and the most one call
 // may ever take of it.
 func (b *Bucket) burstOf(i int64, c Cost) (cost, burst int64) {
-	dims := b.dimensions()
+	dims := b.dims
 	if i < 1 || int(i) > len(dims) {
 		return 0, 0
 	}
@@ -654,7 +657,7 @@ func (b *Bucket) Available(ctx context.Context) (Cost, time.Time, error) {
 	if err != nil {
 		return Cost{}, time.Time{}, err
 	}
-	dims := b.dimensions()
+	dims := b.dims
 	if len(res) < 1+len(dims) {
 		return Cost{}, time.Time{}, fmt.Errorf("ratelimit: peek: short reply")
 	}

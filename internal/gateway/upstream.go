@@ -351,9 +351,7 @@ func (g *Gateway) forwardStream(w http.ResponseWriter, r *http.Request, q *reque
 		}
 		if err != nil {
 			write()
-			switch {
-			case errors.Is(err, io.EOF):
-			default:
+			if !errors.Is(err, io.EOF) {
 				g.streamBrokeOff(bg, w, r, q, idle.Load(), err)
 			}
 			break
