@@ -64,6 +64,14 @@ type Config struct {
 	// Hold is how far in the future a held task is scheduled. Defaults to
 	// jobs.Hold (ten years); every writer of held tasks must agree on it.
 	Hold time.Duration
+	// SendLag is how long a call takes from Calling to its arrival at the
+	// provider (the script's reply, encoding the request, the network).
+	// A provider's bucket that is full meanwhile wastes that refill and
+	// ours, already charged, counts it, so at a start and a call a token
+	// bucket is held this much refill below full (nothing changes at
+	// saturation, where the bucket is far from full). Defaults to 250ms
+	// (0.4% of a one-minute limit); negative: none.
+	SendLag time.Duration
 	// NowFunc replaces Redis TIME (deterministic tests only).
 	NowFunc func() time.Time
 }
@@ -88,6 +96,12 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Aging == 0 {
 		c.Aging = 10 * time.Minute
+	}
+	switch {
+	case c.SendLag == 0:
+		c.SendLag = 250 * time.Millisecond
+	case c.SendLag < 0:
+		c.SendLag = 0
 	}
 	if c.ReleaseTimeout == 0 {
 		c.ReleaseTimeout = 30 * time.Second
@@ -411,6 +425,7 @@ func (s *Scheduler) TryStart(ctx context.Context, model, id string) (time.Durati
 	}
 	args := []any{"started", s.now(), id}
 	args = append(args, b.ScriptArgs(ratelimit.Values{})...)
+	args = append(args, s.cfg.SendLag.Microseconds())
 	us, err := script.Run(ctx, s.rdb, keys.list(), args...).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("admission: started %s: %w", id, err)
@@ -436,6 +451,7 @@ func (s *Scheduler) Calling(ctx context.Context, model, id string) error {
 	for {
 		args := []any{"calling", s.now(), id}
 		args = append(args, b.ScriptArgs(ratelimit.Values{})...)
+		args = append(args, s.cfg.SendLag.Microseconds())
 		us, err := script.Run(ctx, s.rdb, keys.list(), args...).Int64()
 		if err != nil {
 			return fmt.Errorf("admission: calling %s: %w", id, err)

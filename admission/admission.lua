@@ -185,7 +185,7 @@ elseif op == 'cancel' then
   return 1
 
 elseif op == 'started' or op == 'calling' then
-  -- ARGV: op, now, id[, dims...]: the released task reached a handler.
+  -- ARGV: op, now, id[, dims..., send lag µs]: the released task reached a handler.
   -- With dims, the job's charge moves to now, where the provider will
   -- count the call. A token bucket counts refill from each admission on,
   -- but the provider's, which has seen none of the calls admitted and not
@@ -202,7 +202,8 @@ elseif op == 'started' or op == 'calling' then
   -- here yet: then nothing changes and the reply is the µs to wait
   -- before starting again. 0: start.
   -- calling: the job is about to send its call. A bucket is lowered as
-  -- at the start, counting the charges not called yet (marked " c"). A
+  -- at the start, counting the charges not called yet (marked " c"),
+  -- and the call's way to the provider (sendLag of refill). A
   -- window: its charge
   -- moves again, from its start to now, so the handler's work before the
   -- call (Redis reads, the prompt) is not left to the margin; the old
@@ -216,7 +217,11 @@ elseif op == 'started' or op == 'calling' then
   if at > now then at = now end
   local charged, key, wasStarted = reservation(r)
   if key == nil then return 0 end
-  local st = B.load(keystate(key), ARGV, 3, now)
+  local st, last = B.load(keystate(key), ARGV, 3, now)
+  -- after the dims: the µs from a call to its arrival at the provider
+  -- (Config.SendLag); a provider's bucket full meanwhile wastes that
+  -- refill, and ours, already charged, counts it
+  local sendLag = tonumber(ARGV[last + 1] or '') or 0
   local costs = {}
   for j = 1, st.n do costs[j] = charged[j] or 0 end
   if op == 'calling' and st.n == 0 then return 0 end
@@ -240,6 +245,7 @@ elseif op == 'started' or op == 'calling' then
     for j = 1, st.n do
       local u = unseen[j] * st.per[j]
       local cap = st.burst[j] * st.per[j]
+      if u > 0 then u = u + st.lim[j] * sendLag end
       if u > 0 and st.level[j] + u > cap then
         st.level[j] = cap - u
         moved = true

@@ -19,6 +19,12 @@ import (
 // each with limits, on a fake clock.
 func newKeyed(t *testing.T, n int, limits ratelimit.Limits) (*admission.Scheduler, *ratelimit.Bucket, *clock, string) {
 	t.Helper()
+	return newKeyedConfig(t, n, limits, admission.Config{SendLag: -1})
+}
+
+// newKeyedConfig is newKeyed with cfg (its NowFunc is the test's clock).
+func newKeyedConfig(t *testing.T, n int, limits ratelimit.Limits, cfg admission.Config) (*admission.Scheduler, *ratelimit.Bucket, *clock, string) {
+	t.Helper()
 	rdb := redistest.Shared(t).Client(t)
 	model := fmt.Sprintf("m-%s-%d", t.Name(), time.Now().UnixNano())
 	keys := make([]string, n)
@@ -31,7 +37,8 @@ func newKeyed(t *testing.T, n int, limits ratelimit.Limits) (*admission.Schedule
 	}
 	clk := &clock{t: time.Unix(1_900_000_000, 0)}
 	b.NowFunc = clk.now
-	s, err := admission.New(redis.UniversalClient(rdb), map[string]*ratelimit.Bucket{model: b}, nil, nil, admission.Config{NowFunc: clk.now}, discard)
+	cfg.NowFunc = clk.now
+	s, err := admission.New(redis.UniversalClient(rdb), map[string]*ratelimit.Bucket{model: b}, nil, nil, cfg, discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,5 +368,66 @@ func TestCallOfABurstFromFull(t *testing.T) {
 	// the provider: 1000 - 300 at the first call, + 100 refill, - 300
 	if got, _, _ := b.Available(ctx); got.Tokens != 500 {
 		t.Fatalf("at the second call: %d tokens, want 500", got.Tokens)
+	}
+}
+
+// TestCallHeldBelowFullBySendLag: the call's way to the provider is
+// refill a full provider bucket wastes and ours counts. With SendLag
+// 100ms of a 1000-per-second limit, a bucket full at the start and at
+// the call of a 300-token job is held at full less the job less 100;
+// at saturation (far from full) nothing changes.
+func TestCallHeldBelowFullBySendLag(t *testing.T) {
+	ctx := context.Background()
+	s, b, clk, model := newKeyedConfig(t, 1, ratelimit.Limits{RequestsPerPeriod: 1000, TokensPerPeriod: 1000, Period: time.Second},
+		admission.Config{SendLag: 100 * time.Millisecond})
+	left := func() int64 {
+		t.Helper()
+		got, _, err := b.Available(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.Tokens
+	}
+	registerN(t, s, model, "lag", 1, 300)
+	adm, _, err := s.Admit(ctx, model, 1)
+	if err != nil || len(adm) != 1 {
+		t.Fatalf("admitted %+v (%v)", adm, err)
+	}
+	if err := s.Started(ctx, model, adm[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := left(); got != 600 {
+		t.Fatalf("after the start: %d tokens, want 600 (1000 - 300 - 100 of send lag)", got)
+	}
+	clk.advance(300 * time.Millisecond) // ours: 900
+	if err := s.Calling(ctx, model, adm[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := left(); got != 600 {
+		t.Fatalf("at the call: %d tokens, want 600", got)
+	}
+	// far from full (the provider's bucket, with the calls it has not
+	// seen yet, at least the lag's refill below full): a burst of three
+	// more, started and called at once, leaves the bucket where
+	// admission put it
+	registerN(t, s, model, "sat", 3, 300)
+	clk.advance(300 * time.Millisecond) // ours: 900
+	adm, _, err = s.Admit(ctx, model, 3)
+	if err != nil || len(adm) != 3 {
+		t.Fatalf("admitted %+v (%v)", adm, err)
+	}
+	if got := left(); got != 0 {
+		t.Fatalf("after the burst: %d tokens, want 0", got)
+	}
+	for _, a := range adm {
+		if err := s.Started(ctx, model, a.ID); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Calling(ctx, model, a.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := left(); got != 0 {
+		t.Fatalf("a saturated bucket after the calls: %d tokens, want 0 (unchanged)", got)
 	}
 }

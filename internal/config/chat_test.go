@@ -48,3 +48,42 @@ func TestChatSettings(t *testing.T) {
 		}
 	}
 }
+
+// TestSendLagSetting: scheduler.send_lag defaults to 250ms, may be 0
+// (none) and is refused outside [0, 10s].
+func TestSendLagSetting(t *testing.T) {
+	if d := Default(); d.Scheduler.SendLag.D().String() != "250ms" {
+		t.Fatalf("default send lag %s, want 250ms", d.Scheduler.SendLag.D())
+	}
+	load := func(yml string) (*Config, error) {
+		t.Helper()
+		f := filepath.Join(t.TempDir(), "prq.yaml")
+		if err := os.WriteFile(f, []byte(yml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c, err := Load(func(k string) string {
+			if k == "PRQ_CONFIG" {
+				return f
+			}
+			return ""
+		}, nil)
+		if err != nil {
+			return nil, err
+		}
+		return c, c.Validate(ModeCheck)
+	}
+	for yml, want := range map[string]string{"scheduler:\n  send_lag: 0s\n": "0s", "scheduler:\n  send_lag: 40ms\n": "40ms", "scheduler:\n  mode: strict\n": "250ms"} {
+		c, err := load(yml)
+		if err != nil {
+			t.Fatalf("%q: %v", yml, err)
+		}
+		if got := c.Scheduler.SendLag.D().String(); got != want {
+			t.Errorf("%q: send lag %s, want %s", yml, got, want)
+		}
+	}
+	for _, yml := range []string{"scheduler:\n  send_lag: -1s\n", "scheduler:\n  send_lag: 11s\n"} {
+		if _, err := load(yml); err == nil || !strings.Contains(err.Error(), "scheduler.send_lag") {
+			t.Errorf("%q: %v, want an error naming scheduler.send_lag", yml, err)
+		}
+	}
+}

@@ -238,6 +238,11 @@ type SchedulerCfg struct {
 	// Aging bounds how long a batch job waits before it goes first, ahead
 	// of chat too. Defaults to 10m.
 	Aging Duration `yaml:"aging"`
+	// SendLag is how long a call takes from prq's decision to send it to
+	// its arrival at the provider: a token bucket near full is held that
+	// much refill below it (see admission.Config.SendLag). Defaults to
+	// 250ms; 0: none.
+	SendLag *Duration `yaml:"send_lag"`
 }
 
 // FiltersConfig decides which files are reviewed.
@@ -367,6 +372,7 @@ func BoolPtr(b bool) *bool { return &b }
 // Default is what prq runs with when nothing is set.
 func Default() Config {
 	share, chatCap := 0.05, 0.5
+	sendLag := Duration(250 * time.Millisecond)
 	return Config{
 		Addr:            ":8080",
 		ShutdownTimeout: Duration(30 * time.Second),
@@ -384,7 +390,7 @@ func Default() Config {
 			"free":  {Weight: 1, Review: BoolPtr(false)},
 		},
 		DefaultTier: "free",
-		Scheduler:   SchedulerCfg{Mode: "weighted", ChatShare: &share, ChatCap: &chatCap, Aging: Duration(10 * time.Minute)},
+		Scheduler:   SchedulerCfg{Mode: "weighted", ChatShare: &share, ChatCap: &chatCap, SendLag: &sendLag, Aging: Duration(10 * time.Minute)},
 		Chat:        ChatConfig{PerUserPerHour: IntPtr(20), PerPRPerHour: IntPtr(60)},
 		Filters: FiltersConfig{Exclude: []string{
 			"*.lock", "package-lock.json", "yarn.lock", "pnpm-lock.yaml", "go.sum", "Cargo.lock", "poetry.lock",
@@ -745,6 +751,9 @@ func (c *Config) Validate(m Mode) error {
 	}
 	if n := c.Chat.PerPRPerHour; n == nil || *n < 0 {
 		bad("chat.per_pr_per_hour", "must not be negative (0: no limit)")
+	}
+	if l := c.Scheduler.SendLag; l == nil || l.D() < 0 || l.D() > 10*time.Second {
+		bad("scheduler.send_lag", "must be in [0, 10s]")
 	}
 	if c.Scheduler.Aging.D() <= 0 {
 		bad("scheduler.aging", "must be positive")

@@ -134,8 +134,13 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, connOpt asyn
 	if cfg.Scheduler.ChatCap != nil {
 		chatCap = *cfg.Scheduler.ChatCap
 	}
+	sendLag := cfg.Scheduler.SendLag.D() // Validate: set, in [0, 10s]
+	if sendLag == 0 {
+		sendLag = -1 // admission: none
+	}
 	s.sched, err = admission.New(rdb, buckets, s.client, s.insp, admission.Config{
 		Strict: cfg.Scheduler.Mode == "strict", Weights: weights, ChatShare: *cfg.Scheduler.ChatShare, ChatModels: []string{cfg.Jobs.ChatModel}, ChatCap: chatCap, Aging: cfg.Scheduler.Aging.D(),
+		SendLag: sendLag,
 	}, log.With("component", "admission"))
 	if err != nil {
 		return nil, err
