@@ -322,6 +322,21 @@ func (e *CostError) Error() string {
 	return fmt.Sprintf("ratelimit: %s cost %d exceeds the burst %d and can never be admitted", e.Dimension, e.Cost, e.Burst)
 }
 
+// Admissible reports whether a call costing v can ever be admitted under
+// l: a cost above a dimension's burst (a window's sub-window share, a
+// daily limit) never is, and admission drops it. The error is a
+// *CostError naming the first such dimension. Callers that shape calls
+// (a prompt cut into parts) ask it before they submit one.
+func (l Limits) Admissible(v Values) error {
+	l.setDefaults()
+	for _, d := range dimensionsOf(l) {
+		if c, burst := d.value(v), l.largest(d); c > burst {
+			return &CostError{Dimension: d.name, Cost: c, Burst: burst}
+		}
+	}
+	return nil
+}
+
 // ErrNotReserved is returned by Settle when the job holds no reservation:
 // it was settled already, never reserved, or its reservation expired.
 var ErrNotReserved = errors.New("ratelimit: no reservation for job")
@@ -554,11 +569,16 @@ func (b *Bucket) burstOf(i int64, c Cost) (cost, burst int64) {
 		return 0, 0
 	}
 	d := dims[i-1]
-	cost, burst = d.value(c.values(c.Tokens)), d.burst
-	if d.period && b.limits.Limiter == LimiterWindow && b.limits.SubWindow > 0 {
-		burst = b.limits.subLimit(d.limit)
+	return d.value(c.values(c.Tokens)), b.limits.largest(d)
+}
+
+// largest is the most one admission may charge dimension d: its burst,
+// a window's sub-window share of its limit.
+func (l Limits) largest(d dimension) int64 {
+	if d.period && l.Limiter == LimiterWindow && l.SubWindow > 0 {
+		return l.subLimit(d.limit)
 	}
-	return cost, burst
+	return d.burst
 }
 
 func (b *Bucket) now() string {

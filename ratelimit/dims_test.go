@@ -201,3 +201,36 @@ func TestWindowInputOutput(t *testing.T) {
 		t.Fatal("refused once the output charge left the window")
 	}
 }
+
+// TestAdmissible: a cost is admissible when every dimension's burst (a
+// window's sub-window share, a daily limit) holds it; else the error is
+// a CostError naming the first dimension it exceeds.
+func TestAdmissible(t *testing.T) {
+	window := ratelimit.Limits{RequestsPerPeriod: 100, TokensPerPeriod: 6000, Limiter: ratelimit.LimiterWindow,
+		SubWindow: 10 * time.Second, TokensPerDay: 50000}
+	burst := claudeLimits
+	burst.BurstTokens = 900
+	for _, c := range []struct {
+		name string
+		l    ratelimit.Limits
+		v    ratelimit.Values
+		dim  string
+		cap  int64
+	}{
+		{"fits", claudeLimits, ratelimit.Values{Requests: 1, Tokens: 1100, Input: 1000, Output: 100}, "", 0},
+		{"input over", claudeLimits, ratelimit.Values{Requests: 1, Tokens: 1050, Input: 1001, Output: 49}, "input tokens", 1000},
+		{"output over", claudeLimits, ratelimit.Values{Requests: 1, Tokens: 301, Input: 100, Output: 201}, "output tokens", 100},
+		{"burst below the limit", burst, ratelimit.Values{Requests: 1, Tokens: 901, Input: 850, Output: 51}, "tokens", 900},
+		{"sub-window share", window, ratelimit.Values{Requests: 1, Tokens: 1001}, "tokens", 1000},
+		{"within the sub-window", window, ratelimit.Values{Requests: 1, Tokens: 1000}, "", 0},
+	} {
+		err := c.l.Admissible(c.v)
+		var ce *ratelimit.CostError
+		switch {
+		case c.dim == "" && err != nil:
+			t.Errorf("%s: %v", c.name, err)
+		case c.dim != "" && (!errors.As(err, &ce) || ce.Dimension != c.dim || ce.Burst != c.cap):
+			t.Errorf("%s: %v, want a cost error on %s over %d", c.name, err, c.dim, c.cap)
+		}
+	}
+}

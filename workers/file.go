@@ -187,6 +187,10 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	if perr != nil {
 		settle(ctx, cfg.Ledger, log, ticket, ratelimit.Cost{}) // no call: all refunded
 		res.Skipped = "too large for " + f.Model
+		var ce *ratelimit.CostError
+		if errors.As(perr, &ce) {
+			res.Skipped += fmt.Sprintf("'s rate limits (its call needs %d %s; one call may take %d)", ce.Cost, ce.Dimension, ce.Burst)
+		}
 		if !errors.Is(perr, errTooLarge) {
 			res.Skipped, res.Failed = "the patch could not be read", true
 			log.WarnContext(ctx, "patch could not be read", "pr", f.PR.String(), "path", fd.Path, "err", perr)

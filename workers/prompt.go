@@ -1,9 +1,11 @@
 package workers
 
 import (
+	"errors"
 	"fmt"
 	"path"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/prq-dev/prq/diff"
 	"github.com/prq-dev/prq/internal/review"
@@ -93,6 +95,33 @@ func (p *prompt) measure(m Model, tok *ratelimit.Tokenizer) error {
 // budget is how many prompt tokens leave room for the model's output.
 func budget(m Model) int64 { return m.ContextTokens - m.MaxOutput - 64 }
 
+// fits reports whether a measured prompt fits the model: its context
+// window, and what one admission may charge under its rate limits.
+func (p prompt) fits(m Model) bool {
+	if p.input > budget(m) {
+		return false
+	}
+	return m.Limits == nil || m.Limits.Admissible(p.cost()) == nil
+}
+
+// cost is what admitting the prompt's call charges (its estimate, split).
+func (p prompt) cost() ratelimit.Values {
+	return ratelimit.Values{Requests: 1, Tokens: p.estimate, Input: p.estimate - p.output, Output: p.output}
+}
+
+// tooLarge is errTooLarge, naming the rate limit the prompt exceeds.
+func (p prompt) tooLarge(m Model) error {
+	if m.Limits != nil {
+		if err := m.Limits.Admissible(p.cost()); err != nil {
+			var ce *ratelimit.CostError
+			if errors.As(err, &ce) {
+				return fmt.Errorf("%w: %w", errTooLarge, ce)
+			}
+		}
+	}
+	return errTooLarge
+}
+
 // buildFilePrompt renders a file's prompt. A summary keeps whole hunks
 // while the prompt fits the model, noting what it left out; a review
 // covers part `part` of the file's review parts (see reviewParts), all
@@ -114,8 +143,8 @@ func buildFilePrompt(kind jobs.Kind, pc prContext, f store.FileData, m Model, to
 		if err := p.measure(m, tok); err != nil {
 			return prompt{}, err
 		}
-		if p.input > budget(m) {
-			return prompt{}, errTooLarge
+		if !p.fits(m) {
+			return prompt{}, p.tooLarge(m)
 		}
 		return p, nil
 	}
@@ -130,9 +159,9 @@ func buildFilePrompt(kind jobs.Kind, pc prContext, f store.FileData, m Model, to
 		if err := p.measure(m, tok); err != nil {
 			return prompt{}, err
 		}
-		if p.input <= budget(m) || len(hunks) <= 1 {
-			if p.input > budget(m) {
-				return prompt{}, errTooLarge
+		if p.fits(m) || len(hunks) <= 1 {
+			if !p.fits(m) {
+				return prompt{}, p.tooLarge(m)
 			}
 			return p, nil
 		}
@@ -166,13 +195,13 @@ func reviewParts(pc prContext, f store.FileData, d *diff.Patch, m Model, tok *ra
 			ferr = err
 			return false
 		}
-		return p.input <= budget(m)
+		return p.fits(m)
 	}
 	whole := reviewPrompt(pc, f, d, 1, 1, m)
 	if err := whole.measure(m, tok); err != nil {
 		return nil, err
 	}
-	if whole.input <= budget(m) {
+	if whole.fits(m) {
 		return []*diff.Patch{d}, nil
 	}
 	parts := d.Split(fits)
@@ -184,25 +213,46 @@ func reviewParts(pc prContext, f store.FileData, d *diff.Patch, m Model, tok *ra
 
 var errTooLarge = fmt.Errorf("file too large for the model")
 
-// buildChatPrompt renders a chat reply's prompt.
+// chatChars is how much of a comment's body, and of the end of its diff
+// hunk, a chat prompt carries at most.
+const chatChars = 8000
+
+// buildChatPrompt renders a chat reply's prompt: the comment's body and
+// the end of its diff hunk, each at most chatChars; where the call would
+// not fit the model's rate limits (a burst below the prompt), the hunk
+// is cut by halves (its end kept), then the body (its start kept).
 func buildChatPrompt(c jobs.Chat, m Model, tok *ratelimit.Tokenizer) (prompt, error) {
+	hunkMax, bodyMax := min(len(c.DiffHunk), chatChars), min(len(c.Body), chatChars)
+	for {
+		p, err := chatPrompt(c, m, tok, hunkMax, bodyMax)
+		if err != nil || p.fits(m) {
+			return p, err
+		}
+		switch {
+		case hunkMax > 0:
+			if hunkMax /= 2; hunkMax < 200 {
+				hunkMax = 0
+			}
+		case bodyMax > 200:
+			bodyMax /= 2
+		default:
+			return prompt{}, p.tooLarge(m)
+		}
+	}
+}
+
+// chatPrompt renders a chat prompt with at most hunkMax bytes of the
+// hunk's end and bodyMax of the body's start (cut at rune boundaries).
+func chatPrompt(c jobs.Chat, m Model, tok *ratelimit.Tokenizer, hunkMax, bodyMax int) (prompt, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Pull request: %s\n", c.PR)
 	if c.Path != "" {
 		fmt.Fprintf(&b, "File: %s line %d\n", c.Path, c.Line)
 	}
-	if c.DiffHunk != "" {
-		hunk := c.DiffHunk
-		if len(hunk) > 8000 {
-			hunk = hunk[len(hunk)-8000:]
-		}
+	if hunk := tail(c.DiffHunk, hunkMax); hunk != "" {
 		fmt.Fprintf(&b, "Diff hunk:\n%s\n", hunk)
 	}
-	body := c.Body
-	if len(body) > 8000 {
-		body = body[:8000]
-	}
-	fmt.Fprintf(&b, "\n@%s wrote:\n%s\n", c.Author, body)
+	fmt.Fprintf(&b, "\n@%s wrote:\n%s\n", c.Author, head(c.Body, bodyMax))
 	user := b.String()
 	n, err := tok.CountMessages(chatSystem, user)
 	if err != nil {
@@ -210,6 +260,29 @@ func buildChatPrompt(c jobs.Chat, m Model, tok *ratelimit.Tokenizer) (prompt, er
 	}
 	return prompt{system: chatSystem, user: user, input: n, estimate: ratelimit.EstimateOpenAI([]string{chatSystem, user}, m.MaxOutput),
 		output: ratelimit.OutputAllowance(m.MaxOutput)}, nil
+}
+
+// head is s's first n bytes at most, not splitting a rune.
+func head(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// tail is s's last n bytes at most, not splitting a rune.
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := len(s) - n
+	for i < len(s) && !utf8.RuneStart(s[i]) {
+		i++
+	}
+	return s[i:]
 }
 
 // EstimateChat returns a chat job's estimated cost (for the webhook) and

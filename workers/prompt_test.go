@@ -1,9 +1,11 @@
 package workers
 
 import (
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/prq-dev/prq/diff"
 	"github.com/prq-dev/prq/internal/render"
@@ -135,5 +137,101 @@ func TestSummaryOf(t *testing.T) {
 	}
 	if rows[4].Reviewed || !rows[4].Failed {
 		t.Errorf("a failed review is not a clean one: %+v", rows[4])
+	}
+}
+
+// TestPromptsFitTheRateLimits: a model whose context holds the whole file
+// but whose input-token limit does not: a review is cut into parts and a
+// summary into fewer hunks until each call's estimate is admissible (one
+// over a limit's burst would be dropped by admission and its pull request
+// would wait for it forever); under a limit nothing fits, the file is too
+// large, naming the limit.
+func TestPromptsFitTheRateLimits(t *testing.T) {
+	tok, _ := ratelimit.NewTokenizer("gpt-4o")
+	f := store.FileData{Path: "big.go", Status: "modified", Patch: bigPatch(40)}
+	pc := contextOf("Speed up the parser", "It caches tokens.")
+	limits := ratelimit.Limits{RequestsPerPeriod: 100, TokensPerPeriod: 100000, InputTokensPerPeriod: 700, OutputTokensPerPeriod: 200}
+	m := Model{Name: "gpt-4o", MaxOutput: 100, ContextTokens: 128000, Limits: &limits}.withDefaults()
+	unlimited := m
+	unlimited.Limits = nil
+
+	whole, err := buildFilePrompt(jobs.KindSummary, pc, f, unlimited, tok, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if whole.estimate-whole.output <= limits.InputTokensPerPeriod {
+		t.Fatalf("the whole file's input estimate %d fits the limit %d: the test needs a larger file", whole.estimate-whole.output, limits.InputTokensPerPeriod)
+	}
+	s, err := buildFilePrompt(jobs.KindSummary, pc, f, m, tok, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.truncated == 0 || s.estimate-s.output > limits.InputTokensPerPeriod {
+		t.Fatalf("summary: %d hunks left out, input estimate %d (limit %d)", s.truncated, s.estimate-s.output, limits.InputTokensPerPeriod)
+	}
+	d, _ := diff.Parse(f.Patch)
+	parts, err := reviewParts(pc, f, d, m, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(parts) < 2 {
+		t.Fatalf("%d review parts, want the file split to the input limit", len(parts))
+	}
+	for k := range parts {
+		p, err := buildFilePrompt(jobs.KindReview, pc, f, m, tok, k+1)
+		if err != nil {
+			t.Fatalf("part %d: %v", k+1, err)
+		}
+		if err := limits.Admissible(p.cost()); err != nil {
+			t.Fatalf("part %d: %v", k+1, err)
+		}
+	}
+
+	tight := limits
+	tight.InputTokensPerPeriod = 60 // less than any prompt's header
+	m.Limits = &tight
+	_, err = buildFilePrompt(jobs.KindSummary, pc, f, m, tok, 0)
+	var ce *ratelimit.CostError
+	if !errors.Is(err, errTooLarge) || !errors.As(err, &ce) || ce.Dimension != "input tokens" || ce.Burst != 60 {
+		t.Fatalf("a file no call of which fits the input limit: %v", err)
+	}
+}
+
+// TestChatPromptFitsTheRateLimits: a comment on a long hunk under a model
+// whose input limit is below the whole prompt: the hunk is cut (its end,
+// the commented line, kept) until the call is admissible; the body stays
+// whole while the hunk can give way, and multi-byte text is never split.
+func TestChatPromptFitsTheRateLimits(t *testing.T) {
+	tok, _ := ratelimit.NewTokenizer("gpt-4o")
+	var hunk strings.Builder
+	hunk.WriteString("@@ -1,200 +1,200 @@\n")
+	for i := range 200 {
+		hunk.WriteString("+ligne modifiée numéro " + itoa(i) + " — avec des accents\n")
+	}
+	hunk.WriteString("+the commented line")
+	c := jobs.Chat{PR: jobs.PR{Installation: 1, Owner: "o", Repo: "r", Number: 2}, Path: "a.go", Line: 201, Author: "dev",
+		Body: "@prq why is this line here? ünïcödé", DiffHunk: hunk.String()}
+	limits := ratelimit.Limits{RequestsPerPeriod: 100, TokensPerPeriod: 900}
+	m := Model{Name: "gpt-4o", MaxOutput: 300, Limits: &limits}.withDefaults()
+	whole, err := buildChatPrompt(c, Model{Name: "gpt-4o", MaxOutput: 300}.withDefaults(), tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if whole.estimate <= limits.TokensPerPeriod {
+		t.Fatalf("the whole prompt's estimate %d fits %d: the test needs a longer hunk", whole.estimate, limits.TokensPerPeriod)
+	}
+	p, err := buildChatPrompt(c, m, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := limits.Admissible(p.cost()); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(p.user, "+the commented line") || !strings.Contains(p.user, c.Body) || !utf8.ValidString(p.user) {
+		t.Fatalf("cut prompt lost the commented line or the body, or split a rune:\n%s", p.user)
+	}
+	limits.TokensPerPeriod = 320 // the output allowance alone nearly
+	if _, err := buildChatPrompt(c, m, tok); !errors.Is(err, errTooLarge) {
+		t.Fatalf("a chat that cannot fit: %v", err)
 	}
 }

@@ -91,6 +91,12 @@ type Model struct {
 	// input when it admits the call (Anthropic: the schema is a tool's
 	// definition), so the estimate counts it too.
 	SchemaIsInput bool
+	// Limits, when set, are the model's rate limits: a prompt is cut (a
+	// summary's hunks, a review's parts) until its estimate fits what one
+	// admission may charge, else the file is skipped as too large for
+	// them. A call over a limit's burst is never admitted: its job would
+	// be dropped and its pull request would wait for it.
+	Limits *ratelimit.Limits
 }
 
 func (m Model) withDefaults() Model {

@@ -48,7 +48,9 @@ func TestNotSentSettlesNothing(t *testing.T) {
 	if got := r.used(t, k); got != 0 {
 		t.Fatalf("quota used %d by calls that never reached the provider", got)
 	}
-	if got := r.bucketTokens(t); got != full {
+	// (less at most a token: each call held the bucket its send lag's
+	// refill below full, 250ms of a day's 100,000: 0.3 token)
+	if got := r.bucketTokens(t); got < full-1 {
 		t.Fatalf("bucket %d of %d after calls that never reached the provider", got, full)
 	}
 	// the key's tpm was given back: a request of most of it passes its check

@@ -135,13 +135,15 @@ func anthropicLimit(own int64, m config.ModelConfig) int64 {
 // on the Anthropic fake asked for as strict JSON through a forced tool.
 // Its input limit binds: Anthropic counts the tool's schema and its
 // tool-use prompt as input, and so must prq's estimate
-// (workers.Model.SchemaIsInput). The limit stays above the largest review
-// of the generated PRs (one of ~3,800 tokens can never fit 3,000: it is
-// dropped, and the PR waits for it).
+// (workers.Model.SchemaIsInput). The limit (3,000) is below the largest
+// review of the generated PRs (~3,800 tokens whole): the planner must cut
+// it into parts each admissible (workers.Model.Limits), or admission
+// drops it as never fitting and its PR is never published (the run
+// times out).
 func TestEndToEndAzureAndAnthropicReviews(t *testing.T) {
 	const compress = 30
 	per := time.Duration(float64(time.Minute) / compress)
-	claude := config.ModelConfig{Name: "claude-sonnet", Provider: "claude", RequestsPerMinute: 120, InputTokensPerMinute: 6000,
+	claude := config.ModelConfig{Name: "claude-sonnet", Provider: "claude", RequestsPerMinute: 120, InputTokensPerMinute: 3000,
 		OutputTokensPerMinute: 24000, MaxOutputTokens: 600, Period: config.Duration(per), OutputFormat: "json_schema"}
 	anthropicKey := "sk-ant-test-" + RandomHex(8)
 	ant, antURL := startAnthropicFake(t, claude, per, anthropicKey, 2*time.Second/compress)

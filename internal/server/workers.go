@@ -55,8 +55,12 @@ func (s *Server) buildWorkers(tr http.RoundTripper, opt Options, handlers bool) 
 	models := map[string]workers.Model{}
 	for _, m := range cfg.Models {
 		p, _ := cfg.ProviderOf(m.Name)
+		limits, err := m.Limits()
+		if err != nil { // Validate has refused it already
+			return nil, &config.SettingError{Name: "models." + m.Name, Problem: err.Error()}
+		}
 		models[m.Name] = workers.Model{Name: m.Name, MaxOutput: m.MaxOutputTokens, ContextTokens: m.ContextTokens, Reasoning: m.Reasoning,
-			Output: llm.FormatType(m.OutputFormat), SchemaIsInput: p.Kind == config.KindAnthropic}
+			Output: llm.FormatType(m.OutputFormat), SchemaIsInput: p.Kind == config.KindAnthropic, Limits: &limits}
 	}
 	enq, err := workers.NewEnqueuer(workers.EnqueuerConfig{Queue: s.client, Tickets: adm, Store: s.store,
 		ChatModel: models[cfg.Jobs.ChatModel], Log: s.log.With("component", "webhook")})
