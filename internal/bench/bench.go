@@ -57,6 +57,7 @@ type Flags struct {
 	// providerLimiter is how the fake provider counts its limits:
 	// fakeopenai.LimiterBucket or fakeopenai.LimiterWindow.
 	providerLimiter string
+	windowMargin    time.Duration
 	// workload is WorkloadDefault or WorkloadFairness.
 	workload string
 }
@@ -184,18 +185,24 @@ type benchResult struct {
 	TPMUtilisation float64 `json:"tpm_utilisation"`
 	// TPMUtilisationBucket is the bucket's measure whatever the provider
 	// (what the bench printed for a window provider before).
-	TPMUtilisationBucket float64            `json:"tpm_utilisation_bucket_measure"`
-	RPMUtilisation       float64            `json:"rpm_utilisation"`
-	WorstVsAllowance     float64            `json:"worst_interval_vs_allowance"`
-	WorstWindowVsTPM     float64            `json:"worst_period_window_vs_tpm"`
-	ChatWaitP50          float64            `json:"chat_wait_p50_s"`
-	ChatWaitP99          float64            `json:"chat_wait_p99_s"`
-	ChatsAnswered        int                `json:"chats_answered"`
-	Chats                int                `json:"chats"`
-	PRTimeP50            map[string]float64 `json:"pr_time_p50_s"`
-	PRTimeP95            map[string]float64 `json:"pr_time_p95_s"`
-	Inversions           int                `json:"priority_inversions"`
-	Jain                 map[string]float64 `json:"jain_index"`
+	TPMUtilisationBucket float64 `json:"tpm_utilisation_bucket_measure"`
+	// TPMBacklogged is, against a window provider, the mean fill of the
+	// review model's windows during all of which one of its jobs waited
+	// (created, not yet called); BacklogWindows how many such windows,
+	// sampled a hundred per window length, there were.
+	TPMBacklogged    float64            `json:"tpm_utilisation_backlogged_windows"`
+	BacklogWindows   int                `json:"backlog_windows"`
+	RPMUtilisation   float64            `json:"rpm_utilisation"`
+	WorstVsAllowance float64            `json:"worst_interval_vs_allowance"`
+	WorstWindowVsTPM float64            `json:"worst_period_window_vs_tpm"`
+	ChatWaitP50      float64            `json:"chat_wait_p50_s"`
+	ChatWaitP99      float64            `json:"chat_wait_p99_s"`
+	ChatsAnswered    int                `json:"chats_answered"`
+	Chats            int                `json:"chats"`
+	PRTimeP50        map[string]float64 `json:"pr_time_p50_s"`
+	PRTimeP95        map[string]float64 `json:"pr_time_p95_s"`
+	Inversions       int                `json:"priority_inversions"`
+	Jain             map[string]float64 `json:"jain_index"`
 	// JainSummed is Jain's index of tokens summed over the windows in
 	// which all of a tier's tenants waited (jainSummed).
 	JainSummed map[string]float64 `json:"jain_index_summed"`
@@ -226,6 +233,7 @@ func (b *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&b.strategies, "strategies", "", "strategies to run, comma-separated: prq, prq-window (every model limiter: window), prq-debt (every model settle: debt), asynq-recipe, handler-wait, naive (default "+defaultStrategies+"; with --provider-limiter window, "+defaultWindowStrategies+")")
 	fs.StringVar(&b.workload, "workload", WorkloadDefault, "default (arrivals over the span, a tenant with very large PRs, chat bursts) or fairness (three tenants per tier backlogged at once: Jain's index inside each tier and the tiers' shares against their weights)")
 	fs.StringVar(&b.providerLimiter, "provider-limiter", fakeopenai.LimiterBucket, "how the fake provider counts its limits: bucket (OpenAI's continuous refill) or window (at most the limit in any sliding minute)")
+	fs.DurationVar(&b.windowMargin, "window-margin", 0, "prq-window's window_margin, in real time (0: the default, a sixtieth of the compressed window)")
 	fs.StringVar(&b.out, "out", "bench-out", "output directory (results.md, results.json, admitted.svg, logs)")
 	fs.StringVar(&b.scale, "scale", "1,2,4", "also run prq with these process counts (empty: skip)")
 	fs.Float64Var(&b.drain, "drain", 3, "give up when work is not done after this many arrival spans")
@@ -327,6 +335,7 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 		switch strategy {
 		case StrategyPrqWindow:
 			cfg.Models[i].Limiter = string(ratelimit.LimiterWindow)
+			cfg.Models[i].WindowMargin = config.Duration(b.windowMargin)
 		case StrategyPrqDebt:
 			cfg.Models[i].Settle = string(ratelimit.PolicyDebt)
 		}
@@ -542,6 +551,9 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 	}
 	res.Inversions = inversions(calls, *cfg.Scheduler.ChatCap, cfg.Scheduler.Aging.D())
 	res.Loss = lossOf(fakes.OpenAI.Admissions(review), calls, review, lim.TokensPerPeriod, lim.Period, lim.BurstTokens)
+	if b.providerLimiter == fakeopenai.LimiterWindow {
+		res.TPMBacklogged, res.BacklogWindows = backloggedFill(fakes.OpenAI.Admissions(review), waitingSpans(calls, review), lim.TokensPerPeriod, lim.Period)
+	}
 	// fairness windows: five periods, or one in the fairness workload,
 	// whose backlog drains in minutes (uncompressed)
 	fairWindow := 5 * lim.Period

@@ -117,3 +117,40 @@ func covered(ss []span, from, to time.Time) time.Duration {
 	}
 	return d
 }
+
+// backloggedFill is the mean fill, over limit, of the windows of length w
+// during all of which a job waited (queued covers the whole window),
+// sampled a hundred per window length from one window after the first
+// admission to the last; and how many such windows there were. Windows
+// in which the work had not arrived yet, or was all admitted at once,
+// say nothing of how full a limiter keeps the provider while work waits.
+func backloggedFill(adm []fakeopenai.Admission, queued []span, limit int64, w time.Duration) (float64, int) {
+	if len(adm) < 2 || limit <= 0 || w <= 0 {
+		return 0, 0
+	}
+	a := append([]fakeopenai.Admission(nil), adm...)
+	sort.Slice(a, func(i, j int) bool { return a[i].At.Before(a[j].At) })
+	first, last := a[0].At, a[len(a)-1].At
+	step := w / 100
+	var fill float64
+	n, lo, hi, sum := 0, 0, 0, int64(0)
+	for t := first.Add(w); !t.After(last); t = t.Add(step) {
+		for hi < len(a) && !a[hi].At.After(t) {
+			sum += a[hi].Cost
+			hi++
+		}
+		for lo < hi && !a[lo].At.After(t.Add(-w)) {
+			sum -= a[lo].Cost
+			lo++
+		}
+		if covered(queued, t.Add(-w), t) < w {
+			continue
+		}
+		fill += float64(sum) / float64(limit)
+		n++
+	}
+	if n == 0 {
+		return 0, 0
+	}
+	return fill / float64(n), n
+}

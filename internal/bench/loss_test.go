@@ -43,3 +43,28 @@ func TestLossAccountsForEveryUnusedToken(t *testing.T) {
 		t.Errorf("used + lost = %v of the allowance, want 1", sum)
 	}
 }
+
+// TestBackloggedFill: window 1 s, limit 100. 40 tokens every 500 ms
+// from 0 to 2 s while nothing waits, then 100 every 1 s from 3 s to
+// 6 s while a job waits (from 2.5 s on): only windows ending from 3.5 s
+// on lie inside the wait, and each holds exactly one 100 (full); the
+// earlier, half-empty windows do not count.
+func TestBackloggedFill(t *testing.T) {
+	t0 := time.Unix(1_800_000_000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	var adm []fakeopenai.Admission
+	for ms := 0; ms <= 2000; ms += 500 {
+		adm = append(adm, fakeopenai.Admission{At: at(ms), Cost: 40})
+	}
+	for ms := 3000; ms <= 6000; ms += 1000 {
+		adm = append(adm, fakeopenai.Admission{At: at(ms), Cost: 100})
+	}
+	queued := []span{{at(2500), at(6000)}}
+	fill, n := backloggedFill(adm, queued, 100, time.Second)
+	if math.Abs(fill-1) > 1e-9 || n != 251 {
+		t.Fatalf("fill %.4f over %d windows, want 1 over 251 (3.5 s to 6 s by 10 ms)", fill, n)
+	}
+	if fill, n := backloggedFill(adm, nil, 100, time.Second); fill != 0 || n != 0 {
+		t.Fatalf("nothing waited: fill %v over %d windows", fill, n)
+	}
+}

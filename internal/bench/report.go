@@ -18,6 +18,9 @@ func writeBench(out io.Writer, b Flags, results, scale []benchResult) error {
 	var md strings.Builder
 	fmt.Fprintf(&md, "Workload %s: %s simulated at %gx compression (limits per %s), seed %d, %d worker processes x %d, provider counting by %s.\n\n",
 		b.workload, b.sim, b.compress, "minute/"+fmt.Sprint(b.compress), b.seed, b.processes, b.concurrency, b.providerLimiter)
+	if b.windowMargin > 0 {
+		fmt.Fprintf(&md, "prq-window's window_margin: %s (real time).\n\n", b.windowMargin)
+	}
 	md.WriteString("| | " + strings.Join(names(results), " | ") + " |\n|---|" + strings.Repeat("---|", len(results)) + "\n")
 	row := func(label string, f func(r benchResult) string) {
 		cells := make([]string, len(results))
@@ -35,6 +38,9 @@ func writeBench(out io.Writer, b Flags, results, scale []benchResult) error {
 		// first admission to the last; the bucket's measure (the mean fill
 		// up to a window after the last admission) is kept beside it
 		row("TPM utilisation, bucket's measure (total / limit·(1+span/W))", func(r benchResult) string { return pctf(r.TPMUtilisationBucket) })
+		row("TPM utilisation, mean fill of the windows a review job waited throughout (windows sampled)", func(r benchResult) string {
+			return fmt.Sprintf("%s (%d)", pctf(r.TPMBacklogged), r.BacklogWindows)
+		})
 	}
 	row("unused TPM: lost while jobs waited / while none did / left at the end", func(r benchResult) string {
 		return pctf(r.Loss.WhileQueued) + " / " + pctf(r.Loss.NothingQueued) + " / " + pctf(r.Loss.LeftAtEnd)
