@@ -10,6 +10,8 @@ import (
 
 	"github.com/prq-dev/prq/internal/config"
 	"github.com/prq-dev/prq/internal/doctor"
+	"github.com/prq-dev/prq/internal/server"
+	"github.com/prq-dev/prq/ratelimit"
 )
 
 // runDoctor maps the configuration to doctor's input and prints its
@@ -56,21 +58,45 @@ func runDoctor(ctx context.Context, env *cmdEnv, args []string) error {
 				PrivateKeyPath: cfg.GitHub.PrivateKeyPath, APIURL: cfg.GitHub.APIURL},
 			Webhook: doctor.Webhook{Secret: []byte(cfg.GitHub.WebhookSecret), ServeURL: serveURL},
 		}
-		// doctor probes an OpenAI-compatible API: the first OpenAI-kind
-		// provider's models (Azure and Anthropic are not probed yet)
+		// the first OpenAI-kind provider is probed on its API (GET
+		// /models, a 1-token call); every other provider, Azure and
+		// Anthropic included, through prq's own client, each key apart
 		var up config.ProviderConfig
+		others := map[string][]doctor.Model{}
 		for _, m := range cfg.Models {
 			p, ok := cfg.ProviderOf(m.Name)
-			if !ok || p.Kind != config.KindOpenAI || (up.Name != "" && p.Name != up.Name) {
+			if !ok {
+				continue
+			}
+			dm := doctor.Model{Name: m.Name, Reasoning: m.Reasoning}
+			if l, err := m.Limits(); err == nil { // doctor compares per minute
+				perMinute := func(n int64) int64 { return n * int64(time.Minute) / int64(l.Period) }
+				dm.RequestsPerMinute, dm.TokensPerMinute = perMinute(l.RequestsPerPeriod), perMinute(l.TokensPerPeriod)
+				dm.InputTokensPerMinute, dm.OutputTokensPerMinute = perMinute(l.InputTokensPerPeriod), perMinute(l.OutputTokensPerPeriod)
+			}
+			if p.Kind != config.KindOpenAI || (up.Name != "" && p.Name != up.Name) {
+				others[p.Name] = append(others[p.Name], dm)
 				continue
 			}
 			up = p
-			dm := doctor.Model{Name: m.Name, Reasoning: m.Reasoning}
-			if l, err := m.Limits(); err == nil { // doctor compares per minute
-				dm.RequestsPerMinute = l.RequestsPerPeriod * int64(time.Minute) / int64(l.Period)
-				dm.TokensPerMinute = l.TokensPerPeriod * int64(time.Minute) / int64(l.Period)
-			}
 			in.Provider.Models = append(in.Provider.Models, dm)
+		}
+		for _, p := range cfg.ProviderList() {
+			keys := p.KeyValues()
+			for i, k := range keys {
+				if len(others[p.Name]) == 0 {
+					break
+				}
+				c, err := server.ProviderClient(p, k, 20*time.Second)
+				if err != nil {
+					return err
+				}
+				call := doctor.Call{Provider: p.Name, Kind: p.Kind, APIKey: k, Client: c, Models: others[p.Name]}
+				if len(keys) > 1 {
+					call.Key = fmt.Sprintf("key %d, %s", i+1, ratelimit.KeyHash(k))
+				}
+				in.Calls = append(in.Calls, call)
+			}
 		}
 		in.Provider.BaseURL, in.Provider.APIKey = up.BaseURL, up.Key()
 		if keys := up.KeyValues(); len(keys) > 1 {

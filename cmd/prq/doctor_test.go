@@ -5,6 +5,8 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -96,6 +98,27 @@ func TestDoctor(t *testing.T) {
 				t.Errorf("%s: output holds the secret %q", c.name, s)
 			}
 		}
+	}
+	// providers in PRQ_CONFIG: the OpenAI one is probed on its API, an
+	// Anthropic one (the fake's Messages API) through prq's client
+	yml := filepath.Join(t.TempDir(), "prq.yaml")
+	root := strings.TrimSuffix(f.OpenAIURL, "/v1")
+	if err := os.WriteFile(yml, []byte("providers:\n"+
+		"  - {name: openai, kind: openai, base_url: "+f.OpenAIURL+", key_env: OPENAI_API_KEY}\n"+
+		"  - {name: claude, kind: anthropic, base_url: "+root+", key_env: ANTHROPIC_API_KEY}\n"+
+		"models:\n"+
+		"  - {name: gpt-4o-mini, provider: claude, requests_per_minute: 500, tokens_per_minute: 200000, max_output_tokens: 512}\n"+
+		"  - {name: gpt-4o, provider: openai, requests_per_minute: 500, tokens_per_minute: 30000}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	withConfig := map[string]string{"PRQ_CONFIG": yml, "ANTHROPIC_API_KEY": apiKey, "OPENAI_BASE_URL": ""}
+	if out, err := doctor(withConfig, "--url", url); err != nil || !strings.Contains(out, "provider claude model gpt-4o-mini") ||
+		!strings.Contains(out, "provider model gpt-4o") {
+		t.Fatalf("an Anthropic provider beside the OpenAI one: %v\n%s", err, out)
+	}
+	withConfig["ANTHROPIC_API_KEY"] = "sk-ant-not-the-key-5a7c"
+	if out, err := doctor(withConfig, "--url", url); err == nil || !strings.Contains(out, "FAIL  provider claude model gpt-4o-mini") || strings.Contains(out, "sk-ant-not-the-key-5a7c") {
+		t.Fatalf("a refused Anthropic key: %v\n%s", err, out)
 	}
 	if _, err := doctor(nil, "--only", "everything"); err == nil || exitCode(err) != 2 {
 		t.Errorf("--only everything: want a usage error, got %v", err)

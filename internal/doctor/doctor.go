@@ -39,6 +39,9 @@ type Input struct {
 	GitHub GitHub
 	// Provider is the LLM provider; no Models skips the provider checks.
 	Provider Provider
+	// Calls are the other providers (Azure OpenAI, Anthropic), one per
+	// key, checked through prq's own clients.
+	Calls []Call
 	// Webhook is the webhook secret and where serve listens.
 	Webhook Webhook
 	// HTTPClient makes every HTTP call. Defaults to a client with a 20s timeout.
@@ -80,6 +83,9 @@ type Model struct {
 	// RequestsPerMinute and TokensPerMinute are prq's configured limits
 	// (0: not compared).
 	RequestsPerMinute, TokensPerMinute int64
+	// InputTokensPerMinute and OutputTokensPerMinute are its input and
+	// output limits (Anthropic's; 0: none, not compared).
+	InputTokensPerMinute, OutputTokensPerMinute int64
 }
 
 // Webhook is the webhook secret and, optionally, serve's address.
@@ -127,6 +133,9 @@ func Run(ctx context.Context, in Input) []Result {
 				out = append(out, r)
 			}
 		}
+	}
+	for _, c := range in.Calls {
+		out = append(out, CheckCall(ctx, c)...)
 	}
 	out = append(out, CheckWebhook(ctx, in.HTTPClient, in.Webhook))
 	return redact(out, in.secrets())
@@ -205,7 +214,11 @@ func Write(w io.Writer, rs []Result) error {
 // secrets returns every secret value that must not appear in results.
 func (in *Input) secrets() []string {
 	var s []string
-	for _, v := range append([]string{in.Provider.APIKey, string(in.Webhook.Secret), string(in.GitHub.PrivateKey)}, in.Provider.MoreKeys...) {
+	all := append([]string{in.Provider.APIKey, string(in.Webhook.Secret), string(in.GitHub.PrivateKey)}, in.Provider.MoreKeys...)
+	for _, c := range in.Calls {
+		all = append(all, c.APIKey)
+	}
+	for _, v := range all {
 		if len(v) >= 4 {
 			s = append(s, v)
 		}

@@ -113,8 +113,8 @@ func ping(ctx context.Context, client *http.Client, base, key string, m Model) (
 // limitsResult compares the provider's per-minute limits with prq's.
 func limitsResult(m Model, ps ratelimit.ProviderState) Result {
 	r := Result{Name: "provider limits " + m.Name}
-	if ps.LimitRequests < 0 && ps.LimitTokens < 0 {
-		r.OK, r.Detail = true, "not verified: the provider sends no x-ratelimit-limit-* headers; keep the configured limits at or below the account's"
+	if ps.LimitRequests < 0 && ps.LimitTokens < 0 && ps.LimitInputTokens < 0 && ps.LimitOutputTokens < 0 {
+		r.OK, r.Detail = true, "not verified: the provider sends no rate-limit headers; keep the configured limits at or below the account's"
 		return r
 	}
 	var over []string
@@ -123,10 +123,12 @@ func limitsResult(m Model, ps ratelimit.ProviderState) Result {
 		over = append(over, fmt.Sprintf("requests_per_minute %d > provider's %d", m.RequestsPerMinute, ps.LimitRequests))
 		fixes = append(fixes, fmt.Sprintf("requests_per_minute: %d", ps.LimitRequests))
 	}
-	if ps.LimitTokens >= 0 && m.TokensPerMinute > ps.LimitTokens {
+	if ps.LimitTokens >= 0 && m.TokensPerMinute > ps.LimitTokens && !ps.TokensMostRestrictive {
 		over = append(over, fmt.Sprintf("tokens_per_minute %d > provider's %d", m.TokensPerMinute, ps.LimitTokens))
 		fixes = append(fixes, fmt.Sprintf("tokens_per_minute: %d", ps.LimitTokens))
 	}
+	io, iofix := anthropicOver(m, ps)
+	over, fixes = append(over, io...), append(fixes, iofix...)
 	if len(over) > 0 {
 		r.Detail = "configured above the provider's limits (" + strings.Join(over, "; ") + "): expect 429s"
 		r.Fix = "in PRQ_CONFIG set models[" + m.Name + "] " + strings.Join(fixes, ", ") + " (or raise the account's tier)"
@@ -134,6 +136,10 @@ func limitsResult(m Model, ps ratelimit.ProviderState) Result {
 	}
 	r.OK, r.Detail = true, fmt.Sprintf("provider allows %s requests/min and %s tokens/min; configured %d and %d",
 		unknown(ps.LimitRequests), unknown(ps.LimitTokens), m.RequestsPerMinute, m.TokensPerMinute)
+	if ps.LimitInputTokens >= 0 || ps.LimitOutputTokens >= 0 {
+		r.Detail = fmt.Sprintf("provider allows %s requests/min, %s input and %s output tokens/min; configured %d, %d and %d",
+			unknown(ps.LimitRequests), unknown(ps.LimitInputTokens), unknown(ps.LimitOutputTokens), m.RequestsPerMinute, m.InputTokensPerMinute, m.OutputTokensPerMinute)
+	}
 	return r
 }
 

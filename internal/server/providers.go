@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/prq-dev/prq/internal/config"
 	"github.com/prq-dev/prq/llm"
@@ -16,16 +17,9 @@ func buildLLM(cfg *config.Config) (*llm.Router, error) {
 	clients := map[string][]llm.Completer{}
 	for _, p := range cfg.ProviderList() {
 		for _, key := range p.KeyValues() {
-			var c llm.Completer
-			switch p.Kind {
-			case config.KindOpenAI:
-				c = llm.New(key, p.BaseURL, timeout, nil)
-			case config.KindAzure:
-				c = llm.NewAzure(key, p.BaseURL, p.APIVersion, p.Deployment, timeout, nil)
-			case config.KindAnthropic:
-				c = llm.NewAnthropic(key, p.BaseURL, timeout, nil)
-			default:
-				return nil, &config.SettingError{Name: "providers." + p.Name + ".kind", Problem: fmt.Sprintf("%q: want openai, azure or anthropic", p.Kind)}
+			c, err := ProviderClient(p, key, timeout)
+			if err != nil {
+				return nil, err
 			}
 			clients[p.Name] = append(clients[p.Name], c)
 		}
@@ -39,4 +33,19 @@ func buildLLM(cfg *config.Config) (*llm.Router, error) {
 		byModel[m.Name] = clients[p.Name]
 	}
 	return llm.NewRouter(byModel), nil
+}
+
+// ProviderClient is the client prq calls provider p with, for one of its
+// keys: OpenAI's API, an Azure OpenAI resource (deployments,
+// api-version, api-key) or Anthropic's Messages API.
+func ProviderClient(p config.ProviderConfig, key string, timeout time.Duration) (llm.Completer, error) {
+	switch p.Kind {
+	case config.KindOpenAI:
+		return llm.New(key, p.BaseURL, timeout, nil), nil
+	case config.KindAzure:
+		return llm.NewAzure(key, p.BaseURL, p.APIVersion, p.Deployment, timeout, nil), nil
+	case config.KindAnthropic:
+		return llm.NewAnthropic(key, p.BaseURL, timeout, nil), nil
+	}
+	return nil, &config.SettingError{Name: "providers." + p.Name + ".kind", Problem: fmt.Sprintf("%q: want openai, azure or anthropic", p.Kind)}
 }
