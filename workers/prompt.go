@@ -249,10 +249,10 @@ func chatPrompt(c jobs.Chat, m Model, tok *ratelimit.Tokenizer, hunkMax, bodyMax
 	if c.Path != "" {
 		fmt.Fprintf(&b, "File: %s line %d\n", c.Path, c.Line)
 	}
-	if hunk := tail(c.DiffHunk, hunkMax); hunk != "" {
+	if hunk := lastBytes(c.DiffHunk, hunkMax); hunk != "" {
 		fmt.Fprintf(&b, "Diff hunk:\n%s\n", hunk)
 	}
-	fmt.Fprintf(&b, "\n@%s wrote:\n%s\n", c.Author, head(c.Body, bodyMax))
+	fmt.Fprintf(&b, "\n@%s wrote:\n%s\n", c.Author, firstBytes(c.Body, bodyMax))
 	user := b.String()
 	n, err := tok.CountMessages(chatSystem, user)
 	if err != nil {
@@ -262,8 +262,8 @@ func chatPrompt(c jobs.Chat, m Model, tok *ratelimit.Tokenizer, hunkMax, bodyMax
 		output: ratelimit.OutputAllowance(m.MaxOutput)}, nil
 }
 
-// head is s's first n bytes at most, not splitting a rune.
-func head(s string, n int) string {
+// firstBytes is s's first n bytes at most, not splitting a rune.
+func firstBytes(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
@@ -273,8 +273,8 @@ func head(s string, n int) string {
 	return s[:n]
 }
 
-// tail is s's last n bytes at most, not splitting a rune.
-func tail(s string, n int) string {
+// lastBytes is s's last n bytes at most, not splitting a rune.
+func lastBytes(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}

@@ -235,3 +235,14 @@ func TestChatPromptFitsTheRateLimits(t *testing.T) {
 		t.Fatalf("a chat that cannot fit: %v", err)
 	}
 }
+
+func TestCutsKeepRunesWhole(t *testing.T) {
+	for _, c := range []struct{ got, want string }{
+		{firstBytes("héllo", 2), "h"}, {firstBytes("héllo", 3), "hé"}, {firstBytes("héllo", 99), "héllo"}, {firstBytes("héllo", 0), ""},
+		{lastBytes("héllo", 4), "llo"}, {lastBytes("héllo", 5), "éllo"}, {lastBytes("héllo", 99), "héllo"}, {lastBytes("héllo", 0), ""},
+	} {
+		if c.got != c.want {
+			t.Errorf("got %q, want %q", c.got, c.want)
+		}
+	}
+}
