@@ -58,6 +58,7 @@ type Flags struct {
 	// fakeopenai.LimiterBucket or fakeopenai.LimiterWindow.
 	providerLimiter string
 	windowMargin    time.Duration
+	sendLag         time.Duration
 	// workload is WorkloadDefault or WorkloadFairness.
 	workload string
 }
@@ -233,6 +234,7 @@ func (b *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&b.strategies, "strategies", "", "strategies to run, comma-separated: prq, prq-window (every model limiter: window), prq-debt (every model settle: debt), asynq-recipe, handler-wait, naive (default "+defaultStrategies+"; with --provider-limiter window, "+defaultWindowStrategies+")")
 	fs.StringVar(&b.workload, "workload", WorkloadDefault, "default (arrivals over the span, a tenant with very large PRs, chat bursts) or fairness (three tenants per tier backlogged at once: Jain's index inside each tier and the tiers' shares against their weights)")
 	fs.StringVar(&b.providerLimiter, "provider-limiter", fakeopenai.LimiterBucket, "how the fake provider counts its limits: bucket (OpenAI's continuous refill) or window (at most the limit in any sliding minute)")
+	fs.DurationVar(&b.sendLag, "send-lag", -1, "scheduler.send_lag for every strategy, in real time (negative: the default, 250ms; 0: none)")
 	fs.DurationVar(&b.windowMargin, "window-margin", 0, "prq-window's window_margin, in real time (0: the default, a sixtieth of the compressed window)")
 	fs.StringVar(&b.out, "out", "bench-out", "output directory (results.md, results.json, admitted.svg, logs)")
 	fs.StringVar(&b.scale, "scale", "1,2,4", "also run prq with these process counts (empty: skip)")
@@ -331,6 +333,10 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 	}
 	cfg := harness.RunConfig(redisURL, b.compress, b.concurrency)
 	cfg.AllowNoPersistence = true // the bench flushes its Redis between strategies: nothing in it is meant to last
+	if b.sendLag >= 0 {
+		lag := config.Duration(b.sendLag)
+		cfg.Scheduler.SendLag = &lag
+	}
 	for i := range cfg.Models {
 		switch strategy {
 		case StrategyPrqWindow:
@@ -356,7 +362,7 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 	cfg.Addr = "127.0.0.1:0"
 	// the workers' configuration file
 	cfgFile := filepath.Join(b.out, "bench-config.yaml")
-	yb, _ := yaml.Marshal(map[string]any{"models": cfg.Models, "jobs": cfg.Jobs, "tiers": cfg.Tiers, "log": cfg.Log, "shutdown_timeout": cfg.ShutdownTimeout, "worker": cfg.Worker,
+	yb, _ := yaml.Marshal(map[string]any{"models": cfg.Models, "jobs": cfg.Jobs, "tiers": cfg.Tiers, "log": cfg.Log, "shutdown_timeout": cfg.ShutdownTimeout, "worker": cfg.Worker, "scheduler": cfg.Scheduler,
 		"github": map[string]any{"write_gap": cfg.GitHub.WriteGap}}) // compressed like the fake GitHub's write limit
 	if err := os.WriteFile(cfgFile, yb, 0o600); err != nil {
 		return res, err

@@ -18,6 +18,9 @@ func writeBench(out io.Writer, b Flags, results, scale []benchResult) error {
 	var md strings.Builder
 	fmt.Fprintf(&md, "Workload %s: %s simulated at %gx compression (limits per %s), seed %d, %d worker processes x %d, provider counting by %s.\n\n",
 		b.workload, b.sim, b.compress, "minute/"+fmt.Sprint(b.compress), b.seed, b.processes, b.concurrency, b.providerLimiter)
+	if b.sendLag >= 0 {
+		fmt.Fprintf(&md, "scheduler.send_lag: %s (real time).\n\n", b.sendLag)
+	}
 	if b.windowMargin > 0 {
 		fmt.Fprintf(&md, "prq-window's window_margin: %s (real time).\n\n", b.windowMargin)
 	}
