@@ -191,8 +191,10 @@ type benchResult struct {
 	// review model's windows during all of which one of its jobs waited
 	// (created, not yet called); BacklogWindows how many such windows,
 	// sampled a hundred per window length, there were.
-	TPMBacklogged    float64            `json:"tpm_utilisation_backlogged_windows"`
-	BacklogWindows   int                `json:"backlog_windows"`
+	TPMBacklogged  float64 `json:"tpm_utilisation_backlogged_windows"`
+	BacklogWindows int     `json:"backlog_windows"`
+	// WindowGap splits what those windows left unused.
+	WindowGap        windowGap          `json:"window_gap"`
 	RPMUtilisation   float64            `json:"rpm_utilisation"`
 	WorstVsAllowance float64            `json:"worst_interval_vs_allowance"`
 	WorstWindowVsTPM float64            `json:"worst_period_window_vs_tpm"`
@@ -559,6 +561,15 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 	res.Loss = lossOf(fakes.OpenAI.Admissions(review), calls, review, lim.TokensPerPeriod, lim.Period, lim.BurstTokens)
 	if b.providerLimiter == fakeopenai.LimiterWindow {
 		res.TPMBacklogged, res.BacklogWindows = backloggedFill(fakes.OpenAI.Admissions(review), waitingSpans(calls, review), lim.TokensPerPeriod, lim.Period)
+		var hold time.Duration // how much longer than the provider prq counts a call
+		if lim.Limiter == ratelimit.LimiterWindow {
+			hold = lim.WindowMargin
+			if hold == 0 {
+				hold = lim.Period / 60 // ratelimit's default
+			}
+			hold += lim.Period / 240 // half of one of ratelimit's 120 slots
+		}
+		res.WindowGap = windowGapOf(fakes.OpenAI.Admissions(review), calls, review, lim.TokensPerPeriod, lim.Period, hold)
 	}
 	// fairness windows: five periods, or one in the fairness workload,
 	// whose backlog drains in minutes (uncompressed)

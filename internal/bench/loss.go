@@ -154,3 +154,82 @@ func backloggedFill(adm []fakeopenai.Admission, queued []span, limit int64, w ti
 	}
 	return fill / float64(n), n
 }
+
+// windowGap splits the room a window provider had unused, in the windows
+// backloggedFill samples (a job of the model waited throughout), as
+// shares of the limit:
+//   - Packing: room below the smallest ticket waiting and not started;
+//   - Hold: room prq could not see, since it counts each call from its
+//     call for hold (the window margin and half a slot) longer than the
+//     provider's window;
+//   - Visible: room prq saw too (counting its started calls), where a
+//     waiting ticket fit or every waiting ticket was on its way: the
+//     admission loop's reaction, and calls admitted and not sent yet
+//     (their charges count in prq's window, not yet at the provider's).
+type windowGap struct {
+	Packing float64 `json:"packing"`
+	Hold    float64 `json:"hold"`
+	Visible float64 `json:"visible"`
+}
+
+func windowGapOf(adm []fakeopenai.Admission, calls []callRecord, model string, limit int64, w, hold time.Duration) windowGap {
+	var out windowGap
+	if len(adm) < 2 || limit <= 0 || w <= 0 {
+		return out
+	}
+	a := append([]fakeopenai.Admission(nil), adm...)
+	sort.Slice(a, func(i, j int) bool { return a[i].At.Before(a[j].At) })
+	var mine []callRecord
+	for _, c := range calls {
+		if c.Model == model && c.Outcome != "429" {
+			mine = append(mine, c)
+		}
+	}
+	sort.Slice(mine, func(i, j int) bool { return mine[i].At < mine[j].At })
+	queued := waitingSpans(calls, model)
+	ms := func(t time.Time) int64 { return t.UnixMilli() }
+	var n int
+	lo, hi, sum := 0, 0, int64(0)
+	for t := a[0].At.Add(w); !t.After(a[len(a)-1].At); t = t.Add(w / 100) {
+		for hi < len(a) && !a[hi].At.After(t) {
+			sum += a[hi].Cost
+			hi++
+		}
+		for lo < hi && !a[lo].At.After(t.Add(-w)) {
+			sum -= a[lo].Cost
+			lo++
+		}
+		if covered(queued, t.Add(-w), t) < w {
+			continue
+		}
+		n++
+		room := max(limit-sum, 0)
+		if room == 0 {
+			continue
+		}
+		smallest, seen := int64(-1), int64(0)
+		for _, c := range mine {
+			if c.Created <= ms(t) && c.Start > ms(t) && (smallest < 0 || c.Tokens < smallest) {
+				smallest = c.Tokens
+			}
+			if c.At > ms(t.Add(-w-hold)) && c.At <= ms(t) || c.Start <= ms(t) && c.At > ms(t) {
+				seen += c.Tokens // prq's window: calls for w+hold, started ones from their start
+			}
+		}
+		if smallest < 0 { // every waiting ticket is on its way
+			out.Visible += float64(room) / float64(limit)
+			continue
+		}
+		if room < smallest {
+			out.Packing += float64(room) / float64(limit)
+			continue
+		}
+		hidden := min(room, max(room-max(limit-seen, 0), 0))
+		out.Hold += float64(hidden) / float64(limit)
+		out.Visible += float64(room-hidden) / float64(limit)
+	}
+	if n > 0 {
+		out.Packing, out.Hold, out.Visible = out.Packing/float64(n), out.Hold/float64(n), out.Visible/float64(n)
+	}
+	return out
+}
