@@ -459,6 +459,7 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 	<-served
 	// figures
 	var calls []callRecord
+	admittedAt := map[string]int64{}
 	for _, rf := range records {
 		bb, err := os.ReadFile(rf)
 		if err != nil {
@@ -467,9 +468,15 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 		var wr workerReport
 		if json.Unmarshal(bb, &wr) == nil {
 			calls = append(calls, wr.Calls...)
+			for id, at := range wr.Admitted {
+				admittedAt[id] = at
+			}
 			res.HandlerRuns += wr.HandlerRuns
 			res.PeakRSSMB = math.Max(res.PeakRSSMB, float64(wr.PeakRSS)/(1<<20))
 		}
+	}
+	for i := range calls {
+		calls[i].Admitted = admittedAt[calls[i].Task]
 	}
 	stats := fakes.OpenAI.Stats()
 	for _, st := range stats {

@@ -158,18 +158,24 @@ func backloggedFill(adm []fakeopenai.Admission, queued []span, limit int64, w ti
 // windowGap splits the room a window provider had unused, in the windows
 // backloggedFill samples (a job of the model waited throughout), as
 // shares of the limit:
-//   - Packing: room below the smallest ticket waiting and not started;
-//   - Hold: room prq could not see, since it counts each call from its
+//   - Packing: room prq saw too, below the smallest ticket waiting for
+//     admission;
+//   - Hold: room prq could not use because it counts each call from its
 //     call for hold (the window margin and half a slot) longer than the
 //     provider's window;
-//   - Visible: room prq saw too (counting its started calls), where a
-//     waiting ticket fit or every waiting ticket was on its way: the
-//     admission loop's reaction, and calls admitted and not sent yet
-//     (their charges count in prq's window, not yet at the provider's).
+//   - Transit: room held in prq's window by calls admitted and not sent
+//     yet (admission charges at once; the provider counts on arrival);
+//     where every waiting ticket is already admitted, all of the rest;
+//   - Reaction: room prq saw too, with a waiting ticket that fit: the
+//     admission loop had not acted yet.
+//
+// A call's admission time is its record's Admitted, else its handler
+// start (a baseline has no admission).
 type windowGap struct {
-	Packing float64 `json:"packing"`
-	Hold    float64 `json:"hold"`
-	Visible float64 `json:"visible"`
+	Packing  float64 `json:"packing"`
+	Hold     float64 `json:"hold"`
+	Transit  float64 `json:"transit"`
+	Reaction float64 `json:"reaction"`
 }
 
 func windowGapOf(adm []fakeopenai.Admission, calls []callRecord, model string, limit int64, w, hold time.Duration) windowGap {
@@ -182,12 +188,15 @@ func windowGapOf(adm []fakeopenai.Admission, calls []callRecord, model string, l
 	var mine []callRecord
 	for _, c := range calls {
 		if c.Model == model && c.Outcome != "429" {
+			if c.Admitted == 0 || c.Admitted > c.At {
+				c.Admitted = c.Start
+			}
 			mine = append(mine, c)
 		}
 	}
-	sort.Slice(mine, func(i, j int) bool { return mine[i].At < mine[j].At })
 	queued := waitingSpans(calls, model)
 	ms := func(t time.Time) int64 { return t.UnixMilli() }
+	share := func(n int64) float64 { return float64(n) / float64(limit) }
 	var n int
 	lo, hi, sum := 0, 0, int64(0)
 	for t := a[0].At.Add(w); !t.After(a[len(a)-1].At); t = t.Add(w / 100) {
@@ -207,29 +216,40 @@ func windowGapOf(adm []fakeopenai.Admission, calls []callRecord, model string, l
 		if room == 0 {
 			continue
 		}
-		smallest, seen := int64(-1), int64(0)
+		now := ms(t)
+		smallest, held, transit := int64(-1), int64(0), int64(0)
 		for _, c := range mine {
-			if c.Created <= ms(t) && c.Start > ms(t) && (smallest < 0 || c.Tokens < smallest) {
-				smallest = c.Tokens
+			switch {
+			case c.Created <= now && c.Admitted > now:
+				if smallest < 0 || c.Tokens < smallest {
+					smallest = c.Tokens
+				}
+			case c.Admitted <= now && c.At > now:
+				transit += c.Tokens
+			case c.At > ms(t.Add(-w-hold)) && c.At <= ms(t.Add(-w)):
+				held += c.Tokens
 			}
-			if c.At > ms(t.Add(-w-hold)) && c.At <= ms(t) || c.Start <= ms(t) && c.At > ms(t) {
-				seen += c.Tokens // prq's window: calls for w+hold, started ones from their start
-			}
 		}
-		if smallest < 0 { // every waiting ticket is on its way
-			out.Visible += float64(room) / float64(limit)
-			continue
+		// prq's window holds the held and the transit calls too; what is
+		// left is prq's own room
+		h := min(room, held)
+		tr := min(room-h, transit)
+		rest := room - h - tr
+		out.Hold += share(h)
+		switch {
+		case smallest < 0: // every waiting ticket admitted: on its way
+			out.Transit += share(tr + rest)
+		case rest < smallest:
+			out.Transit += share(tr)
+			out.Packing += share(rest)
+		default:
+			out.Transit += share(tr)
+			out.Reaction += share(rest)
 		}
-		if room < smallest {
-			out.Packing += float64(room) / float64(limit)
-			continue
-		}
-		hidden := min(room, max(room-max(limit-seen, 0), 0))
-		out.Hold += float64(hidden) / float64(limit)
-		out.Visible += float64(room-hidden) / float64(limit)
 	}
 	if n > 0 {
-		out.Packing, out.Hold, out.Visible = out.Packing/float64(n), out.Hold/float64(n), out.Visible/float64(n)
+		f := float64(n)
+		out.Packing, out.Hold, out.Transit, out.Reaction = out.Packing/f, out.Hold/f, out.Transit/f, out.Reaction/f
 	}
 	return out
 }

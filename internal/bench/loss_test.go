@@ -70,32 +70,34 @@ func TestBackloggedFill(t *testing.T) {
 }
 
 // TestWindowGap: window 1 s, limit 100, hold 100 ms; jobs wait
-// throughout. Calls of 60 at 0 and 1.05 s, 30 at 1.5 s, 100 at 2 s,
-// each sent as it starts. Samples every 10 ms from 1.0 to 2.0 s (101):
-//   - 1.00–1.04: the provider's window is empty (100 free); prq still
-//     counts the first 60 for its hold: 60 hidden, 40 visible (5);
-//   - 1.05–1.09: 40 free at the provider, none for prq (the first call
-//     and the second): 40 hidden (5);
-//   - 1.10–1.49: 40 free, seen by prq too, and the 30 waiting fits: 40
-//     visible (40);
-//   - 1.50–1.99: 10 free below the 100 waiting: packing (50);
-//   - 2.00: full.
+// throughout. Calls of 60 (admitted and sent at 0), 60 (admitted at
+// 1.0 s, sent at 1.05), 30 (admitted 1.3, sent 1.5), 100 (admitted
+// 1.99, sent 2.0). Samples every 10 ms from 1.0 to 2.0 s (101):
+//   - 1.00–1.04: 100 free at the provider; prq still counts the first
+//     60 (hold) and the second, admitted, 40 of its 60 (transit) (5);
+//   - 1.05–1.09: 40 free, all hold (5);
+//   - 1.10–1.29: 40 free, prq sees them, the 30 fits: reaction (20);
+//   - 1.30–1.49: the 30 admitted (transit 30), 10 below the 100 waiting:
+//     packing (20);
+//   - 1.50–1.98: 10 free below the 100: packing (49); 1.99: the 100
+//     admitted: transit 10 (1); 2.00: full.
 func TestWindowGap(t *testing.T) {
 	t0 := time.Unix(1_800_000_000, 0)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	adm := []fakeopenai.Admission{{At: at(0), Cost: 60}, {At: at(1050), Cost: 60}, {At: at(1500), Cost: 30}, {At: at(2000), Cost: 100}}
 	ms := func(n int) int64 { return at(n).UnixMilli() }
 	calls := []callRecord{
-		{Model: "m", Created: ms(0), Start: ms(0), At: ms(0), Tokens: 60},
-		{Model: "m", Created: ms(0), Start: ms(1050), At: ms(1050), Tokens: 60},
-		{Model: "m", Created: ms(0), Start: ms(1500), At: ms(1500), Tokens: 30},
-		{Model: "m", Created: ms(0), Start: ms(2000), At: ms(2000), Tokens: 100},
+		{Model: "m", Created: ms(0), Admitted: ms(0), Start: ms(0), At: ms(0), Tokens: 60},
+		{Model: "m", Created: ms(0), Admitted: ms(1000), Start: ms(1040), At: ms(1050), Tokens: 60},
+		{Model: "m", Created: ms(0), Admitted: ms(1300), Start: ms(1450), At: ms(1500), Tokens: 30},
+		{Model: "m", Created: ms(0), Start: ms(1990), At: ms(2000), Tokens: 100},                // no admission recorded: its start
 		{Model: "m", Created: ms(0), Start: ms(2000), At: ms(2000), Tokens: 50, Outcome: "429"}, // not a call
 		{Model: "other", Created: ms(0), Start: ms(1000), At: ms(1000), Tokens: 5},              // another model
 	}
 	g := windowGapOf(adm, calls, "m", 100, time.Second, 100*time.Millisecond)
-	want := windowGap{Packing: 50 * 0.10 / 101, Hold: (5*0.60 + 5*0.40) / 101, Visible: (5*0.40 + 40*0.40) / 101}
-	for name, pair := range map[string][2]float64{"packing": {want.Packing, g.Packing}, "hold": {want.Hold, g.Hold}, "visible": {want.Visible, g.Visible}} {
+	want := windowGap{Hold: (5*0.6 + 5*0.4) / 101, Transit: (5*0.4 + 20*0.3 + 0.1) / 101, Reaction: 20 * 0.4 / 101, Packing: (20*0.1 + 49*0.1) / 101}
+	for name, pair := range map[string][2]float64{"packing": {want.Packing, g.Packing}, "hold": {want.Hold, g.Hold},
+		"transit": {want.Transit, g.Transit}, "reaction": {want.Reaction, g.Reaction}} {
 		if math.Abs(pair[0]-pair[1]) > 1e-9 {
 			t.Errorf("%s: %.5f, want %.5f", name, pair[1], pair[0])
 		}

@@ -44,8 +44,8 @@ func writeBench(out io.Writer, b Flags, results, scale []benchResult) error {
 		row("TPM utilisation, mean fill of the windows a review job waited throughout (windows sampled)", func(r benchResult) string {
 			return fmt.Sprintf("%s (%d)", pctf(r.TPMBacklogged), r.BacklogWindows)
 		})
-		row("of those windows, unused: below the smallest waiting ticket / hidden by prq's longer count / seen by prq too", func(r benchResult) string {
-			return pctf(r.WindowGap.Packing) + " / " + pctf(r.WindowGap.Hold) + " / " + pctf(r.WindowGap.Visible)
+		row("of those windows, unused: below the smallest waiting ticket / prq's longer count / admitted, not sent / loop not yet acted", func(r benchResult) string {
+			return pctf(r.WindowGap.Packing) + " / " + pctf(r.WindowGap.Hold) + " / " + pctf(r.WindowGap.Transit) + " / " + pctf(r.WindowGap.Reaction)
 		})
 	}
 	row("unused TPM: lost while jobs waited / while none did / left at the end", func(r benchResult) string {

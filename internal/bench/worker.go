@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/prq-dev/prq/admission"
 	"io"
 	"os"
 	"sync"
@@ -35,8 +36,11 @@ type callRecord struct {
 	Start   int64  `json:"start"`   // handler started, unix ms
 	At      int64  `json:"at"`      // call started, unix ms
 	Tokens  int64  `json:"tokens"`  // estimate
-	Model   string `json:"model"`
-	Outcome string `json:"outcome"`
+	// Admitted is when admission admitted the job, unix ms (0: not
+	// recorded; a baseline has no admission)
+	Admitted int64  `json:"admitted,omitempty"`
+	Model    string `json:"model"`
+	Outcome  string `json:"outcome"`
 }
 
 // workerReport is what a bench worker process reports at exit.
@@ -44,6 +48,9 @@ type workerReport struct {
 	HandlerRuns int64        `json:"handler_runs"` // LLM-task handler invocations
 	PeakRSS     int64        `json:"peak_rss_bytes"`
 	Calls       []callRecord `json:"calls"`
+	// Admitted: when this process's admission loop admitted each task
+	// (by task id, unix ms); the bench joins them to the calls.
+	Admitted map[string]int64 `json:"admitted,omitempty"`
 }
 
 type taskMeta struct {
@@ -184,10 +191,16 @@ func RunWorker(ctx context.Context, cfg *config.Config, wf WorkerFlags, stdout, 
 	rec := &recorder{meta: map[string]taskMeta{}}
 	opts.WrapLLM = func(l workers.LLM) workers.LLM { rec.next = l; return rec }
 	opts.WrapHandler = rec.handler
+	admitted := map[string]int64{}
+	opts.OnAdmit = func(a admission.Admitted) {
+		rec.mu.Lock()
+		admitted[a.ID] = a.Enqueued.Add(a.Waited).UnixMilli()
+		rec.mu.Unlock()
+	}
 	err = s.Run(ctx, stdout, server.Roles{Worker: true}, opts)
 	if wf.Record != "" {
 		rec.mu.Lock()
-		b, _ := json.Marshal(workerReport{HandlerRuns: rec.runs.Load(), PeakRSS: harness.ProcStatusBytes("self", "VmHWM"), Calls: rec.calls})
+		b, _ := json.Marshal(workerReport{HandlerRuns: rec.runs.Load(), PeakRSS: harness.ProcStatusBytes("self", "VmHWM"), Calls: rec.calls, Admitted: admitted})
 		rec.mu.Unlock()
 		if werr := os.WriteFile(wf.Record, b, 0o644); werr != nil && err == nil {
 			err = werr

@@ -46,6 +46,9 @@ type Options struct {
 	IsFailure  func(error) bool
 	// NoAdmission: do not run the admission loop.
 	NoAdmission bool
+	// OnAdmit is told of every admission this process makes (besides
+	// the metrics), to record when each job was admitted.
+	OnAdmit func(admission.Admitted)
 	// Demo marks the dashboard as the demo's and, when no admin token is
 	// set, serves the HTTP surface without auth (on loopback only, like
 	// serve without a token).
@@ -198,6 +201,15 @@ func (s *Server) Redis() redis.UniversalClient { return s.rdb }
 // (Close) afterwards. Run prints the URLs it serves to out.
 func (s *Server) Run(ctx context.Context, out io.Writer, roles Roles, opt Options) error {
 	cfg, log := s.cfg, s.log
+	if opt.OnAdmit != nil {
+		observe := s.sched.Observe
+		s.sched.Observe = func(a admission.Admitted) {
+			if observe != nil {
+				observe(a)
+			}
+			opt.OnAdmit(a)
+		}
+	}
 	js, err := s.buildWorkers(nil, opt, roles.Worker)
 	if err != nil {
 		return err
