@@ -125,16 +125,31 @@ func covered(ss []span, from, to time.Time) time.Duration {
 // in which the work had not arrived yet, or was all admitted at once,
 // say nothing of how full a limiter keeps the provider while work waits.
 func backloggedFill(adm []fakeopenai.Admission, queued []span, limit int64, w time.Duration) (float64, int) {
-	if len(adm) < 2 || limit <= 0 || w <= 0 {
+	if limit <= 0 {
 		return 0, 0
+	}
+	var fill float64
+	n := backloggedWindows(adm, queued, w, func(_ time.Time, sum int64) {
+		fill += float64(sum) / float64(limit)
+	})
+	if n == 0 {
+		return 0, 0
+	}
+	return fill / float64(n), n
+}
+
+// backloggedWindows calls f with the end and the admitted cost of each
+// window of length w during all of which a job waited (queued covers
+// it), sampled a hundred per window length from one window after the
+// first admission to the last; it returns how many there were.
+func backloggedWindows(adm []fakeopenai.Admission, queued []span, w time.Duration, f func(t time.Time, sum int64)) int {
+	if len(adm) < 2 || w <= 0 {
+		return 0
 	}
 	a := append([]fakeopenai.Admission(nil), adm...)
 	sort.Slice(a, func(i, j int) bool { return a[i].At.Before(a[j].At) })
-	first, last := a[0].At, a[len(a)-1].At
-	step := w / 100
-	var fill float64
 	n, lo, hi, sum := 0, 0, 0, int64(0)
-	for t := first.Add(w); !t.After(last); t = t.Add(step) {
+	for t := a[0].At.Add(w); !t.After(a[len(a)-1].At); t = t.Add(w / 100) {
 		for hi < len(a) && !a[hi].At.After(t) {
 			sum += a[hi].Cost
 			hi++
@@ -146,13 +161,10 @@ func backloggedFill(adm []fakeopenai.Admission, queued []span, limit int64, w ti
 		if covered(queued, t.Add(-w), t) < w {
 			continue
 		}
-		fill += float64(sum) / float64(limit)
 		n++
+		f(t, sum)
 	}
-	if n == 0 {
-		return 0, 0
-	}
-	return fill / float64(n), n
+	return n
 }
 
 // windowGap splits the room a window provider had unused, in the windows
@@ -180,11 +192,9 @@ type windowGap struct {
 
 func windowGapOf(adm []fakeopenai.Admission, calls []callRecord, model string, limit int64, w, hold time.Duration) windowGap {
 	var out windowGap
-	if len(adm) < 2 || limit <= 0 || w <= 0 {
+	if limit <= 0 {
 		return out
 	}
-	a := append([]fakeopenai.Admission(nil), adm...)
-	sort.Slice(a, func(i, j int) bool { return a[i].At.Before(a[j].At) })
 	var mine []callRecord
 	for _, c := range calls {
 		if c.Model == model && c.Outcome != "429" {
@@ -194,27 +204,12 @@ func windowGapOf(adm []fakeopenai.Admission, calls []callRecord, model string, l
 			mine = append(mine, c)
 		}
 	}
-	queued := waitingSpans(calls, model)
 	ms := func(t time.Time) int64 { return t.UnixMilli() }
 	share := func(n int64) float64 { return float64(n) / float64(limit) }
-	var n int
-	lo, hi, sum := 0, 0, int64(0)
-	for t := a[0].At.Add(w); !t.After(a[len(a)-1].At); t = t.Add(w / 100) {
-		for hi < len(a) && !a[hi].At.After(t) {
-			sum += a[hi].Cost
-			hi++
-		}
-		for lo < hi && !a[lo].At.After(t.Add(-w)) {
-			sum -= a[lo].Cost
-			lo++
-		}
-		if covered(queued, t.Add(-w), t) < w {
-			continue
-		}
-		n++
+	n := backloggedWindows(adm, waitingSpans(calls, model), w, func(t time.Time, sum int64) {
 		room := max(limit-sum, 0)
 		if room == 0 {
-			continue
+			return
 		}
 		now := ms(t)
 		smallest, held, transit := int64(-1), int64(0), int64(0)
@@ -246,7 +241,7 @@ func windowGapOf(adm []fakeopenai.Admission, calls []callRecord, model string, l
 			out.Transit += share(tr)
 			out.Reaction += share(rest)
 		}
-	}
+	})
 	if n > 0 {
 		f := float64(n)
 		out.Packing, out.Hold, out.Transit, out.Reaction = out.Packing/f, out.Hold/f, out.Transit/f, out.Reaction/f

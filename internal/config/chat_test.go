@@ -12,23 +12,7 @@ func TestChatSettings(t *testing.T) {
 	if *d.Chat.PerUserPerHour != 20 || *d.Chat.PerPRPerHour != 60 || *d.Scheduler.ChatCap != 0.5 {
 		t.Fatalf("defaults: per user %d, per PR %d, chat cap %v", *d.Chat.PerUserPerHour, *d.Chat.PerPRPerHour, *d.Scheduler.ChatCap)
 	}
-	load := func(yml string) (*Config, error) {
-		t.Helper()
-		f := filepath.Join(t.TempDir(), "prq.yaml")
-		if err := os.WriteFile(f, []byte(yml), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		c, err := Load(func(k string) string {
-			if k == "PRQ_CONFIG" {
-				return f
-			}
-			return ""
-		}, nil)
-		if err != nil {
-			return nil, err
-		}
-		return c, c.Validate(ModeCheck)
-	}
+	load := func(yml string) (*Config, error) { return loadChecked(t, yml) }
 	c, err := load("chat:\n  per_user_per_hour: 5\n  per_pr_per_hour: 0\nscheduler:\n  chat_cap: 0.3\ntiers:\n  free:\n    weight: 1\n    chat_quota_tokens: 2000\n")
 	if err != nil {
 		t.Fatal(err)
@@ -55,23 +39,7 @@ func TestSendLagSetting(t *testing.T) {
 	if d := Default(); d.Scheduler.SendLag.D().String() != "250ms" {
 		t.Fatalf("default send lag %s, want 250ms", d.Scheduler.SendLag.D())
 	}
-	load := func(yml string) (*Config, error) {
-		t.Helper()
-		f := filepath.Join(t.TempDir(), "prq.yaml")
-		if err := os.WriteFile(f, []byte(yml), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		c, err := Load(func(k string) string {
-			if k == "PRQ_CONFIG" {
-				return f
-			}
-			return ""
-		}, nil)
-		if err != nil {
-			return nil, err
-		}
-		return c, c.Validate(ModeCheck)
-	}
+	load := func(yml string) (*Config, error) { return loadChecked(t, yml) }
 	for yml, want := range map[string]string{"scheduler:\n  send_lag: 0s\n": "0s", "scheduler:\n  send_lag: 40ms\n": "40ms", "scheduler:\n  mode: strict\n": "250ms"} {
 		c, err := load(yml)
 		if err != nil {
@@ -86,4 +54,24 @@ func TestSendLagSetting(t *testing.T) {
 			t.Errorf("%q: %v, want an error naming scheduler.send_lag", yml, err)
 		}
 	}
+}
+
+// loadChecked loads yml as PRQ_CONFIG (nothing else set) and validates
+// it for check.
+func loadChecked(t *testing.T, yml string) (*Config, error) {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "prq.yaml")
+	if err := os.WriteFile(f, []byte(yml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(func(k string) string {
+		if k == "PRQ_CONFIG" {
+			return f
+		}
+		return ""
+	}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return c, c.Validate(ModeCheck)
 }
