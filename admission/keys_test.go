@@ -257,14 +257,7 @@ func TestStartOfABurstFromFull(t *testing.T) {
 	if err != nil || len(adm) != 2 {
 		t.Fatalf("admitted %+v (%v)", adm, err)
 	}
-	left := func() int64 {
-		t.Helper()
-		got, _, err := b.Available(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return got.Tokens
-	}
+	left := func() int64 { return tokensLeft(t, b)[0] }
 	clk.advance(200 * time.Millisecond) // ours: 400 + 200
 	if err := s.Started(ctx, model, adm[0].ID); err != nil {
 		t.Fatal(err)
@@ -380,14 +373,7 @@ func TestCallHeldBelowFullBySendLag(t *testing.T) {
 	ctx := context.Background()
 	s, b, clk, model := newKeyedConfig(t, 1, ratelimit.Limits{RequestsPerPeriod: 1000, TokensPerPeriod: 1000, Period: time.Second},
 		admission.Config{SendLag: 100 * time.Millisecond})
-	left := func() int64 {
-		t.Helper()
-		got, _, err := b.Available(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return got.Tokens
-	}
+	left := func() int64 { return tokensLeft(t, b)[0] }
 	registerN(t, s, model, "lag", 1, 300)
 	adm, _, err := s.Admit(ctx, model, 1)
 	if err != nil || len(adm) != 1 {
