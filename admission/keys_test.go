@@ -417,3 +417,23 @@ func TestCallHeldBelowFullBySendLag(t *testing.T) {
 		t.Fatalf("a saturated bucket after the calls: %d tokens, want 0 (unchanged)", got)
 	}
 }
+
+// TestBatchNearTheBurst: a batch ticket that fits the burst but not the
+// burst less chat's share (980 of 1,000, share 5%) is admitted from a
+// full bucket: chat's floor never makes a job that fits the burst wait
+// forever.
+func TestBatchNearTheBurst(t *testing.T) {
+	for _, limiter := range []ratelimit.Limiter{ratelimit.LimiterBucket, ratelimit.LimiterWindow} {
+		t.Run(string(limiter), func(t *testing.T) {
+			ctx := context.Background()
+			s, _, _, model := newKeyedConfig(t, 1, ratelimit.Limits{RequestsPerPeriod: 1000, TokensPerPeriod: 1000, Period: time.Second, Limiter: limiter},
+				admission.Config{SendLag: -1, ChatShare: 0.05})
+			chatUses(t, s, model) // a window keeps chat's share only then
+			registerN(t, s, model, "big", 1, 980)
+			adm, wait, err := s.Admit(ctx, model, 1)
+			if err != nil || len(adm) != 1 {
+				t.Fatalf("admitted %+v, wait %s (%v): a job of 980 under a burst of 1,000 must not wait for more than the burst", adm, wait, err)
+			}
+		})
+	}
+}

@@ -293,7 +293,9 @@ function B.wait(st, costs, keep)
       local w = windowwait(st, i, c, k)
       if w > wait then wait = w end
     else
-      local need = (c + k) * st.per[i]
+      -- the amount kept never makes a cost that fits the burst wait
+      -- forever: at most, it needs the bucket full
+      local need = math.min(c + k, st.burst[i]) * st.per[i]
       if st.level[i] < need then
         local w = math.ceil((need - st.level[i]) / st.lim[i])
         if w > wait then wait = w end
