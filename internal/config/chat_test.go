@@ -1,8 +1,6 @@
 package config
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -56,22 +54,10 @@ func TestSendLagSetting(t *testing.T) {
 	}
 }
 
-// loadChecked loads yml as PRQ_CONFIG (nothing else set) and validates
-// it for check.
+// loadChecked loads yml as PRQ_CONFIG (loadYAML) and validates it for
+// check.
 func loadChecked(t *testing.T, yml string) (*Config, error) {
 	t.Helper()
-	f := filepath.Join(t.TempDir(), "prq.yaml")
-	if err := os.WriteFile(f, []byte(yml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	c, err := Load(func(k string) string {
-		if k == "PRQ_CONFIG" {
-			return f
-		}
-		return ""
-	}, nil)
-	if err != nil {
-		return nil, err
-	}
+	c := loadYAML(t, yml, nil)
 	return c, c.Validate(ModeCheck)
 }
