@@ -431,6 +431,11 @@ elseif op == 'admit' then
     end
     if via ~= 'aged' then
       local ff = tonumber(redis.call('ZSCORE', HEADS[cls], cand.tenant) or '')
+      if ff and via == 'same_pr' then
+        -- the flow's tag is its head's finish: it served cand instead
+        local h = flowhead(cls, cand.tenant)
+        if h then ff = ff - h.tokens / h.prio + cand.tokens / cand.prio end
+      end
       if ff then
         redis.call('HSET', KEYS[8], 'f:' .. cls .. ':' .. cand.tenant, ff)
         local fs = ff - cand.tokens / cand.prio
@@ -467,6 +472,33 @@ elseif op == 'admit' then
       if v == 0 then c[i] = 1 elseif v == 2 then c[i] = t.input elseif v == 3 then c[i] = t.output else c[i] = t.tokens end
     end
     return c
+  end
+  -- samepr: a window frees room in steps, as old slots leave it, and the
+  -- room a waiting ticket gathers meanwhile idles; another file of the
+  -- same pull request (same tier, tenant and run: the order of a run's
+  -- files matters to nobody) that fits now takes the head's place. It
+  -- returns the first of the run's next tickets that fits now, its costs
+  -- and key; else nil and the soonest of their waits. Runs without a
+  -- sequence (the gateway's requests) keep their order.
+  local function samepr(head)
+    local pr = string.sub(head.rank, 1, #head.rank - 6)
+    if #head.rank < 7 or (tonumber(pr) or 0) == 0 then return nil end
+    local prefix = head.class .. '|' .. head.tenant .. '|' .. pr
+    local soon = nil
+    local kp = head.class ~= 'chat' and keep or nil
+    for _, m in ipairs(redis.call('ZRANGEBYLEX', KEYS[3], '[' .. prefix, '[' .. prefix .. '\255', 'LIMIT', 0, 8)) do
+      local id = string.match(m, '([^|]*)$')
+      local enc = nil
+      if id ~= head.id then enc = redis.call('HGET', KEYS[2], id) end
+      if enc then
+        local t = decode(id, enc)
+        local c = costsof(t)
+        local k, tw = pick(c, kp, ahead)
+        if k ~= nil then return t, c, k, nil end
+        if tw > 0 and (soon == nil or tw < soon) then soon = tw end
+      end
+    end
+    return nil, nil, nil, soon
   end
   -- backfill: a window frees room in steps (as its oldest slots stop
   -- counting), so when the next ticket in order does not fit, room the
@@ -592,19 +624,30 @@ elseif op == 'admit' then
           if rw == 0 then rkey = k end
         end
       end
-      if rkey == nil then
-        wait = w
+      -- else a window's room may go to another file of the head's run;
+      -- not where chat goes: there the room packing leaves is what lets
+      -- a chat in at once (filled, chat waits up to the horizon)
+      local alt, altc, altk, altw = nil, nil, nil, nil
+      if rkey == nil and backfills and share == 0 and via == 'fair' then alt, altc, altk, altw = samepr(cand) end
+      if alt ~= nil then
+        B.take(sts[altk], altc)
+        dirty[altk] = true
+        grant(alt, 'same_pr', altc, altk)
+      elseif rkey == nil then
+        -- the loop comes back when the head, or a file of its run, fits
+        wait = math.min(w, altw or w)
         if backfills then backfill(cand, costs, w, dim) end
         break
+      else
+        B.take(sts[rkey], rcosts)
+        dirty[rkey] = true
+        redis.call('HINCRBY', KEYS[8], 'c:r', chat.tokens)
+        -- chat's tag moves on (it pays for this in later turns); the
+        -- classes' virtual time stays where waiting batch holds it
+        local cv = vt('c:V')
+        grant(chat, 'reserve', rcosts, rkey)
+        redis.call('HSET', KEYS[8], 'c:V', cv)
       end
-      B.take(sts[rkey], rcosts)
-      dirty[rkey] = true
-      redis.call('HINCRBY', KEYS[8], 'c:r', chat.tokens)
-      -- chat's tag moves on (it pays for this in later turns); the
-      -- classes' virtual time stays where waiting batch holds it
-      local cv = vt('c:V')
-      grant(chat, 'reserve', rcosts, rkey)
-      redis.call('HSET', KEYS[8], 'c:V', cv)
     else
       if #out >= budget * 2 then break end
       B.take(sts[key], costs)

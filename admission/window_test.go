@@ -269,6 +269,83 @@ func TestWindowBackfill(t *testing.T) {
 	}
 }
 
+// TestWindowSamePR: under a window, while the next ticket in order waits
+// for room, another file of the same run (tier, tenant, pull request run)
+// that fits now takes its place (via "same_pr"), and the loop is told to
+// come back when the soonest of them fits. A later run of the same
+// tenant, a run without a sequence (the gateway's) and a token bucket
+// keep their order, and so does a window chat uses (the room packing
+// leaves there lets a chat in at once).
+func TestWindowSamePR(t *testing.T) {
+	for _, limiter := range []ratelimit.Limiter{ratelimit.LimiterWindow, ratelimit.LimiterBucket, "window+chat"} {
+		for _, seq := range []int64{2, 0} {
+			t.Run(fmt.Sprintf("%s/seq%d", limiter, seq), func(t *testing.T) {
+				model := fmt.Sprintf("m-same-pr-%s-%d-%d", limiter, seq, time.Now().UnixNano())
+				chat, limiter := limiter == "window+chat", limiter
+				if chat {
+					limiter = ratelimit.LimiterWindow
+				}
+				l := ratelimit.Limits{RequestsPerPeriod: 100000, TokensPerPeriod: 1000, Period: time.Second, Limiter: limiter}
+				s, _, clk := windowScheduler(t, model, l, admission.Config{ChatShare: 0.05})
+				if chat {
+					chatUses(t, s, model)
+				}
+				ctx := context.Background()
+				reg(t, s, admission.Ticket{ID: "a", Model: model, Class: "paid", Tenant: "1", PRSeq: 1, Tokens: 600})
+				if a, _, err := s.Admit(ctx, model, 1); err != nil || len(a) != 1 {
+					t.Fatalf("a: %v %v", a, err)
+				}
+				t0 := clk.now()
+				clk.advance(300 * time.Millisecond)
+				for i, tokens := range []int64{900, 300, 200} {
+					reg(t, s, admission.Ticket{ID: fmt.Sprint("b", i), Model: model, Class: "paid", Tenant: "1", PRSeq: seq, Index: i, Total: 3, Tokens: tokens})
+				}
+				reg(t, s, admission.Ticket{ID: "c0", Model: model, Class: "paid", Tenant: "1", PRSeq: seq + 1, Tokens: 100})
+				got, wait, err := s.Admit(ctx, model, 10)
+				if err != nil {
+					t.Fatal(err)
+				}
+				reorders := limiter == ratelimit.LimiterWindow && seq != 0 && !chat
+				if !reorders {
+					// the bucket refills (900 needs 300 ms more); the
+					// window frees a's 600 at 1s and a margin: b0 first
+					if len(got) != 0 {
+						t.Fatalf("admitted %+v ahead of b0", got)
+					}
+					rest := drain(t, s, clk, model, 4)
+					if len(rest) != 4 || rest[0].ID != "b0" {
+						t.Fatalf("then %+v, want b0 first", rest)
+					}
+					return
+				}
+				if len(got) != 1 || got[0].ID != "b1" || got[0].Via != "same_pr" {
+					t.Fatalf("admitted %+v, want b1 (same run, fits) via same_pr", got)
+				}
+				// b2 (200) fits when a leaves: 700 ms, its margin and a slot
+				// from now; b0 (900) not before b1 leaves, a second from now
+				if wait <= 0 || wait > 700*time.Millisecond+time.Second/60+time.Second/120 {
+					t.Fatalf("wait %s: want the time b2 fits, not b0's", wait)
+				}
+				rest := drain(t, s, clk, model, 3)
+				var ids []string
+				for _, a := range rest {
+					ids = append(ids, a.ID+"/"+a.Via)
+				}
+				if fmt.Sprint(ids) != "[b2/same_pr b0/fair c0/fair]" {
+					t.Fatalf("then %v, want [b2/same_pr b0/fair c0/fair]: c0 is a later run", ids)
+				}
+				adm := []ratelimit.Admission{{At: t0, Cost: 600}, {At: got[0].Enqueued.Add(got[0].Waited), Cost: 300}}
+				for _, a := range rest {
+					adm = append(adm, ratelimit.Admission{At: a.Enqueued.Add(a.Waited), Cost: a.Tokens})
+				}
+				if rep := ratelimit.CheckWindows(adm, l.TokensPerPeriod, time.Second); rep.Violations != 0 {
+					t.Fatalf("%d windows over the limit (worst %.3f)", rep.Violations, rep.Worst)
+				}
+			})
+		}
+	}
+}
+
 // chatUses registers a chat ticket for the model and cancels it: chat
 // uses the model, so a window keeps chat's share.
 func chatUses(t *testing.T, s *admission.Scheduler, model string) {
