@@ -634,8 +634,10 @@ elseif op == 'admit' then
         dirty[altk] = true
         grant(alt, 'same_pr', altc, altk)
       elseif rkey == nil then
-        -- the loop comes back when the head, or a file of its run, fits
+        -- the loop comes back when the head, or a file of its run, fits:
+        -- a window's look-ahead admits that much before the room is there
         wait = math.min(w, altw or w)
+        if ahead > 0 then wait = math.max(wait - ahead, 1) end
         if backfills then backfill(cand, costs, w, dim) end
         break
       else

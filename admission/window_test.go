@@ -106,13 +106,20 @@ func TestWindowChargeMovesToStart(t *testing.T) {
 	if len(got) != 1 || got[0].ID != "b" {
 		t.Fatalf("second job: %+v", got)
 	}
+	// admitted the look-ahead (the 400 ms lag, at most a tenth of the
+	// window and its margin) before the first leaves the window as the
+	// provider counts it, from its start; its start waits for that
 	at := clk.now()
-	margin := time.Second / 60
-	if at.Before(startedAt.Add(time.Second + margin)) {
-		t.Fatalf("second job admitted %s after the first's start: the provider still counts the first until %s", at.Sub(startedAt), time.Second+margin)
+	free := startedAt.Add(time.Second + time.Second/60)
+	ahead := (time.Second + time.Second/60) / 10
+	if at.Before(free.Add(-ahead)) {
+		t.Fatalf("second job admitted %s after the first's start: the provider counts the first until %s, the look-ahead is %s", at.Sub(startedAt), free.Sub(startedAt), ahead)
 	}
-	if late := at.Sub(startedAt.Add(time.Second + margin)); late > time.Second/120+time.Microsecond {
-		t.Fatalf("second job admitted %s after the first left the window (admitted %s)", late, at.Sub(admitted))
+	if late := at.Sub(free.Add(-ahead)); late > time.Second/120+time.Microsecond {
+		t.Fatalf("second job admitted %s after it could be (first admitted %s before)", late, at.Sub(admitted))
+	}
+	if w, err := s.TryStart(ctx, model, "b"); err != nil || clk.now().Add(w).Before(free) {
+		t.Fatalf("second job's start at once: wait %s, %v; the first counts %s longer", w, err, free.Sub(clk.now()))
 	}
 	// a task that runs again makes another call the provider counts: its
 	// start waits for room like any call
@@ -189,6 +196,12 @@ func TestWindowLooksAhead(t *testing.T) {
 	// b is admitted (within the 80 ms lag) ...
 	free := aStart.Add(time.Second + time.Second/60)
 	reg(t, s, admission.Ticket{ID: "b", Model: model, Class: "paid", Tenant: "1", Tokens: 1000})
+	// 150 ms before, b waits: the loop is told to come back 80 ms before
+	// the room is there (within a slot)
+	clk.t = free.Add(-150 * time.Millisecond)
+	if got, wait, err := s.Admit(ctx, model, 1); err != nil || len(got) != 0 || wait < 70*time.Millisecond || wait > 70*time.Millisecond+time.Second/120 {
+		t.Fatalf("150 ms before b's room: admitted %v, wait %s, %v; want none and a wait of 70 ms (the room's time less the lag)", got, wait, err)
+	}
 	clk.t = free.Add(-50 * time.Millisecond)
 	got, wait, err := s.Admit(ctx, model, 1)
 	if err != nil || len(got) != 1 {

@@ -194,7 +194,10 @@ type benchResult struct {
 	TPMBacklogged  float64 `json:"tpm_utilisation_backlogged_windows"`
 	BacklogWindows int     `json:"backlog_windows"`
 	// WindowGap splits what those windows left unused.
-	WindowGap        windowGap          `json:"window_gap"`
+	WindowGap windowGap `json:"window_gap"`
+	// Ideal is TPMBacklogged as an admission with no latency would make
+	// it, on the same calls with the same hold, in each order.
+	Ideal            idealFills         `json:"ideal_backlogged_fill"`
 	RPMUtilisation   float64            `json:"rpm_utilisation"`
 	WorstVsAllowance float64            `json:"worst_interval_vs_allowance"`
 	WorstWindowVsTPM float64            `json:"worst_period_window_vs_tpm"`
@@ -577,6 +580,7 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 			hold += lim.Period / 240 // half of one of ratelimit's 120 slots
 		}
 		res.WindowGap = windowGapOf(fakes.OpenAI.Admissions(review), calls, review, lim.TokensPerPeriod, lim.Period, hold)
+		res.Ideal = idealFillsOf(calls, review, lim.TokensPerPeriod, lim.Period, hold)
 	}
 	// fairness windows: five periods, or one in the fairness workload,
 	// whose backlog drains in minutes (uncompressed)

@@ -86,6 +86,11 @@ func waitingSpans(calls []callRecord, model string) []span {
 			ss = append(ss, span{time.UnixMilli(c.Created), time.UnixMilli(c.At)})
 		}
 	}
+	return mergeSpans(ss)
+}
+
+// mergeSpans merges overlapping spans, sorted by start.
+func mergeSpans(ss []span) []span {
 	sort.Slice(ss, func(i, j int) bool { return ss[i].from.Before(ss[j].from) })
 	var out []span
 	for _, s := range ss {

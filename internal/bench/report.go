@@ -47,6 +47,9 @@ func writeBench(out io.Writer, b Flags, results, scale []benchResult) error {
 		row("of those windows, unused: below the smallest waiting ticket / prq's longer count / admitted, not sent / loop not yet acted", func(r benchResult) string {
 			return pctf(r.WindowGap.Packing) + " / " + pctf(r.WindowGap.Hold) + " / " + pctf(r.WindowGap.Transit) + " / " + pctf(r.WindowGap.Reaction)
 		})
+		row("the same fill with no latency, same calls and hold (simulated): in order / files of a run reordered / any order", func(r benchResult) string {
+			return pctf(r.Ideal.InOrder) + " / " + pctf(r.Ideal.SameRun) + " / " + pctf(r.Ideal.AnyOrder)
+		})
 	}
 	row("unused TPM: lost while jobs waited / while none did / left at the end", func(r benchResult) string {
 		return pctf(r.Loss.WhileQueued) + " / " + pctf(r.Loss.NothingQueued) + " / " + pctf(r.Loss.LeftAtEnd)
