@@ -183,16 +183,17 @@ func backloggedWindows(adm []fakeopenai.Admission, queued []span, w time.Duratio
 //   - Transit: room held in prq's window by calls admitted and not sent
 //     yet (admission charges at once; the provider counts on arrival);
 //     where every waiting ticket is already admitted, all of the rest;
-//   - Reaction: room prq saw too, with a waiting ticket that fit: the
-//     admission loop had not acted yet.
+//   - Fitting: room prq saw too, with a waiting ticket that fit: the
+//     order held it (the next ticket did not fit, and this one was of
+//     another run) or the admission loop had not acted yet.
 //
 // A call's admission time is its record's Admitted, else its handler
 // start (a baseline has no admission).
 type windowGap struct {
-	Packing  float64 `json:"packing"`
-	Hold     float64 `json:"hold"`
-	Transit  float64 `json:"transit"`
-	Reaction float64 `json:"reaction"`
+	Packing float64 `json:"packing"`
+	Hold    float64 `json:"hold"`
+	Transit float64 `json:"transit"`
+	Fitting float64 `json:"fitting"`
 }
 
 func windowGapOf(adm []fakeopenai.Admission, calls []callRecord, model string, limit int64, w, hold time.Duration) windowGap {
@@ -244,12 +245,12 @@ func windowGapOf(adm []fakeopenai.Admission, calls []callRecord, model string, l
 			out.Packing += share(rest)
 		default:
 			out.Transit += share(tr)
-			out.Reaction += share(rest)
+			out.Fitting += share(rest)
 		}
 	})
 	if n > 0 {
 		f := float64(n)
-		out.Packing, out.Hold, out.Transit, out.Reaction = out.Packing/f, out.Hold/f, out.Transit/f, out.Reaction/f
+		out.Packing, out.Hold, out.Transit, out.Fitting = out.Packing/f, out.Hold/f, out.Transit/f, out.Fitting/f
 	}
 	return out
 }

@@ -95,9 +95,9 @@ func TestWindowGap(t *testing.T) {
 		{Model: "other", Created: ms(0), Start: ms(1000), At: ms(1000), Tokens: 5},              // another model
 	}
 	g := windowGapOf(adm, calls, "m", 100, time.Second, 100*time.Millisecond)
-	want := windowGap{Hold: (5*0.6 + 5*0.4) / 101, Transit: (5*0.4 + 20*0.3 + 0.1) / 101, Reaction: 20 * 0.4 / 101, Packing: (20*0.1 + 49*0.1) / 101}
+	want := windowGap{Hold: (5*0.6 + 5*0.4) / 101, Transit: (5*0.4 + 20*0.3 + 0.1) / 101, Fitting: 20 * 0.4 / 101, Packing: (20*0.1 + 49*0.1) / 101}
 	for name, pair := range map[string][2]float64{"packing": {want.Packing, g.Packing}, "hold": {want.Hold, g.Hold},
-		"transit": {want.Transit, g.Transit}, "reaction": {want.Reaction, g.Reaction}} {
+		"transit": {want.Transit, g.Transit}, "fitting": {want.Fitting, g.Fitting}} {
 		if math.Abs(pair[0]-pair[1]) > 1e-9 {
 			t.Errorf("%s: %.5f, want %.5f", name, pair[1], pair[0])
 		}

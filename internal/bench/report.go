@@ -44,8 +44,8 @@ func writeBench(out io.Writer, b Flags, results, scale []benchResult) error {
 		row("TPM utilisation, mean fill of the windows a review job waited throughout (windows sampled)", func(r benchResult) string {
 			return fmt.Sprintf("%s (%d)", pctf(r.TPMBacklogged), r.BacklogWindows)
 		})
-		row("of those windows, unused: below the smallest waiting ticket / prq's longer count / admitted, not sent / loop not yet acted", func(r benchResult) string {
-			return pctf(r.WindowGap.Packing) + " / " + pctf(r.WindowGap.Hold) + " / " + pctf(r.WindowGap.Transit) + " / " + pctf(r.WindowGap.Reaction)
+		row("of those windows, unused: below the smallest waiting ticket / prq's longer count / admitted, not sent / a waiting ticket fit (held by the order, or not yet acted on)", func(r benchResult) string {
+			return pctf(r.WindowGap.Packing) + " / " + pctf(r.WindowGap.Hold) + " / " + pctf(r.WindowGap.Transit) + " / " + pctf(r.WindowGap.Fitting)
 		})
 		row("the same fill with no latency, same calls and hold (simulated): in order / files of a run reordered / any order", func(r benchResult) string {
 			return pctf(r.Ideal.InOrder) + " / " + pctf(r.Ideal.SameRun) + " / " + pctf(r.Ideal.AnyOrder)
