@@ -359,6 +359,54 @@ func TestWindowSamePR(t *testing.T) {
 	}
 }
 
+// TestWindowSamePRKeepsFairness: a file admitted in its run's head's place
+// is charged to its tenant's flow as what it costs, so tenants of a tier
+// still share tokens by their weights: one whose runs start with a big
+// file (and reorder) gets what one of small files gets.
+func TestWindowSamePRKeepsFairness(t *testing.T) {
+	model := fmt.Sprintf("m-same-pr-fair-%d", time.Now().UnixNano())
+	l := ratelimit.Limits{RequestsPerPeriod: 100000, TokensPerPeriod: 1000, Period: time.Second, Limiter: ratelimit.LimiterWindow}
+	s, _, clk := windowScheduler(t, model, l, admission.Config{})
+	for run := int64(1); run <= 10; run++ {
+		for i, tokens := range []int64{700, 100, 100, 100, 100, 100} {
+			reg(t, s, admission.Ticket{ID: fmt.Sprint("a", run, "-", i), Model: model, Class: "paid", Tenant: "1", PRSeq: run, Index: i, Total: 6, Tokens: tokens})
+		}
+	}
+	for run := int64(1); run <= 20; run++ {
+		for i := 0; i < 12; i++ {
+			reg(t, s, admission.Ticket{ID: fmt.Sprint("b", run, "-", i), Model: model, Class: "paid", Tenant: "2", PRSeq: run, Index: i, Total: 12, Tokens: 100})
+		}
+	}
+	// until tenant 1's 12,000 tokens are all admitted (tenant 2 has 24,000)
+	got := drain(t, s, clk, model, 60+240)
+	var tok [2]int64
+	reordered, left := 0, 60
+	for _, a := range got {
+		if left == 0 {
+			break
+		}
+		tok[a.Tenant[0]-'1'] += a.Tokens
+		if a.Tenant == "1" {
+			left--
+		}
+		if a.Via == "same_pr" {
+			reordered++
+		}
+	}
+	if reordered == 0 {
+		t.Fatal("no file was admitted in its run's head's place")
+	}
+	// equal weights; a window gives tenant 1 less than half (its 700s
+	// wait for room the 100s of tenant 2 need not): 42.0% here, with or
+	// without reordering. A reordered file charged as its run's head
+	// (700) gave tenant 1 33.3%.
+	share := float64(tok[0]) / float64(tok[0]+tok[1])
+	t.Logf("while both waited: tenant 1 %d tokens, tenant 2 %d (tenant 1 %.1f%%), %d via same_pr", tok[0], tok[1], 100*share, reordered)
+	if share < 0.38 || share > 0.62 {
+		t.Fatalf("tenant 1 got %.1f%% of the tokens while both waited; equal weights, 42%% without reordering", 100*share)
+	}
+}
+
 // chatUses registers a chat ticket for the model and cancels it: chat
 // uses the model, so a window keeps chat's share.
 func chatUses(t *testing.T, s *admission.Scheduler, model string) {
