@@ -1,0 +1,83 @@
+package harness
+
+import (
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prq-dev/prq/fake/fakeopenai"
+	"github.com/prq-dev/prq/internal/config"
+	"github.com/prq-dev/prq/ratelimit"
+)
+
+// TestEndToEndWindow runs the whole pipeline with reviews on a provider
+// that counts in a sliding window (the fake's window mode) and the review
+// model configured limiter: window, its limit binding: every PR is
+// published, the provider answers no 429, and no window of its ledger
+// holds more than the limit. Compressed 15×, with a 200 ms margin: the
+// call's way to the provider on a loaded machine (race detector,
+// packages in parallel) takes tens of ms, more than the default
+// sixtieth of a 4 s window.
+func TestEndToEndWindow(t *testing.T) {
+	const compress = 15
+	per := time.Duration(float64(time.Minute) / compress)
+	m := config.ModelConfig{Name: "gpt-window", Provider: "gw", RequestsPerMinute: 300, TokensPerMinute: 6000,
+		MaxOutputTokens: 600, Period: config.Duration(per), Limiter: "window", WindowMargin: config.Duration(200 * time.Millisecond)}
+	key := "sk-gw-" + RandomHex(8)
+	fake := fakeopenai.New(fakeopenai.Config{
+		Models: []fakeopenai.Model{{Name: m.Name, RPM: m.RequestsPerMinute, TPM: m.TokensPerMinute, Latency: 800 * time.Millisecond / compress, Jitter: 400 * time.Millisecond / compress}},
+		Period: per, Keys: []string{key}, Seed: 5, Record: true, Limiter: fakeopenai.LimiterWindow,
+	})
+	url, closeFake, err := ListenServe(fake)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeFake)
+	s := startStack(t, stackOpts{compress: compress, providers: func(c *config.Config, f *Fakes) {
+		c.Providers = []config.ProviderConfig{
+			{Name: "openai", Kind: config.KindOpenAI, BaseURL: f.OpenAIURL, KeyEnv: config.EnvList{"OPENAI_API_KEY"}, Keys: []config.Secret{c.OpenAI.APIKey}},
+			{Name: "gw", Kind: config.KindOpenAI, BaseURL: url, KeyEnv: config.EnvList{"GW_KEY"}, Keys: []config.Secret{config.Secret(key)}},
+		}
+		c.OpenAI.BaseURL = ""
+		for i := range c.Models {
+			c.Models[i].Provider = "openai"
+		}
+		c.Models = append(c.Models, m)
+		c.Jobs.ReviewModel = m.Name
+	}})
+	runE2E(t, s, 6)
+
+	st := fake.Stats()[m.Name]
+	if st.RateLimited != 0 {
+		t.Errorf("the window provider answered %d 429s", st.RateLimited)
+	}
+	var adm []ratelimit.Admission
+	for _, a := range fake.Admissions(m.Name) {
+		adm = append(adm, ratelimit.Admission{At: a.At, Cost: a.Cost})
+	}
+	rep := ratelimit.CheckWindows(adm, m.TokensPerMinute, per)
+	// how many reviews went in the place of an earlier file of their run
+	_, metrics := get(t, "http://"+s.app.ListenAddr()+"/metrics", "")
+	reordered := 0
+	for _, line := range strings.Split(metrics, "\n") {
+		if strings.HasPrefix(line, "prq_admitted_jobs_total{") && strings.Contains(line, `model="gpt-window"`) && strings.Contains(line, `via="same_pr"`) {
+			if f := regexp.MustCompile(`} (\d+)`).FindStringSubmatch(line); f != nil {
+				n, _ := strconv.Atoi(f[1])
+				reordered += n
+			}
+		}
+	}
+	t.Logf("window provider: %d calls, %d tokens, fullest window %.3f of the limit, mean fill %.3f while queued; %d reviews in an earlier file's place",
+		len(adm), rep.Total, rep.Worst, rep.WhileQueued, reordered)
+	if len(adm) == 0 {
+		t.Fatal("no review reached the window provider")
+	}
+	if rep.Violations != 0 {
+		t.Errorf("%d windows over the limit (worst %.3f)", rep.Violations, rep.Worst)
+	}
+	if err := s.stop(); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+}
