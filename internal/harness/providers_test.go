@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -192,27 +193,9 @@ func TestEndToEndThreeKeys(t *testing.T) {
 		Models: []fakeopenai.Model{{Name: m.Name, RPM: m.RequestsPerMinute, TPM: m.TokensPerMinute, Latency: 800 * time.Millisecond / compress, Jitter: 400 * time.Millisecond / compress}},
 		Period: per, Keys: keys, Seed: 3, Record: true,
 	})
-	url, closeFake, err := ListenServe(fake)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(closeFake)
-	s := startStack(t, stackOpts{compress: compress, providers: func(c *config.Config, f *Fakes) {
-		secrets := make([]config.Secret, len(keys))
-		for i, k := range keys {
-			secrets[i] = config.Secret(k)
-		}
-		c.Providers = []config.ProviderConfig{
-			{Name: "openai", Kind: config.KindOpenAI, BaseURL: f.OpenAIURL, KeyEnv: config.EnvList{"OPENAI_API_KEY"}, Keys: []config.Secret{c.OpenAI.APIKey}},
-			{Name: "org", Kind: config.KindOpenAI, BaseURL: url, KeyEnv: config.EnvList{"ORG_KEY_A", "ORG_KEY_B", "ORG_KEY_C"}, Keys: secrets},
-		}
-		c.OpenAI.BaseURL = ""
-		for i := range c.Models {
-			c.Models[i].Provider = "openai"
-		}
-		c.Models = append(c.Models, m)
+	s := stackWithProvider(t, compress, fake, "org", keys, m, func(c *config.Config) {
 		c.Jobs.SummaryModel, c.Jobs.ChatModel = m.Name, m.Name
-	}})
+	})
 	runE2E(t, s, 6)
 
 	st := fake.Stats()[m.Name]
@@ -249,4 +232,35 @@ func TestEndToEndThreeKeys(t *testing.T) {
 			t.Fatal("a provider key reached the logs")
 		}
 	}
+}
+
+// stackWithProvider serves fake on loopback and starts a stack with two
+// OpenAI-kind providers: "openai", the default fakes' (every default
+// model), and name, fake with keys (environment NAME_KEY_0, ...), which
+// serves m; tune then sets which jobs use m.
+func stackWithProvider(t *testing.T, compress float64, fake *fakeopenai.Server, name string, keys []string, m config.ModelConfig, tune func(*config.Config)) *stack {
+	t.Helper()
+	url, closeFake, err := ListenServe(fake)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeFake)
+	m.Provider = name
+	return startStack(t, stackOpts{compress: compress, providers: func(c *config.Config, f *Fakes) {
+		p := config.ProviderConfig{Name: name, Kind: config.KindOpenAI, BaseURL: url}
+		for i, k := range keys {
+			p.KeyEnv = append(p.KeyEnv, fmt.Sprintf("%s_KEY_%d", strings.ToUpper(name), i))
+			p.Keys = append(p.Keys, config.Secret(k))
+		}
+		c.Providers = []config.ProviderConfig{
+			{Name: "openai", Kind: config.KindOpenAI, BaseURL: f.OpenAIURL, KeyEnv: config.EnvList{"OPENAI_API_KEY"}, Keys: []config.Secret{c.OpenAI.APIKey}},
+			p,
+		}
+		c.OpenAI.BaseURL = ""
+		for i := range c.Models {
+			c.Models[i].Provider = "openai"
+		}
+		c.Models = append(c.Models, m)
+		tune(c)
+	}})
 }

@@ -23,30 +23,14 @@ import (
 func TestEndToEndWindow(t *testing.T) {
 	const compress = 15
 	per := time.Duration(float64(time.Minute) / compress)
-	m := config.ModelConfig{Name: "gpt-window", Provider: "gw", RequestsPerMinute: 300, TokensPerMinute: 6000,
+	m := config.ModelConfig{Name: "gpt-window", RequestsPerMinute: 300, TokensPerMinute: 6000,
 		MaxOutputTokens: 600, Period: config.Duration(per), Limiter: "window", WindowMargin: config.Duration(200 * time.Millisecond)}
 	key := "sk-gw-" + RandomHex(8)
 	fake := fakeopenai.New(fakeopenai.Config{
 		Models: []fakeopenai.Model{{Name: m.Name, RPM: m.RequestsPerMinute, TPM: m.TokensPerMinute, Latency: 800 * time.Millisecond / compress, Jitter: 400 * time.Millisecond / compress}},
 		Period: per, Keys: []string{key}, Seed: 5, Record: true, Limiter: fakeopenai.LimiterWindow,
 	})
-	url, closeFake, err := ListenServe(fake)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(closeFake)
-	s := startStack(t, stackOpts{compress: compress, providers: func(c *config.Config, f *Fakes) {
-		c.Providers = []config.ProviderConfig{
-			{Name: "openai", Kind: config.KindOpenAI, BaseURL: f.OpenAIURL, KeyEnv: config.EnvList{"OPENAI_API_KEY"}, Keys: []config.Secret{c.OpenAI.APIKey}},
-			{Name: "gw", Kind: config.KindOpenAI, BaseURL: url, KeyEnv: config.EnvList{"GW_KEY"}, Keys: []config.Secret{config.Secret(key)}},
-		}
-		c.OpenAI.BaseURL = ""
-		for i := range c.Models {
-			c.Models[i].Provider = "openai"
-		}
-		c.Models = append(c.Models, m)
-		c.Jobs.ReviewModel = m.Name
-	}})
+	s := stackWithProvider(t, compress, fake, "gw", []string{key}, m, func(c *config.Config) { c.Jobs.ReviewModel = m.Name })
 	runE2E(t, s, 6)
 
 	st := fake.Stats()[m.Name]
