@@ -64,7 +64,17 @@ const (
 	// what many gateways and some providers enforce. A bucket's refill
 	// would overrun such a provider after every burst.
 	LimiterWindow Limiter = "window"
+	// LimiterAuto is a token bucket until the provider's rate-limit
+	// headers show it counts in a window (three replies a day only a
+	// window explains, see ProviderState.WindowLike), then a window with
+	// the window settings, in every process at once, for a week past the
+	// model's last use.
+	LimiterAuto Limiter = "auto"
 )
+
+// windowed reports whether the limiter counts, or may come to count, in
+// a window (the window settings apply).
+func (l Limits) windowed() bool { return l.Limiter == LimiterWindow || l.Limiter == LimiterAuto }
 
 // windowSlots is how many slots the shortest window is summed in: the
 // limiter counts a slot whole as long as any of it is in the window, so
@@ -131,7 +141,7 @@ func (l *Limits) setDefaults() {
 	if l.Limiter == "" {
 		l.Limiter = LimiterBucket
 	}
-	if l.Limiter == LimiterWindow {
+	if l.windowed() {
 		if l.Window == 0 {
 			l.Window = l.Period
 		}
@@ -199,12 +209,12 @@ func (l Limits) validateLimiter() error {
 	switch l.Limiter {
 	case "", LimiterBucket:
 		if l.Window != 0 || l.SubWindow != 0 || l.SubWindowShare != 0 || l.WindowMargin != 0 {
-			return fmt.Errorf("window, window margin, sub-window and sub-window share apply to limiter %q only (limiter is %q)", LimiterWindow, LimiterBucket)
+			return fmt.Errorf("window, window margin, sub-window and sub-window share apply to limiters %q and %q only (limiter is %q)", LimiterWindow, LimiterAuto, LimiterBucket)
 		}
 		return nil
-	case LimiterWindow:
+	case LimiterWindow, LimiterAuto:
 	default:
-		return fmt.Errorf("limiter must be %q or %q, got %q", LimiterBucket, LimiterWindow, l.Limiter)
+		return fmt.Errorf("limiter must be %q, %q or %q, got %q", LimiterBucket, LimiterWindow, LimiterAuto, l.Limiter)
 	}
 	w := l.Window
 	if w == 0 {
@@ -215,7 +225,7 @@ func (l Limits) validateLimiter() error {
 		return fmt.Errorf("window must be between 1ms and 24h, got %s", w)
 	case (l.BurstRequests != 0 && l.BurstRequests != l.RequestsPerPeriod) || (l.BurstTokens != 0 && l.BurstTokens != l.TokensPerPeriod) ||
 		(l.BurstInputTokens != 0 && l.BurstInputTokens != l.InputTokensPerPeriod) || (l.BurstOutputTokens != 0 && l.BurstOutputTokens != l.OutputTokensPerPeriod):
-		return fmt.Errorf("burst applies to limiter %q; a window limiter caps bursts with a sub-window", LimiterBucket)
+		return fmt.Errorf("burst applies to limiter %q; a window (or auto) limiter caps bursts with a sub-window", LimiterBucket)
 	case l.WindowMargin < 0 || l.WindowMargin > w:
 		return fmt.Errorf("window margin must be between 0 and the window %s, got %s", w, l.WindowMargin)
 	case l.SubWindow < 0:
@@ -529,12 +539,16 @@ func (b *Bucket) scriptArgs(v Values, daily bool) []any {
 		if !daily && !d.period {
 			value = -1
 		}
-		if l.Limiter != LimiterWindow {
+		if !l.windowed() {
 			args = append(args, "b", d.limit, d.span.Microseconds(), d.burst, value)
 			continue
 		}
+		span := d.span // auto: the bucket's period; its window is Window
+		if l.Limiter == LimiterAuto && d.period {
+			span = l.Window
+		}
 		var subUS, subLimit int64
-		shortest := d.span
+		shortest := span
 		if d.period && l.SubWindow > 0 {
 			subUS, subLimit, shortest = l.SubWindow.Microseconds(), l.subLimit(d.limit), l.SubWindow
 		}
@@ -547,7 +561,11 @@ func (b *Bucket) scriptArgs(v Values, daily bool) []any {
 				subUS += margin
 			}
 		}
-		args = append(args, "w", d.limit, d.span.Microseconds()+margin, subUS, subLimit, slot, value)
+		if l.Limiter == LimiterAuto {
+			args = append(args, "a", d.limit, d.span.Microseconds(), d.burst, value, span.Microseconds()+margin, subUS, subLimit, slot)
+			continue
+		}
+		args = append(args, "w", d.limit, span.Microseconds()+margin, subUS, subLimit, slot, value)
 	}
 	return args
 }
@@ -575,7 +593,7 @@ func (b *Bucket) burstOf(i int64, c Cost) (cost, burst int64) {
 // largest is the most one admission may charge dimension d: its burst,
 // a window's sub-window share of its limit.
 func (l Limits) largest(d dimension) int64 {
-	if d.period && l.Limiter == LimiterWindow && l.SubWindow > 0 {
+	if d.period && l.windowed() && l.SubWindow > 0 {
 		return l.subLimit(d.limit)
 	}
 	return d.burst

@@ -1,5 +1,5 @@
 -- KEYS[1] bucket state hash   KEYS[2] reservation key (per job id)
--- ARGV[1] op: reserve | settle | sync | penalize | peek
+-- ARGV[1] op: reserve | settle | sync | penalize | window | peek
 -- ARGV[2] now in µs, or "" for Redis TIME
 -- ARGV[3..] dimensions (see B.load), then reserve: ttl_ms; settle: policy;
 -- sync: age_us
@@ -57,6 +57,10 @@ elseif op == 'penalize' then
   for i = 1, st.n do B.block(st, i, st.val[i]) end
   B.save(st)
   return {1, 0, B.fmt(now)}
+elseif op == 'window' then
+  -- an auto limiter's provider counts in a window: switch (once)
+  if B.towindow(st, ARGV, 2) then return {1, 0, B.fmt(now)} end
+  return {0, 0, B.fmt(now)}
 elseif op == 'peek' then
   local out = {B.fmt(now)}
   for i, v in ipairs(B.available(st)) do out[i + 1] = B.fmt(v) end

@@ -66,7 +66,11 @@ end
 
 -- B.load reads n dimensions from argv at base+1 (count) and then per
 -- dimension its kind and values: 'b', limit, period_us, burst, value; or
--- 'w', limit, window_us, sub_us (0: none), sub_limit, slot_us, value.
+-- 'w', limit, window_us, sub_us (0: none), sub_limit, slot_us, value; or
+-- 'a' (auto), limit, period_us, burst, value, window_us, sub_us,
+-- sub_limit, slot_us: a token bucket ('b') until B.towindow has found the
+-- provider counting in a window (the state's field auto is 'w'), then a
+-- window ('w'), in every process at once.
 -- It brings the state up to now and returns it and the index of the last
 -- argument it read. st.burst[i] is the most one call may ever take.
 function B.load(key, argv, base, now)
@@ -78,24 +82,39 @@ function B.load(key, argv, base, now)
   local b = base + 1
   for i = 1, n do
     local kind = argv[b + 1]
-    st.kind[i] = kind
-    st.lim[i] = tonumber(argv[b + 2])
-    st.per[i] = tonumber(argv[b + 3])
-    if kind == 'w' then
-      st.sub[i] = tonumber(argv[b + 4])
-      st.sublim[i] = tonumber(argv[b + 5])
-      st.slot[i] = tonumber(argv[b + 6])
-      st.val[i] = tonumber(argv[b + 7])
-      st.burst[i] = st.lim[i]
-      if st.sub[i] > 0 and st.sublim[i] < st.burst[i] then st.burst[i] = st.sublim[i] end
-      st.cache[i], st.dirty[i], st.del[i] = {}, {}, {}
+    local v
+    if kind == 'a' then
+      if st.auto == nil then st.auto = redis.call('HGET', key, 'auto') or 'b' end
+      if st.auto == 'w' then
+        v = {'w', argv[b + 2], argv[b + 6], argv[b + 7], argv[b + 8], argv[b + 9], argv[b + 5]}
+      else
+        v = {'b', argv[b + 2], argv[b + 3], argv[b + 4], argv[b + 5]}
+      end
+      b = b + 9
+    elseif kind == 'w' then
+      v = {'w', argv[b + 2], argv[b + 3], argv[b + 4], argv[b + 5], argv[b + 6], argv[b + 7]}
       b = b + 7
     elseif kind == 'b' then
-      st.burst[i] = tonumber(argv[b + 4])
-      st.val[i] = tonumber(argv[b + 5])
+      v = {'b', argv[b + 2], argv[b + 3], argv[b + 4], argv[b + 5]}
       b = b + 5
     else
       error('bucket: unknown limiter kind ' .. tostring(kind))
+    end
+    kind = v[1]
+    st.kind[i] = kind
+    st.lim[i] = tonumber(v[2])
+    st.per[i] = tonumber(v[3])
+    if kind == 'w' then
+      st.sub[i] = tonumber(v[4])
+      st.sublim[i] = tonumber(v[5])
+      st.slot[i] = tonumber(v[6])
+      st.val[i] = tonumber(v[7])
+      st.burst[i] = st.lim[i]
+      if st.sub[i] > 0 and st.sublim[i] < st.burst[i] then st.burst[i] = st.sublim[i] end
+      st.cache[i], st.dirty[i], st.del[i] = {}, {}, {}
+    else
+      st.burst[i] = tonumber(v[4])
+      st.val[i] = tonumber(v[5])
     end
   end
   local fields = {'t'}
@@ -442,8 +461,32 @@ function B.save(st)
     end
   end
   redis.call('HSET', st.key, unpack(args))
-  -- an idle bucket refills to full; keep it two periods, then let it go
-  redis.call('PEXPIRE', st.key, math.floor(maxper / 1000) * 2 + 60000)
+  -- an idle bucket refills to full; keep it two periods, then let it go;
+  -- an auto state that found a window keeps that a week
+  local ttl = math.floor(maxper / 1000) * 2 + 60000
+  if st.auto == 'w' then ttl = math.max(ttl, 7 * 86400000) end
+  redis.call('PEXPIRE', st.key, ttl)
+end
+
+-- B.towindow switches an auto state to its window (see B.load) and
+-- returns the new state, or nil if it had switched already. What the
+-- bucket has used of each dimension (its burst less its level) is
+-- charged to the window's current slot: the provider still counts the
+-- calls behind it.
+function B.towindow(st, argv, base)
+  if st.auto ~= 'b' then return nil end
+  local used = {}
+  for i = 1, st.n do
+    used[i] = math.max(st.burst[i] - st.level[i] / st.per[i], 0)
+  end
+  redis.call('HSET', st.key, 'auto', 'w')
+  local w = B.load(st.key, argv, base, st.now)
+  for i = 1, w.n do
+    if used[i] > 0 then addslot(w, i, math.floor(w.now / w.slot[i]), math.ceil(math.min(used[i], w.lim[i]))) end
+    refreshlevel(w, i)
+  end
+  B.save(w)
+  return w
 end
 
 -- B.available returns the whole units available per dimension.

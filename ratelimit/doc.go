@@ -15,7 +15,9 @@
 // slots of the bucket's own hash, so a decision stays one atomic script
 // of bounded cost. Sync learns from the provider's x-ratelimit-* headers:
 // it lowers the limiter to what the provider reports, and flags a
-// provider whose reset times only a window explains (WindowSuspected).
+// provider whose reset times only a window explains (WindowSuspected);
+// LimiterAuto is a bucket until that evidence, then a window (Counting),
+// switched in the state itself so every process counts alike.
 //
 // A Quota holds a tenant's token allowance for a calendar window. It never
 // overshoots: a call reserves its exact input tokens plus an output cap

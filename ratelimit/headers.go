@@ -184,15 +184,17 @@ func (b *Bucket) WindowLikeReports(ctx context.Context) (int64, error) {
 // least three times what only a window limiter explains while this
 // bucket is configured as a token bucket: set the limiter to window.
 func (b *Bucket) WindowSuspected(ctx context.Context) (bool, error) {
-	if b.limits.Limiter == LimiterWindow {
-		return false, nil
+	if b.limits.Limiter != LimiterBucket {
+		return false, nil // a window, or auto: it switches by itself
 	}
 	n, err := b.WindowLikeReports(ctx)
 	return n >= windowEvidence, err
 }
 
 // observe counts a window-like report; the process whose report makes
-// the suspicion logs it, so it is logged once.
+// the suspicion logs it, so it is logged once. Limiter auto switches
+// every key of the model to its window then, and again every 50th report
+// (a switch lost with a state that expired while the evidence did not).
 func (b *Bucket) observe(ctx context.Context, s ProviderState) error {
 	if !s.WindowLike(b.limits.Period) {
 		return nil
@@ -201,13 +203,44 @@ func (b *Bucket) observe(ctx context.Context, s ProviderState) error {
 	if err != nil {
 		return fmt.Errorf("ratelimit: count window-like report: %w", err)
 	}
-	if n == windowEvidence && b.limits.Limiter != LimiterWindow && b.Log != nil {
-		b.Log.LogAttrs(ctx, slog.LevelWarn, "provider looks window-limited; set limiter: window",
-			slog.String("model", b.model), slog.Int64("remaining_tokens", s.RemainingTokens),
-			slog.Int64("limit_tokens", s.LimitTokens), slog.Duration("reset_tokens", s.ResetTokens))
+	attrs := []slog.Attr{slog.String("model", b.model), slog.Int64("remaining_tokens", s.RemainingTokens),
+		slog.Int64("limit_tokens", s.LimitTokens), slog.Duration("reset_tokens", s.ResetTokens)}
+	switch {
+	case (n == windowEvidence || n%50 == 0) && b.limits.Limiter == LimiterAuto:
+		switched := false
+		for k := range b.Keys() {
+			res, err := b.ForKey(k).run(ctx, "window", "", Values{})
+			if err != nil {
+				return err
+			}
+			switched = switched || res[0] == 1
+		}
+		if switched && b.Log != nil {
+			b.Log.LogAttrs(ctx, slog.LevelWarn, "provider looks window-limited; limiter auto now counts in a window", attrs...)
+		}
+	case n == windowEvidence && b.limits.Limiter == LimiterBucket && b.Log != nil:
+		b.Log.LogAttrs(ctx, slog.LevelWarn, "provider looks window-limited; set limiter: window", attrs...)
 	}
 	return nil
 }
+
+// Counting says how the bucket counts now: its limiter, and for auto
+// LimiterBucket until the provider showed a window, then LimiterWindow.
+func (b *Bucket) Counting(ctx context.Context) (Limiter, error) {
+	if b.limits.Limiter != LimiterAuto {
+		return b.limits.Limiter, nil
+	}
+	v, err := autoGet.Run(ctx, b.rdb, []string{b.StateKey()}).Text()
+	if err != nil {
+		return "", fmt.Errorf("ratelimit: how %s counts: %w", b.model, err)
+	}
+	if v == "w" {
+		return LimiterWindow, nil
+	}
+	return LimiterBucket, nil
+}
+
+var autoGet = redis.NewScript(`return redis.call('HGET', KEYS[1], 'auto') or ''`)
 
 // Sync lowers the bucket to what the provider reports remaining (another
 // client may share the key); it never raises it. age is how long ago the

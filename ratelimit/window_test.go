@@ -210,8 +210,8 @@ func TestWindowLimitsValidate(t *testing.T) {
 		{"sub-window", func(l *ratelimit.Limits) {
 			l.Limiter, l.SubWindow, l.SubWindowShare = ratelimit.LimiterWindow, 10*time.Second, 0.25
 		}, ""},
-		{"unknown limiter", func(l *ratelimit.Limits) { l.Limiter = "leaky" }, `limiter must be "bucket" or "window", got "leaky"`},
-		{"window on a bucket", func(l *ratelimit.Limits) { l.SubWindow = time.Second }, "apply to limiter \"window\" only"},
+		{"unknown limiter", func(l *ratelimit.Limits) { l.Limiter = "leaky" }, `limiter must be "bucket", "window" or "auto", got "leaky"`},
+		{"window on a bucket", func(l *ratelimit.Limits) { l.SubWindow = time.Second }, "apply to limiters \"window\" and \"auto\" only"},
 		{"burst on a window", func(l *ratelimit.Limits) { l.Limiter, l.BurstTokens = ratelimit.LimiterWindow, 10 }, "burst applies to limiter \"bucket\""},
 		{"sub-window too long", func(l *ratelimit.Limits) { l.Limiter, l.SubWindow = ratelimit.LimiterWindow, time.Minute }, "must be shorter than the window"},
 		{"sub-window too short", func(l *ratelimit.Limits) { l.Limiter, l.SubWindow = ratelimit.LimiterWindow, 100*time.Millisecond }, "at most 60 sub-windows"},

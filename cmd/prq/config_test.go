@@ -62,16 +62,18 @@ func TestConfigCheck(t *testing.T) {
 			}
 		})
 	}
-	t.Run("window limiter", func(t *testing.T) {
-		p := write("window.yaml", "models:\n  - {name: gpt-4o-mini, requests_per_minute: 10, tokens_per_minute: 100}\n  - {name: gpt-4o, requests_per_minute: 10, tokens_per_minute: 100, limiter: window, sub_window: 10s, sub_window_share: 0.25}\n")
-		var out bytes.Buffer
-		if err := run(context.Background(), []string{"config", "check"}, envOf(map[string]string{"PRQ_CONFIG": p}), &out, &out); err != nil {
-			t.Fatal(err)
-		}
-		if !strings.Contains(out.String(), "limiter: window") || !strings.Contains(out.String(), "sub_window: 10s") {
-			t.Fatalf("window settings not in the effective config:\n%s", out.String())
-		}
-	})
+	for _, limiter := range []string{"window", "auto"} {
+		t.Run(limiter+" limiter", func(t *testing.T) {
+			p := write(limiter+".yaml", "models:\n  - {name: gpt-4o-mini, requests_per_minute: 10, tokens_per_minute: 100}\n  - {name: gpt-4o, requests_per_minute: 10, tokens_per_minute: 100, limiter: "+limiter+", sub_window: 10s, sub_window_share: 0.25}\n")
+			var out bytes.Buffer
+			if err := run(context.Background(), []string{"config", "check"}, envOf(map[string]string{"PRQ_CONFIG": p}), &out, &out); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(out.String(), "limiter: "+limiter) || !strings.Contains(out.String(), "sub_window: 10s") {
+				t.Fatalf("window settings not in the effective config:\n%s", out.String())
+			}
+		})
+	}
 	t.Run("good config is printed redacted", func(t *testing.T) {
 		env := map[string]string{"REDIS_URL": "redis://:hunter2@127.0.0.1:6379/0", "GITHUB_WEBHOOK_SECRET": "webhook-secret-xyz",
 			"OPENAI_API_KEY": "sk-live-abcdef", "GITHUB_PRIVATE_KEY": "-----BEGIN RSA PRIVATE KEY-----\nabc", "GITHUB_APP_ID": "12", "PRQ_ADMIN_TOKEN": "tok-123-4f9a8b7c6d5e"}

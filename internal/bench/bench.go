@@ -70,6 +70,7 @@ type Flags struct {
 const (
 	StrategyPrq       = "prq"
 	StrategyPrqWindow = "prq-window"
+	StrategyPrqAuto   = "prq-auto"
 	StrategyPrqDebt   = "prq-debt"
 )
 
@@ -236,7 +237,7 @@ func (b *Flags) Register(fs *flag.FlagSet) {
 	fs.DurationVar(&b.sim, "duration", 10*time.Minute, "simulated length of the arrivals (real time: duration/compress)")
 	fs.Float64Var(&b.compress, "compress", 10, "time compression: limits per minute/compress")
 	fs.Int64Var(&b.seed, "seed", 1, "workload seed")
-	fs.StringVar(&b.strategies, "strategies", "", "strategies to run, comma-separated: prq, prq-window (every model limiter: window), prq-debt (every model settle: debt), asynq-recipe, handler-wait, naive (default "+defaultStrategies+"; with --provider-limiter window, "+defaultWindowStrategies+")")
+	fs.StringVar(&b.strategies, "strategies", "", "strategies to run, comma-separated: prq, prq-window (every model limiter: window), prq-auto (every model limiter: auto), prq-debt (every model settle: debt), asynq-recipe, handler-wait, naive (default "+defaultStrategies+"; with --provider-limiter window, "+defaultWindowStrategies+")")
 	fs.StringVar(&b.workload, "workload", WorkloadDefault, "default (arrivals over the span, a tenant with very large PRs, chat bursts) or fairness (three tenants per tier backlogged at once: Jain's index inside each tier and the tiers' shares against their weights)")
 	fs.StringVar(&b.providerLimiter, "provider-limiter", fakeopenai.LimiterBucket, "how the fake provider counts its limits: bucket (OpenAI's continuous refill) or window (at most the limit in any sliding minute)")
 	fs.DurationVar(&b.sendLag, "send-lag", -1, "scheduler.send_lag for every strategy, in real time (negative: the default, 250ms; 0: none)")
@@ -344,8 +345,11 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 	}
 	for i := range cfg.Models {
 		switch strategy {
-		case StrategyPrqWindow:
+		case StrategyPrqWindow, StrategyPrqAuto:
 			cfg.Models[i].Limiter = string(ratelimit.LimiterWindow)
+			if strategy == StrategyPrqAuto {
+				cfg.Models[i].Limiter = string(ratelimit.LimiterAuto)
+			}
 			cfg.Models[i].WindowMargin = config.Duration(b.windowMargin)
 		case StrategyPrqDebt:
 			cfg.Models[i].Settle = string(ratelimit.PolicyDebt)
@@ -572,7 +576,7 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 	if b.providerLimiter == fakeopenai.LimiterWindow {
 		res.TPMBacklogged, res.BacklogWindows = backloggedFill(fakes.OpenAI.Admissions(review), waitingSpans(calls, review), lim.TokensPerPeriod, lim.Period)
 		var hold time.Duration // how much longer than the provider prq counts a call
-		if lim.Limiter == ratelimit.LimiterWindow {
+		if lim.Limiter == ratelimit.LimiterWindow || lim.Limiter == ratelimit.LimiterAuto {
 			hold = lim.WindowMargin
 			if hold == 0 {
 				hold = lim.Period / 60 // ratelimit's default

@@ -155,8 +155,9 @@ type ModelConfig struct {
 	// Period of the limits. Defaults to 1m; the demo compresses it.
 	Period Duration `yaml:"period"`
 	// Limiter is how the provider counts: bucket (continuous refill,
-	// OpenAI's) or window (at most the limits in any sliding window).
-	// Defaults to bucket.
+	// OpenAI's), window (at most the limits in any sliding window) or auto
+	// (a bucket until the provider's headers show a window, then the
+	// window settings). Defaults to bucket.
 	Limiter string `yaml:"limiter"`
 	// Window is a window limiter's span. Defaults to the period.
 	Window Duration `yaml:"window"`
@@ -798,7 +799,7 @@ func (m ModelConfig) Limits() (ratelimit.Limits, error) {
 	if l.TokensPerPeriod == 0 && l.InputTokensPerPeriod > 0 && l.OutputTokensPerPeriod > 0 {
 		l.TokensPerPeriod = l.InputTokensPerPeriod + l.OutputTokensPerPeriod
 	}
-	if l.Limiter == ratelimit.LimiterWindow && l.Window == 0 {
+	if (l.Limiter == ratelimit.LimiterWindow || l.Limiter == ratelimit.LimiterAuto) && l.Window == 0 {
 		l.Window = l.Period
 	}
 	if l.BurstRequests == 0 {

@@ -194,6 +194,9 @@ type modelState struct {
 	// WindowSuspected: the provider's headers look window-limited while
 	// the model is configured limiter: bucket.
 	WindowSuspected bool `json:"window_suspected,omitempty"`
+	// AutoWindow: limiter auto counts in a window now (the provider's
+	// headers showed one).
+	AutoWindow bool `json:"auto_window,omitempty"`
 	// Keys is each API key's state, with several keys (named by their
 	// short hash, never the key).
 	Keys []keyState `json:"keys,omitempty"`
@@ -252,8 +255,10 @@ func (d *Dashboard) state(ctx context.Context, smp *sampler) dashState {
 		l := b.Limits()
 		avail, _ := b.AvailableAll(ctx)
 		suspected, _ := b.WindowSuspected(ctx)
+		counting, _ := b.Counting(ctx)
 		ms := modelState{Name: model, LimitPerSecond: float64(b.Keys()) * float64(l.TokensPerPeriod) / l.Period.Seconds(),
-			Available: avail.Tokens, Paused: paused[model], Released: s.Released, WindowSuspected: suspected}
+			Available: avail.Tokens, Paused: paused[model], Released: s.Released, WindowSuspected: suspected,
+			AutoWindow: l.Limiter == ratelimit.LimiterAuto && counting == ratelimit.LimiterWindow}
 		if b.Keys() > 1 {
 			pk := src.PausedKeys(ctx, model)
 			for i := range b.Keys() {

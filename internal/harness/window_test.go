@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"context"
 	"regexp"
 	"strconv"
 	"strings"
@@ -21,10 +22,22 @@ import (
 // packages in parallel) takes tens of ms, more than the default
 // sixtieth of a 4 s window.
 func TestEndToEndWindow(t *testing.T) {
+	endToEndWindow(t, "window")
+}
+
+// TestEndToEndAutoLimiter is the same with limiter: auto: the review
+// model starts as a token bucket, the provider's headers show a window
+// within its first replies, and every process counts in the window from
+// then on (the metric says so); every PR is published.
+func TestEndToEndAutoLimiter(t *testing.T) {
+	endToEndWindow(t, "auto")
+}
+
+func endToEndWindow(t *testing.T, limiter string) {
 	const compress = 15
 	per := time.Duration(float64(time.Minute) / compress)
 	m := config.ModelConfig{Name: "gpt-window", RequestsPerMinute: 300, TokensPerMinute: 6000,
-		MaxOutputTokens: 600, Period: config.Duration(per), Limiter: "window", WindowMargin: config.Duration(200 * time.Millisecond)}
+		MaxOutputTokens: 600, Period: config.Duration(per), Limiter: limiter, WindowMargin: config.Duration(200 * time.Millisecond)}
 	key := "sk-gw-" + RandomHex(8)
 	fake := fakeopenai.New(fakeopenai.Config{
 		Models: []fakeopenai.Model{{Name: m.Name, RPM: m.RequestsPerMinute, TPM: m.TokensPerMinute, Latency: 800 * time.Millisecond / compress, Jitter: 400 * time.Millisecond / compress}},
@@ -34,7 +47,7 @@ func TestEndToEndWindow(t *testing.T) {
 	runE2E(t, s, 6)
 
 	st := fake.Stats()[m.Name]
-	if st.RateLimited != 0 {
+	if st.RateLimited != 0 && limiter == "window" {
 		t.Errorf("the window provider answered %d 429s", st.RateLimited)
 	}
 	var adm []ratelimit.Admission
@@ -52,6 +65,19 @@ func TestEndToEndWindow(t *testing.T) {
 				reordered += n
 			}
 		}
+	}
+	if limiter == "auto" {
+		b, _ := s.app.Scheduler().Bucket(m.Name)
+		if c, err := b.Counting(context.Background()); err != nil || c != ratelimit.LimiterWindow {
+			t.Errorf("limiter auto counts as %q (%v) after the run; want a window", c, err)
+		}
+		if !strings.Contains(metrics, `prq_limiter_counts_in_window{model="gpt-window"} 1`) {
+			t.Error("/metrics does not say the review model counts in a window")
+		}
+		if n := strings.Count(s.logs.String(), "limiter auto now counts in a window"); n != 1 {
+			t.Errorf("the switch was logged %d times, want once", n)
+		}
+		t.Logf("limiter auto: %d 429s before the switch", st.RateLimited)
 	}
 	t.Logf("window provider: %d calls, %d tokens, fullest window %.3f of the limit, mean fill %.3f while queued; %d reviews in an earlier file's place",
 		len(adm), rep.Total, rep.Worst, rep.WhileQueued, reordered)

@@ -205,6 +205,7 @@ var (
 	descKeysPaused = prometheus.NewDesc("prq_model_keys_paused", "How many of a model's several API keys are paused (an account problem on that key); its other keys keep serving.", []string{"model"}, nil)
 	descQueue      = prometheus.NewDesc("prq_queue_tasks", "asynq tasks per queue and state (scheduled holds the jobs waiting for admission).", []string{"queue", "state"}, nil)
 	descWindow     = prometheus.NewDesc("prq_provider_window_suspected", "1 when the provider's rate-limit headers look window-limited while the model is configured limiter: bucket (set limiter: window).", []string{"model"}, nil)
+	descCounting   = prometheus.NewDesc("prq_limiter_counts_in_window", "1 when the model's limiter counts in a window now: limiter window, or limiter auto once the provider's headers showed one (its first API key's).", []string{"model"}, nil)
 	descWinLike    = prometheus.NewDesc("prq_provider_window_like_reports", "Provider replies in the last day whose rate-limit headers only a window limiter explains (all processes).", []string{"model"}, nil)
 	descOldest     = prometheus.NewDesc("prq_admission_oldest_wait_seconds", "Age of the oldest ticket waiting for admission (0 when none waits).", []string{"model"}, nil)
 	descAging      = prometheus.NewDesc("prq_admission_aging_seconds", "The aging bound: a job waiting this long goes first (scheduler.aging).", nil, nil)
@@ -363,6 +364,9 @@ func (c *stateCollector) read(ch chan<- prometheus.Metric) {
 			}
 			if sus, err := b.WindowSuspected(ctx); err == nil {
 				ch <- prometheus.MustNewConstMetric(descWindow, prometheus.GaugeValue, b2f(sus), model)
+			}
+			if counting, err := b.Counting(ctx); err == nil {
+				ch <- prometheus.MustNewConstMetric(descCounting, prometheus.GaugeValue, b2f(counting == ratelimit.LimiterWindow), model)
 			}
 		}
 		ch <- prometheus.MustNewConstMetric(descOldest, prometheus.GaugeValue, st.OldestWait.Seconds(), model)

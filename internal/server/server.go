@@ -128,6 +128,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, connOpt asyn
 		if buckets[m.Name], err = ratelimit.NewKeyedBucket(rdb, m.Name, p.KeyValues(), l); err != nil {
 			return nil, err
 		}
+		buckets[m.Name].Log = log // the window suspicion, limiter auto's switch
 	}
 	weights := map[jobs.Tier]int64{}
 	for name, t := range cfg.Tiers {
