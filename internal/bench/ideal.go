@@ -43,8 +43,10 @@ type idealFills struct {
 // admitted the moment the order allows and the window has room, and is
 // counted hold longer than w, as the limiter counts it. The fill is
 // backloggedFill's over the simulated admissions and waits, so it sits
-// beside the measured figure as a ceiling: what packing alone leaves
-// unused once latency and reaction are gone.
+// beside the measured figure as a reference: what packing alone leaves
+// unused once latency and reaction are gone. Not a bound: the replay
+// takes calls in creation order (prq's weighted fair order packs
+// differently) and counts the whole hold (prq's look-ahead admits early).
 func idealFillsOf(calls []callRecord, model string, limit int64, w, hold time.Duration) idealFills {
 	var mine []callRecord
 	for _, c := range calls {
