@@ -72,9 +72,9 @@ const (
 	LimiterAuto Limiter = "auto"
 )
 
-// windowed reports whether the limiter counts, or may come to count, in
+// Windowed reports whether the limiter counts, or may come to count, in
 // a window (the window settings apply).
-func (l Limits) windowed() bool { return l.Limiter == LimiterWindow || l.Limiter == LimiterAuto }
+func (l Limits) Windowed() bool { return l.Limiter == LimiterWindow || l.Limiter == LimiterAuto }
 
 // windowSlots is how many slots the shortest window is summed in: the
 // limiter counts a slot whole as long as any of it is in the window, so
@@ -141,7 +141,7 @@ func (l *Limits) setDefaults() {
 	if l.Limiter == "" {
 		l.Limiter = LimiterBucket
 	}
-	if l.windowed() {
+	if l.Windowed() {
 		if l.Window == 0 {
 			l.Window = l.Period
 		}
@@ -539,7 +539,7 @@ func (b *Bucket) scriptArgs(v Values, daily bool) []any {
 		if !daily && !d.period {
 			value = -1
 		}
-		if !l.windowed() {
+		if !l.Windowed() {
 			args = append(args, "b", d.limit, d.span.Microseconds(), d.burst, value)
 			continue
 		}
@@ -593,7 +593,7 @@ func (b *Bucket) burstOf(i int64, c Cost) (cost, burst int64) {
 // largest is the most one admission may charge dimension d: its burst,
 // a window's sub-window share of its limit.
 func (l Limits) largest(d dimension) int64 {
-	if d.period && l.windowed() && l.SubWindow > 0 {
+	if d.period && l.Windowed() && l.SubWindow > 0 {
 		return l.subLimit(d.limit)
 	}
 	return d.burst

@@ -576,7 +576,7 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 	if b.providerLimiter == fakeopenai.LimiterWindow {
 		res.TPMBacklogged, res.BacklogWindows = backloggedFill(fakes.OpenAI.Admissions(review), waitingSpans(calls, review), lim.TokensPerPeriod, lim.Period)
 		var hold time.Duration // how much longer than the provider prq counts a call
-		if lim.Limiter == ratelimit.LimiterWindow || lim.Limiter == ratelimit.LimiterAuto {
+		if lim.Windowed() {
 			hold = lim.WindowMargin
 			if hold == 0 {
 				hold = lim.Period / 60 // ratelimit's default

@@ -799,7 +799,7 @@ func (m ModelConfig) Limits() (ratelimit.Limits, error) {
 	if l.TokensPerPeriod == 0 && l.InputTokensPerPeriod > 0 && l.OutputTokensPerPeriod > 0 {
 		l.TokensPerPeriod = l.InputTokensPerPeriod + l.OutputTokensPerPeriod
 	}
-	if (l.Limiter == ratelimit.LimiterWindow || l.Limiter == ratelimit.LimiterAuto) && l.Window == 0 {
+	if l.Windowed() && l.Window == 0 {
 		l.Window = l.Period
 	}
 	if l.BurstRequests == 0 {
