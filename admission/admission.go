@@ -227,7 +227,8 @@ type Admitted struct {
 	// Via is chat (the chat class's turn), fair (the weighted order of
 	// batch), aged (a batch ticket past the aging bound), reserve (a chat
 	// through the reserve while batch waits), backfill (a window's room a
-	// later ticket takes without delaying the next), same_pr (a window:
+	// later ticket takes without delaying the next, or, where chat does
+	// not go, delaying it by at most a tenth of the window), same_pr (a window:
 	// another file of the next ticket's run, which fits now while the
 	// next does not) or reject (can never fit the bucket: dropped).
 	Via      string

@@ -503,39 +503,90 @@ elseif op == 'admit' then
   -- backfill: a window frees room in steps (as its oldest slots stop
   -- counting), so when the next ticket in order does not fit, room the
   -- window has now may sit idle until then. Tickets further back (the
-  -- first of each flow, chat's then each tier's, a few each) take it if
-  -- they fit now and still leave the waiting ticket room when its turn
-  -- comes (B.slack): it is admitted no later than without them. With
+  -- first of each flow, chat's then each tier's, a few flows each) take
+  -- it if they fit now and still leave the waiting ticket room when its
+  -- turn comes (B.slack): it is admitted no later than without them.
+  -- Where chat does not go, two more: room that only putting the waiting
+  -- ticket off frees is taken too, within a bound (a tenth of the window
+  -- over the wait it had when it first waited in front: its due, kept in
+  -- the virtual times hash, so no ticket is put off more than that in
+  -- all); and the first four tickets of each flow are looked at, not
+  -- only its first (a flow's small tickets often wait behind a big one).
+  -- Otherwise the room of a window that has just filled idles for a
+  -- whole window while a big ticket gathers its last part. Where chat
+  -- goes, the room packing leaves is what lets a chat in at once. With
   -- several keys the waiting ticket waits for key hk (the soonest);
   -- another key's room now is taken by whatever fits it.
   local function backfill(head, headcosts, w, hk)
-    local slack = B.slack(sts[hk], headcosts, head.class ~= 'chat' and keep or nil, w)
+    local hkeep = head.class ~= 'chat' and keep or nil
+    local slack = B.slack(sts[hk], headcosts, hkeep, w)
     if slack == nil then return end
+    -- allow: how long the head may wait, its due less now; not where
+    -- chat goes (the room packing leaves there lets a chat in at once)
+    local allow = 0
+    if share == 0 then
+      local due = nil
+      local stored = redis.call('HGET', KEYS[8], 'bf')
+      if stored then
+        local id, at = string.match(stored, '^(.*)|(%d+)$')
+        if id == head.id then due = tonumber(at) end
+      end
+      if due == nil then
+        due = now + w + math.floor(st.per[1] / 10)
+        redis.call('HSET', KEYS[8], 'bf', head.id .. '|' .. B.fmt(due))
+      end
+      allow = due - now
+    end
+    -- try admits t if it fits now and leaves the head its due
+    local function try(t, cls)
+      local c = costsof(t)
+      local kp = cls ~= 'chat' and keep or nil
+      local ok = true
+      for i = 1, st.n do
+        if c[i] > slack[i] then ok = false end
+      end
+      local key, taken = nil, false
+      local now0 = B.wait(sts[hk], c, kp) == 0
+      if ok and now0 then
+        key = hk
+      elseif now0 and allow > w then
+        -- put the head off, within its due
+        B.take(sts[hk], c)
+        local nw = B.wait(sts[hk], headcosts, hkeep)
+        if nw >= 0 and nw <= allow then
+          key, taken = hk, true
+        else
+          local back = {}
+          for i = 1, st.n do back[i] = -c[i] end
+          B.take(sts[hk], back)
+        end
+      end
+      if key == hk then
+        for i = 1, st.n do slack[i] = slack[i] - c[i] end
+      else
+        for _, k in ipairs(live) do
+          if key == nil and k ~= hk and B.wait(sts[k], c, kp) == 0 then key = k end
+        end
+      end
+      if key ~= nil then
+        if not taken then B.take(sts[key], c) end
+        dirty[key] = true
+        grant(t, 'backfill', c, key)
+      end
+    end
+    -- a flow's first tickets: its head, and where chat does not go, the
+    -- next few of the flow (a small one behind a big one)
+    local depth = 1
+    if share == 0 then depth = 4 end
     for _, cls in ipairs({'chat', 'paid', 'trial', 'free'}) do
       for _, tenant in ipairs(redis.call('ZRANGE', HEADS[cls], 0, 7)) do
-        if #out >= budget * 2 then return end
-        local t = flowhead(cls, tenant)
-        if t ~= nil and t.id ~= head.id and (cls == 'chat' or nbatch < bmax) then
-          local c = costsof(t)
-          local kp = cls ~= 'chat' and keep or nil
-          local ok = true
-          for i = 1, st.n do
-            if c[i] > slack[i] then ok = false end
-          end
-          local key = nil
-          if ok and B.wait(sts[hk], c, kp) == 0 then
-            key = hk
-            for i = 1, st.n do slack[i] = slack[i] - c[i] end
-          else
-            for _, k in ipairs(live) do
-              if key == nil and k ~= hk and B.wait(sts[k], c, kp) == 0 then key = k end
-            end
-          end
-          if key ~= nil then
-            B.take(sts[key], c)
-            dirty[key] = true
-            grant(t, 'backfill', c, key)
-          end
+        local prefix = cls .. '|' .. tenant .. '|'
+        for _, m in ipairs(redis.call('ZRANGEBYLEX', KEYS[3], '[' .. prefix, '[' .. prefix .. '\255', 'LIMIT', 0, depth)) do
+          if #out >= budget * 2 then return end
+          local id = string.match(m, '([^|]*)$')
+          local enc = nil
+          if id ~= head.id then enc = redis.call('HGET', KEYS[2], id) end
+          if enc and (cls == 'chat' or nbatch < bmax) then try(decode(id, enc), cls) end
         end
       end
     end

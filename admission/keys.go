@@ -19,7 +19,7 @@ type keySet struct {
 	HeadsPaid      string // K[5] flow heads of paid: tenant by finish tag
 	HeadsTrial     string // K[6] flow heads of trial
 	HeadsFree      string // K[7] flow heads of free
-	VirtualTimes   string // K[8] hash of virtual times and the chat sequence
+	VirtualTimes   string // K[8] hash of virtual times, the chat sequence and backfill's due
 	Age            string // K[9] zset: id by enqueue µs
 	Released       string // K[10] zset: id by release deadline µs
 	Stats          string // K[11] hash of counters

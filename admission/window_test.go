@@ -282,6 +282,122 @@ func TestWindowBackfill(t *testing.T) {
 	}
 }
 
+// TestWindowBackfillPutsOff: room that only a short delay of the waiting
+// ticket frees is taken too, within a tenth of the window over the wait
+// it had when it first waited in front; that due holds across attempts,
+// so later backfills cannot put it off further. Not on a model chat
+// uses (there the room packing leaves lets a chat in at once).
+func TestWindowBackfillPutsOff(t *testing.T) {
+	t.Run("chat's model", func(t *testing.T) { windowPutOff(t, true) })
+	windowPutOff(t, false)
+}
+
+func windowPutOff(t *testing.T, chat bool) {
+	model := fmt.Sprintf("m-window-putoff-%t-%d", chat, time.Now().UnixNano())
+	const W = 10 * time.Second // slots of W/60, margin W/60
+	l := ratelimit.Limits{RequestsPerPeriod: 100000, TokensPerPeriod: 10000, Period: W, Limiter: ratelimit.LimiterWindow}
+	s, _, clk := windowScheduler(t, model, l, admission.Config{Strict: true, ChatShare: 0.01})
+	if chat {
+		chatUses(t, s, model)
+	}
+	ctx := context.Background()
+	start := clk.now()
+	// the window: 4000 at 0, 2000 at 0.5s, 300 at 1.3s, 1700 at 5s
+	for i, at := range []struct {
+		at     time.Duration
+		tokens int64
+	}{{0, 4000}, {500 * time.Millisecond, 2000}, {1300 * time.Millisecond, 300}, {5 * time.Second, 1700}} {
+		clk.advance(start.Add(at.at).Sub(clk.now()))
+		reg(t, s, admission.Ticket{ID: fmt.Sprint("a", i), Model: model, Class: "paid", Tenant: "0", Tokens: at.tokens})
+		if a, _, err := s.Admit(ctx, model, 10); err != nil || len(a) != 1 {
+			t.Fatalf("a%d: %v %v", i, a, err)
+		}
+	}
+	clk.advance(500 * time.Millisecond) // 5.5s: 2000 free
+	// b needs 6000: it fits when the 4000 leaves (about 10.33s), and its
+	// due is a tenth of the window later (about 11.35s). c takes 1500 now
+	// and puts b off to when the 2000 of 0.5s leaves (about 10.8s),
+	// within its due (without putting b off, c does not fit)
+	reg(t, s, admission.Ticket{ID: "b", Model: model, Class: "paid", Tenant: "1", Tokens: 6000})
+	reg(t, s, admission.Ticket{ID: "c", Model: model, Class: "free", Tenant: "2", Tokens: 1500})
+	got, wait, err := s.Admit(ctx, model, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if chat {
+		if len(got) != 0 {
+			t.Fatalf("admitted %+v on chat's model, want none", got)
+		}
+		return
+	}
+	if len(got) != 1 || got[0].ID != "c" || got[0].Via != "backfill" {
+		t.Fatalf("admitted %+v, want c by backfill", got)
+	}
+	if first := clk.now().Add(wait).Sub(start); first < 10*time.Second || first > 10500*time.Millisecond {
+		t.Fatalf("b fits at %s, want about 10.33s (when the 4000 leaves)", first)
+	}
+	// 10.4s: the 4000 has left (4500 free); b waits for the 2000 of 0.5s
+	// (10.8s). d would put it off to when the 300 leaves (11.5s): within
+	// a tenth of the window of b's wait now, but past b's due
+	clk.advance(start.Add(10400 * time.Millisecond).Sub(clk.now()))
+	reg(t, s, admission.Ticket{ID: "d", Model: model, Class: "free", Tenant: "4", Tokens: 600})
+	if got, _, err := s.Admit(ctx, model, 10); err != nil || len(got) != 0 {
+		t.Fatalf("at 10.4s admitted %+v (%v), want none: b's due holds", got, err)
+	}
+	rest := drain(t, s, clk, model, 1)
+	if len(rest) != 1 || rest[0].ID != "b" {
+		t.Fatalf("then %+v, want b", rest)
+	}
+	if at := rest[0].Enqueued.Add(rest[0].Waited).Sub(start); at > 11350*time.Millisecond {
+		t.Fatalf("b admitted at %s, past its due (about 11.35s)", at)
+	}
+}
+
+// TestWindowBackfillLooksIntoFlows: backfill looks at the first few
+// tickets of each flow, not only its first: a small ticket behind a big
+// one that does not fit takes room the waiting ticket leaves. Not on a
+// model chat uses.
+func TestWindowBackfillLooksIntoFlows(t *testing.T) {
+	for _, chat := range []bool{false, true} {
+		t.Run(fmt.Sprint("chat=", chat), func(t *testing.T) {
+			model := fmt.Sprintf("m-window-deep-%t-%d", chat, time.Now().UnixNano())
+			l := ratelimit.Limits{RequestsPerPeriod: 100000, TokensPerPeriod: 1000, Period: time.Second, Limiter: ratelimit.LimiterWindow}
+			s, _, clk := windowScheduler(t, model, l, admission.Config{Strict: true, ChatShare: 0.05})
+			if chat {
+				chatUses(t, s, model)
+			}
+			ctx := context.Background()
+			reg(t, s, admission.Ticket{ID: "a", Model: model, Class: "paid", Tenant: "1", Tokens: 600})
+			if a, _, err := s.Admit(ctx, model, 10); err != nil || len(a) != 1 {
+				t.Fatalf("a: %v %v", a, err)
+			}
+			clk.advance(500 * time.Millisecond)
+			// b waits for a to leave; x fits now but would put b off by
+			// half a second; y, behind x in tenant 2's flow, fits in what
+			// b leaves (150)
+			reg(t, s, admission.Ticket{ID: "b", Model: model, Class: "paid", Tenant: "1", Tokens: 850})
+			reg(t, s, admission.Ticket{ID: "x", Model: model, Class: "free", Tenant: "2", PRSeq: 1, Tokens: 300})
+			reg(t, s, admission.Ticket{ID: "y", Model: model, Class: "free", Tenant: "2", PRSeq: 2, Tokens: 50})
+			got, _, err := s.Admit(ctx, model, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if chat {
+				if len(got) != 0 {
+					t.Fatalf("admitted %+v on chat's model, want none", got)
+				}
+				return
+			}
+			if len(got) != 1 || got[0].ID != "y" || got[0].Via != "backfill" {
+				t.Fatalf("admitted %+v, want y by backfill", got)
+			}
+			if rest := drain(t, s, clk, model, 1); len(rest) != 1 || rest[0].ID != "b" {
+				t.Fatalf("then %+v, want b", rest)
+			}
+		})
+	}
+}
+
 // TestWindowSamePR: under a window, while the next ticket in order waits
 // for room, another file of the same run (tier, tenant, pull request run)
 // that fits now takes its place (via "same_pr"), and the loop is told to
@@ -319,14 +435,28 @@ func TestWindowSamePR(t *testing.T) {
 					t.Fatal(err)
 				}
 				reorders := limiter == ratelimit.LimiterWindow && seq != 0 && !chat
+				// a window chat does not use backfills from deeper in a
+				// flow: c0, a later run, takes room b0 leaves when its
+				// turn comes (100), after what same_pr took
+				backfills := limiter == ratelimit.LimiterWindow && !chat
+				if backfills {
+					if n := len(got); n == 0 || got[n-1].ID != "c0" || got[n-1].Via != "backfill" {
+						t.Fatalf("admitted %+v, want c0 last, by backfill", got)
+					}
+					got = got[:len(got)-1]
+				}
 				if !reorders {
 					// the bucket refills (900 needs 300 ms more); the
 					// window frees a's 600 at 1s and a margin: b0 first
 					if len(got) != 0 {
 						t.Fatalf("admitted %+v ahead of b0", got)
 					}
-					rest := drain(t, s, clk, model, 4)
-					if len(rest) != 4 || rest[0].ID != "b0" {
+					n := 4
+					if backfills {
+						n = 3
+					}
+					rest := drain(t, s, clk, model, n)
+					if len(rest) != n || rest[0].ID != "b0" {
 						t.Fatalf("then %+v, want b0 first", rest)
 					}
 					return
@@ -339,15 +469,15 @@ func TestWindowSamePR(t *testing.T) {
 				if wait <= 0 || wait > 700*time.Millisecond+time.Second/60+time.Second/120 {
 					t.Fatalf("wait %s: want the time b2 fits, not b0's", wait)
 				}
-				rest := drain(t, s, clk, model, 3)
+				rest := drain(t, s, clk, model, 2)
 				var ids []string
 				for _, a := range rest {
 					ids = append(ids, a.ID+"/"+a.Via)
 				}
-				if fmt.Sprint(ids) != "[b2/same_pr b0/fair c0/fair]" {
-					t.Fatalf("then %v, want [b2/same_pr b0/fair c0/fair]: c0 is a later run", ids)
+				if fmt.Sprint(ids) != "[b2/same_pr b0/fair]" {
+					t.Fatalf("then %v, want [b2/same_pr b0/fair]", ids)
 				}
-				adm := []ratelimit.Admission{{At: t0, Cost: 600}, {At: got[0].Enqueued.Add(got[0].Waited), Cost: 300}}
+				adm := []ratelimit.Admission{{At: t0, Cost: 600}, {At: got[0].Enqueued.Add(got[0].Waited), Cost: 300}, {At: got[0].Enqueued.Add(got[0].Waited), Cost: 100}}
 				for _, a := range rest {
 					adm = append(adm, ratelimit.Admission{At: a.Enqueued.Add(a.Waited), Cost: a.Tokens})
 				}
