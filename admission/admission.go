@@ -474,6 +474,32 @@ func (s *Scheduler) Calling(ctx context.Context, model, id string) error {
 	}
 }
 
+// Sent records that a job's request was written to the provider's
+// connection, at most after past the start of its Calling (the caller's
+// clock): with a window limiter the charge moves from the call to then
+// (no later than now), so the process's part of the call's way — the
+// reply from Redis, encoding the request, a loaded scheduler's delay — is
+// measured instead of left to the window margin, which then covers the
+// network alone. A bound, never early: after is measured from before
+// Calling was sent. Nothing to do for a token bucket, or for a job whose
+// reservation is settled already (a fast reply).
+func (s *Scheduler) Sent(ctx context.Context, model, id string, after time.Duration) error {
+	keys, b, err := s.keys(model)
+	if err != nil {
+		return err
+	}
+	if !b.Limits().Windowed() || after < 0 {
+		return nil
+	}
+	args := []any{"sent", s.now(), id}
+	args = append(args, b.ScriptArgs(ratelimit.Values{})...)
+	args = append(args, after.Microseconds())
+	if err := script.Run(ctx, s.rdb, keys.list(), args...).Err(); err != nil {
+		return fmt.Errorf("admission: sent %s: %w", id, err)
+	}
+	return nil
+}
+
 // forget drops the ticket of a task that is gone, so nothing waits on it;
 // a failure is logged (the reconciler meets the ticket again).
 func (s *Scheduler) forget(ctx context.Context, model, id string) {

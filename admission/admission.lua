@@ -270,7 +270,11 @@ elseif op == 'started' or op == 'calling' then
   end
   B.save(st)
   redis.call('ZADD', KEYS[13], now, ARGV[3])
-  if op == 'calling' then return 0 end
+  if op == 'calling' then
+    -- marked called: 'sent' moves the charge on from here
+    if not string.find(r, ' c', 1, true) then redis.call('HSET', KEYS[12], ARGV[3], r .. ' c') end
+    return 0
+  end
   -- the lag from admission to start, smoothed (a restart's long gap is
   -- not a lag: samples are capped at the window's tenth)
   local sample = math.min(now - at, math.floor(st.per[1] / 10))
@@ -278,6 +282,34 @@ elseif op == 'started' or op == 'calling' then
   if lag == nil then lag = sample else lag = lag + (sample - lag) / 8 end
   redis.call('HSET', KEYS[11], 'lag_us', math.floor(lag))
   return 0
+
+elseif op == 'sent' then
+  -- ARGV: op, now, id, dims..., after µs: the job's request was written
+  -- to the provider's connection at most after µs past its call (the
+  -- handler's clock, from before it sent 'calling'). A window moves the
+  -- charge from its call to then (not later than now: also a bound), so
+  -- what the process took between the call's decision and the write
+  -- (the reply from Redis, the request's encoding, a loaded scheduler's
+  -- delay: up to 100 ms on a busy 2-core machine) is measured, not left
+  -- to the margin, which covers the rest: the network to the provider.
+  -- The call's slot still counts (it stops counting a window later), so
+  -- the move needs no room. Only after 'calling' (" c"), whose time the
+  -- bound starts from; a token bucket has nothing to move.
+  local r = redis.call('HGET', KEYS[12], ARGV[3])
+  local at = tonumber(redis.call('ZSCORE', KEYS[13], ARGV[3]) or '')
+  if not r or not at or not string.find(r, ' c', 1, true) then return 0 end
+  local charged, key = reservation(r)
+  if key == nil then return 0 end
+  local st, last = B.load(keystate(key), ARGV, 3, now)
+  local after = tonumber(ARGV[last + 1] or '') or 0
+  local to = math.min(at + after, now)
+  if st.n == 0 or st.kind[1] ~= 'w' or to <= at then return 0 end
+  for j = 1, st.n do
+    if st.kind[j] == 'w' and (charged[j] or 0) > 0 then B.move(st, j, charged[j], at, to) end
+  end
+  B.save(st)
+  redis.call('ZADD', KEYS[13], to, ARGV[3])
+  return 1
 
 elseif op == 'settle' then
   -- ARGV: op, now, id, policy, dims... (values: actual usage); policy

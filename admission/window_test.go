@@ -173,6 +173,86 @@ func TestWindowChargeMovesToCall(t *testing.T) {
 	}
 }
 
+// TestWindowChargeMovesToWrite: when the request is written (Sent, at
+// most after past the start of Calling), the charge moves from the call
+// to then, never later than now and only after Calling: the next
+// whole-window job waits for the write to leave the window.
+func TestWindowChargeMovesToWrite(t *testing.T) {
+	model := fmt.Sprintf("m-window-sent-%d", time.Now().UnixNano())
+	l := ratelimit.Limits{RequestsPerPeriod: 100000, TokensPerPeriod: 1000, Period: time.Second, Limiter: ratelimit.LimiterWindow}
+	s, _, clk := windowScheduler(t, model, l, admission.Config{})
+	ctx := context.Background()
+	reg(t, s, admission.Ticket{ID: "a", Model: model, Class: "paid", Tenant: "1", Tokens: 1000})
+	if a, _, err := s.Admit(ctx, model, 1); err != nil || len(a) != 1 {
+		t.Fatalf("first job: %v %v", a, err)
+	}
+	if err := s.Started(ctx, model, "a"); err != nil {
+		t.Fatal(err)
+	}
+	// before its call, a write says nothing: the bound starts at the call
+	clk.advance(100 * time.Millisecond)
+	if err := s.Sent(ctx, model, "a", 50*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Calling(ctx, model, "a"); err != nil {
+		t.Fatal(err)
+	}
+	called := clk.now()
+	// the write came 70 ms after the call began; the report arrives at
+	// 90 ms. A later report of a later bound moves it no later than now.
+	clk.advance(90 * time.Millisecond)
+	if err := s.Sent(ctx, model, "a", 70*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	wrote := called.Add(70 * time.Millisecond)
+	reg(t, s, admission.Ticket{ID: "b", Model: model, Class: "paid", Tenant: "1", Tokens: 1000})
+	got := drain(t, s, clk, model, 1)
+	if len(got) != 1 || got[0].ID != "b" {
+		t.Fatalf("second job: %+v", got)
+	}
+	at, free := clk.now(), wrote.Add(time.Second+time.Second/60)
+	if at.Before(free) {
+		t.Fatalf("second job admitted %s after the first's write: the provider counts it until %s", at.Sub(wrote), time.Second+time.Second/60)
+	}
+	if late := at.Sub(free); late > time.Second/120+time.Microsecond {
+		t.Fatalf("second job admitted %s after the first's write left the window: the charge stayed at the call", late)
+	}
+	// b's write reported later than the report itself: moved to the
+	// report's time, not past it
+	if err := s.Started(ctx, model, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Calling(ctx, model, "b"); err != nil {
+		t.Fatal(err)
+	}
+	bCalled := clk.now()
+	clk.advance(20 * time.Millisecond)
+	if err := s.Sent(ctx, model, "b", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	reg(t, s, admission.Ticket{ID: "c", Model: model, Class: "paid", Tenant: "1", Tokens: 1000})
+	got = drain(t, s, clk, model, 1)
+	if len(got) != 1 || got[0].ID != "c" {
+		t.Fatalf("third job: %+v", got)
+	}
+	if at, free := clk.now(), bCalled.Add(20*time.Millisecond+time.Second+time.Second/60); at.Before(free) || at.Sub(free) > time.Second/120+time.Microsecond {
+		t.Fatalf("third job admitted %s after b's report, want a window and the margin (%s) within a slot", at.Sub(bCalled.Add(20*time.Millisecond)), time.Second+time.Second/60)
+	}
+	// a bucket: nothing to move, no error
+	bm := model + "-bucket"
+	bs, _, _ := windowScheduler(t, bm, ratelimit.Limits{RequestsPerPeriod: 100000, TokensPerPeriod: 1000, Period: time.Second}, admission.Config{})
+	reg(t, bs, admission.Ticket{ID: "d", Model: bm, Class: "paid", Tenant: "1", Tokens: 10})
+	if a, _, err := bs.Admit(ctx, bm, 1); err != nil || len(a) != 1 {
+		t.Fatalf("bucket job: %v %v", a, err)
+	}
+	if err := bs.Calling(ctx, bm, "d"); err != nil {
+		t.Fatal(err)
+	}
+	if err := bs.Sent(ctx, bm, "d", time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestWindowLooksAhead: admission admits a job whose room frees within
 // the measured lag from admission to start; if the job starts before the
 // room is there, its start waits for it (and counts from then), so the

@@ -126,12 +126,18 @@ type Limits struct {
 	// (0, 1]. Defaults to SubWindow/Window.
 	SubWindowShare float64
 	// WindowMargin is how much later than prq counts a call the provider
-	// may count it (admission moves the charge to the call as it is sent:
-	// the request on its way, a stalled process): the window limiter
+	// may count it (admission moves the charge to the request's write:
+	// the request's way over the network): the window limiter
 	// holds every admission that much longer, or the provider would still
 	// count a call when prq lets the next one in. Defaults to Window/60
-	// (1s of a minute).
+	// (1s of a minute) until the calls' way is measured, then to twice
+	// the longest way measured over the last two windows, at least 5 ms
+	// and at most Window/60 (see Bucket.ObserveWay). Set, it stays as set.
 	WindowMargin time.Duration
+
+	// marginMeasured: WindowMargin was not set; the measured way gives
+	// the margin, WindowMargin bounds it.
+	marginMeasured bool
 }
 
 func (l *Limits) setDefaults() {
@@ -149,7 +155,9 @@ func (l *Limits) setDefaults() {
 			l.SubWindowShare = float64(l.SubWindow) / float64(l.Window)
 		}
 		if l.WindowMargin == 0 {
+			// the most a measured margin may be (see ObserveWay)
 			l.WindowMargin = l.Window / 60
+			l.marginMeasured = true
 		}
 	}
 	if l.BurstRequests == 0 {
@@ -373,6 +381,9 @@ type Bucket struct {
 	// dims are the limits' dimensions, in the script's order (fixed by
 	// the limits: built once).
 	dims []dimension
+	// way measures the calls' way to the provider (ObserveWay): shared
+	// by the copies ForKey makes.
+	way *wayMeter
 }
 
 // KeyHash returns a short, non-reversible label for an API key, the only
@@ -424,6 +435,7 @@ func NewKeyedBucket(rdb Scripter, model string, apiKeys []string, limits Limits)
 		ReservationTTL: 10 * time.Minute,
 		keys:           labels,
 		dims:           dimensionsOf(limits),
+		way:            &wayMeter{},
 	}, nil
 }
 
@@ -556,7 +568,7 @@ func (b *Bucket) scriptArgs(v Values, daily bool) []any {
 		// an admission counts a margin longer than the provider's window
 		var margin int64
 		if d.period {
-			margin = l.WindowMargin.Microseconds()
+			margin = b.WindowMargin().Microseconds()
 			if subUS > 0 {
 				subUS += margin
 			}

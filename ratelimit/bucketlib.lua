@@ -178,6 +178,29 @@ function B.load(key, argv, base, now)
           end
           st.p[i] = lo
         end
+        -- a longer span than the last decision's (its margin measured
+        -- longer, in this process or another, or learned): slots that
+        -- stopped counting count again, as long as they are kept
+        local back = math.max(lo, st.d[i])
+        if st.p[i] > back then
+          local top = math.min(st.p[i] - 1, st.h[i])
+          if top >= back then
+            local c = readslots(st, i, back, top)
+            for j = back, top do st.sum[i] = st.sum[i] + c[j] end
+          end
+          st.p[i] = back
+        end
+        if st.sub[i] > 0 then
+          local sback = math.max(los, st.d[i])
+          if st.q[i] > sback then
+            local top = math.min(st.q[i] - 1, st.h[i])
+            if top >= sback then
+              local c = readslots(st, i, sback, top)
+              for j = sback, top do st.subsum[i] = st.subsum[i] + c[j] end
+            end
+            st.q[i] = sback
+          end
+        end
         if st.d[i] < lod then
           for j = st.d[i], math.min(lod - 1, st.h[i]) do st.del[i][#st.del[i] + 1] = slotfield(i, j) end
           st.d[i] = lod
@@ -364,6 +387,18 @@ function B.give(st, i, amount, at)
   st.level[i] = st.level[i] + amount * st.per[i]
   local cap = st.burst[i] * st.per[i]
   if st.level[i] > cap then st.level[i] = cap end
+end
+
+-- B.move moves amount of window dimension i charged at from (µs) to a
+-- later time to, no later than now: given back in from's slot if it still
+-- counts, charged in to's (or, if that no longer counts, the oldest
+-- counting).
+function B.move(st, i, amount, from, to)
+  B.give(st, i, amount, from)
+  local j = math.floor(to / st.slot[i])
+  if j < st.p[i] then j = st.p[i] end
+  addslot(st, i, j, amount)
+  refreshlevel(st, i)
 end
 
 -- B.lower brings dimension i down to what the provider reported

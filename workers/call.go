@@ -137,6 +137,9 @@ func (e *skipError) Error() string { return e.reason }
 // Scheduler: with a window limiter).
 type callMover interface {
 	Calling(ctx context.Context, model, id string) error
+	// Sent moves it to the request's write, at most after past the
+	// start of Calling (see admission.Scheduler.Sent).
+	Sent(ctx context.Context, model, id string, after time.Duration) error
 }
 
 // call makes the call. Failures come back classified: a skip (quota, too
@@ -189,16 +192,33 @@ func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
 	}
 	req := s.prompt.request(s.model, maxOut)
 	req.Key = key
+	callingStart := time.Now()
+	var sent func(time.Duration)
 	if cl, ok := cfg.Ledger.(callMover); ok {
 		// the charge moves to the call: a window counts it from now, a
 		// bucket counts what the provider has not seen yet
 		if err := cl.Calling(ctx, model, s.ticket.ID); err != nil {
 			log.WarnContext(ctx, "could not move the job's charge to its call; the window margin (a bucket: the start's correction) covers the difference", "task", s.ticket.ID, "model", model, "err", err)
 		}
+		// and a window's, again, to the request's write
+		sent = func(after time.Duration) {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if err := cl.Sent(sctx, model, s.ticket.ID, after); err != nil {
+				log.WarnContext(ctx, "could not move the job's charge to its request's write; the window margin covers the difference", "task", s.ticket.ID, "model", model, "err", err)
+			}
+		}
 	}
+	cctx, trace := admission.TraceCall(ctx, callingStart, sent)
 	callStart := time.Now()
-	resp, err := cfg.LLM.Complete(ctx, req)
+	resp, err := cfg.LLM.Complete(cctx, req)
 	sync := func(status int, h http.Header) {
+		if mb, _ := cfg.Provider.Bucket(model); mb != nil {
+			// the request's way to the provider, for a window's margin
+			if way, ok := trace.Way(h); ok {
+				mb.ObserveWay(way)
+			}
+		}
 		if bucket == nil {
 			return
 		}

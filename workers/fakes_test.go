@@ -127,6 +127,13 @@ func (f *fakeAdmission) Calling(_ context.Context, model, id string) error {
 	return nil
 }
 
+// Sent records that a job's request was written (admission moves a
+// window's charge there).
+func (f *fakeAdmission) Sent(_ context.Context, model, id string, after time.Duration) error {
+	f.record("sent %s", id)
+	return nil
+}
+
 func (f *fakeAdmission) Bucket(string) (*ratelimit.Bucket, bool) { return nil, false }
 
 func (f *fakeAdmission) Models() []string { return f.models }

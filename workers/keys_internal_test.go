@@ -268,6 +268,15 @@ func threeKeys(t *testing.T, limiter ratelimit.Limiter) {
 	limits := ratelimit.Limits{RequestsPerPeriod: 120, TokensPerPeriod: 40_000, Period: time.Minute, Limiter: limiter}
 	span := 10 * time.Minute
 	r, per := keyLoad(t, 3, limits, span)
+	if limiter == ratelimit.LimiterWindow {
+		// the calls measured their way to the provider (its
+		// openai-processing-ms against the reply's first byte): the
+		// margin follows it, well below the default a minute/60
+		b, _ := r.sched.Bucket(r.model)
+		if m := b.WindowMargin(); m >= time.Minute/60 || m < 5*time.Millisecond {
+			t.Errorf("window margin %s after the calls, want the measured way's (5 ms to 1 s, exclusive)", m)
+		}
+	}
 	var all []ratelimit.Admission
 	for i, adm := range per {
 		if limiter == ratelimit.LimiterWindow {

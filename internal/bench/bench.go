@@ -241,7 +241,7 @@ func (b *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&b.workload, "workload", WorkloadDefault, "default (arrivals over the span, a tenant with very large PRs, chat bursts) or fairness (three tenants per tier backlogged at once: Jain's index inside each tier and the tiers' shares against their weights)")
 	fs.StringVar(&b.providerLimiter, "provider-limiter", fakeopenai.LimiterBucket, "how the fake provider counts its limits: bucket (OpenAI's continuous refill) or window (at most the limit in any sliding minute)")
 	fs.DurationVar(&b.sendLag, "send-lag", -1, "scheduler.send_lag for every strategy, in real time (negative: the default, 250ms; 0: none)")
-	fs.DurationVar(&b.windowMargin, "window-margin", 0, "prq-window's window_margin, in real time (0: the default, a sixtieth of the compressed window)")
+	fs.DurationVar(&b.windowMargin, "window-margin", 0, "prq-window's window_margin, in real time (0: the default, measured from the calls, at most a sixtieth of the compressed window)")
 	fs.StringVar(&b.out, "out", "bench-out", "output directory (results.md, results.json, admitted.svg, logs)")
 	fs.StringVar(&b.scale, "scale", "1,2,4", "also run prq with these process counts (empty: skip)")
 	fs.Float64Var(&b.drain, "drain", 3, "give up when work is not done after this many arrival spans")
@@ -579,7 +579,7 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 		if lim.Windowed() {
 			hold = lim.WindowMargin
 			if hold == 0 {
-				hold = lim.Period / 60 // ratelimit's default
+				hold = meanMargin(calls, review, lim.Period/60) // measured, at most ratelimit's default
 			}
 			hold += lim.Period / 240 // half of one of ratelimit's 120 slots
 		}
@@ -719,4 +719,20 @@ func jain(calls []callRecord, tiers map[int64]jobs.Tier, window time.Duration) m
 		}
 	}
 	return out
+}
+
+// meanMargin is the mean window margin the processes held at a model's
+// calls (each measures its own), def when none was recorded.
+func meanMargin(calls []callRecord, model string, def time.Duration) time.Duration {
+	var sum, n int64
+	for _, c := range calls {
+		if c.Model == model && c.Margin > 0 {
+			sum += c.Margin
+			n++
+		}
+	}
+	if n == 0 {
+		return def
+	}
+	return time.Duration(sum/n) * time.Microsecond
 }

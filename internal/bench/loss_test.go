@@ -103,3 +103,16 @@ func TestWindowGap(t *testing.T) {
 		}
 	}
 }
+
+// TestMeanMargin: the hold the window gap counts is the mean margin the
+// processes held at the model's calls (measured), the default where none
+// was recorded.
+func TestMeanMargin(t *testing.T) {
+	calls := []callRecord{{Model: "m", Margin: 10_000}, {Model: "m", Margin: 30_000}, {Model: "m"}, {Model: "other", Margin: 900_000}}
+	if got := meanMargin(calls, "m", time.Second); got != 20*time.Millisecond {
+		t.Errorf("mean margin %s, want 20ms", got)
+	}
+	if got := meanMargin(calls, "none", time.Second); got != time.Second {
+		t.Errorf("mean margin with none recorded %s, want the default 1s", got)
+	}
+}

@@ -41,6 +41,9 @@ type callRecord struct {
 	Admitted int64  `json:"admitted,omitempty"`
 	Model    string `json:"model"`
 	Outcome  string `json:"outcome"`
+	// Margin is the window margin the process held at the call, µs (0:
+	// none, a token bucket)
+	Margin int64 `json:"margin_us,omitempty"`
 }
 
 // workerReport is what a bench worker process reports at exit.
@@ -67,7 +70,9 @@ type recorder struct {
 	meta  map[string]taskMeta
 	calls []callRecord
 	runs  atomic.Int64
-	next  workers.LLM
+	// margin is a model's window margin in this process now
+	margin func(model string) time.Duration
+	next   workers.LLM
 }
 
 func (r *recorder) handler(h asynq.Handler) asynq.Handler {
@@ -112,7 +117,11 @@ func (r *recorder) Complete(ctx context.Context, req llm.Request) (llm.Response,
 		outcome = "error"
 	}
 	r.mu.Lock()
-	r.calls = append(r.calls, callRecord{Task: id, Kind: m.kind, Class: m.class, Tenant: m.tenant, Created: m.created, Start: m.start, At: at, Tokens: m.tokens, Model: req.Model, Outcome: outcome})
+	var margin int64
+	if r.margin != nil {
+		margin = r.margin(req.Model).Microseconds()
+	}
+	r.calls = append(r.calls, callRecord{Task: id, Kind: m.kind, Class: m.class, Tenant: m.tenant, Created: m.created, Start: m.start, At: at, Tokens: m.tokens, Model: req.Model, Outcome: outcome, Margin: margin})
 	r.mu.Unlock()
 	return resp, err
 }
@@ -188,7 +197,14 @@ func RunWorker(ctx context.Context, cfg *config.Config, wf WorkerFlags, stdout, 
 	if err != nil {
 		return err
 	}
-	rec := &recorder{meta: map[string]taskMeta{}}
+	rec := &recorder{meta: map[string]taskMeta{}, margin: func(model string) time.Duration {
+		if sc := s.Scheduler(); sc != nil {
+			if b, ok := sc.Bucket(model); ok {
+				return b.WindowMargin()
+			}
+		}
+		return 0
+	}}
 	opts.WrapLLM = func(l workers.LLM) workers.LLM { rec.next = l; return rec }
 	opts.WrapHandler = rec.handler
 	admitted := map[string]int64{}

@@ -169,7 +169,8 @@ type ModelConfig struct {
 	SubWindowShare float64 `yaml:"sub_window_share"`
 	// WindowMargin: a window limiter holds each admission this much longer
 	// than the window, for the time until the provider counts the call.
-	// Defaults to window/60.
+	// Unset: measured from the calls' way to the provider, at most
+	// window/60 (see ratelimit.Limits.WindowMargin).
 	WindowMargin Duration `yaml:"window_margin"`
 	// Settle is how a call's real usage corrects its admitted estimate:
 	// estimate (nothing: the provider counted the estimate, OpenAI's way),

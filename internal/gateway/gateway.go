@@ -98,6 +98,9 @@ type Admission interface {
 	Started(ctx context.Context, model, id string) error
 	// Calling moves the charge to the moment the call is sent.
 	Calling(ctx context.Context, model, id string) error
+	// Sent moves it to the request's write, at most after past the
+	// start of Calling.
+	Sent(ctx context.Context, model, id string, after time.Duration) error
 	Settle(ctx context.Context, model, id string, actual ratelimit.Cost) error
 	Withdraw(ctx context.Context, model, id string) (bool, error)
 	KeyOf(ctx context.Context, model, id string) (int, error)

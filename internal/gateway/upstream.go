@@ -10,11 +10,11 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptrace"
 	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/prq-dev/prq/admission"
 	"github.com/prq-dev/prq/ratelimit"
 )
 
@@ -169,14 +169,18 @@ func (g *Gateway) call(ctx, cctx context.Context, q *request, body []byte) (*htt
 	if err != nil {
 		return nil, err
 	}
-	var wrote atomic.Bool // the transport writes on its own goroutine
-	up = up.WithContext(httptrace.WithClientTrace(up.Context(), &httptrace.ClientTrace{
-		WroteRequest: func(i httptrace.WroteRequestInfo) {
-			if i.Err == nil {
-				wrote.Store(true)
-			}
-		},
-	}))
+	// the transport writes on its own goroutine; a window counts the
+	// call from its write (see Scheduler.Sent)
+	callingStart := time.Now()
+	model, ticket := q.model, q.ticket // q's ticket changes if the request goes back through admission
+	tctx, trace := admission.TraceCall(up.Context(), callingStart, func(after time.Duration) {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := g.adm.Sent(sctx, model, ticket, after); err != nil {
+			g.log.WarnContext(ctx, "gateway: could not move the charge to the request's write; the window margin covers the difference", "model", model, "err", err)
+		}
+	})
+	up = up.WithContext(tctx)
 	// the charge moves to the call: the bucket counts what the provider
 	// has not seen, the window counts from here
 	if err := g.adm.Calling(ctx, q.model, q.ticket); err != nil {
@@ -185,10 +189,16 @@ func (g *Gateway) call(ctx, cctx context.Context, q *request, body []byte) (*htt
 	callStart := time.Now()
 	resp, err := g.cfg.Client.Do(up)
 	if err != nil {
-		if !wrote.Load() {
+		if !trace.Wrote() {
 			return nil, &notSentError{err: err}
 		}
 		return nil, err
+	}
+	if b, ok := g.adm.Bucket(q.model); ok {
+		// the request's way to the provider, for a window's margin
+		if way, ok := trace.Way(resp.Header); ok {
+			b.ObserveWay(way)
+		}
 	}
 	if b, ok := g.adm.Bucket(q.model); ok && b.ForKey(key) != nil {
 		if _, err := b.ForKey(key).Sync(context.WithoutCancel(ctx), resp.StatusCode, resp.Header, time.Since(callStart)); err != nil {

@@ -206,6 +206,7 @@ var (
 	descQueue      = prometheus.NewDesc("prq_queue_tasks", "asynq tasks per queue and state (scheduled holds the jobs waiting for admission).", []string{"queue", "state"}, nil)
 	descWindow     = prometheus.NewDesc("prq_provider_window_suspected", "1 when the provider's rate-limit headers look window-limited while the model is configured limiter: bucket (set limiter: window).", []string{"model"}, nil)
 	descCounting   = prometheus.NewDesc("prq_limiter_counts_in_window", "1 when the model's limiter counts in a window now: limiter window, or limiter auto once the provider's headers showed one (its first API key's).", []string{"model"}, nil)
+	descMargin     = prometheus.NewDesc("prq_window_margin_seconds", "How much longer than its window the model's window limiter holds each admission now, in this process: window_margin as set, else twice the longest way to the provider its calls measured over the last two windows (at least 5 ms, at most window/60; window/60 until measured). 0 for a token bucket.", []string{"model"}, nil)
 	descWinLike    = prometheus.NewDesc("prq_provider_window_like_reports", "Provider replies in the last day whose rate-limit headers only a window limiter explains (all processes).", []string{"model"}, nil)
 	descOldest     = prometheus.NewDesc("prq_admission_oldest_wait_seconds", "Age of the oldest ticket waiting for admission (0 when none waits).", []string{"model"}, nil)
 	descAging      = prometheus.NewDesc("prq_admission_aging_seconds", "The aging bound: a job waiting this long goes first (scheduler.aging).", nil, nil)
@@ -273,7 +274,7 @@ type stateCollector struct {
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descBacklog, descInTok, descAdmTok, descAhead, descBehind, descReleased, descAvail, descLimit, descPaused, descKeysPaused, descQueue,
-		descOldest, descAging, descRedisUp, descRedisMem, descRedisMax, descAllCalls, descGitHub, descWindow, descWinLike} {
+		descOldest, descAging, descRedisUp, descRedisMem, descRedisMax, descAllCalls, descGitHub, descWindow, descWinLike, descMargin} {
 		ch <- d
 	}
 	ch <- descLifecycle
@@ -365,6 +366,7 @@ func (c *stateCollector) read(ch chan<- prometheus.Metric) {
 			if sus, err := b.WindowSuspected(ctx); err == nil {
 				ch <- prometheus.MustNewConstMetric(descWindow, prometheus.GaugeValue, b2f(sus), model)
 			}
+			ch <- prometheus.MustNewConstMetric(descMargin, prometheus.GaugeValue, b.WindowMargin().Seconds(), model)
 			if counting, err := b.Counting(ctx); err == nil {
 				ch <- prometheus.MustNewConstMetric(descCounting, prometheus.GaugeValue, b2f(counting == ratelimit.LimiterWindow), model)
 			}
