@@ -16,6 +16,12 @@
 -- and one of the sub-window's are kept, and slots are dropped from the
 -- sums as time passes: each slot is read once per sum, so a decision
 -- costs O(1) amortised and at most the window's slots after idleness.
+-- A slot also keeps the time of its latest charge (field wI:<slot>t,
+-- "time:value"), so it stops counting a span after that charge, not
+-- after the slot's end: on average half a slot sooner. The time holds
+-- only while the slot's value is the one written beside it: a writer
+-- that knows no times (an older prq) changes the value, and the slot
+-- counts to its end again.
 -- Slots stay stored for a second window after they stop counting, so a
 -- provider's report of some seconds ago can be compared with ours then.
 --
@@ -33,15 +39,18 @@ function B.clock(override)
 end
 
 local function slotfield(i, j) return 'w' .. i .. ':' .. B.fmt(j) end
+local function timefield(i, j) return 'w' .. i .. ':' .. B.fmt(j) .. 't' end
 
 -- readslots returns the values of slots a..b of window dimension i
--- (cached in st: the admission loop may ask several times).
+-- (cached in st: the admission loop may ask several times), and their
+-- latest charges' times in st.tcache[i] (false: not known).
 local function readslots(st, i, a, b)
-  local cache = st.cache[i]
+  local cache, tcache = st.cache[i], st.tcache[i]
   local want, idx = {}, {}
   for j = a, b do
     if cache[j] == nil then
       want[#want + 1] = slotfield(i, j)
+      want[#want + 1] = timefield(i, j)
       idx[#idx + 1] = j
     end
   end
@@ -50,13 +59,40 @@ local function readslots(st, i, a, b)
     local part = {}
     for k = c, math.min(c + 499, #want) do part[#part + 1] = want[k] end
     local got = redis.call('HMGET', st.key, unpack(part))
-    for k = 1, #part do cache[idx[c + k - 1]] = tonumber(got[k] or '') or 0 end
+    for k = 1, #part, 2 do
+      local j = idx[(c + k - 1 + 1) / 2]
+      local v = tonumber(got[k] or '') or 0
+      cache[j] = v
+      tcache[j] = false
+      local ts, tv = string.match(got[k + 1] or '', '^(%d+):(%-?%d+)$')
+      if ts and tonumber(tv) == v then tcache[j] = tonumber(ts) end
+    end
   end
   return cache
 end
 
-local function addslot(st, i, j, amount)
+-- slotend returns the time of the latest charge slot j of window
+-- dimension i may hold: its own, else the slot's last µs.
+local function slotend(st, i, j)
+  local t = st.tcache[i][j]
+  if t then return t end
+  return (j + 1) * st.slot[i] - 1
+end
+
+-- addslot adds amount to slot j of window dimension i; a charge (amount
+-- > 0) made at time t (nil: not known) moves the slot's latest time.
+local function addslot(st, i, j, amount, t)
   local cache = readslots(st, i, j, j)
+  if amount > 0 then
+    local old = st.tcache[i][j]
+    if t == nil then
+      st.tcache[i][j] = false
+    elseif cache[j] <= 0 then
+      st.tcache[i][j] = t
+    elseif old then
+      st.tcache[i][j] = math.max(old, t)
+    end
+  end
   cache[j] = cache[j] + amount
   st.dirty[i][j] = true
   if j >= st.p[i] then st.sum[i] = st.sum[i] + amount end
@@ -76,7 +112,7 @@ end
 function B.load(key, argv, base, now)
   local st = {key = key, now = now, kind = {}, lim = {}, per = {}, burst = {}, val = {}, level = {},
     sub = {}, sublim = {}, slot = {}, sum = {}, subsum = {}, p = {}, q = {}, d = {}, h = {}, base = {}, learn = {},
-    cache = {}, dirty = {}, del = {}}
+    cache = {}, tcache = {}, dirty = {}, del = {}}
   local n = tonumber(argv[base + 1])
   st.n = n
   local b = base + 1
@@ -111,7 +147,7 @@ function B.load(key, argv, base, now)
       st.val[i] = tonumber(v[7])
       st.burst[i] = st.lim[i]
       if st.sub[i] > 0 and st.sublim[i] < st.burst[i] then st.burst[i] = st.sublim[i] end
-      st.cache[i], st.dirty[i], st.del[i] = {}, {}, {}
+      st.cache[i], st.tcache[i], st.dirty[i], st.del[i] = {}, {}, {}, {}
     else
       st.burst[i] = tonumber(v[4])
       st.val[i] = tonumber(v[5])
@@ -152,7 +188,10 @@ function B.load(key, argv, base, now)
         -- the window was reconfigured: its slots mean other times; start
         -- afresh (as a new bucket starts full) and drop the old slots
         local from, to = tonumber(d) or 0, tonumber(h) or -1
-        for j = from, math.min(to, from + 30000) do st.del[i][#st.del[i] + 1] = slotfield(i, j) end
+        for j = from, math.min(to, from + 30000) do
+          st.del[i][#st.del[i] + 1] = slotfield(i, j)
+          st.del[i][#st.del[i] + 1] = timefield(i, j)
+        end
         p = false
       end
       if p == false or p == nil then
@@ -190,6 +229,15 @@ function B.load(key, argv, base, now)
           end
           st.p[i] = back
         end
+        -- the oldest slot still counting stops at its latest charge's
+        -- time and the span, before its end's
+        if st.p[i] == lo and lo <= st.h[i] then
+          local c = readslots(st, i, lo, lo)
+          if c[lo] > 0 and slotend(st, i, lo) < now - st.per[i] then
+            st.sum[i] = st.sum[i] - c[lo]
+            st.p[i] = lo + 1
+          end
+        end
         if st.sub[i] > 0 then
           local sback = math.max(los, st.d[i])
           if st.q[i] > sback then
@@ -200,9 +248,19 @@ function B.load(key, argv, base, now)
             end
             st.q[i] = sback
           end
+          if st.q[i] == los and los <= st.h[i] then
+            local c = readslots(st, i, los, los)
+            if c[los] > 0 and slotend(st, i, los) < now - st.sub[i] then
+              st.subsum[i] = st.subsum[i] - c[los]
+              st.q[i] = los + 1
+            end
+          end
         end
         if st.d[i] < lod then
-          for j = st.d[i], math.min(lod - 1, st.h[i]) do st.del[i][#st.del[i] + 1] = slotfield(i, j) end
+          for j = st.d[i], math.min(lod - 1, st.h[i]) do
+            st.del[i][#st.del[i] + 1] = slotfield(i, j)
+            st.del[i][#st.del[i] + 1] = timefield(i, j)
+          end
           st.d[i] = lod
         end
       end
@@ -234,7 +292,7 @@ local function slotwait(st, i, need, from, span)
     while j <= top do
       acc = acc + cache[j]
       if acc >= need then
-        w = (j + 1) * st.slot[i] + span - st.now
+        w = slotend(st, i, j) + 1 + span - st.now
         break
       end
       j = j + 1
@@ -280,10 +338,13 @@ end
 -- span, from slot from) stops counting within tw µs from now.
 local function expiredby(st, i, from, span, tw)
   local acc, j, h = 0, from, st.h[i]
-  while j <= h and (j + 1) * st.slot[i] + span - st.now <= tw do
+  -- slots stop counting in order (a slot's latest charge is after the
+  -- previous slot's end)
+  while j <= h and j * st.slot[i] + span - st.now <= tw do
     local top = math.min(j + 7, h)
     local cache = readslots(st, i, j, top)
-    while j <= top and (j + 1) * st.slot[i] + span - st.now <= tw do
+    while j <= top do
+      if slotend(st, i, j) + 1 + span - st.now > tw then return acc end
       acc = acc + cache[j]
       j = j + 1
     end
@@ -356,7 +417,7 @@ function B.take(st, costs)
   for i = 1, st.n do
     if st.kind[i] == 'w' then
       if costs[i] ~= 0 then
-        addslot(st, i, math.floor(st.now / st.slot[i]), costs[i])
+        addslot(st, i, math.floor(st.now / st.slot[i]), costs[i], st.now)
         refreshlevel(st, i)
       end
     else
@@ -373,7 +434,7 @@ end
 function B.give(st, i, amount, at)
   if st.kind[i] == 'w' then
     if amount < 0 then
-      addslot(st, i, math.floor(st.now / st.slot[i]), -amount)
+      addslot(st, i, math.floor(st.now / st.slot[i]), -amount, st.now)
     elseif amount > 0 and at ~= nil then
       local j = math.floor(at / st.slot[i])
       if j >= st.p[i] and j <= st.h[i] then
@@ -396,8 +457,9 @@ end
 function B.move(st, i, amount, from, to)
   B.give(st, i, amount, from)
   local j = math.floor(to / st.slot[i])
-  if j < st.p[i] then j = st.p[i] end
-  addslot(st, i, j, amount)
+  local t = to
+  if j < st.p[i] then j, t = st.p[i], nil end
+  addslot(st, i, j, amount, t)
   refreshlevel(st, i)
 end
 
@@ -474,10 +536,25 @@ function B.save(st)
         args[#args + 1] = pre .. kv[1]
         args[#args + 1] = B.fmt(kv[2])
       end
+      local untimed = {}
       for j in pairs(st.dirty[i]) do
         if j >= st.d[i] then
           args[#args + 1] = slotfield(i, j)
           args[#args + 1] = B.fmt(st.cache[i][j])
+          local t = st.tcache[i][j]
+          if t then
+            args[#args + 1] = timefield(i, j)
+            args[#args + 1] = B.fmt(t) .. ':' .. B.fmt(st.cache[i][j])
+          else
+            untimed[#untimed + 1] = timefield(i, j)
+          end
+        end
+      end
+      if #untimed > 0 then
+        for c = 1, #untimed, 500 do
+          local part = {}
+          for x = c, math.min(c + 499, #untimed) do part[#part + 1] = untimed[x] end
+          redis.call('HDEL', st.key, unpack(part))
         end
       end
       if #st.del[i] > 0 then

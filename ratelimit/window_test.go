@@ -344,7 +344,9 @@ func TestWindowReconfigured(t *testing.T) {
 		t.Fatalf("the new 10s window: %+v", d)
 	}
 	fields, _ := rdb.HLen(ctx, b2.StateKey()).Result()
-	if fields > 20 {
+	// 't', 8 fields per dimension and b's slot and its time in each of
+	// the two: 21 (a's would make 25)
+	if fields > 21 {
 		t.Fatalf("%d fields left in the state: the old slots were not dropped", fields)
 	}
 }
@@ -377,5 +379,50 @@ func TestWindowLearnsMargin(t *testing.T) {
 	d, _ = b.Reserve(ctx, "d", ratelimit.Cost{Requests: 1, Tokens: 1})
 	if want := time.Second + margin + (time.Second+margin)/10; d.Wait < want-slot || d.Wait > want+slot {
 		t.Fatalf("after many 429s: wait %s, want %s (capped at a tenth of the window) within a slot", d.Wait, want)
+	}
+}
+
+// TestWindowSlotTime: a slot stops counting a span after its latest
+// charge, not after the slot's end; once a writer that knows no times
+// (an older prq) has changed the slot, it counts to its end again.
+func TestWindowSlotTime(t *testing.T) {
+	ctx := context.Background()
+	b, clk, rdb := newBucket(t, t.Name(), winLimits)
+	g := slot.Microseconds()
+	// charge 1 µs into a slot: its end is a slot later
+	now := clk.now().UnixMicro()
+	clk.advance(time.Duration((now/g+1)*g+1-now) * time.Microsecond)
+	if d, err := b.Reserve(ctx, "a", ratelimit.Cost{Requests: 1, Tokens: 1000}); err != nil || !d.Admitted {
+		t.Fatalf("first reservation: %+v %v", d, err)
+	}
+	d, err := b.Reserve(ctx, "b", ratelimit.Cost{Requests: 1, Tokens: 1000})
+	if err != nil || d.Admitted {
+		t.Fatalf("second reservation: %+v %v", d, err)
+	}
+	span := time.Second + margin.Truncate(time.Microsecond) // as the script counts it
+	if want := span + time.Microsecond; d.Wait != want {
+		t.Fatalf("wait %s, want the window and the margin after the charge, %s (the slot's end would be %s later)", d.Wait, want, slot-time.Microsecond)
+	}
+	clk.advance(d.Wait - time.Microsecond)
+	if d, _ := b.Reserve(ctx, "b", ratelimit.Cost{Requests: 1, Tokens: 1000}); d.Admitted {
+		t.Fatal("admitted before the charge left the window")
+	}
+	clk.advance(time.Microsecond)
+	if d, _ := b.Reserve(ctx, "b", ratelimit.Cost{Requests: 1, Tokens: 1000}); !d.Admitted {
+		t.Fatal("not admitted when the charge had left the window")
+	}
+	// an older writer adds to b's slot (tokens are dimension 2): the
+	// slot's time no longer holds, it counts to the slot's end
+	j := clk.now().UnixMicro() / g
+	if err := rdb.HIncrBy(ctx, b.StateKey(), fmt.Sprintf("w2:%d", j), 1).Err(); err != nil {
+		t.Fatal(err)
+	}
+	d, err = b.Reserve(ctx, "c", ratelimit.Cost{Requests: 1, Tokens: 1000})
+	if err != nil || d.Admitted {
+		t.Fatalf("third reservation: %+v %v", d, err)
+	}
+	end := time.UnixMicro((j + 1) * g)
+	if want := end.Add(span).Sub(clk.now()); d.Wait != want {
+		t.Fatalf("wait %s after an untimed write, want to the slot's end and the span, %s", d.Wait, want)
 	}
 }

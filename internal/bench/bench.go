@@ -581,7 +581,6 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 			if hold == 0 {
 				hold = meanMargin(calls, review, lim.Period/60) // measured, at most ratelimit's default
 			}
-			hold += lim.Period / 240 // half of one of ratelimit's 120 slots
 		}
 		res.WindowGap = windowGapOf(fakes.OpenAI.Admissions(review), calls, review, lim.TokensPerPeriod, lim.Period, hold)
 		res.Ideal = idealFillsOf(calls, review, lim.TokensPerPeriod, lim.Period, hold)

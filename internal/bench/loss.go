@@ -178,7 +178,7 @@ func backloggedWindows(adm []fakeopenai.Admission, queued []span, w time.Duratio
 //   - Packing: room prq saw too, below the smallest ticket waiting for
 //     admission;
 //   - Hold: room prq could not use because it counts each call from its
-//     call for hold (the window margin and half a slot) longer than the
+//     call for hold (the window margin) longer than the
 //     provider's window;
 //   - Transit: room held in prq's window by calls admitted and not sent
 //     yet (admission charges at once; the provider counts on arrival);
