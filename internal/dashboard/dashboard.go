@@ -197,6 +197,9 @@ type modelState struct {
 	// AutoWindow: limiter auto counts in a window now (the provider's
 	// headers showed one).
 	AutoWindow bool `json:"auto_window,omitempty"`
+	// WindowMarginMS: a window limiter holds each admission this much
+	// longer than its window now, in this process (measured unless set).
+	WindowMarginMS float64 `json:"window_margin_ms,omitempty"`
 	// Keys is each API key's state, with several keys (named by their
 	// short hash, never the key).
 	Keys []keyState `json:"keys,omitempty"`
@@ -259,6 +262,9 @@ func (d *Dashboard) state(ctx context.Context, smp *sampler) dashState {
 		ms := modelState{Name: model, LimitPerSecond: float64(b.Keys()) * float64(l.TokensPerPeriod) / l.Period.Seconds(),
 			Available: avail.Tokens, Paused: paused[model], Released: s.Released, WindowSuspected: suspected,
 			AutoWindow: l.Limiter == ratelimit.LimiterAuto && counting == ratelimit.LimiterWindow}
+		if counting == ratelimit.LimiterWindow {
+			ms.WindowMarginMS = float64(b.WindowMargin().Microseconds()) / 1000
+		}
 		if b.Keys() > 1 {
 			pk := src.PausedKeys(ctx, model)
 			for i := range b.Keys() {

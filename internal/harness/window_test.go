@@ -81,6 +81,10 @@ func endToEndWindow(t *testing.T, limiter string) {
 		} else {
 			t.Logf("window margin measured: %.1f ms (default %s)", v*1000, per/60)
 		}
+		// and the dashboard shows it
+		if code, body := get(t, "http://"+s.app.ListenAddr()+"/api/dashboard", string(s.app.Config().Admin.Token)); code != 200 || !strings.Contains(body, `"window_margin_ms":`) {
+			t.Errorf("/api/dashboard: %d, no window margin for the review model: %.300s", code, body)
+		}
 	}
 	if limiter == "auto" {
 		b, _ := s.app.Scheduler().Bucket(m.Name)
