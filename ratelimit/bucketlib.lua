@@ -19,9 +19,14 @@
 -- A slot also keeps the time of its latest charge (field wI:<slot>t,
 -- "time:value"), so it stops counting a span after that charge, not
 -- after the slot's end: on average half a slot sooner. The time holds
--- only while the slot's value is the one written beside it: a writer
--- that knows no times (an older prq) changes the value, and the slot
--- counts to its end again.
+-- only while the slot's value is the one written beside it (a writer
+-- that knows no times, an older prq, changes the value), and only for
+-- slots that began after the last save of such a writer: it writes the
+-- state's time t and not tv, so a load that finds t past tv knows one
+-- saved since (field ow, its time), and what it may have done without
+-- changing a value (move a charge within a slot) stays in slots up to
+-- then, which count to their ends. Time fields such a writer left when
+-- it dropped old slots are dropped later (wIe: up to which they are).
 -- Slots stay stored for a second window after they stop counting, so a
 -- provider's report of some seconds ago can be compared with ours then.
 --
@@ -75,7 +80,7 @@ end
 -- dimension i may hold: its own, else the slot's last µs.
 local function slotend(st, i, j)
   local t = st.tcache[i][j]
-  if t then return t end
+  if t and j > st.owslot[i] then return t end
   return (j + 1) * st.slot[i] - 1
 end
 
@@ -156,13 +161,20 @@ function B.load(key, argv, base, now)
   local fields = {'t'}
   for i = 1, n do
     if st.kind[i] == 'w' then
-      for _, f in ipairs({'s', 'u', 'p', 'q', 'd', 'h', 'g', 'm'}) do fields[#fields + 1] = 'w' .. i .. f end
+      for _, f in ipairs({'s', 'u', 'p', 'q', 'd', 'h', 'g', 'm', 'e'}) do fields[#fields + 1] = 'w' .. i .. f end
     else
       fields[#fields + 1] = 'l' .. i
     end
   end
+  fields[#fields + 1] = 'tv'
+  fields[#fields + 1] = 'ow'
   local stored = redis.call('HMGET', key, unpack(fields))
   st.last = tonumber(stored[1] or '') or now
+  -- the last save of a writer that knows no slot times (see above)
+  local tv, t0 = tonumber(stored[#fields - 1] or ''), tonumber(stored[1] or '')
+  st.ow = tonumber(stored[#fields] or '')
+  if t0 ~= nil and (tv == nil or t0 > tv) then st.ow = t0 end
+  st.owslot = {}
   local elapsed = now - st.last
   if elapsed < 0 then elapsed = 0 end
   local k = 2
@@ -183,7 +195,11 @@ function B.load(key, argv, base, now)
       local lod = math.floor((now - 2 * st.per[i]) / g)
       local s, u, p, q, d, h = stored[k], stored[k + 1], stored[k + 2], stored[k + 3], stored[k + 4], stored[k + 5]
       local oldg = oldg0
-      k = k + 8
+      -- time fields are dropped up to slot e (below: older writers')
+      local e = tonumber(stored[k + 8] or '')
+      k = k + 9
+      st.owslot[i] = -1
+      if st.ow ~= nil then st.owslot[i] = math.floor(st.ow / g) end
       if p and oldg ~= g then
         -- the window was reconfigured: its slots mean other times; start
         -- afresh (as a new bucket starts full) and drop the old slots
@@ -255,6 +271,10 @@ function B.load(key, argv, base, now)
               st.q[i] = los + 1
             end
           end
+        end
+        -- an older writer dropped slots below d and left their times
+        if e ~= nil and e < st.d[i] then
+          for j = e, math.min(st.d[i] - 1, e + 30000) do st.del[i][#st.del[i] + 1] = timefield(i, j) end
         end
         if st.d[i] < lod then
           for j = st.d[i], math.min(lod - 1, st.h[i]) do
@@ -527,12 +547,17 @@ function B.block(st, i, wait)
 end
 
 function B.save(st)
-  local args = {'t', B.fmt(math.max(st.now, st.last))}
+  local t = B.fmt(math.max(st.now, st.last))
+  local args = {'t', t, 'tv', t}
+  if st.ow ~= nil then
+    args[#args + 1] = 'ow'
+    args[#args + 1] = B.fmt(st.ow)
+  end
   local maxper = 0
   for i = 1, st.n do
     if st.kind[i] == 'w' then
       local pre = 'w' .. i
-      for _, kv in ipairs({{'s', st.sum[i]}, {'u', st.subsum[i]}, {'p', st.p[i]}, {'q', st.q[i]}, {'d', st.d[i]}, {'h', st.h[i]}, {'g', st.slot[i]}, {'m', st.learn[i]}}) do
+      for _, kv in ipairs({{'s', st.sum[i]}, {'u', st.subsum[i]}, {'p', st.p[i]}, {'q', st.q[i]}, {'d', st.d[i]}, {'h', st.h[i]}, {'g', st.slot[i]}, {'m', st.learn[i]}, {'e', st.d[i]}}) do
         args[#args + 1] = pre .. kv[1]
         args[#args + 1] = B.fmt(kv[2])
       end

@@ -19,6 +19,9 @@ type wayMeter struct {
 	epoch     int64 // index of the current window span
 	cur, prev time.Duration
 	seen      bool
+	// unknownUntil: a call's charge could not be moved to its write
+	// (WayUnknown); the default margin holds until then
+	unknownUntil time.Time
 }
 
 func (m *wayMeter) observe(now time.Time, span, d time.Duration) {
@@ -35,7 +38,7 @@ func (m *wayMeter) longest(now time.Time, span time.Duration) (time.Duration, bo
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.rotate(now, span)
-	if !m.seen || (m.cur == 0 && m.prev == 0) {
+	if now.Before(m.unknownUntil) || !m.seen || (m.cur == 0 && m.prev == 0) {
 		return 0, false
 	}
 	return max(m.cur, m.prev), true
@@ -70,6 +73,20 @@ func (b *Bucket) ObserveWay(d time.Duration) {
 	b.way.observe(b.wallNow(), b.limits.Window, d)
 }
 
+// WayUnknown records that a call's charge could not be moved to its
+// call or its write (Redis failed): the margin must cover the whole way
+// from where the charge stayed, so this process holds the default
+// margin, Window/60, for the next two windows (what the charge may
+// still count in), measured or not.
+func (b *Bucket) WayUnknown() {
+	if b.way == nil || !b.limits.Windowed() {
+		return
+	}
+	b.way.mu.Lock()
+	b.way.unknownUntil = b.wallNow().Add(2 * b.limits.Window)
+	b.way.mu.Unlock()
+}
+
 // WindowMargin returns the margin a window limiter holds each admission
 // longer than its window now: the one set in the limits, else the one
 // measured (see ObserveWay). 0 for a token bucket.
@@ -96,16 +113,17 @@ func (b *Bucket) wallNow() time.Time {
 }
 
 // ProcessingTime returns the time the provider says it spent on a call
-// (OpenAI's and Azure OpenAI's openai-processing-ms header); false when
-// the reply has none or it is not a whole number of milliseconds.
+// (OpenAI's and Azure OpenAI's openai-processing-ms header, whole or
+// decimal milliseconds); false when the reply has none or it is not a
+// number of milliseconds below a day.
 func ProcessingTime(h http.Header) (time.Duration, bool) {
 	v := strings.TrimSpace(h.Get("openai-processing-ms"))
 	if v == "" {
 		return 0, false
 	}
-	ms, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || ms < 0 || ms > int64(24*time.Hour/time.Millisecond) {
+	ms, err := strconv.ParseFloat(v, 64)
+	if err != nil || !(ms >= 0 && ms < float64(24*time.Hour/time.Millisecond)) {
 		return 0, false
 	}
-	return time.Duration(ms) * time.Millisecond, true
+	return time.Duration(ms * float64(time.Millisecond)), true
 }

@@ -54,6 +54,20 @@ func TestWindowMarginMeasured(t *testing.T) {
 	if m := b.WindowMargin(); m != margin {
 		t.Fatalf("margin %s with no way measured in two windows, want Window/60 (%s)", m, margin)
 	}
+	// a charge that could not be moved to its write: the default for
+	// two windows, whatever is measured meanwhile
+	b.ObserveWay(time.Millisecond)
+	b.WayUnknown()
+	b.ObserveWay(time.Millisecond)
+	clk.advance(2*time.Second - time.Microsecond)
+	if m := b.WindowMargin(); m != margin {
+		t.Fatalf("margin %s within two windows of an unknown way, want Window/60 (%s)", m, margin)
+	}
+	b.ObserveWay(time.Millisecond)
+	clk.advance(time.Microsecond)
+	if m := b.WindowMargin(); m != 5*time.Millisecond {
+		t.Fatalf("margin %s two windows after an unknown way, want the measured 5 ms", m)
+	}
 	set := winLimits
 	set.WindowMargin = 50 * time.Millisecond
 	bs, _, _ := newBucket(t, t.Name()+"-set", set)
@@ -102,8 +116,11 @@ func TestProcessingTime(t *testing.T) {
 		{"412", 412 * time.Millisecond, true},
 		{" 7 ", 7 * time.Millisecond, true},
 		{"", 0, false},
+		{"355.4426", 355442600 * time.Nanosecond, true},
 		{"-3", 0, false},
-		{"1.5", 0, false},
+		{"NaN", 0, false},
+		{"Inf", 0, false},
+		{"1e3x", 0, false},
 		{"99999999999", 0, false},
 	} {
 		h := http.Header{}

@@ -344,9 +344,9 @@ func TestWindowReconfigured(t *testing.T) {
 		t.Fatalf("the new 10s window: %+v", d)
 	}
 	fields, _ := rdb.HLen(ctx, b2.StateKey()).Result()
-	// 't', 8 fields per dimension and b's slot and its time in each of
-	// the two: 21 (a's would make 25)
-	if fields > 21 {
+	// 't' and 'tv', 9 fields per dimension and b's slot and its time in
+	// each of the two: 24 (a's would make 28)
+	if fields > 24 {
 		t.Fatalf("%d fields left in the state: the old slots were not dropped", fields)
 	}
 }
@@ -424,5 +424,64 @@ func TestWindowSlotTime(t *testing.T) {
 	end := time.UnixMicro((j + 1) * g)
 	if want := end.Add(span).Sub(clk.now()); d.Wait != want {
 		t.Fatalf("wait %s after an untimed write, want to the slot's end and the span, %s", d.Wait, want)
+	}
+}
+
+// TestWindowSlotTimeOlderWriter: a writer that knows no slot times (an
+// older prq) may move a charge within a slot without changing its value;
+// it saves the state's time t but not tv, so after such a save the slots
+// up to then count to their ends, and later slots' times hold again. The
+// time fields it leaves when it drops old slots are dropped.
+func TestWindowSlotTimeOlderWriter(t *testing.T) {
+	ctx := context.Background()
+	b, clk, rdb := newBucket(t, t.Name(), winLimits)
+	g := slot.Microseconds()
+	span := time.Second + margin.Truncate(time.Microsecond)
+	now := clk.now().UnixMicro()
+	clk.advance(time.Duration((now/g+1)*g+1-now) * time.Microsecond)
+	if d, err := b.Reserve(ctx, "a", ratelimit.Cost{Requests: 1, Tokens: 1000}); err != nil || !d.Admitted {
+		t.Fatalf("first reservation: %+v %v", d, err)
+	}
+	j := clk.now().UnixMicro() / g
+	// the older writer saves 2 µs later, its slot's value unchanged
+	clk.advance(2 * time.Microsecond)
+	if err := rdb.HSet(ctx, b.StateKey(), "t", clk.now().UnixMicro()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	d, err := b.Reserve(ctx, "b", ratelimit.Cost{Requests: 1, Tokens: 1000})
+	if err != nil || d.Admitted {
+		t.Fatalf("second reservation: %+v %v", d, err)
+	}
+	if want := time.UnixMicro((j + 1) * g).Add(span).Sub(clk.now()); d.Wait != want {
+		t.Fatalf("wait %s after an older writer's save, want to the slot's end and the span, %s", d.Wait, want)
+	}
+	// a slot begun after that save keeps its time
+	clk.advance(d.Wait + slot)
+	if d, _ := b.Reserve(ctx, "b", ratelimit.Cost{Requests: 1, Tokens: 1000}); !d.Admitted {
+		t.Fatal("b refused after a's slot left the window")
+	}
+	d, err = b.Reserve(ctx, "c", ratelimit.Cost{Requests: 1, Tokens: 1000})
+	if err != nil || d.Admitted {
+		t.Fatalf("third reservation: %+v %v", d, err)
+	}
+	if want := span + time.Microsecond; d.Wait != want {
+		t.Fatalf("wait %s for a slot begun after the older save, want the charge's own time and the span, %s", d.Wait, want)
+	}
+	// the older writer drops slots below a later d and leaves their times
+	dKey := "w2d"
+	dv, err := rdb.HGet(ctx, b.StateKey(), dKey).Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := fmt.Sprintf("w2:%dt", dv+1)
+	if err := rdb.HSet(ctx, b.StateKey(), left, "1:1", dKey, dv+3).Err(); err != nil {
+		t.Fatal(err)
+	}
+	clk.advance(span + slot) // b has left: d is admitted and saved
+	if d, err := b.Reserve(ctx, "d", ratelimit.Cost{Requests: 1, Tokens: 1}); err != nil || !d.Admitted {
+		t.Fatalf("fourth reservation: %+v %v", d, err)
+	}
+	if n, _ := rdb.HExists(ctx, b.StateKey(), left).Result(); n {
+		t.Fatalf("%s, left by an older writer below d, is still there", left)
 	}
 }

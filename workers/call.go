@@ -142,6 +142,14 @@ type callMover interface {
 	Sent(ctx context.Context, model, id string, after time.Duration) error
 }
 
+// wayUnknown holds a model's window margin at its default for a while: a
+// charge stayed short of its call's write.
+func wayUnknown(p Provider, model string) {
+	if b, _ := p.Bucket(model); b != nil {
+		b.WayUnknown()
+	}
+}
+
 // call makes the call. Failures come back classified: a skip (quota, too
 // large, permanent), a return to admission (429, account problems,
 // transient failures with backoff).
@@ -198,14 +206,16 @@ func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
 		// the charge moves to the call: a window counts it from now, a
 		// bucket counts what the provider has not seen yet
 		if err := cl.Calling(ctx, model, s.ticket.ID); err != nil {
-			log.WarnContext(ctx, "could not move the job's charge to its call; the window margin (a bucket: the start's correction) covers the difference", "task", s.ticket.ID, "model", model, "err", err)
+			wayUnknown(cfg.Provider, model)
+			log.WarnContext(ctx, "could not move the job's charge to its call; the window margin, at its default for two windows (a bucket: the start's correction), covers the difference", "task", s.ticket.ID, "model", model, "err", err)
 		}
 		// and a window's, again, to the request's write
 		sent = func(after time.Duration) {
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
 			if err := cl.Sent(sctx, model, s.ticket.ID, after); err != nil {
-				log.WarnContext(ctx, "could not move the job's charge to its request's write; the window margin covers the difference", "task", s.ticket.ID, "model", model, "err", err)
+				wayUnknown(cfg.Provider, model)
+				log.WarnContext(ctx, "could not move the job's charge to its request's write; the window margin, at its default for two windows, covers the difference", "task", s.ticket.ID, "model", model, "err", err)
 			}
 		}
 	}

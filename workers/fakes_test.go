@@ -32,6 +32,9 @@ type fakeAdmission struct {
 	RegisterAtFunc func(t admission.Ticket, at time.Time) error
 	PauseFunc      func(model string) error
 	models         []string
+	// CallingErr fails Calling; bucket is what Bucket gives (nil: none).
+	CallingErr error
+	bucket     *ratelimit.Bucket
 }
 
 var (
@@ -124,7 +127,7 @@ func (f *fakeAdmission) KeyOf(context.Context, string, string) (int, error) { re
 // a window's charge there).
 func (f *fakeAdmission) Calling(_ context.Context, model, id string) error {
 	f.record("calling %s", id)
-	return nil
+	return f.CallingErr
 }
 
 // Sent records that a job's request was written (admission moves a
@@ -134,7 +137,7 @@ func (f *fakeAdmission) Sent(_ context.Context, model, id string, after time.Dur
 	return nil
 }
 
-func (f *fakeAdmission) Bucket(string) (*ratelimit.Bucket, bool) { return nil, false }
+func (f *fakeAdmission) Bucket(string) (*ratelimit.Bucket, bool) { return f.bucket, f.bucket != nil }
 
 func (f *fakeAdmission) Models() []string { return f.models }
 

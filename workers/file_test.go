@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/hibiken/asynq"
 
@@ -92,6 +93,33 @@ func TestFileWorkerCallingBeforeCall(t *testing.T) {
 	}
 	if got := adm.Events("calling"); len(got) != 1 {
 		t.Fatalf("calling %q, want once", got)
+	}
+}
+
+// TestFileWorkerCallingFailedHoldsDefaultMargin: when the job's charge
+// cannot be moved to its call (Redis failed), it stays at the start, and
+// a margin measured from the write would not cover the way from there:
+// the process holds the default margin for two windows.
+func TestFileWorkerCallingFailedHoldsDefaultMargin(t *testing.T) {
+	t.Parallel()
+	b, err := ratelimit.NewBucket(redistest.Shared(t).Client(t), "m-margin-"+t.Name(), "sk-margin",
+		ratelimit.Limits{RequestsPerPeriod: 100, TokensPerPeriod: 100000, Period: time.Minute, Limiter: ratelimit.LimiterWindow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.ObserveWay(time.Millisecond)
+	if m := b.WindowMargin(); m != 5*time.Millisecond {
+		t.Fatalf("measured margin %s, want 5ms", m)
+	}
+	st, adm, q := newStore(t), &fakeAdmission{CallingErr: errors.New("redis: connection refused"), bucket: b}, &fakeQueue{}
+	pr := testPR(t, 211)
+	_, task := plannedFile(t, st, pr, jobs.KindSummary)
+	w := newFileWorker(t, st, adm, newCaller(t, adm, &fakeLLM{CompleteFunc: answer("Adds b.")}, nil, nil), q, nil)
+	if err := w.ProcessTask(context.Background(), task); err != nil {
+		t.Fatal(err)
+	}
+	if m := b.WindowMargin(); m != time.Minute/60 {
+		t.Fatalf("margin %s after a call whose charge stayed at its start, want the default %s", m, time.Minute/60)
 	}
 }
 

@@ -177,14 +177,16 @@ func (g *Gateway) call(ctx, cctx context.Context, q *request, body []byte) (*htt
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		if err := g.adm.Sent(sctx, model, ticket, after); err != nil {
-			g.log.WarnContext(ctx, "gateway: could not move the charge to the request's write; the window margin covers the difference", "model", model, "err", err)
+			g.wayUnknown(model)
+			g.log.WarnContext(ctx, "gateway: could not move the charge to the request's write; the window margin, at its default for two windows, covers the difference", "model", model, "err", err)
 		}
 	})
 	up = up.WithContext(tctx)
 	// the charge moves to the call: the bucket counts what the provider
 	// has not seen, the window counts from here
 	if err := g.adm.Calling(ctx, q.model, q.ticket); err != nil {
-		g.log.WarnContext(ctx, "gateway: could not move the charge to the call", "model", q.model, "err", err)
+		g.wayUnknown(q.model)
+		g.log.WarnContext(ctx, "gateway: could not move the charge to the call; the window margin, at its default for two windows, covers the difference", "model", q.model, "err", err)
 	}
 	callStart := time.Now()
 	resp, err := g.cfg.Client.Do(up)
@@ -206,6 +208,14 @@ func (g *Gateway) call(ctx, cctx context.Context, q *request, body []byte) (*htt
 		}
 	}
 	return resp, nil
+}
+
+// wayUnknown holds a model's window margin at its default for a while: a
+// charge stayed short of its call's write.
+func (g *Gateway) wayUnknown(model string) {
+	if b, ok := g.adm.Bucket(model); ok && b != nil {
+		b.WayUnknown()
+	}
 }
 
 // notSentError is a call that failed before its request was written
