@@ -196,6 +196,9 @@ type benchResult struct {
 	BacklogWindows int     `json:"backlog_windows"`
 	// WindowGap splits what those windows left unused.
 	WindowGap windowGap `json:"window_gap"`
+	// HoldMS is the window margin prq held past the provider's window
+	// for the review model's calls, mean ms (0: a token bucket)
+	HoldMS float64 `json:"hold_ms,omitempty"`
 	// Ideal is TPMBacklogged as an admission with no latency would make
 	// it, on the same calls with the same hold, in each order.
 	Ideal            idealFills         `json:"ideal_backlogged_fill"`
@@ -582,6 +585,7 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 				hold = meanMargin(calls, review, lim.Period/60) // measured, at most ratelimit's default
 			}
 		}
+		res.HoldMS = float64(hold.Microseconds()) / 1000
 		res.WindowGap = windowGapOf(fakes.OpenAI.Admissions(review), calls, review, lim.TokensPerPeriod, lim.Period, hold)
 		res.Ideal = idealFillsOf(calls, review, lim.TokensPerPeriod, lim.Period, hold)
 	}

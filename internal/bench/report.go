@@ -44,6 +44,12 @@ func writeBench(out io.Writer, b Flags, results, scale []benchResult) error {
 		row("TPM utilisation, mean fill of the windows a review job waited throughout (windows sampled)", func(r benchResult) string {
 			return fmt.Sprintf("%s (%d)", pctf(r.TPMBacklogged), r.BacklogWindows)
 		})
+		row("window margin prq held past the window, mean at the review model's calls (ms; measured unless --window-margin)", func(r benchResult) string {
+			if r.HoldMS == 0 {
+				return "—"
+			}
+			return fmt.Sprintf("%.1f", r.HoldMS)
+		})
 		row("of those windows, unused: below the smallest waiting ticket / prq's longer count / admitted, not sent / a waiting ticket fit (held by the order, or not yet acted on)", func(r benchResult) string {
 			return pctf(r.WindowGap.Packing) + " / " + pctf(r.WindowGap.Hold) + " / " + pctf(r.WindowGap.Transit) + " / " + pctf(r.WindowGap.Fitting)
 		})
