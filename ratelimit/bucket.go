@@ -565,19 +565,25 @@ func (b *Bucket) scriptArgs(v Values, daily bool) []any {
 			subUS, subLimit, shortest = l.SubWindow.Microseconds(), l.subLimit(d.limit), l.SubWindow
 		}
 		slot := max(shortest.Microseconds()/windowSlots, 1)
-		// an admission counts a margin longer than the provider's window
-		var margin int64
+		// an admission counts a margin longer than the provider's window;
+		// a measured one is named (own), so the script holds the longest
+		// any process measured (-1: not measured)
+		var margin, own int64 = 0, -1
 		if d.period {
-			margin = b.WindowMargin().Microseconds()
+			m, measured := b.margin()
+			margin = m.Microseconds()
+			if measured {
+				own = margin
+			}
 			if subUS > 0 {
 				subUS += margin
 			}
 		}
 		if l.Limiter == LimiterAuto {
-			args = append(args, "a", d.limit, d.span.Microseconds(), d.burst, value, span.Microseconds()+margin, subUS, subLimit, slot)
+			args = append(args, "a", d.limit, d.span.Microseconds(), d.burst, value, span.Microseconds()+margin, subUS, subLimit, slot, own)
 			continue
 		}
-		args = append(args, "w", d.limit, span.Microseconds()+margin, subUS, subLimit, slot, value)
+		args = append(args, "w", d.limit, span.Microseconds()+margin, subUS, subLimit, slot, value, own)
 	}
 	return args
 }

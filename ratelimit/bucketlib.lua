@@ -107,16 +107,21 @@ end
 
 -- B.load reads n dimensions from argv at base+1 (count) and then per
 -- dimension its kind and values: 'b', limit, period_us, burst, value; or
--- 'w', limit, window_us, sub_us (0: none), sub_limit, slot_us, value; or
--- 'a' (auto), limit, period_us, burst, value, window_us, sub_us,
--- sub_limit, slot_us: a token bucket ('b') until B.towindow has found the
--- provider counting in a window (the state's field auto is 'w'), then a
--- window ('w'), in every process at once.
+-- 'w', limit, window_us, sub_us (0: none), sub_limit, slot_us, value,
+-- margin_us; or 'a' (auto), limit, period_us, burst, value, window_us,
+-- sub_us, sub_limit, slot_us, margin_us: a token bucket ('b') until
+-- B.towindow has found the provider counting in a window (the state's
+-- field auto is 'w'), then a window ('w'), in every process at once.
+-- margin_us is the part of window_us (and sub_us) that is the caller's
+-- measured margin, -1 when it is not measured: a window holds the
+-- longest measured margin any process held in this and the last window
+-- (fields ya, yc, yp), so a process whose calls find the provider sooner
+-- does not let go of another's that took longer.
 -- It brings the state up to now and returns it and the index of the last
 -- argument it read. st.burst[i] is the most one call may ever take.
 function B.load(key, argv, base, now)
   local st = {key = key, now = now, kind = {}, lim = {}, per = {}, burst = {}, val = {}, level = {},
-    sub = {}, sublim = {}, slot = {}, sum = {}, subsum = {}, p = {}, q = {}, d = {}, h = {}, base = {}, learn = {},
+    sub = {}, sublim = {}, slot = {}, sum = {}, subsum = {}, p = {}, q = {}, d = {}, h = {}, base = {}, learn = {}, own = {},
     cache = {}, tcache = {}, dirty = {}, del = {}}
   local n = tonumber(argv[base + 1])
   st.n = n
@@ -127,14 +132,14 @@ function B.load(key, argv, base, now)
     if kind == 'a' then
       if st.auto == nil then st.auto = redis.call('HGET', key, 'auto') or 'b' end
       if st.auto == 'w' then
-        v = {'w', argv[b + 2], argv[b + 6], argv[b + 7], argv[b + 8], argv[b + 9], argv[b + 5]}
+        v = {'w', argv[b + 2], argv[b + 6], argv[b + 7], argv[b + 8], argv[b + 9], argv[b + 5], argv[b + 10]}
       else
         v = {'b', argv[b + 2], argv[b + 3], argv[b + 4], argv[b + 5]}
       end
-      b = b + 9
+      b = b + 10
     elseif kind == 'w' then
-      v = {'w', argv[b + 2], argv[b + 3], argv[b + 4], argv[b + 5], argv[b + 6], argv[b + 7]}
-      b = b + 7
+      v = {'w', argv[b + 2], argv[b + 3], argv[b + 4], argv[b + 5], argv[b + 6], argv[b + 7], argv[b + 8]}
+      b = b + 8
     elseif kind == 'b' then
       v = {'b', argv[b + 2], argv[b + 3], argv[b + 4], argv[b + 5]}
       b = b + 5
@@ -150,6 +155,7 @@ function B.load(key, argv, base, now)
       st.sublim[i] = tonumber(v[5])
       st.slot[i] = tonumber(v[6])
       st.val[i] = tonumber(v[7])
+      st.own[i] = tonumber(v[8] or '') or -1
       st.burst[i] = st.lim[i]
       if st.sub[i] > 0 and st.sublim[i] < st.burst[i] then st.burst[i] = st.sublim[i] end
       st.cache[i], st.tcache[i], st.dirty[i], st.del[i] = {}, {}, {}, {}
@@ -166,15 +172,35 @@ function B.load(key, argv, base, now)
       fields[#fields + 1] = 'l' .. i
     end
   end
-  fields[#fields + 1] = 'tv'
-  fields[#fields + 1] = 'ow'
+  local nf = #fields
+  for _, f in ipairs({'tv', 'ow', 'ya', 'yc', 'yp'}) do fields[#fields + 1] = f end
   local stored = redis.call('HMGET', key, unpack(fields))
   st.last = tonumber(stored[1] or '') or now
   -- the last save of a writer that knows no slot times (see above)
-  local tv, t0 = tonumber(stored[#fields - 1] or ''), tonumber(stored[1] or '')
-  st.ow = tonumber(stored[#fields] or '')
+  local tv, t0 = tonumber(stored[nf + 1] or ''), tonumber(stored[1] or '')
+  st.ow = tonumber(stored[nf + 2] or '')
   if t0 ~= nil and (tv == nil or t0 > tv) then st.ow = t0 end
   st.owslot = {}
+  -- the longest measured margin of this window and the last (epochs of
+  -- the window's length): what every measured process holds
+  local shared = -1
+  for i = 1, n do
+    if st.kind[i] == 'w' and st.own[i] >= 0 and st.y == nil then
+      local w = math.max(st.per[i] - st.own[i], 1)
+      local e = math.floor(now / w)
+      local ya, yc, yp = tonumber(stored[nf + 3] or ''), tonumber(stored[nf + 4] or '') or 0, tonumber(stored[nf + 5] or '') or 0
+      if ya ~= e then
+        if ya == e - 1 then yp, yc = yc, 0 else yp, yc = 0, 0 end
+      end
+      local own = 0
+      for j = 1, n do
+        if st.kind[j] == 'w' and st.own[j] > own then own = st.own[j] end
+      end
+      yc = math.max(yc, own)
+      st.y = {e, yc, yp}
+      shared = math.max(yc, yp)
+    end
+  end
   local elapsed = now - st.last
   if elapsed < 0 then elapsed = 0 end
   local k = 2
@@ -187,8 +213,10 @@ function B.load(key, argv, base, now)
       st.base[i] = st.per[i]
       st.learn[i] = tonumber(stored[k + 7] or '') or 0
       if oldg0 ~= g then st.learn[i] = 0 end
-      st.per[i] = st.per[i] + st.learn[i]
-      if st.sub[i] > 0 then st.sub[i] = st.sub[i] + st.learn[i] end
+      local longer = 0
+      if st.own[i] >= 0 and shared > st.own[i] then longer = shared - st.own[i] end
+      st.per[i] = st.per[i] + longer + st.learn[i]
+      if st.sub[i] > 0 then st.sub[i] = st.sub[i] + longer + st.learn[i] end
       local lo = math.floor((now - st.per[i]) / g)
       local los = lo
       if st.sub[i] > 0 then los = math.floor((now - st.sub[i]) / g) end
@@ -549,6 +577,12 @@ end
 function B.save(st)
   local t = B.fmt(math.max(st.now, st.last))
   local args = {'t', t, 'tv', t}
+  if st.y ~= nil then
+    for x, f in ipairs({'ya', 'yc', 'yp'}) do
+      args[#args + 1] = f
+      args[#args + 1] = B.fmt(st.y[x])
+    end
+  end
   if st.ow ~= nil then
     args[#args + 1] = 'ow'
     args[#args + 1] = B.fmt(st.ow)

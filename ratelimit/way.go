@@ -38,10 +38,17 @@ func (m *wayMeter) longest(now time.Time, span time.Duration) (time.Duration, bo
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.rotate(now, span)
-	if now.Before(m.unknownUntil) || !m.seen || (m.cur == 0 && m.prev == 0) {
+	if !m.seen || (m.cur == 0 && m.prev == 0) {
 		return 0, false
 	}
 	return max(m.cur, m.prev), true
+}
+
+// unknown reports whether a charge could not be moved lately (WayUnknown).
+func (m *wayMeter) unknown(now time.Time) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return now.Before(m.unknownUntil)
 }
 
 func (m *wayMeter) rotate(now time.Time, span time.Duration) {
@@ -64,8 +71,10 @@ func (m *wayMeter) rotate(now time.Time, span time.Duration) {
 // holds each admission twice the longest way measured over the last two
 // windows longer than the window (at least 5 ms, at most the default
 // margin, Window/60; the default until a way is measured), so the margin
-// follows the network instead of a guess. A margin set in the limits
-// stays as set. Every Bucket of the model's keys shares the measure.
+// follows the network instead of a guess; and it holds at least the
+// longest margin any process measured over the last two windows (kept in
+// the window's state in Redis). A margin set in the limits stays as set.
+// Every Bucket of the model's keys shares the process's measure.
 func (b *Bucket) ObserveWay(d time.Duration) {
 	if b.way == nil || d < 0 || !b.limits.Windowed() {
 		return
@@ -77,7 +86,8 @@ func (b *Bucket) ObserveWay(d time.Duration) {
 // call or its write (Redis failed): the margin must cover the whole way
 // from where the charge stayed, so this process holds the default
 // margin, Window/60, for the next two windows (what the charge may
-// still count in), measured or not.
+// still count in), measured or not, and so does every process whose
+// margin is measured (the longest measured margin is shared).
 func (b *Bucket) WayUnknown() {
 	if b.way == nil || !b.limits.Windowed() {
 		return
@@ -91,18 +101,31 @@ func (b *Bucket) WayUnknown() {
 // longer than its window now: the one set in the limits, else the one
 // measured (see ObserveWay). 0 for a token bucket.
 func (b *Bucket) WindowMargin() time.Duration {
+	m, _ := b.margin()
+	return m
+}
+
+// margin is WindowMargin, and whether it was measured (a measured margin
+// is shared through the window's state: every measured process holds the
+// longest any of them measured over the last two windows).
+func (b *Bucket) margin() (time.Duration, bool) {
 	l := b.limits
 	if !l.Windowed() {
-		return 0
+		return 0, false
 	}
 	if !l.marginMeasured || b.way == nil {
-		return l.WindowMargin
+		return l.WindowMargin, false
 	}
-	way, ok := b.way.longest(b.wallNow(), l.Window)
+	now := b.wallNow()
+	if b.way.unknown(now) {
+		// shared: the charge that stayed may count in any process's window
+		return l.WindowMargin, true
+	}
+	way, ok := b.way.longest(now, l.Window)
 	if !ok {
-		return l.WindowMargin
+		return l.WindowMargin, false
 	}
-	return min(max(2*way, minMargin), l.WindowMargin)
+	return min(max(2*way, minMargin), l.WindowMargin), true
 }
 
 func (b *Bucket) wallNow() time.Time {

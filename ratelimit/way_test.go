@@ -132,3 +132,65 @@ func TestProcessingTime(t *testing.T) {
 		}
 	}
 }
+
+// TestWindowMarginShared: processes measure their own way, and each
+// holds the longest margin any process measured over the last two
+// windows (a process whose calls are quicker does not let go of
+// another's charges early); a process that has measured nothing does
+// not set it.
+func TestWindowMarginShared(t *testing.T) {
+	ctx := context.Background()
+	quick, clk, rdb := newBucket(t, t.Name(), winLimits)
+	slow, err := ratelimit.NewBucket(rdb, t.Name(), "sk-"+t.Name(), winLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow.NowFunc = clk.now
+	unmeasured, err := ratelimit.NewBucket(rdb, t.Name(), "sk-"+t.Name(), winLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unmeasured.NowFunc = clk.now
+	quick.ObserveWay(time.Millisecond)    // 5 ms
+	slow.ObserveWay(8 * time.Millisecond) // 16 ms
+	g := slot.Microseconds()
+	align := func() {
+		now := clk.now().UnixMicro()
+		clk.advance(time.Duration((now/g+1)*g+1-now) * time.Microsecond)
+	}
+	try := func(b *ratelimit.Bucket, id string, tokens int64) ratelimit.Decision {
+		t.Helper()
+		d, err := b.Reserve(ctx, id, ratelimit.Cost{Requests: 1, Tokens: tokens})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	align()
+	if d := try(slow, "s", 1); !d.Admitted {
+		t.Fatal("the slow process's call refused")
+	}
+	align()
+	if d := try(quick, "a", 999); !d.Admitted {
+		t.Fatal("the quick process's call refused")
+	}
+	d := try(quick, "b", 1000)
+	if want := time.Second + 16*time.Millisecond + time.Microsecond; d.Admitted || d.Wait != want {
+		t.Fatalf("quick process: %+v, want a wait of the window and the slow process's 16 ms margin, %s", d, want)
+	}
+	// two windows on, only the unmeasured process decided meanwhile: the
+	// quick process holds its own 5 ms again
+	clk.advance(2*time.Second + slot)
+	quick.ObserveWay(time.Millisecond)
+	if d := try(unmeasured, "u", 1); !d.Admitted {
+		t.Fatal("the unmeasured process's call refused")
+	}
+	align()
+	if d := try(quick, "c", 999); !d.Admitted {
+		t.Fatal("refused after two windows")
+	}
+	d = try(quick, "e", 1000)
+	if want := time.Second + 5*time.Millisecond + time.Microsecond; d.Admitted || d.Wait != want {
+		t.Fatalf("quick process two windows on: %+v, want the window and its own 5 ms, %s", d, want)
+	}
+}
