@@ -162,15 +162,22 @@ func TestWindowChargeMovesToCall(t *testing.T) {
 		t.Fatalf("second job admitted %s after the first's call left the window", late)
 	}
 	// a bucket: nothing to move, no error
-	bm := model + "-bucket"
-	bs, _, _ := windowScheduler(t, bm, ratelimit.Limits{RequestsPerPeriod: 100000, TokensPerPeriod: 1000, Period: time.Second}, admission.Config{})
-	reg(t, bs, admission.Ticket{ID: "c", Model: bm, Class: "paid", Tenant: "1", Tokens: 10})
-	if a, _, err := bs.Admit(ctx, bm, 1); err != nil || len(a) != 1 {
-		t.Fatalf("bucket job: %v %v", a, err)
-	}
+	bs, bm := admittedOnBucket(t, model+"-bucket", "c")
 	if err := bs.Calling(ctx, bm, "c"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// admittedOnBucket returns a scheduler of a token-bucket model and the
+// model, with job id admitted.
+func admittedOnBucket(t *testing.T, model, id string) (*admission.Scheduler, string) {
+	t.Helper()
+	s, _, _ := windowScheduler(t, model, ratelimit.Limits{RequestsPerPeriod: 100000, TokensPerPeriod: 1000, Period: time.Second}, admission.Config{})
+	reg(t, s, admission.Ticket{ID: id, Model: model, Class: "paid", Tenant: "1", Tokens: 10})
+	if a, _, err := s.Admit(context.Background(), model, 1); err != nil || len(a) != 1 {
+		t.Fatalf("bucket job: %v %v", a, err)
+	}
+	return s, model
 }
 
 // TestWindowChargeMovesToWrite: when the request is written (Sent, at
@@ -239,12 +246,7 @@ func TestWindowChargeMovesToWrite(t *testing.T) {
 		t.Fatalf("third job admitted %s after b's report, want a window and the margin (%s) within a slot", at.Sub(bCalled.Add(20*time.Millisecond)), time.Second+time.Second/60)
 	}
 	// a bucket: nothing to move, no error
-	bm := model + "-bucket"
-	bs, _, _ := windowScheduler(t, bm, ratelimit.Limits{RequestsPerPeriod: 100000, TokensPerPeriod: 1000, Period: time.Second}, admission.Config{})
-	reg(t, bs, admission.Ticket{ID: "d", Model: bm, Class: "paid", Tenant: "1", Tokens: 10})
-	if a, _, err := bs.Admit(ctx, bm, 1); err != nil || len(a) != 1 {
-		t.Fatalf("bucket job: %v %v", a, err)
-	}
+	bs, bm := admittedOnBucket(t, model+"-bucket", "d")
 	if err := bs.Calling(ctx, bm, "d"); err != nil {
 		t.Fatal(err)
 	}

@@ -105,6 +105,29 @@ local function addslot(st, i, j, amount, t)
   if j > st.h[i] then st.h[i] = j end
 end
 
+-- recount brings one check of window dimension i (its first counting
+-- slot pos[i] and its sum sums[i]; lo the first slot its span reaches,
+-- from the time from on) back over slots a longer span counts again, and
+-- past the slot lo when that slot's latest charge is before from.
+local function recount(st, i, lo, from, pos, sums)
+  local back = math.max(lo, st.d[i])
+  if pos[i] > back then
+    local top = math.min(pos[i] - 1, st.h[i])
+    if top >= back then
+      local c = readslots(st, i, back, top)
+      for j = back, top do sums[i] = sums[i] + c[j] end
+    end
+    pos[i] = back
+  end
+  if pos[i] == lo and lo <= st.h[i] then
+    local c = readslots(st, i, lo, lo)
+    if c[lo] > 0 and slotend(st, i, lo) < from then
+      sums[i] = sums[i] - c[lo]
+      pos[i] = lo + 1
+    end
+  end
+end
+
 -- B.load reads n dimensions from argv at base+1 (count) and then per
 -- dimension its kind and values: 'b', limit, period_us, burst, value; or
 -- 'w', limit, window_us, sub_us (0: none), sub_limit, slot_us, value,
@@ -263,43 +286,12 @@ function B.load(key, argv, base, now)
         end
         -- a longer span than the last decision's (its margin measured
         -- longer, in this process or another, or learned): slots that
-        -- stopped counting count again, as long as they are kept
-        local back = math.max(lo, st.d[i])
-        if st.p[i] > back then
-          local top = math.min(st.p[i] - 1, st.h[i])
-          if top >= back then
-            local c = readslots(st, i, back, top)
-            for j = back, top do st.sum[i] = st.sum[i] + c[j] end
-          end
-          st.p[i] = back
-        end
+        -- stopped counting count again, as long as they are kept; and
         -- the oldest slot still counting stops at its latest charge's
-        -- time and the span, before its end's
-        if st.p[i] == lo and lo <= st.h[i] then
-          local c = readslots(st, i, lo, lo)
-          if c[lo] > 0 and slotend(st, i, lo) < now - st.per[i] then
-            st.sum[i] = st.sum[i] - c[lo]
-            st.p[i] = lo + 1
-          end
-        end
-        if st.sub[i] > 0 then
-          local sback = math.max(los, st.d[i])
-          if st.q[i] > sback then
-            local top = math.min(st.q[i] - 1, st.h[i])
-            if top >= sback then
-              local c = readslots(st, i, sback, top)
-              for j = sback, top do st.subsum[i] = st.subsum[i] + c[j] end
-            end
-            st.q[i] = sback
-          end
-          if st.q[i] == los and los <= st.h[i] then
-            local c = readslots(st, i, los, los)
-            if c[los] > 0 and slotend(st, i, los) < now - st.sub[i] then
-              st.subsum[i] = st.subsum[i] - c[los]
-              st.q[i] = los + 1
-            end
-          end
-        end
+        -- time and the span, before its end's. The window, then the
+        -- sub-window.
+        recount(st, i, lo, now - st.per[i], st.p, st.sum)
+        if st.sub[i] > 0 then recount(st, i, los, now - st.sub[i], st.q, st.subsum) end
         -- an older writer dropped slots below d and left their times
         if e ~= nil and e < st.d[i] then
           for j = e, math.min(st.d[i] - 1, e + 30000) do st.del[i][#st.del[i] + 1] = timefield(i, j) end
