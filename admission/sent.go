@@ -13,7 +13,6 @@ import (
 // CallTrace follows one call to the provider through the HTTP client:
 // when its request was written and when the reply's first byte came.
 type CallTrace struct {
-	start time.Time
 	mu    sync.Mutex
 	wrote time.Time
 	first time.Time
@@ -26,7 +25,7 @@ type CallTrace struct {
 // as it happens, long before the reply: the caller passes it to
 // Scheduler.Sent.
 func TraceCall(ctx context.Context, start time.Time, sent func(after time.Duration)) (context.Context, *CallTrace) {
-	t := &CallTrace{start: start}
+	t := &CallTrace{}
 	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		WroteRequest: func(info httptrace.WroteRequestInfo) {
 			if info.Err != nil {

@@ -201,10 +201,10 @@ func (g *Gateway) call(ctx, cctx context.Context, q *request, body []byte) (*htt
 		if way, ok := trace.Way(resp.Header); ok {
 			b.ObserveWay(way)
 		}
-	}
-	if b, ok := g.adm.Bucket(q.model); ok && b.ForKey(key) != nil {
-		if _, err := b.ForKey(key).Sync(context.WithoutCancel(ctx), resp.StatusCode, resp.Header, time.Since(callStart)); err != nil {
-			g.log.WarnContext(ctx, "gateway: could not sync the bucket with the provider's headers", "model", q.model, "err", err)
+		if kb := b.ForKey(key); kb != nil {
+			if _, err := kb.Sync(context.WithoutCancel(ctx), resp.StatusCode, resp.Header, time.Since(callStart)); err != nil {
+				g.log.WarnContext(ctx, "gateway: could not sync the bucket with the provider's headers", "model", q.model, "err", err)
+			}
 		}
 	}
 	return resp, nil
