@@ -401,11 +401,39 @@ func (s *Scheduler) releaseWhenHeld(ctx context.Context, a Admitted) {
 // Started records that an admitted task reached its handler. It moves
 // the job's charge to now, when the provider will count the call (a
 // token bucket full at admission is lowered by the refill the provider's
-// lost meanwhile); with a window limiter it first waits, if need be, for
-// the room admission counted on when it looked ahead (see TryStart).
+// lost meanwhile). A window's charge moves only if the room is there:
+// admission looks ahead by the time its jobs take to be ready to call,
+// so a job may start before the room it was admitted for; then its call
+// waits for it (see Calling), and the handler prepares meanwhile.
 func (s *Scheduler) Started(ctx context.Context, model, id string) error {
+	keys, b, err := s.keys(model)
+	if err != nil {
+		return err
+	}
+	args := []any{"started", s.now(), id}
+	args = append(args, b.ScriptArgs(ratelimit.Values{})...)
+	args = append(args, s.cfg.SendLag.Microseconds())
+	if err := script.Run(ctx, s.rdb, keys.list(), args...).Err(); err != nil {
+		return fmt.Errorf("admission: started %s: %w", id, err)
+	}
+	return nil
+}
+
+// Calling moves a started job's charge to now, when its call is about to
+// be sent: with a window limiter the provider counts the call from its
+// arrival, and the handler's work between its start and the call (Redis
+// reads, building the prompt; tens of ms, more on a loaded machine)
+// would otherwise be left to the window margin. It needs no room while
+// the start's charge still counts; a job that started before the room
+// it was admitted for (admission looks ahead), or calls more than a
+// window after its start, waits here for room. A window's first call
+// tells admission how long its jobs prepare (part of the look-ahead). A token bucket is lowered as
+// at the start (see Started), now counting every charge of the key not
+// called yet: the provider's bucket, capped at full, did not refill
+// while those handlers prepared their calls, and ours did.
+func (s *Scheduler) Calling(ctx context.Context, model, id string) error {
 	for {
-		wait, err := s.TryStart(ctx, model, id)
+		wait, err := s.TryCalling(ctx, model, id)
 		if err != nil || wait <= 0 {
 			return err
 		}
@@ -419,59 +447,22 @@ func (s *Scheduler) Started(ctx context.Context, model, id string) error {
 	}
 }
 
-// TryStart records a start as Started does, once: with a window limiter
-// whose room for the job is not there yet (admission looks ahead by the
-// measured lag from admission to start), nothing changes and it returns
+// TryCalling records a call as Calling does, once: with a window limiter
+// whose room for the job is not there yet, nothing moves and it returns
 // how long to wait before trying again.
-func (s *Scheduler) TryStart(ctx context.Context, model, id string) (time.Duration, error) {
+func (s *Scheduler) TryCalling(ctx context.Context, model, id string) (time.Duration, error) {
 	keys, b, err := s.keys(model)
 	if err != nil {
 		return 0, err
 	}
-	args := []any{"started", s.now(), id}
+	args := []any{"calling", s.now(), id}
 	args = append(args, b.ScriptArgs(ratelimit.Values{})...)
 	args = append(args, s.cfg.SendLag.Microseconds())
 	us, err := script.Run(ctx, s.rdb, keys.list(), args...).Int64()
 	if err != nil {
-		return 0, fmt.Errorf("admission: started %s: %w", id, err)
+		return 0, fmt.Errorf("admission: calling %s: %w", id, err)
 	}
 	return time.Duration(us) * time.Microsecond, nil
-}
-
-// Calling moves a started job's charge to now, when its call is about to
-// be sent: with a window limiter the provider counts the call from its
-// arrival, and the handler's work between its start and the call (Redis
-// reads, building the prompt; tens of ms, more on a loaded machine)
-// would otherwise be left to the window margin. It needs no room while
-// the start's charge still counts; a call sent more than a window after
-// its start waits for room like a start. A token bucket is lowered as
-// at the start (see Started), now counting every charge of the key not
-// called yet: the provider's bucket, capped at full, did not refill
-// while those handlers prepared their calls, and ours did.
-func (s *Scheduler) Calling(ctx context.Context, model, id string) error {
-	keys, b, err := s.keys(model)
-	if err != nil {
-		return err
-	}
-	for {
-		args := []any{"calling", s.now(), id}
-		args = append(args, b.ScriptArgs(ratelimit.Values{})...)
-		args = append(args, s.cfg.SendLag.Microseconds())
-		us, err := script.Run(ctx, s.rdb, keys.list(), args...).Int64()
-		if err != nil {
-			return fmt.Errorf("admission: calling %s: %w", id, err)
-		}
-		if us <= 0 {
-			return nil
-		}
-		t := time.NewTimer(time.Duration(us) * time.Microsecond)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
 }
 
 // Sent records that a job's request was written to the provider's

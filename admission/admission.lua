@@ -11,7 +11,9 @@
 --  K[4] chat zset (id by seq)   K[5..7] flow heads per tier (tenant by finish tag)
 --  K[8] virtual times hash      K[9] age zset (id by enqueue µs)
 --  K[10] released zset (id by deadline µs)   K[11] stats hash
---  K[12] reservations hash (id -> "requests tokens[ k<key>][ s]", s: started)   K[13] reservation age zset
+--  K[12] reservations hash (id -> "requests tokens[ k<key>][ s[<µs>]][ c]",
+--                          s: started (a window's first start: at µs, until
+--                          its call), c: called)   K[13] reservation age zset
 --  K[14] delayed zset (id NUL encoded, by due µs)      K[15] paused (reason)
 --  K[16] recent admission waits ("class:µs", newest first, capped)
 --  K[17] flow heads of chat (tenant by finish tag)
@@ -126,6 +128,22 @@ local function reservation(r)
   return costs, key, started
 end
 
+-- smooth folds a sample (µs) of one part of admission's look-ahead
+-- into the stats hash: its mean (<name>_us, gain 1/8) and mean deviation
+-- (<name>_dev, gain 1/4), as TCP smooths a round trip.
+local function smooth(name, sample)
+  local v = redis.call('HMGET', KEYS[11], name .. '_us', name .. '_dev')
+  local m, d = tonumber(v[1] or ''), tonumber(v[2] or '')
+  if m == nil then
+    m, d = sample, sample / 2
+  else
+    d = d or 0
+    d = d + (math.abs(sample - m) - d) / 4
+    m = m + (sample - m) / 8
+  end
+  redis.call('HSET', KEYS[11], name .. '_us', math.floor(m), name .. '_dev', math.floor(d))
+end
+
 local function register(id, enc)
   if redis.call('HEXISTS', KEYS[2], id) == 1 then return 0 end
   local t = decode(id, enc)
@@ -197,17 +215,22 @@ elseif op == 'started' or op == 'calling' then
   -- The reservation is marked started (" s").
   -- A window moves the charge from the slot of its admission: a job
   -- that waited for a worker would otherwise stop counting here before it
-  -- stops counting there. Admission looks ahead by the measured lag from
-  -- admission to start (lag_us), so the room it counted on may not be
-  -- here yet: then nothing changes and the reply is the µs to wait
-  -- before starting again. 0: start.
+  -- stops counting there. Admission looks ahead (see ready below), so
+  -- the room it counted on may not be here yet: then the charge stays
+  -- where it is and the call waits for the room (a start does not: the
+  -- handler prepares its call meanwhile). The first start samples the
+  -- lag from admission to start (lag_us) and marks the reservation
+  -- started at now (" s<µs>"). The reply is 0.
   -- calling: the job is about to send its call. A bucket is lowered as
   -- at the start, counting the charges not called yet (marked " c"),
   -- and the call's way to the provider (sendLag of refill). A
-  -- window: its charge
-  -- moves again, from its start to now, so the handler's work before the
-  -- call (Redis reads, the prompt) is not left to the margin; the old
-  -- slot still counts, so it needs no room. No lag sample.
+  -- window: its charge moves again, to now, so the handler's work
+  -- before the call (Redis reads, the prompt) is not left to the
+  -- margin; a charge its start moved needs no room (its old slot still
+  -- counts), one left at its admission may: then nothing changes and
+  -- the reply is the µs to wait before calling again. The first call
+  -- samples the time from the start (prep_us) and drops the start's
+  -- time from the mark.
   redis.call('ZREM', KEYS[10], ARGV[3])
   redis.call('HDEL', KEYS[2], ARGV[3])
   if ARGV[4] == nil then return 0 end
@@ -260,27 +283,39 @@ elseif op == 'started' or op == 'calling' then
     redis.call('ZADD', KEYS[13], now, ARGV[3])
     return 0
   end
+  -- the samples of the look-ahead: admission to the first start, and
+  -- the first start to its call (a restart's long gap is not a lag:
+  -- samples are capped at the window's tenth)
+  local cap = math.floor(st.per[1] / 10)
+  local mark = r
+  if op == 'started' and not wasStarted then
+    smooth('lag', math.min(now - at, cap))
+    mark = r .. ' s' .. B.fmt(now)
+  elseif op == 'calling' then
+    local s0 = tonumber(string.match(r, ' s(%d+)') or '')
+    if s0 ~= nil then
+      smooth('prep', math.min(math.max(now - s0, 0), cap))
+      mark = string.gsub(r, ' s%d+', ' s', 1)
+    end
+  end
   for j = 1, st.n do
     if st.kind[j] == 'w' and costs[j] > 0 then B.give(st, j, costs[j], at) end
   end
   local w = B.wait(st, costs, nil)
-  if w > 0 then return w end -- not saved: the charge stays where it was
+  if w > 0 then
+    -- not saved: the charge stays where it was
+    if mark ~= r then redis.call('HSET', KEYS[12], ARGV[3], mark) end
+    if op == 'started' then return 0 end -- the call waits
+    return w
+  end
   for j = 1, st.n do
     if st.kind[j] == 'w' and costs[j] > 0 then B.give(st, j, -costs[j]) end
   end
   B.save(st)
   redis.call('ZADD', KEYS[13], now, ARGV[3])
-  if op == 'calling' then
-    -- marked called: 'sent' moves the charge on from here
-    if not string.find(r, ' c', 1, true) then redis.call('HSET', KEYS[12], ARGV[3], r .. ' c') end
-    return 0
-  end
-  -- the lag from admission to start, smoothed (a restart's long gap is
-  -- not a lag: samples are capped at the window's tenth)
-  local sample = math.min(now - at, math.floor(st.per[1] / 10))
-  local lag = tonumber(redis.call('HGET', KEYS[11], 'lag_us') or '')
-  if lag == nil then lag = sample else lag = lag + (sample - lag) / 8 end
-  redis.call('HSET', KEYS[11], 'lag_us', math.floor(lag))
+  -- marked called: 'sent' moves the charge on from here
+  if op == 'calling' and not string.find(mark, ' c', 1, true) then mark = mark .. ' c' end
+  if mark ~= r then redis.call('HSET', KEYS[12], ARGV[3], mark) end
   return 0
 
 elseif op == 'sent' then
@@ -397,13 +432,20 @@ elseif op == 'admit' then
   for i = 1, st.n do
     if st.val[i] == 1 then reservetok = math.max(reservetok, keep[i]) end
   end
-  -- a window looks ahead by the lag from admission to start (measured at
-  -- each start, at most a tenth of the window): room that frees by the
-  -- time the job starts is as good as room now; the start waits for it
-  -- if it comes early (started)
+  -- a window looks ahead by the time from admission to the call (the lag
+  -- to the start and the handler's preparation, each measured, with
+  -- twice their deviation; at most a tenth of the window): room that
+  -- frees by the time the job is ready to call is as good as room now,
+  -- and the call waits for it if it comes early (calling)
   local ahead = 0
   if backfills then
-    ahead = math.min(tonumber(redis.call('HGET', KEYS[11], 'lag_us') or '') or 0, math.floor(st.per[1] / 10))
+    local v = redis.call('HMGET', KEYS[11], 'lag_us', 'lag_dev', 'prep_us', 'prep_dev')
+    for i = 1, 4 do
+      local x = tonumber(v[i] or '') or 0
+      if i % 2 == 0 then x = 2 * x end
+      ahead = ahead + x
+    end
+    ahead = math.min(ahead, math.floor(st.per[1] / 10))
   end
   local out = {}
   local wait = 0

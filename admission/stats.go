@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/prq-dev/prq/ratelimit"
 )
 
 // Stats is a model's admission state.
@@ -24,11 +26,20 @@ type Stats struct {
 	// OldestWait is how long the oldest waiting ticket has waited (0 when
 	// none waits), by Redis's clock.
 	OldestWait time.Duration
+	// A window limiter's look-ahead: admission admits a job whose room
+	// frees within LookAhead, the time its jobs take from admission to
+	// their call, measured: StartLag (admission to the handler's start)
+	// and Prep (the handler's start to its call), smoothed, each with
+	// twice its mean deviation; at most a tenth of the window. The call
+	// waits for room that has not come yet. All zero for a token bucket
+	// (limiter auto: while it counts as one) and before a window's first
+	// job.
+	LookAhead, StartLag, Prep time.Duration
 }
 
 // Stats returns a model's admission counters.
 func (s *Scheduler) Stats(ctx context.Context, model string) (Stats, error) {
-	keys, _, err := s.keys(model)
+	keys, b, err := s.keys(model)
 	if err != nil {
 		return Stats{}, err
 	}
@@ -45,11 +56,13 @@ func (s *Scheduler) Stats(ctx context.Context, model string) (Stats, error) {
 	}
 	st.Released, _ = res[5].(int64)
 	kv, _ := res[6].([]any)
+	look := map[string]time.Duration{}
 	for i := 0; i+1 < len(kv); i += 2 {
 		k, _ := kv[i].(string)
 		v, _ := strconv.ParseInt(fmt.Sprint(kv[i+1]), 10, 64)
 		name, class, ok := strings.Cut(k, ":")
 		if !ok {
+			look[name] = time.Duration(v) * time.Microsecond
 			continue
 		}
 		switch name {
@@ -66,6 +79,12 @@ func (s *Scheduler) Stats(ctx context.Context, model string) (Stats, error) {
 		case "behind_tok":
 			st.BehindTokens[class] = v
 		}
+	}
+	if counting, err := b.Counting(ctx); err == nil && counting == ratelimit.LimiterWindow {
+		l := b.Limits()
+		st.StartLag, st.Prep = look["lag_us"], look["prep_us"]
+		ahead := st.StartLag + st.Prep + 2*(look["lag_dev"]+look["prep_dev"])
+		st.LookAhead = min(ahead, (l.Period+b.WindowMargin())/10)
 	}
 	st.TenantBacklog = map[string]int64{}
 	if len(res) > 7 {

@@ -118,13 +118,21 @@ func TestWindowChargeMovesToStart(t *testing.T) {
 	if late := at.Sub(free.Add(-ahead)); late > time.Second/120+time.Microsecond {
 		t.Fatalf("second job admitted %s after it could be (first admitted %s before)", late, at.Sub(admitted))
 	}
-	if w, err := s.TryStart(ctx, model, "b"); err != nil || clk.now().Add(w).Before(free) {
-		t.Fatalf("second job's start at once: wait %s, %v; the first counts %s longer", w, err, free.Sub(clk.now()))
+	// it starts at once (the handler prepares its call) and its call
+	// waits for the room
+	if err := s.Started(ctx, model, "b"); err != nil {
+		t.Fatal(err)
 	}
-	// a task that runs again makes another call the provider counts: its
-	// start waits for room like any call
-	if w, err := s.TryStart(ctx, model, "a"); err != nil || w <= 0 {
-		t.Fatalf("a second start of a with the window full: wait %s, %v; want a wait", w, err)
+	if w, err := s.TryCalling(ctx, model, "b"); err != nil || clk.now().Add(w).Before(free) {
+		t.Fatalf("second job's call at once: wait %s, %v; the first counts %s longer", w, err, free.Sub(clk.now()))
+	}
+	// a task that runs again makes another call the provider counts: it
+	// waits for room like any call
+	if err := s.Started(ctx, model, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if w, err := s.TryCalling(ctx, model, "a"); err != nil || w <= 0 {
+		t.Fatalf("a second run of a with the window full: wait %s, %v; want a wait", w, err)
 	}
 }
 
@@ -154,9 +162,12 @@ func TestWindowChargeMovesToCall(t *testing.T) {
 	if len(got) != 1 || got[0].ID != "b" {
 		t.Fatalf("second job: %+v", got)
 	}
-	at, free := clk.now(), called.Add(time.Second+time.Second/60)
-	if at.Before(free) {
-		t.Fatalf("second job admitted %s after the first's call: the provider counts it until %s", at.Sub(called), time.Second+time.Second/60)
+	// admitted the look-ahead (the 300 ms the first took from its start
+	// to its call, at most a tenth of the window) before the room frees
+	ahead := lookAhead(t, s, model)
+	at, free := clk.now(), called.Add(time.Second+time.Second/60-ahead)
+	if ahead <= 0 || at.Before(free) {
+		t.Fatalf("second job admitted %s after the first's call: the provider counts it until %s, the look-ahead is %s", at.Sub(called), time.Second+time.Second/60, ahead)
 	}
 	if late := at.Sub(free); late > time.Second/120+time.Microsecond {
 		t.Fatalf("second job admitted %s after the first's call left the window", late)
@@ -166,6 +177,16 @@ func TestWindowChargeMovesToCall(t *testing.T) {
 	if err := bs.Calling(ctx, bm, "c"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// lookAhead is how far ahead admission of model looks now.
+func lookAhead(t *testing.T, s *admission.Scheduler, model string) time.Duration {
+	t.Helper()
+	st, err := s.Stats(context.Background(), model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.LookAhead
 }
 
 // admittedOnBucket returns a scheduler of a token-bucket model and the
@@ -217,9 +238,9 @@ func TestWindowChargeMovesToWrite(t *testing.T) {
 	if len(got) != 1 || got[0].ID != "b" {
 		t.Fatalf("second job: %+v", got)
 	}
-	at, free := clk.now(), wrote.Add(time.Second+time.Second/60)
+	at, free := clk.now(), wrote.Add(time.Second+time.Second/60-lookAhead(t, s, model))
 	if at.Before(free) {
-		t.Fatalf("second job admitted %s after the first's write: the provider counts it until %s", at.Sub(wrote), time.Second+time.Second/60)
+		t.Fatalf("second job admitted %s after the first's write: the provider counts it until %s, less the look-ahead", at.Sub(wrote), time.Second+time.Second/60)
 	}
 	if late := at.Sub(free); late > time.Second/120+time.Microsecond {
 		t.Fatalf("second job admitted %s after the first's write left the window: the charge stayed at the call", late)
@@ -242,7 +263,7 @@ func TestWindowChargeMovesToWrite(t *testing.T) {
 	if len(got) != 1 || got[0].ID != "c" {
 		t.Fatalf("third job: %+v", got)
 	}
-	if at, free := clk.now(), bCalled.Add(20*time.Millisecond+time.Second+time.Second/60); at.Before(free) || at.Sub(free) > time.Second/120+time.Microsecond {
+	if at, free := clk.now(), bCalled.Add(20*time.Millisecond+time.Second+time.Second/60-lookAhead(t, s, model)); at.Before(free) || at.Sub(free) > time.Second/120+time.Microsecond {
 		t.Fatalf("third job admitted %s after b's report, want a window and the margin (%s) within a slot", at.Sub(bCalled.Add(20*time.Millisecond)), time.Second+time.Second/60)
 	}
 	// a bucket: nothing to move, no error
@@ -256,57 +277,78 @@ func TestWindowChargeMovesToWrite(t *testing.T) {
 }
 
 // TestWindowLooksAhead: admission admits a job whose room frees within
-// the measured lag from admission to start; if the job starts before the
-// room is there, its start waits for it (and counts from then), so the
-// provider never sees more than the limit.
+// the time its jobs take from admission to their call (the lag to the
+// start and the handler's preparation, measured, with twice their
+// deviations); the job starts at once, and its call waits for the room
+// (and counts from then), so the provider never sees more than the
+// limit.
 func TestWindowLooksAhead(t *testing.T) {
 	model := fmt.Sprintf("m-window-ahead-%d", time.Now().UnixNano())
 	l := ratelimit.Limits{RequestsPerPeriod: 100000, TokensPerPeriod: 1000, Period: time.Second, Limiter: ratelimit.LimiterWindow}
 	s, _, clk := windowScheduler(t, model, l, admission.Config{})
 	ctx := context.Background()
-	// a job starts 80 ms after its admission: the measured lag
+	// a job starts 30 ms after its admission and calls 10 ms after its
+	// start: the first samples, each with half of itself as deviation,
+	// give a look-ahead of 30 + 10 + 2 × (15 + 5) = 80 ms
 	reg(t, s, admission.Ticket{ID: "a", Model: model, Class: "paid", Tenant: "1", Tokens: 1000})
 	if a, _, _ := s.Admit(ctx, model, 1); len(a) != 1 {
 		t.Fatal("a not admitted")
 	}
-	clk.advance(80 * time.Millisecond)
-	if w, err := s.TryStart(ctx, model, "a"); err != nil || w != 0 {
-		t.Fatalf("a's start: wait %s, %v", w, err)
+	clk.advance(30 * time.Millisecond)
+	if err := s.Started(ctx, model, "a"); err != nil {
+		t.Fatal(err)
 	}
-	aStart := clk.now()
-	// the window frees a's 1000 at aStart + W + margin; 50 ms before,
-	// b is admitted (within the 80 ms lag) ...
-	free := aStart.Add(time.Second + time.Second/60)
+	clk.advance(10 * time.Millisecond)
+	if w, err := s.TryCalling(ctx, model, "a"); err != nil || w != 0 {
+		t.Fatalf("a's call: wait %s, %v", w, err)
+	}
+	aCall := clk.now()
+	st, err := s.Stats(ctx, model)
+	if err != nil || st.StartLag != 30*time.Millisecond || st.Prep != 10*time.Millisecond || st.LookAhead != 80*time.Millisecond {
+		t.Fatalf("stats: lag %s, prep %s, look-ahead %s, %v; want 30 ms, 10 ms, 80 ms", st.StartLag, st.Prep, st.LookAhead, err)
+	}
+	// the window frees a's 1000 at aCall + W + margin; 50 ms before,
+	// b is admitted (within the 80 ms look-ahead) ...
+	free := aCall.Add(time.Second + time.Second/60)
 	reg(t, s, admission.Ticket{ID: "b", Model: model, Class: "paid", Tenant: "1", Tokens: 1000})
 	// 150 ms before, b waits: the loop is told to come back 80 ms before
 	// the room is there (within a slot)
 	clk.t = free.Add(-150 * time.Millisecond)
 	if got, wait, err := s.Admit(ctx, model, 1); err != nil || len(got) != 0 || wait < 70*time.Millisecond || wait > 70*time.Millisecond+time.Second/120 {
-		t.Fatalf("150 ms before b's room: admitted %v, wait %s, %v; want none and a wait of 70 ms (the room's time less the lag)", got, wait, err)
+		t.Fatalf("150 ms before b's room: admitted %v, wait %s, %v; want none and a wait of 70 ms (the room's time less the look-ahead)", got, wait, err)
 	}
 	clk.t = free.Add(-50 * time.Millisecond)
 	got, wait, err := s.Admit(ctx, model, 1)
 	if err != nil || len(got) != 1 {
-		t.Fatalf("b not admitted 50 ms before its room (lag 80 ms): %v, wait %s, %v", got, wait, err)
+		t.Fatalf("b not admitted 50 ms before its room (look-ahead 80 ms): %v, wait %s, %v", got, wait, err)
 	}
-	// ... but 150 ms before it waits
+	// ... and c, which needs 10 more, waits behind it
 	reg(t, s, admission.Ticket{ID: "c", Model: model, Class: "paid", Tenant: "1", Tokens: 10})
 	if got, _, _ := s.Admit(ctx, model, 1); len(got) != 0 {
 		t.Fatalf("c admitted with the window full and b ahead: %v", got)
 	}
-	// b starting at once must wait for a to leave the window
-	w, err := s.TryStart(ctx, model, "b")
+	// b starts at once; its call must wait for a to leave the window
+	if err := s.Started(ctx, model, "b"); err != nil {
+		t.Fatal(err)
+	}
+	w, err := s.TryCalling(ctx, model, "b")
 	if err != nil || w <= 0 || w > 50*time.Millisecond+time.Second/120 {
-		t.Fatalf("b's early start: wait %s, %v; want up to 50 ms (and a slot)", w, err)
+		t.Fatalf("b's early call: wait %s, %v; want up to 50 ms (and a slot)", w, err)
 	}
 	clk.advance(w)
-	if w, err := s.TryStart(ctx, model, "b"); err != nil || w != 0 {
-		t.Fatalf("b's start once the room is there: wait %s, %v", w, err)
+	if w, err := s.TryCalling(ctx, model, "b"); err != nil || w != 0 {
+		t.Fatalf("b's call once the room is there: wait %s, %v", w, err)
 	}
-	// b counts from its start: c, which needs 10 more, waits a whole window
+	// b counts from its call: c waits a whole window
 	_, wait, _ = s.Admit(ctx, model, 1)
 	if min := time.Second - 80*time.Millisecond; wait < min {
 		t.Fatalf("c may go in %s; b counts until %s from now", wait, time.Second+time.Second/60)
+	}
+	// b's samples: started at once (0) and called at once (0; the wait
+	// for the room is not preparation): 30 → 26.25 and 10 → 8.75 ms
+	st, err = s.Stats(ctx, model)
+	if err != nil || st.StartLag != 26250*time.Microsecond || st.Prep != 8750*time.Microsecond {
+		t.Fatalf("stats after b: lag %s, prep %s, %v; want 26.25 ms and 8.75 ms", st.StartLag, st.Prep, err)
 	}
 }
 

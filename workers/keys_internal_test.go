@@ -55,14 +55,16 @@ type keyRig struct {
 	calls    int
 	admitted map[int]int
 	// waiting are the jobs registered and not yet served, by id;
-	// starting those admitted whose start waits for room.
-	waiting    map[string]callSpec
-	starting   []pendingStart
-	startWaits int
+	// started those whose handler started; calling those admitted
+	// whose call waits for room.
+	waiting   map[string]callSpec
+	started   map[string]bool
+	calling   []pendingCall
+	callWaits int
 }
 
-// pendingStart is an admitted job whose start waits until due.
-type pendingStart struct {
+// pendingCall is an admitted job whose call waits until due.
+type pendingCall struct {
 	a   admission.Admitted
 	due time.Time
 }
@@ -98,7 +100,7 @@ func newKeyRig(t *testing.T, model string, keys, valid []string, limits ratelimi
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &keyRig{t: t, model: model, clock: clock, fake: fake, sched: sched, caller: c, limits: limits, admitted: map[int]int{}, waiting: map[string]callSpec{}}
+	return &keyRig{t: t, model: model, clock: clock, fake: fake, sched: sched, caller: c, limits: limits, admitted: map[int]int{}, waiting: map[string]callSpec{}, started: map[string]bool{}}
 }
 
 // job returns a summary job whose prompt costs cost tokens by the
@@ -145,31 +147,38 @@ func (r *keyRig) run(ctx context.Context, span, step time.Duration, backlog int,
 			}
 			r.admitted[a.Key]++
 		}
-		// jobs admitted earlier whose start waited come first, as a
-		// worker's sleep in Started would end
+		// jobs admitted earlier whose call waited come first, as a
+		// worker's sleep in Calling would end
 		var starts []admission.Admitted
-		now, later := r.clock.Now(), r.starting[:0:0]
-		for _, p := range r.starting {
+		now, later := r.clock.Now(), r.calling[:0:0]
+		for _, p := range r.calling {
 			if p.due.After(now) {
 				later = append(later, p)
 			} else {
 				starts = append(starts, p.a)
 			}
 		}
-		r.starting = later
+		r.calling = later
 		starts = append(starts, adm...)
 		for _, a := range starts {
 			s, ok := waiting[a.ID]
 			if !ok {
 				r.t.Fatalf("admitted %s, which is not waiting", a.ID)
 			}
-			// a window's start may wait for the room admission looked
-			// ahead to (Started sleeps; on this clock, a later step)
-			if wait, err := r.sched.TryStart(ctx, r.model, a.ID); err != nil {
+			// a window's call may wait for the room admission looked
+			// ahead to (Calling sleeps; on this clock, a later step);
+			// calling again in the call is a no-op
+			if !r.started[a.ID] {
+				r.started[a.ID] = true
+				if err := r.sched.Started(ctx, r.model, a.ID); err != nil {
+					r.t.Fatal(err)
+				}
+			}
+			if wait, err := r.sched.TryCalling(ctx, r.model, a.ID); err != nil {
 				r.t.Fatal(err)
 			} else if wait > 0 {
-				r.startWaits++
-				r.starting = append(r.starting, pendingStart{a: a, due: now.Add(wait)})
+				r.callWaits++
+				r.calling = append(r.calling, pendingCall{a: a, due: now.Add(wait)})
 				continue
 			}
 			_, err := r.caller.call(ctx, s)
@@ -249,7 +258,7 @@ func keyLoad(t *testing.T, n int, limits ratelimit.Limits, span time.Duration) (
 		got += len(per[i])
 		// jobs admitted whose start still waits made no call yet
 		pending := 0
-		for _, p := range r.starting {
+		for _, p := range r.calling {
 			if p.a.Key == i {
 				pending++
 			}
@@ -303,8 +312,8 @@ func threeKeys(t *testing.T, limiter ratelimit.Limiter) {
 		all = append(all, adm...)
 	}
 	total := ratelimit.CheckIntervals(all, limits.TokensPerPeriod, limits.Period, limits.TokensPerPeriod)
-	t.Logf("three keys: %d calls, %d tokens over %s; admissions per key %v; starts that waited %d; 429s 0",
-		total.Admissions, total.Total, all[len(all)-1].At.Sub(all[0].At), r.admitted, r.startWaits)
+	t.Logf("three keys: %d calls, %d tokens over %s; admissions per key %v; calls that waited %d; 429s 0",
+		total.Admissions, total.Total, all[len(all)-1].At.Sub(all[0].At), r.admitted, r.callWaits)
 	if limiter == ratelimit.LimiterBucket {
 		// the model's load against one key's limit: its burst plus its
 		// rate over the run

@@ -200,6 +200,9 @@ type modelState struct {
 	// WindowMarginMS: a window limiter holds each admission this much
 	// longer than its window now, in this process (measured unless set).
 	WindowMarginMS float64 `json:"window_margin_ms,omitempty"`
+	// LookAheadMS: a window limiter's admission admits a job whose room
+	// frees within this (the measured time from admission to a call).
+	LookAheadMS float64 `json:"look_ahead_ms,omitempty"`
 	// Keys is each API key's state, with several keys (named by their
 	// short hash, never the key).
 	Keys []keyState `json:"keys,omitempty"`
@@ -264,6 +267,7 @@ func (d *Dashboard) state(ctx context.Context, smp *sampler) dashState {
 			AutoWindow: l.Limiter == ratelimit.LimiterAuto && counting == ratelimit.LimiterWindow}
 		if counting == ratelimit.LimiterWindow {
 			ms.WindowMarginMS = float64(b.WindowMargin().Microseconds()) / 1000
+			ms.LookAheadMS = float64(s.LookAhead.Microseconds()) / 1000
 		}
 		if b.Keys() > 1 {
 			pk := src.PausedKeys(ctx, model)

@@ -40,7 +40,7 @@ async function refresh(){
     document.getElementById("paused").innerHTML=(paused.length?paused.map(m=>`<span class="warn">${esc(m.name)} paused: ${esc(m.paused)}</span>`).join("<br>"):"<span class='ok'>no model paused</span>")+
       win.map(m=>`<br><span class="warn">${esc(m.name)}: provider looks window-limited; set limiter: window</span>`).join("")+
       (d.models||[]).filter(m=>m.auto_window).map(m=>`<br><span class="ok">${esc(m.name)}: limiter auto counts in a window (the provider's headers showed one)</span>`).join("")+
-      (d.models||[]).filter(m=>m.window_margin_ms).map(m=>`<br><span class="ok">${esc(m.name)}: window margin ${m.window_margin_ms.toFixed(1)} ms (each admission counts that much past its window)</span>`).join("");
+      (d.models||[]).filter(m=>m.window_margin_ms).map(m=>`<br><span class="ok">${esc(m.name)}: window margin ${m.window_margin_ms.toFixed(1)} ms (each admission counts that much past its window)${m.look_ahead_ms?`; look-ahead ${m.look_ahead_ms.toFixed(0)} ms (admitted that long before its room frees, a job waits for it at its call)`:""}</span>`).join("");
     const gu=d.gave_up||{};const gk=Object.keys(gu).sort();
     document.getElementById("gaveup").innerHTML=gk.length?"jobs that gave up after their retry budget: "+gk.map(k=>`<span class="warn">${esc(k.replace("|"," · "))}: ${gu[k]}</span>`).join(", "):"<span class='ok'>no job gave up</span>";
     h="<tr><th>tenant</th><th>tier</th><th style='width:40%'>used</th><th>of</th><th>resets</th></tr>";

@@ -81,9 +81,19 @@ func endToEndWindow(t *testing.T, limiter string) {
 		} else {
 			t.Logf("window margin measured: %.1f ms (default %s)", v*1000, per/60)
 		}
-		// and the dashboard shows it
-		if code, body := get(t, "http://"+s.app.ListenAddr()+"/api/dashboard", string(s.app.Config().Admin.Token)); code != 200 || !strings.Contains(body, `"window_margin_ms":`) {
-			t.Errorf("/api/dashboard: %d, no window margin for the review model: %.300s", code, body)
+		// admission looked ahead by the measured time to a call: above 0,
+		// at most a tenth of the window
+		f = regexp.MustCompile(`prq_admission_lookahead_seconds\{model="gpt-window"\} (\S+)`).FindStringSubmatch(metrics)
+		if f == nil {
+			t.Error("/metrics has no look-ahead for the review model")
+		} else if v, err := strconv.ParseFloat(f[1], 64); err != nil || v <= 0 || v > (per/10+per/600).Seconds() {
+			t.Errorf("look-ahead %s s on /metrics, want measured: above 0, at most a tenth of the window (%s)", f[1], per/10)
+		} else {
+			t.Logf("look-ahead measured: %.1f ms", v*1000)
+		}
+		// and the dashboard shows both
+		if code, body := get(t, "http://"+s.app.ListenAddr()+"/api/dashboard", string(s.app.Config().Admin.Token)); code != 200 || !strings.Contains(body, `"window_margin_ms":`) || !strings.Contains(body, `"look_ahead_ms":`) {
+			t.Errorf("/api/dashboard: %d, no window margin or look-ahead for the review model: %.300s", code, body)
 		}
 	}
 	if limiter == "auto" {

@@ -206,6 +206,7 @@ var (
 	descQueue      = prometheus.NewDesc("prq_queue_tasks", "asynq tasks per queue and state (scheduled holds the jobs waiting for admission).", []string{"queue", "state"}, nil)
 	descWindow     = prometheus.NewDesc("prq_provider_window_suspected", "1 when the provider's rate-limit headers look window-limited while the model is configured limiter: bucket (set limiter: window).", []string{"model"}, nil)
 	descCounting   = prometheus.NewDesc("prq_limiter_counts_in_window", "1 when the model's limiter counts in a window now: limiter window, or limiter auto once the provider's headers showed one (its first API key's).", []string{"model"}, nil)
+	descLookAhead  = prometheus.NewDesc("prq_admission_lookahead_seconds", "How far ahead admission of a window-limited model admits now: the measured time its jobs take from admission to their call (the lag to the start and the handler's preparation, smoothed, each with twice its mean deviation; at most a tenth of the window). A job admitted for room that has not freed yet waits for it at its call. 0 for a token bucket.", []string{"model"}, nil)
 	descMargin     = prometheus.NewDesc("prq_window_margin_seconds", "How much longer than its window the model's window limiter holds each admission now, in this process: window_margin as set, else twice the longest way to the provider its calls measured over the last two windows (at least 5 ms, at most window/60; window/60 until measured). 0 for a token bucket.", []string{"model"}, nil)
 	descWinLike    = prometheus.NewDesc("prq_provider_window_like_reports", "Provider replies in the last day whose rate-limit headers only a window limiter explains (all processes).", []string{"model"}, nil)
 	descOldest     = prometheus.NewDesc("prq_admission_oldest_wait_seconds", "Age of the oldest ticket waiting for admission (0 when none waits).", []string{"model"}, nil)
@@ -274,7 +275,7 @@ type stateCollector struct {
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descBacklog, descInTok, descAdmTok, descAhead, descBehind, descReleased, descAvail, descLimit, descPaused, descKeysPaused, descQueue,
-		descOldest, descAging, descRedisUp, descRedisMem, descRedisMax, descAllCalls, descGitHub, descWindow, descWinLike, descMargin} {
+		descOldest, descAging, descRedisUp, descRedisMem, descRedisMax, descAllCalls, descGitHub, descWindow, descWinLike, descMargin, descLookAhead} {
 		ch <- d
 	}
 	ch <- descLifecycle
@@ -354,6 +355,7 @@ func (c *stateCollector) read(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descBehind, prometheus.CounterValue, float64(st.BehindTokens[class]), model, class)
 		}
 		ch <- prometheus.MustNewConstMetric(descReleased, prometheus.GaugeValue, float64(st.Released), model)
+		ch <- prometheus.MustNewConstMetric(descLookAhead, prometheus.GaugeValue, st.LookAhead.Seconds(), model)
 		if b, ok := c.adm.Bucket(model); ok {
 			if avail, err := b.AvailableAll(ctx); err == nil {
 				ch <- prometheus.MustNewConstMetric(descAvail, prometheus.GaugeValue, float64(avail.Tokens), model)
