@@ -465,6 +465,27 @@ func (s *Scheduler) TryCalling(ctx context.Context, model, id string) (time.Dura
 	return time.Duration(us) * time.Microsecond, nil
 }
 
+// Arrived records that a job's call replied, its way to the provider at
+// most way (the reply's first byte less the write and the provider's
+// processing: see CallTrace.Way): with a window limiter whose margin is
+// measured, once the job settles what stays charged at its write stops
+// counting a window after write + way, when the provider counted it at
+// the latest, instead of the margin after the write. Only for a job
+// whose write was recorded (Sent); nothing to do for a token bucket.
+func (s *Scheduler) Arrived(ctx context.Context, model, id string, way time.Duration) error {
+	keys, b, err := s.keys(model)
+	if err != nil {
+		return err
+	}
+	if !b.Limits().Windowed() || way < 0 {
+		return nil
+	}
+	if err := script.Run(ctx, s.rdb, keys.list(), "arrived", s.now(), id, way.Microseconds()).Err(); err != nil {
+		return fmt.Errorf("admission: arrived %s: %w", id, err)
+	}
+	return nil
+}
+
 // Sent records that a job's request was written to the provider's
 // connection, at most after past the start of its Calling (the caller's
 // clock): with a window limiter the charge moves from the call to then

@@ -11,9 +11,10 @@
 --  K[4] chat zset (id by seq)   K[5..7] flow heads per tier (tenant by finish tag)
 --  K[8] virtual times hash      K[9] age zset (id by enqueue µs)
 --  K[10] released zset (id by deadline µs)   K[11] stats hash
---  K[12] reservations hash (id -> "requests tokens[ k<key>][ s[<µs>]][ c]",
+--  K[12] reservations hash (id -> "requests tokens[ k<key>][ s[<µs>]][ c][ w][ a<µs>]",
 --                          s: started (a window's first start: at µs, until
---                          its call), c: called)   K[13] reservation age zset
+--                          its call), c: called, w: written (its time is the
+--                          write's), a: its reply bounded its way (µs))   K[13] reservation age zset
 --  K[14] delayed zset (id NUL encoded, by due µs)      K[15] paused (reason)
 --  K[16] recent admission waits ("class:µs", newest first, capped)
 --  K[17] flow heads of chat (tenant by finish tag)
@@ -118,8 +119,8 @@ local function reservation(r)
       key = tonumber(string.sub(c, 2))
     elseif f == 's' then
       started = true
-    elseif f == 'c' then
-      -- called (a bucket's mark at the call): nothing more to read
+    elseif f == 'c' or f == 'w' or f == 'a' then
+      -- called, written, its way bounded: nothing more to read here
     else
       costs[#costs + 1] = tonumber(c)
     end
@@ -344,6 +345,21 @@ elseif op == 'sent' then
   end
   B.save(st)
   redis.call('ZADD', KEYS[13], to, ARGV[3])
+  -- marked written (" w"): the charge's time now bounds the write, which
+  -- the call's way (arrived) extends to its arrival
+  if not string.find(r, ' w', 1, true) then redis.call('HSET', KEYS[12], ARGV[3], r .. ' w') end
+  return 1
+
+elseif op == 'arrived' then
+  -- ARGV: op, now, id, way µs: the call's reply came; the way from its
+  -- write to the provider is at most way (the reply's first byte less
+  -- the write and the provider's processing), so the provider counted it
+  -- by the charge's time (its write, after 'sent') plus way. Kept in the
+  -- reservation (" a<µs>") for settle, which knows what stays charged.
+  local r = redis.call('HGET', KEYS[12], ARGV[3])
+  local way = tonumber(ARGV[4] or '')
+  if not r or way == nil or way < 0 or not string.find(r, ' w', 1, true) or string.find(r, ' a%d') then return 0 end
+  redis.call('HSET', KEYS[12], ARGV[3], r .. ' a' .. B.fmt(math.floor(way)))
   return 1
 
 elseif op == 'settle' then
@@ -358,11 +374,19 @@ elseif op == 'settle' then
     -- where the charge is (its admission, or its start): a window gives
     -- back in that slot, if it still counts
     local at = tonumber(redis.call('ZSCORE', KEYS[13], ARGV[3]) or '')
+    -- a written call whose reply bounded its way (arrived): what stays
+    -- charged at its write stops counting by its arrival (B.exact)
+    local way = tonumber(string.match(r, ' a(%d+)') or '')
     for i = 1, math.min(#charged, st.n) do
       -- an unknown actual (-1: usage not split into input and output)
       -- leaves the charge
       local delta = charged[i] - st.val[i]
-      if st.val[i] >= 0 and (ARGV[4] == 'refund' or (delta < 0 and ARGV[4] == 'debt')) then B.give(st, i, delta, at) end
+      local kept = charged[i]
+      if st.val[i] >= 0 and (ARGV[4] == 'refund' or (delta < 0 and ARGV[4] == 'debt')) then
+        B.give(st, i, delta, at)
+        if ARGV[4] == 'refund' then kept = st.val[i] end
+      end
+      if way ~= nil and at ~= nil then B.exact(st, i, at, kept, at + way) end
     end
     B.save(st)
   end

@@ -179,6 +179,133 @@ func TestWindowChargeMovesToCall(t *testing.T) {
 	}
 }
 
+// TestWindowArrivedExact: a written call whose reply bounded its way to
+// the provider (Arrived) stops counting a window after its write plus
+// that way, once settled, instead of the measured margin after its
+// write; but only where every charge of its slot is such a call: a slot
+// that also holds a call without a reply keeps the margin.
+func TestWindowArrivedExact(t *testing.T) {
+	model := fmt.Sprintf("m-window-arrived-%d", time.Now().UnixNano())
+	const w = 10 * time.Second
+	l := ratelimit.Limits{RequestsPerPeriod: 100000, TokensPerPeriod: 1000, Period: w, Limiter: ratelimit.LimiterWindow}
+	s, b, clk := windowScheduler(t, model, l, admission.Config{})
+	ctx := context.Background()
+	// the margin measured: twice the longest way, 80 ms
+	b.ObserveWay(40 * time.Millisecond)
+	if m := b.WindowMargin(); m != 80*time.Millisecond {
+		t.Fatalf("margin %s, want 80ms measured", m)
+	}
+	// call runs two jobs of 500 through their call and write (10 ms
+	// after the call), the reply bounding the way of those in replied
+	// by 3 ms; both settle. It returns the write.
+	call := func(ids []string, replied map[string]bool) time.Time {
+		t.Helper()
+		for _, id := range ids {
+			reg(t, s, admission.Ticket{ID: id, Model: model, Class: "paid", Tenant: "1", Tokens: 500})
+		}
+		if got := drain(t, s, clk, model, len(ids)); len(got) != len(ids) {
+			t.Fatalf("admitted %v, want %v", got, ids)
+		}
+		for _, id := range ids {
+			if err := s.Started(ctx, model, id); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Calling(ctx, model, id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		clk.advance(10 * time.Millisecond)
+		wrote := clk.now()
+		for _, id := range ids {
+			if err := s.Sent(ctx, model, id, 10*time.Millisecond); err != nil {
+				t.Fatal(err)
+			}
+		}
+		clk.advance(200 * time.Millisecond) // the reply
+		for _, id := range ids {
+			if replied[id] {
+				if err := s.Arrived(ctx, model, id, 3*time.Millisecond); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := s.Settle(ctx, model, id, ratelimit.Cost{Requests: 1, Tokens: 500}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return wrote
+	}
+	// next admits one more job of 500 and returns when, less the
+	// look-ahead (as if admitted when its room frees).
+	n := 0
+	next := func() time.Time {
+		t.Helper()
+		n++
+		id := fmt.Sprintf("next-%d", n)
+		reg(t, s, admission.Ticket{ID: id, Model: model, Class: "paid", Tenant: "1", Tokens: 500})
+		if got := drain(t, s, clk, model, 1); len(got) != 1 || got[0].ID != id {
+			t.Fatalf("%s not admitted: %v", id, got)
+		}
+		// settled at once: it takes no room from the next phase
+		if err := s.Settle(ctx, model, id, ratelimit.Cost{}); err != nil {
+			t.Fatal(err)
+		}
+		return clk.now().Add(lookAhead(t, s, model))
+	}
+	// one of the slot's two calls replied: the slot keeps the margin
+	wrote := call([]string{"a1", "a2"}, map[string]bool{"a1": true})
+	at, free := next(), wrote.Add(w+80*time.Millisecond)
+	if at.Before(free) || at.Sub(free) > w/120 {
+		t.Fatalf("with one call of the slot unreplied, room came %s after the write; want the window and the margin, %s", at.Sub(wrote), w+80*time.Millisecond)
+	}
+	// both replied: a window after the write and the way
+	clk.advance(w) // a1 and a2 have left
+	wrote = call([]string{"c1", "c2"}, map[string]bool{"c1": true, "c2": true})
+	at, free = next(), wrote.Add(w+3*time.Millisecond)
+	if at.Before(free) || at.Sub(free) > time.Millisecond {
+		t.Fatalf("with every call of the slot replied, room came %s after the write; want the window and the way, %s (the margin: %s)", at.Sub(wrote), w+3*time.Millisecond, w+80*time.Millisecond)
+	}
+	// a reply without a recorded write bounds nothing: the margin
+	clk.advance(w)
+	for _, id := range []string{"e1", "e2"} {
+		reg(t, s, admission.Ticket{ID: id, Model: model, Class: "paid", Tenant: "1", Tokens: 500})
+	}
+	drain(t, s, clk, model, 2)
+	for _, id := range []string{"e1", "e2"} {
+		if err := s.Started(ctx, model, id); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Calling(ctx, model, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	called := clk.now()
+	clk.advance(200 * time.Millisecond)
+	for _, id := range []string{"e1", "e2"} {
+		if err := s.Arrived(ctx, model, id, 3*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Settle(ctx, model, id, ratelimit.Cost{Requests: 1, Tokens: 500}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at, free = next(), called.Add(w+80*time.Millisecond)
+	if at.Before(free) || at.Sub(free) > w/120 {
+		t.Fatalf("with no write recorded, room came %s after the call; want the window and the margin, %s", at.Sub(called), w+80*time.Millisecond)
+	}
+	// a writer that knows no arrival (an older prq, which saves the
+	// state's time t and not tv) may have moved a charge in the slot:
+	// the slots up to its save keep the margin
+	clk.advance(w)
+	wrote = call([]string{"f1", "f2"}, map[string]bool{"f1": true, "f2": true})
+	if err := redistest.Shared(t).Client(t).HSet(ctx, b.StateKey(), "t", clk.now().UnixMicro()+1).Err(); err != nil {
+		t.Fatal(err)
+	}
+	at, free = next(), wrote.Add(w+80*time.Millisecond)
+	if at.Before(free) || at.Sub(free) > w/120 {
+		t.Fatalf("after an older writer's save, room came %s after the write; want the window and the margin, %s", at.Sub(wrote), w+80*time.Millisecond)
+	}
+}
+
 // lookAhead is how far ahead admission of model looks now.
 func lookAhead(t *testing.T, s *admission.Scheduler, model string) time.Duration {
 	t.Helper()

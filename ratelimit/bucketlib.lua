@@ -45,32 +45,44 @@ end
 
 local function slotfield(i, j) return 'w' .. i .. ':' .. B.fmt(j) end
 local function timefield(i, j) return 'w' .. i .. ':' .. B.fmt(j) .. 't' end
+local function exactfield(i, j) return 'w' .. i .. ':' .. B.fmt(j) .. 'x' end
 
 -- readslots returns the values of slots a..b of window dimension i
--- (cached in st: the admission loop may ask several times), and their
--- latest charges' times in st.tcache[i] (false: not known).
+-- (cached in st: the admission loop may ask several times), their latest
+-- charges' times in st.tcache[i] (false: not known), and what is known
+-- of their calls' arrival in st.xcache[i] ({x, e}: e of the slot's
+-- value is calls whose replies bound their arrival at the provider, the
+-- latest by x; false: none known. See B.exact).
 local function readslots(st, i, a, b)
-  local cache, tcache = st.cache[i], st.tcache[i]
+  local cache, tcache, xcache = st.cache[i], st.tcache[i], st.xcache[i]
   local want, idx = {}, {}
   for j = a, b do
     if cache[j] == nil then
       want[#want + 1] = slotfield(i, j)
       want[#want + 1] = timefield(i, j)
+      want[#want + 1] = exactfield(i, j)
       idx[#idx + 1] = j
     end
   end
   -- HMGET in chunks: unpack has a stack limit
-  for c = 1, #want, 500 do
+  for c = 1, #want, 498 do
     local part = {}
-    for k = c, math.min(c + 499, #want) do part[#part + 1] = want[k] end
+    for k = c, math.min(c + 497, #want) do part[#part + 1] = want[k] end
     local got = redis.call('HMGET', st.key, unpack(part))
-    for k = 1, #part, 2 do
-      local j = idx[(c + k - 1 + 1) / 2]
+    for k = 1, #part, 3 do
+      local j = idx[(c + k - 1 + 2) / 3]
       local v = tonumber(got[k] or '') or 0
       cache[j] = v
       tcache[j] = false
       local ts, tv = string.match(got[k + 1] or '', '^(%d+):(%-?%d+)$')
       if ts and tonumber(tv) == v then tcache[j] = tonumber(ts) end
+      xcache[j] = false
+      local xs, xe, xv = string.match(got[k + 2] or '', '^(%d+):(%d+):(%-?%d+)$')
+      if xs and tonumber(xv) == v then
+        xcache[j] = {tonumber(xs), tonumber(xe)}
+      elseif got[k + 2] then
+        st.xstale[i][j] = true -- written beside another value: dropped
+      end
     end
   end
   return cache
@@ -84,10 +96,36 @@ local function slotend(st, i, j)
   return (j + 1) * st.slot[i] - 1
 end
 
+-- eend is slotend, or sooner for a slot whose every charge's call has
+-- replied (B.exact): the latest arrival its replies bound, less the
+-- margin in force (the slot then stops counting a window, and what was
+-- learned from 429s, after that arrival). Only where this process's
+-- margin is measured (the margin is then the measured one, not a
+-- guess of how the provider counts) and never later than slotend. The
+-- slot must be read.
+local function eend(st, i, j)
+  local t = slotend(st, i, j)
+  if st.own[i] < 0 or j <= st.owslot[i] then return t end
+  local xc, v = st.xcache[i][j], st.cache[i][j]
+  if not xc or v <= 0 or xc[2] < v then return t end
+  local off = st.per[i] - st.base[i] - st.learn[i] + st.own[i]
+  return math.min(t, xc[1] - off)
+end
+
 -- addslot adds amount to slot j of window dimension i; a charge (amount
 -- > 0) made at time t (nil: not known) moves the slot's latest time.
 local function addslot(st, i, j, amount, t)
   local cache = readslots(st, i, j, j)
+  -- a slot that stopped counting by its calls' arrival counts again
+  -- once anything else is charged in it
+  if st.cred[i][j] then
+    st.credit[i] = st.credit[i] - st.cred[i][j]
+    st.cred[i][j] = nil
+  end
+  if st.scred[i][j] then
+    st.subcredit[i] = st.subcredit[i] - st.scred[i][j]
+    st.scred[i][j] = nil
+  end
   if amount > 0 then
     local old = st.tcache[i][j]
     if t == nil then
@@ -128,6 +166,28 @@ local function recount(st, i, lo, from, pos, sums)
   end
 end
 
+-- credits finds, in one check of window dimension i (its first counting
+-- slot pos, its span), the slots slotend still counts that stopped
+-- counting by their calls' arrival (eend): their values are credited
+-- (in cred[i], taken off the check's sum) while nothing else is charged
+-- in them. Such slots are near the check's start: a slot begins no
+-- later than its calls' arrival, and eend is that less the margin.
+local function credits(st, i, pos, span, cred)
+  local off = st.per[i] - st.base[i] - st.learn[i] + st.own[i]
+  local from = st.now - span
+  local top = math.min(st.h[i], math.floor((from + off) / st.slot[i]))
+  if top < pos then return 0 end
+  local total = 0
+  local c = readslots(st, i, pos, top)
+  for j = pos, top do
+    if c[j] > 0 and eend(st, i, j) < from then
+      cred[i][j] = c[j]
+      total = total + c[j]
+    end
+  end
+  return total
+end
+
 -- B.load reads n dimensions from argv at base+1 (count) and then per
 -- dimension its kind and values: 'b', limit, period_us, burst, value; or
 -- 'w', limit, window_us, sub_us (0: none), sub_limit, slot_us, value,
@@ -145,7 +205,7 @@ end
 function B.load(key, argv, base, now)
   local st = {key = key, now = now, kind = {}, lim = {}, per = {}, burst = {}, val = {}, level = {},
     sub = {}, sublim = {}, slot = {}, sum = {}, subsum = {}, p = {}, q = {}, d = {}, h = {}, base = {}, learn = {}, own = {},
-    cache = {}, tcache = {}, dirty = {}, del = {}}
+    cache = {}, tcache = {}, dirty = {}, del = {}, xcache = {}, xstale = {}, cred = {}, scred = {}, credit = {}, subcredit = {}}
   local n = tonumber(argv[base + 1])
   st.n = n
   local b = base + 1
@@ -182,6 +242,8 @@ function B.load(key, argv, base, now)
       st.burst[i] = st.lim[i]
       if st.sub[i] > 0 and st.sublim[i] < st.burst[i] then st.burst[i] = st.sublim[i] end
       st.cache[i], st.tcache[i], st.dirty[i], st.del[i] = {}, {}, {}, {}
+      st.xcache[i], st.xstale[i], st.cred[i], st.scred[i] = {}, {}, {}, {}
+      st.credit[i], st.subcredit[i] = 0, 0
     else
       st.burst[i] = tonumber(v[4])
       st.val[i] = tonumber(v[5])
@@ -258,6 +320,7 @@ function B.load(key, argv, base, now)
         for j = from, math.min(to, from + 30000) do
           st.del[i][#st.del[i] + 1] = slotfield(i, j)
           st.del[i][#st.del[i] + 1] = timefield(i, j)
+          st.del[i][#st.del[i] + 1] = exactfield(i, j)
         end
         p = false
       end
@@ -294,19 +357,28 @@ function B.load(key, argv, base, now)
         if st.sub[i] > 0 then recount(st, i, los, now - st.sub[i], st.q, st.subsum) end
         -- an older writer dropped slots below d and left their times
         if e ~= nil and e < st.d[i] then
-          for j = e, math.min(st.d[i] - 1, e + 30000) do st.del[i][#st.del[i] + 1] = timefield(i, j) end
+          for j = e, math.min(st.d[i] - 1, e + 30000) do
+            st.del[i][#st.del[i] + 1] = timefield(i, j)
+            st.del[i][#st.del[i] + 1] = exactfield(i, j)
+          end
         end
         if st.d[i] < lod then
           for j = st.d[i], math.min(lod - 1, st.h[i]) do
             st.del[i][#st.del[i] + 1] = slotfield(i, j)
             st.del[i][#st.del[i] + 1] = timefield(i, j)
+            st.del[i][#st.del[i] + 1] = exactfield(i, j)
           end
           st.d[i] = lod
         end
       end
+      -- slots whose calls all replied stop counting by their arrival
+      if st.own[i] >= 0 then
+        st.credit[i] = credits(st, i, st.p[i], st.per[i], st.cred)
+        if st.sub[i] > 0 then st.subcredit[i] = credits(st, i, st.q[i], st.sub[i], st.scred) end
+      end
       if st.sub[i] == 0 then st.q[i] = st.p[i] end
-      st.level[i] = st.lim[i] - st.sum[i]
-      if st.sub[i] > 0 and st.sublim[i] - st.subsum[i] < st.level[i] then st.level[i] = st.sublim[i] - st.subsum[i] end
+      st.level[i] = st.lim[i] - (st.sum[i] - st.credit[i])
+      if st.sub[i] > 0 and st.sublim[i] - (st.subsum[i] - st.subcredit[i]) < st.level[i] then st.level[i] = st.sublim[i] - (st.subsum[i] - st.subcredit[i]) end
     else
       local cap = st.burst[i] * st.per[i]
       local l = tonumber(stored[k] or '') or cap
@@ -322,18 +394,23 @@ end
 -- slotwait returns the µs until need more has stopped counting in one
 -- check of window dimension i (its limit's span from slot from), oldest
 -- slots first, read a few at a time: usually the first free enough.
-local function slotwait(st, i, need, from, span)
+local function slotwait(st, i, need, from, span, cred)
   local h = st.h[i]
   local w = (h + 1) * st.slot[i] + span - st.now -- everything gone
-  local acc, j = 0, from
+  local acc, j, late = 0, from, nil
   while j <= h and acc < need do
     local top = math.min(j + 7, h)
     local cache = readslots(st, i, j, top)
     while j <= top do
-      acc = acc + cache[j]
-      if acc >= need then
-        w = slotend(st, i, j) + 1 + span - st.now
-        break
+      if not cred[i][j] and cache[j] > 0 then
+        acc = acc + cache[j]
+        -- a slot whose calls replied may stop before an older one
+        local e = eend(st, i, j)
+        if late == nil or e > late then late = e end
+        if acc >= need then
+          w = late + 1 + span - st.now
+          break
+        end
       end
       j = j + 1
     end
@@ -353,20 +430,20 @@ end
 -- as k, so the window still fills.
 local function windowwait(st, i, c, k)
   local wait = 0
-  local checks = {{st.lim[i], st.sum[i], st.p[i], st.per[i]}}
-  if st.sub[i] > 0 then checks[2] = {st.sublim[i], st.subsum[i], st.q[i], st.sub[i]} end
+  local checks = {{st.lim[i], st.sum[i] - st.credit[i], st.p[i], st.per[i], st.cred}}
+  if st.sub[i] > 0 then checks[2] = {st.sublim[i], st.subsum[i] - st.subcredit[i], st.q[i], st.sub[i], st.scred} end
   for _, ck in ipairs(checks) do
-    local limit, sum, from, span = ck[1], ck[2], ck[3], ck[4]
+    local limit, sum, from, span, cred = ck[1], ck[2], ck[3], ck[4], ck[5]
     local need = sum + c - limit
     if need > 0 then
-      local w = slotwait(st, i, need, from, span)
+      local w = slotwait(st, i, need, from, span, cred)
       if w > wait then wait = w end
     end
     if k > 0 then
       local share = k / st.burst[i]
       local kneed = need + share * limit
       if kneed > 0 then
-        local w = slotwait(st, i, kneed, from, span) - math.floor(share * span)
+        local w = slotwait(st, i, kneed, from, span, cred) - math.floor(share * span)
         if w > wait then wait = w end
       end
     end
@@ -376,16 +453,19 @@ end
 
 -- expiredby returns how much of one check of window dimension i (its
 -- span, from slot from) stops counting within tw µs from now.
-local function expiredby(st, i, from, span, tw)
+local function expiredby(st, i, from, span, tw, cred)
   local acc, j, h = 0, from, st.h[i]
   -- slots stop counting in order (a slot's latest charge is after the
-  -- previous slot's end)
+  -- previous slot's end), but for those whose calls replied, which may
+  -- stop sooner: the count stops at the first slot still counting then
   while j <= h and j * st.slot[i] + span - st.now <= tw do
     local top = math.min(j + 7, h)
     local cache = readslots(st, i, j, top)
     while j <= top do
-      if slotend(st, i, j) + 1 + span - st.now > tw then return acc end
-      acc = acc + cache[j]
+      if not cred[i][j] and cache[j] > 0 then
+        if eend(st, i, j) + 1 + span - st.now > tw then return acc end
+        acc = acc + cache[j]
+      end
       j = j + 1
     end
   end
@@ -404,14 +484,14 @@ function B.slack(st, costs, keep, w)
     local k = 0
     if keep ~= nil and keep[i] ~= nil then k = keep[i] end
     local slack = nil
-    local checks = {{st.lim[i], st.sum[i], st.p[i], st.per[i]}}
-    if st.sub[i] > 0 then checks[2] = {st.sublim[i], st.subsum[i], st.q[i], st.sub[i]} end
+    local checks = {{st.lim[i], st.sum[i] - st.credit[i], st.p[i], st.per[i], st.cred}}
+    if st.sub[i] > 0 then checks[2] = {st.sublim[i], st.subsum[i] - st.subcredit[i], st.q[i], st.sub[i], st.scred} end
     for _, ck in ipairs(checks) do
-      local limit, sum, from, span = ck[1], ck[2], ck[3], ck[4]
-      local room = limit - (sum - expiredby(st, i, from, span, w)) - costs[i]
+      local limit, sum, from, span, cred = ck[1], ck[2], ck[3], ck[4], ck[5]
+      local room = limit - (sum - expiredby(st, i, from, span, w, cred)) - costs[i]
       if k > 0 then
         local share = k / st.burst[i]
-        local hroom = limit - (sum - expiredby(st, i, from, span, w + math.floor(share * span))) - costs[i] - share * limit
+        local hroom = limit - (sum - expiredby(st, i, from, span, w + math.floor(share * span), cred)) - costs[i] - share * limit
         if hroom < room then room = hroom end
       end
       if slack == nil or room < slack then slack = room end
@@ -449,8 +529,9 @@ function B.wait(st, costs, keep)
 end
 
 local function refreshlevel(st, i)
-  st.level[i] = st.lim[i] - st.sum[i]
-  if st.sub[i] > 0 and st.sublim[i] - st.subsum[i] < st.level[i] then st.level[i] = st.sublim[i] - st.subsum[i] end
+  st.level[i] = st.lim[i] - (st.sum[i] - st.credit[i])
+  local sub = st.sublim[i] - (st.subsum[i] - st.subcredit[i])
+  if st.sub[i] > 0 and sub < st.level[i] then st.level[i] = sub end
 end
 
 function B.take(st, costs)
@@ -488,6 +569,23 @@ function B.give(st, i, amount, at)
   st.level[i] = st.level[i] + amount * st.per[i]
   local cap = st.burst[i] * st.per[i]
   if st.level[i] > cap then st.level[i] = cap end
+end
+
+-- B.exact records that amount of window dimension i, charged at at (µs),
+-- is a call whose reply bounds its arrival at the provider by bound (µs):
+-- once all of a slot's value is such calls, the slot stops counting a
+-- window (and what 429s taught) after the latest of them (eend), not a
+-- margin after its latest charge. Only in a slot still counting, and
+-- never more than the slot holds.
+function B.exact(st, i, at, amount, bound)
+  if st.kind[i] ~= 'w' or at == nil or amount <= 0 or bound < at then return end
+  local j = math.floor(at / st.slot[i])
+  if j < st.p[i] or j > st.h[i] or j <= st.owslot[i] then return end
+  local c = readslots(st, i, j, j)
+  local xc = st.xcache[i][j] or {0, 0}
+  if xc[2] + amount > c[j] then return end
+  st.xcache[i][j] = {math.max(xc[1], bound), xc[2] + amount}
+  st.dirty[i][j] = true
 end
 
 -- B.move moves amount of window dimension i charged at from (µs) to a
@@ -542,6 +640,8 @@ end
 -- a tenth of the window).
 function B.block(st, i, wait)
   if st.kind[i] == 'w' then
+    -- a longer span: the slots credited for a shorter one count again
+    st.credit[i], st.subcredit[i], st.cred[i], st.scred[i] = 0, 0, {}, {}
     local g = st.slot[i]
     local learn = math.min(math.max(2 * st.learn[i], g), math.floor(st.base[i] / 10))
     st.per[i] = st.per[i] + learn - st.learn[i]
@@ -598,6 +698,15 @@ function B.save(st)
             args[#args + 1] = B.fmt(t) .. ':' .. B.fmt(st.cache[i][j])
           else
             untimed[#untimed + 1] = timefield(i, j)
+          end
+          -- what is known of the slot's calls' arrival, beside its new
+          -- value (a stale one is dropped)
+          local xc = st.xcache[i][j]
+          if xc then
+            args[#args + 1] = exactfield(i, j)
+            args[#args + 1] = B.fmt(xc[1]) .. ':' .. B.fmt(xc[2]) .. ':' .. B.fmt(st.cache[i][j])
+          elseif st.xstale[i][j] then
+            untimed[#untimed + 1] = exactfield(i, j)
           end
         end
       end

@@ -140,6 +140,9 @@ type callMover interface {
 	// Sent moves it to the request's write, at most after past the
 	// start of Calling (see admission.Scheduler.Sent).
 	Sent(ctx context.Context, model, id string, after time.Duration) error
+	// Arrived bounds the call's way to the provider by way, from its
+	// reply (see admission.Scheduler.Arrived).
+	Arrived(ctx context.Context, model, id string, way time.Duration) error
 }
 
 // wayUnknown holds a model's window margin at its default for a while: a
@@ -201,7 +204,7 @@ func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
 	req := s.prompt.request(s.model, maxOut)
 	req.Key = key
 	callingStart := time.Now()
-	var sent func(time.Duration)
+	var sent, arrived func(time.Duration)
 	if cl, ok := cfg.Ledger.(callMover); ok {
 		// the charge moves to the call: a window counts it from now, a
 		// bucket counts what the provider has not seen yet
@@ -218,6 +221,12 @@ func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
 				log.WarnContext(ctx, "could not move the job's charge to its request's write; the window margin, at its default for two windows, covers the difference", "task", s.ticket.ID, "model", model, "err", err)
 			}
 		}
+		// and the reply bounds when the provider counted it
+		arrived = func(way time.Duration) {
+			if err := cl.Arrived(ctx, model, s.ticket.ID, way); err != nil {
+				log.WarnContext(ctx, "could not record the call's way to the provider; its charge counts the window margin past its write", "task", s.ticket.ID, "model", model, "err", err)
+			}
+		}
 	}
 	cctx, trace := admission.TraceCall(ctx, callingStart, sent)
 	callStart := time.Now()
@@ -227,6 +236,9 @@ func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
 			// the request's way to the provider, for a window's margin
 			if way, ok := trace.Way(h); ok {
 				mb.ObserveWay(way)
+				if arrived != nil {
+					arrived(way)
+				}
 			}
 		}
 		if bucket == nil {

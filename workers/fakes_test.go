@@ -137,6 +137,11 @@ func (f *fakeAdmission) Sent(_ context.Context, model, id string, after time.Dur
 	return nil
 }
 
+func (f *fakeAdmission) Arrived(_ context.Context, model, id string, way time.Duration) error {
+	f.record("arrived %s", id)
+	return nil
+}
+
 func (f *fakeAdmission) Bucket(string) (*ratelimit.Bucket, bool) { return f.bucket, f.bucket != nil }
 
 func (f *fakeAdmission) Models() []string { return f.models }

@@ -196,8 +196,9 @@ type benchResult struct {
 	BacklogWindows int     `json:"backlog_windows"`
 	// WindowGap splits what those windows left unused.
 	WindowGap windowGap `json:"window_gap"`
-	// HoldMS is the window margin prq held past the provider's window
-	// for the review model's calls, mean ms (0: a token bucket)
+	// HoldMS is how long prq held the review model's calls past the
+	// provider's window (the margin, or a replied call's way: callHold),
+	// mean ms (0: a token bucket)
 	HoldMS float64 `json:"hold_ms,omitempty"`
 	// Ideal is TPMBacklogged as an admission with no latency would make
 	// it, on the same calls with the same hold, in each order.
@@ -578,15 +579,14 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 	res.Loss = lossOf(fakes.OpenAI.Admissions(review), calls, review, lim.TokensPerPeriod, lim.Period, lim.BurstTokens)
 	if b.providerLimiter == fakeopenai.LimiterWindow {
 		res.TPMBacklogged, res.BacklogWindows = backloggedFill(fakes.OpenAI.Admissions(review), waitingSpans(calls, review), lim.TokensPerPeriod, lim.Period)
-		var hold time.Duration // how much longer than the provider prq counts a call
+		// how much longer than the provider prq counts a call
+		holdOf := func(callRecord) time.Duration { return 0 }
 		if lim.Windowed() {
-			hold = lim.WindowMargin
-			if hold == 0 {
-				hold = meanMargin(calls, review, lim.Period/60) // measured, at most ratelimit's default
-			}
+			holdOf = func(c callRecord) time.Duration { return callHold(c, lim.Period, lim.WindowMargin, lim.Period/60) }
 		}
+		hold := meanHold(calls, review, holdOf)
 		res.HoldMS = float64(hold.Microseconds()) / 1000
-		res.WindowGap = windowGapOf(fakes.OpenAI.Admissions(review), calls, review, lim.TokensPerPeriod, lim.Period, hold)
+		res.WindowGap = windowGapOf(fakes.OpenAI.Admissions(review), calls, review, lim.TokensPerPeriod, lim.Period, holdOf)
 		res.Ideal = idealFillsOf(calls, review, lim.TokensPerPeriod, lim.Period, hold)
 	}
 	// fairness windows: five periods, or one in the fairness workload,
@@ -724,18 +724,39 @@ func jain(calls []callRecord, tiers map[int64]jobs.Tier, window time.Duration) m
 	return out
 }
 
-// meanMargin is the mean window margin the processes held at a model's
-// calls (each measures its own), def when none was recorded.
-func meanMargin(calls []callRecord, model string, def time.Duration) time.Duration {
-	var sum, n int64
+// callHold is how much longer than the provider a window limiter
+// counts call c: the margin set (set > 0), else the margin its process
+// held (measured; def where none was recorded); but a call whose reply
+// came back within the window counts a window after its write and its
+// way (admission.Scheduler.Arrived), so the way it measured, where
+// shorter.
+func callHold(c callRecord, w, set, def time.Duration) time.Duration {
+	if set > 0 {
+		return set
+	}
+	m := def
+	if c.Margin > 0 {
+		m = time.Duration(c.Margin) * time.Microsecond
+	}
+	if c.Outcome == "ok" && c.Way > 0 && c.Done > 0 && time.Duration(c.Done-c.At)*time.Millisecond < w {
+		m = min(m, time.Duration(c.Way)*time.Microsecond)
+	}
+	return m
+}
+
+// meanHold is the mean of hold over a model's calls the provider
+// admitted (0 when there were none).
+func meanHold(calls []callRecord, model string, hold func(callRecord) time.Duration) time.Duration {
+	var sum time.Duration
+	n := 0
 	for _, c := range calls {
-		if c.Model == model && c.Margin > 0 {
-			sum += c.Margin
+		if c.Model == model && c.Outcome != "429" {
+			sum += hold(c)
 			n++
 		}
 	}
 	if n == 0 {
-		return def
+		return 0
 	}
-	return time.Duration(sum/n) * time.Microsecond
+	return sum / time.Duration(n)
 }

@@ -178,8 +178,8 @@ func backloggedWindows(adm []fakeopenai.Admission, queued []span, w time.Duratio
 //   - Packing: room prq saw too, below the smallest ticket waiting for
 //     admission;
 //   - Hold: room prq could not use because it counts each call from its
-//     call for hold (the window margin) longer than the
-//     provider's window;
+//     call for hold(call) (the window margin, or for a call whose reply
+//     bounded its way, that way) longer than the provider's window;
 //   - Transit: room held in prq's window by calls admitted and not sent
 //     yet (admission charges at once; the provider counts on arrival);
 //     where every waiting ticket is already admitted, all of the rest;
@@ -196,7 +196,7 @@ type windowGap struct {
 	Fitting float64 `json:"fitting"`
 }
 
-func windowGapOf(adm []fakeopenai.Admission, calls []callRecord, model string, limit int64, w, hold time.Duration) windowGap {
+func windowGapOf(adm []fakeopenai.Admission, calls []callRecord, model string, limit int64, w time.Duration, hold func(callRecord) time.Duration) windowGap {
 	var out windowGap
 	if limit <= 0 {
 		return out
@@ -227,7 +227,7 @@ func windowGapOf(adm []fakeopenai.Admission, calls []callRecord, model string, l
 				}
 			case c.Admitted <= now && c.At > now:
 				transit += c.Tokens
-			case c.At > ms(t.Add(-w-hold)) && c.At <= ms(t.Add(-w)):
+			case c.At > ms(t.Add(-w-hold(c))) && c.At <= ms(t.Add(-w)):
 				held += c.Tokens
 			}
 		}

@@ -94,7 +94,7 @@ func TestWindowGap(t *testing.T) {
 		{Model: "m", Created: ms(0), Start: ms(2000), At: ms(2000), Tokens: 50, Outcome: "429"}, // not a call
 		{Model: "other", Created: ms(0), Start: ms(1000), At: ms(1000), Tokens: 5},              // another model
 	}
-	g := windowGapOf(adm, calls, "m", 100, time.Second, 100*time.Millisecond)
+	g := windowGapOf(adm, calls, "m", 100, time.Second, func(callRecord) time.Duration { return 100 * time.Millisecond })
 	want := windowGap{Hold: (5*0.6 + 5*0.4) / 101, Transit: (5*0.4 + 20*0.3 + 0.1) / 101, Fitting: 20 * 0.4 / 101, Packing: (20*0.1 + 49*0.1) / 101}
 	for name, pair := range map[string][2]float64{"packing": {want.Packing, g.Packing}, "hold": {want.Hold, g.Hold},
 		"transit": {want.Transit, g.Transit}, "fitting": {want.Fitting, g.Fitting}} {
@@ -104,15 +104,36 @@ func TestWindowGap(t *testing.T) {
 	}
 }
 
-// TestMeanMargin: the hold the window gap counts is the mean margin the
-// processes held at the model's calls (measured), the default where none
-// was recorded.
-func TestMeanMargin(t *testing.T) {
-	calls := []callRecord{{Model: "m", Margin: 10_000}, {Model: "m", Margin: 30_000}, {Model: "m"}, {Model: "other", Margin: 900_000}}
-	if got := meanMargin(calls, "m", time.Second); got != 20*time.Millisecond {
-		t.Errorf("mean margin %s, want 20ms", got)
+// TestMeanHold: the hold the window gap counts is, per call, the margin
+// set; else the margin its process held (measured; the default where
+// none was recorded), or the way its reply measured where that is
+// shorter and the reply came back within the window (prq then counts the
+// call from its way, not the margin); the row shows their mean.
+func TestMeanHold(t *testing.T) {
+	const w = 6 * time.Second
+	calls := []callRecord{
+		{Model: "m", Outcome: "ok", Margin: 10_000},                                  // no reply measured: the margin
+		{Model: "m", Outcome: "ok", Margin: 30_000, At: 1000, Done: 2000, Way: 2000}, // replied within the window: its way
+		{Model: "m", Outcome: "ok", Margin: 30_000, At: 1000, Done: 8000, Way: 2000}, // replied after it: the margin
+		{Model: "m", Outcome: "ok", Margin: 3_000, At: 1000, Done: 2000, Way: 9000},  // a way longer than the margin: the margin
+		{Model: "m", Outcome: "ok"},                                                  // none recorded: the default
+		{Model: "m", Outcome: "429", Margin: 900_000},                                // not a call the provider counted
+		{Model: "other", Outcome: "ok", Margin: 900_000},
 	}
-	if got := meanMargin(calls, "none", time.Second); got != time.Second {
-		t.Errorf("mean margin with none recorded %s, want the default 1s", got)
+	want := []time.Duration{10 * time.Millisecond, 2 * time.Millisecond, 30 * time.Millisecond, 3 * time.Millisecond, 100 * time.Millisecond}
+	for i, c := range calls[:5] {
+		if got := callHold(c, w, 0, 100*time.Millisecond); got != want[i] {
+			t.Errorf("call %d: hold %s, want %s", i, got, want[i])
+		}
+		if got := callHold(c, w, 25*time.Millisecond, 100*time.Millisecond); got != 25*time.Millisecond {
+			t.Errorf("call %d with the margin set: hold %s, want the 25ms set", i, got)
+		}
+	}
+	hold := func(c callRecord) time.Duration { return callHold(c, w, 0, 100*time.Millisecond) }
+	if got, wantMean := meanHold(calls, "m", hold), (10+2+30+3+100)*time.Millisecond/5; got != wantMean {
+		t.Errorf("mean hold %s, want %s", got, wantMean)
+	}
+	if got := meanHold(calls, "none", hold); got != 0 {
+		t.Errorf("mean hold with no calls %s, want 0", got)
 	}
 }

@@ -44,7 +44,7 @@ func writeBench(out io.Writer, b Flags, results, scale []benchResult) error {
 		row("TPM utilisation, mean fill of the windows a review job waited throughout (windows sampled)", func(r benchResult) string {
 			return fmt.Sprintf("%s (%d)", pctf(r.TPMBacklogged), r.BacklogWindows)
 		})
-		row("window margin prq held past the window, mean at the review model's calls (ms; measured unless --window-margin)", func(r benchResult) string {
+		row("prq's hold past the window, mean at the review model's calls (ms: the window margin, measured unless --window-margin; a call whose reply came within the window, its way)", func(r benchResult) string {
 			if r.HoldMS == 0 {
 				return "—"
 			}

@@ -19,7 +19,7 @@ func TestReportShowsHold(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, line := range strings.Split(out.String(), "\n") {
-		if strings.HasPrefix(line, "| window margin prq held past the window") {
+		if strings.HasPrefix(line, "| prq's hold past the window") {
 			if !strings.HasSuffix(line, "| 8.2 | — |") && !strings.HasSuffix(line, "| 8.3 | — |") {
 				t.Fatalf("hold row %q, want 8.2 (or 8.3) ms for prq-window and — for the bucket", line)
 			}

@@ -44,6 +44,11 @@ type callRecord struct {
 	// Margin is the window margin the process held at the call, µs (0:
 	// none, a token bucket)
 	Margin int64 `json:"margin_us,omitempty"`
+	// Done is when the call returned, unix ms; Way bounds the call's way
+	// to the provider, µs (from its call to its return less the
+	// provider's processing time; 0: no reply, or no processing time).
+	Done int64 `json:"done,omitempty"`
+	Way  int64 `json:"way_us,omitempty"`
 }
 
 // workerReport is what a bench worker process reports at exit.
@@ -116,12 +121,18 @@ func (r *recorder) Complete(ctx context.Context, req llm.Request) (llm.Response,
 	case err != nil:
 		outcome = "error"
 	}
+	done := time.Now()
+	var way int64
+	if p, ok := ratelimit.ProcessingTime(resp.Header); ok && err == nil {
+		way = max(done.Sub(time.UnixMilli(at))-p, time.Microsecond).Microseconds()
+	}
 	r.mu.Lock()
 	var margin int64
 	if r.margin != nil {
 		margin = r.margin(req.Model).Microseconds()
 	}
-	r.calls = append(r.calls, callRecord{Task: id, Kind: m.kind, Class: m.class, Tenant: m.tenant, Created: m.created, Start: m.start, At: at, Tokens: m.tokens, Model: req.Model, Outcome: outcome, Margin: margin})
+	r.calls = append(r.calls, callRecord{Task: id, Kind: m.kind, Class: m.class, Tenant: m.tenant, Created: m.created, Start: m.start, At: at, Tokens: m.tokens, Model: req.Model, Outcome: outcome, Margin: margin,
+		Done: done.UnixMilli(), Way: way})
 	r.mu.Unlock()
 	return resp, err
 }

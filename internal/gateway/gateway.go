@@ -101,6 +101,9 @@ type Admission interface {
 	// Sent moves it to the request's write, at most after past the
 	// start of Calling.
 	Sent(ctx context.Context, model, id string, after time.Duration) error
+	// Arrived bounds the call's way to the provider by way, from its
+	// reply.
+	Arrived(ctx context.Context, model, id string, way time.Duration) error
 	Settle(ctx context.Context, model, id string, actual ratelimit.Cost) error
 	Withdraw(ctx context.Context, model, id string) (bool, error)
 	KeyOf(ctx context.Context, model, id string) (int, error)

@@ -200,6 +200,10 @@ func (g *Gateway) call(ctx, cctx context.Context, q *request, body []byte) (*htt
 		// the request's way to the provider, for a window's margin
 		if way, ok := trace.Way(resp.Header); ok {
 			b.ObserveWay(way)
+			// the provider counted the call by its write and that way
+			if err := g.adm.Arrived(context.WithoutCancel(ctx), q.model, q.ticket, way); err != nil {
+				g.log.WarnContext(ctx, "gateway: could not record the call's way to the provider; its charge counts the window margin past its write", "model", q.model, "err", err)
+			}
 		}
 		if kb := b.ForKey(key); kb != nil {
 			if _, err := kb.Sync(context.WithoutCancel(ctx), resp.StatusCode, resp.Header, time.Since(callStart)); err != nil {
