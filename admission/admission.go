@@ -469,8 +469,9 @@ func (s *Scheduler) TryCalling(ctx context.Context, model, id string) (time.Dura
 // most way (the reply's first byte less the write and the provider's
 // processing: see CallTrace.Way): with a window limiter whose margin is
 // measured, once the job settles what stays charged at its write stops
-// counting a window after write + way, when the provider counted it at
-// the latest, instead of the margin after the write. Only for a job
+// counting a window after write + way (when the provider counted it at
+// the latest) + ratelimit.MinWindowMargin, instead of the margin after
+// the write. Only for a job
 // whose write was recorded (Sent); nothing to do for a token bucket.
 func (s *Scheduler) Arrived(ctx context.Context, model, id string, way time.Duration) error {
 	keys, b, err := s.keys(model)
@@ -480,6 +481,9 @@ func (s *Scheduler) Arrived(ctx context.Context, model, id string, way time.Dura
 	if !b.Limits().Windowed() || way < 0 {
 		return nil
 	}
+	// the bound keeps the least margin past the way (the provider's
+	// whole milliseconds, a count taken shortly after arrival)
+	way += ratelimit.MinWindowMargin
 	if err := script.Run(ctx, s.rdb, keys.list(), "arrived", s.now(), id, way.Microseconds()).Err(); err != nil {
 		return fmt.Errorf("admission: arrived %s: %w", id, err)
 	}

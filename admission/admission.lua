@@ -11,10 +11,11 @@
 --  K[4] chat zset (id by seq)   K[5..7] flow heads per tier (tenant by finish tag)
 --  K[8] virtual times hash      K[9] age zset (id by enqueue µs)
 --  K[10] released zset (id by deadline µs)   K[11] stats hash
---  K[12] reservations hash (id -> "requests tokens[ k<key>][ s[<µs>]][ c][ w][ a<µs>]",
+--  K[12] reservations hash (id -> "requests tokens[ k<key>][ s[<µs>]][ c][ t][ w][ a<µs>]",
 --                          s: started (a window's first start: at µs, until
---                          its call), c: called, w: written (its time is the
---                          write's), a: its reply bounded its way (µs))   K[13] reservation age zset
+--                          its call), c: called, t: its time is its call's (a
+--                          window's), w: then its write's (a bound), a: its
+--                          reply bounded its way from there (µs))   K[13] reservation age zset
 --  K[14] delayed zset (id NUL encoded, by due µs)      K[15] paused (reason)
 --  K[16] recent admission waits ("class:µs", newest first, capped)
 --  K[17] flow heads of chat (tenant by finish tag)
@@ -119,7 +120,7 @@ local function reservation(r)
       key = tonumber(string.sub(c, 2))
     elseif f == 's' then
       started = true
-    elseif f == 'c' or f == 'w' or f == 'a' then
+    elseif f == 'c' or f == 'w' or f == 'a' or f == 't' then
       -- called, written, its way bounded: nothing more to read here
     else
       costs[#costs + 1] = tonumber(c)
@@ -143,6 +144,17 @@ local function smooth(name, sample)
     m = m + (sample - m) / 8
   end
   redis.call('HSET', KEYS[11], name .. '_us', math.floor(m), name .. '_dev', math.floor(d))
+end
+
+-- retimed drops a reservation's marks of what its charge's time is
+-- (" t": its call's, " w": a bound on its write, " a<µs>": its way's
+-- bound from there): the time moved.
+local function retimed(r)
+  local out = {}
+  for c in string.gmatch(r, '%S+') do
+    if not (c == 't' or c == 'w' or (string.sub(c, 1, 1) == 'a' and tonumber(string.sub(c, 2)))) then out[#out + 1] = c end
+  end
+  return table.concat(out, ' ')
 end
 
 local function register(id, enc)
@@ -280,7 +292,9 @@ elseif op == 'started' or op == 'calling' then
       if not string.find(r, ' c', 1, true) then redis.call('HSET', KEYS[12], ARGV[3], r .. ' c') end
       return 0
     end
-    if not wasStarted then redis.call('HSET', KEYS[12], ARGV[3], r .. ' s') end
+    local mark = retimed(r)
+    if not wasStarted then mark = mark .. ' s' end
+    if mark ~= r then redis.call('HSET', KEYS[12], ARGV[3], mark) end
     redis.call('ZADD', KEYS[13], now, ARGV[3])
     return 0
   end
@@ -314,8 +328,13 @@ elseif op == 'started' or op == 'calling' then
   end
   B.save(st)
   redis.call('ZADD', KEYS[13], now, ARGV[3])
-  -- marked called: 'sent' moves the charge on from here
-  if op == 'calling' and not string.find(mark, ' c', 1, true) then mark = mark .. ' c' end
+  -- the time moved: what was known of it goes; marked called, and timed
+  -- at the call (" t"): 'sent' moves the charge on from here
+  mark = retimed(mark)
+  if op == 'calling' then
+    if not string.find(mark, ' c', 1, true) then mark = mark .. ' c' end
+    mark = mark .. ' t'
+  end
   if mark ~= r then redis.call('HSET', KEYS[12], ARGV[3], mark) end
   return 0
 
@@ -346,8 +365,9 @@ elseif op == 'sent' then
   B.save(st)
   redis.call('ZADD', KEYS[13], to, ARGV[3])
   -- marked written (" w"): the charge's time now bounds the write, which
-  -- the call's way (arrived) extends to its arrival
-  if not string.find(r, ' w', 1, true) then redis.call('HSET', KEYS[12], ARGV[3], r .. ' w') end
+  -- the call's way (arrived) extends to its arrival; only from a time
+  -- a window's call set (" t": not a bucket's, whose call kept its start's)
+  if string.find(r, ' t', 1, true) and not string.find(r, ' w', 1, true) then redis.call('HSET', KEYS[12], ARGV[3], r .. ' w') end
   return 1
 
 elseif op == 'arrived' then
@@ -381,10 +401,12 @@ elseif op == 'settle' then
       -- an unknown actual (-1: usage not split into input and output)
       -- leaves the charge
       local delta = charged[i] - st.val[i]
+      -- what stays charged at its write: the estimate, or less what a
+      -- refund gave back there (usage beyond it is charged now, elsewhere)
       local kept = charged[i]
       if st.val[i] >= 0 and (ARGV[4] == 'refund' or (delta < 0 and ARGV[4] == 'debt')) then
         B.give(st, i, delta, at)
-        if ARGV[4] == 'refund' then kept = st.val[i] end
+        if ARGV[4] == 'refund' then kept = math.min(charged[i], st.val[i]) end
       end
       if way ~= nil and at ~= nil then B.exact(st, i, at, kept, at + way) end
     end

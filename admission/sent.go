@@ -65,7 +65,8 @@ func (t *CallTrace) Wrote() bool {
 // provider: the time to the reply's first byte less the time the
 // provider says it processed the call (h: the reply's headers; see
 // ratelimit.ProcessingTime). False when the reply says nothing of its
-// processing or the trace saw no write or no reply.
+// processing, or more of it than the reply took, or the trace saw no
+// write or no reply.
 func (t *CallTrace) Way(h http.Header) (time.Duration, bool) {
 	proc, ok := ratelimit.ProcessingTime(h)
 	if !ok {
@@ -74,8 +75,10 @@ func (t *CallTrace) Way(h http.Header) (time.Duration, bool) {
 	t.mu.Lock()
 	wrote, first := t.wrote, t.first
 	t.mu.Unlock()
-	if wrote.IsZero() || first.IsZero() || first.Before(wrote) {
+	// a provider that says it processed the call longer than the reply
+	// took says nothing we can use
+	if wrote.IsZero() || first.IsZero() || first.Sub(wrote) < proc {
 		return 0, false
 	}
-	return max(first.Sub(wrote)-proc, 0), true
+	return first.Sub(wrote) - proc, true
 }

@@ -260,9 +260,10 @@ func TestWindowArrivedExact(t *testing.T) {
 	// both replied: a window after the write and the way
 	clk.advance(w) // a1 and a2 have left
 	wrote = call([]string{"c1", "c2"}, map[string]bool{"c1": true, "c2": true})
-	at, free = next(), wrote.Add(w+3*time.Millisecond)
+	// (the way, 3 ms, and the least margin, 5 ms)
+	at, free = next(), wrote.Add(w+8*time.Millisecond)
 	if at.Before(free) || at.Sub(free) > time.Millisecond {
-		t.Fatalf("with every call of the slot replied, room came %s after the write; want the window and the way, %s (the margin: %s)", at.Sub(wrote), w+3*time.Millisecond, w+80*time.Millisecond)
+		t.Fatalf("with every call of the slot replied, room came %s after the write; want the window, the way and the least margin, %s (the margin: %s)", at.Sub(wrote), w+8*time.Millisecond, w+80*time.Millisecond)
 	}
 	// a reply without a recorded write bounds nothing: the margin
 	clk.advance(w)
@@ -303,6 +304,110 @@ func TestWindowArrivedExact(t *testing.T) {
 	at, free = next(), wrote.Add(w+80*time.Millisecond)
 	if at.Before(free) || at.Sub(free) > w/120 {
 		t.Fatalf("after an older writer's save, room came %s after the write; want the window and the margin, %s", at.Sub(wrote), w+80*time.Millisecond)
+	}
+}
+
+// TestWindowArrivedKeepsWhatIsThere: what a settle marks arrived is what
+// stays charged at the write: under refund, usage beyond the estimate is
+// charged at the settle, elsewhere, so a slot whose other call refunds
+// below it still holds a call without a reply and keeps the margin. And
+// a reply bounds only the attempt that wrote: a task that runs again
+// moves its charge to its new start and call, and a reply recorded
+// before its new write bounds nothing.
+func TestWindowArrivedKeepsWhatIsThere(t *testing.T) {
+	model := fmt.Sprintf("m-window-kept-%d", time.Now().UnixNano())
+	const w = 10 * time.Second
+	l := ratelimit.Limits{RequestsPerPeriod: 100000, TokensPerPeriod: 1000, Period: w, Limiter: ratelimit.LimiterWindow, Policy: ratelimit.PolicyRefund}
+	s, b, clk := windowScheduler(t, model, l, admission.Config{})
+	ctx := context.Background()
+	b.ObserveWay(40 * time.Millisecond) // the margin: 80 ms
+	run := func(ids ...string) {
+		t.Helper()
+		for _, id := range ids {
+			reg(t, s, admission.Ticket{ID: id, Model: model, Class: "paid", Tenant: "1", Tokens: 500})
+		}
+		if got := drain(t, s, clk, model, len(ids)); len(got) != len(ids) {
+			t.Fatalf("admitted %v, want %v", got, ids)
+		}
+		for _, id := range ids {
+			if err := s.Started(ctx, model, id); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Calling(ctx, model, id); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	sent := func(ids ...string) time.Time {
+		t.Helper()
+		clk.advance(10 * time.Millisecond)
+		for _, id := range ids {
+			if err := s.Sent(ctx, model, id, 10*time.Millisecond); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return clk.now()
+	}
+	// j1 replies and used 700 (200 over its estimate, charged at its
+	// settle); j2 has no reply and used 100: the write's slot holds 600,
+	// of which only j1's 500 arrived
+	run("j1", "j2")
+	wrote := sent("j1", "j2")
+	clk.advance(200 * time.Millisecond)
+	if err := s.Arrived(ctx, model, "j1", 3*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Settle(ctx, model, "j1", ratelimit.Cost{Requests: 1, Tokens: 700}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Settle(ctx, model, "j2", ratelimit.Cost{Requests: 1, Tokens: 100}); err != nil {
+		t.Fatal(err)
+	}
+	// 400 more fits once the write's slot leaves (the 200 stays): at the
+	// margin, not at j1's arrival
+	reg(t, s, admission.Ticket{ID: "k", Model: model, Class: "paid", Tenant: "1", Tokens: 400})
+	if got := drain(t, s, clk, model, 1); len(got) != 1 {
+		t.Fatalf("k not admitted: %v", got)
+	}
+	at, free := clk.now().Add(lookAhead(t, s, model)), wrote.Add(w+80*time.Millisecond)
+	if at.Before(free) || at.Sub(free) > w/120 {
+		t.Fatalf("room for k came %s after the write; want the window and the margin, %s (j2 has no reply)", at.Sub(wrote), w+80*time.Millisecond)
+	}
+	if err := s.Settle(ctx, model, "k", ratelimit.Cost{}); err != nil {
+		t.Fatal(err)
+	}
+	// m writes, then runs again (a second attempt of its task): its
+	// charge moves to the new start and call; the new attempt's reply
+	// comes before its own write is recorded
+	clk.advance(2 * w)
+	run("m1", "m2")
+	sent("m1", "m2")
+	clk.advance(100 * time.Millisecond)
+	run2 := clk.now()
+	for _, id := range []string{"m1", "m2"} {
+		if err := s.Started(ctx, model, id); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Calling(ctx, model, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk.advance(200 * time.Millisecond)
+	for _, id := range []string{"m1", "m2"} {
+		if err := s.Arrived(ctx, model, id, 3*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Settle(ctx, model, id, ratelimit.Cost{Requests: 1, Tokens: 500}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg(t, s, admission.Ticket{ID: "n", Model: model, Class: "paid", Tenant: "1", Tokens: 500})
+	if got := drain(t, s, clk, model, 1); len(got) != 1 {
+		t.Fatalf("n not admitted: %v", got)
+	}
+	at, free = clk.now().Add(lookAhead(t, s, model)), run2.Add(w+80*time.Millisecond)
+	if at.Before(free) || at.Sub(free) > w/120 {
+		t.Fatalf("room for n came %s after the second attempt's call; want the window and the margin, %s", at.Sub(run2), w+80*time.Millisecond)
 	}
 }
 

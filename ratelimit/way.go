@@ -8,9 +8,12 @@ import (
 	"time"
 )
 
-// minMargin is the least margin a measured way gives: the provider's
-// clock and its rounding (openai-processing-ms is whole milliseconds).
-const minMargin = 5 * time.Millisecond
+// MinWindowMargin is the least margin a measured way gives: the
+// provider's clock and its rounding (openai-processing-ms is whole
+// milliseconds), and a count the provider takes shortly after a call
+// arrives. A call whose reply bounded its way is held that much past it
+// too (admission.Scheduler.Arrived).
+const MinWindowMargin = 5 * time.Millisecond
 
 // wayMeter keeps the longest way to the provider measured in this
 // process over the current and the previous window (Bucket.ObserveWay).
@@ -125,7 +128,7 @@ func (b *Bucket) margin() (time.Duration, bool) {
 	if !ok {
 		return l.WindowMargin, false
 	}
-	return min(max(2*way, minMargin), l.WindowMargin), true
+	return min(max(2*way, MinWindowMargin), l.WindowMargin), true
 }
 
 func (b *Bucket) wallNow() time.Time {

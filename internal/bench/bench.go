@@ -727,8 +727,8 @@ func jain(calls []callRecord, tiers map[int64]jobs.Tier, window time.Duration) m
 // callHold is how much longer than the provider a window limiter
 // counts call c: the margin set (set > 0), else the margin its process
 // held (measured; def where none was recorded); but a call whose reply
-// came back within the window counts a window after its write and its
-// way (admission.Scheduler.Arrived), so the way it measured, where
+// came back within the window counts a window after its write, its way
+// and the least margin (admission.Scheduler.Arrived): that, where
 // shorter.
 func callHold(c callRecord, w, set, def time.Duration) time.Duration {
 	if set > 0 {
@@ -739,7 +739,7 @@ func callHold(c callRecord, w, set, def time.Duration) time.Duration {
 		m = time.Duration(c.Margin) * time.Microsecond
 	}
 	if c.Outcome == "ok" && c.Way > 0 && c.Done > 0 && time.Duration(c.Done-c.At)*time.Millisecond < w {
-		m = min(m, time.Duration(c.Way)*time.Microsecond)
+		m = min(m, time.Duration(c.Way)*time.Microsecond+ratelimit.MinWindowMargin)
 	}
 	return m
 }

@@ -106,21 +106,21 @@ func TestWindowGap(t *testing.T) {
 
 // TestMeanHold: the hold the window gap counts is, per call, the margin
 // set; else the margin its process held (measured; the default where
-// none was recorded), or the way its reply measured where that is
-// shorter and the reply came back within the window (prq then counts the
+// none was recorded), or the way its reply measured and the least
+// margin where that is shorter and the reply came back within the window (prq then counts the
 // call from its way, not the margin); the row shows their mean.
 func TestMeanHold(t *testing.T) {
 	const w = 6 * time.Second
 	calls := []callRecord{
 		{Model: "m", Outcome: "ok", Margin: 10_000},                                  // no reply measured: the margin
-		{Model: "m", Outcome: "ok", Margin: 30_000, At: 1000, Done: 2000, Way: 2000}, // replied within the window: its way
+		{Model: "m", Outcome: "ok", Margin: 30_000, At: 1000, Done: 2000, Way: 2000}, // replied within the window: its way and 5 ms
 		{Model: "m", Outcome: "ok", Margin: 30_000, At: 1000, Done: 8000, Way: 2000}, // replied after it: the margin
 		{Model: "m", Outcome: "ok", Margin: 3_000, At: 1000, Done: 2000, Way: 9000},  // a way longer than the margin: the margin
 		{Model: "m", Outcome: "ok"},                                                  // none recorded: the default
 		{Model: "m", Outcome: "429", Margin: 900_000},                                // not a call the provider counted
 		{Model: "other", Outcome: "ok", Margin: 900_000},
 	}
-	want := []time.Duration{10 * time.Millisecond, 2 * time.Millisecond, 30 * time.Millisecond, 3 * time.Millisecond, 100 * time.Millisecond}
+	want := []time.Duration{10 * time.Millisecond, 7 * time.Millisecond, 30 * time.Millisecond, 3 * time.Millisecond, 100 * time.Millisecond}
 	for i, c := range calls[:5] {
 		if got := callHold(c, w, 0, 100*time.Millisecond); got != want[i] {
 			t.Errorf("call %d: hold %s, want %s", i, got, want[i])
@@ -130,7 +130,7 @@ func TestMeanHold(t *testing.T) {
 		}
 	}
 	hold := func(c callRecord) time.Duration { return callHold(c, w, 0, 100*time.Millisecond) }
-	if got, wantMean := meanHold(calls, "m", hold), (10+2+30+3+100)*time.Millisecond/5; got != wantMean {
+	if got, wantMean := meanHold(calls, "m", hold), (10+7+30+3+100)*time.Millisecond/5; got != wantMean {
 		t.Errorf("mean hold %s, want %s", got, wantMean)
 	}
 	if got := meanHold(calls, "none", hold); got != 0 {
