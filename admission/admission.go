@@ -427,10 +427,11 @@ func (s *Scheduler) Started(ctx context.Context, model, id string) error {
 // the start's charge still counts; a job that started before the room
 // it was admitted for (admission looks ahead), or calls more than a
 // window after its start, waits here for room. A window's first call
-// tells admission how long its jobs prepare (part of the look-ahead). A token bucket is lowered as
-// at the start (see Started), now counting every charge of the key not
-// called yet: the provider's bucket, capped at full, did not refill
-// while those handlers prepared their calls, and ours did.
+// tells admission how long its jobs prepare (part of the look-ahead). A
+// token bucket is lowered as at the start (see Started), now counting
+// every charge of the key not called yet: the provider's bucket, capped
+// at full, did not refill while those handlers prepared their calls, and
+// ours did.
 func (s *Scheduler) Calling(ctx context.Context, model, id string) error {
 	for {
 		wait, err := s.TryCalling(ctx, model, id)
@@ -471,8 +472,8 @@ func (s *Scheduler) TryCalling(ctx context.Context, model, id string) (time.Dura
 // measured, once the job settles what stays charged at its write stops
 // counting a window after write + way (when the provider counted it at
 // the latest) + ratelimit.MinWindowMargin, instead of the margin after
-// the write. Only for a job
-// whose write was recorded (Sent); nothing to do for a token bucket.
+// the write. Only for a job whose write was recorded (Sent); nothing to
+// do for a token bucket.
 func (s *Scheduler) Arrived(ctx context.Context, model, id string, way time.Duration) error {
 	keys, b, err := s.keys(model)
 	if err != nil {
