@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/prq-dev/prq/fake/fakeopenai"
 	"github.com/prq-dev/prq/internal/config"
 	"github.com/prq-dev/prq/ratelimit"
@@ -51,11 +53,14 @@ func endToEndWindow(t *testing.T, limiter string) {
 		Period: per, Keys: []string{key}, Seed: 5, Record: true, Limiter: fakeopenai.LimiterWindow,
 	})
 	s := stackWithProvider(t, compress, fake, "gw", []string{key}, m, func(c *config.Config) { c.Jobs.ReviewModel = m.Name })
-	// the margin while the calls go on: it goes back to the default two
-	// windows after the last measured call, which the end may be past
-	margins := watchMargin("http://"+s.app.ListenAddr()+"/metrics", m.Name)
+	// the margin while the calls go on (it goes back to the default two
+	// windows after the last measured call, which the end may be past),
+	// on /metrics and as the measured processes share it in the window's
+	// state (fields yc, yp: only a measured margin is written there)
+	b, _ := s.app.Scheduler().Bucket(m.Name)
+	margins := watchMargin("http://"+s.app.ListenAddr()+"/metrics", m.Name, s.redis.Client(t), b.StateKey())
 	runE2E(t, s, 6)
-	margin := margins()
+	margin, shared := margins()
 
 	st := fake.Stats()[m.Name]
 	if st.RateLimited != 0 && limiter == "window" {
@@ -78,14 +83,20 @@ func endToEndWindow(t *testing.T, limiter string) {
 		}
 	}
 	if limiter == "window" {
-		// the margin was measured: below the default, per/60
+		// the margin was measured: shared by a measured process, at least
+		// 5 ms and at most the default, per/60 (twice a way of a third of
+		// that or more on a loaded machine: the default), and /metrics
+		// showed it
 		switch {
 		case !strings.Contains(metrics, `prq_window_margin_seconds{model="gpt-window"}`):
 			t.Error("/metrics has no window margin for the review model")
-		case margin <= 0 || margin >= per/60:
-			t.Errorf("window margin on /metrics at most %s while the calls went on, want measured: above 0, below the default %s", margin, per/60)
+		case shared < ratelimit.MinWindowMargin || shared > per/60:
+			t.Errorf("measured margin shared in the window's state %s, want between %s and the default %s", shared, ratelimit.MinWindowMargin, per/60)
+		case margin <= 0 || margin.Truncate(time.Microsecond) > shared:
+			t.Errorf("window margin on /metrics at least %s while the calls went on, want above 0 and at most the %s measured", margin, shared)
 		default:
-			t.Logf("window margin measured: %.1f ms at the least (default %s)", float64(margin.Microseconds())/1000, per/60)
+			t.Logf("window margin measured: %.1f ms at the least on /metrics, %.1f ms the longest shared (default %s)",
+				float64(margin.Microseconds())/1000, float64(shared.Microseconds())/1000, per/60)
 		}
 		f := regexp.MustCompile(`prq_admission_lookahead_seconds\{model="gpt-window"\} (\S+)`).FindStringSubmatch(metrics)
 		// admission looked ahead by the measured time to a call: above 0,
@@ -128,14 +139,16 @@ func endToEndWindow(t *testing.T, limiter string) {
 	}
 }
 
-// watchMargin reads model's window margin on url (/metrics) every 50 ms
-// until the returned func is called, which returns the least it read
-// (0: none).
-func watchMargin(url, model string) func() time.Duration {
+// watchMargin reads model's window margin on url (/metrics), and the
+// measured margin shared in its window's state (key state, fields yc and
+// yp, µs), every 50 ms until the returned func is called, which returns
+// the least margin /metrics showed and the longest shared (0: none).
+func watchMargin(url, model string, rdb *redis.Client, state string) func() (least, shared time.Duration) {
 	re := regexp.MustCompile(`prq_window_margin_seconds\{model="` + regexp.QuoteMeta(model) + `"\} (\S+)`)
-	stop, done := make(chan struct{}), make(chan time.Duration, 1)
+	stop := make(chan struct{})
+	done := make(chan [2]time.Duration, 1)
 	go func() {
-		var least time.Duration
+		var least, shared time.Duration
 		tick := time.NewTicker(50 * time.Millisecond)
 		defer tick.Stop()
 		for {
@@ -150,16 +163,26 @@ func watchMargin(url, model string) func() time.Duration {
 					}
 				}
 			}
+			if vs, err := rdb.HMGet(context.Background(), state, "yc", "yp").Result(); err == nil {
+				for _, v := range vs {
+					if s, ok := v.(string); ok {
+						if us, err := strconv.ParseInt(s, 10, 64); err == nil {
+							shared = max(shared, time.Duration(us)*time.Microsecond)
+						}
+					}
+				}
+			}
 			select {
 			case <-stop:
-				done <- least
+				done <- [2]time.Duration{least, shared}
 				return
 			case <-tick.C:
 			}
 		}
 	}()
-	return func() time.Duration {
+	return func() (time.Duration, time.Duration) {
 		close(stop)
-		return <-done
+		r := <-done
+		return r[0], r[1]
 	}
 }
