@@ -123,7 +123,7 @@ type chaosReport struct {
 // request a soak leaves behind (its run, files and patches, results, what
 // was posted, finished task records: kept for retention), in KB, for the
 // soak's workload: the corpus's PRs of 1 to 30 files (3.5 files and 7.8 KB
-// of patches on average). Measured: 22.2 KB (README). An earlier 16 KB
+// of patches on average). Measured: 22.2 KB (docs/reliability.md). An earlier 16 KB
 // came from a baseline taken while the workers still connected.
 const soakKBPerPR = 24.0
 

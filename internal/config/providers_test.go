@@ -157,16 +157,16 @@ func TestProvidersValidate(t *testing.T) {
 	}
 }
 
-// TestReadmeProvidersExample: the README's providers example loads and
+// TestDocsProvidersExample: the providers page's example loads and
 // validates, each model reaching the provider it names.
-func TestReadmeProvidersExample(t *testing.T) {
-	b, err := os.ReadFile("../../README.md")
+func TestDocsProvidersExample(t *testing.T) {
+	b, err := os.ReadFile("../../docs/providers.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(b), "\n## Providers\n")
+	_, section, ok := strings.Cut(string(b), "\n## Choosing providers\n")
 	if !ok {
-		t.Fatal("README has no Providers section")
+		t.Fatal("docs/providers.md has no Choosing providers section")
 	}
 	_, rest, ok := strings.Cut(section, "```yaml\n")
 	if !ok {
@@ -176,7 +176,7 @@ func TestReadmeProvidersExample(t *testing.T) {
 	env := map[string]string{"OPENAI_API_KEY": "sk-readme-1", "AZURE_OPENAI_API_KEY": "az-readme-2", "ANTHROPIC_API_KEY": "sk-ant-readme-3"}
 	c := loadYAML(t, doc, env)
 	if err := c.Validate(ModeCheck); err != nil {
-		t.Fatalf("the README's example does not validate: %v", err)
+		t.Fatalf("the example does not validate: %v", err)
 	}
 	for model, want := range map[string]string{"claude-haiku-4-5": KindAnthropic, "gpt-4o": KindAzure, "gpt-4o-mini": KindOpenAI} {
 		if p, ok := c.ProviderOf(model); !ok || p.Kind != want || p.Key() == "" {
@@ -185,16 +185,16 @@ func TestReadmeProvidersExample(t *testing.T) {
 	}
 }
 
-// TestReadmeSeveralKeysExample: the README's several-keys example loads
-// and validates, its keys in the listed order.
-func TestReadmeSeveralKeysExample(t *testing.T) {
-	b, err := os.ReadFile("../../README.md")
+// TestDocsSeveralKeysExample: the providers page's several-keys example
+// loads and validates, its keys in the listed order.
+func TestDocsSeveralKeysExample(t *testing.T) {
+	b, err := os.ReadFile("../../docs/providers.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(b), "\n### Several keys per model\n")
+	_, section, ok := strings.Cut(string(b), "\n## Several keys per model\n")
 	if !ok {
-		t.Fatal("README has no Several keys per model section")
+		t.Fatal("docs/providers.md has no Several keys per model section")
 	}
 	_, rest, ok := strings.Cut(section, "```yaml\n")
 	if !ok {
@@ -204,7 +204,7 @@ func TestReadmeSeveralKeysExample(t *testing.T) {
 	env := map[string]string{"OPENAI_KEY_ORG_A": "sk-a-readme", "OPENAI_KEY_ORG_B": "sk-b-readme", "OPENAI_KEY_ORG_C": "sk-c-readme"}
 	c := loadYAML(t, doc, env)
 	if err := c.Validate(ModeCheck); err != nil {
-		t.Fatalf("the README's example does not validate: %v", err)
+		t.Fatalf("the example does not validate: %v", err)
 	}
 	p, ok := c.ProviderOf("gpt-4o-mini")
 	if got := strings.Join(p.KeyValues(), ","); !ok || got != "sk-a-readme,sk-b-readme,sk-c-readme" {

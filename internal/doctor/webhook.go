@@ -60,7 +60,7 @@ func CheckWebhook(ctx context.Context, client *http.Client, wh Webhook) Result {
 		r.OK, r.Detail = true, fmt.Sprintf("serve accepted a signed ping (%d): the secrets match", resp.StatusCode)
 	case resp.StatusCode == http.StatusUnauthorized:
 		r.Detail = "serve refused a ping signed with this GITHUB_WEBHOOK_SECRET (401): the secrets do not match"
-		r.Fix = "give serve and this doctor the same GITHUB_WEBHOOK_SECRET, equal to the App's webhook secret (see README, Runbook: rotating the webhook secret)"
+		r.Fix = "give serve and this doctor the same GITHUB_WEBHOOK_SECRET, equal to the App's webhook secret (see docs/operations.md#rotating-secrets-without-losing-deliveries)"
 	case resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed:
 		r.Detail = fmt.Sprintf("POST %s answered %d: serve has no webhook route", u, resp.StatusCode)
 		r.Fix = "serve mounts /webhook only with GITHUB_WEBHOOK_SECRET set: set it in serve's environment"

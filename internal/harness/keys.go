@@ -8,7 +8,7 @@ import (
 )
 
 // PermanentKey tells the keys prq keeps without a TTL by design, as
-// README "Settings" (retention) lists them: per installation or account
+// docs/architecture.md ("What is in Redis") lists them: per installation or account
 // (plans, Marketplace tiers), the shared counters, the index of runs in
 // progress (its members leave when runs end or expire), admission's
 // and the limiters' state per model, and the worker-process registry.

@@ -258,7 +258,7 @@ func TestReplyJSON(t *testing.T) {
 	if u := s.metric("prq_llm_unusable_replies_total", nil); u != 0 {
 		t.Errorf("%v unusable replies counted for well-formed ones", u)
 	}
-	// what a reviewed PR looks like (the README's example comes from here)
+	// what a reviewed PR looks like (docs/reviews.md's example comes from here)
 	p := ps[0]
 	for _, q := range ps {
 		if q.run.ReviewTotal > p.run.ReviewTotal {

@@ -15,7 +15,7 @@ import (
 // TestEveryKeyHasATTL runs the pipeline through a pull request's life
 // (opened, chat, a push, closed) and an installation's (uninstalled),
 // then scans Redis: every key prq wrote expires, except the permanent
-// ones README "Settings" (retention) lists: plans and configuration,
+// ones docs/architecture.md ("What is in Redis") lists: plans and configuration,
 // the shared counters, and admission's and the limiters' state per model
 // and tenant (bounded by the configuration, not by traffic).
 func TestEveryKeyHasATTL(t *testing.T) {
