@@ -44,7 +44,7 @@ func commands() map[string]command {
 		"worker":       {"run jobs: admission, summaries, reviews, chat and publishing", runWorker},
 		"all":          {"serve and worker in one process", runAll},
 		"demo":         {"run everything on an embedded default: no Redis, GitHub or OpenAI account needed", runDemo},
-		"config":       {"config check: validate and print the effective configuration, secrets redacted", runConfig},
+		"config":       {"config check: validate and print the effective configuration, secrets redacted; config reference: every setting as Markdown", runConfig},
 		"doctor":       {"check Redis, the GitHub App, the provider and the webhook secret; --only ready for healthchecks", runDoctor},
 		"fake":         {"fake github|openai: run a faithful fake of the GitHub API or an OpenAI-compatible provider", runFake},
 		"plan":         {"plan set|get|list: an installation's plan tier", runPlan},
@@ -126,13 +126,16 @@ func runVersion(_ context.Context, env *cmdEnv, args []string) error {
 }
 
 func runConfig(_ context.Context, env *cmdEnv, args []string) error {
+	if len(args) > 0 && args[0] == "reference" {
+		return runConfigReference(env, args[1:])
+	}
 	fs := newFlagSet(env, "config check [--for serve|worker|all|demo]", "Validates the configuration (file, environment, flags) and prints the effective configuration with every secret redacted.")
 	var fl config.Flags
 	fl.Register(fs)
 	forMode := fs.String("for", "", "also check what this command needs: serve, worker, all or demo")
 	if len(args) == 0 || args[0] != "check" {
 		fs.Usage()
-		return &usageError{Msg: "usage: prq config check"}
+		return &usageError{Msg: "usage: prq config check|reference"}
 	}
 	if help, err := parseFlags(fs, args[1:]); help || err != nil {
 		return err
@@ -151,4 +154,17 @@ func runConfig(_ context.Context, env *cmdEnv, args []string) error {
 	}
 	fmt.Fprint(env.stdout, cfg.Redacted())
 	return nil
+}
+
+// runConfigReference prints every setting as Markdown, made from the
+// definitions alone: the environment does not change it.
+func runConfigReference(env *cmdEnv, args []string) error {
+	fs := newFlagSet(env, "config reference", "Prints every setting (name, type, default, environment variable, flag, meaning) as Markdown: docs/configuration.md is its output ("+config.ReferenceCommand+").")
+	if help, err := parseFlags(fs, args); help || err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return &usageError{Msg: "usage: prq config reference (no arguments)"}
+	}
+	return config.Reference(env.stdout)
 }

@@ -7,13 +7,11 @@ package config
 import (
 	"cmp"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/url"
 	"os"
 	"path"
-	"strconv"
 	"strings"
 	"time"
 
@@ -465,93 +463,16 @@ func Load(getenv func(string) string, fl *Flags) (*Config, error) {
 		c = fc
 		c.path = file
 	}
-	env := func(name string, dst *string) {
-		if v := getenv(name); v != "" {
-			*dst = v
-			c.sources[name] = "environment"
-		}
-	}
-	env("REDIS_URL", &c.RedisURL)
-	env("PRQ_ADDR", &c.Addr)
-	env("GITHUB_APP_SLUG", &c.GitHub.AppSlug)
-	env("GITHUB_PRIVATE_KEY_PATH", &c.GitHub.PrivateKeyPath)
-	env("GITHUB_API_URL", &c.GitHub.APIURL)
-	env("OPENAI_BASE_URL", &c.OpenAI.BaseURL)
-	for name, dst := range map[string]*Secret{
-		"GITHUB_PRIVATE_KEY": &c.GitHub.PrivateKey, "GITHUB_WEBHOOK_SECRET": &c.GitHub.WebhookSecret,
-		"OPENAI_API_KEY": &c.OpenAI.APIKey, "PRQ_ADMIN_TOKEN": &c.Admin.Token,
-	} {
-		if v := getenv(name); v != "" {
-			*dst = Secret(v)
-		}
+	if err := c.readEnv(getenv); err != nil {
+		return nil, err
 	}
 	c.readKeys(getenv)
-	if v := getenv("PRQ_ALLOW_NO_PERSISTENCE"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return nil, &SettingError{Name: "PRQ_ALLOW_NO_PERSISTENCE", Source: "environment", Problem: fmt.Sprintf("%q is not true or false", v)}
-		}
-		c.AllowNoPersistence, c.sources["PRQ_ALLOW_NO_PERSISTENCE"] = b, "environment"
-	}
-	if v := getenv("GITHUB_APP_ID"); v != "" {
-		id, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || id <= 0 {
-			return nil, &SettingError{Name: "GITHUB_APP_ID", Source: "environment", Problem: fmt.Sprintf("%q is not a positive integer", v)}
-		}
-		c.GitHub.AppID = id
-	}
 	if fl != nil {
-		fl.apply(&c)
+		if err := fl.apply(&c); err != nil {
+			return nil, err
+		}
 	}
 	return &c, nil
-}
-
-// Flags are the command-line settings shared by the commands that run prq.
-type Flags struct {
-	config, addr, redisURL, logFormat, logLevel string
-	concurrency                                 int
-	shutdownTimeout                             time.Duration
-	allowEviction, allowNoPersistence           bool
-}
-
-// Register adds the flags to fs.
-func (f *Flags) Register(fs *flag.FlagSet) {
-	fs.StringVar(&f.config, "config", "", "YAML configuration file (env PRQ_CONFIG)")
-	fs.StringVar(&f.addr, "addr", "", "HTTP listen address (env PRQ_ADDR; default :8080)")
-	fs.StringVar(&f.redisURL, "redis-url", "", "Redis URL (env REDIS_URL)")
-	fs.StringVar(&f.logFormat, "log-format", "", "log format: text or json (default text)")
-	fs.StringVar(&f.logLevel, "log-level", "", "log level: debug, info, warn or error (default info)")
-	fs.IntVar(&f.concurrency, "concurrency", 0, "jobs one worker process runs at once (default 20)")
-	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 0, "how long in-flight jobs may finish after SIGTERM (default 30s)")
-	fs.BoolVar(&f.allowEviction, "allow-eviction", false, "start even if Redis may evict keys (unsafe: jobs can vanish)")
-	fs.BoolVar(&f.allowNoPersistence, "allow-no-persistence", false, "start even if Redis has neither AOF nor RDB persistence (unsafe: a Redis restart loses jobs; env PRQ_ALLOW_NO_PERSISTENCE)")
-}
-
-func (f *Flags) apply(c *Config) {
-	if f.addr != "" {
-		c.Addr, c.sources["PRQ_ADDR"] = f.addr, "flag --addr"
-	}
-	if f.redisURL != "" {
-		c.RedisURL, c.sources["REDIS_URL"] = f.redisURL, "flag --redis-url"
-	}
-	if f.logFormat != "" {
-		c.Log.Format = f.logFormat
-	}
-	if f.logLevel != "" {
-		c.Log.Level = f.logLevel
-	}
-	if f.concurrency != 0 {
-		c.Worker.Concurrency = f.concurrency
-	}
-	if f.shutdownTimeout != 0 {
-		c.ShutdownTimeout = Duration(f.shutdownTimeout)
-	}
-	if f.allowEviction {
-		c.AllowEviction = true
-	}
-	if f.allowNoPersistence {
-		c.AllowNoPersistence, c.sources["PRQ_ALLOW_NO_PERSISTENCE"] = true, "flag --allow-no-persistence"
-	}
 }
 
 // Mode is what the configuration will run: the checks differ.
