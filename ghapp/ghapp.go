@@ -24,6 +24,7 @@ import (
 
 	"github.com/bradleyfalzon/ghinstallation/v2"
 	"github.com/google/go-github/v56/github"
+	tokengithub "github.com/google/go-github/v88/github" // ghinstallation's
 )
 
 // App is a GitHub App: it hands out per-installation clients.
@@ -106,11 +107,10 @@ func (a *App) Client(installation int64) (*Client, error) {
 	if c, ok := a.clients[installation]; ok {
 		return c, nil
 	}
-	itr, err := ghinstallation.New(a.tr, a.id, installation, a.key)
+	itr, err := a.Transport(installation)
 	if err != nil {
-		return nil, fmt.Errorf("ghapp: installation %d: %w", installation, err)
+		return nil, err
 	}
-	itr.BaseURL = strings.TrimSuffix(a.baseURL.String(), "/")
 	gh := github.NewClient(&http.Client{Transport: deadline{next: itr, d: callTimeout}})
 	gh.BaseURL = a.baseURL
 	gh.UploadURL = a.baseURL
@@ -579,6 +579,9 @@ func (a *App) Transport(installation int64) (*ghinstallation.Transport, error) {
 		return nil, fmt.Errorf("ghapp: installation %d: %w", installation, err)
 	}
 	itr.BaseURL = strings.TrimSuffix(a.baseURL.String(), "/")
+	// no options: the body {} GitHub's description has, not the JSON null
+	// ghinstallation sends for none
+	itr.InstallationTokenOptions = &tokengithub.InstallationTokenOptions{}
 	return itr, nil
 }
 
