@@ -11,6 +11,7 @@
 package fakegithub
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/rsa"
 	"encoding/hex"
@@ -259,7 +260,7 @@ func New(cfg Config) *Server {
 // ServeHTTP serves the API at / and under the Enterprise prefix /api/v3.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if p, ok := strings.CutPrefix(r.URL.Path, "/api/v3"); ok {
-		r2 := r.Clone(r.Context())
+		r2 := r.Clone(context.WithValue(r.Context(), enterpriseKey{}, true))
 		r2.URL.Path = p
 		r2.URL.RawPath = ""
 		r = r2
@@ -704,6 +705,9 @@ func (s *Server) write(h handler) handler {
 			}
 			s.writes[p.inst] = append(ws, now)
 			s.mu.Unlock()
+		}
+		if !s.validBody(w, r, key(p.owner, p.repo, p.number)) {
+			return
 		}
 		h(w, r, p)
 	}

@@ -1,10 +1,16 @@
 package fakegithub
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
+
+	"github.com/prq-dev/prq/fake/fakegithub/openapi"
 )
 
 // Family is a group of GitHub's endpoints that fail together: an API an
@@ -143,4 +149,43 @@ func familyError(w http.ResponseWriter, f Family, status int) {
 		}
 		ghError(w, status, msg)
 	}
+}
+
+// enterpriseKey marks a request made under the Enterprise base path.
+type enterpriseKey struct{}
+
+// validBody refuses, as GitHub does (422 "Invalid request."), a body its
+// REST description refuses: the schema of the operation (api.github.com's,
+// or the newest Enterprise Server's under /api/v3) and the rules it
+// states in prose. A refusal counts in the pull request's Rejected.
+func (s *Server) validBody(w http.ResponseWriter, r *http.Request, pr string) bool {
+	v, err := openapi.Load()
+	if err != nil {
+		ghError(w, http.StatusInternalServerError, err.Error())
+		return false
+	}
+	d := v.Dotcom()
+	if ent, _ := r.Context().Value(enterpriseKey{}).(bool); ent {
+		d = v.Enterprise()
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err != nil {
+		ghError(w, http.StatusBadRequest, "Problems parsing JSON")
+		return false
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	refused := d.Refuses(openapi.Request{Method: r.Method, Path: r.URL.Path, RawQuery: r.URL.RawQuery, ContentType: r.Header.Get("Content-Type"), Body: body})
+	if len(refused) == 0 {
+		return true
+	}
+	if len(body) > 0 && !json.Valid(body) {
+		ghError(w, http.StatusBadRequest, "Problems parsing JSON")
+		return false
+	}
+	s.mu.Lock()
+	s.statsOf(pr).Rejected++
+	s.mu.Unlock()
+	writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"message": "Invalid request.\n\n" + strings.Join(refused, "\n"),
+		"documentation_url": "https://docs.github.com/rest", "status": "422"})
+	return false
 }
