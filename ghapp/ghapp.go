@@ -13,6 +13,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/bradleyfalzon/ghinstallation/v2"
 	"github.com/google/go-github/v56/github"
+	tokengithub "github.com/google/go-github/v88/github" // ghinstallation's
 )
 
 // App is a GitHub App: it hands out per-installation clients.
@@ -105,17 +107,61 @@ func (a *App) Client(installation int64) (*Client, error) {
 	if c, ok := a.clients[installation]; ok {
 		return c, nil
 	}
-	itr, err := ghinstallation.New(a.tr, a.id, installation, a.key)
+	itr, err := a.Transport(installation)
 	if err != nil {
-		return nil, fmt.Errorf("ghapp: installation %d: %w", installation, err)
+		return nil, err
 	}
-	itr.BaseURL = strings.TrimSuffix(a.baseURL.String(), "/")
-	gh := github.NewClient(&http.Client{Transport: itr, Timeout: 30 * time.Second})
+	gh := github.NewClient(&http.Client{Transport: deadline{next: itr, d: callTimeout}})
 	gh.BaseURL = a.baseURL
 	gh.UploadURL = a.baseURL
 	c := &Client{gh: gh, installation: installation, app: a}
 	a.clients[installation] = c
 	return c, nil
+}
+
+// callTimeout bounds each call to GitHub, its answer's body read.
+const callTimeout = 30 * time.Second
+
+// deadline bounds each request and the reading of its answer by d, as
+// http.Client.Timeout does, but ends with the body's last byte as well
+// as with its Close: go-github replaces an error answer's body after
+// reading it and never closes the original, so Client.Timeout's timer
+// goroutine would live on until it fired.
+type deadline struct {
+	next http.RoundTripper
+	d    time.Duration
+}
+
+func (t deadline) RoundTrip(r *http.Request) (*http.Response, error) {
+	ctx, cancel := context.WithTimeout(r.Context(), t.d)
+	resp, err := t.next.RoundTrip(r.WithContext(ctx))
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	resp.Body = &cancelAtEnd{ReadCloser: resp.Body, cancel: cancel}
+	return resp, nil
+}
+
+// cancelAtEnd releases its request's deadline once the body is read to
+// its end or closed.
+type cancelAtEnd struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b *cancelAtEnd) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.cancel()
+	}
+	return n, err
+}
+
+func (b *cancelAtEnd) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
 }
 
 // Client calls GitHub as one installation.
@@ -253,6 +299,30 @@ func classify(op string, resp *github.Response, err error) error {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	return fmt.Errorf("%s: %w", op, &TransientError{Err: err})
+}
+
+// Status returns the HTTP status GitHub answered a failed call of a
+// Client with (429 for a rate limit, whichever status carried it), or 0
+// when no answer came (a timeout, a network failure) or err is not a
+// GitHub failure.
+func Status(err error) int {
+	var rl *RateLimitedError
+	var er *github.ErrorResponse
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &rl):
+		return http.StatusTooManyRequests
+	case errors.Is(err, ErrForbidden):
+		return http.StatusForbidden
+	case errors.Is(err, ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, ErrUnprocessable):
+		return http.StatusUnprocessableEntity
+	case errors.As(err, &er) && er.Response != nil:
+		return er.Response.StatusCode
+	}
+	return 0
 }
 
 // retryAfter reads Retry-After or x-ratelimit-reset; else GitHub's advice: 60s.
@@ -509,6 +579,9 @@ func (a *App) Transport(installation int64) (*ghinstallation.Transport, error) {
 		return nil, fmt.Errorf("ghapp: installation %d: %w", installation, err)
 	}
 	itr.BaseURL = strings.TrimSuffix(a.baseURL.String(), "/")
+	// no options: the body {} GitHub's description has, not the JSON null
+	// ghinstallation sends for none
+	itr.InstallationTokenOptions = &tokengithub.InstallationTokenOptions{}
 	return itr, nil
 }
 

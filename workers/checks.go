@@ -2,9 +2,14 @@ package workers
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -40,16 +45,25 @@ var (
 	_ CheckWriters = Installations{}
 )
 
-// CheckStore keeps a head's check run id and paces its updates (a
-// *store.Store).
+// CheckStore keeps a head's check run id, its failures, and paces its
+// updates (a *store.Store).
 type CheckStore interface {
 	GetRun(ctx context.Context, pr jobs.PR) (store.Run, error)
 	Posted(ctx context.Context, pr jobs.PR, what string) (int64, error)
 	SetPosted(ctx context.Context, pr jobs.PR, what string, id int64) error
 	Throttle(ctx context.Context, pr jobs.PR, what string, every time.Duration) (bool, error)
+	Lock(ctx context.Context, pr jobs.PR, what, owner string, ttl time.Duration) (release func(), ok bool, err error)
 }
 
 var _ CheckStore = (*store.Store)(nil)
+
+// The decorations a check run makes: the kind label of
+// prq_github_decoration_errors_total.
+const (
+	DecorationCheckQueued   = "check_run_queued"   // created queued when planned
+	DecorationCheckProgress = "check_run_progress" // "n of m files" as files finish
+	DecorationCheckComplete = "check_run_complete" // completed when published
+)
 
 // ChecksConfig configures Checks.
 type ChecksConfig struct {
@@ -67,18 +81,41 @@ type ChecksConfig struct {
 	// WebURL is GitHub's web address, for the link to the summary
 	// comment. Defaults to https://github.com.
 	WebURL string
+	// Timeout bounds each check-run call to GitHub. Defaults to 10s.
+	Timeout time.Duration
+	// LaneWait is the longest a queued or progress update waits for its
+	// turn in the installation's write lane (behind chat replies,
+	// summaries and reviews); past it the update is skipped. Defaults to 5s.
+	LaneWait time.Duration
+	// Tries is how many failed tries of one kind (created queued,
+	// progress, completion) a head's check run gets before that kind is
+	// given up for the head. Defaults to 3.
+	Tries int
+	// OffFor is how long check runs stay off, in this process, for an
+	// installation GitHub refused them (403: the App lacks checks: write)
+	// or a repository where the API is not there (404). Defaults to 10m.
+	OffFor time.Duration
+	// ErrorFunc, when set, counts failed check-run writes by decoration
+	// kind and status (prq_github_decoration_errors_total).
+	ErrorFunc func(kind, status string)
+	// NowFunc is the clock of OffFor. Defaults to time.Now.
+	NowFunc func() time.Time
 	// Log defaults to discarding.
 	Log *slog.Logger
 }
 
 // Checks shows a pull request head's progress as a GitHub check run:
 // queued when planned, in progress with "n of m" as files finish (paced),
-// completed with the result and a link to the summary. It needs the App
-// permission checks: write; without it, check runs are skipped (logged
-// once per installation) and nothing else is affected.
+// completed with the result and a link to the summary once the summary
+// and review are posted. A check run is a decoration: its writes wait
+// behind chat replies, summaries and reviews in the installation's write
+// lane, and any failure of theirs (403, 404, 422, 5xx, a timeout) is
+// counted, logged once per installation and kind, and given up (at once
+// for a refusal, after Tries for a failure); nothing else is affected.
 type Checks struct {
 	cfg    ChecksConfig
-	denied sync.Map // installation -> true: the App may not write checks there
+	off    sync.Map // offKey -> time.Time: check runs are off there until then
+	logged sync.Map // "installation|kind" -> true: its failure was logged
 }
 
 // NewChecks returns Checks.
@@ -86,14 +123,32 @@ func NewChecks(cfg ChecksConfig) (*Checks, error) {
 	if cfg.GitHub == nil || cfg.Store == nil || cfg.Turns == nil {
 		return nil, errors.New("workers: checks: GitHub, Store and Turns are required")
 	}
+	if cfg.Every < 0 || cfg.Timeout < 0 || cfg.LaneWait < 0 || cfg.Tries < 0 || cfg.OffFor < 0 {
+		return nil, errors.New("workers: checks: Every, Timeout, LaneWait, Tries and OffFor must not be negative")
+	}
 	if cfg.Name == "" {
 		cfg.Name = "prq review"
 	}
-	if cfg.Every <= 0 {
+	if cfg.Every == 0 {
 		cfg.Every = 5 * time.Second
 	}
 	if cfg.WebURL == "" {
 		cfg.WebURL = "https://github.com"
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 10 * time.Second
+	}
+	if cfg.LaneWait == 0 {
+		cfg.LaneWait = 5 * time.Second
+	}
+	if cfg.Tries == 0 {
+		cfg.Tries = 3
+	}
+	if cfg.OffFor == 0 {
+		cfg.OffFor = 10 * time.Minute
+	}
+	if cfg.NowFunc == nil {
+		cfg.NowFunc = time.Now
 	}
 	cfg.Log = logOrDiscard(cfg.Log)
 	return &Checks{cfg: cfg}, nil
@@ -101,75 +156,270 @@ func NewChecks(cfg ChecksConfig) (*Checks, error) {
 
 func (c *Checks) key(head string) string { return "check:" + head }
 
-// write runs one check-run write in the installation's lane; a refusal
-// for lack of permission turns check runs off for the installation.
-func (c *Checks) write(ctx context.Context, pr jobs.PR, fn func(CheckWriter) error) error {
-	if _, no := c.denied.Load(pr.Installation); no {
-		return nil
+// offKey names where check runs are off: an installation or a repository.
+func offInstallation(inst int64) string { return "inst:" + strconv.FormatInt(inst, 10) }
+func offRepository(pr jobs.PR) string {
+	return "repo:" + strconv.FormatInt(pr.Installation, 10) + ":" + pr.Owner + "/" + pr.Repo
+}
+
+// isOff reports whether the head's check-run writes of kind are given up:
+// off for the installation or repository here, off for the head (a
+// refusal), or the kind's tries spent.
+func (c *Checks) isOff(ctx context.Context, pr jobs.PR, head, kind string) (bool, error) {
+	if c.offHere(pr) {
+		return true, nil
 	}
-	gh, err := c.cfg.GitHub.CheckWriter(pr.Installation)
-	if err != nil {
-		return err
+	if off, err := c.cfg.Store.Posted(ctx, pr, c.key(head)+":off"); err != nil || off != 0 {
+		return off != 0, err
 	}
-	err = c.cfg.Turns.Do(ctx, pr.Installation, CheckWrite, func() error { return fn(gh) })
-	if errors.Is(err, ghapp.ErrForbidden) {
-		c.denied.Store(pr.Installation, true)
-		c.cfg.Log.WarnContext(ctx, "the App may not write check runs here (permission checks: write); progress is shown in the summary only", "installation", pr.Installation)
-		return nil
+	fails, err := c.cfg.Store.Posted(ctx, pr, c.key(head)+":fails:"+kind)
+	return fails >= int64(c.cfg.Tries), err
+}
+
+// offHere reports whether check runs are off for the pull request's
+// installation or repository in this process.
+func (c *Checks) offHere(pr jobs.PR) bool {
+	now := c.cfg.NowFunc()
+	for _, k := range []string{offInstallation(pr.Installation), offRepository(pr)} {
+		if until, ok := c.off.Load(k); ok {
+			if now.Before(until.(time.Time)) {
+				return true
+			}
+			c.off.CompareAndDelete(k, until)
+		}
 	}
-	return err
+	return false
 }
 
 // errCreating: another job is creating the head's check run right now.
 var errCreating = errors.New("workers: the check run is being created by another job")
 
-// id returns the head's check run, creating it queued if it has none.
-// One job creates it: the planner's Queued, a file's Progress and
-// finalize's Complete can all find none at once, and each would create
-// its own; the others get errCreating.
-func (c *Checks) id(ctx context.Context, gh CheckWriter, pr jobs.PR, head, summary string) (int64, error) {
-	id, err := c.cfg.Store.Posted(ctx, pr, c.key(head))
-	if err != nil || id != 0 {
-		return id, err
+// write runs one check-run write of kind in the installation's lane,
+// each GitHub call within Timeout, unless the kind is given up for the
+// head. A failure of GitHub's is the decoration's (see failed). It
+// returns nil when the write is done, skipped or given up; errCreating
+// when another job is creating the run; a *RetryAfterError when the
+// write may be tried again later.
+func (c *Checks) write(ctx context.Context, pr jobs.PR, head, kind string, class WriteClass, fn func(context.Context, CheckWriter) error) error {
+	if off, err := c.isOff(ctx, pr, head, kind); err != nil || off {
+		return err
 	}
-	if ok, err := c.cfg.Store.Throttle(ctx, pr, c.key(head)+":create", 30*time.Second); err != nil || !ok {
-		if err == nil {
-			err = errCreating
+	gh, err := c.cfg.GitHub.CheckWriter(pr.Installation)
+	if err != nil {
+		return err
+	}
+	lane := ctx
+	if class == CheckWrite {
+		var cancel context.CancelFunc
+		lane, cancel = context.WithTimeout(ctx, c.cfg.LaneWait)
+		defer cancel()
+	}
+	ran, skipped := false, false
+	err = c.cfg.Turns.Do(lane, pr.Installation, class, func() error {
+		ran = true
+		if skipped = c.offHere(pr); skipped {
+			return nil // turned off while this write waited for its turn
 		}
-		return 0, err
+		call, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+		defer cancel()
+		return fn(call, gh)
+	})
+	var refused *ghapp.InstallationRefusedError
+	switch {
+	case err == nil && skipped:
+		return nil
+	case err == nil:
+		c.logged.Delete(strconv.FormatInt(pr.Installation, 10) + "|" + kind) // log its next failure again
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err() // shutting down: the job runs again
+	case !ran && class == CheckWrite:
+		// the lane is busy with results: this update is skipped
+		c.cfg.Log.DebugContext(ctx, "check run update skipped: the installation's write lane is busy", "pr", pr.String(), "kind", kind)
+		return nil
+	case !ran, errors.Is(err, errCreating), errors.As(err, &refused):
+		return err
+	}
+	return c.failed(ctx, pr, head, kind, err)
+}
+
+// failed handles a check-run write GitHub failed: it is counted and
+// logged once per installation and kind; a refusal gives check runs up
+// at once (403: for the installation; 404: for the repository, the API
+// is not there; another 4xx: for the head), any other failure after
+// Tries of the kind for the head, each earlier one asking to be retried.
+func (c *Checks) failed(ctx context.Context, pr jobs.PR, head, kind string, err error) error {
+	status := decorationStatus(err)
+	if c.cfg.ErrorFunc != nil {
+		c.cfg.ErrorFunc(kind, status)
+	}
+	code, now := ghapp.Status(err), c.cfg.NowFunc()
+	what := ""
+	var retry error
+	switch {
+	case code == http.StatusForbidden:
+		c.off.Store(offInstallation(pr.Installation), now.Add(c.cfg.OffFor))
+		what = "check runs are off for the installation for " + c.cfg.OffFor.String() + " (the App needs the permission checks: write)"
+	case code == http.StatusNotFound:
+		c.off.Store(offRepository(pr), now.Add(c.cfg.OffFor))
+		what = "check runs are off for the repository for " + c.cfg.OffFor.String() + " (GitHub has no check-runs API there)"
+	case code >= 400 && code < 500 && code != http.StatusTooManyRequests:
+		if serr := c.cfg.Store.SetPosted(ctx, pr, c.key(head)+":off", 1); serr != nil {
+			return serr
+		}
+		what = "the head's check run is given up"
+	default:
+		key := c.key(head) + ":fails:" + kind
+		fails, serr := c.cfg.Store.Posted(ctx, pr, key)
+		if serr == nil {
+			serr = c.cfg.Store.SetPosted(ctx, pr, key, fails+1)
+		}
+		if serr != nil {
+			return serr
+		}
+		if fails+1 >= int64(c.cfg.Tries) {
+			what = fmt.Sprintf("given up for the head after %d tries", fails+1)
+			break
+		}
+		after := time.Duration(1<<fails) * 2 * time.Second
+		var rl *ghapp.RateLimitedError
+		if errors.As(err, &rl) {
+			after = max(after, rl.RetryAfter)
+		}
+		what = fmt.Sprintf("tried again (%d of %d tries)", fails+1, c.cfg.Tries)
+		retry = &RetryAfterError{After: after, Err: err}
+	}
+	if _, seen := c.logged.LoadOrStore(strconv.FormatInt(pr.Installation, 10)+"|"+kind, true); !seen {
+		c.cfg.Log.WarnContext(ctx, "a check-run write failed; check runs are decorations: summaries, reviews and replies go on without them",
+			"installation", pr.Installation, "pr", pr.String(), "kind", kind, "status", status, "then", what, "err", err)
+	}
+	return retry
+}
+
+// decorationStatus is the status label of a failed decoration write:
+// GitHub's HTTP status, rate_limited, timeout, network (no answer) or
+// other.
+func decorationStatus(err error) string {
+	var rl *ghapp.RateLimitedError
+	var ne net.Error
+	switch code := ghapp.Status(err); {
+	case errors.As(err, &rl):
+		return "rate_limited"
+	case code > 0:
+		return strconv.Itoa(code)
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "timeout"
+	case errors.As(err, new(*ghapp.TransientError)):
+		return "network"
+	}
+	return "other"
+}
+
+// create finds the head's check run, or creates it as r, and records its
+// id; created says it was created (so it is in r's state already). One
+// job creates it at a time, across processes: the planner's Queued and
+// finalize's Complete (when Queued failed, was skipped, or waits still)
+// can both find none at once, and each would create its own; the other
+// gets errCreating.
+func (c *Checks) create(ctx context.Context, gh CheckWriter, pr jobs.PR, head string, r ghapp.CheckRun) (id int64, created bool, err error) {
+	if id, err = c.cfg.Store.Posted(ctx, pr, c.key(head)); err != nil || id != 0 {
+		return id, false, err
+	}
+	release, ok, err := c.cfg.Store.Lock(ctx, pr, c.key(head)+":create", owner(), createLockTTL)
+	if err != nil {
+		return 0, false, err
+	}
+	if !ok {
+		return 0, false, errCreating
+	}
+	defer release()
+	// the job that held the lock may have recorded it
+	if id, err = c.cfg.Store.Posted(ctx, pr, c.key(head)); err != nil || id != 0 {
+		return id, false, err
 	}
 	// a crash after creating and before recording: find it by name
 	if id, err = gh.FindCheckRun(ctx, pr.Owner, pr.Repo, head, c.cfg.Name); err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	if id == 0 {
-		if id, err = gh.CreateCheckRun(ctx, pr.Owner, pr.Repo, ghapp.CheckRun{Name: c.cfg.Name, HeadSHA: head, Status: "queued",
-			Title: "Waiting for the model", Summary: summary}); err != nil {
-			return 0, err
+		r.Name, r.HeadSHA = c.cfg.Name, head
+		if id, err = gh.CreateCheckRun(ctx, pr.Owner, pr.Repo, r); err != nil {
+			return 0, false, err
+		}
+		created = true
+	}
+	return id, created, c.cfg.Store.SetPosted(ctx, pr, c.key(head), id)
+}
+
+// createLockTTL bounds how long a creator that died keeps others from
+// creating the head's check run (a find and a create, each within
+// Timeout, take less).
+const createLockTTL = 30 * time.Second
+
+func owner() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+const awaitPoll = 100 * time.Millisecond
+
+// awaitCreation waits, outside the write lane, while another job creates
+// the head's check run (at most createLockTTL).
+func (c *Checks) awaitCreation(ctx context.Context, pr jobs.PR, head string) error {
+	for polls := 0; ; polls++ {
+		if id, err := c.cfg.Store.Posted(ctx, pr, c.key(head)); err != nil || id != 0 {
+			return err
+		}
+		release, ok, err := c.cfg.Store.Lock(ctx, pr, c.key(head)+":create", owner(), createLockTTL)
+		if err != nil {
+			return err
+		}
+		if ok { // nobody is creating it
+			release()
+			return nil
+		}
+		if polls >= int(createLockTTL/awaitPoll) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(awaitPoll):
 		}
 	}
-	return id, c.cfg.Store.SetPosted(ctx, pr, c.key(head), id)
 }
 
-// Queued shows a freshly planned head as queued. Failures are logged.
+// dropped logs what a fire-and-forget write could not do that is no
+// GitHub failure of its own (those are counted and logged by failed).
+func (c *Checks) dropped(ctx context.Context, pr jobs.PR, kind string, err error) {
+	var ra *RetryAfterError
+	if err == nil || errors.Is(err, errCreating) || errors.As(err, &ra) || errors.Is(err, context.Canceled) {
+		return
+	}
+	c.cfg.Log.WarnContext(ctx, "could not write the check run", "pr", pr.String(), "kind", kind, "err", err)
+}
+
+// Queued shows a freshly planned head as queued. Failures are counted
+// and logged; nothing waits for it.
 func (c *Checks) Queued(ctx context.Context, pr jobs.PR, head string, jobs int) {
-	err := c.write(ctx, pr, func(gh CheckWriter) error {
-		_, err := c.id(ctx, gh, pr, head, fmt.Sprintf("%d file jobs planned.", jobs))
+	err := c.write(ctx, pr, head, DecorationCheckQueued, CheckWrite, func(ctx context.Context, gh CheckWriter) error {
+		_, _, err := c.create(ctx, gh, pr, head, ghapp.CheckRun{Status: "queued", Title: "Waiting for the model", Summary: fmt.Sprintf("%d file jobs planned.", jobs)})
 		return err
 	})
-	if err != nil && !errors.Is(err, errCreating) {
-		c.cfg.Log.WarnContext(ctx, "could not create the check run", "pr", pr.String(), "err", err)
-	}
+	c.dropped(ctx, pr, DecorationCheckQueued, err)
 }
 
-// Progress updates a head's check run with the files done, at most once
-// per Every per pull request. Failures are logged.
+// Progress updates a head's check run (once Queued created it) with the
+// files done, at most once per Every per pull request. Failures are counted and logged; nothing
+// waits for it.
 func (c *Checks) Progress(ctx context.Context, pr jobs.PR, head string) {
 	ok, err := c.cfg.Store.Throttle(ctx, pr, c.key(head), c.cfg.Every)
 	if err != nil || !ok {
+		c.dropped(ctx, pr, DecorationCheckProgress, err)
 		return
 	}
-	err = c.write(ctx, pr, func(gh CheckWriter) error {
+	err = c.write(ctx, pr, head, DecorationCheckProgress, CheckWrite, func(ctx context.Context, gh CheckWriter) error {
 		// The turn in the write lane may come late: read the run now, so
 		// the counts are fresh and a finished or superseded head is left
 		// to finalize (an update after its completion would take the run
@@ -182,17 +432,16 @@ func (c *Checks) Progress(ctx context.Context, pr jobs.PR, head string) {
 		if ok, err := c.cfg.Store.Throttle(ctx, pr, c.key(head)+":sent", c.cfg.Every); err != nil || !ok {
 			return err
 		}
-		summary := progressText(run)
-		id, err := c.id(ctx, gh, pr, head, summary)
-		if err != nil {
+		// only Queued creates the run in progress (so it starts queued);
+		// without one, Complete creates it completed
+		id, err := c.cfg.Store.Posted(ctx, pr, c.key(head))
+		if err != nil || id == 0 {
 			return err
 		}
-		return gh.UpdateCheckRun(ctx, pr.Owner, pr.Repo, id, ghapp.CheckRun{Name: c.cfg.Name, Status: "in_progress",
-			Title: fmt.Sprintf("%d of %d files", min(run.SummaryDone, run.SummaryTotal), run.SummaryTotal), Summary: summary})
+		return gh.UpdateCheckRun(ctx, pr.Owner, pr.Repo, id, ghapp.CheckRun{Name: c.cfg.Name, Status: "in_progress", Summary: progressText(run),
+			Title: fmt.Sprintf("%d of %d files", min(run.SummaryDone, run.SummaryTotal), run.SummaryTotal)})
 	})
-	if err != nil && !errors.Is(err, errCreating) {
-		c.cfg.Log.WarnContext(ctx, "could not update the check run", "pr", pr.String(), "err", err)
-	}
+	c.dropped(ctx, pr, DecorationCheckProgress, err)
 }
 
 func progressText(run store.Run) string {
@@ -204,8 +453,11 @@ func progressText(run store.Run) string {
 }
 
 // Complete finishes a head's check run with the review's outcome and a
-// link to the summary comment. A rate limit or transient error is
-// returned (finalize retries; its other writes are idempotent).
+// link to the summary comment; finalize calls it once the summary and
+// review are posted and the run is marked done. It returns nil when the
+// run is completed or given up, and a *RetryAfterError when it may be
+// tried again later (finalize then retries it alone: its other writes
+// are recorded and not repeated).
 func (c *Checks) Complete(ctx context.Context, pr jobs.PR, head string, rows []render.File, comments int, summaryID int64) error {
 	var reviewed, failed int
 	for _, r := range rows {
@@ -233,15 +485,24 @@ func (c *Checks) Complete(ctx context.Context, pr jobs.PR, head string, rows []r
 	if link != "" {
 		summary += " See the summary comment: " + link
 	}
-	return c.write(ctx, pr, func(gh CheckWriter) error {
-		id, err := c.id(ctx, gh, pr, head, summary)
-		if errors.Is(err, errCreating) {
-			return &RetryAfterError{After: 2 * time.Second, Err: err} // its id is recorded in a moment
-		}
-		if err != nil {
+	if off, err := c.isOff(ctx, pr, head, DecorationCheckComplete); err != nil || off {
+		return err
+	}
+	// a queued or progress write creating the run now: wait for its id
+	// here, not in the write lane
+	if err := c.awaitCreation(ctx, pr, head); err != nil {
+		return err
+	}
+	r := ghapp.CheckRun{Name: c.cfg.Name, Status: "completed", Conclusion: conclusion, Title: title, Summary: summary, DetailsURL: link}
+	err := c.write(ctx, pr, head, DecorationCheckComplete, PublishWrite, func(ctx context.Context, gh CheckWriter) error {
+		id, created, err := c.create(ctx, gh, pr, head, r)
+		if err != nil || created {
 			return err
 		}
-		return gh.UpdateCheckRun(ctx, pr.Owner, pr.Repo, id, ghapp.CheckRun{Name: c.cfg.Name, Status: "completed", Conclusion: conclusion,
-			Title: title, Summary: summary, DetailsURL: link})
+		return gh.UpdateCheckRun(ctx, pr.Owner, pr.Repo, id, r)
 	})
+	if errors.Is(err, errCreating) {
+		return &RetryAfterError{After: 2 * time.Second, Err: err} // its id is recorded in a moment
+	}
+	return err
 }

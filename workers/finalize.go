@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"sort"
 	"strings"
@@ -62,7 +63,8 @@ type FinalizerConfig struct {
 	Turns Turns
 	// Markers make the keyed markers prq finds its writes by.
 	Markers render.Markers
-	// Checks, when set, completes the head's check run.
+	// Checks, when set, completes the head's check run once its results
+	// are published.
 	Checks *Checks
 	// Attempts counts each job's runs for its retry budget. Required.
 	Attempts Attempter
@@ -125,10 +127,15 @@ func (p *Finalizer) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	if err := jobs.Unmarshal(t.Type(), t.Payload(), &f); err != nil {
 		return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
 	}
-	return p.budget.run(ctx, "finalize", jobs.FinalizeTaskID(f), func() error { return p.publish(ctx, f) })
+	return p.budget.runAt(ctx, "finalize", jobs.FinalizeTaskID(f), func(at attempt) error { return p.publish(ctx, f, at.spent()) })
 }
 
-func (p *Finalizer) publish(ctx context.Context, f jobs.Finalize) error {
+// publish publishes the head's results, then completes its check run.
+// The results come first and are recorded as they go: a retry (for the
+// check run, or after any failure) repeats no write GitHub already
+// holds. A check run that cannot be completed by the job's last attempt
+// is left as it is: it never fails the job.
+func (p *Finalizer) publish(ctx context.Context, f jobs.Finalize, last bool) error {
 	cfg, log := &p.cfg, p.cfg.Log
 	if err := p.gate.check(ctx, f.PR.Installation, "finalize"); err != nil {
 		return err
@@ -212,16 +219,19 @@ func (p *Finalizer) publish(ctx context.Context, f jobs.Finalize) error {
 			return p.gate.refused(ctx, f.PR.Installation, ghFailed(ctx, log, f.PR, "review", err))
 		}
 	}
-	if cfg.Checks != nil {
-		if err := cfg.Checks.Complete(ctx, f.PR, f.HeadSHA, rows, comments, summaryID); err != nil {
-			return p.gate.refused(ctx, f.PR.Installation, ghRetry(err))
-		}
-	}
 	if err := cfg.Publications.MarkFinalized(ctx, f.PR, f.HeadSHA); err != nil {
 		return err
 	}
 	log.InfoContext(ctx, "results published", "pr", f.PR.String(), "head", short(f.HeadSHA), "results", len(results), "summary_parts", len(parts))
-	return nil
+	if cfg.Checks == nil {
+		return nil
+	}
+	err = cfg.Checks.Complete(ctx, f.PR, f.HeadSHA, rows, comments, summaryID)
+	if err != nil && last && ctx.Err() == nil {
+		log.WarnContext(ctx, "the check run is left unfinished: the finalize job's retry budget is spent (its results are published)", "pr", f.PR.String(), "head", short(f.HeadSHA), "err", err)
+		return nil
+	}
+	return p.gate.refused(ctx, f.PR.Installation, err)
 }
 
 // publishLockTTL bounds how long a crashed finalize keeps its pull
@@ -233,11 +243,23 @@ const (
 	publishLockWait = 10 * time.Second
 )
 
-// upsert writes one comment found again by its marker, recording its id.
+// upsert writes one comment found again by its marker, recording its id
+// and a checksum of its body: a comment GitHub holds with this body
+// already is not written again (a retry edits nothing).
 func (p *Finalizer) upsert(ctx context.Context, gh ReviewWriter, pr jobs.PR, what, marker, body string) (int64, error) {
 	known, err := p.cfg.Publications.Posted(ctx, pr, what)
 	if err != nil {
 		return 0, err
+	}
+	sum := bodySum(body)
+	if known != 0 {
+		was, err := p.cfg.Publications.Posted(ctx, pr, what+":sum")
+		if err != nil {
+			return 0, err
+		}
+		if was == sum {
+			return known, nil
+		}
 	}
 	var id int64
 	err = p.cfg.Turns.Do(ctx, pr.Installation, PublishWrite, func() error {
@@ -248,7 +270,17 @@ func (p *Finalizer) upsert(ctx context.Context, gh ReviewWriter, pr jobs.PR, wha
 	if err != nil {
 		return 0, err
 	}
-	return id, p.cfg.Publications.SetPosted(ctx, pr, what, id)
+	if err := p.cfg.Publications.SetPosted(ctx, pr, what, id); err != nil {
+		return 0, err
+	}
+	return id, p.cfg.Publications.SetPosted(ctx, pr, what+":sum", sum)
+}
+
+// bodySum is a comment body's checksum, as stored beside its id.
+func bodySum(body string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte(body))
+	return int64(h.Sum64())
 }
 
 // postReview posts the head's one review, whatever it found: line

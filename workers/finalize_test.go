@@ -3,6 +3,7 @@ package workers_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -83,12 +84,57 @@ func TestFinalizerPublishesOnce(t *testing.T) {
 	if run, err := st.GetRun(ctx, pr); err != nil || run.State != store.StateDone || run.LastReviewed != "h1" {
 		t.Fatalf("run %+v (%v), want done, last reviewed at h1", run, err)
 	}
-	// a rerun edits the summary it knows and posts no second review
+	// a rerun writes nothing: GitHub holds this summary and the review
 	if err := f.ProcessTask(ctx, task); err != nil {
 		t.Fatal(err)
 	}
-	if w := gh.Writes(); len(w) != 3 || w[2] != "upsert" || knownOnRerun != 71 {
-		t.Errorf("rerun writes %q, summary id %d: want one edit of comment 71", w, knownOnRerun)
+	if w := gh.Writes(); len(w) != 2 {
+		t.Errorf("rerun writes %q, want none after the first run's two", w[2:])
+	}
+	if knownOnRerun != 0 {
+		t.Errorf("the summary was upserted knowing comment %d, want a create (0)", knownOnRerun)
+	}
+}
+
+// TestFinalizerEditsOnlyAChangedSummary: a run finalized without one
+// file's result (stuck past its bound) is finalized again when the
+// result comes late: its summary is edited in place, once, and the
+// review is not posted again.
+func TestFinalizerEditsOnlyAChangedSummary(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, gh := newStore(t), github()
+	var edits []int64
+	upsert := gh.UpsertCommentFunc
+	gh.UpsertCommentFunc = func(known int64, body string) (int64, error) {
+		edits = append(edits, known)
+		return upsert(known, body)
+	}
+	pr := testPR(t, 409)
+	if _, _, err := st.StartRun(ctx, store.Run{PR: pr, Head: "h1", Tier: jobs.TierPaid, SummaryTotal: 2, ReviewTotal: 1},
+		[]store.FileData{{Path: "a.go", Status: "modified", Patch: patchA}, {Path: "b.go", Status: "added", Patch: patchA}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []store.Result{{Kind: jobs.KindSummary, Path: "a.go", Text: "Adds b."}, {Kind: jobs.KindReview, Path: "a.go", Text: "fine"}} {
+		if _, err := st.CompleteFile(ctx, pr, "h1", r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := newFinalizer(t, st, gh)
+	task := asynq.NewTask(jobs.TypeFinalize, jobs.Marshal(jobs.Finalize{PR: pr, HeadSHA: "h1", Tier: jobs.TierPaid}))
+	if err := f.ProcessTask(ctx, task); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.CompleteFile(ctx, pr, "h1", store.Result{Kind: jobs.KindSummary, Index: 1, Path: "b.go", Text: "Adds c."}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // the late result's finalize, and a rerun of it
+		if err := f.ProcessTask(ctx, task); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if w := gh.Writes(); fmt.Sprint(w) != "[upsert review 0 upsert]" || fmt.Sprint(edits) != "[0 71]" {
+		t.Errorf("writes %q, upserts knowing %v: want the summary, the review, one edit of comment 71", w, edits)
 	}
 }
 

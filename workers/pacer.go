@@ -23,10 +23,12 @@ type WriteClass int
 const (
 	// ChatWrite is a chat reply: a person is waiting for it.
 	ChatWrite WriteClass = iota
-	// CheckWrite is a check run's progress.
-	CheckWrite
-	// PublishWrite is a summary comment or a review.
+	// PublishWrite is a summary comment, a review, or the check run's
+	// completion that follows them.
 	PublishWrite
+	// CheckWrite is a decoration: a check run created queued or its
+	// progress. It never holds a result back.
+	CheckWrite
 )
 
 // Pacer serialises an installation's content-creating GitHub calls

@@ -114,6 +114,9 @@ func (l *writeLog) write(c *manualClock, name string) func() error {
 	}
 }
 
+// TestPacerServesChatFirstAcrossProcesses: waiting writers take the lane
+// chat replies first, then summaries and reviews, then check-run
+// decorations (which never hold a result back), each class oldest first.
 func TestPacerServesChatFirstAcrossProcesses(t *testing.T) {
 	c := newManualClock()
 	lane := newLane(t, c, 3)
@@ -127,13 +130,14 @@ func TestPacerServesChatFirstAcrossProcesses(t *testing.T) {
 		name  string
 		class workers.WriteClass
 	}
-	// five publications and two check runs queue behind the first write
-	// (in three processes), then a chat reply arrives last
-	var queue []writer
+	// two check runs and five publications queue behind the first write
+	// (in three processes), then a chat reply arrives last: the check
+	// runs came first and still go last
+	queue := []writer{{"check-0", workers.CheckWrite}, {"check-1", workers.CheckWrite}}
 	for i := range 5 {
 		queue = append(queue, writer{fmt.Sprint("publish-", i), workers.PublishWrite})
 	}
-	queue = append(queue, writer{"check-0", workers.CheckWrite}, writer{"check-1", workers.CheckWrite}, writer{"chat", workers.ChatWrite})
+	queue = append(queue, writer{"chat", workers.ChatWrite})
 	var wg sync.WaitGroup
 	for i, w := range queue {
 		wg.Add(1)
@@ -152,7 +156,7 @@ func TestPacerServesChatFirstAcrossProcesses(t *testing.T) {
 		c.quiet(len(queue))
 	}
 	wg.Wait()
-	want := []string{"first", "chat", "check-0", "check-1", "publish-0", "publish-1", "publish-2", "publish-3", "publish-4"}
+	want := []string{"first", "chat", "publish-0", "publish-1", "publish-2", "publish-3", "publish-4", "check-0", "check-1"}
 	if fmt.Sprint(log.names) != fmt.Sprint(want) {
 		t.Fatalf("writes in order %v, want %v", log.names, want)
 	}

@@ -192,11 +192,17 @@ type budgetOf struct {
 // after the budget is spent ends the job (archived with the reason). A
 // job that ends forgets its count.
 func (b budgetOf) run(ctx context.Context, kind, id string, process func() error) error {
+	return b.runAt(ctx, kind, id, func(attempt) error { return process() })
+}
+
+// runAt is run for a job that needs to know its attempt (whether it is
+// its last).
+func (b budgetOf) runAt(ctx context.Context, kind, id string, process func(attempt) error) error {
 	at, err := budgeted(ctx, b.attempts, id, 0, b.budget, b.now())
 	if err != nil {
 		return err
 	}
-	reason, err := giveUpIfSpent(at, process())
+	reason, err := giveUpIfSpent(at, process(at))
 	if reason != "" && b.gaveUp != nil {
 		b.gaveUp(kind, reason)
 	}

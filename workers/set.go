@@ -62,6 +62,9 @@ type Config struct {
 	// CheckRunEvery is the least time between two progress updates of a
 	// head's check run. Defaults to 5s.
 	CheckRunEvery time.Duration
+	// DecorationErrorFunc, when set, counts failed check-run writes by
+	// decoration kind and status (prq_github_decoration_errors_total).
+	DecorationErrorFunc func(kind, status string)
 	// WebURL is GitHub's web address for links. Defaults to https://github.com.
 	WebURL string
 }
@@ -122,7 +125,8 @@ func New(cfg Config, d Deps) (*Set, error) {
 	var checks *Checks
 	var progress func(ctx context.Context, pr jobs.PR, head string)
 	if !cfg.NoCheckRuns {
-		if checks, err = NewChecks(ChecksConfig{GitHub: gh, Store: d.Store, Turns: d.Pacer, WebURL: cfg.WebURL, Every: cfg.CheckRunEvery, Log: d.Log}); err != nil {
+		if checks, err = NewChecks(ChecksConfig{GitHub: gh, Store: d.Store, Turns: d.Pacer, WebURL: cfg.WebURL, Every: cfg.CheckRunEvery,
+			ErrorFunc: cfg.DecorationErrorFunc, Log: d.Log}); err != nil {
 			return nil, err
 		}
 		progress = checks.Progress

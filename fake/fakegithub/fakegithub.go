@@ -11,6 +11,7 @@
 package fakegithub
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/rsa"
 	"encoding/hex"
@@ -78,20 +79,24 @@ type Server struct {
 	cfg Config
 	mux *http.ServeMux
 
-	mu        sync.Mutex
-	prs       map[string]*pullRequest
-	tokens    map[string]token
-	comments  map[int64]*IssueComment
-	reviewCmt map[int64]*ReviewComment
-	reviews   []Review
-	checks    map[int64]*CheckRun
-	botLogin  atomic.Value // string: the App's bot login
-	writes    map[int64][]time.Time
-	attempts  []WriteAttempt
-	stats     map[string]*PRStats
-	nextID    int64
-	failures  map[string]int   // path substring -> status to answer once per entry
-	installs  map[int64]string // installation id -> account login
+	mu         sync.Mutex
+	prs        map[string]*pullRequest
+	tokens     map[string]token
+	comments   map[int64]*IssueComment
+	reviewCmt  map[int64]*ReviewComment
+	reviews    []Review
+	checks     map[int64]*CheckRun
+	botLogin   atomic.Value // string: the App's bot login
+	writes     map[int64][]time.Time
+	attempts   []WriteAttempt
+	stats      map[string]*PRStats
+	nextID     int64
+	failures   map[string]int // path substring -> status to answer once per entry
+	faults     map[Family]familyFault
+	familyHits map[Family]int
+	recording  atomic.Bool
+	requests   []Request
+	installs   map[int64]string // installation id -> account login
 	// refused installations: "deleted" (uninstalled: tokens 404) or
 	// "suspended" (tokens 403); their tokens stop working (401)
 	refused map[int64]string
@@ -241,26 +246,12 @@ func New(cfg Config) *Server {
 	}
 	s := &Server{installs: map[int64]string{}, refused: map[int64]string{}, cfg: cfg, prs: map[string]*pullRequest{}, tokens: map[string]token{}, comments: map[int64]*IssueComment{}, checks: map[int64]*CheckRun{},
 		reviewCmt: map[int64]*ReviewComment{}, writes: map[int64][]time.Time{}, stats: map[string]*PRStats{}, nextID: 1000,
-		failures: map[string]int{}}
+		failures: map[string]int{}, faults: map[Family]familyFault{}, familyHits: map[Family]int{}}
 	s.botLogin.Store(cfg.AppSlug + "[bot]")
 	m := http.NewServeMux()
-	m.HandleFunc("POST /app/installations/{id}/access_tokens", s.accessToken)
-	m.HandleFunc("GET /app", s.getApp)
-	m.HandleFunc("GET /app/installations", s.listInstallations)
-	m.HandleFunc("GET /repos/{owner}/{repo}/pulls/{n}", s.auth(s.getPR))
-	m.HandleFunc("GET /repos/{owner}/{repo}/pulls/{n}/files", s.auth(s.listFiles))
-	m.HandleFunc("GET /repos/{owner}/{repo}/compare/{basehead}", s.auth(s.compare))
-	m.HandleFunc("GET /repos/{owner}/{repo}/issues/{n}/comments", s.auth(s.listComments))
-	m.HandleFunc("POST /repos/{owner}/{repo}/issues/{n}/comments", s.auth(s.write(s.createComment)))
-	m.HandleFunc("PATCH /repos/{owner}/{repo}/issues/comments/{id}", s.auth(s.write(s.editComment)))
-	m.HandleFunc("POST /repos/{owner}/{repo}/pulls/{n}/reviews", s.auth(s.write(s.createReview)))
-	m.HandleFunc("GET /repos/{owner}/{repo}/pulls/{n}/reviews", s.auth(s.listReviews))
-	m.HandleFunc("POST /repos/{owner}/{repo}/pulls/{n}/comments/{id}/replies", s.auth(s.write(s.reply)))
-	m.HandleFunc("POST /repos/{owner}/{repo}/pulls/{n}/comments", s.auth(s.write(s.createReviewComment)))
-	m.HandleFunc("GET /repos/{owner}/{repo}/pulls/{n}/comments", s.auth(s.listReviewComments))
-	m.HandleFunc("POST /repos/{owner}/{repo}/check-runs", s.auth(s.needs("checks", s.write(s.createCheckRun))))
-	m.HandleFunc("PATCH /repos/{owner}/{repo}/check-runs/{id}", s.auth(s.needs("checks", s.write(s.updateCheckRun))))
-	m.HandleFunc("GET /repos/{owner}/{repo}/commits/{ref}/check-runs", s.auth(s.needs("checks", s.listCheckRuns)))
+	for _, rt := range s.routes() {
+		m.HandleFunc(rt.Method+" "+rt.Path, s.family(rt.Family, rt.h))
+	}
 	m.HandleFunc("GET /_fake/stats", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, s.AllStats()) })
 	s.mux = m
 	return s
@@ -269,13 +260,19 @@ func New(cfg Config) *Server {
 // ServeHTTP serves the API at / and under the Enterprise prefix /api/v3.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if p, ok := strings.CutPrefix(r.URL.Path, "/api/v3"); ok {
-		r2 := r.Clone(r.Context())
+		r2 := r.Clone(context.WithValue(r.Context(), enterpriseKey{}, true))
 		r2.URL.Path = p
 		r2.URL.RawPath = ""
 		r = r2
 	}
 	w.Header().Set("X-GitHub-Media-Type", "github.v3")
-	s.mux.ServeHTTP(w, r)
+	if !s.recording.Load() {
+		s.mux.ServeHTTP(w, r)
+		return
+	}
+	rec := s.record(w, r)
+	s.mux.ServeHTTP(rec, r)
+	rec.done()
 }
 
 func key(owner, repo string, n int) string { return fmt.Sprintf("%s/%s#%d", owner, repo, n) }
@@ -417,8 +414,10 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	json.NewEncoder(w).Encode(v)
 }
 
+// ghError answers in GitHub's error shape (the description's
+// basic-error: message, documentation_url, status as a string).
 func ghError(w http.ResponseWriter, status int, msg string, errs ...string) {
-	body := map[string]any{"message": msg, "documentation_url": "https://docs.github.com/rest"}
+	body := map[string]any{"message": msg, "documentation_url": "https://docs.github.com/rest", "status": strconv.Itoa(status)}
 	if len(errs) > 0 {
 		body["errors"] = errs
 	}
@@ -706,6 +705,9 @@ func (s *Server) write(h handler) handler {
 			}
 			s.writes[p.inst] = append(ws, now)
 			s.mu.Unlock()
+		}
+		if !s.validBody(w, r, key(p.owner, p.repo, p.number)) {
+			return
 		}
 		h(w, r, p)
 	}

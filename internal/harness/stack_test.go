@@ -72,6 +72,7 @@ func startStack(t *testing.T, o stackOpts) *stack {
 		t.Fatal(err)
 	}
 	t.Cleanup(fakes.Close)
+	checkRequests(t, fakes.GitHub) // every request prq makes, against GitHub's description
 	fakes.Configure(&cfg, "prq-test")
 	if o.providers != nil {
 		o.providers(&cfg, fakes)

@@ -150,6 +150,15 @@ func (m *Metrics) CountLifecycle(event, reason string) {
 
 const lifecycleKey = "prq:lifecycle"
 
+// CountDecorationError counts a failed decoration write (a check run's)
+// in Redis, where serve exports every process's as
+// prq_github_decoration_errors_total (workers.Config.DecorationErrorFunc).
+func (m *Metrics) CountDecorationError(kind, status string) {
+	m.counts.HIncrBy(context.Background(), decorationKey, kind+"|"+status, 1)
+}
+
+const decorationKey = "prq:github:decoration_errors"
+
 // GaveUpCounts returns every process's jobs that spent their retry
 // budget, by "kind|reason".
 func GaveUpCounts(ctx context.Context, counts Counts) map[string]int64 {
@@ -223,6 +232,11 @@ var descLifecycle = prometheus.NewDesc("prq_lifecycle_total", "Pull-request life
 	"run_finalized (a run whose files were all done but never finalized, finalized by the reconciler), run_stuck (a run still running past the bound, finalized with what it has), "+
 	"job_skipped (work of an installation that is deleted, suspended or whose token GitHub refuses, dropped without a call).", []string{"event", "reason"}, nil)
 
+// descDecoration is prq_github_decoration_errors_total, from Redis.
+var descDecoration = prometheus.NewDesc("prq_github_decoration_errors_total", "Failed GitHub writes of decorations of every process (from Redis): check runs, by kind "+
+	"(check_run_queued, check_run_progress, check_run_complete) and status (GitHub's HTTP status such as 403, 404, 422, 500; rate_limited, timeout, network, other). "+
+	"Summaries, reviews and replies never wait for them.", []string{"kind", "status"}, nil)
+
 // Shared is what the metrics read of Redis itself (a go-redis client).
 type Shared interface {
 	Counts
@@ -279,6 +293,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d
 	}
 	ch <- descLifecycle
+	ch <- descDecoration
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -329,6 +344,14 @@ func (c *stateCollector) read(ch chan<- prometheus.Metric) {
 				if event, reason, ok := strings.Cut(k, "|"); ok {
 					n, _ := strconv.ParseFloat(v, 64)
 					ch <- prometheus.MustNewConstMetric(descLifecycle, prometheus.CounterValue, n, event, reason)
+				}
+			}
+		}
+		if m, err := c.shared.HGetAll(ctx, decorationKey).Result(); err == nil {
+			for k, v := range m {
+				if kind, status, ok := strings.Cut(k, "|"); ok {
+					n, _ := strconv.ParseFloat(v, 64)
+					ch <- prometheus.MustNewConstMetric(descDecoration, prometheus.CounterValue, n, kind, status)
 				}
 			}
 		}

@@ -91,6 +91,7 @@ func TestDeployKnowsEveryMetric(t *testing.T) {
 	m.CountUnusable(s.cfg.Jobs.ReviewModel, "review")
 	m.CountGaveUp("review", "attempts")
 	m.CountLifecycle("run_finalized", "lost_finalize")
+	m.CountDecorationError("check_run_complete", "404")
 	m.Watch(s.rdb, time.Minute) // the series read from the shared Redis too
 	w := httptest.NewRecorder()
 	m.Handler().ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))

@@ -125,7 +125,7 @@ func (s *Server) buildWorkers(tr http.RoundTripper, opt Options, handlers bool) 
 		NoCheckRuns: cfg.GitHub.CheckRuns != nil && !*cfg.GitHub.CheckRuns, CheckRunEvery: cfg.GitHub.CheckRunEvery.D(), WebURL: cfg.GitHub.WebURL,
 		BatchBudget: workers.RetryBudget{MaxAttempts: cfg.Retry.Batch.MaxAttempts, MaxAge: cfg.Retry.Batch.MaxAge.D()},
 		ChatBudget:  workers.RetryBudget{MaxAttempts: cfg.Retry.Chat.MaxAttempts, MaxAge: cfg.Retry.Chat.MaxAge.D()},
-		GaveUpFunc:  s.metrics.CountGaveUp, LifecycleFunc: s.metrics.CountLifecycle,
+		GaveUpFunc:  s.metrics.CountGaveUp, LifecycleFunc: s.metrics.CountLifecycle, DecorationErrorFunc: s.metrics.CountDecorationError,
 	}, workers.Deps{Store: s.store, Admitter: adm, GitHub: gh, LLM: client, Quota: quota, Pacer: pacer, Attempts: workers.NewAttempts(s.rdb),
 		Queue: s.client, Log: log})
 	if err != nil {
