@@ -47,11 +47,18 @@ type redisSample struct {
 }
 
 func sampleRedis(ctx context.Context, rdb redis.UniversalClient) redisSample {
-	s := redisSample{at: time.Now(), by: map[string]int64{}}
+	at := time.Now()
 	info, err := rdb.Info(ctx, "commandstats", "cpu").Result()
 	if err != nil {
-		return s
+		return redisSample{at: at, by: map[string]int64{}}
 	}
+	return parseRedisInfo(info, at)
+}
+
+// parseRedisInfo reads the commandstats and CPU sections of an INFO
+// reply taken at at.
+func parseRedisInfo(info string, at time.Time) redisSample {
+	s := redisSample{at: at, by: map[string]int64{}}
 	for _, line := range strings.Split(info, "\n") {
 		line = strings.TrimSpace(line)
 		if head, rest, ok := strings.Cut(line, "calls="); ok {
