@@ -67,11 +67,12 @@ type Flags struct {
 	// the ceiling's (ceiling.go): its limiters, whether to run on a local
 	// cluster too, its upstream, an arrival rate instead of a full
 	// backlog, and the worker binary (tests; default this program).
-	limiters string
-	cluster  bool
-	upstream string
-	rate     float64
-	exe      string
+	limiters   string
+	cluster    bool
+	upstream   string
+	rate       float64
+	chatsPerPR float64
+	exe        string
 }
 
 // The strategies that run prq's own admission: with each model's limiter
@@ -258,6 +259,7 @@ func (b *Flags) Register(fs *flag.FlagSet) {
 	fs.BoolVar(&b.cluster, "redis-cluster", false, "ceiling: also run on a local 3-master Redis Cluster, the three models' admission state on three masters")
 	fs.StringVar(&b.upstream, "upstream", UpstreamFake, "ceiling: fake (the fake provider, no latency, limits out of reach) or noop (a no-op provider inside each worker process)")
 	fs.Float64Var(&b.rate, "rate", 0, "ceiling: pull requests per second arriving (with their chats) instead of a backlog kept full (0)")
+	fs.Float64Var(&b.chatsPerPR, "chats-per-pr", -1, "ceiling: chat comments sent with each pull request (negative: as many chat calls as review calls, so the chat model has work too)")
 	fs.StringVar(&b.providerLimiter, "provider-limiter", fakeopenai.LimiterBucket, "how the fake provider counts its limits: bucket (OpenAI's continuous refill) or window (at most the limit in any sliding minute)")
 	fs.DurationVar(&b.sendLag, "send-lag", -1, "scheduler.send_lag for every strategy, in real time (negative: the default, 250ms; 0: none)")
 	fs.DurationVar(&b.windowMargin, "window-margin", 0, "prq-window's window_margin, in real time (0: the default, measured from the calls, at most a sixtieth of the compressed window)")

@@ -9,6 +9,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
+	"math"
 	mrand "math/rand"
 	"os"
 	"path/filepath"
@@ -65,6 +66,7 @@ type ceilingSettings struct {
 	cluster     bool
 	upstream    string
 	rate        float64 // PRs per second, open loop; 0: keep the backlog full
+	chatsPerPR  float64 // negative: as many chat calls as review calls
 	concurrency int
 	seed        int64
 	out, exe    string
@@ -72,7 +74,7 @@ type ceilingSettings struct {
 }
 
 func ceilingSettingsOf(b Flags) (ceilingSettings, error) {
-	s := ceilingSettings{run: ceilingRun, idle: ceilingIdle, cluster: b.cluster, upstream: b.upstream, rate: b.rate,
+	s := ceilingSettings{run: ceilingRun, idle: ceilingIdle, cluster: b.cluster, upstream: b.upstream, rate: b.rate, chatsPerPR: b.chatsPerPR,
 		concurrency: b.concurrency, seed: b.seed, out: b.out, exe: b.exe, corpus: b.corpus}
 	if b.simSet {
 		s.run, s.idle = b.sim, min(ceilingIdle, b.sim)
@@ -105,6 +107,9 @@ func ceilingSettingsOf(b Flags) (ceilingSettings, error) {
 	}
 	if s.rate < 0 {
 		return s, &config.UsageError{Msg: "--rate must not be negative"}
+	}
+	if math.IsNaN(s.chatsPerPR) || s.chatsPerPR > 100 {
+		return s, &config.UsageError{Msg: "--chats-per-pr must be at most 100 (negative: as many chat calls as review calls)"}
 	}
 	if s.run < time.Second {
 		return s, &config.UsageError{Msg: "--duration: the ceiling measures at least 1s"}
@@ -420,18 +425,21 @@ func ceilingOnce(ctx context.Context, stdout io.Writer, env ceilingEnv, rd ceili
 
 	// the load, then the measured window
 	d := newCeilingDriver(s, gh, &traffic.Sender{URL: "http://" + s.ListenAddr() + "/webhook", Secret: []byte(cfg.GitHub.WebhookSecret)},
-		rdb, env.prs, tenants, env.models[:], env.set.rate, env.set.seed, procs*env.set.concurrency)
+		rdb, env.prs, tenants, env.models[:], env.set.rate, env.set.chatsPerPR, env.set.seed)
 	dctx, stopDriver := context.WithCancel(ctx)
 	driven := make(chan struct{})
 	go func() { d.run(dctx); close(driven) }()
 	warm := time.Now()
-	for time.Since(warm) < 2*time.Second || (d.backlogNow() < d.target() && time.Since(warm) < 10*time.Second) {
+	// warm up: two seconds, and until the backlog is full (kept full) or
+	// three seconds (at a set rate)
+	for time.Since(warm) < 2*time.Second || (env.set.rate == 0 && d.backlogNow() < d.target() && time.Since(warm) < 10*time.Second) ||
+		(env.set.rate > 0 && time.Since(warm) < 3*time.Second) {
 		if ctx.Err() != nil {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	w := ceilingWindow{Cores: runtime.NumCPU(), Nodes: rd.nodes}
+	w := ceilingWindow{Cores: runtime.NumCPU(), Nodes: rd.nodes, Open: env.set.rate > 0}
 	pids := make([]string, len(workers))
 	for i, p := range workers {
 		pids[i] = strconv.Itoa(p.Pid())
@@ -445,6 +453,7 @@ func ceilingOnce(ctx context.Context, stdout io.Writer, env ceilingEnv, rd ceili
 	<-driven
 	w.setCPU(start, end)
 	w.Backlog = d.backlogBetween(w.From, w.To)
+	w.PRsSent = d.prsBetween(w.From, w.To)
 	res.PRsSent, res.ChatsSent, res.WebhookErrors = d.counts()
 	fmt.Fprintf(stdout, "ceiling %s: measured %s; stopping\n", tag, w.To.Sub(w.From).Round(time.Millisecond))
 	stopWorkers()
@@ -568,7 +577,6 @@ type ceilingDriver struct {
 	models  []string
 	rate    float64
 	rng     *mrand.Rand
-	slots   int // the workers' slots: the released work the queues may hold
 
 	perPR, chatsPerPR float64 // calls a PR makes and chats per PR (estimates: pacing only)
 
@@ -576,6 +584,7 @@ type ceilingDriver struct {
 	samples     []backlogSample
 	admRate     float64
 	sentPRs     int
+	sentAt      []time.Time // each PR's
 	sentChats   int
 	webhookErrs int
 	recent      []jobs.PR
@@ -595,9 +604,9 @@ type webhookSend struct {
 }
 
 func newCeilingDriver(s *server.Server, gh *fakegithub.Server, sender *traffic.Sender, rdb redis.UniversalClient, prs []corpus.PR,
-	tenants map[int64]jobs.Tier, models []string, rate float64, seed int64, slots int) *ceilingDriver {
+	tenants map[int64]jobs.Tier, models []string, rate, chatsPerPR float64, seed int64) *ceilingDriver {
 	d := &ceilingDriver{s: s, gh: gh, sender: sender, rdb: rdb, tenants: tenants, models: models, rate: rate, rng: mrand.New(mrand.NewSource(seed)),
-		slots: slots, sends: make(chan webhookSend, 1024), number: 1, chatID: 9_000_000}
+		sends: make(chan webhookSend, 1024), number: 1, chatID: 9_000_000}
 	for _, p := range prs {
 		if len(p.Files) > 0 {
 			d.prs = append(d.prs, p)
@@ -607,13 +616,17 @@ func newCeilingDriver(s *server.Server, gh *fakegithub.Server, sender *traffic.S
 		d.insts = append(d.insts, i)
 	}
 	// a PR makes a summary per file, and a review per file where its tier
-	// reviews (two tiers of three); chat gets about as many calls as reviews
+	// reviews (two tiers of three); unless told, chat gets about as many
+	// calls as reviews
 	files := 0
 	for _, p := range d.prs {
 		files += len(p.Files)
 	}
 	f := float64(files) / float64(max(len(d.prs), 1))
-	d.chatsPerPR = f * 2 / 3
+	d.chatsPerPR = chatsPerPR
+	if chatsPerPR < 0 {
+		d.chatsPerPR = f * 2 / 3
+	}
 	d.perPR = f + f*2/3 + d.chatsPerPR
 	return d
 }
@@ -647,6 +660,18 @@ func (d *ceilingDriver) backlogBetween(from, to time.Time) []int64 {
 		}
 	}
 	return out
+}
+
+func (d *ceilingDriver) prsBetween(from, to time.Time) int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var n int64
+	for _, at := range d.sentAt {
+		if !at.Before(from) && at.Before(to) {
+			n++
+		}
+	}
+	return n
 }
 
 func (d *ceilingDriver) counts() (prs, chats, errs int) {
@@ -757,6 +782,7 @@ func (d *ceilingDriver) sendPR(ctx context.Context) {
 	p := d.prs[n%len(d.prs)]
 	inst := d.insts[n%len(d.insts)]
 	d.sentPRs++
+	d.sentAt = append(d.sentAt, time.Now())
 	d.mu.Unlock()
 	owner := fmt.Sprintf("tenant-%d", inst)
 	p.Number = n

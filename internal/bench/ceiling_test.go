@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -34,8 +35,9 @@ import (
 
 // infoAt is an INFO commandstats + cpu reply as Redis 7 writes it, with
 // the fields the parser must not mistake for the main counters.
-func infoAt(sys, user float64, calls map[string]int64) string {
+func infoAt(sys, user float64, calls map[string]int64, mem int64) string {
 	var b strings.Builder
+	b.WriteString("# Memory\r\nused_memory:" + itoa(mem) + "\r\nused_memory_human:1.00M\r\nused_memory_rss:99999999\r\nused_memory_peak:88888888\r\n\r\n")
 	b.WriteString("# CPU\r\n")
 	b.WriteString("used_cpu_sys:" + ftoa(sys) + "\r\nused_cpu_user:" + ftoa(user) + "\r\n")
 	b.WriteString("used_cpu_sys_children:3.000000\r\nused_cpu_user_children:4.000000\r\nused_cpu_sys_main_thread:9.000000\r\nused_cpu_user_main_thread:9.000000\r\n")
@@ -66,12 +68,12 @@ func TestCeilingFigures(t *testing.T) {
 	w := ceilingWindow{From: t0, To: t1, Cores: 2, Nodes: []string{"a:1", "b:2"}}
 	// node a: 7 s of CPU over 10 s; node b: 1 s
 	w.RedisStart = []redisSample{
-		parseRedisInfo(infoAt(10.5, 20.25, map[string]int64{"evalsha": 1000, "hget": 5000, "info": 3}), t0),
-		parseRedisInfo(infoAt(1, 1, map[string]int64{"get": 10}), t0),
+		parseRedisInfo(infoAt(10.5, 20.25, map[string]int64{"evalsha": 1000, "hget": 5000, "info": 3}, 1_000_000), t0),
+		parseRedisInfo(infoAt(1, 1, map[string]int64{"get": 10}, 500_000), t0),
 	}
 	w.RedisEnd = []redisSample{
-		parseRedisInfo(infoAt(12.5, 25.25, map[string]int64{"evalsha": 4000, "hget": 25000, "info": 4}), t1),
-		parseRedisInfo(infoAt(1.5, 1.5, map[string]int64{"get": 1010, "config|resetstat": 1}), t1),
+		parseRedisInfo(infoAt(12.5, 25.25, map[string]int64{"evalsha": 4000, "hget": 25000, "info": 4}, 3_000_000), t1),
+		parseRedisInfo(infoAt(1.5, 1.5, map[string]int64{"get": 1010, "config|resetstat": 1}, 400_000), t1),
 	}
 	// calls: 1,000 in the window (one before, one at its end: outside), a
 	// failed one and a 429
@@ -91,6 +93,7 @@ func TestCeilingFigures(t *testing.T) {
 	w.addWaits(waits)
 	w.Scripts = map[string]int64{"admission admit": 1500, "asynq.dequeue": 500}
 	w.Backlog = []int64{300, 100, 200}
+	w.PRsSent = 40
 	w.Workers, w.Self, w.Provider, w.GitHub, w.Upstream = 12*time.Second, 3*time.Second, 1*time.Second, 500*time.Millisecond, 0
 	w.Machine = machineCPU{busy: 19 * time.Second, total: 20 * time.Second}
 
@@ -130,6 +133,10 @@ func TestCeilingFigures(t *testing.T) {
 	if f.WorkersCores != 1.2 || f.SelfCores != 0.3 || f.ProviderCores != 0.1 || f.GitHubCores != 0.05 || f.MachineBusy != 0.95 {
 		t.Errorf("cores: workers %v self %v provider %v github %v machine %v", f.WorkersCores, f.SelfCores, f.ProviderCores, f.GitHubCores, f.MachineBusy)
 	}
+	// memory: +2,000,000 on a, -100,000 on b, over 40 PRs
+	if f.PRsPerS != 4 || f.MemoryPerPR != 47_500 || !reflect.DeepEqual(f.UsedMemory, []int64{3_000_000, 400_000}) {
+		t.Errorf("PRs/s %v, memory per PR %v, used memory %v; want 4, 47500, [3000000 400000]", f.PRsPerS, f.MemoryPerPR, f.UsedMemory)
+	}
 	if f.Saturated != "cores" {
 		t.Errorf("saturated %q (%s), want cores: the machine 95%% busy, no one part at 90%%", f.Saturated, f.Verdict)
 	}
@@ -144,7 +151,7 @@ func TestVerdict(t *testing.T) {
 		kind string
 		text []string // substrings
 	}{
-		{"redis near one core", verdictInput{Nodes: nodes, RedisCores: []float64{0.4, 0.93}, Workers: 1.95, Cores: 8, MachineBusy: 0.5, BacklogSamples: 3, BacklogMin: 10},
+		{"redis near one core", verdictInput{Nodes: nodes, RedisCores: []float64{0.4, 0.93}, Workers: 1.95, Cores: 8, MachineBusy: 0.5, Backlog: []int64{10, 20}},
 			"redis", []string{"10.0.0.2:6379 at 0.93 core"}},
 		{"redis first even with the cores full", verdictInput{Nodes: nodes[:1], RedisCores: []float64{0.9}, Workers: 1, Cores: 2, MachineBusy: 1},
 			"redis", []string{"Redis saturated first"}},
@@ -156,10 +163,16 @@ func TestVerdict(t *testing.T) {
 			"cores", []string{"99% of 2 cores busy", "the workers using most", "other processes 0.93"}},
 		{"shared cores, Redis the largest", verdictInput{Nodes: nodes[:1], RedisCores: []float64{0.8}, Workers: 0.6, Self: 0.2, Cores: 2, MachineBusy: 0.95},
 			"cores", []string{"Redis using most"}},
-		{"nothing at 90%", verdictInput{Nodes: nodes[:1], RedisCores: []float64{0.2}, Workers: 1, Cores: 8, MachineBusy: 0.2, BacklogSamples: 5, BacklogMin: 40},
+		{"nothing at 90%", verdictInput{Nodes: nodes[:1], RedisCores: []float64{0.2}, Workers: 1, Cores: 8, MachineBusy: 0.2, Backlog: []int64{40, 90, 60}},
 			"none", []string{"nothing reached 90%", "waits and round trips"}},
-		{"backlog ran empty", verdictInput{Nodes: nodes[:1], RedisCores: []float64{0.2}, Workers: 1, Cores: 8, MachineBusy: 0.2, BacklogSamples: 5, BacklogMin: 0},
+		{"backlog ran empty", verdictInput{Nodes: nodes[:1], RedisCores: []float64{0.2}, Workers: 1, Cores: 8, MachineBusy: 0.2, Backlog: []int64{40, 0, 60}},
 			"none", []string{"ran empty at times"}},
+		{"at a rate, kept up", verdictInput{Nodes: nodes[:1], RedisCores: []float64{0.2}, Cores: 8, Backlog: []int64{0, 16, 3}, Open: true},
+			"none", []string{"kept up with the arrivals", "at most 16"}},
+		{"at a rate, fell behind", verdictInput{Nodes: nodes[:1], RedisCores: []float64{0.95}, Cores: 8, Backlog: []int64{50, 400, 900}, Open: true},
+			"redis", []string{"fell behind", "from 50 to 900"}},
+		{"at a rate, a bump is no falling behind", verdictInput{Nodes: nodes[:1], RedisCores: []float64{0.2}, Cores: 8, Backlog: []int64{150, 900, 320}, Open: true},
+			"none", []string{"kept up"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -172,8 +185,8 @@ func TestVerdict(t *testing.T) {
 					t.Errorf("verdict %q lacks %q", text, s)
 				}
 			}
-			if c.in.BacklogMin > 0 && strings.Contains(text, "ran empty") {
-				t.Errorf("verdict %q says the backlog ran empty; its least was %d", text, c.in.BacklogMin)
+			if (c.in.Open || !slices.Contains(c.in.Backlog, 0)) && strings.Contains(text, "ran empty") {
+				t.Errorf("verdict %q says the backlog ran empty (%v, at a set rate: %v)", text, c.in.Backlog, c.in.Open)
 			}
 		})
 	}

@@ -90,6 +90,9 @@ type ceilingWindow struct {
 	Waits                                     []time.Duration // admissions in the window
 	Scripts                                   map[string]int64
 	Backlog                                   []int64 // sampled
+	PRsSent                                   int64   // pull requests sent in the window
+	// Open: PRs arrived at a set rate (--rate), not as the backlog asked.
+	Open bool
 }
 
 func (w *ceilingWindow) setCPU(a, b ceilingSample) {
@@ -158,6 +161,13 @@ type ceilingFigures struct {
 	BacklogMin     int64          `json:"held_backlog_min"`
 	BacklogMean    float64        `json:"held_backlog_mean"`
 	BacklogMax     int64          `json:"held_backlog_max"`
+	// PRsPerS is the pull requests sent a second; MemoryPerPR what Redis's
+	// used_memory grew by over the window, every node, per PR sent (in a
+	// steady run: what a PR leaves in Redis, its retained run state with
+	// its patches and results, plus its share of any backlog growth).
+	PRsPerS     float64 `json:"prs_per_s"`
+	MemoryPerPR float64 `json:"redis_memory_per_pr_bytes"`
+	UsedMemory  []int64 `json:"redis_used_memory_end_bytes"`
 	// CPU over the window's wall time, in cores.
 	WorkersCores  float64 `json:"workers_cores"`
 	UpstreamCores float64 `json:"noop_upstream_cores"` // part of the workers'
@@ -178,7 +188,7 @@ func (w ceilingWindow) figures() ceilingFigures {
 	}
 	f.CallsPerS, f.AdmittedPerS = float64(f.Calls)/f.WindowS, float64(f.Admitted)/f.WindowS
 	var cpuMs float64
-	var cmds int64
+	var cmds, mem int64
 	by := map[string]int64{}
 	for i := range w.RedisStart {
 		if i >= len(w.RedisEnd) {
@@ -187,6 +197,8 @@ func (w ceilingWindow) figures() ceilingFigures {
 		a, b := w.RedisStart[i], w.RedisEnd[i]
 		cpu := b.cpuMs - a.cpuMs
 		cpuMs += cpu
+		mem += b.usedMemory - a.usedMemory
+		f.UsedMemory = append(f.UsedMemory, b.usedMemory)
 		f.RedisCores = append(f.RedisCores, cpu/1000/b.at.Sub(a.at).Seconds())
 		for name, n := range b.by {
 			if d := n - a.by[name]; d > 0 {
@@ -200,6 +212,10 @@ func (w ceilingWindow) figures() ceilingFigures {
 		f.CmdsPerCall = float64(cmds) / float64(f.Calls)
 		f.ByCommand = shares(by, f.Calls)
 		f.ByScript = shares(w.Scripts, f.Calls)
+	}
+	f.PRsPerS = float64(w.PRsSent) / f.WindowS
+	if w.PRsSent > 0 {
+		f.MemoryPerPR = float64(mem) / float64(w.PRsSent)
 	}
 	if f.Admitted > 0 {
 		f.CmdsPerAdmitted = float64(cmds) / float64(f.Admitted)
@@ -225,7 +241,7 @@ func (w ceilingWindow) figures() ceilingFigures {
 		f.MachineBusy = w.Machine.busy.Seconds() / w.Machine.total.Seconds()
 	}
 	f.Saturated, f.Verdict = verdictOf(verdictInput{Nodes: w.Nodes, RedisCores: f.RedisCores, Workers: f.WorkersCores, Self: f.SelfCores,
-		Provider: f.ProviderCores, GitHub: f.GitHubCores, Cores: w.Cores, MachineBusy: f.MachineBusy, BacklogSamples: len(w.Backlog), BacklogMin: f.BacklogMin})
+		Provider: f.ProviderCores, GitHub: f.GitHubCores, Cores: w.Cores, MachineBusy: f.MachineBusy, Backlog: w.Backlog, Open: w.Open})
 	return f
 }
 
@@ -257,8 +273,8 @@ type verdictInput struct {
 	Workers, Self, Provider, GitHub float64
 	Cores                           int
 	MachineBusy                     float64
-	BacklogSamples                  int
-	BacklogMin                      int64
+	Backlog                         []int64 // sampled over the window
+	Open                            bool    // arrivals at a set rate
 }
 
 // verdictOf names the resource that saturated first, from measurements:
@@ -306,10 +322,31 @@ func verdictOf(v verdictInput) (kind, text string) {
 	default:
 		kind, text = "none", fmt.Sprintf("nothing reached 90%%: Redis %.2f core at most, machine %.0f%% busy (cores: %s); the rate is bound by waits and round trips", busiest, 100*v.MachineBusy, split())
 	}
-	if v.BacklogSamples > 0 && v.BacklogMin == 0 {
-		text += "; the held backlog ran empty at times, so this is not a saturated figure"
+	return kind, text + backlogNote(v.Backlog, v.Open)
+}
+
+// backlogNote says what the held backlog shows. Kept full, it must never
+// run empty, or the figure is not a saturated one. At a set rate it
+// shows whether prq kept up: a backlog that grew by 200 tickets or more
+// and ended above twice where it began fell behind.
+func backlogNote(b []int64, open bool) string {
+	if len(b) == 0 {
+		return ""
 	}
-	return kind, text
+	least, most := b[0], b[0]
+	for _, x := range b {
+		least, most = min(least, x), max(most, x)
+	}
+	first, last := b[0], b[len(b)-1]
+	switch {
+	case open && last-first >= 200 && last > 2*first:
+		return fmt.Sprintf("; prq fell behind the arrivals: the held backlog grew from %d to %d", first, last)
+	case open:
+		return fmt.Sprintf("; prq kept up with the arrivals: the held backlog stayed at most %d", most)
+	case least == 0:
+		return "; the held backlog ran empty at times, so this is not a saturated figure"
+	}
+	return ""
 }
 
 // writeCeiling prints the report and writes ceiling.md and ceiling.json.
@@ -333,18 +370,18 @@ func ceilingMarkdown(rep ceilingReport) string {
 	if rep.Rate > 0 {
 		load = fmt.Sprintf("%.1f pull requests a second arriving", rep.Rate)
 	}
-	fmt.Fprintf(&md, "Ceiling: upstream %s, models %s (summary, review, chat), %gs measured per run after the backlog filled, %s; worker processes x %d; %d cores.\n\n",
+	fmt.Fprintf(&md, "Ceiling: upstream %s, models %s (summary, review, chat), %gs measured per run after a warm-up, %s; worker processes x %d; %d cores.\n\n",
 		rep.Upstream, strings.Join(rep.Models, ", "), rep.RunS, load, rep.Concurrency, rep.Cores)
-	md.WriteString("| Redis | limiter | processes | LLM calls/s | admitted/s | Redis CPU (core, per master) | Redis CPU per call (ms) | commands per call | commands per admitted job | admission p50 / p99 (ms) | held backlog min / mean / max | workers CPU (cores) | bench process CPU (cores) | machine busy | saturated first |\n")
-	md.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	md.WriteString("| Redis | limiter | processes | LLM calls/s | admitted/s | Redis CPU (core, per master) | Redis CPU per call (ms) | commands per call | commands per admitted job | admission p50 / p99 (ms) | held backlog min / mean / max | PRs/s | Redis memory per PR (KB) | workers CPU (cores) | bench process CPU (cores) | machine busy | saturated first |\n")
+	md.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rep.Runs {
 		var rc []string
 		for _, c := range r.RedisCores {
 			rc = append(rc, fmt.Sprintf("%.2f", c))
 		}
-		fmt.Fprintf(&md, "| %s | %s | %d | %.0f | %.0f | %s | %.3f | %.0f | %.0f | %.1f / %.1f | %d / %.0f / %d | %.2f | %.2f | %.0f%% | %s |\n",
+		fmt.Fprintf(&md, "| %s | %s | %d | %.0f | %.0f | %s | %.3f | %.0f | %.0f | %.1f / %.1f | %d / %.0f / %d | %.1f | %.1f | %.2f | %.2f | %.0f%% | %s |\n",
 			r.Mode, r.Limiter, r.Processes, r.CallsPerS, r.AdmittedPerS, strings.Join(rc, " / "), r.RedisCPUMsPerCall, r.CmdsPerCall, r.CmdsPerAdmitted,
-			r.AdmissionP50Ms, r.AdmissionP99Ms, r.BacklogMin, r.BacklogMean, r.BacklogMax, r.WorkersCores, r.SelfCores, 100*r.MachineBusy, r.Saturated)
+			r.AdmissionP50Ms, r.AdmissionP99Ms, r.BacklogMin, r.BacklogMean, r.BacklogMax, r.PRsPerS, r.MemoryPerPR/1024, r.WorkersCores, r.SelfCores, 100*r.MachineBusy, r.Saturated)
 	}
 	for _, line := range clusterRatios(rep.Runs) {
 		md.WriteString("\n" + line)
