@@ -235,19 +235,21 @@ func spreadModels(ctx context.Context, nodes []string, key string) ([3]string, e
 	var out [3]string
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: nodes})
 	defer rdb.Close()
-	slots, err := rdb.ClusterSlots(ctx).Result()
+	shards, err := rdb.ClusterShards(ctx).Result()
 	if err != nil {
 		return out, err
 	}
-	master := func(slot int64) string {
-		for _, s := range slots {
-			if int64(s.Start) <= slot && slot <= int64(s.End) && len(s.Nodes) > 0 {
-				return s.Nodes[0].Addr
+	master := func(slot int64) int { // the shard serving slot (-1: none)
+		for i, sh := range shards {
+			for _, r := range sh.Slots {
+				if r.Start <= slot && slot <= r.End {
+					return i
+				}
 			}
 		}
-		return ""
+		return -1
 	}
-	used := map[string]bool{}
+	used := map[int]bool{}
 	kinds := []string{"summary", "review", "chat"}
 	for i := 0; i < 3; i++ {
 		for n := 0; ; n++ {
@@ -260,7 +262,7 @@ func spreadModels(ctx context.Context, nodes []string, key string) ([3]string, e
 			if err != nil {
 				return out, err
 			}
-			if m := master(slot); m != "" && !used[m] {
+			if m := master(slot); m >= 0 && !used[m] {
 				used[m] = true
 				out[i] = name
 				break

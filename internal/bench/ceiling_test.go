@@ -25,6 +25,7 @@ import (
 
 	"github.com/prq-dev/prq/admission"
 	"github.com/prq-dev/prq/internal/config"
+	"github.com/prq-dev/prq/internal/redisproc"
 	"github.com/prq-dev/prq/internal/redistest"
 	"github.com/prq-dev/prq/internal/review"
 	"github.com/prq-dev/prq/llm"
@@ -513,5 +514,66 @@ func TestCeilingSmoke(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "| redis | bucket | 1 |") {
 		t.Errorf("no table row in the output:\n%s", out.String())
+	}
+}
+
+// TestSpreadModels: on a 3-master cluster the three models' admission
+// state (their bucket's hash tag) lands on three different masters:
+// a key in each tag is found on three different nodes.
+func TestSpreadModels(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-master Redis Cluster")
+	}
+	ctx := context.Background()
+	cl, err := redisproc.StartCluster(ctx)
+	if err != nil {
+		t.Skipf("no cluster here: %v", err)
+	}
+	defer cl.Stop()
+	addrs := strings.Split(strings.TrimPrefix(cl.URL(), "redis-cluster://"), ",")
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	defer rdb.Close()
+	// where a key of the tag lives, by asking each node
+	nodeOf := func(tag string) string {
+		key := tag + ":probe"
+		if err := rdb.Set(ctx, key, 1, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range addrs {
+			c := redis.NewClient(&redis.Options{Addr: a})
+			n, _ := c.Exists(ctx, key).Result()
+			c.Close()
+			if n == 1 {
+				return a
+			}
+		}
+		return ""
+	}
+	// a provider key under which the first names tried share a master,
+	// so the test needs the search
+	key := ""
+	for i := 0; i < 100 && key == ""; i++ {
+		k := "sk-test-" + strconv.Itoa(i)
+		if nodeOf(ratelimit.BucketTag("ceiling-summary-0", k)) == nodeOf(ratelimit.BucketTag("ceiling-review-0", k)) {
+			key = k
+		}
+	}
+	if key == "" {
+		t.Fatal("no key among 100 puts the first two names on one master")
+	}
+	names, err := spreadModels(ctx, addrs, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	on := map[string]string{}
+	for _, name := range names {
+		on[name] = nodeOf(ratelimit.BucketTag(name, key))
+	}
+	seen := map[string]bool{}
+	for _, name := range names {
+		if on[name] == "" || seen[on[name]] {
+			t.Errorf("models %v are on %v: want three different masters", names, on)
+		}
+		seen[on[name]] = true
 	}
 }

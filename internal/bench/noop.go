@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"time"
 )
 
@@ -24,9 +23,7 @@ const (
 // gets a valid review with no findings; any other prompt a sentence.
 // Usage is estimated as characters/4 for the prompt. It is the
 // cheapest thing that still speaks the provider's protocol over HTTP.
-type noopProvider struct {
-	calls atomic.Int64
-}
+type noopProvider struct{}
 
 var _ http.Handler = (*noopProvider)(nil)
 
@@ -55,7 +52,6 @@ func (p *noopProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, `{"error":{"message":"We could not parse the JSON body of your request.","type":"invalid_request_error","param":null,"code":null}}`)
 		return
 	}
-	p.calls.Add(1)
 	text := "The change keeps the existing behaviour."
 	review := strings.Contains(req.Messages[0].Content, `"comments"`)
 	if f := req.ResponseFormat; f != nil && f.JSONSchema != nil && strings.Contains(string(f.JSONSchema.Schema), `"comments"`) {
