@@ -577,3 +577,40 @@ func TestSpreadModels(t *testing.T) {
 		seen[on[name]] = true
 	}
 }
+
+// TestCeilingMarkdown: the report compares each cluster run with the
+// one-Redis run of the same limiter and processes, breaks down the
+// busiest run of each set-up, and turns the idle counts into rates per
+// worker process.
+func TestCeilingMarkdown(t *testing.T) {
+	run := func(mode string, procs int, calls float64) ceilingResult {
+		r := ceilingResult{Mode: mode, Limiter: "bucket", Processes: procs}
+		r.CallsPerS, r.RedisCores, r.Verdict, r.Saturated = calls, []float64{0.5}, "v", "none"
+		r.ByCommand = []commandShare{{"hget", float64(procs)}}
+		r.ByScript = []commandShare{{"admission admit", 1.25}}
+		return r
+	}
+	idle := &idleFigures{WindowS: 10, Processes: 2}
+	idle.addWorker(map[string]int64{"evalsha": 100, "publish": 20}, map[string]int64{"asynq.dequeue": 80})
+	idle.addWorker(map[string]int64{"evalsha": 60}, map[string]int64{"asynq.dequeue": 40})
+	if idle.SentPerS != 9 || idle.SentByCommand["evalsha"] != 8 || idle.SentByScript["asynq.dequeue"] != 6 {
+		t.Errorf("idle per worker: %+v; want 9 sent/s, evalsha 8/s, asynq.dequeue 6/s", idle)
+	}
+	rep := ceilingReport{Upstream: UpstreamFake, RunS: 10, Cores: 2, Concurrency: 20, Models: []string{"s", "r", "c"}, Idle: idle,
+		Runs: []ceilingResult{run("redis", 1, 100), run("redis", 2, 400), run("cluster", 2, 1000)}}
+	md := ceilingMarkdown(rep)
+	for _, want := range []string{
+		"Cluster / one Redis, bucket x2: 2.50x the calls/s.",
+		"Per LLM call, redis bucket x2 (400 calls/s)",   // the busiest one-Redis run
+		"Per LLM call, cluster bucket x2 (1000 calls/s)", // and the cluster's
+		"| hget | 2.00 | | admission admit | 1.25 |",
+		"evalsha 8.00, publish 1.00,",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+	if strings.Contains(md, "redis bucket x1 (100 calls/s)") {
+		t.Errorf("the report breaks down a run that is not the busiest:\n%s", md)
+	}
+}
