@@ -601,7 +601,7 @@ func TestCeilingMarkdown(t *testing.T) {
 	md := ceilingMarkdown(rep)
 	for _, want := range []string{
 		"Cluster / one Redis, bucket x2: 2.50x the calls/s.",
-		"Per LLM call, redis bucket x2 (400 calls/s)",   // the busiest one-Redis run
+		"Per LLM call, redis bucket x2 (400 calls/s)",    // the busiest one-Redis run
 		"Per LLM call, cluster bucket x2 (1000 calls/s)", // and the cluster's
 		"| hget | 2.00 | | admission admit | 1.25 |",
 		"evalsha 8.00, publish 1.00,",
