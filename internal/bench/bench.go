@@ -59,8 +59,20 @@ type Flags struct {
 	providerLimiter string
 	windowMargin    time.Duration
 	sendLag         time.Duration
-	// workload is WorkloadDefault or WorkloadFairness.
+	// workload is WorkloadDefault, WorkloadFairness or WorkloadCeiling.
 	workload string
+	// simSet and scaleSet: --duration and --scale were given (the
+	// ceiling has defaults of its own).
+	simSet, scaleSet bool
+	// the ceiling's (ceiling.go): its limiters, whether to run on a local
+	// cluster too, its upstream, an arrival rate instead of a full
+	// backlog, and the worker binary (tests; default this program).
+	limiters   string
+	cluster    bool
+	upstream   string
+	rate       float64
+	chatsPerPR float64
+	exe        string
 }
 
 // The strategies that run prq's own admission: with each model's limiter
@@ -238,19 +250,45 @@ type seriesPoint struct {
 // Register adds the benchmark's flags to fs.
 func (b *Flags) Register(fs *flag.FlagSet) {
 	fs.IntVar(&b.processes, "processes", 3, "worker OS processes")
-	fs.DurationVar(&b.sim, "duration", 10*time.Minute, "simulated length of the arrivals (real time: duration/compress)")
+	fs.DurationVar(&b.sim, "duration", 10*time.Minute, "the simulated `duration` of the arrivals (real time: duration/compress)")
 	fs.Float64Var(&b.compress, "compress", 10, "time compression: limits per minute/compress")
 	fs.Int64Var(&b.seed, "seed", 1, "workload seed")
 	fs.StringVar(&b.strategies, "strategies", "", "strategies to run, comma-separated: prq, prq-window (every model limiter: window), prq-auto (every model limiter: auto), prq-debt (every model settle: debt), asynq-recipe, handler-wait, naive (default "+defaultStrategies+"; with --provider-limiter window, "+defaultWindowStrategies+")")
-	fs.StringVar(&b.workload, "workload", WorkloadDefault, "default (arrivals over the span, a tenant with very large PRs, chat bursts) or fairness (three tenants per tier backlogged at once: Jain's index inside each tier and the tiers' shares against their weights)")
+	fs.StringVar(&b.workload, "workload", WorkloadDefault, "default (arrivals over the span, a tenant with very large PRs, chat bursts), fairness (three tenants per tier backlogged at once: Jain's index inside each tier and the tiers' shares against their weights) or ceiling (a provider with no latency and no limit in reach: calls/s, Redis CPU and commands per call, what saturates first; --duration is then each run's measured window, default 10s, and --scale its process counts, default 1,2,4,8)")
+	fs.StringVar(&b.limiters, "ceiling-limiters", "bucket,window", "ceiling: the limiters to run, comma-separated")
+	fs.BoolVar(&b.cluster, "redis-cluster", false, "ceiling: also run on a local 3-master Redis Cluster, the three models' admission state on three masters")
+	fs.StringVar(&b.upstream, "upstream", UpstreamFake, "ceiling: fake (the fake provider, no latency, limits out of reach) or noop (a no-op provider inside each worker process)")
+	fs.Float64Var(&b.rate, "rate", 0, "ceiling: pull requests per second arriving (with their chats) instead of a backlog kept full (0)")
+	fs.Float64Var(&b.chatsPerPR, "chats-per-pr", -1, "ceiling: chat comments sent with each pull request (negative: as many chat calls as review calls, so the chat model has work too)")
 	fs.StringVar(&b.providerLimiter, "provider-limiter", fakeopenai.LimiterBucket, "how the fake provider counts its limits: bucket (OpenAI's continuous refill) or window (at most the limit in any sliding minute)")
 	fs.DurationVar(&b.sendLag, "send-lag", -1, "scheduler.send_lag for every strategy, in real time (negative: the default, 250ms; 0: none)")
 	fs.DurationVar(&b.windowMargin, "window-margin", 0, "prq-window's window_margin, in real time (0: the default, measured from the calls, at most a sixtieth of the compressed window)")
 	fs.StringVar(&b.out, "out", "bench-out", "output directory (results.md, results.json, admitted.svg, logs)")
-	fs.StringVar(&b.scale, "scale", "1,2,4", "also run prq with these process counts (empty: skip)")
+	fs.StringVar(&b.scale, "scale", "1,2,4", "also run prq with these process `counts` (empty: skip)")
 	fs.Float64Var(&b.drain, "drain", 3, "give up when work is not done after this many arrival spans")
 	fs.IntVar(&b.agents, "agents", 0, "run the LLM gateway experiment instead: N agents with 1,000-token quotas, prq's gateway against a count-after-the-fact limiter")
 	fs.StringVar(&b.corpus, "corpus", "", "prs.jsonl (default: ../shared/fixtures/pr-corpus when present, else generated PRs)")
+	for name, set := range map[string]*bool{"duration": &b.simSet, "scale": &b.scaleSet} {
+		f := fs.Lookup(name)
+		f.Value = &setFlag{f.Value, set}
+	}
+}
+
+// setFlag records that a flag was given.
+type setFlag struct {
+	flag.Value
+	set *bool
+}
+
+func (f *setFlag) Set(s string) error { *f.set = true; return f.Value.Set(s) }
+
+// String is the value's (the flag package calls it on a zero setFlag
+// to find the zero value for its help).
+func (f *setFlag) String() string {
+	if f == nil || f.Value == nil {
+		return ""
+	}
+	return f.Value.String()
 }
 
 // Usage describes the bench command.
@@ -262,6 +300,12 @@ func Run(ctx context.Context, cfg *config.Config, b Flags, stdout io.Writer) err
 		return runAgents(ctx, b.agents, stdout)
 	}
 	b.concurrency = cfg.Worker.Concurrency
+	if b.workload == WorkloadCeiling {
+		if b.concurrency <= 0 {
+			return &config.UsageError{Msg: "--concurrency must be positive"}
+		}
+		return runCeiling(ctx, cfg, b, stdout)
+	}
 	if b.processes <= 0 || b.concurrency <= 0 || b.compress <= 0 || b.sim <= 0 {
 		return &config.UsageError{Msg: "--processes, --concurrency, --compress and --duration must be positive"}
 	}
@@ -271,7 +315,7 @@ func Run(ctx context.Context, cfg *config.Config, b Flags, stdout io.Writer) err
 		return &config.UsageError{Msg: fmt.Sprintf("--provider-limiter must be %s or %s, got %q", fakeopenai.LimiterBucket, fakeopenai.LimiterWindow, b.providerLimiter)}
 	}
 	if b.workload != WorkloadDefault && b.workload != WorkloadFairness {
-		return &config.UsageError{Msg: fmt.Sprintf("--workload must be %s or %s, got %q", WorkloadDefault, WorkloadFairness, b.workload)}
+		return &config.UsageError{Msg: fmt.Sprintf("--workload must be %s, %s or %s, got %q", WorkloadDefault, WorkloadFairness, WorkloadCeiling, b.workload)}
 	}
 	if b.strategies == "" {
 		b.strategies = defaultStrategies

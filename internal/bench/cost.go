@@ -44,14 +44,23 @@ type redisSample struct {
 	cmds  int64
 	cpuMs float64
 	by    map[string]int64 // calls per command
+	// usedMemory is INFO's used_memory (bytes).
+	usedMemory int64
 }
 
 func sampleRedis(ctx context.Context, rdb redis.UniversalClient) redisSample {
-	s := redisSample{at: time.Now(), by: map[string]int64{}}
-	info, err := rdb.Info(ctx, "commandstats", "cpu").Result()
+	at := time.Now()
+	info, err := rdb.Info(ctx, "commandstats", "cpu", "memory").Result()
 	if err != nil {
-		return s
+		return redisSample{at: at, by: map[string]int64{}}
 	}
+	return parseRedisInfo(info, at)
+}
+
+// parseRedisInfo reads the commandstats, CPU and memory sections of an
+// INFO reply taken at at.
+func parseRedisInfo(info string, at time.Time) redisSample {
+	s := redisSample{at: at, by: map[string]int64{}}
 	for _, line := range strings.Split(info, "\n") {
 		line = strings.TrimSpace(line)
 		if head, rest, ok := strings.Cut(line, "calls="); ok {
@@ -60,6 +69,10 @@ func sampleRedis(ctx context.Context, rdb redis.UniversalClient) redisSample {
 			s.cmds += n
 			name, _, _ := strings.Cut(strings.TrimPrefix(head, "cmdstat_"), ":")
 			s.by[name] = n
+			continue
+		}
+		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+			s.usedMemory, _ = strconv.ParseInt(v, 10, 64)
 			continue
 		}
 		for _, f := range []string{"used_cpu_sys:", "used_cpu_user:"} {

@@ -59,6 +59,18 @@ type workerReport struct {
 	// Admitted: when this process's admission loop admitted each task
 	// (by task id, unix ms); the bench joins them to the calls.
 	Admitted map[string]int64 `json:"admitted,omitempty"`
+	// Tally (--tally): what this process sent Redis, per step; Waits:
+	// each admission this process made, with how long its ticket waited.
+	Tally []tallyRow  `json:"tally,omitempty"`
+	Waits []admitWait `json:"admit_waits,omitempty"`
+}
+
+// admitWait is one admission: when (unix ms, this machine's clock) and
+// how long the ticket waited from its registration (µs, Redis's clock).
+type admitWait struct {
+	At     int64  `json:"at"`
+	WaitUS int64  `json:"wait_us"`
+	Model  string `json:"model"`
 }
 
 type taskMeta struct {
@@ -182,6 +194,11 @@ func strategyOptions(s *server.Server, strategy string, processes int) (server.O
 type WorkerFlags struct {
 	Strategy, Record string
 	Processes        int
+	// Upstream is UpstreamFake (the configured provider) or UpstreamNoop
+	// (a no-op provider in this process); Tally records Redis commands,
+	// script calls and admission waits for the ceiling workload.
+	Upstream string
+	Tally    bool
 }
 
 // Register adds the bench worker's flags to fs.
@@ -189,6 +206,8 @@ func (w *WorkerFlags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&w.Strategy, "strategy", StrategyPrq, "prq, prq-window, prq-auto, prq-debt, asynq-recipe, handler-wait or naive")
 	fs.IntVar(&w.Processes, "processes", 1, "worker processes in the run (the recipe splits limits by it)")
 	fs.StringVar(&w.Record, "record", "", "file for the report at exit")
+	fs.StringVar(&w.Upstream, "upstream", UpstreamFake, "fake (the configured provider) or noop (a no-op provider inside this process)")
+	fs.BoolVar(&w.Tally, "tally", false, "record Redis commands, script calls and admission waits in the report")
 }
 
 // RunWorker is one worker OS process of `prq bench`: it runs jobs under
@@ -199,11 +218,34 @@ func RunWorker(ctx context.Context, cfg *config.Config, wf WorkerFlags, stdout, 
 		return err
 	}
 	log := logging.New(stderr, cfg.Log)
+	var tally *redisTally
+	if wf.Tally {
+		tally = newRedisTally(newScriptNamer())
+	}
+	switch wf.Upstream {
+	case UpstreamFake, "":
+	case UpstreamNoop:
+		h := &cpuMeter{next: &noopProvider{}}
+		if tally != nil {
+			h.onUsed = func(d time.Duration) { tally.add("cpu", "upstream", int64(d)) }
+		}
+		url, stop, err := harness.ListenServe(h)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		cfg.OpenAI.BaseURL = url + "/v1"
+	default:
+		return &config.UsageError{Msg: fmt.Sprintf("--upstream must be %s or %s, got %q", UpstreamFake, UpstreamNoop, wf.Upstream)}
+	}
 	s, err := server.New(ctx, cfg, log, conn)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
+	if tally != nil {
+		s.Redis().AddHook(tally) // after the dispatch gate: what reaches Redis
+	}
 	opts, err := strategyOptions(s, wf.Strategy, wf.Processes)
 	if err != nil {
 		return err
@@ -219,15 +261,23 @@ func RunWorker(ctx context.Context, cfg *config.Config, wf WorkerFlags, stdout, 
 	opts.WrapLLM = func(l workers.LLM) workers.LLM { rec.next = l; return rec }
 	opts.WrapHandler = rec.handler
 	admitted := map[string]int64{}
+	var waits []admitWait
 	opts.OnAdmit = func(a admission.Admitted) {
 		rec.mu.Lock()
 		admitted[a.ID] = a.Enqueued.Add(a.Waited).UnixMilli()
+		if tally != nil {
+			waits = append(waits, admitWait{At: time.Now().UnixMilli(), WaitUS: a.Waited.Microseconds(), Model: a.Model})
+		}
 		rec.mu.Unlock()
 	}
 	err = s.Run(ctx, stdout, server.Roles{Worker: true}, opts)
 	if wf.Record != "" {
 		rec.mu.Lock()
-		b, _ := json.Marshal(workerReport{HandlerRuns: rec.runs.Load(), PeakRSS: harness.ProcStatusBytes("self", "VmHWM"), Calls: rec.calls, Admitted: admitted})
+		wr := workerReport{HandlerRuns: rec.runs.Load(), PeakRSS: harness.ProcStatusBytes("self", "VmHWM"), Calls: rec.calls, Admitted: admitted, Waits: waits}
+		if tally != nil {
+			wr.Tally = tally.rows()
+		}
+		b, _ := json.Marshal(wr)
 		rec.mu.Unlock()
 		if werr := os.WriteFile(wf.Record, b, 0o644); werr != nil && err == nil {
 			err = werr
