@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"net/http"
@@ -85,8 +84,20 @@ type Config struct {
 	// (403) when the key's quota left is below input + MinOutput.
 	// Defaults to 16.
 	MinOutput int64
-	// MaxBody bounds a request body. Defaults to 8 MiB.
+	// MaxBody bounds a request body. Defaults to 8 MiB. A key with a
+	// quota is bounded further, before its body is read, by what it could
+	// ever pay for: 256 bytes per token it has left (twice the longest
+	// token) plus 64 KiB.
 	MaxBody int64
+	// MaxDepth bounds the nesting of a body's arrays and objects.
+	// Defaults to 64.
+	MaxDepth int
+	// MaxItems bounds the elements of one array and the members of one
+	// object of a body. Defaults to 10000.
+	MaxItems int
+	// MaxValues bounds the JSON values of a whole body. Defaults to
+	// 524288.
+	MaxValues int
 	// Log defaults to discarding. Requests and replies are never logged.
 	Log *slog.Logger
 }
@@ -133,10 +144,10 @@ type Gateway struct {
 	metrics *Metrics
 	log     *slog.Logger
 
-	tokenizers map[string]*ratelimit.Tokenizer
-	quotas     map[ratelimit.Period]*ratelimit.Quota
-	tpmMu      sync.Mutex
-	tpm        map[string]*ratelimit.Bucket // key id → its tokens-per-minute bucket
+	counters map[string]*counter // by model
+	quotas   map[ratelimit.Period]*ratelimit.Quota
+	tpmMu    sync.Mutex
+	tpm      map[string]*ratelimit.Bucket // key id → its tokens-per-minute bucket
 }
 
 // New returns a gateway. metrics may be nil.
@@ -148,6 +159,8 @@ func New(cfg Config, keys *Keys, adm Admission, waiter Waiter, rdb redis.Univers
 		return nil, errors.New("gateway: keys, admission, waiter and Redis are required")
 	case cfg.MaxWait < 0 || cfg.MinOutput < 0 || cfg.Timeout < 0 || cfg.HeaderTimeout < 0 || cfg.StreamIdle < 0 || cfg.MaxLine < 0:
 		return nil, errors.New("gateway: MaxWait, MinOutput, Timeout, HeaderTimeout, StreamIdle and MaxLine must not be negative")
+	case cfg.MaxBody < 0 || cfg.MaxDepth < 0 || cfg.MaxItems < 0 || cfg.MaxValues < 0:
+		return nil, errors.New("gateway: MaxBody, MaxDepth, MaxItems and MaxValues must not be negative")
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 120 * time.Second
@@ -174,6 +187,15 @@ func New(cfg Config, keys *Keys, adm Admission, waiter Waiter, rdb redis.Univers
 	}
 	if cfg.MaxBody == 0 {
 		cfg.MaxBody = 8 << 20
+	}
+	if cfg.MaxDepth == 0 {
+		cfg.MaxDepth = 64
+	}
+	if cfg.MaxItems == 0 {
+		cfg.MaxItems = 10000
+	}
+	if cfg.MaxValues == 0 {
+		cfg.MaxValues = 1 << 19
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
@@ -214,7 +236,7 @@ func New(cfg Config, keys *Keys, adm Admission, waiter Waiter, rdb redis.Univers
 	}
 	cfg.Models = models // the caller's map is left as it was
 	g := &Gateway{cfg: cfg, keys: keys, adm: adm, waiter: waiter, rdb: rdb, metrics: metrics, log: cfg.Log,
-		tokenizers: map[string]*ratelimit.Tokenizer{}, quotas: map[ratelimit.Period]*ratelimit.Quota{}, tpm: map[string]*ratelimit.Bucket{}}
+		counters: map[string]*counter{}, quotas: map[ratelimit.Period]*ratelimit.Quota{}, tpm: map[string]*ratelimit.Bucket{}}
 	for name, m := range cfg.Models {
 		if _, ok := adm.Bucket(name); !ok {
 			return nil, fmt.Errorf("gateway: model %s has no admission bucket", name)
@@ -231,7 +253,9 @@ func New(cfg Config, keys *Keys, adm Admission, waiter Waiter, rdb redis.Univers
 		if err != nil {
 			return nil, err
 		}
-		g.tokenizers[name] = tk
+		if g.counters[name], err = newCounter(tk); err != nil {
+			return nil, err
+		}
 	}
 	for _, p := range []ratelimit.Period{ratelimit.Hour, ratelimit.Day, ratelimit.Week, ratelimit.Month} {
 		q, err := ratelimit.NewQuota(rdb, ratelimit.QuotaConfig{Period: p, MinOutput: cfg.MinOutput})
@@ -393,15 +417,15 @@ func (g *Gateway) serveCompletion(w http.ResponseWriter, r *http.Request, q *req
 		return
 	}
 	q.key = k
-	if !g.quotaLeft(w, r, k) {
+	left, ok := g.quotaLeft(w, r, k)
+	if !ok {
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, g.cfg.MaxBody+1))
-	if err != nil {
-		return // the client left
+	body, ok := g.readBody(w, r, q, left)
+	if !ok {
+		return
 	}
-	if int64(len(body)) > g.cfg.MaxBody {
-		apiError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "", fmt.Sprintf("The request body is larger than %d bytes.", g.cfg.MaxBody))
+	if _, ok = g.scan(w, q, body, chatPolicy, left); !ok {
 		return
 	}
 	req, err := parseRequest(body)
@@ -474,11 +498,11 @@ func (g *Gateway) serveCompletion(w http.ResponseWriter, r *http.Request, q *req
 		return
 	}
 	texts, err := req.texts()
-	if err == nil {
-		q.input, err = g.tokenizers[req.Model].CountMessages(texts...)
-	}
 	if err != nil {
 		badRequest(w, err)
+		return
+	}
+	if q.input, ok = g.countInput(w, q, m, left, func(budget int64) (int64, error) { return g.counters[req.Model].messages(texts, budget) }); !ok {
 		return
 	}
 	q.id = newID()
@@ -533,29 +557,6 @@ func (g *Gateway) serveCompletion(w http.ResponseWriter, r *http.Request, q *req
 	}
 	called = true
 	g.forward(w, r, q, req, m)
-}
-
-// quotaLeft refuses (403) a key whose quota cannot cover the smallest
-// request (one input token and the minimum output) before its body is
-// read, parsed or counted: a spent key costs one Redis read, no CPU.
-func (g *Gateway) quotaLeft(w http.ResponseWriter, r *http.Request, k Key) bool {
-	if k.QuotaTokens <= 0 {
-		return true
-	}
-	u, err := g.quotas[k.QuotaPeriod].Used(r.Context(), tenantOf(k), "", k.QuotaTokens)
-	if err != nil { // Reserve checks again, and reports
-		return true
-	}
-	left := k.QuotaTokens - u.Used
-	if left >= 1+g.cfg.MinOutput {
-		return true
-	}
-	g.metrics.refused(k.ID, "quota")
-	g.quotaHeaders(w.Header(), k, left, u.Reset)
-	apiError(w, http.StatusForbidden, "insufficient_quota", "quota_exceeded", fmt.Sprintf(
-		"The %s quota of key %s (%d tokens per %s) is spent: %d tokens left, less than the smallest request (an input token and a minimum output of %d). It resets at %s.",
-		k.QuotaPeriod, k.ID, k.QuotaTokens, k.QuotaPeriod, max(left, 0), g.cfg.MinOutput, u.Reset.UTC().Format(time.RFC3339)))
-	return false
 }
 
 // takeTPM charges the key's tokens-per-minute bucket; over it, the

@@ -33,6 +33,8 @@ type rig struct {
 	sched *admission.Scheduler
 	fake  *fakeopenai.Server
 	reg   *prometheus.Registry // the gateway's metrics
+	// handler is the gateway's, for benchmarks that skip the network
+	handler http.Handler
 }
 
 func newRig(t testing.TB, latency time.Duration) *rig {
@@ -110,7 +112,7 @@ func newRigWith(t testing.TB, o rigOpts) *rig {
 	srv.Config.WriteTimeout = 300 * time.Millisecond // as serve's, shortened: a gateway request outlives it
 	srv.Start()
 	t.Cleanup(func() { srv.Close(); waiter.Close(); cancel(); <-done })
-	return &rig{url: srv.URL, up: up.URL, model: model, rdb: rdb, keys: keys, sched: sched, fake: fake, reg: reg}
+	return &rig{url: srv.URL, up: up.URL, model: model, rdb: rdb, keys: keys, sched: sched, fake: fake, reg: reg, handler: g.Handler()}
 }
 
 func (r *rig) key(t testing.TB, s gateway.Spec) (string, gateway.Key) {
