@@ -34,8 +34,13 @@ func (g *Gateway) quotaLeft(w http.ResponseWriter, r *http.Request, k Key) (int6
 		return k.QuotaTokens, true
 	}
 	left := k.QuotaTokens - u.Used
-	if left >= 1+g.cfg.MinOutput {
-		return left, true
+	held, err := g.held.held(r.Context(), k.ID)
+	if err != nil {
+		held = 0 // Reserve checks again
+	}
+	// what it could pay for once its calls in flight settle
+	if left+held >= 1+g.cfg.MinOutput {
+		return left + held, true
 	}
 	g.refuseQuota(w, k, left, u.Reset, fmt.Sprintf("less than the smallest request (an input token and a minimum output of %d)", g.cfg.MinOutput))
 	return 0, false

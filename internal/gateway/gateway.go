@@ -41,6 +41,10 @@ type Model struct {
 	Deployment string
 }
 
+// quotaReservationTTL bounds how long the reservation of a call whose
+// process died holds the key's quota (it then stays spent).
+const quotaReservationTTL = 30 * time.Minute
+
 // maxChoices bounds n (OpenAI's limit).
 const maxChoices = 128
 
@@ -146,6 +150,7 @@ type Gateway struct {
 
 	counters map[string]*counter // by model
 	quotas   map[ratelimit.Period]*ratelimit.Quota
+	held     *ledger
 	tpmMu    sync.Mutex
 	tpm      map[string]*ratelimit.Bucket // key id → its tokens-per-minute bucket
 }
@@ -236,7 +241,7 @@ func New(cfg Config, keys *Keys, adm Admission, waiter Waiter, rdb redis.Univers
 	}
 	cfg.Models = models // the caller's map is left as it was
 	g := &Gateway{cfg: cfg, keys: keys, adm: adm, waiter: waiter, rdb: rdb, metrics: metrics, log: cfg.Log,
-		counters: map[string]*counter{}, quotas: map[ratelimit.Period]*ratelimit.Quota{}, tpm: map[string]*ratelimit.Bucket{}}
+		counters: map[string]*counter{}, held: newLedger(rdb, quotaReservationTTL), quotas: map[ratelimit.Period]*ratelimit.Quota{}, tpm: map[string]*ratelimit.Bucket{}}
 	for name, m := range cfg.Models {
 		if _, ok := adm.Bucket(name); !ok {
 			return nil, fmt.Errorf("gateway: model %s has no admission bucket", name)
@@ -258,7 +263,7 @@ func New(cfg Config, keys *Keys, adm Admission, waiter Waiter, rdb redis.Univers
 		}
 	}
 	for _, p := range []ratelimit.Period{ratelimit.Hour, ratelimit.Day, ratelimit.Week, ratelimit.Month} {
-		q, err := ratelimit.NewQuota(rdb, ratelimit.QuotaConfig{Period: p, MinOutput: cfg.MinOutput})
+		q, err := ratelimit.NewQuota(rdb, ratelimit.QuotaConfig{Period: p, MinOutput: cfg.MinOutput, ReservationTTL: quotaReservationTTL})
 		if err != nil {
 			return nil, err
 		}
@@ -379,17 +384,19 @@ func tenantOf(k Key) string { return "key:" + k.ID }
 
 // request is one request's state along its path.
 type request struct {
-	key     Key
-	id      string
-	model   string
-	input   int64
-	cap     int64 // per choice
-	n       int64 // choices
-	est     int64 // the provider's admission estimate: the bucket's charge
-	grant   *ratelimit.Grant
-	tpm     *ratelimit.Bucket
-	started time.Time
-	waited  time.Duration
+	key   Key
+	id    string
+	model string
+	input int64
+	cap   int64 // per choice
+	n     int64 // choices
+	est   int64 // the provider's admission estimate: the bucket's charge
+	grant *ratelimit.Grant
+	// reserved is when the grant was made
+	reserved time.Time
+	tpm      *ratelimit.Bucket
+	started  time.Time
+	waited   time.Duration
 	// ticket is the admission ticket of the current attempt (a call the
 	// provider answered 429 goes back through admission under a new one);
 	// deadline ends the admission waits of every attempt.
@@ -509,31 +516,10 @@ func (g *Gateway) serveCompletion(w http.ResponseWriter, r *http.Request, q *req
 	q.ticket, q.maxWait = q.id, wait
 	q.deadline = time.Now().Add(wait)
 	q.cap = want
-	// the quota: output capped to what is left, or a refusal with nothing sent
-	if k.QuotaTokens > 0 {
-		gr, err := g.quotas[k.QuotaPeriod].Reserve(ctx, tenantOf(k), "", q.id, k.QuotaTokens, q.input, want*n)
-		var qe *ratelimit.QuotaError
-		if err == nil && gr.Cap/n < 1 { // room for the minimum, not for one token per choice
-			if serr := g.quotas[k.QuotaPeriod].Settle(ctx, gr, 0); serr != nil {
-				g.log.WarnContext(ctx, "gateway: giving back a quota reservation failed", "key", k.ID, "err", serr)
-			}
-			err = &ratelimit.QuotaError{Remaining: gr.Remaining + gr.Input + gr.Cap, Needed: q.input + n, Reset: gr.Reset}
-		}
-		if errors.As(err, &qe) {
-			g.metrics.refused(k.ID, "quota")
-			g.quotaHeaders(w.Header(), k, qe.Remaining, qe.Reset)
-			g.rateHeaders(ctx, w.Header(), q)
-			apiError(w, http.StatusForbidden, "insufficient_quota", "quota_exceeded", fmt.Sprintf(
-				"The %s quota of key %s (%d tokens per %s) is spent: %d tokens left, %d needed (input %d + a minimum output of %d). It resets at %s.",
-				k.QuotaPeriod, k.ID, k.QuotaTokens, k.QuotaPeriod, qe.Remaining, qe.Needed, q.input, g.cfg.MinOutput, qe.Reset.UTC().Format(time.RFC3339)))
-			return
-		}
-		if err != nil {
-			g.log.ErrorContext(ctx, "gateway: quota reserve failed", "key", k.ID, "err", err)
-			apiError(w, http.StatusServiceUnavailable, "server_error", "", "The gateway could not reserve the key's quota; try again.")
-			return
-		}
-		q.grant, q.cap = &gr, gr.Cap/n
+	// the quota: output capped to what is left, waiting while others
+	// hold it, or a refusal with nothing sent
+	if !g.reserveQuota(w, r, q, want) {
+		return
 	}
 	q.est = ratelimit.EstimateOpenAI(texts, q.cap*n)
 	if q.anth != nil && q.anth.tool != "" {
@@ -764,6 +750,11 @@ func (g *Gateway) settleQuota(ctx context.Context, q *request, actual int64) {
 	if err := g.quotas[q.key.QuotaPeriod].Settle(ctx, *q.grant, actual); err != nil && !errors.Is(err, ratelimit.ErrNotReserved) {
 		g.log.WarnContext(ctx, "gateway: settling the quota failed; the reservation counts in full until it expires", "key", q.key.ID, "err", err)
 	}
+	if err := g.held.unhold(ctx, q.key.ID, q.id, false); err != nil {
+		g.log.WarnContext(ctx, "gateway: dropping a settled hold failed; the key's waiters count it until it expires", "key", q.key.ID, "err", err)
+	}
+	g.held.settled(time.Since(q.reserved))
+	q.grant = nil // settled once
 }
 
 // statusWriter remembers the status for the metrics.
