@@ -127,3 +127,34 @@ func BenchmarkHugeBody(b *testing.B) {
 		})
 	}
 }
+
+// TestCutShortBody: a body that ends before its Content-Length (the
+// client closed its side) is a 400 that says so, with nothing sent or
+// reserved, not a 200 with an empty body.
+func TestCutShortBody(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, 0)
+	secret, k := r.key(t, gateway.Spec{Name: "cut", Tier: "paid", QuotaTokens: 100000})
+	u, _ := url.Parse(r.url)
+	conn, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"model\":", u.Host, secret)
+	conn.(*net.TCPConn).CloseWrite()
+	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	var e apiErr
+	jsonDecode(res, &e)
+	res.Body.Close()
+	if res.StatusCode != http.StatusBadRequest || !strings.Contains(e.Error.Message, "cut short") {
+		t.Fatalf("%d %+v, want 400 saying the body was cut short", res.StatusCode, e)
+	}
+	if n := r.fake.Stats()[r.model].Requests; n != 0 || r.used(t, k) != 0 {
+		t.Fatalf("%d upstream calls, %d tokens reserved for a cut body", n, r.used(t, k))
+	}
+}

@@ -95,6 +95,14 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, q *request, l
 	case errors.Is(err, errBodyTooLarge):
 		apiError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large", fmt.Sprintf("The request body is larger than %d bytes.", g.cfg.MaxBody))
 		return nil, false
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		// the client stopped sending (closed its side, or its chunked
+		// body broke off): what came is not the request it meant. The
+		// server has cancelled the request's context (its connection
+		// read EOF), but a client that only closed its side still reads.
+		apiError(w, http.StatusBadRequest, "invalid_request_error", "", fmt.Sprintf(
+			"The request body was cut short (%v): it ended before its Content-Length or its last chunk.", err))
+		return nil, false
 	case err != nil:
 		return nil, false // the client left
 	}
