@@ -321,6 +321,10 @@ func (g *Gateway) authenticate(w http.ResponseWriter, r *http.Request) (Key, boo
 	case errors.Is(err, ErrRevoked):
 		apiError(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", "This API key has been revoked.")
 		return Key{}, false
+	case errors.Is(err, ErrInvalidRecord):
+		g.log.WarnContext(r.Context(), "gateway: a key's record cannot be enforced; refused until it is recreated", "err", err)
+		apiError(w, http.StatusForbidden, "invalid_request_error", "invalid_key_record", "This key's limits cannot be enforced ("+strings.TrimPrefix(err.Error(), ErrInvalidRecord.Error()+": ")+"); its operator must recreate it.")
+		return Key{}, false
 	case err != nil:
 		g.log.ErrorContext(r.Context(), "gateway: authenticating a key failed", "err", err)
 		apiError(w, http.StatusServiceUnavailable, "server_error", "", "The gateway could not read its keys; try again.")
