@@ -56,6 +56,9 @@ type rigOpts struct {
 	// accepts them and limits each by itself; the model's bucket has a
 	// state per key); else one key, sk-up.
 	upstreamKeys []string
+	// wrap, when set, wraps the gateway's handler (as serve wraps it
+	// with its security headers)
+	wrap func(http.Handler) http.Handler
 }
 
 func newRigWith(t testing.TB, o rigOpts) *rig {
@@ -108,7 +111,11 @@ func newRigWith(t testing.TB, o rigOpts) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewUnstartedServer(g.Handler())
+	h := g.Handler()
+	if o.wrap != nil {
+		h = o.wrap(h)
+	}
+	srv := httptest.NewUnstartedServer(h)
 	srv.Config.WriteTimeout = 300 * time.Millisecond // as serve's, shortened: a gateway request outlives it
 	srv.Start()
 	t.Cleanup(func() { srv.Close(); waiter.Close(); cancel(); <-done })

@@ -289,7 +289,7 @@ func (g *Gateway) forwardWhole(w http.ResponseWriter, r *http.Request, q *reques
 		}
 		json.Unmarshal(body, &e)
 		g.log.ErrorContext(ctx, "gateway: the provider refused the gateway's key", "status", resp.StatusCode, "type", e.Error.Type, "code", e.Error.Code, "model", q.model)
-		for name := range w.Header() {
+		for name := range resp.Header { // the provider's, not what was set before (serve's security headers)
 			w.Header().Del(name)
 		}
 		apiError(w, http.StatusBadGateway, "server_error", "upstream_auth", "The provider refused the gateway's credentials; the gateway's operator has been told. Your key is fine.")
