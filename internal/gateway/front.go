@@ -25,7 +25,8 @@ const bodySlack = 64 << 10
 // quota). A key whose quota cannot cover the smallest request (one input
 // token and the minimum output) is refused (403) before its body is
 // read: a spent key costs one Redis read, no CPU.
-func (g *Gateway) quotaLeft(w http.ResponseWriter, r *http.Request, k Key) (int64, bool) {
+func (g *Gateway) quotaLeft(w http.ResponseWriter, r *http.Request, q *request) (int64, bool) {
+	k := q.key
 	if k.QuotaTokens <= 0 {
 		return unlimited, true
 	}
@@ -42,16 +43,17 @@ func (g *Gateway) quotaLeft(w http.ResponseWriter, r *http.Request, k Key) (int6
 	if left+held >= 1+g.cfg.MinOutput {
 		return left + held, true
 	}
-	g.refuseQuota(w, k, left, u.Reset, fmt.Sprintf("less than the smallest request (an input token and a minimum output of %d)", g.cfg.MinOutput))
+	g.refuseQuota(w, q, left, u.Reset, fmt.Sprintf("less than the smallest request (an input token and a minimum output of %d)", g.cfg.MinOutput))
 	return 0, false
 }
 
 // refuseQuota answers 403 insufficient_quota: the key's quota cannot pay
 // for the request (needs says what it would take) before it resets.
-func (g *Gateway) refuseQuota(w http.ResponseWriter, k Key, left int64, reset time.Time, needs string) {
+func (g *Gateway) refuseQuota(w http.ResponseWriter, q *request, left int64, reset time.Time, needs string) {
+	k := q.key
 	g.metrics.refused(k.ID, "quota")
 	g.quotaHeaders(w.Header(), k, left, reset)
-	apiError(w, http.StatusForbidden, "insufficient_quota", "quota_exceeded", fmt.Sprintf(
+	q.fail(w, http.StatusForbidden, "insufficient_quota", "quota_exceeded", fmt.Sprintf(
 		"The %s quota of key %s (%d tokens per %s) is spent: %d tokens left, %s. It resets at %s.",
 		k.QuotaPeriod, k.ID, k.QuotaTokens, k.QuotaPeriod, max(left, 0), needs, reset.UTC().Format(time.RFC3339)))
 }
@@ -89,18 +91,18 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, q *request, l
 		if r.ContentLength > 0 {
 			size = fmt.Sprint(r.ContentLength)
 		}
-		g.refuseQuota(w, q.key, left, g.quotaReset(q.key), fmt.Sprintf(
+		g.refuseQuota(w, q, left, g.quotaReset(q.key), fmt.Sprintf(
 			"and a body of %s bytes is more than it could pay for (a token is at most %d bytes: at most %d bytes with the JSON around it)", size, maxTokenBytes, limit))
 		return nil, false
 	case errors.Is(err, errBodyTooLarge):
-		apiError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large", fmt.Sprintf("The request body is larger than %d bytes.", g.cfg.MaxBody))
+		q.fail(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large", fmt.Sprintf("The request body is larger than %d bytes.", g.cfg.MaxBody))
 		return nil, false
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		// the client stopped sending (closed its side, or its chunked
 		// body broke off): what came is not the request it meant. The
 		// server has cancelled the request's context (its connection
 		// read EOF), but a client that only closed its side still reads.
-		apiError(w, http.StatusBadRequest, "invalid_request_error", "", fmt.Sprintf(
+		q.fail(w, http.StatusBadRequest, "invalid_request_error", "", fmt.Sprintf(
 			"The request body was cut short (%v): it ended before its Content-Length or its last chunk.", err))
 		return nil, false
 	case err != nil:
@@ -147,18 +149,18 @@ func (g *Gateway) scan(w http.ResponseWriter, q *request, body []byte, pol scanP
 	switch {
 	case errors.As(err, &le):
 		g.metrics.refused(q.key.ID, "too_large")
-		apiError(w, http.StatusBadRequest, "invalid_request_error", "request_too_large", le.msg)
+		q.fail(w, http.StatusBadRequest, "invalid_request_error", "request_too_large", le.msg)
 		return sc, false
 	case errors.As(err, &re):
-		badRequest(w, re)
+		q.bad(w, re)
 		return sc, false
 	case err != nil:
-		badRequest(w, &requestError{msg: "We could not parse the JSON body of your request: " + err.Error() + "."})
+		q.bad(w, &requestError{msg: "We could not parse the JSON body of your request: " + err.Error() + "."})
 		return sc, false
 	}
 	least := sc.leastTokens()
 	if budget := g.inputBudget(left); least > budget {
-		g.refuseQuota(w, q.key, left, g.quotaReset(q.key), fmt.Sprintf("and the request's input is at least %d tokens", least))
+		g.refuseQuota(w, q, left, g.quotaReset(q.key), fmt.Sprintf("and the request's input is at least %d tokens", least))
 		return sc, false
 	}
 	if m, ok := g.cfg.Models[sc.model]; ok && least > m.Context {
@@ -174,7 +176,7 @@ const maxScalar = 4 << 10
 
 func (g *Gateway) contextExceeded(w http.ResponseWriter, q *request, model string, m Model, n int64, least string) {
 	g.metrics.refused(q.key.ID, "too_large")
-	apiError(w, http.StatusBadRequest, "invalid_request_error", "context_length_exceeded", fmt.Sprintf(
+	q.fail(w, http.StatusBadRequest, "invalid_request_error", "context_length_exceeded", fmt.Sprintf(
 		"This model's maximum context length is %d tokens. However, your messages resulted in %s%d tokens. Please reduce the length of the messages.", m.Context, least, n))
 }
 
@@ -187,10 +189,10 @@ func (g *Gateway) countInput(w http.ResponseWriter, q *request, m Model, left in
 	n, err := count(budget)
 	switch {
 	case err != nil:
-		badRequest(w, &requestError{msg: err.Error()})
+		q.bad(w, &requestError{msg: err.Error()})
 		return 0, false
 	case n > budget && ib <= m.Context:
-		g.refuseQuota(w, q.key, left, g.quotaReset(q.key), fmt.Sprintf("and the request's input is more than %d tokens", ib))
+		g.refuseQuota(w, q, left, g.quotaReset(q.key), fmt.Sprintf("and the request's input is more than %d tokens", ib))
 		return 0, false
 	case n > budget:
 		g.contextExceeded(w, q, q.model, m, budget, "more than ")

@@ -272,69 +272,72 @@ func New(cfg Config, keys *Keys, adm Admission, waiter Waiter, rdb redis.Univers
 	return g, nil
 }
 
-// Handler serves POST /v1/chat/completions and GET /v1/models.
+// Handler serves the gateway's routes: POST /v1/chat/completions,
+// /v1/embeddings, /v1/responses and /v1/messages (with
+// /v1/messages/count_tokens), and GET /v1/models.
 func (g *Gateway) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/chat/completions", g.completions)
+	mux.HandleFunc("POST /v1/chat/completions", g.serve(apiChat, g.chat))
 	mux.HandleFunc("GET /v1/models", g.models)
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
-		apiError(w, http.StatusNotFound, "invalid_request_error", "unknown_url", fmt.Sprintf("Invalid URL (%s %s): the gateway serves POST /v1/chat/completions and GET /v1/models.", r.Method, r.URL.Path))
+		q := &request{api: apiChat}
+		if strings.HasPrefix(r.URL.Path, "/v1/messages") {
+			q.api = apiMessages
+		}
+		q.fail(w, http.StatusNotFound, "invalid_request_error", "unknown_url", fmt.Sprintf("Invalid URL (%s %s): the gateway serves POST /v1/chat/completions, /v1/embeddings, /v1/responses, /v1/messages and /v1/messages/count_tokens, and GET /v1/models.", r.Method, r.URL.Path))
 	})
 	return mux
 }
 
-// apiError writes an error in OpenAI's shape.
-func apiError(w http.ResponseWriter, status int, typ, code, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	var c any
-	if code != "" {
-		c = code
+// serve runs a route's handler on a request of api.
+func (g *Gateway) serve(a api, h func(w http.ResponseWriter, r *http.Request, q *request)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		// the server's write timeout bounds ordinary requests; this one
+		// may wait for admission and then stream for longer
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
+		sw := &statusWriter{ResponseWriter: w}
+		q := &request{started: time.Now(), api: a}
+		defer func() { g.metrics.request(q.key.ID, sw.status) }()
+		h(sw, r, q)
 	}
-	json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": c}})
 }
 
-// badRequest answers 400 for a request the gateway cannot take, naming
-// the parameter at fault when it is known.
-func badRequest(w http.ResponseWriter, err error) {
-	var param any
-	if re, ok := err.(*requestError); ok && re.param != "" {
-		param = re.param
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusBadRequest)
-	json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"message": err.Error(), "type": "invalid_request_error", "param": param, "code": nil}})
-}
-
-// authenticate reads the bearer key; on failure it has answered 401.
-func (g *Gateway) authenticate(w http.ResponseWriter, r *http.Request) (Key, bool) {
+// authenticate reads the key: a bearer token, or (Anthropic's way) an
+// x-api-key header; on failure it has answered 401.
+func (g *Gateway) authenticate(w http.ResponseWriter, r *http.Request, q *request) (Key, bool) {
 	scheme, secret, _ := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
-	if !strings.EqualFold(scheme, "bearer") || strings.TrimSpace(secret) == "" {
-		apiError(w, http.StatusUnauthorized, "invalid_request_error", "missing_api_key", "You didn't provide an API key. Provide a prq virtual key (prq-sk-...) as a bearer token.")
+	if !strings.EqualFold(scheme, "bearer") {
+		secret = ""
+	}
+	if strings.TrimSpace(secret) == "" {
+		secret = r.Header.Get("x-api-key")
+	}
+	if strings.TrimSpace(secret) == "" {
+		q.fail(w, http.StatusUnauthorized, "invalid_request_error", "missing_api_key", "You didn't provide an API key. Provide a prq virtual key (prq-sk-...) as a bearer token or in an x-api-key header.")
 		return Key{}, false
 	}
 	k, err := g.keys.Authenticate(r.Context(), strings.TrimSpace(secret))
 	switch {
 	case errors.Is(err, ErrUnknownKey):
-		apiError(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", "Incorrect API key provided.")
+		q.fail(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", "Incorrect API key provided.")
 		return Key{}, false
 	case errors.Is(err, ErrRevoked):
-		apiError(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", "This API key has been revoked.")
+		q.fail(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", "This API key has been revoked.")
 		return Key{}, false
 	case errors.Is(err, ErrInvalidRecord):
 		g.log.WarnContext(r.Context(), "gateway: a key's record cannot be enforced; refused until it is recreated", "err", err)
-		apiError(w, http.StatusForbidden, "invalid_request_error", "invalid_key_record", "This key's limits cannot be enforced ("+strings.TrimPrefix(err.Error(), ErrInvalidRecord.Error()+": ")+"); its operator must recreate it.")
+		q.fail(w, http.StatusForbidden, "invalid_request_error", "invalid_key_record", "This key's limits cannot be enforced ("+strings.TrimPrefix(err.Error(), ErrInvalidRecord.Error()+": ")+"); its operator must recreate it.")
 		return Key{}, false
 	case err != nil:
 		g.log.ErrorContext(r.Context(), "gateway: authenticating a key failed", "err", err)
-		apiError(w, http.StatusServiceUnavailable, "server_error", "", "The gateway could not read its keys; try again.")
+		q.fail(w, http.StatusServiceUnavailable, "server_error", "", "The gateway could not read its keys; try again.")
 		return Key{}, false
 	}
 	return k, true
 }
 
 func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
-	k, ok := g.authenticate(w, r)
+	k, ok := g.authenticate(w, r, &request{api: apiChat})
 	if !ok {
 		return
 	}
@@ -409,144 +412,8 @@ type request struct {
 	maxWait  time.Duration
 	// anth is the request translated for an Anthropic model
 	anth *anthropicRequest
-}
-
-func (g *Gateway) completions(w http.ResponseWriter, r *http.Request) {
-	// the server's write timeout bounds ordinary requests; this one may
-	// wait for admission and then stream for longer
-	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
-	sw := &statusWriter{ResponseWriter: w}
-	q := &request{started: time.Now()}
-	defer func() { g.metrics.request(q.key.ID, sw.status) }()
-	g.serveCompletion(sw, r, q)
-}
-
-func (g *Gateway) serveCompletion(w http.ResponseWriter, r *http.Request, q *request) {
-	ctx := r.Context()
-	k, ok := g.authenticate(w, r)
-	if !ok {
-		return
-	}
-	q.key = k
-	left, ok := g.quotaLeft(w, r, k)
-	if !ok {
-		return
-	}
-	body, ok := g.readBody(w, r, q, left)
-	if !ok {
-		return
-	}
-	if _, ok = g.scan(w, q, body, chatPolicy, left); !ok {
-		return
-	}
-	req, err := parseRequest(body)
-	if err != nil {
-		badRequest(w, err)
-		return
-	}
-	m, known := g.cfg.Models[req.Model]
-	if !known || !k.Allows(req.Model) {
-		apiError(w, http.StatusNotFound, "invalid_request_error", "model_not_found", fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", req.Model))
-		return
-	}
-	q.model = req.Model
-	if len(req.messages) == 0 {
-		apiError(w, http.StatusBadRequest, "invalid_request_error", "", "'messages' must contain at least one message.")
-		return
-	}
-	if req.MaxTokens != nil && req.MaxCompletionTokens != nil {
-		apiError(w, http.StatusBadRequest, "invalid_request_error", "", "max_tokens and max_completion_tokens cannot both be set.")
-		return
-	}
-	if len(req.StreamOptions) > 0 && string(req.StreamOptions) != "null" {
-		var opts map[string]json.RawMessage
-		if !req.Stream {
-			apiError(w, http.StatusBadRequest, "invalid_request_error", "", "The 'stream_options' parameter is only allowed when 'stream' is enabled.")
-			return
-		}
-		if err := json.Unmarshal(req.StreamOptions, &opts); err != nil {
-			apiError(w, http.StatusBadRequest, "invalid_request_error", "", "Invalid stream_options: "+err.Error())
-			return
-		}
-	}
-	// bounded here, the products below (cap × n, input + cap × n) stay
-	// far from overflowing
-	want := m.MaxOutput
-	for _, f := range []struct {
-		name string
-		v    *int64
-	}{{"max_tokens", req.MaxTokens}, {"max_completion_tokens", req.MaxCompletionTokens}} {
-		switch {
-		case f.v == nil:
-			continue
-		case *f.v < 1:
-			badRequest(w, &requestError{param: f.name, msg: f.name + " must be at least 1."})
-			return
-		case *f.v > m.Context:
-			badRequest(w, &requestError{param: f.name, msg: fmt.Sprintf("%s is too large: %d. This model supports at most %d tokens (its context window).", f.name, *f.v, m.Context)})
-			return
-		}
-		want = *f.v
-	}
-	n := int64(1)
-	if req.N != nil {
-		if *req.N < 1 || *req.N > maxChoices {
-			badRequest(w, &requestError{param: "n", msg: fmt.Sprintf("n must be between 1 and %d.", maxChoices)})
-			return
-		}
-		n = *req.N
-	}
-	q.n = n
-	if m.Provider.Kind == KindAnthropic {
-		if q.anth, err = toAnthropic(req); err != nil {
-			badRequest(w, err)
-			return
-		}
-	}
-	wait, err := g.maxWait(r)
-	if err != nil {
-		apiError(w, http.StatusBadRequest, "invalid_request_error", "", err.Error())
-		return
-	}
-	texts, err := req.texts()
-	if err != nil {
-		badRequest(w, err)
-		return
-	}
-	if q.input, ok = g.countInput(w, q, m, left, func(budget int64) (int64, error) { return g.counters[req.Model].messages(texts, budget) }); !ok {
-		return
-	}
-	q.id = newID()
-	q.ticket, q.maxWait = q.id, wait
-	q.deadline = time.Now().Add(wait)
-	q.cap = want
-	// the quota: output capped to what is left, waiting while others
-	// hold it, or a refusal with nothing sent
-	if !g.reserveQuota(w, r, q, want) {
-		return
-	}
-	q.est = ratelimit.EstimateOpenAI(texts, q.cap*n)
-	if q.anth != nil && q.anth.tool != "" {
-		// a forced tool: Anthropic adds its tool-use system prompt to
-		// the input it counts
-		q.est += ratelimit.AnthropicToolUseTokens
-	}
-	// from here a failure gives the quota reservation back unless a call
-	// was made (settled on its own path)
-	called := false
-	defer func() {
-		if !called {
-			g.settleQuota(context.WithoutCancel(ctx), q, 0)
-		}
-	}()
-	if k.TPM > 0 && !g.takeTPM(w, r, q) {
-		return
-	}
-	if !g.admit(w, r, q) {
-		return
-	}
-	called = true
-	g.forward(w, r, q, req, m)
+	// api is the client API the request speaks
+	api api
 }
 
 // takeTPM charges the key's tokens-per-minute bucket; over it, the
@@ -562,21 +429,21 @@ func (g *Gateway) takeTPM(w http.ResponseWriter, r *http.Request, q *request) bo
 		case errors.As(err, &ce):
 			// never admissible: not a 429, which SDKs retry
 			g.metrics.refused(q.key.ID, "too_large")
-			apiError(w, http.StatusBadRequest, "invalid_request_error", "request_too_large", fmt.Sprintf(
+			q.fail(w, http.StatusBadRequest, "invalid_request_error", "request_too_large", fmt.Sprintf(
 				"Request too large for key %s on tokens per min (TPM): Limit %d, Requested %d (input and output cap, as the provider counts). Lower max_tokens or the input.", q.key.ID, q.key.TPM, q.est))
 			return false
 		case err == nil && !d.Admitted:
 			g.metrics.refused(q.key.ID, "tpm")
 			retryHeaders(w.Header(), d.Wait)
 			g.rateHeaders(context.WithoutCancel(r.Context()), w.Header(), q)
-			apiError(w, http.StatusTooManyRequests, "tokens", "rate_limit_exceeded", fmt.Sprintf(
+			q.fail(w, http.StatusTooManyRequests, "tokens", "rate_limit_exceeded", fmt.Sprintf(
 				"Rate limit reached for key %s on tokens per min (TPM): Limit %d, Requested %d. Please try again in %s.", q.key.ID, q.key.TPM, q.est, d.Wait.Round(time.Millisecond)))
 			return false
 		}
 	}
 	if err != nil {
 		g.log.ErrorContext(r.Context(), "gateway: key tpm failed", "key", q.key.ID, "err", err)
-		apiError(w, http.StatusServiceUnavailable, "server_error", "", "The gateway could not check the key's rate limit; try again.")
+		q.fail(w, http.StatusServiceUnavailable, "server_error", "", "The gateway could not check the key's rate limit; try again.")
 		return false
 	}
 	return true
@@ -637,7 +504,7 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, q *request) bool
 	case errors.Is(err, admission.ErrRejected):
 		g.metrics.refused(q.key.ID, "too_large")
 		b, _ := g.adm.Bucket(q.model)
-		apiError(w, http.StatusBadRequest, "invalid_request_error", "request_too_large", fmt.Sprintf(
+		q.fail(w, http.StatusBadRequest, "invalid_request_error", "request_too_large", fmt.Sprintf(
 			"Request too large for %s: %d tokens by the provider's count (input and output cap), more than its bucket holds (%d). Lower max_tokens or the input.", q.model, q.est, b.Limits().BurstTokens))
 	case ctx.Err() != nil:
 		// the client left while waiting: nothing to answer
@@ -646,12 +513,12 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, q *request) bool
 		retry := g.retryAfter(bg, q)
 		retryHeaders(w.Header(), retry)
 		g.keyHeaders(bg, w.Header(), q)
-		apiError(w, http.StatusTooManyRequests, "requests", "rate_limit_exceeded", fmt.Sprintf(
+		q.fail(w, http.StatusTooManyRequests, "requests", "rate_limit_exceeded", fmt.Sprintf(
 			"Request not admitted within %s: the %s bucket is busy with earlier and higher-priority work. Please try again in %s.",
 			q.maxWait, q.model, retry.Round(time.Second)))
 	default:
 		g.log.ErrorContext(ctx, "gateway: admission failed", "key", q.key.ID, "model", q.model, "err", err)
-		apiError(w, http.StatusServiceUnavailable, "server_error", "", "The gateway could not reach its admission queue; try again.")
+		q.fail(w, http.StatusServiceUnavailable, "server_error", "", "The gateway could not reach its admission queue; try again.")
 	}
 	return false
 }

@@ -25,7 +25,12 @@ func (g *Gateway) reserveQuota(w http.ResponseWriter, r *http.Request, q *reques
 	ctx := r.Context()
 	bg := context.WithoutCancel(ctx)
 	quota := g.quotas[k.QuotaPeriod]
-	needed := q.input + max(g.cfg.MinOutput, q.n) // a token per choice at least
+	// a token per choice at least; none for a request without output
+	// (embeddings), which Reserve still asks MinOutput spare of
+	needed, least := q.input+max(g.cfg.MinOutput, q.n), int64(1)
+	if want == 0 {
+		needed, least = q.input+g.cfg.MinOutput, 0
+	}
 	wctx, cancel := context.WithDeadline(ctx, q.deadline)
 	defer cancel()
 	leave := func() {
@@ -40,7 +45,7 @@ func (g *Gateway) reserveQuota(w http.ResponseWriter, r *http.Request, q *reques
 		if err == nil && st.turn {
 			var gr ratelimit.Grant
 			gr, err = quota.Reserve(wctx, tenantOf(k), "", q.id, k.QuotaTokens, q.input, want*q.n)
-			if err == nil && gr.Cap/q.n >= 1 {
+			if err == nil && gr.Cap/q.n >= least {
 				q.grant, q.cap = &gr, gr.Cap/q.n
 				q.reserved = time.Now()
 				if err := g.held.granted(bg, k.ID, q.id, gr.Input+gr.Cap); err != nil {
@@ -68,7 +73,7 @@ func (g *Gateway) reserveQuota(w http.ResponseWriter, r *http.Request, q *reques
 				if left+st.held < needed {
 					// spent: even with nothing held it cannot cover the request
 					leave()
-					g.refuseQuota(w, k, left, g.quotaReset(k), fmt.Sprintf("%d needed (input %d + a minimum output of %d)", needed, q.input, needed-q.input))
+					g.refuseQuota(w, q, left, g.quotaReset(k), fmt.Sprintf("%d needed (input %d + a minimum output of %d)", needed, q.input, needed-q.input))
 					g.rateHeaders(bg, w.Header(), q)
 					return false
 				}
@@ -77,7 +82,7 @@ func (g *Gateway) reserveQuota(w http.ResponseWriter, r *http.Request, q *reques
 		if err != nil && wctx.Err() == nil {
 			leave()
 			g.log.ErrorContext(ctx, "gateway: quota reserve failed", "key", k.ID, "err", err)
-			apiError(w, http.StatusServiceUnavailable, "server_error", "", "The gateway could not reserve the key's quota; try again.")
+			q.fail(w, http.StatusServiceUnavailable, "server_error", "", "The gateway could not reserve the key's quota; try again.")
 			return false
 		}
 		// held by others: wait for one of them to settle
@@ -101,7 +106,7 @@ func (g *Gateway) reserveQuota(w http.ResponseWriter, r *http.Request, q *reques
 		if u, err := quota.Used(bg, tenantOf(k), "", k.QuotaTokens); err == nil {
 			g.quotaHeaders(w.Header(), k, k.QuotaTokens-u.Used, u.Reset)
 		}
-		apiError(w, http.StatusTooManyRequests, "requests", "rate_limit_exceeded", fmt.Sprintf(
+		q.fail(w, http.StatusTooManyRequests, "requests", "rate_limit_exceeded", fmt.Sprintf(
 			"Key %s's quota is held by its requests in flight (%d tokens) and did not free %d tokens within %s. Please try again in %s.",
 			k.ID, st.held, needed, q.maxWait, retry.Round(time.Second)))
 		return false
