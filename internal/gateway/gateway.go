@@ -278,6 +278,7 @@ func New(cfg Config, keys *Keys, adm Admission, waiter Waiter, rdb redis.Univers
 func (g *Gateway) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", g.serve(apiChat, g.chat))
+	mux.HandleFunc("POST /v1/embeddings", g.serve(apiEmbeddings, g.embeddings))
 	mux.HandleFunc("GET /v1/models", g.models)
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		q := &request{api: apiChat}
@@ -474,8 +475,11 @@ func (g *Gateway) settleTPM(ctx context.Context, q *request, tokens int64) {
 // client has left) and given back what admission charged.
 func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, q *request) bool {
 	ctx := r.Context()
-	t := admission.Ticket{ID: q.ticket, Queue: admission.NotifyQueue, Model: q.model, Class: classOf(q.key.Tier), Tenant: tenantOf(q.key), Tokens: q.est,
-		Output: min(ratelimit.OutputAllowance(q.cap*q.n), q.est)}
+	output := min(ratelimit.OutputAllowance(q.cap*q.n), q.est)
+	if q.api == apiEmbeddings {
+		output = 0
+	}
+	t := admission.Ticket{ID: q.ticket, Queue: admission.NotifyQueue, Model: q.model, Class: classOf(q.key.Tier), Tenant: tenantOf(q.key), Tokens: q.est, Output: output}
 	wctx, cancel := context.WithDeadline(ctx, q.deadline)
 	defer cancel()
 	start := time.Now()

@@ -131,6 +131,13 @@ func (r *rig) key(t testing.TB, s gateway.Spec) (string, gateway.Key) {
 	return secret, k
 }
 
+// postTo posts body to one of the gateway's paths with a bearer key.
+func (r *rig) postTo(ctx context.Context, path, secret, body string) (*http.Response, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, r.url+path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+secret)
+	return http.DefaultClient.Do(req)
+}
+
 func (r *rig) post(ctx context.Context, secret, body string, header map[string]string) (*http.Response, error) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, r.url+"/v1/chat/completions", strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+secret)

@@ -143,7 +143,7 @@ func (s *scanner) value(depth int, in region) error {
 	case c == '"':
 		start := s.i
 		_, n, err := s.str()
-		if err == nil && in == counted {
+		if err == nil && (in == counted || in == idsField) { // an ids field's texts are counted
 			s.out.counted += n
 			s.out.cuts += stringCuts(s.b[start+1 : s.i-1])
 		}
