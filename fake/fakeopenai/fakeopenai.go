@@ -677,6 +677,14 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, key, deploy
 		case <-time.After(latency):
 		}
 	}
+	if call, ok := forcedTool(body); ok { // tools.go
+		out := s.replyToolCall(w, r, m.Name, now, call, prompt, req.Stream, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
+		s.mu.Lock()
+		st.CompletionToks += out
+		s.mu.Unlock()
+		complete = r.Context().Err() == nil
+		return
+	}
 	text, finish := s.answer(req)
 	if s.cfg.Verbose && finish == "stop" {
 		text = s.lengthen(text, maxOut)

@@ -279,6 +279,8 @@ func (g *Gateway) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", g.serve(apiChat, g.chat))
 	mux.HandleFunc("POST /v1/embeddings", g.serve(apiEmbeddings, g.embeddings))
+	mux.HandleFunc("POST /v1/responses", g.serve(apiResponses, g.responses))
+	mux.HandleFunc("/v1/responses/", storedResponse)
 	mux.HandleFunc("GET /v1/models", g.models)
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		q := &request{api: apiChat}
