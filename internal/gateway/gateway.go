@@ -281,6 +281,8 @@ func (g *Gateway) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/embeddings", g.serve(apiEmbeddings, g.embeddings))
 	mux.HandleFunc("POST /v1/responses", g.serve(apiResponses, g.responses))
 	mux.HandleFunc("/v1/responses/", storedResponse)
+	mux.HandleFunc("POST /v1/messages", g.serve(apiMessages, g.messages))
+	mux.HandleFunc("POST /v1/messages/count_tokens", g.serve(apiMessages, g.countTokens))
 	mux.HandleFunc("GET /v1/models", g.models)
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		q := &request{api: apiChat}
@@ -417,6 +419,9 @@ type request struct {
 	anth *anthropicRequest
 	// api is the client API the request speaks
 	api api
+	// upHeader are headers the upstream call carries besides the
+	// provider's (a Messages client's anthropic-version and -beta)
+	upHeader http.Header
 }
 
 // takeTPM charges the key's tokens-per-minute bucket; over it, the

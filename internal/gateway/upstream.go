@@ -144,6 +144,9 @@ func (g *Gateway) call(ctx, cctx context.Context, q *request, op string, body []
 	if err != nil {
 		return nil, err
 	}
+	for name, vs := range q.upHeader {
+		up.Header[name] = vs
+	}
 	// the transport writes on its own goroutine; a window counts the
 	// call from its write (see Scheduler.Sent)
 	callingStart := time.Now()
