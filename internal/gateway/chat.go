@@ -87,9 +87,9 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, q *request) {
 	if q.input, ok = g.countInput(w, q, m, left, func(budget int64) (int64, error) { return g.counters[req.Model].messages(texts, budget) }); !ok {
 		return
 	}
-	g.proceed(w, r, q, want, func(output int64) int64 {
+	g.proceed(w, r, q, want, func(m Model, output int64) int64 {
 		est := ratelimit.EstimateOpenAI(texts, output)
-		if q.anth != nil && q.anth.tool != "" {
+		if m.Provider.Kind == KindAnthropic && q.anth != nil && q.anth.tool != "" {
 			// a forced tool: Anthropic adds its tool-use system prompt
 			// to the input it counts
 			est += ratelimit.AnthropicToolUseTokens
@@ -109,11 +109,19 @@ func (c *chatExchange) streams() bool { return c.req.Stream }
 
 func (c *chatExchange) build(m Model, q *request) (string, []byte, error) {
 	if m.Provider.Kind == KindAnthropic {
+		if q.anth == nil || q.anth.Model != q.model { // a fallback's
+			anth, err := toAnthropic(c.req)
+			if err != nil {
+				return "", nil, err
+			}
+			anth.Model, q.anth = q.model, anth
+		}
 		q.anth.MaxTokens, q.anth.Stream = q.cap, c.req.Stream
 		body, err := json.Marshal(q.anth)
 		return opMessages, body, err
 	}
 	raw := c.req.raw
+	raw["model"], _ = json.Marshal(q.model) // a fallback's
 	capJSON, _ := json.Marshal(q.cap)
 	if m.Reasoning || c.req.MaxCompletionTokens != nil {
 		raw["max_completion_tokens"] = capJSON

@@ -140,16 +140,32 @@ func (g *Gateway) embeddings(w http.ResponseWriter, r *http.Request, q *request)
 		return
 	}
 	// no output: the estimate is the input, which is exact
-	g.proceed(w, r, q, 0, func(int64) int64 { return q.input }, &embeddingsExchange{body: body})
+	g.proceed(w, r, q, 0, func(Model, int64) int64 { return q.input }, &embeddingsExchange{body: body, model: req.Model})
 }
 
 // embeddingsExchange forwards an embeddings request as it came.
-type embeddingsExchange struct{ body []byte }
+type embeddingsExchange struct {
+	body  []byte
+	model string // the one the body names
+}
 
 func (e *embeddingsExchange) streams() bool { return false }
 
-func (e *embeddingsExchange) build(Model, *request) (string, []byte, error) {
-	return opEmbeddings, e.body, nil
+func (e *embeddingsExchange) build(m Model, q *request) (string, []byte, error) {
+	if m.Provider.Kind == KindAnthropic {
+		return "", nil, &requestError{param: "model", msg: "Anthropic has no embeddings API."}
+	}
+	if q.model == e.model {
+		return opEmbeddings, e.body, nil
+	}
+	// a fallback's: the same request for its model
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(e.body, &raw); err != nil {
+		return "", nil, err
+	}
+	raw["model"], _ = json.Marshal(q.model)
+	body, err := json.Marshal(raw)
+	return opEmbeddings, body, err
 }
 
 func (e *embeddingsExchange) answer(g *Gateway, w http.ResponseWriter, r *http.Request, q *request, _ Model, resp *http.Response, _ context.CancelFunc) {

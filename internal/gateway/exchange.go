@@ -74,9 +74,10 @@ func (g *Gateway) outputCap(w http.ResponseWriter, q *request, m Model, param st
 
 // proceed takes q (its model, input and choices set) through the key's
 // quota (want output per choice, capped to what is left), its tokens per
-// minute and admission, then makes the call with ex. est is the
-// provider's admission estimate of the request with output tokens.
-func (g *Gateway) proceed(w http.ResponseWriter, r *http.Request, q *request, want int64, est func(output int64) int64, ex exchange) {
+// minute, then admission and the call on its model, or on the model's
+// fallbacks in turn (fallback.go), with ex. est is the provider's
+// admission estimate of the request with output tokens on a model.
+func (g *Gateway) proceed(w http.ResponseWriter, r *http.Request, q *request, want int64, est func(m Model, output int64) int64, ex exchange) {
 	ctx := r.Context()
 	wait, err := g.maxWait(r)
 	if err != nil {
@@ -92,7 +93,7 @@ func (g *Gateway) proceed(w http.ResponseWriter, r *http.Request, q *request, wa
 	if !g.reserveQuota(w, r, q, want) {
 		return
 	}
-	q.est = est(q.cap * q.n)
+	q.est = est(g.cfg.Models[q.model], q.cap*q.n)
 	// from here a failure gives the quota reservation back unless a call
 	// was made (settled on its own path)
 	called := false
@@ -104,9 +105,33 @@ func (g *Gateway) proceed(w http.ResponseWriter, r *http.Request, q *request, wa
 	if q.key.TPM > 0 && !g.takeTPM(w, r, q) {
 		return
 	}
-	if !g.admit(w, r, q) {
-		return
+	chain := g.chain(q, ex)
+	for i, model := range chain {
+		last := i == len(chain)-1
+		if i > 0 {
+			q.model, q.ticket = model, fmt.Sprintf("%s-f%d", q.id, i)
+			q.est = est(g.cfg.Models[model], q.cap*q.n)
+		}
+		bound := time.Time{}
+		if !last {
+			if reason, paused := g.adm.Paused(ctx)[model]; paused {
+				g.fellBack(ctx, q, chain[i+1], "paused", reason)
+				continue
+			}
+			bound = time.Now().Add(g.cfg.FallbackWait)
+		}
+		switch g.admitUntil(w, r, q, bound) {
+		case admitAnswered:
+			called = true // admission gave the reservations back
+			return
+		case admitTooLong:
+			g.fellBack(ctx, q, chain[i+1], "wait", g.cfg.FallbackWait.String())
+			continue
+		}
+		called = true
+		if !g.forward(w, r, q, ex, !last) {
+			return
+		}
+		g.fellBack(ctx, q, chain[i+1], "provider", "")
 	}
-	called = true
-	g.forward(w, r, q, ex)
 }

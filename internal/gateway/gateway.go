@@ -39,6 +39,9 @@ type Model struct {
 	// Deployment is the Azure deployment serving the model (KindAzure).
 	// Defaults to the model's name.
 	Deployment string
+	// Fallbacks are the models a request moves to, in order, when this
+	// one cannot serve it (fallback.go); theirs are not followed.
+	Fallbacks []string
 }
 
 // quotaReservationTTL bounds how long the reservation of a call whose
@@ -88,6 +91,9 @@ type Config struct {
 	// (403) when the key's quota left is below input + MinOutput.
 	// Defaults to 16.
 	MinOutput int64
+	// FallbackWait is the longest a request waits for admission on a
+	// model with fallbacks before it moves to the next. Defaults to 10s.
+	FallbackWait time.Duration
 	// MaxBody bounds a request body. Defaults to 8 MiB. A key with a
 	// quota is bounded further, before its body is read, by what it could
 	// ever pay for: 256 bytes per token it has left (twice the longest
@@ -122,6 +128,8 @@ type Admission interface {
 	Settle(ctx context.Context, model, id string, actual ratelimit.Cost) error
 	Withdraw(ctx context.Context, model, id string) (bool, error)
 	KeyOf(ctx context.Context, model, id string) (int, error)
+	// Paused names the models paused whole or on every key.
+	Paused(ctx context.Context) map[string]string
 }
 
 // Waiter waits for a ticket's admission (an *admission.Waiter).
@@ -193,6 +201,9 @@ func New(cfg Config, keys *Keys, adm Admission, waiter Waiter, rdb redis.Univers
 	if cfg.MaxBody == 0 {
 		cfg.MaxBody = 8 << 20
 	}
+	if cfg.FallbackWait <= 0 {
+		cfg.FallbackWait = 10 * time.Second
+	}
 	if cfg.MaxDepth == 0 {
 		cfg.MaxDepth = 64
 	}
@@ -245,6 +256,11 @@ func New(cfg Config, keys *Keys, adm Admission, waiter Waiter, rdb redis.Univers
 	for name, m := range cfg.Models {
 		if _, ok := adm.Bucket(name); !ok {
 			return nil, fmt.Errorf("gateway: model %s has no admission bucket", name)
+		}
+		for _, f := range m.Fallbacks {
+			if _, ok := cfg.Models[f]; !ok || f == name {
+				return nil, fmt.Errorf("gateway: model %s: fallback %q is not another served model", name, f)
+			}
 		}
 		if m.MaxOutput <= 0 {
 			m.MaxOutput = ratelimit.DefaultMaxOutput
@@ -481,13 +497,32 @@ func (g *Gateway) settleTPM(ctx context.Context, q *request, tokens int64) {
 // admit waits in the global order; on failure it has answered (or the
 // client has left) and given back what admission charged.
 func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, q *request) bool {
+	return g.admitUntil(w, r, q, time.Time{}) == admitted
+}
+
+// What admitUntil came to.
+type admitResult int
+
+const (
+	admitted      admitResult = iota
+	admitAnswered             // refused (answered, reservations given back) or the client left
+	admitTooLong              // not admitted by its bound: withdrawn, nothing answered
+)
+
+// admitUntil is admit that, with a bound before the request's deadline,
+// stops waiting at the bound (the request then moves to a fallback).
+func (g *Gateway) admitUntil(w http.ResponseWriter, r *http.Request, q *request, bound time.Time) admitResult {
 	ctx := r.Context()
 	output := min(ratelimit.OutputAllowance(q.cap*q.n), q.est)
 	if q.api == apiEmbeddings {
 		output = 0
 	}
 	t := admission.Ticket{ID: q.ticket, Queue: admission.NotifyQueue, Model: q.model, Class: classOf(q.key.Tier), Tenant: tenantOf(q.key), Tokens: q.est, Output: output}
-	wctx, cancel := context.WithDeadline(ctx, q.deadline)
+	until := q.deadline
+	if !bound.IsZero() && bound.Before(until) {
+		until = bound
+	}
+	wctx, cancel := context.WithDeadline(ctx, until)
 	defer cancel()
 	start := time.Now()
 	err := g.waiter.Await(wctx, t)
@@ -497,13 +532,18 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, q *request) bool
 		if err := g.adm.Started(ctx, q.model, q.ticket); err != nil {
 			g.log.WarnContext(ctx, "gateway: recording the start failed; the reconciler drops the ticket", "key", q.key.ID, "err", err)
 		}
-		return true
+		return admitted
 	}
 	bg := context.WithoutCancel(ctx)
 	if !errors.Is(err, admission.ErrRejected) {
+		// admitted as the bound or the deadline passed, the charge is
+		// given back all the same
 		if _, werr := g.adm.Withdraw(bg, q.model, q.ticket); werr != nil {
 			g.log.ErrorContext(ctx, "gateway: withdrawing a request from admission failed; its charge stays until the reservation expires", "key", q.key.ID, "err", werr)
 		}
+	}
+	if ctx.Err() == nil && wctx.Err() != nil && until.Before(q.deadline) {
+		return admitTooLong
 	}
 	// nothing was sent: the key's quota and tpm get their reservations
 	// back before the reply describes them
@@ -531,7 +571,7 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, q *request) bool
 		g.log.ErrorContext(ctx, "gateway: admission failed", "key", q.key.ID, "model", q.model, "err", err)
 		q.fail(w, http.StatusServiceUnavailable, "server_error", "", "The gateway could not reach its admission queue; try again.")
 	}
-	return false
+	return admitAnswered
 }
 
 // retryAfter is when the bucket will have refilled enough for the

@@ -322,13 +322,14 @@ func (g *Gateway) messages(w http.ResponseWriter, r *http.Request, q *request) {
 			q.bad(w, err)
 			return
 		}
+		ex.translated = true
 	}
 	texts := req.texts()
 	if q.input, ok = g.countInput(w, q, m, left, func(budget int64) (int64, error) { return g.counters[req.model].messages(texts, budget) }); !ok {
 		return
 	}
 	w.Header().Set("request-id", "req_"+strings.TrimPrefix(newID(), "gw-"))
-	g.proceed(w, r, q, *req.maxTokens, func(output int64) int64 {
+	g.proceed(w, r, q, *req.maxTokens, func(m Model, output int64) int64 {
 		est := ratelimit.EstimateOpenAI(texts, output)
 		if m.Provider.Kind == KindAnthropic && len(nonNull(req.raw["tools"])) > 0 {
 			est += ratelimit.AnthropicToolUseTokens
@@ -364,16 +365,24 @@ func (g *Gateway) countTokens(w http.ResponseWriter, r *http.Request, q *request
 // messagesExchange is a Messages API request's call: native to an
 // Anthropic model, through a chat completion otherwise.
 type messagesExchange struct {
-	req     messagesRequest
-	conv    conversation // the translation, for OpenAI-kind models
-	version string       // the client's anthropic-version
-	betas   []string     // and anthropic-beta
+	req        messagesRequest
+	conv       conversation // the translation, for OpenAI-kind models
+	translated bool         // conv is read
+	version    string       // the client's anthropic-version
+	betas      []string     // and anthropic-beta
 }
 
 func (e *messagesExchange) streams() bool { return e.req.stream }
 
 func (e *messagesExchange) build(m Model, q *request) (string, []byte, error) {
 	if m.Provider.Kind != KindAnthropic {
+		if !e.translated { // a fallback's
+			conv, err := e.req.conversation(q.model)
+			if err != nil {
+				return "", nil, err
+			}
+			e.conv, e.translated = conv, true
+		}
 		body, err := e.conv.chatBody(q.model, m, q.cap)
 		return opChat, body, err
 	}
@@ -382,6 +391,7 @@ func (e *messagesExchange) build(m Model, q *request) (string, []byte, error) {
 		raw[k] = v
 	}
 	raw["max_tokens"], _ = json.Marshal(q.cap)
+	raw["model"], _ = json.Marshal(q.model) // a fallback's
 	if err := e.systemMessages(raw); err != nil {
 		return "", nil, err
 	}

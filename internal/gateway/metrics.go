@@ -16,6 +16,7 @@ type Metrics struct {
 	wait     *prometheus.HistogramVec
 	over     *prometheus.CounterVec
 	held     *prometheus.HistogramVec
+	fallback *prometheus.CounterVec
 }
 
 // NewMetrics returns the series, unregistered (Collectors).
@@ -28,13 +29,14 @@ func NewMetrics() *Metrics {
 			Buckets: []float64{.005, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}}, []string{"key"}),
 		held: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "prq_gateway_quota_wait_seconds", Help: "Time a gateway request waited for its key's quota, held by the key's requests in flight, by key id.",
 			Buckets: []float64{.001, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}}, []string{"key"}),
-		over: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_gateway_usage_over_reservation_tokens_total", Help: "Tokens the provider reported beyond a request's reservation (input counted + output cap), by key id: the gateway's count missed them."}, []string{"key"}),
+		fallback: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_gateway_fallbacks_total", Help: "Gateway requests moved from a model to its next fallback, by model, fallback and reason (paused: every key paused; wait: not admitted within gateway.fallback_wait; provider: the provider failed the call)."}, []string{"from", "to", "reason"}),
+		over:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_gateway_usage_over_reservation_tokens_total", Help: "Tokens the provider reported beyond a request's reservation (input counted + output cap), by key id: the gateway's count missed them."}, []string{"key"}),
 	}
 }
 
 // Collectors returns the series to register.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.requests, m.tokens, m.refusals, m.wait, m.over, m.held}
+	return []prometheus.Collector{m.requests, m.tokens, m.refusals, m.wait, m.over, m.held, m.fallback}
 }
 
 func (m *Metrics) request(key string, code int) {
@@ -71,6 +73,12 @@ func (m *Metrics) waited(key string, d time.Duration) {
 func (m *Metrics) quotaWaited(key string, d time.Duration) {
 	if m != nil {
 		m.held.WithLabelValues(key).Observe(d.Seconds())
+	}
+}
+
+func (m *Metrics) fellBack(from, to, reason string) {
+	if m != nil {
+		m.fallback.WithLabelValues(from, to, reason).Inc()
 	}
 }
 

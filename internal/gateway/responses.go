@@ -378,7 +378,7 @@ func (g *Gateway) responses(w http.ResponseWriter, r *http.Request, q *request) 
 	if q.input, ok = g.countInput(w, q, m, left, func(budget int64) (int64, error) { return g.counters[req.model].messages(texts, budget) }); !ok {
 		return
 	}
-	g.proceed(w, r, q, want, func(output int64) int64 {
+	g.proceed(w, r, q, want, func(m Model, output int64) int64 {
 		est := ratelimit.EstimateOpenAI(texts, output)
 		if m.Provider.Kind == KindAnthropic && len(req.conv.tools) > 0 {
 			est += ratelimit.AnthropicToolUseTokens

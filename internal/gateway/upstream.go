@@ -47,8 +47,11 @@ func forwardable(name string) bool {
 
 // forward makes the admitted call with ex and answers with its reply,
 // settling the bucket and the quota with what the provider reports it
-// used.
-func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, q *request, ex exchange) {
+// used. With failover, a call the provider failed (5xx, an overload, not
+// sent, 429s past the requeues) is not answered: its bucket is settled,
+// the quota reservation stays, and forward reports true (the request
+// moves to a fallback).
+func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, q *request, ex exchange, failover bool) (moveOn bool) {
 	ctx := r.Context()
 	bg := context.WithoutCancel(ctx)
 	m := g.cfg.Models[q.model]
@@ -57,7 +60,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, q *request, ex
 		g.settleNothing(bg, q)
 		g.log.ErrorContext(ctx, "gateway: building the upstream request failed", "key", q.key.ID, "model", q.model, "err", err)
 		q.fail(w, http.StatusInternalServerError, "server_error", "", "The gateway could not build the provider's request.")
-		return
+		return false
 	}
 	// a stream's call is cancelled when it goes idle (forwardStream)
 	cctx, cancel := context.WithCancel(ctx)
@@ -82,15 +85,32 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, q *request, ex
 		g.log.InfoContext(ctx, "gateway: provider 429; back through admission", "key", q.key.ID, "model", q.model, "attempt", attempt)
 		q.ticket = fmt.Sprintf("%s-r%d", q.id, attempt)
 		if !g.admit(w, r, q) { // answered, reservations given back
-			return
+			return false
 		}
 		resp, err = g.call(ctx, cctx, q, op, body)
+	}
+	var ns *notSentError
+	switch {
+	case !failover || ctx.Err() != nil:
+	case errors.As(err, &ns):
+		// never sent: the bucket gets its charge back, the quota's stays
+		if serr := g.adm.Settle(bg, q.model, q.ticket, ratelimit.Cost{}); serr != nil && !errors.Is(serr, ratelimit.ErrNotReserved) {
+			g.log.WarnContext(ctx, "gateway: refunding the bucket failed; it keeps the estimate", "key", q.key.ID, "err", serr)
+		}
+		return true
+	case err == nil && (resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests):
+		// the provider failed it (an error is not billed) or kept
+		// refusing it: the provider counted the request
+		resp.Body.Close()
+		if serr := g.adm.Settle(bg, q.model, q.ticket, ratelimit.Cost{Requests: 1, Tokens: q.est}); serr != nil && !errors.Is(serr, ratelimit.ErrNotReserved) {
+			g.log.WarnContext(ctx, "gateway: settling a failed call failed", "key", q.key.ID, "err", serr)
+		}
+		return true
 	}
 	if err != nil {
 		// a call that was never written out (no connection, DNS, the
 		// client gone first) cost nothing; one that was may have run:
 		// it keeps the whole reservation
-		var ns *notSentError
 		if errors.As(err, &ns) {
 			g.settleNothing(bg, q)
 		} else {
@@ -106,10 +126,11 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, q *request, ex
 			g.log.WarnContext(ctx, "gateway: upstream call failed", "key", q.key.ID, "model", q.model, "err", err)
 			q.fail(w, http.StatusBadGateway, "server_error", "", "The gateway could not reach the provider.")
 		}
-		return
+		return false
 	}
 	defer resp.Body.Close()
 	ex.answer(g, w, r, q, m, resp, cancel)
+	return false
 }
 
 // copyHeaders copies the provider's headers that are forwarded.
