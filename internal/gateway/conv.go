@@ -290,11 +290,10 @@ func (c *conversation) anthropicBody(model string, cap int64) ([]byte, error) {
 
 // Why a completion ended, in the gateway's terms (OpenAI's).
 const (
-	finishStop    = "stop"
-	finishLength  = "length"
-	finishTools   = "tool_calls"
-	finishFilter  = "content_filter"
-	finishUnknown = ""
+	finishStop   = "stop"
+	finishLength = "length"
+	finishTools  = "tool_calls"
+	finishFilter = "content_filter"
 )
 
 // anthropicFinish is a Messages API stop reason in the gateway's terms.

@@ -306,10 +306,7 @@ func (c *conversation) responsesFormat(raw json.RawMessage) error {
 // arguments, a result as its output; then the instructions, and as JSON
 // every other field that is not a known scalar (tools, text, ...).
 func (req responsesRequest) texts() []string {
-	var out []string
-	for _, s := range req.conv.system {
-		out = append(out, s)
-	}
+	out := append([]string(nil), req.conv.system...)
 	for _, t := range req.conv.turns {
 		var b strings.Builder
 		for _, p := range t.parts {

@@ -77,8 +77,8 @@ func (s *Server) gateway(ctx context.Context) (http.Handler, error) {
 	return g.Handler(), nil
 }
 
-// RunGateway runs prq gateway until ctx ends: only the OpenAI-compatible
-// endpoint (with health checks and metrics), stateless like serve; the
+// RunGateway runs prq gateway until ctx ends: only the gateway's
+// endpoints (with health checks and metrics), stateless like serve; the
 // admission loops run in the workers. With admit it runs one itself, for
 // a gateway without workers (it would also release PR jobs, past any
 // worker's capacity).
