@@ -56,10 +56,11 @@ var (
 )
 
 // NewTokenizer returns the tokenizer of a model; models tiktoken does not
-// know use o200k_base, the encoding of current OpenAI models.
+// know use o200k_base, the encoding of current OpenAI models (OpenAI's
+// embedding models count with cl100k_base).
 func NewTokenizer(model string) (*Tokenizer, error) {
 	enc := tokenizer.O200kBase
-	if strings.HasPrefix(model, "gpt-4-") || model == "gpt-4" || strings.HasPrefix(model, "gpt-3.5") {
+	if strings.HasPrefix(model, "gpt-4-") || model == "gpt-4" || strings.HasPrefix(model, "gpt-3.5") || strings.HasPrefix(model, "text-embedding-") {
 		enc = tokenizer.Cl100kBase
 	}
 	codecsMu.Lock()

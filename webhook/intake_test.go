@@ -255,3 +255,43 @@ func BenchmarkIntakeFlood(b *testing.B) {
 		})
 	}
 }
+
+// TestBusyFloodLoggedOnce: a flood of deliveries refused for the
+// in-flight budget is logged once per interval with how many, not a line
+// each; every refusal is counted (Count, the delivery metric).
+func TestBusyFloodLoggedOnce(t *testing.T) {
+	var logs bytes.Buffer
+	h, err := webhook.New(webhook.Config{Secret: secret, AppSlug: "prq-bot", MaxBytes: 1 << 20, MaxInFlightBytes: 3 << 19},
+		&recorder{}, &recorder{}, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy := 0
+	h.Count = func(event, outcome string) {
+		if outcome == "busy" {
+			busy++
+		}
+	}
+	g := newGated(1 << 20)
+	req := httptest.NewRequest(http.MethodPost, "/webhook", g)
+	req.ContentLength = 1 << 20
+	req.Header.Set("X-GitHub-Event", "ping")
+	req.Header.Set("X-GitHub-Delivery", "d-held")
+	done := make(chan struct{})
+	go func() { h.ServeHTTP(httptest.NewRecorder(), req); close(done) }()
+	<-g.started
+	big := bytes.Repeat([]byte("y"), 1<<20)
+	for i := range 50 {
+		if w := send(h, "ping", fmt.Sprintf("d-%d", i), big, nil); w.Code != http.StatusServiceUnavailable {
+			t.Fatalf("delivery %d: %d, want 503 busy", i, w.Code)
+		}
+	}
+	close(g.release)
+	<-done
+	if busy != 50 {
+		t.Fatalf("%d busy refusals counted, want 50", busy)
+	}
+	if n := strings.Count(logs.String(), "webhook busy"); n != 1 || strings.Contains(logs.String(), "level=ERROR") {
+		t.Fatalf("%d busy lines for 50 refusals (want 1, not an ERROR each):\n%s", n, logs.String())
+	}
+}

@@ -108,6 +108,34 @@ type Handler struct {
 	log    *slog.Logger
 	// Count, when set, is told of each delivery's event and outcome.
 	Count func(event, outcome string)
+	busy  busyLog
+}
+
+// busyInterval is how often a flood of deliveries refused for the
+// in-flight budget is logged (once, with how many); each is counted.
+const busyInterval = 10 * time.Second
+
+// busyLog logs refusals for the in-flight budget once per interval.
+type busyLog struct {
+	mu      sync.Mutex
+	now     func() time.Time
+	last    time.Time
+	refused int // since last
+}
+
+// note counts a refusal and reports whether to log now, with how many
+// were refused since the last line.
+func (b *busyLog) note() (int, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.refused++
+	now := b.now()
+	if !b.last.IsZero() && now.Sub(b.last) < busyInterval {
+		return 0, false
+	}
+	n := b.refused
+	b.last, b.refused = now, 0
+	return n, true
 }
 
 // New returns the receiver; it refuses an empty secret.
@@ -139,7 +167,7 @@ func New(cfg Config, q Queue, plans Plans, log *slog.Logger) (*Handler, error) {
 		}
 		cfg.ChatAssociations[i] = a
 	}
-	return &Handler{cfg: cfg, budget: &byteBudget{max: cfg.MaxInFlightBytes}, queue: q, plans: plans, log: log}, nil
+	return &Handler{cfg: cfg, budget: &byteBudget{max: cfg.MaxInFlightBytes}, queue: q, plans: plans, log: log, busy: busyLog{now: time.Now}}, nil
 }
 
 // Errors of verification.
@@ -193,6 +221,15 @@ func (h *Handler) reply(w http.ResponseWriter, r *http.Request, event string, o 
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(o.status)
 	body := map[string]string{"result": o.what}
+	if errors.Is(err, ErrBusy) {
+		// a flood: one line per interval, each refusal counted (Count)
+		body["error"] = err.Error()
+		if n, ok := h.busy.note(); ok {
+			h.log.WarnContext(r.Context(), "webhook busy: deliveries refused for the in-flight budget", "refused", n,
+				"max_in_flight_bytes", h.cfg.MaxInFlightBytes, "logged_every", busyInterval)
+		}
+		err = nil
+	}
 	if err != nil {
 		body["error"] = err.Error()
 		level := slog.LevelInfo

@@ -16,7 +16,7 @@ import (
 
 func runGateway(ctx context.Context, env *cmdEnv, args []string) error {
 	var admit bool
-	cfg, help, err := setup(env, "gateway", "Serves only the OpenAI-compatible LLM gateway (/v1/chat/completions, /v1/models), stateless like serve: run as many as needed. Its requests are admitted by the workers' admission loops, in the same order as PR jobs.", config.ModeCheck, args,
+	cfg, help, err := setup(env, "gateway", "Serves only the LLM gateway (/v1/chat/completions, /v1/responses, /v1/embeddings, /v1/messages, /v1/models), stateless like serve: run as many as needed. Its requests are admitted by the workers' admission loops, in the same order as PR jobs.", config.ModeCheck, args,
 		func(fs *flag.FlagSet) {
 			fs.BoolVar(&admit, "admit", false, "also run an admission loop here, for a gateway without prq workers (with workers, leave it off)")
 		})

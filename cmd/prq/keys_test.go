@@ -60,6 +60,12 @@ func TestKeysCommand(t *testing.T) {
 			t.Errorf("prq %v: no error", args)
 		}
 	}
+	// limits the limiters cannot hold are refused, naming the flag
+	for flag, v := range map[string]string{"--tpm": "100000000000", "--quota-tokens": "9223372036854775807"} {
+		if _, err := prq("keys", "create", "big", flag, v); err == nil || !strings.Contains(err.Error(), flag) {
+			t.Errorf("prq keys create big %s %s: %v, want an error naming %s", flag, v, err, flag)
+		}
+	}
 }
 
 // TestGatewayCommand: prq gateway --admit serves the endpoint alone, with

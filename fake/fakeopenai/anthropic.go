@@ -83,18 +83,32 @@ func blockText(raw json.RawMessage) (string, bool) {
 		return s, true
 	}
 	var blocks []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
+		Type    string          `json:"type"`
+		Text    string          `json:"text"`
+		Name    string          `json:"name"`
+		Input   json.RawMessage `json:"input"`
+		Content json.RawMessage `json:"content"`
 	}
 	if json.Unmarshal(raw, &blocks) != nil {
 		return "", false
 	}
 	var b strings.Builder
 	for _, bl := range blocks {
-		if bl.Type != "text" {
+		switch bl.Type {
+		case "text":
+			b.WriteString(bl.Text)
+		case "tool_use": // a call in the history, as its name and input
+			b.WriteString(bl.Name + string(bl.Input))
+		case "tool_result":
+			text, ok := blockText(bl.Content)
+			if !ok {
+				return "", false
+			}
+			b.WriteString(text)
+		case "thinking", "redacted_thinking":
+		default:
 			return "", false
 		}
-		b.WriteString(bl.Text)
 	}
 	return b.String(), true
 }
@@ -163,6 +177,9 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		add(msg.Role, text)
 	}
 	tool := ""
+	if tc := req.ToolChoice; tc != nil && tc.Type == "any" && len(req.Tools) > 0 { // any: the first tool
+		tc.Type, tc.Name = "tool", req.Tools[0].Name
+	}
 	if tc := req.ToolChoice; tc != nil && tc.Type == "tool" {
 		for _, t := range req.Tools {
 			if t.Name == tc.Name {
@@ -272,6 +289,11 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	text, finish := s.answer(chat)
+	if obj := map[string]any(nil); tool != "" && json.Unmarshal([]byte(text), &obj) != nil {
+		// a prompt other than a review: the tool's schema's example (tools.go)
+		b, _ := json.Marshal(exampleOf(chat.ResponseFormat.JSONSchema.Schema))
+		text = string(b)
+	}
 	toks, _, _ := s.codec.Encode(text)
 	if int64(len(toks)) > maxOut {
 		text, _ = s.codec.Decode(toks[:maxOut])

@@ -37,7 +37,7 @@ func azureLimitHeaders(h http.Header) {
 func (s *Server) azure(w http.ResponseWriter, r *http.Request) {
 	_, rest, _ := strings.Cut(r.URL.Path, "/openai/deployments/")
 	deployment, op, _ := strings.Cut(rest, "/")
-	if op != "chat/completions" || r.Method != http.MethodPost {
+	if (op != "chat/completions" && op != "embeddings") || r.Method != http.MethodPost {
 		writeAzureError(w, http.StatusNotFound, "404", "Resource not found")
 		return
 	}
@@ -57,6 +57,10 @@ func (s *Server) azure(w http.ResponseWriter, r *http.Request) {
 	}
 	if _, ok := s.models[model]; !ok || deployment == "" {
 		writeAzureError(w, http.StatusNotFound, "DeploymentNotFound", "The API deployment for this resource does not exist. If you created the deployment within the last 5 minutes, please wait a moment and try again.")
+		return
+	}
+	if op == "embeddings" {
+		s.embeddings(w, r, r.Header.Get("api-key"), model)
 		return
 	}
 	s.completions(w, r, r.Header.Get("api-key"), model)

@@ -370,6 +370,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s.completions(w, r, key, "")
+	case strings.HasSuffix(r.URL.Path, "/embeddings") && r.Method == http.MethodPost:
+		key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || !s.keyOK(key) {
+			writeError(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", "Incorrect API key provided.")
+			return
+		}
+		s.embeddings(w, r, key, "") // embeddings.go
 	case strings.HasSuffix(r.URL.Path, "/models") && r.Method == http.MethodGet:
 		s.listModels(w, r)
 	case strings.HasSuffix(r.URL.Path, "/v1/messages") && r.Method == http.MethodPost:
@@ -669,6 +676,14 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, key, deploy
 			return
 		case <-time.After(latency):
 		}
+	}
+	if call, ok := forcedTool(body); ok { // tools.go
+		out := s.replyToolCall(w, r, m.Name, now, call, prompt, req.Stream, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
+		s.mu.Lock()
+		st.CompletionToks += out
+		s.mu.Unlock()
+		complete = r.Context().Err() == nil
+		return
 	}
 	text, finish := s.answer(req)
 	if s.cfg.Verbose && finish == "stop" {

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -120,6 +121,11 @@ func runAgents(ctx context.Context, n int, stdout io.Writer) error {
 		}
 	}
 	writeAgents(stdout, results)
+	apis, err := runAPIs(ctx, rdb, n)
+	if err != nil {
+		return fmt.Errorf("bench agents: per API: %w", err)
+	}
+	writeAPIs(stdout, apis)
 	return nil
 }
 
@@ -394,4 +400,274 @@ func writeAgents(out io.Writer, rs []agentsResult) {
 	row("chat questions answered / failed", func(r agentsResult) string { return fmt.Sprintf("%d / %d", len(r.ChatLatency), r.ChatFailed) })
 	row("batch tokens/s answered (refill 4000/s)", func(r agentsResult) string { return fmt.Sprintf("%.0f", r.BatchTokensPerSecond) })
 	row("provider 429s", func(r agentsResult) string { return strconv.FormatInt(r.Provider429, 10) })
+}
+
+// The second seed's experiment through each API: agents of two kinds —
+// A (a 1,000-token quota, 20 concurrent requests with an output cap of
+// 500) and B (200 tokens, 4 requests) — send one burst each through chat
+// completions, Responses, Messages and embeddings (input only, some 65
+// tokens a request), to prq's gateway and to a count-after-the-fact
+// limiter in front of the same gateway (keys without quotas: it only
+// translates), against the fake provider answering briefly, as agents'
+// models mostly do. Each agent's tokens are summed from its replies'
+// usage.
+const (
+	apiModel     = "gpt-4o-mini"
+	apiEmbedding = "text-embedding-3-small"
+)
+
+// agentKind is A or B of the second seed's setting.
+type agentKind struct {
+	name      string
+	quota     int64
+	requests  int
+	maxTokens int
+}
+
+var agentKinds = []agentKind{{"A", 1000, 20, 500}, {"B", 200, 4, 500}}
+
+// apiCase is one API's request and how its reply counts.
+type apiCase struct {
+	name, path string
+	body       func(model string, maxTokens int, text string) []byte
+}
+
+var embeddingText = strings.Repeat("The design keeps admission exact across processes. ", 8)
+
+var apiCases = []apiCase{
+	{"chat completions", "/chat/completions", func(model string, max int, text string) []byte {
+		b, _ := json.Marshal(map[string]any{"model": model, "max_tokens": max, "messages": []map[string]string{{"role": "user", "content": text}}})
+		return b
+	}},
+	{"responses", "/responses", func(model string, max int, text string) []byte {
+		b, _ := json.Marshal(map[string]any{"model": model, "max_output_tokens": max, "input": text})
+		return b
+	}},
+	{"messages", "/messages", func(model string, max int, text string) []byte {
+		b, _ := json.Marshal(map[string]any{"model": model, "max_tokens": max, "messages": []map[string]string{{"role": "user", "content": text}}})
+		return b
+	}},
+	{"embeddings", "/embeddings", func(string, int, string) []byte {
+		b, _ := json.Marshal(map[string]any{"model": apiEmbedding, "input": embeddingText})
+		return b
+	}},
+}
+
+// apiResult is one (API, strategy)'s figures: tokens per agent by kind.
+type apiResult struct {
+	api, strategy     string
+	perAgent          map[string][]int64 // kind → tokens of each agent
+	answered, refused int
+	upstreamRefused   int64
+}
+
+// apiCall posts one request of c and returns its status and usage.
+func apiCall(ctx context.Context, url, key string, c apiCase, model string, max int, text string) (int, int64) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+c.path, bytes.NewReader(c.body(model, max, text)))
+	if err != nil {
+		return 0, 0
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := agentsClient.Do(req)
+	if err != nil {
+		return 0, 0
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var u struct {
+		Usage struct {
+			Total  int64 `json:"total_tokens"`
+			Input  int64 `json:"input_tokens"`
+			Output int64 `json:"output_tokens"`
+		} `json:"usage"`
+	}
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(raw, &u) != nil {
+		return resp.StatusCode, 0
+	}
+	if u.Usage.Total > 0 {
+		return resp.StatusCode, u.Usage.Total
+	}
+	return resp.StatusCode, u.Usage.Input + u.Usage.Output
+}
+
+// apiStack is prq's gateway on the fake for the per-API experiment.
+type apiStack struct {
+	url  string
+	keys *gateway.Keys
+	fake *fakeopenai.Server
+	stop func()
+}
+
+func startAPIStack(ctx context.Context, rdb *redis.Client) (*apiStack, error) {
+	fake := fakeopenai.New(fakeopenai.Config{Period: time.Minute, Keys: []string{upstreamKey}, Seed: 3, Models: []fakeopenai.Model{
+		{Name: apiModel, RPM: 100000, TPM: 10_000_000, Latency: 200 * time.Millisecond, Jitter: 100 * time.Millisecond},
+		{Name: apiEmbedding, RPM: 100000, TPM: 10_000_000, Latency: 200 * time.Millisecond},
+	}})
+	furl, fclose, err := harness.ListenServe(fake)
+	if err != nil {
+		return nil, err
+	}
+	buckets := map[string]*ratelimit.Bucket{}
+	for _, name := range []string{apiModel, apiEmbedding} {
+		b, err := ratelimit.NewBucket(rdb, name, upstreamKey, ratelimit.Limits{RequestsPerPeriod: 100000, TokensPerPeriod: 10_000_000})
+		if err != nil {
+			fclose()
+			return nil, err
+		}
+		buckets[name] = b
+	}
+	log := slog.New(slog.DiscardHandler)
+	sched, err := admission.New(rdb, buckets, nil, nil, admission.Config{}, log)
+	if err != nil {
+		fclose()
+		return nil, err
+	}
+	lctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); sched.Run(lctx, admission.RunConfig{Capacity: func() int { return 256 }}) }()
+	waiter, err := sched.NewWaiter(lctx, 0)
+	if err != nil {
+		cancel()
+		<-done
+		fclose()
+		return nil, err
+	}
+	keys := gateway.NewKeys(rdb)
+	gw, err := gateway.New(gateway.Config{Models: map[string]gateway.Model{apiModel: {}, apiEmbedding: {}}, UpstreamURL: furl + "/v1", UpstreamKey: upstreamKey, Log: log},
+		keys, sched, waiter, rdb, nil)
+	var url string
+	var closeHTTP func()
+	if err == nil {
+		url, closeHTTP, err = harness.ListenServe(gw.Handler())
+	}
+	if err != nil {
+		waiter.Close()
+		cancel()
+		<-done
+		fclose()
+		return nil, err
+	}
+	return &apiStack{url: url + "/v1", keys: keys, fake: fake, stop: func() { closeHTTP(); waiter.Close(); cancel(); <-done; fclose() }}, nil
+}
+
+// runAPIs runs the per-API experiment with n agents (even ones of kind
+// A, odd ones B).
+func runAPIs(ctx context.Context, rdb *redis.Client, n int) ([]apiResult, error) {
+	var out []apiResult
+	for _, strategy := range []string{"prq gateway", "count after the fact"} {
+		if err := rdb.FlushDB(ctx).Err(); err != nil { // our own redis-server
+			return nil, err
+		}
+		st, err := startAPIStack(ctx, rdb)
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range apiCases {
+			r, err := runAPI(ctx, st, strategy, c, n)
+			if err != nil {
+				st.stop()
+				return nil, err
+			}
+			out = append(out, r)
+		}
+		st.stop()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+	}
+	return out, nil
+}
+
+func runAPI(ctx context.Context, st *apiStack, strategy string, c apiCase, n int) (apiResult, error) {
+	res := apiResult{api: c.name, strategy: strategy, perAgent: map[string][]int64{}}
+	url := st.url
+	secrets := make([]string, n)
+	kinds := make([]agentKind, n)
+	var atf *baseline.AfterTheFact
+	if strategy != "prq gateway" {
+		// the baseline's limiter in front of the gateway, whose key has no quota
+		open, _, err := st.keys.Create(ctx, gateway.Spec{Name: "baseline", Tier: "paid"})
+		if err != nil {
+			return res, err
+		}
+		atf = &baseline.AfterTheFact{Upstream: st.url, UpstreamKey: open, Quotas: map[string]int64{}, Client: agentsClient}
+		u, closeHTTP, err := harness.ListenServe(atf)
+		if err != nil {
+			return res, err
+		}
+		defer closeHTTP()
+		url = u + "/v1"
+	}
+	for i := range n {
+		kinds[i] = agentKinds[i%2]
+		if atf != nil {
+			secrets[i] = fmt.Sprintf("%s-agent-%d", c.name, i)
+			atf.Quotas[secrets[i]] = kinds[i].quota
+			continue
+		}
+		s, _, err := st.keys.Create(ctx, gateway.Spec{Name: fmt.Sprintf("%s-agent-%d", c.name, i), Tier: "paid", QuotaTokens: kinds[i].quota, QuotaPeriod: ratelimit.Day})
+		if err != nil {
+			return res, err
+		}
+		secrets[i] = s
+	}
+	model := apiModel
+	if c.path == "/embeddings" {
+		model = apiEmbedding
+	}
+	calls0 := st.fake.Stats()[model].Requests
+	tokens := make([]int64, n)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := range n {
+		for j := range kinds[i].requests {
+			wg.Go(func() {
+				code, used := apiCall(ctx, url, secrets[i], c, apiModel, kinds[i].maxTokens, fmt.Sprintf("Agent %d, task %d: summarise the design document.", i, j))
+				mu.Lock()
+				defer mu.Unlock()
+				switch code {
+				case http.StatusOK:
+					res.answered++
+					tokens[i] += used
+				case http.StatusForbidden, http.StatusTooManyRequests:
+					res.refused++
+				}
+			})
+		}
+	}
+	wg.Wait()
+	res.upstreamRefused = st.fake.Stats()[model].Requests - calls0 - int64(res.answered)
+	for i := range n {
+		res.perAgent[kinds[i].name] = append(res.perAgent[kinds[i].name], tokens[i])
+	}
+	return res, nil
+}
+
+// writeAPIs prints, for each API, each kind's tokens per agent against
+// its quota, prq's gateway beside the baseline.
+func writeAPIs(out io.Writer, rs []apiResult) {
+	fmt.Fprintf(out, "\nper API: agents A (quota 1000, 20 concurrent, max_tokens 500) and B (quota 200, 4 concurrent); tokens per agent min / mean / max\n")
+	fmt.Fprintf(out, "%-18s %-22s %-24s %-20s %-14s %-18s %s\n", "API", "strategy", "A (quota 1000)", "B (quota 200)", "over quota", "answered/refused", "upstream for refused")
+	for _, r := range rs {
+		over, agents := 0, 0
+		cell := func(k agentKind) string {
+			v := r.perAgent[k.name]
+			if len(v) == 0 {
+				return "-"
+			}
+			var sum int64
+			for _, x := range v {
+				sum += x
+				if x > k.quota {
+					over++
+				}
+			}
+			agents += len(v)
+			return fmt.Sprintf("%d / %d / %d", slices.Min(v), sum/int64(len(v)), slices.Max(v))
+		}
+		a, b := cell(agentKinds[0]), cell(agentKinds[1])
+		fmt.Fprintf(out, "%-18s %-22s %-24s %-20s %-14s %-18s %d\n", r.api, r.strategy, a, b, fmt.Sprintf("%d of %d", over, agents),
+			fmt.Sprintf("%d / %d", r.answered, r.refused), r.upstreamRefused)
+	}
 }

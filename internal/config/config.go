@@ -181,6 +181,13 @@ type ModelConfig struct {
 	// gpt-4o, gpt-4.1, gpt-5 and o-series models, text for Claude,
 	// json_object otherwise.
 	OutputFormat string `yaml:"output_format"`
+	// Fallbacks are the models a gateway request moves to, in order,
+	// when this one cannot serve it: every key paused, not admitted
+	// within gateway.fallback_wait, or the provider failing the call. It
+	// moves through admission (the fallback's bucket, the key's same
+	// quota); the fallbacks' own fallbacks are not followed. Defaults to
+	// none.
+	Fallbacks []string `yaml:"fallbacks"`
 }
 
 // JobsConfig picks the model of each job kind.
@@ -297,6 +304,9 @@ type GatewayConfig struct {
 	// StreamIdle is the longest a stream may go without a line from the
 	// provider before the gateway ends it. Defaults to 60s.
 	StreamIdle Duration `yaml:"stream_idle"`
+	// FallbackWait is the longest a request waits for admission on a
+	// model with fallbacks before it moves to the next. Defaults to 10s.
+	FallbackWait Duration `yaml:"fallback_wait"`
 }
 
 // QuotaSettings configures tenant quotas.
@@ -584,6 +594,9 @@ func (c *Config) Validate(m Mode) error {
 	if c.Gateway.HeaderTimeout.D() < 0 || c.Gateway.StreamIdle.D() < 0 {
 		bad("gateway.header_timeout", "header_timeout and stream_idle must not be negative")
 	}
+	if c.Gateway.FallbackWait.D() < 0 {
+		bad("gateway.fallback_wait", "must not be negative, got %s", c.Gateway.FallbackWait.D())
+	}
 	if c.Gateway.MinOutput < 0 {
 		bad("gateway.min_output", "must not be negative, got %d", c.Gateway.MinOutput)
 	}
@@ -627,6 +640,20 @@ func (c *Config) Validate(m Mode) error {
 			if _, err := llm.ParseFormatType(mc.OutputFormat); err != nil {
 				bad("models."+mc.Name+".output_format", "%q: want json_schema, json_object or text", mc.OutputFormat)
 			}
+		}
+	}
+	for _, mc := range c.Models {
+		seen := map[string]bool{}
+		for _, f := range mc.Fallbacks {
+			switch {
+			case f == mc.Name:
+				bad("models."+mc.Name+".fallbacks", "names the model itself")
+			case seen[f]:
+				bad("models."+mc.Name+".fallbacks", "names %q twice", f)
+			case !models[f]:
+				bad("models."+mc.Name+".fallbacks", "%q is not a configured model", f)
+			}
+			seen[f] = true
 		}
 	}
 	c.validateProviders(bad, m == ModeWorker || m == ModeAll)

@@ -73,6 +73,12 @@ func TestWeakSecretsRefused(t *testing.T) {
 		{"short", "k3P9qZ", "shorter than 16"},
 		{"fifteen bytes", "abcdefghij12345", "shorter than 16"},
 		{"sixteen bytes", "abcdefghij123456", ""},
+		{"sixteen spaces", "                ", "whitespace"},
+		{"seventeen newlines", "\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n", "whitespace"},
+		{"a trailing newline", strong + "\n", "line break"},
+		{"a CR inside", "3f9c1e0b7a5d\r42c8e6f1a9b0c7d2", "line break"},
+		{"a tab inside", "3f9c1e0b7a5d\t42c8e6f1a9b0c7d2", "control character"},
+		{"padded", " " + strong + " ", "whitespace"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

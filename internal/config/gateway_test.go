@@ -8,6 +8,12 @@ import (
 	"time"
 )
 
+func fallbackModels(list string) string {
+	return "jobs:\n  summary_model: a\n  review_model: a\n  chat_model: a\nmodels:\n" +
+		"  - name: a\n    requests_per_minute: 10\n    tokens_per_minute: 10000\n    fallbacks: " + list + "\n" +
+		"  - name: b\n    requests_per_minute: 10\n    tokens_per_minute: 10000\n"
+}
+
 func TestGatewaySettings(t *testing.T) {
 	tests := []struct {
 		name string
@@ -19,6 +25,11 @@ func TestGatewaySettings(t *testing.T) {
 		{"negative wait", "gateway:\n  max_wait: -1s\n", "gateway.max_wait"},
 		{"negative output", "gateway:\n  min_output: -4\n", "gateway.min_output"},
 		{"quota week", "quota:\n  period: week\n", ""},
+		{"negative fallback wait", "gateway:\n  fallback_wait: -1s\n", "gateway.fallback_wait"},
+		{"fallbacks", fallbackModels("[b]"), ""},
+		{"fallback to itself", fallbackModels("[a]"), "models.a.fallbacks"},
+		{"fallback twice", fallbackModels("[b, b]"), "models.a.fallbacks"},
+		{"fallback unknown", fallbackModels("[c]"), `"c" is not a configured model`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

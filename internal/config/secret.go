@@ -19,10 +19,23 @@ var placeholders = map[string]bool{
 	"123456": true, "1234567890": true, "xxx": true, "foo": true, "foobar": true, "prq": true,
 }
 
-// WeakSecret says why s is unfit as a secret ("" when it is fine): a
-// placeholder, one character repeated, or shorter than MinSecretBytes.
-// The text never contains s.
+// WeakSecret says why s is unfit as a secret ("" when it is fine): only
+// whitespace, a line break or another control character in it (an HTTP
+// header cannot carry one, and a value read from a file often ends with
+// one), whitespace around it (headers drop it), a placeholder, one
+// character repeated, or shorter than MinSecretBytes. The text never
+// contains s.
 func WeakSecret(s string) string {
+	switch {
+	case s != "" && strings.TrimSpace(s) == "":
+		return "is only whitespace; generate one: openssl rand -hex 32"
+	case strings.ContainsAny(s, "\r\n"):
+		return "contains a line break (CR or LF; a value read from a file keeps its last newline); remove it, or generate one: openssl rand -hex 32"
+	case strings.IndexFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0:
+		return "contains a control character; generate one: openssl rand -hex 32"
+	case strings.TrimSpace(s) != s:
+		return "begins or ends with whitespace, which HTTP headers drop; remove it"
+	}
 	norm := strings.Map(func(r rune) rune {
 		switch {
 		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':

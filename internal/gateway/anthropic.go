@@ -452,7 +452,7 @@ func (g *Gateway) forwardAnthropic(w http.ResponseWriter, r *http.Request, q *re
 	if err != nil {
 		g.settle(bg, q, nil, true)
 		if ctx.Err() == nil {
-			apiError(w, http.StatusBadGateway, "server_error", "", "The provider's reply was cut off.")
+			q.fail(w, http.StatusBadGateway, "server_error", "", "The provider's reply was cut off.")
 		}
 		return
 	}
@@ -464,7 +464,7 @@ func (g *Gateway) forwardAnthropic(w http.ResponseWriter, r *http.Request, q *re
 	if err := json.Unmarshal(body, &reply); err != nil || reply.Type != "message" {
 		g.settle(bg, q, nil, true) // it ran: never overshoot
 		g.log.WarnContext(ctx, "gateway: an Anthropic reply could not be read", "key", q.key.ID, "model", q.model, "err", err, "type", reply.Type)
-		apiError(w, http.StatusBadGateway, "server_error", "", "The provider's reply could not be read.")
+		q.fail(w, http.StatusBadGateway, "server_error", "", "The provider's reply could not be read.")
 		return
 	}
 	g.settle(bg, q, reply.usage(), true)
@@ -650,7 +650,7 @@ func (g *Gateway) anthropicError(w http.ResponseWriter, r *http.Request, q *requ
 		// the gateway's own key or account: not the client's fault
 		g.settleNothing(bg, q)
 		g.log.ErrorContext(ctx, "gateway: the provider refused the gateway's key", "status", status, "type", e.Error.Type, "model", q.model)
-		apiError(w, http.StatusBadGateway, "server_error", "upstream_auth", "The provider refused the gateway's credentials; the gateway's operator has been told. Your key is fine.")
+		q.fail(w, http.StatusBadGateway, "server_error", "upstream_auth", "The provider refused the gateway's credentials; the gateway's operator has been told. Your key is fine.")
 		return
 	case status == http.StatusTooManyRequests:
 		g.settle(bg, q, nil, false)
@@ -658,16 +658,16 @@ func (g *Gateway) anthropicError(w http.ResponseWriter, r *http.Request, q *requ
 			w.Header().Set("Retry-After", v)
 		}
 		g.keyHeaders(bg, w.Header(), q)
-		apiError(w, http.StatusTooManyRequests, "requests", "rate_limit_exceeded", "The provider's rate limit was reached ("+e.Error.Type+"): "+e.Error.Message)
+		q.fail(w, http.StatusTooManyRequests, "requests", "rate_limit_exceeded", "The provider's rate limit was reached ("+e.Error.Type+"): "+e.Error.Message)
 	case status == 529:
 		g.settle(bg, q, nil, true)
 		g.keyHeaders(bg, w.Header(), q)
-		apiError(w, http.StatusServiceUnavailable, "server_error", "overloaded", "The provider is overloaded; try again later.")
+		q.fail(w, http.StatusServiceUnavailable, "server_error", "overloaded", "The provider is overloaded; try again later.")
 	case status >= 500:
 		g.settle(bg, q, nil, true)
 		g.log.WarnContext(ctx, "gateway: Anthropic failed", "status", status, "type", e.Error.Type, "model", q.model)
 		g.keyHeaders(bg, w.Header(), q)
-		apiError(w, http.StatusBadGateway, "server_error", "", fmt.Sprintf("The provider failed (%d %s).", status, e.Error.Type))
+		q.fail(w, http.StatusBadGateway, "server_error", "", fmt.Sprintf("The provider failed (%d %s).", status, e.Error.Type))
 	default:
 		g.settle(bg, q, nil, false)
 		g.keyHeaders(bg, w.Header(), q)
@@ -675,6 +675,6 @@ func (g *Gateway) anthropicError(w http.ResponseWriter, r *http.Request, q *requ
 		if msg == "" {
 			msg = http.StatusText(status)
 		}
-		apiError(w, status, "invalid_request_error", "", "The provider refused the request: "+msg)
+		q.fail(w, status, "invalid_request_error", "", "The provider refused the request: "+msg)
 	}
 }

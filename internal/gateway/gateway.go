@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"net/http"
@@ -40,7 +39,14 @@ type Model struct {
 	// Deployment is the Azure deployment serving the model (KindAzure).
 	// Defaults to the model's name.
 	Deployment string
+	// Fallbacks are the models a request moves to, in order, when this
+	// one cannot serve it (fallback.go); theirs are not followed.
+	Fallbacks []string
 }
+
+// quotaReservationTTL bounds how long the reservation of a call whose
+// process died holds the key's quota (it then stays spent).
+const quotaReservationTTL = 30 * time.Minute
 
 // maxChoices bounds n (OpenAI's limit).
 const maxChoices = 128
@@ -85,8 +91,23 @@ type Config struct {
 	// (403) when the key's quota left is below input + MinOutput.
 	// Defaults to 16.
 	MinOutput int64
-	// MaxBody bounds a request body. Defaults to 8 MiB.
+	// FallbackWait is the longest a request waits for admission on a
+	// model with fallbacks before it moves to the next. Defaults to 10s.
+	FallbackWait time.Duration
+	// MaxBody bounds a request body. Defaults to 8 MiB. A key with a
+	// quota is bounded further, before its body is read, by what it could
+	// ever pay for: 256 bytes per token it has left (twice the longest
+	// token) plus 64 KiB.
 	MaxBody int64
+	// MaxDepth bounds the nesting of a body's arrays and objects.
+	// Defaults to 64.
+	MaxDepth int
+	// MaxItems bounds the elements of one array and the members of one
+	// object of a body. Defaults to 10000.
+	MaxItems int
+	// MaxValues bounds the JSON values of a whole body. Defaults to
+	// 524288.
+	MaxValues int
 	// Log defaults to discarding. Requests and replies are never logged.
 	Log *slog.Logger
 }
@@ -107,6 +128,8 @@ type Admission interface {
 	Settle(ctx context.Context, model, id string, actual ratelimit.Cost) error
 	Withdraw(ctx context.Context, model, id string) (bool, error)
 	KeyOf(ctx context.Context, model, id string) (int, error)
+	// Paused names the models paused whole or on every key.
+	Paused(ctx context.Context) map[string]string
 }
 
 // Waiter waits for a ticket's admission (an *admission.Waiter).
@@ -133,10 +156,11 @@ type Gateway struct {
 	metrics *Metrics
 	log     *slog.Logger
 
-	tokenizers map[string]*ratelimit.Tokenizer
-	quotas     map[ratelimit.Period]*ratelimit.Quota
-	tpmMu      sync.Mutex
-	tpm        map[string]*ratelimit.Bucket // key id → its tokens-per-minute bucket
+	counters map[string]*counter // by model
+	quotas   map[ratelimit.Period]*ratelimit.Quota
+	held     *ledger
+	tpmMu    sync.Mutex
+	tpm      map[string]*ratelimit.Bucket // key id → its tokens-per-minute bucket
 }
 
 // New returns a gateway. metrics may be nil.
@@ -148,6 +172,8 @@ func New(cfg Config, keys *Keys, adm Admission, waiter Waiter, rdb redis.Univers
 		return nil, errors.New("gateway: keys, admission, waiter and Redis are required")
 	case cfg.MaxWait < 0 || cfg.MinOutput < 0 || cfg.Timeout < 0 || cfg.HeaderTimeout < 0 || cfg.StreamIdle < 0 || cfg.MaxLine < 0:
 		return nil, errors.New("gateway: MaxWait, MinOutput, Timeout, HeaderTimeout, StreamIdle and MaxLine must not be negative")
+	case cfg.MaxBody < 0 || cfg.MaxDepth < 0 || cfg.MaxItems < 0 || cfg.MaxValues < 0:
+		return nil, errors.New("gateway: MaxBody, MaxDepth, MaxItems and MaxValues must not be negative")
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 120 * time.Second
@@ -174,6 +200,18 @@ func New(cfg Config, keys *Keys, adm Admission, waiter Waiter, rdb redis.Univers
 	}
 	if cfg.MaxBody == 0 {
 		cfg.MaxBody = 8 << 20
+	}
+	if cfg.FallbackWait <= 0 {
+		cfg.FallbackWait = 10 * time.Second
+	}
+	if cfg.MaxDepth == 0 {
+		cfg.MaxDepth = 64
+	}
+	if cfg.MaxItems == 0 {
+		cfg.MaxItems = 10000
+	}
+	if cfg.MaxValues == 0 {
+		cfg.MaxValues = 1 << 19
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
@@ -214,10 +252,15 @@ func New(cfg Config, keys *Keys, adm Admission, waiter Waiter, rdb redis.Univers
 	}
 	cfg.Models = models // the caller's map is left as it was
 	g := &Gateway{cfg: cfg, keys: keys, adm: adm, waiter: waiter, rdb: rdb, metrics: metrics, log: cfg.Log,
-		tokenizers: map[string]*ratelimit.Tokenizer{}, quotas: map[ratelimit.Period]*ratelimit.Quota{}, tpm: map[string]*ratelimit.Bucket{}}
+		counters: map[string]*counter{}, held: newLedger(rdb, quotaReservationTTL), quotas: map[ratelimit.Period]*ratelimit.Quota{}, tpm: map[string]*ratelimit.Bucket{}}
 	for name, m := range cfg.Models {
 		if _, ok := adm.Bucket(name); !ok {
 			return nil, fmt.Errorf("gateway: model %s has no admission bucket", name)
+		}
+		for _, f := range m.Fallbacks {
+			if _, ok := cfg.Models[f]; !ok || f == name {
+				return nil, fmt.Errorf("gateway: model %s: fallback %q is not another served model", name, f)
+			}
 		}
 		if m.MaxOutput <= 0 {
 			m.MaxOutput = ratelimit.DefaultMaxOutput
@@ -231,10 +274,12 @@ func New(cfg Config, keys *Keys, adm Admission, waiter Waiter, rdb redis.Univers
 		if err != nil {
 			return nil, err
 		}
-		g.tokenizers[name] = tk
+		if g.counters[name], err = newCounter(tk); err != nil {
+			return nil, err
+		}
 	}
 	for _, p := range []ratelimit.Period{ratelimit.Hour, ratelimit.Day, ratelimit.Week, ratelimit.Month} {
-		q, err := ratelimit.NewQuota(rdb, ratelimit.QuotaConfig{Period: p, MinOutput: cfg.MinOutput})
+		q, err := ratelimit.NewQuota(rdb, ratelimit.QuotaConfig{Period: p, MinOutput: cfg.MinOutput, ReservationTTL: quotaReservationTTL})
 		if err != nil {
 			return nil, err
 		}
@@ -243,65 +288,77 @@ func New(cfg Config, keys *Keys, adm Admission, waiter Waiter, rdb redis.Univers
 	return g, nil
 }
 
-// Handler serves POST /v1/chat/completions and GET /v1/models.
+// Handler serves the gateway's routes: POST /v1/chat/completions,
+// /v1/embeddings, /v1/responses and /v1/messages (with
+// /v1/messages/count_tokens), and GET /v1/models.
 func (g *Gateway) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/chat/completions", g.completions)
+	mux.HandleFunc("POST /v1/chat/completions", g.serve(apiChat, g.chat))
+	mux.HandleFunc("POST /v1/embeddings", g.serve(apiEmbeddings, g.embeddings))
+	mux.HandleFunc("POST /v1/responses", g.serve(apiResponses, g.responses))
+	mux.HandleFunc("/v1/responses/", storedResponse)
+	mux.HandleFunc("POST /v1/messages", g.serve(apiMessages, g.messages))
+	mux.HandleFunc("POST /v1/messages/count_tokens", g.serve(apiMessages, g.countTokens))
 	mux.HandleFunc("GET /v1/models", g.models)
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
-		apiError(w, http.StatusNotFound, "invalid_request_error", "unknown_url", fmt.Sprintf("Invalid URL (%s %s): the gateway serves POST /v1/chat/completions and GET /v1/models.", r.Method, r.URL.Path))
+		q := &request{api: apiChat}
+		if strings.HasPrefix(r.URL.Path, "/v1/messages") {
+			q.api = apiMessages
+		}
+		q.fail(w, http.StatusNotFound, "invalid_request_error", "unknown_url", fmt.Sprintf("Invalid URL (%s %s): the gateway serves POST /v1/chat/completions, /v1/embeddings, /v1/responses, /v1/messages and /v1/messages/count_tokens, and GET /v1/models.", r.Method, r.URL.Path))
 	})
 	return mux
 }
 
-// apiError writes an error in OpenAI's shape.
-func apiError(w http.ResponseWriter, status int, typ, code, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	var c any
-	if code != "" {
-		c = code
+// serve runs a route's handler on a request of api.
+func (g *Gateway) serve(a api, h func(w http.ResponseWriter, r *http.Request, q *request)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		// the server's write timeout bounds ordinary requests; this one
+		// may wait for admission and then stream for longer
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
+		sw := &statusWriter{ResponseWriter: w}
+		q := &request{started: time.Now(), api: a}
+		defer func() { g.metrics.request(q.key.ID, sw.status) }()
+		h(sw, r, q)
 	}
-	json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": c}})
 }
 
-// badRequest answers 400 for a request the gateway cannot take, naming
-// the parameter at fault when it is known.
-func badRequest(w http.ResponseWriter, err error) {
-	var param any
-	if re, ok := err.(*requestError); ok && re.param != "" {
-		param = re.param
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusBadRequest)
-	json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"message": err.Error(), "type": "invalid_request_error", "param": param, "code": nil}})
-}
-
-// authenticate reads the bearer key; on failure it has answered 401.
-func (g *Gateway) authenticate(w http.ResponseWriter, r *http.Request) (Key, bool) {
+// authenticate reads the key: a bearer token, or (Anthropic's way) an
+// x-api-key header; on failure it has answered 401.
+func (g *Gateway) authenticate(w http.ResponseWriter, r *http.Request, q *request) (Key, bool) {
 	scheme, secret, _ := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
-	if !strings.EqualFold(scheme, "bearer") || strings.TrimSpace(secret) == "" {
-		apiError(w, http.StatusUnauthorized, "invalid_request_error", "missing_api_key", "You didn't provide an API key. Provide a prq virtual key (prq-sk-...) as a bearer token.")
+	if !strings.EqualFold(scheme, "bearer") {
+		secret = ""
+	}
+	if strings.TrimSpace(secret) == "" {
+		secret = r.Header.Get("x-api-key")
+	}
+	if strings.TrimSpace(secret) == "" {
+		q.fail(w, http.StatusUnauthorized, "invalid_request_error", "missing_api_key", "You didn't provide an API key. Provide a prq virtual key (prq-sk-...) as a bearer token or in an x-api-key header.")
 		return Key{}, false
 	}
 	k, err := g.keys.Authenticate(r.Context(), strings.TrimSpace(secret))
 	switch {
 	case errors.Is(err, ErrUnknownKey):
-		apiError(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", "Incorrect API key provided.")
+		q.fail(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", "Incorrect API key provided.")
 		return Key{}, false
 	case errors.Is(err, ErrRevoked):
-		apiError(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", "This API key has been revoked.")
+		q.fail(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", "This API key has been revoked.")
+		return Key{}, false
+	case errors.Is(err, ErrInvalidRecord):
+		g.log.WarnContext(r.Context(), "gateway: a key's record cannot be enforced; refused until it is recreated", "err", err)
+		q.fail(w, http.StatusForbidden, "invalid_request_error", "invalid_key_record", "This key's limits cannot be enforced ("+strings.TrimPrefix(err.Error(), ErrInvalidRecord.Error()+": ")+"); its operator must recreate it.")
 		return Key{}, false
 	case err != nil:
 		g.log.ErrorContext(r.Context(), "gateway: authenticating a key failed", "err", err)
-		apiError(w, http.StatusServiceUnavailable, "server_error", "", "The gateway could not read its keys; try again.")
+		q.fail(w, http.StatusServiceUnavailable, "server_error", "", "The gateway could not read its keys; try again.")
 		return Key{}, false
 	}
 	return k, true
 }
 
 func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
-	k, ok := g.authenticate(w, r)
+	k, ok := g.authenticate(w, r, &request{api: apiChat})
 	if !ok {
 		return
 	}
@@ -355,17 +412,19 @@ func tenantOf(k Key) string { return "key:" + k.ID }
 
 // request is one request's state along its path.
 type request struct {
-	key     Key
-	id      string
-	model   string
-	input   int64
-	cap     int64 // per choice
-	n       int64 // choices
-	est     int64 // the provider's admission estimate: the bucket's charge
-	grant   *ratelimit.Grant
-	tpm     *ratelimit.Bucket
-	started time.Time
-	waited  time.Duration
+	key   Key
+	id    string
+	model string
+	input int64
+	cap   int64 // per choice
+	n     int64 // choices
+	est   int64 // the provider's admission estimate: the bucket's charge
+	grant *ratelimit.Grant
+	// reserved is when the grant was made
+	reserved time.Time
+	tpm      *ratelimit.Bucket
+	started  time.Time
+	waited   time.Duration
 	// ticket is the admission ticket of the current attempt (a call the
 	// provider answered 429 goes back through admission under a new one);
 	// deadline ends the admission waits of every attempt.
@@ -374,188 +433,11 @@ type request struct {
 	maxWait  time.Duration
 	// anth is the request translated for an Anthropic model
 	anth *anthropicRequest
-}
-
-func (g *Gateway) completions(w http.ResponseWriter, r *http.Request) {
-	// the server's write timeout bounds ordinary requests; this one may
-	// wait for admission and then stream for longer
-	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
-	sw := &statusWriter{ResponseWriter: w}
-	q := &request{started: time.Now()}
-	defer func() { g.metrics.request(q.key.ID, sw.status) }()
-	g.serveCompletion(sw, r, q)
-}
-
-func (g *Gateway) serveCompletion(w http.ResponseWriter, r *http.Request, q *request) {
-	ctx := r.Context()
-	k, ok := g.authenticate(w, r)
-	if !ok {
-		return
-	}
-	q.key = k
-	if !g.quotaLeft(w, r, k) {
-		return
-	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, g.cfg.MaxBody+1))
-	if err != nil {
-		return // the client left
-	}
-	if int64(len(body)) > g.cfg.MaxBody {
-		apiError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "", fmt.Sprintf("The request body is larger than %d bytes.", g.cfg.MaxBody))
-		return
-	}
-	req, err := parseRequest(body)
-	if err != nil {
-		badRequest(w, err)
-		return
-	}
-	m, known := g.cfg.Models[req.Model]
-	if !known || !k.Allows(req.Model) {
-		apiError(w, http.StatusNotFound, "invalid_request_error", "model_not_found", fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", req.Model))
-		return
-	}
-	q.model = req.Model
-	if len(req.messages) == 0 {
-		apiError(w, http.StatusBadRequest, "invalid_request_error", "", "'messages' must contain at least one message.")
-		return
-	}
-	if req.MaxTokens != nil && req.MaxCompletionTokens != nil {
-		apiError(w, http.StatusBadRequest, "invalid_request_error", "", "max_tokens and max_completion_tokens cannot both be set.")
-		return
-	}
-	if len(req.StreamOptions) > 0 && string(req.StreamOptions) != "null" {
-		var opts map[string]json.RawMessage
-		if !req.Stream {
-			apiError(w, http.StatusBadRequest, "invalid_request_error", "", "The 'stream_options' parameter is only allowed when 'stream' is enabled.")
-			return
-		}
-		if err := json.Unmarshal(req.StreamOptions, &opts); err != nil {
-			apiError(w, http.StatusBadRequest, "invalid_request_error", "", "Invalid stream_options: "+err.Error())
-			return
-		}
-	}
-	// bounded here, the products below (cap × n, input + cap × n) stay
-	// far from overflowing
-	want := m.MaxOutput
-	for _, f := range []struct {
-		name string
-		v    *int64
-	}{{"max_tokens", req.MaxTokens}, {"max_completion_tokens", req.MaxCompletionTokens}} {
-		switch {
-		case f.v == nil:
-			continue
-		case *f.v < 1:
-			badRequest(w, &requestError{param: f.name, msg: f.name + " must be at least 1."})
-			return
-		case *f.v > m.Context:
-			badRequest(w, &requestError{param: f.name, msg: fmt.Sprintf("%s is too large: %d. This model supports at most %d tokens (its context window).", f.name, *f.v, m.Context)})
-			return
-		}
-		want = *f.v
-	}
-	n := int64(1)
-	if req.N != nil {
-		if *req.N < 1 || *req.N > maxChoices {
-			badRequest(w, &requestError{param: "n", msg: fmt.Sprintf("n must be between 1 and %d.", maxChoices)})
-			return
-		}
-		n = *req.N
-	}
-	q.n = n
-	if m.Provider.Kind == KindAnthropic {
-		if q.anth, err = toAnthropic(req); err != nil {
-			badRequest(w, err)
-			return
-		}
-	}
-	wait, err := g.maxWait(r)
-	if err != nil {
-		apiError(w, http.StatusBadRequest, "invalid_request_error", "", err.Error())
-		return
-	}
-	texts, err := req.texts()
-	if err == nil {
-		q.input, err = g.tokenizers[req.Model].CountMessages(texts...)
-	}
-	if err != nil {
-		badRequest(w, err)
-		return
-	}
-	q.id = newID()
-	q.ticket, q.maxWait = q.id, wait
-	q.deadline = time.Now().Add(wait)
-	q.cap = want
-	// the quota: output capped to what is left, or a refusal with nothing sent
-	if k.QuotaTokens > 0 {
-		gr, err := g.quotas[k.QuotaPeriod].Reserve(ctx, tenantOf(k), "", q.id, k.QuotaTokens, q.input, want*n)
-		var qe *ratelimit.QuotaError
-		if err == nil && gr.Cap/n < 1 { // room for the minimum, not for one token per choice
-			if serr := g.quotas[k.QuotaPeriod].Settle(ctx, gr, 0); serr != nil {
-				g.log.WarnContext(ctx, "gateway: giving back a quota reservation failed", "key", k.ID, "err", serr)
-			}
-			err = &ratelimit.QuotaError{Remaining: gr.Remaining + gr.Input + gr.Cap, Needed: q.input + n, Reset: gr.Reset}
-		}
-		if errors.As(err, &qe) {
-			g.metrics.refused(k.ID, "quota")
-			g.quotaHeaders(w.Header(), k, qe.Remaining, qe.Reset)
-			g.rateHeaders(ctx, w.Header(), q)
-			apiError(w, http.StatusForbidden, "insufficient_quota", "quota_exceeded", fmt.Sprintf(
-				"The %s quota of key %s (%d tokens per %s) is spent: %d tokens left, %d needed (input %d + a minimum output of %d). It resets at %s.",
-				k.QuotaPeriod, k.ID, k.QuotaTokens, k.QuotaPeriod, qe.Remaining, qe.Needed, q.input, g.cfg.MinOutput, qe.Reset.UTC().Format(time.RFC3339)))
-			return
-		}
-		if err != nil {
-			g.log.ErrorContext(ctx, "gateway: quota reserve failed", "key", k.ID, "err", err)
-			apiError(w, http.StatusServiceUnavailable, "server_error", "", "The gateway could not reserve the key's quota; try again.")
-			return
-		}
-		q.grant, q.cap = &gr, gr.Cap/n
-	}
-	q.est = ratelimit.EstimateOpenAI(texts, q.cap*n)
-	if q.anth != nil && q.anth.tool != "" {
-		// a forced tool: Anthropic adds its tool-use system prompt to
-		// the input it counts
-		q.est += ratelimit.AnthropicToolUseTokens
-	}
-	// from here a failure gives the quota reservation back unless a call
-	// was made (settled on its own path)
-	called := false
-	defer func() {
-		if !called {
-			g.settleQuota(context.WithoutCancel(ctx), q, 0)
-		}
-	}()
-	if k.TPM > 0 && !g.takeTPM(w, r, q) {
-		return
-	}
-	if !g.admit(w, r, q) {
-		return
-	}
-	called = true
-	g.forward(w, r, q, req, m)
-}
-
-// quotaLeft refuses (403) a key whose quota cannot cover the smallest
-// request (one input token and the minimum output) before its body is
-// read, parsed or counted: a spent key costs one Redis read, no CPU.
-func (g *Gateway) quotaLeft(w http.ResponseWriter, r *http.Request, k Key) bool {
-	if k.QuotaTokens <= 0 {
-		return true
-	}
-	u, err := g.quotas[k.QuotaPeriod].Used(r.Context(), tenantOf(k), "", k.QuotaTokens)
-	if err != nil { // Reserve checks again, and reports
-		return true
-	}
-	left := k.QuotaTokens - u.Used
-	if left >= 1+g.cfg.MinOutput {
-		return true
-	}
-	g.metrics.refused(k.ID, "quota")
-	g.quotaHeaders(w.Header(), k, left, u.Reset)
-	apiError(w, http.StatusForbidden, "insufficient_quota", "quota_exceeded", fmt.Sprintf(
-		"The %s quota of key %s (%d tokens per %s) is spent: %d tokens left, less than the smallest request (an input token and a minimum output of %d). It resets at %s.",
-		k.QuotaPeriod, k.ID, k.QuotaTokens, k.QuotaPeriod, max(left, 0), g.cfg.MinOutput, u.Reset.UTC().Format(time.RFC3339)))
-	return false
+	// api is the client API the request speaks
+	api api
+	// upHeader are headers the upstream call carries besides the
+	// provider's (a Messages client's anthropic-version and -beta)
+	upHeader http.Header
 }
 
 // takeTPM charges the key's tokens-per-minute bucket; over it, the
@@ -571,21 +453,21 @@ func (g *Gateway) takeTPM(w http.ResponseWriter, r *http.Request, q *request) bo
 		case errors.As(err, &ce):
 			// never admissible: not a 429, which SDKs retry
 			g.metrics.refused(q.key.ID, "too_large")
-			apiError(w, http.StatusBadRequest, "invalid_request_error", "request_too_large", fmt.Sprintf(
+			q.fail(w, http.StatusBadRequest, "invalid_request_error", "request_too_large", fmt.Sprintf(
 				"Request too large for key %s on tokens per min (TPM): Limit %d, Requested %d (input and output cap, as the provider counts). Lower max_tokens or the input.", q.key.ID, q.key.TPM, q.est))
 			return false
 		case err == nil && !d.Admitted:
 			g.metrics.refused(q.key.ID, "tpm")
 			retryHeaders(w.Header(), d.Wait)
 			g.rateHeaders(context.WithoutCancel(r.Context()), w.Header(), q)
-			apiError(w, http.StatusTooManyRequests, "tokens", "rate_limit_exceeded", fmt.Sprintf(
+			q.fail(w, http.StatusTooManyRequests, "tokens", "rate_limit_exceeded", fmt.Sprintf(
 				"Rate limit reached for key %s on tokens per min (TPM): Limit %d, Requested %d. Please try again in %s.", q.key.ID, q.key.TPM, q.est, d.Wait.Round(time.Millisecond)))
 			return false
 		}
 	}
 	if err != nil {
 		g.log.ErrorContext(r.Context(), "gateway: key tpm failed", "key", q.key.ID, "err", err)
-		apiError(w, http.StatusServiceUnavailable, "server_error", "", "The gateway could not check the key's rate limit; try again.")
+		q.fail(w, http.StatusServiceUnavailable, "server_error", "", "The gateway could not check the key's rate limit; try again.")
 		return false
 	}
 	return true
@@ -615,10 +497,32 @@ func (g *Gateway) settleTPM(ctx context.Context, q *request, tokens int64) {
 // admit waits in the global order; on failure it has answered (or the
 // client has left) and given back what admission charged.
 func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, q *request) bool {
+	return g.admitUntil(w, r, q, time.Time{}) == admitted
+}
+
+// What admitUntil came to.
+type admitResult int
+
+const (
+	admitted      admitResult = iota
+	admitAnswered             // refused (answered, reservations given back) or the client left
+	admitTooLong              // not admitted by its bound: withdrawn, nothing answered
+)
+
+// admitUntil is admit that, with a bound before the request's deadline,
+// stops waiting at the bound (the request then moves to a fallback).
+func (g *Gateway) admitUntil(w http.ResponseWriter, r *http.Request, q *request, bound time.Time) admitResult {
 	ctx := r.Context()
-	t := admission.Ticket{ID: q.ticket, Queue: admission.NotifyQueue, Model: q.model, Class: classOf(q.key.Tier), Tenant: tenantOf(q.key), Tokens: q.est,
-		Output: min(ratelimit.OutputAllowance(q.cap*q.n), q.est)}
-	wctx, cancel := context.WithDeadline(ctx, q.deadline)
+	output := min(ratelimit.OutputAllowance(q.cap*q.n), q.est)
+	if q.api == apiEmbeddings {
+		output = 0
+	}
+	t := admission.Ticket{ID: q.ticket, Queue: admission.NotifyQueue, Model: q.model, Class: classOf(q.key.Tier), Tenant: tenantOf(q.key), Tokens: q.est, Output: output}
+	until := q.deadline
+	if !bound.IsZero() && bound.Before(until) {
+		until = bound
+	}
+	wctx, cancel := context.WithDeadline(ctx, until)
 	defer cancel()
 	start := time.Now()
 	err := g.waiter.Await(wctx, t)
@@ -628,13 +532,18 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, q *request) bool
 		if err := g.adm.Started(ctx, q.model, q.ticket); err != nil {
 			g.log.WarnContext(ctx, "gateway: recording the start failed; the reconciler drops the ticket", "key", q.key.ID, "err", err)
 		}
-		return true
+		return admitted
 	}
 	bg := context.WithoutCancel(ctx)
 	if !errors.Is(err, admission.ErrRejected) {
+		// admitted as the bound or the deadline passed, the charge is
+		// given back all the same
 		if _, werr := g.adm.Withdraw(bg, q.model, q.ticket); werr != nil {
 			g.log.ErrorContext(ctx, "gateway: withdrawing a request from admission failed; its charge stays until the reservation expires", "key", q.key.ID, "err", werr)
 		}
+	}
+	if ctx.Err() == nil && wctx.Err() != nil && until.Before(q.deadline) {
+		return admitTooLong
 	}
 	// nothing was sent: the key's quota and tpm get their reservations
 	// back before the reply describes them
@@ -646,7 +555,7 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, q *request) bool
 	case errors.Is(err, admission.ErrRejected):
 		g.metrics.refused(q.key.ID, "too_large")
 		b, _ := g.adm.Bucket(q.model)
-		apiError(w, http.StatusBadRequest, "invalid_request_error", "request_too_large", fmt.Sprintf(
+		q.fail(w, http.StatusBadRequest, "invalid_request_error", "request_too_large", fmt.Sprintf(
 			"Request too large for %s: %d tokens by the provider's count (input and output cap), more than its bucket holds (%d). Lower max_tokens or the input.", q.model, q.est, b.Limits().BurstTokens))
 	case ctx.Err() != nil:
 		// the client left while waiting: nothing to answer
@@ -655,14 +564,14 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, q *request) bool
 		retry := g.retryAfter(bg, q)
 		retryHeaders(w.Header(), retry)
 		g.keyHeaders(bg, w.Header(), q)
-		apiError(w, http.StatusTooManyRequests, "requests", "rate_limit_exceeded", fmt.Sprintf(
+		q.fail(w, http.StatusTooManyRequests, "requests", "rate_limit_exceeded", fmt.Sprintf(
 			"Request not admitted within %s: the %s bucket is busy with earlier and higher-priority work. Please try again in %s.",
 			q.maxWait, q.model, retry.Round(time.Second)))
 	default:
 		g.log.ErrorContext(ctx, "gateway: admission failed", "key", q.key.ID, "model", q.model, "err", err)
-		apiError(w, http.StatusServiceUnavailable, "server_error", "", "The gateway could not reach its admission queue; try again.")
+		q.fail(w, http.StatusServiceUnavailable, "server_error", "", "The gateway could not reach its admission queue; try again.")
 	}
-	return false
+	return admitAnswered
 }
 
 // retryAfter is when the bucket will have refilled enough for the
@@ -763,6 +672,11 @@ func (g *Gateway) settleQuota(ctx context.Context, q *request, actual int64) {
 	if err := g.quotas[q.key.QuotaPeriod].Settle(ctx, *q.grant, actual); err != nil && !errors.Is(err, ratelimit.ErrNotReserved) {
 		g.log.WarnContext(ctx, "gateway: settling the quota failed; the reservation counts in full until it expires", "key", q.key.ID, "err", err)
 	}
+	if err := g.held.unhold(ctx, q.key.ID, q.id, false); err != nil {
+		g.log.WarnContext(ctx, "gateway: dropping a settled hold failed; the key's waiters count it until it expires", "key", q.key.ID, "err", err)
+	}
+	g.held.settled(time.Since(q.reserved))
+	q.grant = nil // settled once
 }
 
 // statusWriter remembers the status for the metrics.

@@ -33,6 +33,8 @@ type rig struct {
 	sched *admission.Scheduler
 	fake  *fakeopenai.Server
 	reg   *prometheus.Registry // the gateway's metrics
+	// handler is the gateway's, for benchmarks that skip the network
+	handler http.Handler
 }
 
 func newRig(t testing.TB, latency time.Duration) *rig {
@@ -54,6 +56,9 @@ type rigOpts struct {
 	// accepts them and limits each by itself; the model's bucket has a
 	// state per key); else one key, sk-up.
 	upstreamKeys []string
+	// wrap, when set, wraps the gateway's handler (as serve wraps it
+	// with its security headers)
+	wrap func(http.Handler) http.Handler
 }
 
 func newRigWith(t testing.TB, o rigOpts) *rig {
@@ -106,11 +111,15 @@ func newRigWith(t testing.TB, o rigOpts) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewUnstartedServer(g.Handler())
+	h := g.Handler()
+	if o.wrap != nil {
+		h = o.wrap(h)
+	}
+	srv := httptest.NewUnstartedServer(h)
 	srv.Config.WriteTimeout = 300 * time.Millisecond // as serve's, shortened: a gateway request outlives it
 	srv.Start()
 	t.Cleanup(func() { srv.Close(); waiter.Close(); cancel(); <-done })
-	return &rig{url: srv.URL, up: up.URL, model: model, rdb: rdb, keys: keys, sched: sched, fake: fake, reg: reg}
+	return &rig{url: srv.URL, up: up.URL, model: model, rdb: rdb, keys: keys, sched: sched, fake: fake, reg: reg, handler: g.Handler()}
 }
 
 func (r *rig) key(t testing.TB, s gateway.Spec) (string, gateway.Key) {
@@ -120,6 +129,13 @@ func (r *rig) key(t testing.TB, s gateway.Spec) (string, gateway.Key) {
 		t.Fatal(err)
 	}
 	return secret, k
+}
+
+// postTo posts body to one of the gateway's paths with a bearer key.
+func (r *rig) postTo(ctx context.Context, path, secret, body string) (*http.Response, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, r.url+path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+secret)
+	return http.DefaultClient.Do(req)
 }
 
 func (r *rig) post(ctx context.Context, secret, body string, header map[string]string) (*http.Response, error) {

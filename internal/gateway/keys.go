@@ -61,6 +61,27 @@ type Spec struct {
 	Models      []string         `json:"models"`
 }
 
+// The largest limits a key may have: what the limiters hold exactly (a
+// key's tokens per minute are a bucket level scaled by the minute in µs,
+// a quota is summed in Lua's doubles, exact below 2^53), far above any
+// real use.
+const (
+	MaxQuotaTokens = 1 << 50 // 1,125,899,906,842,624
+	MaxTPM         = 1 << 33 // 8,589,934,592
+)
+
+// checkLimits reports a quota or tokens per minute the limiters cannot
+// hold, naming the flag (and the API's field).
+func checkLimits(quota, tpm int64) error {
+	switch {
+	case quota < 0 || quota > MaxQuotaTokens:
+		return fmt.Errorf("--quota-tokens (quota_tokens) must be between 0 and %d, got %d", int64(MaxQuotaTokens), quota)
+	case tpm < 0 || tpm > MaxTPM:
+		return fmt.Errorf("--tpm (tpm) must be between 0 and %d, got %d", int64(MaxTPM), tpm)
+	}
+	return nil
+}
+
 func (s *Spec) validate() error {
 	s.Name = strings.TrimSpace(s.Name)
 	if s.Tier == "" {
@@ -74,8 +95,9 @@ func (s *Spec) validate() error {
 		return fmt.Errorf("%w: a name of 1 to 100 characters is required", ErrInvalidSpec)
 	case !slices.Contains(Tiers, s.Tier):
 		return fmt.Errorf("%w: tier %q: want chat, paid, trial or free", ErrInvalidSpec, s.Tier)
-	case s.QuotaTokens < 0 || s.TPM < 0:
-		return fmt.Errorf("%w: quota tokens and tpm must not be negative", ErrInvalidSpec)
+	}
+	if err := checkLimits(s.QuotaTokens, s.TPM); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidSpec, err)
 	}
 	if _, err := ratelimit.ParsePeriod(string(s.QuotaPeriod)); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidSpec, err)
@@ -105,6 +127,10 @@ var (
 	ErrRevoked    = errors.New("gateway: key revoked")
 	// ErrInvalidSpec wraps what is wrong with a new key's spec.
 	ErrInvalidSpec = errors.New("gateway: invalid key")
+	// ErrInvalidRecord wraps what is wrong with a stored key's record
+	// (limits written before they were checked, or by hand): the key is
+	// refused until it is recreated.
+	ErrInvalidRecord = errors.New("gateway: key record unusable")
 )
 
 // Keys stores virtual keys in Redis. Every key of the store shares one
@@ -199,6 +225,12 @@ func (ks *Keys) Authenticate(ctx context.Context, secret string) (Key, error) {
 		return Key{}, ErrUnknownKey
 	case !k.Revoked.IsZero():
 		return Key{}, ErrRevoked
+	}
+	if err := checkLimits(k.QuotaTokens, k.TPM); err != nil {
+		return Key{}, fmt.Errorf("%w: key %s: %w", ErrInvalidRecord, k.ID, err)
+	}
+	if _, err := ratelimit.ParsePeriod(string(k.QuotaPeriod)); err != nil && k.QuotaTokens > 0 {
+		return Key{}, fmt.Errorf("%w: key %s: %w", ErrInvalidRecord, k.ID, err)
 	}
 	return k, nil
 }

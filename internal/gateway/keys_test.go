@@ -94,11 +94,17 @@ func TestSpecValidation(t *testing.T) {
 		{"negative tpm", gateway.Spec{Name: "a", TPM: -5}},
 		{"unknown period", gateway.Spec{Name: "a", QuotaPeriod: "fortnight"}},
 		{"empty model", gateway.Spec{Name: "a", Models: []string{" "}}},
+		{"tpm past the bucket's arithmetic", gateway.Spec{Name: "a", TPM: 100000000000}},
+		{"quota past exact doubles", gateway.Spec{Name: "a", QuotaTokens: 9223372036854775807}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, _, err := ks.Create(context.Background(), tt.spec); !errors.Is(err, gateway.ErrInvalidSpec) {
+			_, _, err := ks.Create(context.Background(), tt.spec)
+			if !errors.Is(err, gateway.ErrInvalidSpec) {
 				t.Fatalf("err %v, want ErrInvalidSpec", err)
+			}
+			if (tt.spec.TPM > 0 && !strings.Contains(err.Error(), "--tpm")) || (tt.spec.QuotaTokens > 0 && !strings.Contains(err.Error(), "--quota-tokens")) {
+				t.Fatalf("%v does not name the flag", err)
 			}
 		})
 	}
@@ -151,5 +157,51 @@ func TestKeysAPI(t *testing.T) {
 		if code, _, body := do(tt.method, tt.path, tt.body); code != tt.want {
 			t.Errorf("%s %s: %d %s, want %d", tt.method, tt.path, code, body, tt.want)
 		}
+	}
+}
+
+// TestKeyLimitsBounded: a key with the largest limits the spec takes is
+// served (the limiters hold them); a stored record past them (written
+// before they were checked) is refused with a 403 that says why, not the
+// 503 every request of such a key got.
+func TestKeyLimitsBounded(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, 0)
+	ctx := context.Background()
+	secret, k := r.key(t, gateway.Spec{Name: "max", Tier: "paid", QuotaTokens: gateway.MaxQuotaTokens, TPM: gateway.MaxTPM})
+	body := `{"model":"` + r.model + `","max_tokens":20,"messages":[{"role":"user","content":"hi"}]}`
+	res, err := r.post(ctx, secret, body, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("a key at the largest limits: %d", res.StatusCode)
+	}
+	for _, tt := range []struct{ field, value string }{{"tpm", "100000000000"}, {"quota_tokens", "9223372036854775807"}} {
+		raw, err := r.rdb.Get(ctx, "{prq:gw}:key:"+k.ID).Bytes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rec map[string]any
+		json.Unmarshal(raw, &rec)
+		rec[tt.field] = json.RawMessage(tt.value)
+		raw, _ = json.Marshal(rec)
+		if err := r.rdb.Set(ctx, "{prq:gw}:key:"+k.ID, raw, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		res, err := r.post(ctx, secret, body, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e apiErr
+		jsonDecode(res, &e)
+		res.Body.Close()
+		if res.StatusCode != http.StatusForbidden || e.Error.Code == nil || *e.Error.Code != "invalid_key_record" || !strings.Contains(e.Error.Message, tt.field) {
+			t.Fatalf("%s %s stored: %d %+v, want 403 invalid_key_record naming it", tt.field, tt.value, res.StatusCode, e)
+		}
+		rec[tt.field] = json.RawMessage("0")
+		raw, _ = json.Marshal(rec)
+		r.rdb.Set(ctx, "{prq:gw}:key:"+k.ID, raw, 0)
 	}
 }

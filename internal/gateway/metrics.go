@@ -15,6 +15,8 @@ type Metrics struct {
 	refusals *prometheus.CounterVec
 	wait     *prometheus.HistogramVec
 	over     *prometheus.CounterVec
+	held     *prometheus.HistogramVec
+	fallback *prometheus.CounterVec
 }
 
 // NewMetrics returns the series, unregistered (Collectors).
@@ -22,16 +24,19 @@ func NewMetrics() *Metrics {
 	return &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_gateway_requests_total", Help: "Gateway requests by key id and HTTP status."}, []string{"key", "code"}),
 		tokens:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_gateway_tokens_total", Help: "Tokens settled by key id and kind (input, output)."}, []string{"key", "kind"}),
-		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_gateway_refusals_total", Help: "Requests refused before any upstream call, by key id and reason (quota: 403, deadline: 429 past the admission deadline, tpm: 429 over the key's tokens per minute, too_large: 429 never fits the bucket)."}, []string{"key", "reason"}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_gateway_refusals_total", Help: "Requests refused before any upstream call, by key id and reason (quota: 403, the key's quota cannot pay for it; quota_held: 429, its deadline passed while the key's requests in flight held its quota; deadline: 429 past the admission deadline; tpm: 429 over the key's tokens per minute; too_large: 400, never fits the bucket, the context or the body limits)."}, []string{"key", "reason"}),
 		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "prq_gateway_admission_wait_seconds", Help: "Time a gateway request waited for admission, by key id.",
 			Buckets: []float64{.005, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}}, []string{"key"}),
-		over: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_gateway_usage_over_reservation_tokens_total", Help: "Tokens the provider reported beyond a request's reservation (input counted + output cap), by key id: the gateway's count missed them."}, []string{"key"}),
+		held: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "prq_gateway_quota_wait_seconds", Help: "Time a gateway request waited for its key's quota, held by the key's requests in flight, by key id.",
+			Buckets: []float64{.001, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}}, []string{"key"}),
+		fallback: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_gateway_fallbacks_total", Help: "Gateway requests moved from a model to its next fallback, by model, fallback and reason (paused: every key paused; wait: not admitted within gateway.fallback_wait; provider: the provider failed the call)."}, []string{"from", "to", "reason"}),
+		over:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_gateway_usage_over_reservation_tokens_total", Help: "Tokens the provider reported beyond a request's reservation (input counted + output cap), by key id: the gateway's count missed them."}, []string{"key"}),
 	}
 }
 
 // Collectors returns the series to register.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.requests, m.tokens, m.refusals, m.wait, m.over}
+	return []prometheus.Collector{m.requests, m.tokens, m.refusals, m.wait, m.over, m.held, m.fallback}
 }
 
 func (m *Metrics) request(key string, code int) {
@@ -62,6 +67,18 @@ func (m *Metrics) refused(key, reason string) {
 func (m *Metrics) waited(key string, d time.Duration) {
 	if m != nil {
 		m.wait.WithLabelValues(key).Observe(d.Seconds())
+	}
+}
+
+func (m *Metrics) quotaWaited(key string, d time.Duration) {
+	if m != nil {
+		m.held.WithLabelValues(key).Observe(d.Seconds())
+	}
+}
+
+func (m *Metrics) fellBack(from, to, reason string) {
+	if m != nil {
+		m.fallback.WithLabelValues(from, to, reason).Inc()
 	}
 }
 

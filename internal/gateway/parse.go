@@ -36,6 +36,9 @@ var scalarParams = map[string]bool{
 	"service_tier": true, "reasoning_effort": true, "stream_options": true, "modalities": true, "verbosity": true,
 }
 
+// chatPolicy scans a chat completion's body.
+var chatPolicy = scanPolicy{uncounted: scalarParams}
+
 // countedParams are the top-level parameters the gateway knows that are
 // counted as input.
 var countedParams = map[string]bool{

@@ -23,6 +23,13 @@ const (
 	KindAnthropic = "anthropic"
 )
 
+// Provider operations: what a call asks of its provider.
+const (
+	opChat       = "chat"       // OpenAI's chat completions
+	opEmbeddings = "embeddings" // OpenAI's embeddings
+	opMessages   = "messages"   // Anthropic's Messages API
+)
+
 // AnthropicVersion is the anthropic-version header the gateway sends.
 const AnthropicVersion = "2023-06-01"
 
@@ -68,18 +75,22 @@ func (p *Provider) check() error {
 	return nil
 }
 
-// newUpstream builds the call of model (served by p as deployment, for
-// Azure) with the body and API key: the provider's path and its way of
-// sending the key.
-func (p *Provider) newUpstream(ctx context.Context, deployment string, body []byte, apiKey string) (*http.Request, error) {
+// newUpstream builds the call of op for a model (served by p as
+// deployment, for Azure) with the body and API key: the provider's path
+// and its way of sending the key.
+func (p *Provider) newUpstream(ctx context.Context, deployment, op string, body []byte, apiKey string) (*http.Request, error) {
+	path := "/chat/completions"
+	if op == opEmbeddings {
+		path = "/embeddings"
+	}
 	var u string
 	switch p.Kind {
 	case KindAzure:
-		u = p.BaseURL + "/openai/deployments/" + url.PathEscape(deployment) + "/chat/completions?api-version=" + url.QueryEscape(p.APIVersion)
+		u = p.BaseURL + "/openai/deployments/" + url.PathEscape(deployment) + path + "?api-version=" + url.QueryEscape(p.APIVersion)
 	case KindAnthropic:
 		u = p.BaseURL + "/v1/messages"
 	default:
-		u = p.BaseURL + "/chat/completions"
+		u = p.BaseURL + path
 	}
 	up, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
 	if err != nil {

@@ -45,48 +45,30 @@ func forwardable(name string) bool {
 	return true
 }
 
-// forward makes the admitted call and answers with its reply, settling
-// the bucket and the quota with what the provider reports it used.
-func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, q *request, req chatRequest, m Model) {
-	raw := req.raw
+// forward makes the admitted call with ex and answers with its reply,
+// settling the bucket and the quota with what the provider reports it
+// used. With failover, a call the provider failed (5xx, an overload, not
+// sent, 429s past the requeues) is not answered: its bucket is settled,
+// the quota reservation stays, and forward reports true (the request
+// moves to a fallback).
+func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, q *request, ex exchange, failover bool) (moveOn bool) {
 	ctx := r.Context()
 	bg := context.WithoutCancel(ctx)
-	clientUsage := false // the client asked for the usage chunk itself
-	opts := map[string]json.RawMessage{}
-	if req.Stream {
-		if len(req.StreamOptions) > 0 && string(req.StreamOptions) != "null" {
-			json.Unmarshal(req.StreamOptions, &opts) // checked before admission
-		}
-		if v, ok := opts["include_usage"]; ok && string(v) == "true" {
-			clientUsage = true
-		}
-	}
-	anthropic := m.Provider.Kind == KindAnthropic
-	var body []byte
-	if anthropic {
-		q.anth.MaxTokens, q.anth.Stream = q.cap, req.Stream
-		body, _ = json.Marshal(q.anth)
-	} else {
-		capJSON, _ := json.Marshal(q.cap)
-		if m.Reasoning || req.MaxCompletionTokens != nil {
-			raw["max_completion_tokens"] = capJSON
-			delete(raw, "max_tokens")
-		} else {
-			raw["max_tokens"] = capJSON
-		}
-		if req.Stream {
-			opts["include_usage"] = json.RawMessage("true")
-			raw["stream_options"], _ = json.Marshal(opts)
-		}
-		body, _ = json.Marshal(raw)
+	m := g.cfg.Models[q.model]
+	op, body, err := ex.build(m, q)
+	if err != nil {
+		g.settleNothing(bg, q)
+		g.log.ErrorContext(ctx, "gateway: building the upstream request failed", "key", q.key.ID, "model", q.model, "err", err)
+		q.fail(w, http.StatusInternalServerError, "server_error", "", "The gateway could not build the provider's request.")
+		return false
 	}
 	// a stream's call is cancelled when it goes idle (forwardStream)
 	cctx, cancel := context.WithCancel(ctx)
-	if !req.Stream {
+	if !ex.streams() {
 		cctx, cancel = context.WithTimeout(ctx, g.cfg.Timeout)
 	}
 	defer cancel()
-	resp, err := g.call(ctx, cctx, q, body)
+	resp, err := g.call(ctx, cctx, q, op, body)
 	for attempt := 1; err == nil && attempt <= maxRequeues && resp.StatusCode == http.StatusTooManyRequests && time.Now().Before(q.deadline); attempt++ {
 		// the provider's limit was reached before ours (its clock runs on
 		// a little after admission): the bucket is penalized until its
@@ -103,15 +85,32 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, q *request, re
 		g.log.InfoContext(ctx, "gateway: provider 429; back through admission", "key", q.key.ID, "model", q.model, "attempt", attempt)
 		q.ticket = fmt.Sprintf("%s-r%d", q.id, attempt)
 		if !g.admit(w, r, q) { // answered, reservations given back
-			return
+			return false
 		}
-		resp, err = g.call(ctx, cctx, q, body)
+		resp, err = g.call(ctx, cctx, q, op, body)
+	}
+	var ns *notSentError
+	switch {
+	case !failover || ctx.Err() != nil:
+	case errors.As(err, &ns):
+		// never sent: the bucket gets its charge back, the quota's stays
+		if serr := g.adm.Settle(bg, q.model, q.ticket, ratelimit.Cost{}); serr != nil && !errors.Is(serr, ratelimit.ErrNotReserved) {
+			g.log.WarnContext(ctx, "gateway: refunding the bucket failed; it keeps the estimate", "key", q.key.ID, "err", serr)
+		}
+		return true
+	case err == nil && (resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests):
+		// the provider failed it (an error is not billed) or kept
+		// refusing it: the provider counted the request
+		resp.Body.Close()
+		if serr := g.adm.Settle(bg, q.model, q.ticket, ratelimit.Cost{Requests: 1, Tokens: q.est}); serr != nil && !errors.Is(serr, ratelimit.ErrNotReserved) {
+			g.log.WarnContext(ctx, "gateway: settling a failed call failed", "key", q.key.ID, "err", serr)
+		}
+		return true
 	}
 	if err != nil {
 		// a call that was never written out (no connection, DNS, the
 		// client gone first) cost nothing; one that was may have run:
 		// it keeps the whole reservation
-		var ns *notSentError
 		if errors.As(err, &ns) {
 			g.settleNothing(bg, q)
 		} else {
@@ -122,28 +121,25 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, q *request, re
 		case ctx.Err() != nil: // the client left
 		case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
 			g.log.WarnContext(ctx, "gateway: upstream call timed out", "key", q.key.ID, "model", q.model, "err", err)
-			apiError(w, http.StatusGatewayTimeout, "server_error", "", "The provider did not answer in time.")
+			q.fail(w, http.StatusGatewayTimeout, "server_error", "", "The provider did not answer in time.")
 		default:
 			g.log.WarnContext(ctx, "gateway: upstream call failed", "key", q.key.ID, "model", q.model, "err", err)
-			apiError(w, http.StatusBadGateway, "server_error", "", "The gateway could not reach the provider.")
+			q.fail(w, http.StatusBadGateway, "server_error", "", "The gateway could not reach the provider.")
 		}
-		return
+		return false
 	}
 	defer resp.Body.Close()
-	if anthropic {
-		g.forwardAnthropic(w, r, q, resp, req.Stream, clientUsage, cancel)
-		return
-	}
+	ex.answer(g, w, r, q, m, resp, cancel)
+	return false
+}
+
+// copyHeaders copies the provider's headers that are forwarded.
+func copyHeaders(w http.ResponseWriter, resp *http.Response) {
 	for name, vs := range resp.Header {
 		if forwardable(name) {
 			w.Header()[name] = vs
 		}
 	}
-	if resp.StatusCode != http.StatusOK || !req.Stream {
-		g.forwardWhole(w, r, q, resp)
-		return
-	}
-	g.forwardStream(w, r, q, resp, clientUsage, cancel)
 }
 
 // maxRequeues bounds how often a call the provider refused with 429 goes
@@ -152,7 +148,7 @@ const maxRequeues = 3
 
 // call makes one upstream call and syncs the model's bucket with the
 // provider's rate-limit headers (a 429 penalizes it until the retry time).
-func (g *Gateway) call(ctx, cctx context.Context, q *request, body []byte) (*http.Response, error) {
+func (g *Gateway) call(ctx, cctx context.Context, q *request, op string, body []byte) (*http.Response, error) {
 	m := g.cfg.Models[q.model]
 	p := m.Provider
 	// the key admission charged (several keys: each has its own bucket)
@@ -165,9 +161,12 @@ func (g *Gateway) call(ctx, cctx context.Context, q *request, body []byte) (*htt
 		}
 		key = k
 	}
-	up, err := p.newUpstream(cctx, m.Deployment, body, p.Keys[key])
+	up, err := p.newUpstream(cctx, m.Deployment, op, body, p.Keys[key])
 	if err != nil {
 		return nil, err
+	}
+	for name, vs := range q.upHeader {
+		up.Header[name] = vs
 	}
 	// the transport writes on its own goroutine; a window counts the
 	// call from its write (see Scheduler.Sent)
@@ -275,7 +274,7 @@ func (g *Gateway) forwardWhole(w http.ResponseWriter, r *http.Request, q *reques
 	if err != nil {
 		g.settle(bg, q, nil, true)
 		if ctx.Err() == nil {
-			apiError(w, http.StatusBadGateway, "server_error", "", "The provider's reply was cut off.")
+			q.fail(w, http.StatusBadGateway, "server_error", "", "The provider's reply was cut off.")
 		}
 		return
 	}
@@ -289,10 +288,10 @@ func (g *Gateway) forwardWhole(w http.ResponseWriter, r *http.Request, q *reques
 		}
 		json.Unmarshal(body, &e)
 		g.log.ErrorContext(ctx, "gateway: the provider refused the gateway's key", "status", resp.StatusCode, "type", e.Error.Type, "code", e.Error.Code, "model", q.model)
-		for name := range w.Header() {
+		for name := range resp.Header { // the provider's, not what was set before (serve's security headers)
 			w.Header().Del(name)
 		}
-		apiError(w, http.StatusBadGateway, "server_error", "upstream_auth", "The provider refused the gateway's credentials; the gateway's operator has been told. Your key is fine.")
+		q.fail(w, http.StatusBadGateway, "server_error", "upstream_auth", "The provider refused the gateway's credentials; the gateway's operator has been told. Your key is fine.")
 		return
 	case resp.StatusCode == http.StatusOK:
 		var reply struct {

@@ -164,7 +164,15 @@ func TestProviderAccountHidden(t *testing.T) {
 				}
 				fmt.Fprint(w, `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":1,"total_tokens":10}}`)
 			})
-			r := newRigWith(t, rigOpts{upstream: up})
+			// serve sets its security headers before the gateway answers
+			secure := func(h http.Handler) http.Handler {
+				return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					w.Header().Set("X-Content-Type-Options", "nosniff")
+					w.Header().Set("Content-Security-Policy", "default-src 'self'")
+					h.ServeHTTP(w, r)
+				})
+			}
+			r := newRigWith(t, rigOpts{upstream: up, wrap: secure})
 			secret, k := r.key(t, gateway.Spec{Name: "curious", Tier: "paid", QuotaTokens: 10000})
 			res, err := r.post(context.Background(), secret, fmt.Sprintf(`{"model":%q,"max_tokens":20,"messages":[{"role":"user","content":"hello"}]}`, r.model), nil)
 			if err != nil {
@@ -176,6 +184,9 @@ func TestProviderAccountHidden(t *testing.T) {
 				if n := strings.ToLower(name); strings.HasPrefix(n, "openai-") || strings.HasPrefix(n, "x-ms-") || strings.HasPrefix(n, "apim-") {
 					t.Errorf("provider header %s forwarded", name)
 				}
+			}
+			if res.Header.Get("X-Content-Type-Options") != "nosniff" || res.Header.Get("Content-Security-Policy") == "" {
+				t.Errorf("%d lost the security headers set before the gateway: %v", res.StatusCode, res.Header)
 			}
 			if status == http.StatusOK {
 				if res.StatusCode != http.StatusOK {

@@ -14,8 +14,9 @@ import (
 	"github.com/prq-dev/prq/jobs"
 )
 
-// gateway builds the LLM gateway's handler (/v1/chat/completions and
-// /v1/models) on the process's scheduler; its subscription to admissions
+// gateway builds the LLM gateway's handler (/v1/chat/completions,
+// /v1/embeddings, /v1/responses, /v1/messages and /v1/models) on the
+// process's scheduler; its subscription to admissions
 // ends with ctx. Its requests are admitted by the workers' admission
 // loops, like PR jobs.
 func (s *Server) gateway(ctx context.Context) (http.Handler, error) {
@@ -43,7 +44,7 @@ func (s *Server) gateway(ctx context.Context) (http.Handler, error) {
 			}
 			providers[p.Name] = up
 		}
-		gm := gateway.Model{MaxOutput: m.MaxOutputTokens, Reasoning: m.Reasoning, Context: m.ContextTokens, Provider: up}
+		gm := gateway.Model{MaxOutput: m.MaxOutputTokens, Reasoning: m.Reasoning, Context: m.ContextTokens, Provider: up, Fallbacks: m.Fallbacks}
 		if p.Kind == config.KindAzure {
 			gm.Deployment = p.Deployment(m.Name)
 		}
@@ -67,7 +68,7 @@ func (s *Server) gateway(ctx context.Context) (http.Handler, error) {
 	}
 	g, err := gateway.New(gateway.Config{Models: models,
 		Timeout: cfg.OpenAI.Timeout.D(), MaxWait: cfg.Gateway.MaxWait.D(), MinOutput: cfg.Gateway.MinOutput,
-		HeaderTimeout: cfg.Gateway.HeaderTimeout.D(), StreamIdle: cfg.Gateway.StreamIdle.D(),
+		HeaderTimeout: cfg.Gateway.HeaderTimeout.D(), StreamIdle: cfg.Gateway.StreamIdle.D(), FallbackWait: cfg.Gateway.FallbackWait.D(),
 		Log: s.log.With("component", "gateway")}, gateway.NewKeys(s.rdb), s.sched, waiter, s.rdb, gm)
 	if err != nil {
 		waiter.Close()
@@ -76,8 +77,8 @@ func (s *Server) gateway(ctx context.Context) (http.Handler, error) {
 	return g.Handler(), nil
 }
 
-// RunGateway runs prq gateway until ctx ends: only the OpenAI-compatible
-// endpoint (with health checks and metrics), stateless like serve; the
+// RunGateway runs prq gateway until ctx ends: only the gateway's
+// endpoints (with health checks and metrics), stateless like serve; the
 // admission loops run in the workers. With admit it runs one itself, for
 // a gateway without workers (it would also release PR jobs, past any
 // worker's capacity).

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/prq-dev/prq/internal/config"
+	"github.com/prq-dev/prq/internal/gateway"
 	"github.com/prq-dev/prq/jobs"
 )
 
@@ -194,5 +195,37 @@ func TestMetricsRequireToken(t *testing.T) {
 		if code != 200 {
 			t.Fatalf("require_token %v: /metrics with the token: %d", require, code)
 		}
+	}
+}
+
+// TestDemoRefusesReboundHost: the demo without a token serves its admin
+// API only for loopback names, so a page whose DNS name is rebound to
+// 127.0.0.1 (its own name as Host, and as Origin, which then passes the
+// same-origin check) cannot create a key or change a plan.
+func TestDemoRefusesReboundHost(t *testing.T) {
+	s, _ := newTestServer(t, nil)
+	ts := startHTTP(t, s, true)
+	port := ts.URL[strings.LastIndex(ts.URL, ":")+1:]
+	for _, tt := range []struct {
+		host string
+		want int
+	}{{"evil.example:" + port, 403}, {"127.0.0.1:" + port, 201}, {"localhost:" + port, 201}} {
+		set := func(r *http.Request) {
+			r.Host = tt.host
+			r.Header.Set("Origin", "http://"+tt.host)
+			r.Header.Set(CSRFHeader, "1")
+		}
+		code, body, _ := do(t, "POST", ts.URL+"/api/keys", set, `{"name":"x"}`)
+		if code != tt.want || (code == 403 && strings.Contains(body, "prq-sk-")) {
+			t.Fatalf("Host %s: %d %s, want %d", tt.host, code, body, tt.want)
+		}
+		code, _, _ = do(t, "PUT", ts.URL+"/api/plans/7", set, `{"tier":"paid","reason":"rebound"}`)
+		if want := map[int]int{403: 403, 201: 200}[tt.want]; code != want {
+			t.Fatalf("Host %s: PUT /api/plans: %d, want %d", tt.host, code, want)
+		}
+	}
+	keys, err := gateway.NewKeys(s.rdb).List(context.Background())
+	if err != nil || len(keys) != 2 {
+		t.Fatalf("%d keys (%v), want the two made from loopback names", len(keys), err)
 	}
 }

@@ -125,11 +125,19 @@ func (d dashSource) QuotaUsed(ctx context.Context, inst int64, tier jobs.Tier) (
 }
 
 // tokenAuth requires the admin token (bearer or basic password) unless
-// open (the demo without a token, on loopback only).
+// open (the demo without a token, on loopback only). Open, it answers only
+// requests for a loopback name (loopbackHost): a page whose DNS name is
+// rebound to 127.0.0.1 sends its own name as Host, and is refused.
 func tokenAuth(token string, open bool) func(http.Handler) http.Handler {
 	return func(h http.Handler) http.Handler {
 		if open {
-			return h
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if !loopbackHost(r.Host) {
+					http.Error(w, "refused: without an admin token prq answers only requests for 127.0.0.1, [::1] or localhost (this one is for another name, as a page whose DNS name was rebound to this machine would send)", http.StatusForbidden)
+					return
+				}
+				h.ServeHTTP(w, r)
+			})
 		}
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
@@ -144,6 +152,16 @@ func tokenAuth(token string, open bool) func(http.Handler) http.Handler {
 			h.ServeHTTP(w, r)
 		})
 	}
+}
+
+// loopbackHost reports whether a Host header names this machine's
+// loopback: 127.0.0.1, ::1 or localhost, with a port or not.
+func loopbackHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	return strings.EqualFold(host, "localhost") || host == "127.0.0.1" || host == "::1"
 }
 
 func isLoopback(addr string) bool {

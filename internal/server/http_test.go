@@ -21,7 +21,11 @@ func TestTokenAuth(t *testing.T) {
 		{"wrong basic", "tok", false, func(r *http.Request) { r.SetBasicAuth("tok", "nope") }, 401},
 		{"none", "tok", false, func(*http.Request) {}, 401},
 		{"no token configured refuses all", "", false, func(r *http.Request) { r.Header.Set("Authorization", "Bearer ") }, 401},
-		{"demo is open", "", true, func(*http.Request) {}, 204},
+		{"demo is open", "", true, func(r *http.Request) { r.Host = "127.0.0.1:8080" }, 204},
+		{"demo by localhost", "", true, func(r *http.Request) { r.Host = "localhost:8080" }, 204},
+		{"demo by ::1", "", true, func(r *http.Request) { r.Host = "[::1]:8080" }, 204},
+		{"demo by a rebound name", "", true, func(r *http.Request) { r.Host = "evil.example:8080" }, 403},
+		{"demo by a loopback-looking name", "", true, func(r *http.Request) { r.Host = "127.0.0.1.evil.example" }, 403},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,0 +1,202 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"time"
+)
+
+// The front of every request, before anything is reserved: what a key
+// could ever pay for bounds the cost of reading, scanning and counting
+// its body, so a body that cannot be paid for is refused for about the
+// price of its headers.
+
+// unlimited is what a key without a quota could pay for.
+const unlimited = math.MaxInt64
+
+// bodySlack is the bytes a body may hold beyond 2·maxTokenBytes per
+// token the key could pay for: the JSON around the text.
+const bodySlack = 64 << 10
+
+// quotaLeft is the tokens the key's quota has left (unlimited without a
+// quota). A key whose quota cannot cover the smallest request (one input
+// token and the minimum output) is refused (403) before its body is
+// read: a spent key costs one Redis read, no CPU.
+func (g *Gateway) quotaLeft(w http.ResponseWriter, r *http.Request, q *request) (int64, bool) {
+	k := q.key
+	if k.QuotaTokens <= 0 {
+		return unlimited, true
+	}
+	u, err := g.quotas[k.QuotaPeriod].Used(r.Context(), tenantOf(k), "", k.QuotaTokens)
+	if err != nil { // Reserve checks again, and reports
+		return k.QuotaTokens, true
+	}
+	left := k.QuotaTokens - u.Used
+	held, err := g.held.held(r.Context(), k.ID)
+	if err != nil {
+		held = 0 // Reserve checks again
+	}
+	// what it could pay for once its calls in flight settle
+	if left+held >= 1+g.cfg.MinOutput {
+		return left + held, true
+	}
+	g.refuseQuota(w, q, left, u.Reset, fmt.Sprintf("less than the smallest request (an input token and a minimum output of %d)", g.cfg.MinOutput))
+	return 0, false
+}
+
+// refuseQuota answers 403 insufficient_quota: the key's quota cannot pay
+// for the request (needs says what it would take) before it resets.
+func (g *Gateway) refuseQuota(w http.ResponseWriter, q *request, left int64, reset time.Time, needs string) {
+	k := q.key
+	g.metrics.refused(k.ID, "quota")
+	g.quotaHeaders(w.Header(), k, left, reset)
+	q.fail(w, http.StatusForbidden, "insufficient_quota", "quota_exceeded", fmt.Sprintf(
+		"The %s quota of key %s (%d tokens per %s) is spent: %d tokens left, %s. It resets at %s.",
+		k.QuotaPeriod, k.ID, k.QuotaTokens, k.QuotaPeriod, max(left, 0), needs, reset.UTC().Format(time.RFC3339)))
+}
+
+// inputBudget is the most input a key with left tokens could pay for.
+func (g *Gateway) inputBudget(left int64) int64 {
+	if left == unlimited {
+		return unlimited
+	}
+	return max(left-g.cfg.MinOutput, 0)
+}
+
+// bodyLimit is the largest body a key with left tokens could pay for.
+func (g *Gateway) bodyLimit(left int64) int64 {
+	b := g.inputBudget(left)
+	if b == unlimited || b > (g.cfg.MaxBody-bodySlack)/(2*maxTokenBytes) {
+		return g.cfg.MaxBody
+	}
+	return b*2*maxTokenBytes + bodySlack
+}
+
+// errBodyTooLarge is a body over its limit.
+var errBodyTooLarge = errors.New("gateway: body too large")
+
+// readBody reads the body, at most bodyLimit(left) bytes: a larger one
+// (by its Content-Length, before it is read) is refused, 403 when the
+// key's quota is what bounds it, else 413. False: answered (or the
+// client left).
+func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, q *request, left int64) ([]byte, bool) {
+	limit := g.bodyLimit(left)
+	body, err := readLimited(r, limit)
+	switch {
+	case errors.Is(err, errBodyTooLarge) && limit < g.cfg.MaxBody:
+		size := "over " + fmt.Sprint(limit)
+		if r.ContentLength > 0 {
+			size = fmt.Sprint(r.ContentLength)
+		}
+		g.refuseQuota(w, q, left, g.quotaReset(q.key), fmt.Sprintf(
+			"and a body of %s bytes is more than it could pay for (a token is at most %d bytes: at most %d bytes with the JSON around it)", size, maxTokenBytes, limit))
+		return nil, false
+	case errors.Is(err, errBodyTooLarge):
+		q.fail(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large", fmt.Sprintf("The request body is larger than %d bytes.", g.cfg.MaxBody))
+		return nil, false
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		// the client stopped sending (closed its side, or its chunked
+		// body broke off): what came is not the request it meant. The
+		// server has cancelled the request's context (its connection
+		// read EOF), but a client that only closed its side still reads.
+		q.fail(w, http.StatusBadRequest, "invalid_request_error", "", fmt.Sprintf(
+			"The request body was cut short (%v): it ended before its Content-Length or its last chunk.", err))
+		return nil, false
+	case err != nil:
+		return nil, false // the client left
+	}
+	return body, true
+}
+
+// readLimited reads at most limit bytes of the body, all at once when
+// its length is known.
+func readLimited(r *http.Request, limit int64) ([]byte, error) {
+	if r.ContentLength > limit {
+		return nil, errBodyTooLarge
+	}
+	if r.ContentLength >= 0 {
+		body := make([]byte, r.ContentLength)
+		if _, err := io.ReadFull(r.Body, body); err != nil {
+			return nil, err
+		}
+		return body, nil
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(body)) > limit {
+		return nil, errBodyTooLarge
+	}
+	return body, nil
+}
+
+// quotaReset is when the key's quota window ends.
+func (g *Gateway) quotaReset(k Key) time.Time {
+	_, end := k.QuotaPeriod.Window(time.Now())
+	return end
+}
+
+// scan checks the body's shape and refuses one whose least count is
+// more than the key could pay for (403) or its model's context (400).
+func (g *Gateway) scan(w http.ResponseWriter, q *request, body []byte, pol scanPolicy, left int64) (scanned, bool) {
+	sc, err := scanBody(body, scanLimits{depth: g.cfg.MaxDepth, items: g.cfg.MaxItems, values: g.cfg.MaxValues, scalar: maxScalar}, pol)
+	var le *limitError
+	var re *requestError
+	switch {
+	case errors.As(err, &le):
+		g.metrics.refused(q.key.ID, "too_large")
+		q.fail(w, http.StatusBadRequest, "invalid_request_error", "request_too_large", le.msg)
+		return sc, false
+	case errors.As(err, &re):
+		q.bad(w, re)
+		return sc, false
+	case err != nil:
+		q.bad(w, &requestError{msg: "We could not parse the JSON body of your request: " + err.Error() + "."})
+		return sc, false
+	}
+	least := sc.leastTokens()
+	if budget := g.inputBudget(left); least > budget {
+		g.refuseQuota(w, q, left, g.quotaReset(q.key), fmt.Sprintf("and the request's input is at least %d tokens", least))
+		return sc, false
+	}
+	if m, ok := g.cfg.Models[sc.model]; ok && least > m.Context {
+		g.contextExceeded(w, q, sc.model, m, least, "at least ")
+		return sc, false
+	}
+	return sc, true
+}
+
+// maxScalar bounds the value of a top-level field that is not counted
+// (model, user, service_tier...).
+const maxScalar = 4 << 10
+
+func (g *Gateway) contextExceeded(w http.ResponseWriter, q *request, model string, m Model, n int64, least string) {
+	g.metrics.refused(q.key.ID, "too_large")
+	q.fail(w, http.StatusBadRequest, "invalid_request_error", "context_length_exceeded", fmt.Sprintf(
+		"This model's maximum context length is %d tokens. However, your messages resulted in %s%d tokens. Please reduce the length of the messages.", m.Context, least, n))
+}
+
+// countInput counts the request's input with count, stopping at what the
+// key could pay for; past it the request is refused (403), past the
+// model's context too (400).
+func (g *Gateway) countInput(w http.ResponseWriter, q *request, m Model, left int64, count func(budget int64) (int64, error)) (int64, bool) {
+	ib := g.inputBudget(left)
+	budget := min(ib, m.Context)
+	n, err := count(budget)
+	switch {
+	case err != nil:
+		q.bad(w, &requestError{msg: err.Error()})
+		return 0, false
+	case n > budget && ib <= m.Context:
+		g.refuseQuota(w, q, left, g.quotaReset(q.key), fmt.Sprintf("and the request's input is more than %d tokens", ib))
+		return 0, false
+	case n > budget:
+		g.contextExceeded(w, q, q.model, m, budget, "more than ")
+		return 0, false
+	}
+	return n, true
+}
