@@ -61,7 +61,7 @@ type QuotaConfig struct {
 	// Period is the calendar window. Defaults to Day.
 	Period Period
 	// MinOutput is the least output worth a call: a call is refused when
-	// remaining < input + MinOutput. Defaults to 16.
+	// remaining < input + min(MinOutput, its requested max). Defaults to 16.
 	MinOutput int64
 	// ReservationTTL bounds how long a crashed worker's reservation holds
 	// its tokens (they stay spent, which never overshoots). Defaults to 30m.
@@ -142,8 +142,9 @@ func resKey(tenant, jobID string) string { return quotaTag(tenant) + ":res:" + j
 // Reserve reserves input tokens plus an output cap for one call of tenant's
 // agent (job kind, or "" for one quota across kinds) against limit tokens
 // per period. The cap is min(requestedMax, remaining-input). When
-// remaining < input + MinOutput it returns a *QuotaError and reserves
-// nothing. The same jobID reserves once: a retry gets the same grant.
+// remaining < input + min(MinOutput, requestedMax) it returns a
+// *QuotaError and reserves nothing: a call that asks for no output
+// (embeddings) needs only its input. The same jobID reserves once: a retry gets the same grant.
 func (q *Quota) Reserve(ctx context.Context, tenant, agent, jobID string, limit, input, requestedMax int64) (Grant, error) {
 	switch {
 	case tenant == "" || jobID == "":
@@ -151,11 +152,12 @@ func (q *Quota) Reserve(ctx context.Context, tenant, agent, jobID string, limit,
 	case input < 0 || requestedMax < 0 || limit < 0:
 		return Grant{}, fmt.Errorf("ratelimit: quota: negative amount (limit %d, input %d, max %d)", limit, input, requestedMax)
 	}
+	minOut := min(q.cfg.MinOutput, requestedMax)
 	t := q.cfg.NowFunc()
 	for attempt := 0; attempt < 3; attempt++ {
 		ws, we := q.cfg.Period.Window(t)
 		res, err := quotaScript.Run(ctx, q.rdb, []string{q.usedKey(tenant, agent, ws), resKey(tenant, jobID)},
-			"reserve", "", ws.UnixMicro(), we.UnixMicro(), limit, input, requestedMax, q.cfg.MinOutput,
+			"reserve", "", ws.UnixMicro(), we.UnixMicro(), limit, input, requestedMax, minOut,
 			q.cfg.ReservationTTL.Milliseconds()).Int64Slice()
 		if err != nil {
 			return Grant{}, fmt.Errorf("ratelimit: quota reserve: %w", err)
@@ -165,7 +167,7 @@ func (q *Quota) Reserve(ctx context.Context, tenant, agent, jobID string, limit,
 			t = time.UnixMicro(res[3])
 			continue
 		case 0:
-			return Grant{}, &QuotaError{Tenant: tenant, Agent: agent, Remaining: res[1], Needed: input + q.cfg.MinOutput, Reset: we}
+			return Grant{}, &QuotaError{Tenant: tenant, Agent: agent, Remaining: res[1], Needed: input + minOut, Reset: we}
 		}
 		w := time.UnixMicro(res[4]).UTC()
 		_, end := q.cfg.Period.Window(w)

@@ -121,6 +121,19 @@ func TestQuotaCapAndRefusal(t *testing.T) {
 	if err != nil || g4.Cap != 100 || g4.Remaining != 0 {
 		t.Fatalf("cap at requested max: %+v %v", g4, err)
 	}
+	// a call that asks for no output (embeddings) needs only its input,
+	// and one that asks for less than MinOutput needs only what it asks
+	e1, err := q.Reserve(ctx, "t-embed", "", "e1", 100, 95, 0)
+	if err != nil || e1.Cap != 0 || e1.Remaining != 5 {
+		t.Fatalf("no-output call with 5 spare: %+v %v", e1, err)
+	}
+	if _, err := q.Reserve(ctx, "t-embed", "", "e2", 100, 6, 0); !errors.As(err, &qe) || qe.Needed != 6 || qe.Remaining != 5 {
+		t.Fatalf("want refusal: remaining 5 < input 6, got %v", err)
+	}
+	e3, err := q.Reserve(ctx, "t-embed", "", "e3", 100, 2, 3)
+	if err != nil || e3.Cap != 3 || e3.Remaining != 0 {
+		t.Fatalf("small call asking 3 with 5 left: %+v %v", e3, err)
+	}
 }
 
 func TestQuotaPeriodBoundary(t *testing.T) {

@@ -105,6 +105,7 @@ var meanings = map[string]meaning{
 	"models[].sub_window":               {Text: "Window limiter only: also cap any shorter sub-window at `sub_window_share` of the limits."},
 	"models[].sub_window_share":         {Text: "The share of the limits any sub-window may hold, in (0, 1].", Unset: "`sub_window` / `window`"},
 	"models[].window_margin":            {Text: "How much longer than the window a window limiter holds each admission, for the call's way to the provider.", Unset: "measured from the calls, at most window/60"},
+	"models[].fallbacks":                {Text: "Models a gateway request moves to, in order, when this one cannot serve it, through admission and under the same quota. See [fallbacks](gateway.md#fallbacks). Not used by pull-request jobs."},
 	"models[].settle":                   {Text: "How a call's real usage corrects its admitted estimate: `estimate`, `debt` or `refund`. See [settling usage](providers.md#settling-usage).", Unset: "`estimate`"},
 	"models[].output_format":            {Text: "How reviews are asked for: `json_schema`, `json_object` or `text`. See [model output](reviews.md#model-output).", Unset: "by model family"},
 
@@ -157,4 +158,5 @@ var meanings = map[string]meaning{
 	"gateway.min_output":     {Text: "The least output worth a call: with less quota left than the input plus this, a request is refused (403).", Unset: "`16`"},
 	"gateway.header_timeout": {Text: "The longest wait for the provider's reply headers (then 504).", Unset: "`openai.timeout`"},
 	"gateway.stream_idle":    {Text: "The longest a stream may go without a line from the provider before the gateway ends it.", Unset: "`60s`"},
+	"gateway.fallback_wait":  {Text: "The longest a request waits for admission on a model with `fallbacks` before it moves to the next.", Unset: "`10s`"},
 }

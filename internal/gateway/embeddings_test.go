@@ -14,7 +14,7 @@ import (
 // TestEmbeddings: the official openai SDK's embeddings through the
 // gateway (float, base64 as its other SDKs ask, token arrays): the
 // input is counted exactly, so the key's quota holds the provider's
-// usage, no more; a key whose quota cannot pay for the input is refused
+// usage, no more, to the quota's last token; a key whose quota cannot pay for the input is refused
 // with 403 and nothing sent; bad input is a 400 before anything.
 func TestEmbeddings(t *testing.T) {
 	t.Parallel()
@@ -63,5 +63,21 @@ func TestEmbeddings(t *testing.T) {
 	}
 	if n := r.fake.Stats()[r.model].Requests; n != calls {
 		t.Fatalf("%d upstream calls for refused requests", n-calls)
+	}
+	// an embeddings request asks for no output, so it may spend the
+	// quota to the last token: no minimum output is kept spare
+	last := make([]int64, 200-usage)
+	for i := range last {
+		last[i] = 7
+	}
+	if _, err := c.Embeddings.New(ctx, openai.EmbeddingNewParams{Model: r.model, Input: openai.EmbeddingNewParamsInputUnion{OfArrayOfTokenArrays: [][]int64{last}}}); err != nil {
+		t.Fatalf("the last %d tokens of the quota: %v", len(last), err)
+	}
+	if got := r.used(t, k); got != 200 {
+		t.Fatalf("quota used %d after spending the rest, want 200", got)
+	}
+	// spent to the last token: the next is refused before it is read
+	if _, err := c.Embeddings.New(ctx, openai.EmbeddingNewParams{Model: r.model, Input: openai.EmbeddingNewParamsInputUnion{OfString: openai.String("x")}}); !errors.As(err, &ae) || ae.StatusCode != http.StatusForbidden {
+		t.Fatalf("a spent quota: %v, want 403", err)
 	}
 }

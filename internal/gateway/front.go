@@ -23,7 +23,7 @@ const bodySlack = 64 << 10
 
 // quotaLeft is the tokens the key's quota has left (unlimited without a
 // quota). A key whose quota cannot cover the smallest request (one input
-// token and the minimum output) is refused (403) before its body is
+// token and, but for embeddings, the minimum output) is refused (403) before its body is
 // read: a spent key costs one Redis read, no CPU.
 func (g *Gateway) quotaLeft(w http.ResponseWriter, r *http.Request, q *request) (int64, bool) {
 	k := q.key
@@ -39,11 +39,16 @@ func (g *Gateway) quotaLeft(w http.ResponseWriter, r *http.Request, q *request) 
 	if err != nil {
 		held = 0 // Reserve checks again
 	}
-	// what it could pay for once its calls in flight settle
-	if left+held >= 1+g.cfg.MinOutput {
+	// what it could pay for once its calls in flight settle; an
+	// embeddings request has no output to pay for
+	smallest, what := 1+g.cfg.MinOutput, fmt.Sprintf("an input token and a minimum output of %d", g.cfg.MinOutput)
+	if q.api == apiEmbeddings {
+		smallest, what = 1, "an input token"
+	}
+	if left+held >= smallest {
 		return left + held, true
 	}
-	g.refuseQuota(w, q, left, u.Reset, fmt.Sprintf("less than the smallest request (an input token and a minimum output of %d)", g.cfg.MinOutput))
+	g.refuseQuota(w, q, left, u.Reset, "less than the smallest request ("+what+")")
 	return 0, false
 }
 
@@ -58,17 +63,22 @@ func (g *Gateway) refuseQuota(w http.ResponseWriter, q *request, left int64, res
 		k.QuotaPeriod, k.ID, k.QuotaTokens, k.QuotaPeriod, max(left, 0), needs, reset.UTC().Format(time.RFC3339)))
 }
 
-// inputBudget is the most input a key with left tokens could pay for.
-func (g *Gateway) inputBudget(left int64) int64 {
+// inputBudget is the most input q's key, with left tokens, could pay
+// for: what is left less the minimum output, or all of it for an
+// embeddings request (which has no output).
+func (g *Gateway) inputBudget(q *request, left int64) int64 {
 	if left == unlimited {
 		return unlimited
+	}
+	if q.api == apiEmbeddings {
+		return max(left, 0)
 	}
 	return max(left-g.cfg.MinOutput, 0)
 }
 
 // bodyLimit is the largest body a key with left tokens could pay for.
-func (g *Gateway) bodyLimit(left int64) int64 {
-	b := g.inputBudget(left)
+func (g *Gateway) bodyLimit(q *request, left int64) int64 {
+	b := g.inputBudget(q, left)
 	if b == unlimited || b > (g.cfg.MaxBody-bodySlack)/(2*maxTokenBytes) {
 		return g.cfg.MaxBody
 	}
@@ -83,7 +93,7 @@ var errBodyTooLarge = errors.New("gateway: body too large")
 // key's quota is what bounds it, else 413. False: answered (or the
 // client left).
 func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, q *request, left int64) ([]byte, bool) {
-	limit := g.bodyLimit(left)
+	limit := g.bodyLimit(q, left)
 	body, err := readLimited(r, limit)
 	switch {
 	case errors.Is(err, errBodyTooLarge) && limit < g.cfg.MaxBody:
@@ -159,7 +169,7 @@ func (g *Gateway) scan(w http.ResponseWriter, q *request, body []byte, pol scanP
 		return sc, false
 	}
 	least := sc.leastTokens()
-	if budget := g.inputBudget(left); least > budget {
+	if budget := g.inputBudget(q, left); least > budget {
 		g.refuseQuota(w, q, left, g.quotaReset(q.key), fmt.Sprintf("and the request's input is at least %d tokens", least))
 		return sc, false
 	}
@@ -184,7 +194,7 @@ func (g *Gateway) contextExceeded(w http.ResponseWriter, q *request, model strin
 // key could pay for; past it the request is refused (403), past the
 // model's context too (400).
 func (g *Gateway) countInput(w http.ResponseWriter, q *request, m Model, left int64, count func(budget int64) (int64, error)) (int64, bool) {
-	ib := g.inputBudget(left)
+	ib := g.inputBudget(q, left)
 	budget := min(ib, m.Context)
 	n, err := count(budget)
 	switch {

@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -59,6 +60,9 @@ type rigOpts struct {
 	// wrap, when set, wraps the gateway's handler (as serve wraps it
 	// with its security headers)
 	wrap func(http.Handler) http.Handler
+	// rpm, tpm are the model's limits per period (1,000 and 100,000 by
+	// default)
+	rpm, tpm int64
 }
 
 func newRigWith(t testing.TB, o rigOpts) *rig {
@@ -70,11 +74,12 @@ func newRigWith(t testing.TB, o rigOpts) *rig {
 	if len(upKeys) == 0 {
 		upKeys = []string{"sk-up"}
 	}
-	fake := fakeopenai.New(fakeopenai.Config{Models: []fakeopenai.Model{{Name: model, RPM: 1000, TPM: 100000, Latency: latency}}, Keys: upKeys, Verbose: o.verbose,
+	rpm, tpm := cmp.Or(o.rpm, 1000), cmp.Or(o.tpm, 100000)
+	fake := fakeopenai.New(fakeopenai.Config{Models: []fakeopenai.Model{{Name: model, RPM: rpm, TPM: tpm, Latency: latency}}, Keys: upKeys, Verbose: o.verbose,
 		Period: o.period, Record: true})
 	up := httptest.NewServer(fake)
 	t.Cleanup(up.Close)
-	b, err := ratelimit.NewKeyedBucket(rdb, model, upKeys, ratelimit.Limits{RequestsPerPeriod: 1000, TokensPerPeriod: 100000, Period: o.period})
+	b, err := ratelimit.NewKeyedBucket(rdb, model, upKeys, ratelimit.Limits{RequestsPerPeriod: rpm, TokensPerPeriod: tpm, Period: o.period})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -471,7 +476,9 @@ func TestSlowCallOutlivesWriteTimeout(t *testing.T) {
 // count, reserve the quota, wait in admission (the loop's Lua call, a
 // publish), call, settle.
 func BenchmarkCompletion(b *testing.B) {
-	r := newRig(b, 0)
+	// limits per second, well above what one machine sends: the bench
+	// measures the gateway's cost, not the model's limit
+	r := newRigWith(b, rigOpts{rpm: 10_000_000, tpm: 1_000_000_000})
 	secret, _ := r.key(b, gateway.Spec{Name: "bench", Tier: "paid", QuotaTokens: 1 << 40})
 	body := fmt.Sprintf(`{"model":"%s","max_tokens":20,"messages":[{"role":"user","content":"hello"}]}`, r.model)
 	for _, tc := range []struct{ name, url, key string }{{"direct", r.up, "sk-up"}, {"gateway", r.url, secret}} {

@@ -25,11 +25,11 @@ func (g *Gateway) reserveQuota(w http.ResponseWriter, r *http.Request, q *reques
 	ctx := r.Context()
 	bg := context.WithoutCancel(ctx)
 	quota := g.quotas[k.QuotaPeriod]
-	// a token per choice at least; none for a request without output
-	// (embeddings), which Reserve still asks MinOutput spare of
+	// a token per choice at least; for a request without output
+	// (embeddings) only its input, as Reserve asks
 	needed, least := q.input+max(g.cfg.MinOutput, q.n), int64(1)
 	if want == 0 {
-		needed, least = q.input+g.cfg.MinOutput, 0
+		needed, least = q.input, 0
 	}
 	wctx, cancel := context.WithDeadline(ctx, q.deadline)
 	defer cancel()
@@ -73,7 +73,7 @@ func (g *Gateway) reserveQuota(w http.ResponseWriter, r *http.Request, q *reques
 				if left+st.held < needed {
 					// spent: even with nothing held it cannot cover the request
 					leave()
-					g.refuseQuota(w, q, left, g.quotaReset(k), fmt.Sprintf("%d needed (input %d + a minimum output of %d)", needed, q.input, needed-q.input))
+					g.refuseQuota(w, q, left, g.quotaReset(k), neededText(needed, q.input))
 					g.rateHeaders(bg, w.Header(), q)
 					return false
 				}
@@ -111,4 +111,12 @@ func (g *Gateway) reserveQuota(w http.ResponseWriter, r *http.Request, q *reques
 			k.ID, st.held, needed, q.maxWait, retry.Round(time.Second)))
 		return false
 	}
+}
+
+// neededText says what a refused request needed of the quota.
+func neededText(needed, input int64) string {
+	if needed == input {
+		return fmt.Sprintf("%d needed (its input)", needed)
+	}
+	return fmt.Sprintf("%d needed (input %d + a minimum output of %d)", needed, input, needed-input)
 }
