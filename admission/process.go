@@ -23,6 +23,10 @@ const asynqLease = 30 * time.Second
 // processesKey lists worker processes by their last heartbeat.
 const processesKey = "prq:procs"
 
+// jobsRecordTTL bounds a process's record of its running jobs, renewed
+// by every job it starts.
+const jobsRecordTTL = 24 * time.Hour
+
 // jobsKey is a process's running jobs: task id -> queue.
 func jobsKey(process string) string { return "prq:proc:{" + process + "}:jobs" }
 
@@ -66,7 +70,13 @@ func (p *Process) Track(h asynq.Handler) asynq.Handler {
 	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 		id, _ := asynq.GetTaskID(ctx)
 		q, _ := asynq.GetQueueName(ctx)
-		if err := p.s.rdb.HSet(ctx, jobsKey(p.id), id, q).Err(); err != nil {
+		// the record outlives no process for long: a dead one's is read
+		// and deleted by recovery within seconds, and the TTL bounds one
+		// that nothing recovers (its jobs are asynq's to recover then)
+		pipe := p.s.rdb.TxPipeline()
+		pipe.HSet(ctx, jobsKey(p.id), id, q)
+		pipe.Expire(ctx, jobsKey(p.id), jobsRecordTTL)
+		if _, err := pipe.Exec(ctx); err != nil {
 			p.s.log.WarnContext(ctx, "could not record a running job; if this process dies, asynq recovers it in a minute or two", "task", id, "err", err)
 		}
 		defer func() {
