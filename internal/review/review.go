@@ -1,8 +1,9 @@
 // Package review owns the contract between prq and the model for a file
 // review: what the model is asked for (the system prompt and, per model,
 // structured output by JSON schema, a JSON object, or a delimited text
-// block), how its reply is read (strictly: a reply that does not parse
-// into the schema is an error, never "no findings"), the repair turn that
+// block), how its reply is read (tolerant of form, strict about meaning:
+// fields it does not use are ignored and named, but a reply without a
+// review is an error, never "no findings"), the repair turn that
 // shows the model its mistake, and where each finding lands on the diff
 // (a line, a range inside one hunk, the deleted side, or the review body
 // when it belongs on no line of the diff).
@@ -15,6 +16,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/prq-dev/prq/diff"
@@ -113,17 +116,28 @@ type Finding struct {
 type Reply struct {
 	Summary  string    `json:"summary"`
 	Comments []Finding `json:"comments"`
+	// Ignored names the fields the reply carried that prq does not use
+	// ("verdict", "comments[].severity"), sorted, each once: a model
+	// drifting from the shape asked for shows in a metric before it
+	// shows in reviews.
+	Ignored []string `json:"-"`
 }
 
 // ErrUnusable is a reply that does not hold a review in the schema.
 var ErrUnusable = errors.New("review: the model's reply could not be read")
 
-// Parse reads a reply strictly. It accepts what real models send: the
-// JSON alone, inside a code fence, between the text-mode delimiters, or
-// with prose around it; exactly one object must decode into the schema
-// (no unknown fields, "summary" and "comments" present, every comment on
-// a positive line with a body). Anything else is ErrUnusable with the
-// reason, never an empty review.
+// commentAliases are other names models give the list of comments.
+var commentAliases = []string{"findings"}
+
+// Parse reads a reply: tolerant of its form, strict about its meaning.
+// It accepts what real models send: the JSON alone, inside a code fence,
+// between the text-mode delimiters, or with prose around it; fields
+// prq does not use (listed in Reply.Ignored), line numbers as strings
+// ("12") and "findings" for "comments". Exactly one object must hold a
+// review: "summary" a string, "comments" a list, every comment on a
+// positive line with a body and, if it names one, a side of RIGHT or
+// LEFT. Anything else is ErrUnusable with the reason, never an empty
+// review.
 func Parse(text string) (Reply, error) {
 	if text = strings.TrimSpace(text); text == "" {
 		return Reply{}, fmt.Errorf("%w: empty reply", ErrUnusable)
@@ -159,36 +173,138 @@ func Parse(text string) (Reply, error) {
 	return Reply{}, fmt.Errorf("%w: no JSON object in the reply", ErrUnusable)
 }
 
+// decode reads one JSON object as a review, or says why it is not one.
 func decode(b []byte) (Reply, error) {
-	var probe map[string]json.RawMessage
-	if err := json.Unmarshal(b, &probe); err != nil {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(b, &top); err != nil {
 		return Reply{}, err
 	}
-	for _, k := range []string{"summary", "comments"} {
-		if _, ok := probe[k]; !ok {
-			return Reply{}, fmt.Errorf("%q is missing", k)
-		}
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
 	var r Reply
-	if err := dec.Decode(&r); err != nil {
-		return Reply{}, err
+	ignored := map[string]bool{}
+	raw, ok := top["summary"]
+	if !ok {
+		return Reply{}, errors.New(`"summary" is missing`)
 	}
-	if r.Comments == nil {
-		return Reply{}, errors.New(`"comments" must be a list`)
+	if err := json.Unmarshal(raw, &r.Summary); err != nil {
+		return Reply{}, fmt.Errorf(`"summary" is not a string: %s`, clip(raw))
 	}
-	for i, c := range r.Comments {
-		switch {
-		case c.Line < 1:
-			return Reply{}, fmt.Errorf("comment %d: line %d is not a line number", i+1, c.Line)
-		case strings.TrimSpace(c.Body) == "":
-			return Reply{}, fmt.Errorf("comment %d: empty body", i+1)
-		case c.Side != "" && c.Side != string(diff.Right) && c.Side != string(diff.Left):
-			return Reply{}, fmt.Errorf("comment %d: side %q is not RIGHT or LEFT", i+1, c.Side)
+	key := "comments"
+	list, ok := top[key]
+	for _, a := range commentAliases {
+		if ok {
+			break
+		}
+		list, ok = top[a]
+		key = a
+	}
+	if !ok {
+		return Reply{}, errors.New(`"comments" is missing`)
+	}
+	for k := range top {
+		if k != "summary" && k != key {
+			ignored[k] = true
 		}
 	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(list, &items); err != nil || items == nil {
+		return Reply{}, fmt.Errorf(`%q must be a list, not %s`, key, clip(list))
+	}
+	r.Comments = make([]Finding, 0, len(items))
+	for i, it := range items {
+		c, err := decodeFinding(it, ignored)
+		if err != nil {
+			return Reply{}, fmt.Errorf("comment %d: %v", i+1, err)
+		}
+		r.Comments = append(r.Comments, c)
+	}
+	for k := range ignored {
+		r.Ignored = append(r.Ignored, k)
+	}
+	sort.Strings(r.Ignored)
 	return r, nil
+}
+
+// decodeFinding reads one comment; the fields it does not use are added
+// to ignored as "comments[].<name>".
+func decodeFinding(b json.RawMessage, ignored map[string]bool) (Finding, error) {
+	var f map[string]json.RawMessage
+	if err := json.Unmarshal(b, &f); err != nil || f == nil {
+		return Finding{}, fmt.Errorf("not an object: %s", clip(b))
+	}
+	var c Finding
+	for k, v := range f {
+		var err error
+		switch k {
+		case "line":
+			c.Line, err = lineNumber(v)
+			if err == nil && c.Line < 1 {
+				err = fmt.Errorf("line %d is not a line number", c.Line)
+			}
+		case "start_line":
+			if isNull(v) {
+				continue
+			}
+			var n int
+			if n, err = lineNumber(v); err == nil {
+				c.StartLine = &n
+			}
+		case "side":
+			if isNull(v) {
+				continue
+			}
+			if err = json.Unmarshal(v, &c.Side); err == nil {
+				c.Side = strings.ToUpper(strings.TrimSpace(c.Side))
+				if c.Side != string(diff.Right) && c.Side != string(diff.Left) {
+					err = fmt.Errorf("side %q is not RIGHT or LEFT", c.Side)
+				}
+			} else {
+				err = fmt.Errorf("side is not a string: %s", clip(v))
+			}
+		case "body":
+			if json.Unmarshal(v, &c.Body) != nil {
+				err = fmt.Errorf("body is not a string: %s", clip(v))
+			}
+		default:
+			ignored["comments[]."+k] = true
+		}
+		if err != nil {
+			return Finding{}, err
+		}
+	}
+	switch {
+	case c.Line == 0:
+		return Finding{}, errors.New("no line number")
+	case strings.TrimSpace(c.Body) == "":
+		return Finding{}, errors.New("empty body")
+	}
+	return c, nil
+}
+
+// lineNumber reads a line number sent as a JSON integer or as a string
+// of digits ("12").
+func lineNumber(v json.RawMessage) (int, error) {
+	var n int
+	if err := json.Unmarshal(v, &n); err == nil {
+		return n, nil
+	}
+	var s string
+	if err := json.Unmarshal(v, &s); err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(s)); err == nil {
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("line %s is not a line number", clip(v))
+}
+
+func isNull(v json.RawMessage) bool { return string(bytes.TrimSpace(v)) == "null" }
+
+// clip shortens a JSON value for an error message.
+func clip(v json.RawMessage) string {
+	s := string(bytes.TrimSpace(v))
+	if len(s) > 40 {
+		s = s[:40] + "…"
+	}
+	return s
 }
 
 // RepairTurns are the turns that follow a reply that could not be read:

@@ -29,7 +29,16 @@ func TestParse(t *testing.T) {
 		{"empty", "  ", 0, "empty reply"},
 		{"cut off", good[:len(good)/2], 0, "no JSON object"},
 		{"delimited and cut off", "BEGIN REVIEW\n" + good[:20], 0, "without END REVIEW"},
-		{"unknown field", `{"summary":"s","comments":[],"verdict":"ok"}`, 0, "unknown field"},
+		{"unknown field ignored", `{"summary":"s","comments":[],"verdict":"ok"}`, 0, ""},
+		{"summary not a string", `{"summary":3,"comments":[]}`, 0, `"summary" is not a string`},
+		{"comments not a list", `{"summary":"s","comments":{"line":2}}`, 0, `"comments" must be a list`},
+		{"findings not a list", `{"summary":"s","findings":"none"}`, 0, `"findings" must be a list`},
+		{"comment not an object", `{"summary":"s","comments":["line 2: bad"]}`, 0, "comment 1: not an object"},
+		{"no line", `{"summary":"s","comments":[{"body":"b"}]}`, 0, "no line number"},
+		{"line not a number", `{"summary":"s","comments":[{"line":"twelve","body":"b"}]}`, 0, `line "twelve" is not a line number`},
+		{"negative string line", `{"summary":"s","comments":[{"line":"-3","body":"b"}]}`, 0, "not a line number"},
+		{"body not a string", `{"summary":"s","comments":[{"line":2,"body":["b"]}]}`, 0, "body is not a string"},
+		{"lower-case side", `{"summary":"s","comments":[{"line":2,"side":"left","body":"b"}]}`, 1, ""},
 		{"comments missing", `{"summary":"s"}`, 0, `"comments" is missing`},
 		{"comments null", `{"summary":"s","comments":null}`, 0, "must be a list"},
 		{"line zero", `{"summary":"s","comments":[{"line":0,"body":"b"}]}`, 0, "not a line number"},
@@ -53,6 +62,57 @@ func TestParse(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestParseTolerant: replies that carry what prq needs in a looser shape
+// (fields of the model's own, line numbers as strings, "findings" for
+// "comments") read as the same review as the clean reply, and name what
+// they carried that prq ignored.
+func TestParseTolerant(t *testing.T) {
+	clean := `{"summary":"ok","comments":[{"line":3,"start_line":null,"side":"RIGHT","body":"check the error"},{"line":9,"start_line":7,"side":"LEFT","body":"a range"}]}`
+	want, err := Parse(clean)
+	if err != nil || len(want.Ignored) != 0 {
+		t.Fatalf("clean reply: %+v %v", want, err)
+	}
+	for _, tc := range []struct {
+		name, in string
+		ignored  []string
+	}{
+		{"extra fields per comment", `{"summary":"ok","comments":[{"path":"a.go","line":3,"start_line":null,"side":"RIGHT","severity":"high","body":"check the error","suggestion":"if err != nil {}"},{"path":"a.go","line":9,"start_line":7,"side":"LEFT","severity":"low","body":"a range"}]}`,
+			[]string{"comments[].path", "comments[].severity", "comments[].suggestion"}},
+		{"extra top-level fields", `{"verdict":"request changes","summary":"ok","confidence":0.8,"comments":[{"line":3,"start_line":null,"side":"RIGHT","body":"check the error"},{"line":9,"start_line":7,"side":"LEFT","body":"a range"}]}`,
+			[]string{"confidence", "verdict"}},
+		{"string line numbers", `{"summary":"ok","comments":[{"line":"3","start_line":null,"side":"RIGHT","body":"check the error"},{"line":" 9","start_line":"7","side":"LEFT","body":"a range"}]}`, nil},
+		{"findings for comments", `{"summary":"ok","findings":[{"line":3,"start_line":null,"side":"RIGHT","body":"check the error"},{"line":9,"start_line":7,"side":"LEFT","body":"a range"}]}`, nil},
+		{"all at once, fenced", "Here you go:\n```json\n" + `{"summary":"ok","findings":[{"file":"a.go","line":"3","side":"right","body":"check the error"},{"line":9,"start_line":"7","side":"LEFT","body":"a range","severity":"nit"}]}` + "\n```",
+			[]string{"comments[].file", "comments[].severity"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Parse(tc.in)
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			if !equalReviews(got, want) {
+				t.Errorf("review %+v, want the clean reply's %+v", got, want)
+			}
+			if strings.Join(got.Ignored, ",") != strings.Join(tc.ignored, ",") {
+				t.Errorf("ignored %q, want %q", got.Ignored, tc.ignored)
+			}
+		})
+	}
+}
+
+func equalReviews(a, b Reply) bool {
+	if a.Summary != b.Summary || len(a.Comments) != len(b.Comments) {
+		return false
+	}
+	for i := range a.Comments {
+		x, y := a.Comments[i], b.Comments[i]
+		if x.Line != y.Line || x.Side != y.Side || x.Body != y.Body || (x.StartLine == nil) != (y.StartLine == nil) || (x.StartLine != nil && *x.StartLine != *y.StartLine) {
+			return false
+		}
+	}
+	return true
 }
 
 func TestSchemaIsStrict(t *testing.T) {
@@ -159,9 +219,18 @@ func TestPlace(t *testing.T) {
 	}
 }
 
+// FuzzParse: no reply crashes the reader, and a reply it accepts holds
+// what a review needs.
 func FuzzParse(f *testing.F) {
-	f.Add(`{"summary":"s","comments":[{"line":3,"body":"b"}]}`)
-	f.Add("```json\n{}\n```")
+	for _, s := range []string{
+		`{"summary":"ok","comments":[{"line":3,"side":"RIGHT","body":"b"}]}`,
+		`{"summary":"ok","findings":[{"line":"3","start_line":"1","severity":"x","body":"b"}]}`,
+		"BEGIN REVIEW\n{\"summary\":\"s\",\"comments\":[]}\nEND REVIEW",
+		"```json\n{\"summary\":\"s\",\"comments\":[{\"line\":1e3,\"body\":\"b\"}]}\n```",
+		`{"summary":null,"comments":[null]}`,
+	} {
+		f.Add(s)
+	}
 	f.Fuzz(func(t *testing.T, in string) {
 		r, err := Parse(in)
 		if err != nil {
@@ -170,9 +239,12 @@ func FuzzParse(f *testing.F) {
 			}
 			return
 		}
+		if r.Comments == nil {
+			t.Fatal("accepted a reply without a list of comments")
+		}
 		for _, c := range r.Comments {
-			if c.Line < 1 || strings.TrimSpace(c.Body) == "" {
-				t.Fatalf("accepted a bad comment %+v", c)
+			if c.Line < 1 || strings.TrimSpace(c.Body) == "" || (c.Side != "" && c.Side != "RIGHT" && c.Side != "LEFT") {
+				t.Fatalf("accepted comment %+v", c)
 			}
 		}
 	})
