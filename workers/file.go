@@ -47,6 +47,10 @@ type FileWorkerConfig struct {
 	// UnusableFunc, when set, counts replies that could not be read, by
 	// model and job kind (prq_llm_unusable_replies_total).
 	UnusableFunc func(model, kind string)
+	// IgnoredFunc, when set, counts the fields of a readable reply that
+	// prq ignored, by model and job kind
+	// (prq_llm_reply_ignored_fields_total).
+	IgnoredFunc func(model, kind string, fields []string)
 	// Attempts counts each job's runs for its retry budget. Required.
 	Attempts Attempter
 	// Budget bounds each job's retries. Defaults to DefaultBatchBudget.
@@ -253,6 +257,12 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		log.WarnContext(ctx, "review reply unusable after a repair attempt; the file is shown as failed", "pr", f.PR.String(), "path", fd.Path, "model", f.Model, "err", perr)
 		res.Skipped, res.Failed = "review failed: the model's reply could not be read", true
 		return w.complete(ctx, f, res)
+	}
+	if len(reply.Ignored) > 0 {
+		if cfg.IgnoredFunc != nil {
+			cfg.IgnoredFunc(f.Model, string(f.Kind), reply.Ignored)
+		}
+		log.DebugContext(ctx, "review reply carried fields prq does not use", "model", f.Model, "fields", reply.Ignored)
 	}
 	res.Text = reply.Summary
 	comments, notes := review.Place(reply, pm.patch)

@@ -40,6 +40,9 @@ type Config struct {
 	CountFunc func(model, outcome string)
 	// UnusableFunc, when set, counts model replies that could not be read.
 	UnusableFunc func(model, kind string)
+	// IgnoredFunc, when set, counts the fields of readable model replies
+	// that prq ignored.
+	IgnoredFunc func(model, kind string, fields []string)
 	// BatchBudget bounds the retries of plan, file and finalize jobs;
 	// ChatBudget those of chat replies. Default to DefaultBatchBudget and
 	// DefaultChatBudget.
@@ -138,7 +141,7 @@ func New(cfg Config, d Deps) (*Set, error) {
 		return nil, err
 	}
 	if s.Files, err = NewFileWorker(FileWorkerConfig{Store: d.Store, Ledger: d.Admitter, Caller: caller, Queue: d.Queue,
-		Models: cfg.Models, Repairs: d.Store, Requeue: d.Admitter, UnusableFunc: cfg.UnusableFunc, Progress: progress,
+		Models: cfg.Models, Repairs: d.Store, Requeue: d.Admitter, UnusableFunc: cfg.UnusableFunc, IgnoredFunc: cfg.IgnoredFunc, Progress: progress,
 		Attempts: d.Attempts, Budget: cfg.BatchBudget, GaveUpFunc: cfg.GaveUpFunc, Installs: d.Store, LifecycleFunc: cfg.LifecycleFunc, Log: d.Log}); err != nil {
 		return nil, err
 	}

@@ -54,6 +54,7 @@ type Metrics struct {
 	deliveries *prometheus.CounterVec
 	calls      *prometheus.CounterVec
 	unusable   *prometheus.CounterVec
+	ignored    *prometheus.CounterVec
 	gaveUp     *prometheus.CounterVec
 	admitted   *prometheus.CounterVec
 	wait       *prometheus.HistogramVec
@@ -87,7 +88,8 @@ func New(adm Admission, queues Queues, counts Counts, cfg Config) *Metrics {
 	m.admitted = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_admitted_jobs_total", Help: "Jobs admitted by this process, by model, class and path (chat, fair, aged, reserve, backfill, same_pr, reject)."}, []string{"model", "class", "via"})
 	m.wait = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "prq_admission_wait_seconds", Help: "Time from a ticket's registration to its admission.",
 		Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}}, []string{"model", "class"})
-	m.reg.MustRegister(m.deliveries, m.calls, m.unusable, m.gaveUp, m.admitted, m.wait, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), m.state)
+	m.ignored = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_llm_reply_ignored_fields_total", Help: "Fields of readable model replies that prq ignored (fields of the model's own beside the review asked for), by model and job kind: a model drifting from the shape asked for."}, []string{"model", "kind"})
+	m.reg.MustRegister(m.deliveries, m.calls, m.unusable, m.ignored, m.gaveUp, m.admitted, m.wait, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), m.state)
 	return m
 }
 
@@ -114,6 +116,14 @@ func (m *Metrics) CountDelivery(event, outcome string) {
 		event = "other" // bounded labels, whatever arrives
 	}
 	m.deliveries.WithLabelValues(event, outcome).Inc()
+}
+
+// CountIgnored counts the fields of a readable model reply that prq
+// ignored (a model adding its own, e.g. "comments[].severity"). The
+// names stay out of the labels (a model may invent any number); they
+// are logged at debug.
+func (m *Metrics) CountIgnored(model, kind string, fields []string) {
+	m.ignored.WithLabelValues(model, kind).Add(float64(len(fields)))
 }
 
 // CountUnusable counts a model reply that could not be read; the
