@@ -121,17 +121,32 @@ const (
 	ReplyOutside ReplyStyle = "outside"
 	// ReplyCut: the JSON cut off halfway with finish_reason "length".
 	ReplyCut ReplyStyle = "cut"
+	// ReplyLoose: a server that accepts a strict schema without
+	// enforcing it, under every output format: each comment carries
+	// fields of the model's own ("path", "severity", "suggestion"), line
+	// numbers come as strings, the list is named "findings", and the
+	// object has a "verdict".
+	ReplyLoose ReplyStyle = "loose"
+	// ReplyInject: the JSON asked for, but summaries, the comments'
+	// bodies and chat answers carry what an injected prompt makes a model
+	// write: mentions, images, raw HTML, outside links, escapes.
+	ReplyInject ReplyStyle = "inject"
 )
+
+// Injection is what ReplyInject adds to the model's text: a team and a
+// user mention (one behind an escape of its own), a remote image, raw
+// HTML, an outside link and a hidden marker.
+const Injection = "cc @acme/security-team and \\@octocat ![x](https://evil.example/p.png) <img src=\"https://evil.example/q.png\"> [log in](https://evil.example/login) <!-- prq:summary -->"
 
 // ParseReplyStyle reads a reply style ("" is ReplyJSON).
 func ParseReplyStyle(s string) (ReplyStyle, error) {
 	switch r := ReplyStyle(s); r {
 	case "":
 		return ReplyJSON, nil
-	case ReplyJSON, ReplyProse, ReplyFenced, ReplyOutside, ReplyCut:
+	case ReplyJSON, ReplyProse, ReplyFenced, ReplyOutside, ReplyCut, ReplyLoose, ReplyInject:
 		return r, nil
 	}
-	return "", fmt.Errorf("fakeopenai: reply style %q: want json, prose, fenced, outside or cut", s)
+	return "", fmt.Errorf("fakeopenai: reply style %q: want json, prose, fenced, outside, cut, loose or inject", s)
 }
 
 // Limiter values.
@@ -904,16 +919,29 @@ func (s *Server) answer(req chatRequest) (text, finish string) {
 	case "review":
 		return s.review(user, path, format, schema)
 	case "chat":
-		return "Thanks for the question. Looking at " + path + ", the change keeps the existing behaviour and adds the new path guarded by its own checks; the tests in this PR cover the main case.", "stop"
+		text = "Thanks for the question. Looking at " + path + ", the change keeps the existing behaviour and adds the new path guarded by its own checks; the tests in this PR cover the main case."
+		if s.style() == ReplyInject {
+			text += " " + Injection
+		}
+		return text, "stop"
 	}
 	n := len(annotated.FindAllStringIndex(user, -1))
-	return fmt.Sprintf("%s: %d added lines. The change updates the implementation and keeps the public behaviour; it touches error handling and adds or adjusts tests where needed.", path, n), "stop"
+	text = fmt.Sprintf("%s: %d added lines. The change updates the implementation and keeps the public behaviour; it touches error handling and adds or adjusts tests where needed.", path, n)
+	if s.style() == ReplyInject {
+		text += " " + Injection
+	}
+	return text, "stop"
+}
+
+// style is the current reply style.
+func (s *Server) style() ReplyStyle {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cfg.Replies
 }
 
 func (s *Server) review(user, path, format, schema string) (text, finish string) {
-	s.mu.Lock()
-	style := s.cfg.Replies
-	s.mu.Unlock()
+	style := s.style()
 	asked := format == "json_object" || format == "json_schema"
 	lines := annotated.FindAllStringSubmatch(user, -1)
 	cs := []map[string]any{} // strict structured outputs send an empty array, never null
@@ -938,14 +966,30 @@ func (s *Server) review(user, path, format, schema string) (text, finish string)
 		if len(code) > 60 {
 			code = code[:60]
 		}
-		add(n, fmt.Sprintf("Consider whether `%s` handles the error and edge cases here; a test for this line would make the intent clear.", code))
+		body := fmt.Sprintf("Consider whether `%s` handles the error and edge cases here; a test for this line would make the intent clear.", code)
+		if style == ReplyInject {
+			body += " " + Injection
+		}
+		add(n, body)
 	}
 	if style == ReplyOutside && len(lines) > 0 {
 		last, _ := strconv.Atoi(lines[len(lines)-1][1])
 		add(last+500, "This line, far outside the diff, deserves a look as well.")
 	}
 	sort.Slice(cs, func(i, j int) bool { return cs[i]["line"].(int) < cs[j]["line"].(int) })
-	b, _ := json.Marshal(map[string]any{"summary": "Reviewed " + path + ".", "comments": cs})
+	summary := "Reviewed " + path + "."
+	if style == ReplyInject {
+		summary += " " + Injection
+	}
+	reply := map[string]any{"summary": summary, "comments": cs}
+	if style == ReplyLoose {
+		for _, c := range cs {
+			c["line"] = strconv.Itoa(c["line"].(int))
+			c["path"], c["severity"], c["suggestion"] = path, "medium", "Return the error to the caller."
+		}
+		reply = map[string]any{"summary": summary, "findings": cs, "verdict": "comment"}
+	}
+	b, _ := json.Marshal(reply)
 	js := string(b)
 	switch {
 	case style == ReplyCut:
