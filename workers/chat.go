@@ -12,6 +12,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/prq-dev/prq/internal/render"
+	"github.com/prq-dev/prq/internal/safemd"
 	"github.com/prq-dev/prq/jobs"
 	"github.com/prq-dev/prq/ratelimit"
 	"github.com/prq-dev/prq/store"
@@ -233,7 +234,9 @@ func (r *ChatResponder) answer(ctx context.Context, c jobs.Chat, at attempt) err
 		case err != nil:
 			return err
 		default:
-			body = out.Text
+			// the model's text, inert: no live mention, image, HTML or
+			// outside link (the asker's mention below is prq's own)
+			body = safemd.Text(out.Text, c.PR.Owner+"/"+c.PR.Repo)
 		}
 		if !c.Review {
 			body = fmt.Sprintf("@%s %s", c.Author, body)

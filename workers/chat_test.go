@@ -61,6 +61,7 @@ func TestChatResponder(t *testing.T) {
 		back      bool
 	}{
 		{name: "conversation comment answered, author mentioned", inst: 301, llm: answer("Because."), wantWrite: "comment @dev Because."},
+		{name: "model text made inert", inst: 306, llm: answer("ask @acme/security-team ![x](https://evil.example/p.png) <img src=x>"), wantWrite: "comment @dev ask `@acme/security-team` !\\[x\\](`https://evil.example/p.png)` &lt;img src=x&gt;"},
 		{name: "diff comment answered in its thread", inst: 302, review: true, llm: answer("Because."), wantWrite: "reply 5 Because."},
 		{name: "quota refused: an apology, no call", inst: 303, llm: answer("never"), quota: 10, wantWrite: "comment @dev Sorry, I can't answer right now: skipped: quota reached"},
 		{name: "permanent failure: an apology", inst: 304, llm: fail(llm.ErrPermanent), wantWrite: "comment @dev Sorry, I can't answer right now: the model provider refused the request (ref "},

@@ -111,6 +111,19 @@ var injections = []string{
 	"    indented <img src=x> @octocat",
 	"line\u0000with\u0007controls",
 	string([]byte{0xff, 0xfe, '@', 'x'}),
+	// text that already holds escapes: an escape must not be escaped
+	// into a live mention, link or tag
+	`\@acme/security-team`,
+	`\\@octocat`,
+	`\\\@octocat`,
+	"\\`@octocat\\`",
+	`&amp;#64;octocat and &#64;acme/team`,
+	`\<img src="https://evil.example/p.png">`,
+	`\\![x](https://evil.example/p.png)`,
+	`[[nested](https://evil.example/a)](https://evil.example/b)`,
+	`[a]( https://evil.example )`,
+	"@\u200boctocat, @\u2060octocat and @\ufeffoctocat",
+	`\#12 and \\#13`,
 }
 
 func TestTextInert(t *testing.T) {
