@@ -331,6 +331,39 @@ func TestReplyFenced(t *testing.T) {
 	}
 }
 
+// TestReplyLoose: the model answers in the shape asked for but adds
+// fields of its own to each comment (path, severity, suggestion), a
+// top-level verdict, line numbers as strings and findings for comments,
+// as servers that accept a schema without enforcing it do. Every review
+// lands with its line comments in one call per job; nothing is counted
+// unusable, and the fields read past are counted.
+func TestReplyLoose(t *testing.T) {
+	t.Parallel()
+	s, ps := reviewAll(t, fakeopenai.ReplyLoose, 3, nil)
+	review := s.app.Config().Jobs.ReviewModel
+	lines := 0
+	for _, p := range ps {
+		lines += len(p.comments)
+		if len(p.comments) == 0 && p.run.ReviewTotal > 0 {
+			t.Errorf("%s: no line comment landed from %d loose replies", p.pr, p.run.ReviewTotal)
+		}
+		if strings.Contains(p.summaryText(), "review failed") {
+			t.Errorf("%s: a loose reply was taken for unreadable:\n%s", p.pr, p.summaryText())
+		}
+	}
+	if u := s.metric("prq_llm_unusable_replies_total", nil); u != 0 {
+		t.Errorf("%v unusable replies counted for loose ones", u)
+	}
+	if calls := s.admitted(review); calls != int64(reviewJobs(ps)) {
+		t.Errorf("%d review calls for %d review jobs, want one each (no repair)", calls, reviewJobs(ps))
+	}
+	ignored := s.metric("prq_llm_reply_ignored_fields_total", map[string]string{"model": review})
+	if ignored < float64(reviewJobs(ps)) {
+		t.Errorf("prq_llm_reply_ignored_fields_total{model=%q} = %v, want at least one per review job (%d)", review, ignored, reviewJobs(ps))
+	}
+	t.Logf("%d review jobs, %d line comments, %v ignored fields counted", reviewJobs(ps), lines, ignored)
+}
+
 // TestReplyOutside: each reply cites lines in the diff and one far
 // outside it; the far one goes to the review body under its file's name,
 // never onto a hunk (the fake GitHub would refuse it with 422 anyway).
