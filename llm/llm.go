@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -250,8 +251,17 @@ func classify(err error, h http.Header) error {
 	switch {
 	case errors.As(err, &apiErr):
 		e := &Error{Status: apiErr.HTTPStatusCode, Message: apiErr.Message, Header: h}
-		if apiErr.Code != nil {
-			e.Code = fmt.Sprint(apiErr.Code)
+		// go-openai decodes a JSON null code as the int 0
+		switch c := apiErr.Code.(type) {
+		case nil:
+		case string:
+			e.Code = c
+		case int:
+			if c != 0 {
+				e.Code = strconv.Itoa(c)
+			}
+		default:
+			e.Code = fmt.Sprint(c)
 		}
 		switch {
 		case e.Code == "insufficient_quota" || apiErr.Type == "insufficient_quota" || e.Code == "invalid_api_key" || e.Status == 401:

@@ -12,7 +12,7 @@ package fakeopenai
 //     "stop_reason":"end_turn"|"max_tokens"|"tool_use",
 //     "usage":{"input_tokens","output_tokens"}};
 //   - stream: true answers with the Messages events (anthropic_stream.go);
-//   - errors: {"type":"error","error":{"type":...,"message":...}}, 429
+//   - errors: {"type":"error","error":{"type":...,"message":...},"request_id":...}, 429
 //     rate_limit_error with retry-after (seconds), 529 overloaded_error;
 //   - limits per model and key, a continuously refilled bucket per
 //     dimension: requests, input tokens (estimated at admission) and
@@ -32,6 +32,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 )
@@ -116,8 +117,13 @@ func blockText(raw json.RawMessage) (string, bool) {
 func writeAnthropicError(w http.ResponseWriter, status int, typ, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(map[string]any{"type": "error", "error": map[string]any{"type": typ, "message": msg}})
+	json.NewEncoder(w).Encode(map[string]any{"type": "error", "error": map[string]any{"type": typ, "message": msg},
+		"request_id": fmt.Sprintf("req_fake%016x", anthropicRequests.Add(1))})
 }
+
+// anthropicRequests numbers the fake's Anthropic error answers' request
+// ids, which Anthropic's error bodies carry.
+var anthropicRequests atomic.Int64
 
 func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	key := r.Header.Get("x-api-key")

@@ -469,13 +469,23 @@ func checkFormat(req chatRequest) string {
 }
 
 func writeError(w http.ResponseWriter, status int, typ, code, msg string) {
+	writeParamError(w, status, typ, code, "", msg)
+}
+
+// writeParamError is OpenAI's error body naming the request parameter at
+// fault (context_length_exceeded names "messages"); an empty code or
+// param is sent as null, as OpenAI does.
+func writeParamError(w http.ResponseWriter, status int, typ, code, param, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	var c any
+	var c, p any
 	if code != "" {
 		c = code
 	}
-	json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": c}})
+	if param != "" {
+		p = param
+	}
+	json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": p, "code": c}})
 }
 
 func (s *Server) keyOK(key string) bool {
@@ -607,7 +617,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, key, deploy
 	}
 	if prompt+maxOut > m.ContextTokens && prompt > m.ContextTokens-1 {
 		s.mu.Unlock()
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "context_length_exceeded",
+		writeParamError(w, http.StatusBadRequest, "invalid_request_error", "context_length_exceeded", "messages",
 			fmt.Sprintf("This model's maximum context length is %d tokens. However, your messages resulted in %d tokens. Please reduce the length of the messages.", m.ContextTokens, prompt))
 		return
 	}
