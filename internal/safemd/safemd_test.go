@@ -160,6 +160,28 @@ func TestTextKeepsWhatIsSafe(t *testing.T) {
 	}
 }
 
+// TestEscapedEscapes: text that already holds a backslash before what
+// would be live keeps its backslash as text and the rest quoted: the
+// escape is never escaped into a live mention, image, tag or reference.
+func TestEscapedEscapes(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{`\@acme/security-team`, "\\\\`@acme/security-team`"},
+		{`\\@octocat`, "\\\\\\\\`@octocat`"},
+		{`\<img src=x>`, `\\&lt;img src=x&gt;`},
+		{`\\![x](https://evil.example/p.png)`, "\\\\\\\\!\\[x\\](`https://evil.example/p.png)`"},
+		{`\#12`, "\\\\`#12`"},
+	} {
+		got := Text(tc.in, repo)
+		if got != tc.want {
+			t.Errorf("Text(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+		inert(t, tc.in, got)
+		if h := render(t, got); !strings.Contains(h, `\`) {
+			t.Errorf("Text(%q) lost the backslash the text had: %s", tc.in, h)
+		}
+	}
+}
+
 func TestCodeShowsExactly(t *testing.T) {
 	for _, in := range []string{"a.go", "dir/`weird`.go", "``x``", " lead", "a|b.go", "@octocat.go", "<img>.go"} {
 		h := render(t, "x "+Code(in)+" y")
