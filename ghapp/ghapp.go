@@ -346,8 +346,12 @@ type PullRequest struct {
 	Title            string
 	Body             string
 	HeadSHA, BaseSHA string
-	Author           string
-	AuthorIsBot      bool
+	// BaseRef is the base branch's name.
+	BaseRef     string
+	Author      string
+	AuthorIsBot bool
+	// Labels are the pull request's label names.
+	Labels []string
 }
 
 // PR fetches a pull request.
@@ -356,9 +360,49 @@ func (c *Client) PR(ctx context.Context, owner, repo string, n int) (PullRequest
 	if err != nil {
 		return PullRequest{}, classify("get pull request", resp, err)
 	}
+	var labels []string
+	for _, l := range pr.Labels {
+		labels = append(labels, l.GetName())
+	}
 	return PullRequest{Number: pr.GetNumber(), State: pr.GetState(), Draft: pr.GetDraft(), Title: pr.GetTitle(), Body: pr.GetBody(),
-		HeadSHA: pr.GetHead().GetSHA(), BaseSHA: pr.GetBase().GetSHA(), Author: pr.GetUser().GetLogin(),
-		AuthorIsBot: pr.GetUser().GetType() == "Bot"}, nil
+		HeadSHA: pr.GetHead().GetSHA(), BaseSHA: pr.GetBase().GetSHA(), BaseRef: pr.GetBase().GetRef(), Author: pr.GetUser().GetLogin(),
+		AuthorIsBot: pr.GetUser().GetType() == "Bot", Labels: labels}, nil
+}
+
+// FileContent is a repository file read through the contents API.
+type FileContent struct {
+	Path string
+	// SHA is the file's blob sha: the same content has the same sha.
+	SHA     string
+	Size    int
+	Content []byte
+}
+
+// ErrTooLarge is a file the contents API does not send inline (over 1
+// MB): its Size and SHA are still returned.
+var ErrTooLarge = errors.New("ghapp: file too large for the contents API")
+
+// Contents reads a file of a repository at ref (a commit sha or a
+// branch; "" for the default branch). A path that is absent, or a
+// directory, is ErrNotFound.
+func (c *Client) Contents(ctx context.Context, owner, repo, path, ref string) (FileContent, error) {
+	fc, dir, resp, err := c.gh.Repositories.GetContents(ctx, owner, repo, path, &github.RepositoryContentGetOptions{Ref: ref})
+	if err != nil {
+		return FileContent{}, classify("get contents", resp, err)
+	}
+	if fc == nil || dir != nil || fc.GetType() != "file" {
+		return FileContent{}, fmt.Errorf("get contents %s: not a file: %w", path, ErrNotFound)
+	}
+	out := FileContent{Path: fc.GetPath(), SHA: fc.GetSHA(), Size: fc.GetSize()}
+	if fc.GetEncoding() == "none" {
+		return out, fmt.Errorf("get contents %s: %d bytes: %w", path, out.Size, ErrTooLarge)
+	}
+	text, err := fc.GetContent()
+	if err != nil {
+		return out, fmt.Errorf("get contents %s: %w", path, err)
+	}
+	out.Content = []byte(text)
+	return out, nil
 }
 
 // File is a changed file; Patch is nil for binaries and huge files.

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -160,8 +161,8 @@ func TestTokenMinting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := ghapp.PullRequest{Number: 7, State: "open", Title: "Add a flag", HeadSHA: strings.Repeat("a", 40), BaseSHA: strings.Repeat("b", 40), Author: "octocat"}
-	if pr != want {
+	want := ghapp.PullRequest{Number: 7, State: "open", Title: "Add a flag", HeadSHA: strings.Repeat("a", 40), BaseSHA: strings.Repeat("b", 40), BaseRef: "main", Author: "octocat"}
+	if !reflect.DeepEqual(pr, want) {
 		t.Fatalf("PR %+v, want %+v", pr, want)
 	}
 	if _, err := f.client.PR(ctx, "acme", "api", 7); err != nil {

@@ -100,6 +100,9 @@ type Server struct {
 	// refused installations: "deleted" (uninstalled: tokens 404) or
 	// "suspended" (tokens 403); their tokens stop working (401)
 	refused map[int64]string
+	// repositories' files, for the contents API, and its reads
+	repos        map[string]*repository
+	contentReads map[string]int
 }
 
 type token struct {
@@ -117,6 +120,8 @@ type pullRequest struct {
 	authorType  string
 	state       string
 	draft       bool
+	baseRef     string
+	labels      []string
 	files       []corpus.File
 	pushes      map[string][]corpus.File // "from...to" -> changed files
 	parent      map[string]string        // a pushed head -> the head it replaced
@@ -246,7 +251,8 @@ func New(cfg Config) *Server {
 	}
 	s := &Server{installs: map[int64]string{}, refused: map[int64]string{}, cfg: cfg, prs: map[string]*pullRequest{}, tokens: map[string]token{}, comments: map[int64]*IssueComment{}, checks: map[int64]*CheckRun{},
 		reviewCmt: map[int64]*ReviewComment{}, writes: map[int64][]time.Time{}, stats: map[string]*PRStats{}, nextID: 1000,
-		failures: map[string]int{}, faults: map[Family]familyFault{}, familyHits: map[Family]int{}}
+		failures: map[string]int{}, faults: map[Family]familyFault{}, familyHits: map[Family]int{},
+		repos: map[string]*repository{}, contentReads: map[string]int{}}
 	s.botLogin.Store(cfg.AppSlug + "[bot]")
 	m := http.NewServeMux()
 	for _, rt := range s.routes() {
@@ -286,7 +292,7 @@ func (s *Server) AddPR(inst int64, owner, repo string, p corpus.PR) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.prs[key(owner, repo, p.Number)] = &pullRequest{inst: inst, owner: owner, repo: repo, number: p.Number, title: p.Title, body: p.Body,
-		head: p.HeadSHA, base: p.BaseSHA, author: "octocat", authorType: "User", state: "open", files: p.Files,
+		head: p.HeadSHA, base: p.BaseSHA, baseRef: DefaultBranch, author: "octocat", authorType: "User", state: "open", files: p.Files,
 		pushes: map[string][]corpus.File{}, parent: map[string]string{}}
 }
 
@@ -671,6 +677,9 @@ func (s *Server) auth(h handler) http.HandlerFunc {
 				}
 			}
 		}
+		if rp := s.repos[owner+"/"+repo]; p == nil && r.PathValue("n") == "" && rp != nil {
+			p = &pullRequest{inst: rp.inst, owner: owner, repo: repo} // a repository without pull requests
+		}
 		s.mu.Unlock()
 		if p == nil || p.inst != t.inst {
 			ghError(w, 404, "Not Found")
@@ -718,7 +727,8 @@ func (s *Server) prJSON(p *pullRequest) map[string]any {
 		"number": p.number, "state": p.state, "draft": p.draft, "title": p.title, "body": p.body,
 		"user":          map[string]any{"login": p.author, "type": p.authorType},
 		"head":          map[string]any{"sha": p.head, "ref": "feature", "repo": map[string]any{"name": p.repo, "owner": map[string]any{"login": p.owner}}},
-		"base":          map[string]any{"sha": p.base, "ref": "main", "repo": map[string]any{"name": p.repo, "owner": map[string]any{"login": p.owner}}},
+		"base":          map[string]any{"sha": p.base, "ref": p.baseRef, "repo": map[string]any{"name": p.repo, "owner": map[string]any{"login": p.owner}}},
+		"labels":        labelsJSON(p.owner, p.repo, p.labels),
 		"changed_files": len(p.files),
 	}
 }

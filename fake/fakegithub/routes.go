@@ -26,6 +26,7 @@ const (
 	FamilyReviews        Family = "reviews"         // reviews
 	FamilyReviewComments Family = "review-comments" // diff comments and replies
 	FamilyCheckRuns      Family = "check-runs"      // check runs: create, update, list for a ref
+	FamilyContents       Family = "contents"        // a repository's files
 )
 
 // Route is one endpoint the fake serves, named as GitHub's REST
@@ -60,6 +61,7 @@ func (s *Server) routes() []Route {
 		{"POST", "/repos/{owner}/{repo}/check-runs", FamilyCheckRuns, s.auth(s.needs("checks", s.write(s.createCheckRun)))},
 		{"PATCH", "/repos/{owner}/{repo}/check-runs/{id}", FamilyCheckRuns, s.auth(s.needs("checks", s.write(s.updateCheckRun)))},
 		{"GET", "/repos/{owner}/{repo}/commits/{ref}/check-runs", FamilyCheckRuns, s.auth(s.needs("checks", s.listCheckRuns))},
+		{"GET", "/repos/{owner}/{repo}/contents/{path...}", FamilyContents, s.auth(s.needs("contents", s.getContents))},
 	}
 }
 

@@ -131,9 +131,15 @@ func (d *Description) Find(method, path string) (*Operation, map[string]string) 
 			continue
 		}
 		tsegs := strings.Split(strings.Trim(op.Path, "/"), "/")
-		if len(tsegs) != len(segs) {
+		psegs := segs
+		if last := len(tsegs) - 1; tsegs[last] == "{path}" && len(segs) > len(tsegs) {
+			// a file's path in a repository (the contents API) spans segments
+			psegs = append(append([]string(nil), segs[:last]...), strings.Join(segs[last:], "/"))
+		}
+		if len(tsegs) != len(psegs) {
 			continue
 		}
+		segs := psegs
 		params, literals := map[string]string{}, 0
 		for i, t := range tsegs {
 			if strings.HasPrefix(t, "{") && strings.HasSuffix(t, "}") {

@@ -1,0 +1,199 @@
+package fakegithub
+
+import (
+	"crypto/sha1"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"path"
+	"sort"
+	"strings"
+)
+
+// repository is a repository's files, by ref (a branch name or a commit
+// sha), served by the contents API.
+type repository struct {
+	inst  int64
+	files map[string]map[string]string // ref -> path -> content
+}
+
+// DefaultBranch is the branch the fake's repositories and pull requests
+// are based on: the contents API reads it when no ref is given.
+const DefaultBranch = "main"
+
+// SetFile puts a file into a repository of installation inst at ref (a
+// branch name or a commit sha; "" is DefaultBranch), as a commit there
+// would. content "" deletes it. A repository need not have pull
+// requests (an organisation's .github repository). A pull request's
+// base commit that has no files of its own shows DefaultBranch's: it is
+// a commit on that branch.
+func (s *Server) SetFile(inst int64, owner, repo, ref, file, content string) {
+	if ref == "" {
+		ref = DefaultBranch
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := owner + "/" + repo
+	rp := s.repos[k]
+	if rp == nil {
+		rp = &repository{inst: inst, files: map[string]map[string]string{}}
+		s.repos[k] = rp
+	}
+	if rp.files[ref] == nil {
+		rp.files[ref] = map[string]string{}
+	}
+	if content == "" {
+		delete(rp.files[ref], file)
+		return
+	}
+	rp.files[ref][file] = content
+}
+
+// ContentReads counts the contents API's requests for a repository.
+func (s *Server) ContentReads(owner, repo string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.contentReads[owner+"/"+repo]
+}
+
+// blobSHA is git's object id of a blob with the content.
+func blobSHA(content string) string {
+	h := sha1.New()
+	fmt.Fprintf(h, "blob %d\x00", len(content))
+	h.Write([]byte(content))
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// wrap64 is base64 as the contents API sends it: lines of 60 characters.
+func wrap64(content string) string {
+	enc := base64.StdEncoding.EncodeToString([]byte(content))
+	var b strings.Builder
+	for len(enc) > 60 {
+		b.WriteString(enc[:60] + "\n")
+		enc = enc[60:]
+	}
+	b.WriteString(enc + "\n")
+	return b.String()
+}
+
+// maxInline is the largest file the contents API sends inline; a larger
+// one comes with encoding "none" and empty content.
+const maxInline = 1 << 20
+
+// getContents is GET /repos/{owner}/{repo}/contents/{path}: a file
+// (base64, its blob sha and size) or a directory's entries at ref (the
+// default branch without one), 404 when absent.
+func (s *Server) getContents(w http.ResponseWriter, r *http.Request, p *pullRequest) {
+	file := strings.Trim(r.PathValue("path"), "/")
+	ref := r.URL.Query().Get("ref")
+	s.mu.Lock()
+	s.contentReads[p.owner+"/"+p.repo]++
+	files := s.filesAt(p.owner, p.repo, ref)
+	s.mu.Unlock()
+	base := "https://api.github.com/repos/" + p.owner + "/" + p.repo
+	entry := func(name, typ, content string) map[string]any {
+		sha, size := blobSHA(content), len(content)
+		if typ == "dir" {
+			sha, size = blobSHA("tree "+name), 0
+		}
+		u := base + "/contents/" + name + "?ref=" + ref
+		return map[string]any{"type": typ, "name": path.Base(name), "path": name, "sha": sha, "size": size, "url": u,
+			"git_url": base + "/git/blobs/" + sha, "html_url": "https://github.com/" + p.owner + "/" + p.repo + "/blob/" + ref + "/" + name,
+			"download_url": "https://raw.githubusercontent.com/" + p.owner + "/" + p.repo + "/" + ref + "/" + name,
+			"_links":       map[string]any{"self": u, "git": base + "/git/blobs/" + sha, "html": "https://github.com/" + p.owner + "/" + p.repo + "/blob/" + ref + "/" + name}}
+	}
+	if content, ok := files[file]; ok {
+		e := entry(file, "file", content)
+		e["encoding"], e["content"] = "base64", wrap64(content)
+		if len(content) > maxInline {
+			e["encoding"], e["content"] = "none", ""
+		}
+		writeJSON(w, http.StatusOK, e)
+		return
+	}
+	var dir []map[string]any
+	seen := map[string]bool{}
+	for name, content := range files {
+		rest, ok := strings.CutPrefix(name, file+"/")
+		if file == "" {
+			rest, ok = name, true
+		}
+		if !ok {
+			continue
+		}
+		child, _, deeper := strings.Cut(rest, "/")
+		full := strings.TrimPrefix(file+"/"+child, "/")
+		if seen[full] {
+			continue
+		}
+		seen[full] = true
+		if deeper {
+			dir = append(dir, entry(full, "dir", ""))
+		} else {
+			dir = append(dir, entry(full, "file", content))
+		}
+	}
+	if len(dir) == 0 {
+		ghError(w, http.StatusNotFound, "Not Found")
+		return
+	}
+	sort.Slice(dir, func(i, j int) bool { return dir[i]["path"].(string) < dir[j]["path"].(string) })
+	writeJSON(w, http.StatusOK, dir)
+}
+
+// filesAt returns a repository's files at ref. Callers hold s.mu.
+func (s *Server) filesAt(owner, repo, ref string) map[string]string {
+	rp := s.repos[owner+"/"+repo]
+	if rp == nil {
+		return nil
+	}
+	if ref == "" {
+		ref = DefaultBranch
+	}
+	if f, ok := rp.files[ref]; ok {
+		return f
+	}
+	for _, q := range s.prs {
+		if q.owner == owner && q.repo == repo && q.base == ref {
+			return rp.files[DefaultBranch] // a base commit is on the default branch
+		}
+	}
+	return nil
+}
+
+// SetLabels sets a pull request's labels.
+func (s *Server) SetLabels(owner, repo string, n int, labels ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p := s.prs[key(owner, repo, n)]; p != nil {
+		p.labels = append([]string(nil), labels...)
+	}
+}
+
+// SetDraft marks a pull request a draft or ready for review.
+func (s *Server) SetDraft(owner, repo string, n int, draft bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p := s.prs[key(owner, repo, n)]; p != nil {
+		p.draft = draft
+	}
+}
+
+// SetBaseRef changes the name of a pull request's base branch.
+func (s *Server) SetBaseRef(owner, repo string, n int, ref string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p := s.prs[key(owner, repo, n)]; p != nil {
+		p.baseRef = ref
+	}
+}
+
+func labelsJSON(owner, repo string, labels []string) []any {
+	out := []any{}
+	for i, l := range labels {
+		out = append(out, map[string]any{"id": 5000 + i, "node_id": fmt.Sprintf("LA_%d", 5000+i), "name": l, "color": "ededed", "default": false,
+			"description": nil, "url": "https://api.github.com/repos/" + owner + "/" + repo + "/labels/" + l})
+	}
+	return out
+}
