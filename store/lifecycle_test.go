@@ -201,3 +201,34 @@ func TestLockIsTakenBackByItsOwner(t *testing.T) {
 		t.Fatalf("after release: ok=%v %v, want the lock free", ok, err)
 	}
 }
+
+// TestRunKeepsRepoConfig: the repository configuration's part of a run
+// (instructions, language, the notice of a file that could not be used)
+// reads back as written, and a later head without any clears it.
+func TestRunKeepsRepoConfig(t *testing.T) {
+	ctx := context.Background()
+	st := store.New(redistest.Shared(t).Client(t), jobs.TierFree)
+	pr := jobs.PR{Installation: 1, Owner: "o", Repo: "repoconfig", Number: 1}
+	run := store.Run{PR: pr, Head: "h1", Tier: jobs.TierPaid, SummaryTotal: 1, Title: "t",
+		Instructions: "Flag card numbers.", Language: "ja", ConfigNotice: "o/repoconfig:.prq.yaml at h1 line 2: chat: want true or false."}
+	if _, _, err := st.StartRun(ctx, run, []store.FileData{{Path: "a.go", Index: 0, Instructions: "Check errors."}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := st.GetRun(ctx, pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Instructions != run.Instructions || got.Language != run.Language || got.ConfigNotice != run.ConfigNotice {
+		t.Errorf("read back %q %q %q", got.Instructions, got.Language, got.ConfigNotice)
+	}
+	files, err := st.Files(ctx, pr, "h1")
+	if err != nil || files[0].Instructions != "Check errors." {
+		t.Errorf("file instructions %+v %v", files, err)
+	}
+	if _, _, err := st.StartRun(ctx, store.Run{PR: pr, Head: "h2", Tier: jobs.TierPaid, SummaryTotal: 1}, []store.FileData{{Path: "a.go", Index: 0}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := st.GetRun(ctx, pr); got.Instructions != "" || got.Language != "" || got.ConfigNotice != "" {
+		t.Errorf("the next head kept the last one's configuration: %q %q %q", got.Instructions, got.Language, got.ConfigNotice)
+	}
+}

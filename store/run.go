@@ -26,6 +26,9 @@ type FileData struct {
 	Patch      string `json:"patch,omitempty"`
 	SkipReason string `json:"skip_reason,omitempty"`
 	Index      int    `json:"index"`
+	// Instructions are the repository's instructions for this file's
+	// path, as its prompts carry them.
+	Instructions string `json:"instructions,omitempty"`
 }
 
 // Comment is one review comment on a diff line.
@@ -86,9 +89,16 @@ type Run struct {
 	CreatedAt    time.Time `json:"created_at"`
 	LastReviewed string    `json:"last_reviewed,omitempty"`
 	// Title and Body are the pull request's, Body cut to what prompts use.
-	Title         string   `json:"title,omitempty"`
-	Body          string   `json:"body,omitempty"`
-	SkippedQuota  int      `json:"skipped_quota,omitempty"`
+	Title        string `json:"title,omitempty"`
+	Body         string `json:"body,omitempty"`
+	SkippedQuota int    `json:"skipped_quota,omitempty"`
+	// Instructions and Language are the repository's configuration's
+	// (.prq.yaml), as every prompt of the head carries them;
+	// ConfigNotice says which configuration file could not be used, and
+	// why ("" when none).
+	Instructions  string   `json:"instructions,omitempty"`
+	Language      string   `json:"language,omitempty"`
+	ConfigNotice  string   `json:"config_notice,omitempty"`
 	TaskIDsQueued []string `json:"-"`
 	// DoneAt is when the head's last file was recorded (zero until then).
 	DoneAt time.Time `json:"done_at,omitempty"`
@@ -139,7 +149,7 @@ func (s *Store) StartRun(ctx context.Context, r Run, files []FileData) (previous
 		"pr": string(mustJSON(r.PR)), "head": r.Head, "base": r.Base, "tier": string(r.Tier), "state": r.State,
 		"summary_total": strconv.Itoa(r.SummaryTotal), "summary_done": "0", "review_total": strconv.Itoa(r.ReviewTotal), "review_done": "0",
 		"finalized": "0", "created": strconv.FormatInt(r.CreatedAt.UnixMilli(), 10), "last_reviewed": r.LastReviewed, "skipped_quota": "0",
-		"title": r.Title, "body": r.Body,
+		"title": r.Title, "body": r.Body, "instructions": r.Instructions, "language": r.Language, "config_notice": r.ConfigNotice,
 	}
 	args := []any{r.Head, s.RunTTL.Milliseconds(), string(mustJSON(fields))}
 	for _, f := range files {
@@ -187,6 +197,7 @@ func (s *Store) GetRun(ctx context.Context, pr jobs.PR) (Run, error) {
 		ReviewTotal: atoi("review_total"), ReviewDone: atoi("review_done"),
 		Finalized: m["finalized"] == "1", CreatedAt: time.UnixMilli(created).UTC(),
 		LastReviewed: m["last_reviewed"], SkippedQuota: atoi("skipped_quota"), Title: m["title"], Body: m["body"],
+		Instructions: m["instructions"], Language: m["language"], ConfigNotice: m["config_notice"],
 	}, nil
 }
 

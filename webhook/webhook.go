@@ -64,8 +64,17 @@ type ChatLimiter interface {
 	AllowChat(ctx context.Context, pr jobs.PR, user string, commentID int64) (allowed, refuse bool, retryAt time.Time, err error)
 }
 
+// RepoChat tells whether a repository's configuration turns chat off
+// (a *store.Store, from the last plan of one of its pull requests).
+type RepoChat interface {
+	ChatOff(ctx context.Context, pr jobs.PR) (bool, error)
+}
+
 // Config configures the receiver.
 type Config struct {
+	// RepoChat, when set, drops chat in repositories whose .prq.yaml says
+	// chat: false, before it costs anything.
+	RepoChat RepoChat
 	// Secret is the webhook secret. Required: go-github's ValidatePayload
 	// passes a request when both secret and signature are empty.
 	Secret []byte
@@ -625,6 +634,7 @@ var notAllowed = outcome{http.StatusOK, "not allowed"}
 // limit holds gets a polite reply; later ones are dropped silently.
 var (
 	chatRefused = outcome{http.StatusAccepted, "chat limited: refusal enqueued"}
+	chatOff     = outcome{http.StatusOK, "chat off by .prq.yaml"}
 	chatDropped = outcome{http.StatusOK, "chat limited: dropped"}
 )
 
@@ -718,6 +728,15 @@ func (h *Handler) chat(ctx context.Context, c jobs.Chat) (outcome, error) {
 		return unavailable(err)
 	}
 	c.Tier = tier
+	if h.cfg.RepoChat != nil {
+		off, err := h.cfg.RepoChat.ChatOff(ctx, c.PR)
+		if err != nil {
+			return unavailable(err)
+		}
+		if off {
+			return chatOff, nil
+		}
+	}
 	done := accepted
 	if h.cfg.ChatLimiter != nil {
 		allowed, refuse, retryAt, err := h.cfg.ChatLimiter.AllowChat(ctx, c.PR, c.Author, c.CommentID)

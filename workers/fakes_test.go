@@ -189,6 +189,7 @@ type fakeGitHub struct {
 	PRFunc            func() (ghapp.PullRequest, error)
 	FilesFunc         func() ([]ghapp.File, error)
 	CompareFunc       func(base, head string) ([]ghapp.File, error)
+	ContentsFunc      func(repo, path, ref string) (ghapp.FileContent, error) // nil: no file anywhere
 	UpsertCommentFunc func(knownID int64, body string) (int64, error)
 	HasReviewFunc     func(marker string) (int64, error)
 	CreateReviewFunc  func(body string, comments []ghapp.ReviewComment) (int64, error)
@@ -232,6 +233,13 @@ func (g *fakeGitHub) Files(context.Context, string, string, int) ([]ghapp.File, 
 
 func (g *fakeGitHub) Compare(_ context.Context, _, _, base, head string) ([]ghapp.File, error) {
 	return g.CompareFunc(base, head)
+}
+
+func (g *fakeGitHub) Contents(_ context.Context, _, repo, path, ref string) (ghapp.FileContent, error) {
+	if g.ContentsFunc == nil {
+		return ghapp.FileContent{}, ghapp.ErrNotFound
+	}
+	return g.ContentsFunc(repo, path, ref)
 }
 
 func (g *fakeGitHub) UpsertComment(_ context.Context, _, _ string, _ int, knownID int64, _, body string) (int64, error) {

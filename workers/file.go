@@ -187,7 +187,7 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	if title == "" {
 		title = f.PR.String()
 	}
-	pm, perr := buildFilePrompt(f.Kind, contextOf(title, run.Body), fd, m, w.tok[f.Model], f.Part)
+	pm, perr := buildFilePrompt(f.Kind, contextOf(title, run.Body).withRepo(run.Instructions, run.Language), fd, m, w.tok[f.Model], f.Part)
 	if perr != nil {
 		settle(ctx, cfg.Ledger, log, ticket, ratelimit.Cost{}) // no call: all refunded
 		res.Skipped = "too large for " + f.Model

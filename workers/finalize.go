@@ -446,7 +446,7 @@ func summaryOf(run store.Run, files map[int]store.FileData, results, prev []stor
 	if run.LastReviewed != "" && run.LastReviewed != run.Head {
 		reviewed = run.LastReviewed + "," + run.Head
 	}
-	return render.Summary{Repo: run.PR.Owner + "/" + run.PR.Repo, Head: run.Head, Files: rows, QuotaReset: quotaReset,
+	return render.Summary{Repo: run.PR.Owner + "/" + run.PR.Repo, Head: run.Head, Files: rows, QuotaReset: quotaReset, Notice: run.ConfigNotice,
 		State: "<!-- prq:reviewed=" + reviewed + " -->"}, rows
 }
 

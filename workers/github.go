@@ -19,6 +19,7 @@ type PRReader interface {
 	PR(ctx context.Context, owner, repo string, n int) (ghapp.PullRequest, error)
 	Files(ctx context.Context, owner, repo string, n int) ([]ghapp.File, error)
 	Compare(ctx context.Context, owner, repo, base, head string) ([]ghapp.File, error)
+	Contents(ctx context.Context, owner, repo, path, ref string) (ghapp.FileContent, error)
 }
 
 // PRReaders hands out an installation's PRReader.

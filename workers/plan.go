@@ -13,6 +13,7 @@ import (
 
 	"github.com/prq-dev/prq/diff"
 	"github.com/prq-dev/prq/ghapp"
+	"github.com/prq-dev/prq/internal/repoconfig"
 	"github.com/prq-dev/prq/jobs"
 	"github.com/prq-dev/prq/ratelimit"
 	"github.com/prq-dev/prq/store"
@@ -26,14 +27,21 @@ type PlanStore interface {
 	SetTaskIDs(ctx context.Context, pr jobs.PR, head string, ids []string) error
 }
 
+// ChatSwitch records whether a repository turns chat off (a
+// *store.Store).
+type ChatSwitch interface {
+	SetChatOff(ctx context.Context, pr jobs.PR, off bool) error
+}
+
 // Plans looks up an installation's plan (a *store.Store).
 type Plans interface {
 	GetPlan(ctx context.Context, id int64) (store.Plan, error)
 }
 
 var (
-	_ PlanStore = (*store.Store)(nil)
-	_ Plans     = (*store.Store)(nil)
+	_ PlanStore  = (*store.Store)(nil)
+	_ Plans      = (*store.Store)(nil)
+	_ ChatSwitch = (*store.Store)(nil)
 )
 
 // PlannerConfig configures a Planner.
@@ -66,6 +74,15 @@ type PlannerConfig struct {
 	// SkipBotPRs skips PRs opened by bots. Defaults to false here; the
 	// command sets it from configuration (default true).
 	SkipBotPRs bool
+	// RepoConfig reads each repository's .prq.yaml (and its
+	// organisation's prq.yaml) at the pull request's base commit: its
+	// rules for automatic reviews, paths, instructions and language.
+	// Defaults to false here; the command sets it from configuration
+	// (github.repo_config, default true).
+	RepoConfig bool
+	// Chat, when set, records each repository's chat setting for the
+	// webhook (a *store.Store).
+	Chat ChatSwitch
 	// Attempts counts each job's runs for its retry budget. Required.
 	Attempts Attempter
 	// Budget bounds each job's retries, GitHub rate-limit waits included.
@@ -90,6 +107,7 @@ type PlannerConfig struct {
 // LLM call).
 type Planner struct {
 	cfg    PlannerConfig
+	repos  *repoConfigs
 	gate   installGate
 	tok    map[string]*ratelimit.Tokenizer
 	budget budgetOf
@@ -137,7 +155,7 @@ func NewPlanner(cfg PlannerConfig) (*Planner, error) {
 		return nil, err
 	}
 	cfg.Log = logOrDiscard(cfg.Log)
-	return &Planner{cfg: cfg, tok: tok, gate: installGate{state: cfg.Installs, count: cfg.LifecycleFunc, log: cfg.Log}, budget: budgetOf{attempts: cfg.Attempts, budget: cfg.Budget, gaveUp: cfg.GaveUpFunc, now: cfg.NowFunc, log: cfg.Log}}, nil
+	return &Planner{cfg: cfg, tok: tok, repos: newRepoConfigs(cfg.NowFunc), gate: installGate{state: cfg.Installs, count: cfg.LifecycleFunc, log: cfg.Log}, budget: budgetOf{attempts: cfg.Attempts, budget: cfg.Budget, gaveUp: cfg.GaveUpFunc, now: cfg.NowFunc, log: cfg.Log}}, nil
 }
 
 // ProcessTask lists the PR's files, filters them, records the run,
@@ -173,9 +191,26 @@ func (p *Planner) plan(ctx context.Context, pl jobs.Plan) error {
 	if err != nil {
 		return p.gate.refused(ctx, pl.PR.Installation, ghRetry(err))
 	}
-	switch {
-	case pr.State != "open" || pr.Draft:
-		log.InfoContext(ctx, "pull request is closed or a draft; skipped", "pr", pl.PR.String())
+	rc, notice := repoconfig.Default(), ""
+	if cfg.RepoConfig && pr.State == "open" && pr.HeadSHA == pl.HeadSHA {
+		if rc, notice, err = p.repos.effective(ctx, gh, pl.PR.Owner, pl.PR.Repo, pr.BaseSHA); err != nil {
+			return p.gate.refused(ctx, pl.PR.Installation, ghRetry(err))
+		}
+		if notice != "" {
+			log.WarnContext(ctx, "repository configuration could not be used", "pr", pl.PR.String(), "problem", notice)
+		}
+		if cfg.Chat != nil {
+			if err := cfg.Chat.SetChatOff(ctx, pl.PR, !rc.Chat); err != nil {
+				return err
+			}
+		}
+	}
+	switch skip := rc.Skip(repoconfig.PR{Draft: pr.Draft, Title: pr.Title, Author: pr.Author, BaseRef: pr.BaseRef, Labels: pr.Labels}); {
+	case pr.State != "open":
+		log.InfoContext(ctx, "pull request is closed; skipped", "pr", pl.PR.String())
+		return nil
+	case skip != "":
+		log.InfoContext(ctx, "automatic review skipped", "pr", pl.PR.String(), "reason", skip, "config", describe(rc.Sources))
 		return nil
 	case pr.HeadSHA != pl.HeadSHA:
 		log.InfoContext(ctx, "pull request moved on; a newer event plans it", "pr", pl.PR.String(), "event_head", pl.HeadSHA, "head", pr.HeadSHA)
@@ -223,21 +258,32 @@ func (p *Planner) plan(ctx context.Context, pl jobs.Plan) error {
 	}
 	var data []store.FileData
 	var summaries, reviews []jobs.File
+	taken := 0 // files reviewed, for reviews.max_files
 	for i, f := range files {
 		fd := store.FileData{Path: f.Filename, Status: f.Status, Additions: f.Additions, Deletions: f.Deletions, Index: i}
 		if f.Patch != nil {
 			fd.Patch = *f.Patch
 		}
-		switch g, ex := excluded(f.Filename, cfg.Exclude); {
+		g, ex := excluded(f.Filename, cfg.Exclude)
+		repoEx := rc.Excluded(f.Filename)
+		switch {
 		case f.Patch == nil:
 			fd.SkipReason = "binary or too large for a patch"
 		case f.Status == "removed":
 			fd.SkipReason = "removed"
 		case ex:
 			fd.SkipReason = "excluded by " + g
+		case repoEx != "":
+			fd.SkipReason = repoEx
+		case rc.MaxFiles > 0 && taken >= rc.MaxFiles:
+			fd.SkipReason = fmt.Sprintf("not reviewed: over the %d files of .prq.yaml reviews.max_files", rc.MaxFiles)
 		case changed != nil && !changed[f.Filename]:
 			fd.SkipReason = "unchanged since " + short(prev.LastReviewed)
 		}
+		if fd.SkipReason == "" || strings.HasPrefix(fd.SkipReason, "unchanged since") {
+			taken++
+		}
+		fd.Instructions = rc.InstructionsFor(f.Filename)
 		data = append(data, fd)
 		if fd.SkipReason != "" {
 			continue
@@ -249,7 +295,7 @@ func (p *Planner) plan(ctx context.Context, pl jobs.Plan) error {
 	}
 	// A review of a file too large for one call becomes several jobs,
 	// one per part; a file over the hard cap is not reviewed at all.
-	pc := contextOf(pr.Title, pr.Body)
+	pc := contextOf(pr.Title, pr.Body).withRepo(rc.RepoInstructions(), rc.Language)
 	var split []jobs.File
 	for _, f := range reviews {
 		fd := &data[f.Index]
@@ -276,7 +322,7 @@ func (p *Planner) plan(ctx context.Context, pl jobs.Plan) error {
 	}
 	reviews = split
 	run := store.Run{PR: pl.PR, Head: pl.HeadSHA, Base: pr.BaseSHA, Tier: pl.Tier, SummaryTotal: len(summaries), ReviewTotal: len(reviews),
-		Title: pc.title, Body: pc.body}
+		Title: pc.title, Body: pc.body, Instructions: pc.instructions, Language: pc.language, ConfigNotice: notice}
 	previous, startedRun, err := cfg.Store.StartRun(ctx, run, data)
 	if err != nil {
 		return err

@@ -27,6 +27,14 @@ const descriptionChars = 2000
 // prContext is what every file prompt says of its pull request.
 type prContext struct {
 	title, body string
+	// the repository's instructions and language (.prq.yaml)
+	instructions, language string
+}
+
+// withRepo adds the repository's instructions and language.
+func (c prContext) withRepo(instructions, language string) prContext {
+	c.instructions, c.language = instructions, language
+	return c
 }
 
 // contextOf returns a run's pull request context, the description cut to
@@ -44,7 +52,23 @@ func (c prContext) header() string {
 	if c.body != "" {
 		fmt.Fprintf(&b, "Description:\n%s\n", c.body)
 	}
+	if c.instructions != "" {
+		fmt.Fprintf(&b, "Repository instructions (from its maintainers; the output format above still holds):\n%s\n", c.instructions)
+	}
+	if c.language != "" && !strings.EqualFold(c.language, "en") {
+		fmt.Fprintf(&b, "Write your answer in the language with code %s.\n", c.language)
+	}
 	return b.String()
+}
+
+// fileHeader is the line naming a file (then what follows it on the
+// line), and its instructions if any.
+func fileHeader(f store.FileData, then string) string {
+	h := fmt.Sprintf("File: %s (%s, +%d -%d)%s", f.Path, f.Status, f.Additions, f.Deletions, then)
+	if f.Instructions != "" {
+		h += "\nInstructions for this file:\n" + f.Instructions
+	}
+	return h
 }
 
 // prompt is a built LLM request with its estimate.
@@ -148,7 +172,7 @@ func buildFilePrompt(kind jobs.Kind, pc prContext, f store.FileData, m Model, to
 		}
 		return p, nil
 	}
-	head := pc.header() + fmt.Sprintf("File: %s (%s, +%d -%d)\n\n", f.Path, f.Status, f.Additions, f.Deletions)
+	head := pc.header() + fileHeader(f, "") + "\n\n"
 	hunks := d.Hunks
 	left := 0
 	for {
@@ -172,10 +196,11 @@ func buildFilePrompt(kind jobs.Kind, pc prContext, f store.FileData, m Model, to
 }
 
 func reviewPrompt(pc prContext, f store.FileData, d *diff.Patch, part, parts int, m Model) prompt {
-	head := pc.header() + fmt.Sprintf("File: %s (%s, +%d -%d)", f.Path, f.Status, f.Additions, f.Deletions)
+	then := ""
 	if parts > 1 {
-		head += fmt.Sprintf(", part %d of %d of its diff", part, parts)
+		then = fmt.Sprintf(", part %d of %d of its diff", part, parts)
 	}
+	head := pc.header() + fileHeader(f, then)
 	format := m.Output
 	if format == "" {
 		format = review.DefaultFormat(m.Name)

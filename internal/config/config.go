@@ -104,6 +104,10 @@ type GitHubConfig struct {
 	// CheckRuns shows each head's progress as a check run (the App needs
 	// checks: write). Defaults to true.
 	CheckRuns *bool `yaml:"check_runs"`
+	// RepoConfig reads each repository's .prq.yaml (and its
+	// organisation's prq.yaml) from the base branch (the App needs
+	// contents: read). Defaults to true.
+	RepoConfig *bool `yaml:"repo_config"`
 	// CheckRunEvery is the least time between two progress updates of a
 	// head's check run. Defaults to 5s.
 	CheckRunEvery Duration `yaml:"check_run_every"`

@@ -68,6 +68,7 @@ var meanings = map[string]meaning{
 	"github.write_gap":                   {Text: "The least time between two content-creating calls of one installation (GitHub's advice against secondary rate limits)."},
 	"github.webhook_max_in_flight_bytes": {Text: "The webhook bodies being read at once, across requests, in bytes; past it `serve` answers 503 with `Retry-After`.", Unset: "`webhook_max_bytes` + 4 MiB"},
 	"github.chat_associations":           {Text: "Who may talk to the bot besides the pull request's author (GitHub's `author_association`); anyone else's mention costs nothing.", Unset: "`OWNER`, `MEMBER`, `COLLABORATOR`"},
+	"github.repo_config":                 {Text: "Read each repository's `.prq.yaml` from the base branch (the App needs `contents: read`): see [repository configuration](repository.md).", Unset: "`true`"},
 	"github.check_runs":                  {Text: "Show each head's progress as a check run (the App needs `checks: write`); its failures never hold back a result: see [check runs](reviews.md#check-runs-never-hold-back-a-result).", Unset: "`true`"},
 	"github.check_run_every":             {Text: "The least time between two progress updates of a head's check run."},
 	"github.web_url":                     {Text: "GitHub's web address, for links; Enterprise Server: `https://HOST`.", Unset: "`https://github.com`"},

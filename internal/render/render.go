@@ -52,6 +52,10 @@ type Summary struct {
 	Files []File
 	// QuotaReset says when the quota resets, when files were skipped.
 	QuotaReset string
+	// Notice, when set, is a warning under the headline in prq's words
+	// (a repository configuration file that could not be used, and why),
+	// rendered inert all the same.
+	Notice string
 	// Marker returns the hidden marker of part i (1-based) of the summary;
 	// State is a hidden line recorded in part 1 (reviewed commits).
 	Marker func(part int) string
@@ -127,6 +131,9 @@ func (s Summary) headline() string {
 		b.WriteString(".**")
 	}
 	b.WriteString("\n")
+	if s.Notice != "" {
+		fmt.Fprintf(&b, "\n> [!WARNING]\n> %s\n", safemd.Line(s.Notice, s.Repo))
+	}
 	return b.String()
 }
 

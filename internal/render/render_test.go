@@ -129,3 +129,18 @@ func TestReviewBody(t *testing.T) {
 		t.Error("a live mention in the review body")
 	}
 }
+
+func TestSummaryNotice(t *testing.T) {
+	s := Summary{Repo: "acme/w", Head: "abc", Marker: marker, Files: files(2, 10),
+		Notice: "acme/w:.prq.yaml at abc1234 line 3: reviews.draft: unknown setting; known here: auto, drafts. Applied instead: defaults. cc @octocat"}
+	body := s.Parts(0)[0]
+	if !strings.Contains(body, "> [!WARNING]\n> acme/w:.prq.yaml at abc1234 line 3: reviews.draft: unknown setting") {
+		t.Errorf("the notice sits under the headline as a warning:\n%s", body)
+	}
+	if strings.Contains(body, " @octocat") {
+		t.Errorf("the notice is rendered inert:\n%s", body)
+	}
+	if strings.Contains(Summary{Repo: "acme/w", Head: "abc", Files: files(1, 10)}.Parts(0)[0], "[!WARNING]") {
+		t.Errorf("no notice, no warning")
+	}
+}

@@ -98,7 +98,7 @@ type Config struct {
 	Language string
 	Chat     bool
 	// Sources say where it came from, beneath first ("defaults",
-	// "acme/.github:prq.yaml@1a2b3c4", …).
+	// "acme/.github:prq.yaml", …).
 	Sources []string
 }
 
@@ -109,7 +109,7 @@ func Default() Config {
 
 // Error is a file prq could not use: where, and why.
 type Error struct {
-	// Source names the file ("acme/api:.prq.yaml@1a2b3c4").
+	// Source names the file ("acme/api:.prq.yaml at 1a2b3c4").
 	Source string
 	// Line is the line of the key or value at fault (0: the whole file).
 	Line int

@@ -220,7 +220,11 @@ func (s *Server) webhookHandler() (*webhook.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	h, err := webhook.New(webhook.Config{Secret: []byte(s.cfg.GitHub.WebhookSecret), MaxBytes: s.cfg.GitHub.WebhookMaxBytes,
+	var repoChat webhook.RepoChat
+	if s.cfg.GitHub.RepoConfig == nil || *s.cfg.GitHub.RepoConfig {
+		repoChat = s.store
+	}
+	h, err := webhook.New(webhook.Config{Secret: []byte(s.cfg.GitHub.WebhookSecret), MaxBytes: s.cfg.GitHub.WebhookMaxBytes, RepoChat: repoChat,
 		MaxInFlightBytes: s.cfg.GitHub.WebhookMaxInFlightBytes, ChatAssociations: s.cfg.GitHub.ChatAssociations,
 		AppSlug: s.cfg.GitHub.AppSlug, SkipBotPRs: s.cfg.GitHub.SkipBotPRs == nil || *s.cfg.GitHub.SkipBotPRs, ChatLimiter: chatLimits},
 		s.jobs.enqueuer, s.store, s.log.With("component", "webhook"))

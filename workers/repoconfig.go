@@ -1,0 +1,181 @@
+package workers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prq-dev/prq/ghapp"
+	"github.com/prq-dev/prq/internal/repoconfig"
+)
+
+// repoConfigs reads repositories' .prq.yaml at a base commit, over
+// their organisation's prq.yaml, and keeps what it read: a repository's
+// file at a commit for good (a commit does not change), an
+// organisation's for orgTTL, each parse by the file's blob sha.
+type repoConfigs struct {
+	now    func() time.Time
+	mu     sync.Mutex
+	atBase map[string]layer   // "owner/repo@sha" -> the repository's layer
+	org    map[string]orgRead // owner -> its layer, when read
+	parsed map[string]parse   // blob sha -> the parse
+}
+
+// orgTTL is how long an organisation's defaults are used before they
+// are read again.
+const orgTTL = time.Minute
+
+// maxCached bounds each cache; a full one starts over.
+const maxCached = 4096
+
+// parse is a file's content parsed: the file, or why not.
+type parse struct {
+	file repoconfig.File
+	err  *repoconfig.Error
+}
+
+type orgRead struct {
+	l  layer
+	at time.Time
+}
+
+// layer is one file's part of a configuration: found or not, parsed, or
+// why it could not be used.
+type layer struct {
+	found  bool
+	source string
+	file   repoconfig.File
+	// problem says why the file could not be used ("" when it could).
+	problem string
+}
+
+func newRepoConfigs(now func() time.Time) *repoConfigs {
+	return &repoConfigs{now: now, atBase: map[string]layer{}, org: map[string]orgRead{}, parsed: map[string]parse{}}
+}
+
+// effective is a repository's configuration at a base commit and what
+// the pull request is told of files that could not be used ("" when
+// none). An error is GitHub failing in a way worth a retry.
+func (rc *repoConfigs) effective(ctx context.Context, gh PRReader, owner, repo, base string) (repoconfig.Config, string, error) {
+	org, err := rc.orgLayer(ctx, gh, owner)
+	if err != nil {
+		return repoconfig.Config{}, "", err
+	}
+	own, err := rc.repoLayer(ctx, gh, owner, repo, base)
+	if err != nil {
+		return repoconfig.Config{}, "", err
+	}
+	c := repoconfig.Default()
+	var notice string
+	for _, l := range []layer{org, own} {
+		switch {
+		case l.problem != "":
+			if notice != "" {
+				notice += " "
+			}
+			notice += l.problem
+		case l.found:
+			c = c.Apply(l.source, l.file)
+		}
+	}
+	if notice != "" {
+		notice += fmt.Sprintf(" Applied instead: %s.", describe(c.Sources))
+	}
+	return c, notice, nil
+}
+
+// describe names a configuration's sources, the one on top first.
+func describe(sources []string) string {
+	parts := make([]string, 0, len(sources))
+	for i := len(sources) - 1; i >= 0; i-- {
+		parts = append(parts, sources[i])
+	}
+	return strings.Join(parts, " over ")
+}
+
+func (rc *repoConfigs) orgLayer(ctx context.Context, gh PRReader, owner string) (layer, error) {
+	rc.mu.Lock()
+	r, ok := rc.org[owner]
+	rc.mu.Unlock()
+	if ok && rc.now().Sub(r.at) < orgTTL {
+		return r.l, nil
+	}
+	l, err := rc.read(ctx, gh, owner, repoconfig.OrgRepo, []string{repoconfig.OrgPath}, "")
+	if err != nil {
+		return layer{}, err
+	}
+	rc.mu.Lock()
+	if len(rc.org) >= maxCached {
+		rc.org = map[string]orgRead{}
+	}
+	rc.org[owner] = orgRead{l: l, at: rc.now()}
+	rc.mu.Unlock()
+	return l, nil
+}
+
+func (rc *repoConfigs) repoLayer(ctx context.Context, gh PRReader, owner, repo, base string) (layer, error) {
+	k := owner + "/" + repo + "@" + base
+	rc.mu.Lock()
+	l, ok := rc.atBase[k]
+	rc.mu.Unlock()
+	if ok {
+		return l, nil
+	}
+	l, err := rc.read(ctx, gh, owner, repo, repoconfig.Paths, base)
+	if err != nil {
+		return layer{}, err
+	}
+	rc.mu.Lock()
+	if len(rc.atBase) >= maxCached {
+		rc.atBase = map[string]layer{}
+	}
+	rc.atBase[k] = l
+	rc.mu.Unlock()
+	return l, nil
+}
+
+// read reads the first of paths found in owner/repo at ref and parses it.
+func (rc *repoConfigs) read(ctx context.Context, gh PRReader, owner, repo string, paths []string, ref string) (layer, error) {
+	for _, p := range paths {
+		source := owner + "/" + repo + ":" + p
+		if ref != "" {
+			source += " at " + short(ref)
+		}
+		fc, err := gh.Contents(ctx, owner, repo, p, ref)
+		switch {
+		case errors.Is(err, ghapp.ErrNotFound):
+			continue
+		case errors.Is(err, ghapp.ErrTooLarge):
+			return layer{found: true, source: source, problem: fmt.Sprintf("%s could not be used: the file is %d bytes, over the limit of %d.", source, fc.Size, repoconfig.MaxBytes)}, nil
+		case errors.Is(err, ghapp.ErrForbidden):
+			return layer{found: true, source: source, problem: fmt.Sprintf("%s could not be read: GitHub refused the App (it needs the contents: read permission).", source)}, nil
+		case err != nil:
+			return layer{}, fmt.Errorf("read %s: %w", source, err)
+		}
+		rc.mu.Lock()
+		pf, ok := rc.parsed[fc.SHA]
+		rc.mu.Unlock()
+		if !ok {
+			f, err := repoconfig.Parse("", fc.Content)
+			pf.file = f
+			errors.As(err, &pf.err)
+			rc.mu.Lock()
+			if len(rc.parsed) >= maxCached {
+				rc.parsed = map[string]parse{}
+			}
+			rc.parsed[fc.SHA] = pf
+			rc.mu.Unlock()
+		}
+		l := layer{found: true, source: source, file: pf.file}
+		if pf.err != nil {
+			e := *pf.err
+			e.Source = source
+			l.problem = e.Error() + "."
+		}
+		return l, nil
+	}
+	return layer{}, nil
+}
