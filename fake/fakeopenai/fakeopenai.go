@@ -195,6 +195,8 @@ type Call struct {
 	Part, Parts int
 	Status      int
 	Complete    bool
+	// Prompt is the request's first user message.
+	Prompt string
 }
 
 var (
@@ -206,6 +208,7 @@ var (
 func callOf(req chatRequest, model string, at time.Time) Call {
 	c := Call{At: at, Model: model, Kind: kindOf(req), Part: 1, Parts: 1}
 	user := firstUser(req)
+	c.Prompt = user
 	head, _, _ := strings.Cut(user, "\n\n") // the header, before the diff
 	if m := titleLine.FindStringSubmatch(head); m != nil {
 		c.Title = m[1]

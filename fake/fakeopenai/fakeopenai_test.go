@@ -399,6 +399,10 @@ func TestCallsAttributed(t *testing.T) {
 			t.Errorf("call %d has no time", i)
 		}
 		got[i].At = time.Time{}
+		if !strings.HasPrefix(got[i].Prompt, "Pull request: fix it @abc123\n") {
+			t.Errorf("call %d kept no prompt: %q", i, got[i].Prompt)
+		}
+		got[i].Prompt = ""
 		if got[i] != want[i] {
 			t.Errorf("call %d = %+v, want %+v", i, got[i], want[i])
 		}

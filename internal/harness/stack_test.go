@@ -46,6 +46,8 @@ type stackOpts struct {
 	// providers, when set, changes the configuration after it points at
 	// the fakes (a test's own providers).
 	providers func(*config.Config, *Fakes)
+	// record keeps every call the fake provider receives (its Calls).
+	record bool
 }
 
 func startStack(t *testing.T, o stackOpts) *stack {
@@ -67,7 +69,7 @@ func startStack(t *testing.T, o stackOpts) *stack {
 	if o.tune != nil {
 		o.tune(&cfg)
 	}
-	fakes, err := StartFakes(&cfg, o.compress, "sk-test-"+RandomHex(8), 1, false)
+	fakes, err := StartFakes(&cfg, o.compress, "sk-test-"+RandomHex(8), 1, o.record)
 	if err != nil {
 		t.Fatal(err)
 	}
