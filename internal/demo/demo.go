@@ -24,6 +24,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/prq-dev/prq/fake/corpus"
+	"github.com/prq-dev/prq/fake/fakegithub"
 	"github.com/prq-dev/prq/fake/traffic"
 	"github.com/prq-dev/prq/internal/config"
 	"github.com/prq-dev/prq/internal/harness"
@@ -54,6 +55,26 @@ func (d *Flags) Register(fs *flag.FlagSet) {
 	fs.DurationVar(&d.duration, "duration", 0, "stop after this long (default: until interrupted)")
 	fs.Int64Var(&d.seed, "seed", 1, "seed of the traffic")
 	fs.StringVar(&d.corpus, "corpus", "", "prs.jsonl to replay (default: ../shared/fixtures/pr-corpus when present, else generated PRs)")
+}
+
+// repoConfigs gives some of the demo's repositories a configuration of
+// their own: tenant-1's organisation defaults (docs not reviewed, an
+// instruction), and tenant-2's repositories a .prq.yaml (tests with
+// their own instruction, no reviews of pull requests titled WIP).
+func repoConfigs(gh *fakegithub.Server, prs []corpus.PR) {
+	gh.SetFile(1, "tenant-1", ".github", "", "prq.yaml", `# tenant-1's defaults for all its repositories
+paths:
+  exclude: ["**/*.md", "docs/**"]
+instructions: "Point out missing error handling first."
+`)
+	for _, p := range prs {
+		gh.SetFile(2, "tenant-2", p.Name(), "", ".prq.yaml", `reviews:
+  skip_title: ["WIP"]
+paths:
+  instructions:
+    - {path: "**/*_test.go", instructions: "Focus on missing assertions."}
+`)
+	}
 }
 
 // parseMix reads "paid=3,trial=3,free=6" into tiers per tenant.
@@ -155,6 +176,7 @@ func Run(ctx context.Context, cfg *config.Config, d Flags, stdout, stderr io.Wri
 			return err
 		}
 	}
+	repoConfigs(fakes.GitHub, prs)
 	gen := &generator{d: d, tiers: tiers, prs: prs, fakes: fakes, secret: []byte(cfg.GitHub.WebhookSecret), out: stdout}
 	gen.url = func() string {
 		if s.ListenAddr() == "" {

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"sort"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -223,8 +224,10 @@ const FragmentMarker = "<!-- prq:fragment -->"
 
 // CheckExamples checks every fenced yaml block of the named pages:
 // validate must accept it (the tests pass prq's configuration check),
-// except a block marked with FragmentMarker, which only has to parse.
-func (s *Site) CheckExamples(files []string, validate func(src string) error) []Problem {
+// except a block marked with FragmentMarker, which only has to parse,
+// and one marked <!-- prq:word --> for a word of byMarker, which that
+// validator must accept (a repository's .prq.yaml: "repo-config").
+func (s *Site) CheckExamples(files []string, validate func(src string) error, byMarker map[string]func(src string) error) []Problem {
 	var out []Problem
 	for _, f := range files {
 		p, err := s.Page(f)
@@ -246,11 +249,30 @@ func (s *Site) CheckExamples(files []string, validate func(src string) error) []
 					out = append(out, Problem{File: f, Line: b.Line, Msg: fmt.Sprintf("yaml fragment does not parse: %v", err)})
 				}
 			default:
-				out = append(out, Problem{File: f, Line: b.Line, Msg: fmt.Sprintf("unknown marker prq:%s before the example (the one marker is %s)", b.Marker, FragmentMarker)})
+				v, ok := byMarker[b.Marker]
+				if !ok {
+					out = append(out, Problem{File: f, Line: b.Line, Msg: fmt.Sprintf("unknown marker prq:%s before the example (the markers are %s%s)", b.Marker, FragmentMarker, otherMarkers(byMarker))})
+					continue
+				}
+				if err := v(b.Text); err != nil {
+					out = append(out, Problem{File: f, Line: b.Line, Msg: fmt.Sprintf("yaml example marked prq:%s is refused: %v", b.Marker, err)})
+				}
 			}
 		}
 	}
 	return out
+}
+
+func otherMarkers(m map[string]func(string) error) string {
+	var names []string
+	for k := range m {
+		names = append(names, "<!-- prq:"+k+" -->")
+	}
+	sort.Strings(names)
+	if len(names) == 0 {
+		return ""
+	}
+	return ", " + strings.Join(names, ", ")
 }
 
 // parseAll parses every YAML document of src.

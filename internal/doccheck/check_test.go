@@ -86,7 +86,7 @@ func TestCheckRefs(t *testing.T) {
 // prq's configuration check, but for the misspelt key; the fragments
 // only parse, and the broken one fails; a misspelt marker is reported.
 func TestCheckExamples(t *testing.T) {
-	got := NewSite("testdata/site").CheckExamples([]string{"docs/examples.md"}, configCheck(t))
+	got := NewSite("testdata/site").CheckExamples([]string{"docs/examples.md"}, configCheck(t), nil)
 	want := []string{"docs/examples.md:23: ", "docs/examples.md:34: yaml fragment does not parse", "docs/examples.md:39: unknown marker prq:fragmnet"}
 	g := strs(got)
 	if len(g) != len(want) {

@@ -2,6 +2,7 @@ package doccheck
 
 import (
 	"flag"
+	"github.com/prq-dev/prq/internal/repoconfig"
 	"os"
 	"path/filepath"
 	"strings"
@@ -64,14 +65,19 @@ func TestRepoReferences(t *testing.T) {
 }
 
 // TestRepoExamples: every fenced yaml block of the Markdown files passes
-// `prq config check`, or is marked <!-- prq:fragment --> and parses.
+// `prq config check`, or is marked <!-- prq:fragment --> and parses, or
+// is marked <!-- prq:repo-config --> and is a valid .prq.yaml.
 func TestRepoExamples(t *testing.T) {
 	site := repoSite(t)
 	files, err := site.MarkdownFiles()
 	if err != nil {
 		t.Fatal(err)
 	}
-	report(t, site.CheckExamples(files, configCheck(t)))
+	repo := func(src string) error {
+		_, err := repoconfig.Parse(".prq.yaml", []byte(src))
+		return err
+	}
+	report(t, site.CheckExamples(files, configCheck(t), map[string]func(string) error{"repo-config": repo}))
 }
 
 func report(t *testing.T, ps []Problem) {
