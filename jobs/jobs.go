@@ -139,6 +139,15 @@ type Plan struct {
 	Tier     Tier   `json:"tier"`
 }
 
+// RepoSettings are what the webhook needs of a repository's
+// configuration (its .prq.yaml), as the planner last read it.
+type RepoSettings struct {
+	// ChatOff: comments to the bot get no reply (chat: false).
+	ChatOff bool `json:"chat_off"`
+	// Drafts: draft pull requests are reviewed (reviews.drafts).
+	Drafts bool `json:"drafts"`
+}
+
 // File is a per-file LLM job: a summary or a review of one file of a PR
 // at one head commit.
 type File struct {

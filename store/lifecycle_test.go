@@ -232,3 +232,33 @@ func TestRunKeepsRepoConfig(t *testing.T) {
 		t.Errorf("the next head kept the last one's configuration: %q %q %q", got.Instructions, got.Language, got.ConfigNotice)
 	}
 }
+
+// TestRepoSettingsRoundTrip: unknown until a plan records them, then
+// read back as written, with a TTL.
+func TestRepoSettingsRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Shared(t).Client(t)
+	st := store.New(rdb, jobs.TierFree)
+	pr := jobs.PR{Installation: 3, Owner: "o", Repo: "settings", Number: 9}
+	if _, known, err := st.RepoSettings(ctx, pr); err != nil || known {
+		t.Fatalf("before any plan: known %v %v", known, err)
+	}
+	want := jobs.RepoSettings{ChatOff: true, Drafts: true}
+	if err := st.SetRepoSettings(ctx, pr, want); err != nil {
+		t.Fatal(err)
+	}
+	other := pr
+	other.Number = 10 // another pull request of the repository sees them
+	if got, known, err := st.RepoSettings(ctx, other); err != nil || !known || got != want {
+		t.Fatalf("got %+v known %v %v, want %+v", got, known, err, want)
+	}
+	keys, _ := rdb.Keys(ctx, "prq:repo:*settings*").Result()
+	for _, k := range keys {
+		if ttl := rdb.TTL(ctx, k).Val(); ttl <= 0 {
+			t.Errorf("%s has no TTL", k)
+		}
+	}
+	if len(keys) != 1 {
+		t.Errorf("keys %v, want one per repository", keys)
+	}
+}

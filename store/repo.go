@@ -2,47 +2,50 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/prq-dev/prq/jobs"
 )
 
-// repoSettingTTL is how long a repository setting the planner recorded
-// holds without a plan renewing it.
+// repoSettingTTL is how long the repository settings a plan recorded
+// hold without a plan renewing them.
 const repoSettingTTL = 30 * 24 * time.Hour
 
-func chatOffKey(pr jobs.PR) string {
-	return "prq:repo:" + jobs.PR{Installation: pr.Installation, Owner: pr.Owner, Repo: pr.Repo}.Key() + ":chat_off"
+func repoKey(pr jobs.PR) string {
+	return "prq:repo:" + jobs.PR{Installation: pr.Installation, Owner: pr.Owner, Repo: pr.Repo}.Key()
 }
 
-// SetChatOff records whether a repository's configuration turns chat
-// off (.prq.yaml chat: false), as the last plan of one of its pull
+// SetRepoSettings records what the webhook needs of a repository's
+// configuration (.prq.yaml), as the last plan of one of its pull
 // requests read it.
-func (s *Store) SetChatOff(ctx context.Context, pr jobs.PR, off bool) error {
-	var err error
-	if off {
-		err = s.rdb.Set(ctx, chatOffKey(pr), "1", repoSettingTTL).Err()
-	} else {
-		err = s.rdb.Del(ctx, chatOffKey(pr)).Err()
-	}
-	if err != nil {
-		return fmt.Errorf("store: set chat of %s/%s: %w", pr.Owner, pr.Repo, err)
+func (s *Store) SetRepoSettings(ctx context.Context, pr jobs.PR, rs jobs.RepoSettings) error {
+	k := repoKey(pr)
+	pipe := s.rdb.TxPipeline()
+	pipe.HSet(ctx, k, "chat_off", boolField(rs.ChatOff), "drafts", boolField(rs.Drafts))
+	pipe.Expire(ctx, k, repoSettingTTL)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("store: set repository settings of %s/%s: %w", pr.Owner, pr.Repo, err)
 	}
 	return nil
 }
 
-// ChatOff reports whether a repository's configuration turns chat off.
-func (s *Store) ChatOff(ctx context.Context, pr jobs.PR) (bool, error) {
-	err := s.rdb.Get(ctx, chatOffKey(pr)).Err()
-	switch {
-	case errors.Is(err, redis.Nil):
-		return false, nil
-	case err != nil:
-		return false, fmt.Errorf("store: chat of %s/%s: %w", pr.Owner, pr.Repo, err)
+// RepoSettings returns a repository's settings as its last plan
+// recorded them; known is false when no plan has yet.
+func (s *Store) RepoSettings(ctx context.Context, pr jobs.PR) (rs jobs.RepoSettings, known bool, err error) {
+	m, err := s.rdb.HGetAll(ctx, repoKey(pr)).Result()
+	if err != nil {
+		return rs, false, fmt.Errorf("store: repository settings of %s/%s: %w", pr.Owner, pr.Repo, err)
 	}
-	return true, nil
+	if len(m) == 0 {
+		return rs, false, nil
+	}
+	return jobs.RepoSettings{ChatOff: m["chat_off"] == "1", Drafts: m["drafts"] == "1"}, true, nil
+}
+
+func boolField(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
 }

@@ -64,17 +64,22 @@ type ChatLimiter interface {
 	AllowChat(ctx context.Context, pr jobs.PR, user string, commentID int64) (allowed, refuse bool, retryAt time.Time, err error)
 }
 
-// RepoChat tells whether a repository's configuration turns chat off
-// (a *store.Store, from the last plan of one of its pull requests).
-type RepoChat interface {
-	ChatOff(ctx context.Context, pr jobs.PR) (bool, error)
+// RepoSettings returns what a repository's configuration says of chat
+// and drafts, as the last plan of one of its pull requests read it; known
+// is false before any (a *store.Store).
+type RepoSettings interface {
+	RepoSettings(ctx context.Context, pr jobs.PR) (rs jobs.RepoSettings, known bool, err error)
 }
 
 // Config configures the receiver.
 type Config struct {
-	// RepoChat, when set, drops chat in repositories whose .prq.yaml says
-	// chat: false, before it costs anything.
-	RepoChat RepoChat
+	// Repos, when set, follows each repository's configuration: chat in
+	// a repository whose .prq.yaml says chat: false is dropped before it
+	// costs anything; a draft pull request is planned where drafts are
+	// reviewed, or where the repository's settings are not known yet (the
+	// planner reads them), and converting one to a draft cancels nothing
+	// there. Unset, drafts are ignored and converting to a draft cancels.
+	Repos RepoSettings
 	// Secret is the webhook secret. Required: go-github's ValidatePayload
 	// passes a request when both secret and signature are empty.
 	Secret []byte
@@ -552,14 +557,25 @@ func (h *Handler) pullRequest(ctx context.Context, delivery string, e *github.Pu
 	if err != nil {
 		return malformed("pull_request: %v", err)
 	}
-	if a := e.GetAction(); a == "converted_to_draft" || a == "closed" {
+	planDrafts := false
+	if h.cfg.Repos != nil && (pr.GetDraft() || e.GetAction() == "converted_to_draft") {
+		rs, known, err := h.cfg.Repos.RepoSettings(ctx, ref)
+		if err != nil {
+			return unavailable(err)
+		}
+		planDrafts = rs.Drafts || !known
+	}
+	switch a := e.GetAction(); {
+	case a == "converted_to_draft" && planDrafts:
+		return ignored, nil // drafts are reviewed here: the work goes on
+	case a == "converted_to_draft", a == "closed":
 		if err := h.queue.Cancel(ctx, ref); err != nil {
 			return unavailable(err)
 		}
 		return cancelled, nil
 	}
 	switch {
-	case pr.GetDraft(), pr.GetState() == "closed":
+	case pr.GetDraft() && !planDrafts, pr.GetState() == "closed":
 		return ignored, nil
 	case h.cfg.SkipBotPRs && pr.GetUser().GetType() == "Bot":
 		return ignored, nil
@@ -728,12 +744,12 @@ func (h *Handler) chat(ctx context.Context, c jobs.Chat) (outcome, error) {
 		return unavailable(err)
 	}
 	c.Tier = tier
-	if h.cfg.RepoChat != nil {
-		off, err := h.cfg.RepoChat.ChatOff(ctx, c.PR)
+	if h.cfg.Repos != nil {
+		rs, _, err := h.cfg.Repos.RepoSettings(ctx, c.PR)
 		if err != nil {
 			return unavailable(err)
 		}
-		if off {
+		if rs.ChatOff {
 			return chatOff, nil
 		}
 	}

@@ -27,10 +27,10 @@ type PlanStore interface {
 	SetTaskIDs(ctx context.Context, pr jobs.PR, head string, ids []string) error
 }
 
-// ChatSwitch records whether a repository turns chat off (a
-// *store.Store).
-type ChatSwitch interface {
-	SetChatOff(ctx context.Context, pr jobs.PR, off bool) error
+// RepoSettings records what the webhook needs of a repository's
+// configuration (a *store.Store).
+type RepoSettings interface {
+	SetRepoSettings(ctx context.Context, pr jobs.PR, rs jobs.RepoSettings) error
 }
 
 // Plans looks up an installation's plan (a *store.Store).
@@ -41,7 +41,7 @@ type Plans interface {
 var (
 	_ PlanStore  = (*store.Store)(nil)
 	_ Plans      = (*store.Store)(nil)
-	_ ChatSwitch = (*store.Store)(nil)
+	_ RepoSettings = (*store.Store)(nil)
 )
 
 // PlannerConfig configures a Planner.
@@ -80,9 +80,9 @@ type PlannerConfig struct {
 	// Defaults to false here; the command sets it from configuration
 	// (github.repo_config, default true).
 	RepoConfig bool
-	// Chat, when set, records each repository's chat setting for the
-	// webhook (a *store.Store).
-	Chat ChatSwitch
+	// Settings, when set, records what the webhook needs of each
+	// repository's configuration (a *store.Store).
+	Settings RepoSettings
 	// Attempts counts each job's runs for its retry budget. Required.
 	Attempts Attempter
 	// Budget bounds each job's retries, GitHub rate-limit waits included.
@@ -199,8 +199,8 @@ func (p *Planner) plan(ctx context.Context, pl jobs.Plan) error {
 		if notice != "" {
 			log.WarnContext(ctx, "repository configuration could not be used", "pr", pl.PR.String(), "problem", notice)
 		}
-		if cfg.Chat != nil {
-			if err := cfg.Chat.SetChatOff(ctx, pl.PR, !rc.Chat); err != nil {
+		if cfg.Settings != nil {
+			if err := cfg.Settings.SetRepoSettings(ctx, pl.PR, jobs.RepoSettings{ChatOff: !rc.Chat, Drafts: rc.Drafts}); err != nil {
 				return err
 			}
 		}

@@ -57,8 +57,8 @@ func TestRepoConfigEndToEnd(t *testing.T) {
 	s := startStack(t, stackOpts{record: true})
 	s.fakes.OpenAI.SetReplies(fakeopenai.ReplyInject) // the model's text is hostile; the instructions try too
 	gh := s.fakes.GitHub
-	prs := repoPRs(t, 4)
-	a, b, c, d := prs[0], prs[1], prs[2], prs[3]
+	prs := repoPRs(t, 5)
+	a, b, c, d, e := prs[0], prs[1], prs[2], prs[3], prs[4]
 	const owner, inst = "tenant-1", 1
 	fa := patched(a)
 
@@ -79,13 +79,22 @@ instructions: |
 	gh.SetFile(inst, owner, b.Name(), "", ".github/prq.yaml", "reviews:\n  auto: true\n  draft: true\n")
 	gh.SetFile(inst, owner, d.Name(), "", ".prq.yaml", "instructions: \""+strings.Repeat("x", 1<<20)+"\"\n")
 
+	gh.SetFile(inst, owner, e.Name(), "", ".prq.yaml", "reviews:\n  drafts: true\n")
 	var opened []jobs.PR
 	for _, p := range []corpus.PR{a, b, c, d} {
 		opened = append(opened, s.openPR(inst, jobs.TierPaid, p))
 	}
 	ctx := context.Background()
+	// E: a draft, in a repository that reviews drafts
+	gh.AddPR(inst, owner, e.Name(), e)
+	gh.SetDraft(owner, e.Name(), e.Number, true)
+	draft := traffic.PullRequestEvent("opened", traffic.PR{Installation: inst, Owner: owner, Repo: e.Name(), Number: e.Number, Title: e.Title, Head: e.HeadSHA, Base: e.BaseSHA, Draft: true})
+	if code, err := s.sender.Send(ctx, "pull_request", traffic.NewDelivery(), draft); err != nil || code != 202 {
+		t.Fatalf("a draft in a repository that reviews drafts: %d %v, want 202", code, err)
+	}
+	opened = append(opened, jobs.PR{Installation: inst, Owner: owner, Repo: e.Name(), Number: e.Number})
 	s.waitFor("the configured pull requests published", 90*time.Second, func() bool {
-		for _, pr := range []jobs.PR{opened[0], opened[1], opened[3]} {
+		for _, pr := range []jobs.PR{opened[0], opened[1], opened[3], opened[4]} {
 			if run, err := s.app.Store().GetRun(ctx, pr); err != nil || run.State != store.StateDone {
 				return false
 			}

@@ -220,11 +220,11 @@ func (s *Server) webhookHandler() (*webhook.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	var repoChat webhook.RepoChat
+	var repos webhook.RepoSettings
 	if s.cfg.GitHub.RepoConfig == nil || *s.cfg.GitHub.RepoConfig {
-		repoChat = s.store
+		repos = s.store
 	}
-	h, err := webhook.New(webhook.Config{Secret: []byte(s.cfg.GitHub.WebhookSecret), MaxBytes: s.cfg.GitHub.WebhookMaxBytes, RepoChat: repoChat,
+	h, err := webhook.New(webhook.Config{Secret: []byte(s.cfg.GitHub.WebhookSecret), MaxBytes: s.cfg.GitHub.WebhookMaxBytes, Repos: repos,
 		MaxInFlightBytes: s.cfg.GitHub.WebhookMaxInFlightBytes, ChatAssociations: s.cfg.GitHub.ChatAssociations,
 		AppSlug: s.cfg.GitHub.AppSlug, SkipBotPRs: s.cfg.GitHub.SkipBotPRs == nil || *s.cfg.GitHub.SkipBotPRs, ChatLimiter: chatLimits},
 		s.jobs.enqueuer, s.store, s.log.With("component", "webhook"))
