@@ -39,8 +39,8 @@ type Plans interface {
 }
 
 var (
-	_ PlanStore  = (*store.Store)(nil)
-	_ Plans      = (*store.Store)(nil)
+	_ PlanStore    = (*store.Store)(nil)
+	_ Plans        = (*store.Store)(nil)
 	_ RepoSettings = (*store.Store)(nil)
 )
 
