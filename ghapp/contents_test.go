@@ -72,3 +72,34 @@ func TestPRLabelsAndBaseRef(t *testing.T) {
 		t.Errorf("labels %v, base ref %q, draft %v", pr.Labels, pr.BaseRef, pr.Draft)
 	}
 }
+
+func TestReact(t *testing.T) {
+	t.Parallel()
+	f := setup(t, fakegithub.Config{}, nil)
+	ctx := context.Background()
+	issue := f.fake.AddComment("acme", "api", 7, "@prq-bot pause", "dev")
+	diff := f.fake.AddReviewComment("acme", "api", 7, "a.go", 1, "@prq-bot help", "dev")
+	for _, c := range []string{ghapp.ReactionTaken, ghapp.ReactionDone, ghapp.ReactionTaken} {
+		if err := f.client.React(ctx, "acme", "api", issue, false, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.client.React(ctx, "acme", "api", diff, true, ghapp.ReactionRefused); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.fake.Reactions(issue); !reflect.DeepEqual(got, []string{"eyes", "rocket"}) {
+		t.Errorf("conversation comment: %v, want eyes then rocket, each once", got)
+	}
+	if got := f.fake.Reactions(diff); !reflect.DeepEqual(got, []string{"confused"}) {
+		t.Errorf("diff comment: %v", got)
+	}
+	if err := f.client.React(ctx, "acme", "api", 424242, false, "eyes"); !errors.Is(err, ghapp.ErrNotFound) {
+		t.Errorf("a comment that is not there: %v, want ErrNotFound", err)
+	}
+	if err := f.client.React(ctx, "acme", "api", diff, false, "eyes"); !errors.Is(err, ghapp.ErrNotFound) {
+		t.Errorf("a diff comment's id as a conversation comment: %v, want ErrNotFound", err)
+	}
+	if err := f.client.React(ctx, "acme", "api", issue, false, "thumbsup"); !errors.Is(err, ghapp.ErrUnprocessable) {
+		t.Errorf("an unknown reaction: %v, want ErrUnprocessable", err)
+	}
+}

@@ -651,3 +651,24 @@ func (c *Client) HasReview(ctx context.Context, owner, repo string, n int, marke
 		opt.Page = resp.NextPage
 	}
 }
+
+// Reactions prq puts on a comment that gave it a command.
+const (
+	ReactionTaken   = "eyes"     // the command was taken
+	ReactionDone    = "rocket"   // it was carried out
+	ReactionRefused = "confused" // it was refused
+)
+
+// React puts a reaction (eyes, rocket, confused, …) on a comment: a
+// conversation comment, or a diff comment when review is true. Reacting
+// twice with the same content changes nothing (GitHub answers 200).
+func (c *Client) React(ctx context.Context, owner, repo string, commentID int64, review bool, content string) error {
+	var resp *github.Response
+	var err error
+	if review {
+		_, resp, err = c.gh.Reactions.CreatePullRequestCommentReaction(ctx, owner, repo, commentID, content)
+	} else {
+		_, resp, err = c.gh.Reactions.CreateIssueCommentReaction(ctx, owner, repo, commentID, content)
+	}
+	return classify("react", resp, err)
+}

@@ -21,6 +21,7 @@ const (
 	TypeSummary  = "file:summary"
 	TypeReview   = "file:review"
 	TypeChat     = "chat:reply"
+	TypeCommand  = "pr:command"
 )
 
 // Queue names. LLM jobs wait in their tier's queue; chat has its own.
@@ -137,6 +138,53 @@ type Plan struct {
 	Action   string `json:"action"`
 	Delivery string `json:"delivery"`
 	Tier     Tier   `json:"tier"`
+	// Round names a review asked for again at a head reviewed before
+	// ("full review"): its results are published anew ("" otherwise).
+	Round string `json:"round,omitempty"`
+}
+
+// Plan actions a command asks for, beside GitHub's pull_request
+// actions: review what changed since the last reviewed head, review
+// every file from scratch, resume automatic reviews.
+const (
+	ActionReview     = "command_review"
+	ActionFullReview = "command_full_review"
+	ActionResume     = "command_resume"
+)
+
+// Commands people give the bot in a comment ("@prq review").
+const (
+	CommandReview     = "review"
+	CommandFullReview = "full review"
+	CommandPause      = "pause"
+	CommandResume     = "resume"
+	CommandIgnore     = "ignore"
+	CommandStatus     = "status"
+	CommandConfig     = "config"
+	CommandHelp       = "help"
+)
+
+// Commands lists every command, in the order help shows them.
+var Commands = []string{CommandReview, CommandFullReview, CommandPause, CommandResume, CommandIgnore, CommandStatus, CommandConfig, CommandHelp}
+
+// Command is a command given in a comment: run once per comment.
+type Command struct {
+	PR        PR     `json:"pr"`
+	CommentID int64  `json:"comment_id"`
+	Review    bool   `json:"review"` // a diff (review) comment rather than a conversation comment
+	Author    string `json:"author"`
+	Name      string `json:"name"`
+	Delivery  string `json:"delivery"`
+	Tier      Tier   `json:"tier"`
+	// Refused says why the command is not run (the author may not give
+	// commands, or is over the chat limits): it is only acknowledged.
+	Refused string `json:"refused,omitempty"`
+}
+
+// CommandTaskID is the deterministic task id of a comment's command: a
+// redelivered comment runs it once.
+func CommandTaskID(c Command) string {
+	return fmt.Sprintf("cmd-%s-%d", c.PR.Key(), c.CommentID)
 }
 
 // RepoSettings are what the webhook needs of a repository's

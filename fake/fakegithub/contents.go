@@ -4,11 +4,14 @@ import (
 	"crypto/sha1"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"path"
 	"sort"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // repository is a repository's files, by ref (a branch name or a commit
@@ -196,4 +199,62 @@ func labelsJSON(owner, repo string, labels []string) []any {
 			"description": nil, "url": "https://api.github.com/repos/" + owner + "/" + repo + "/labels/" + l})
 	}
 	return out
+}
+
+// reactionContents are the reactions GitHub accepts.
+var reactionContents = map[string]bool{"+1": true, "-1": true, "laugh": true, "confused": true, "heart": true, "hooray": true, "rocket": true, "eyes": true}
+
+// Reactions returns the contents of the App's reactions on a comment,
+// in the order they were made (each content once, as on GitHub).
+func (s *Server) Reactions(commentID int64) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.reactions[commentID]...)
+}
+
+// react is POST .../issues/comments/{id}/reactions and
+// .../pulls/comments/{id}/reactions: 201 with the reaction, 200 when the
+// App reacted so already, 404 for a comment that is not there, 422 for
+// a content GitHub does not know.
+func (s *Server) react(review bool) handler {
+	return func(w http.ResponseWriter, r *http.Request, p *pullRequest) {
+		var in struct {
+			Content string `json:"content"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
+			ghError(w, http.StatusBadRequest, "Problems parsing JSON")
+			return
+		}
+		id, _ := strconv.ParseInt(r.PathValue("id"), 10, 64)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		var on string
+		if review {
+			if c := s.reviewCmt[id]; c != nil {
+				on = c.PR
+			}
+		} else if c := s.comments[id]; c != nil {
+			on = c.PR
+		}
+		if on == "" || !strings.HasPrefix(on, p.owner+"/"+p.repo+"#") {
+			ghError(w, http.StatusNotFound, "Not Found")
+			return
+		}
+		if !reactionContents[in.Content] {
+			validationFailed(w, "Reaction", "content", "invalid")
+			return
+		}
+		status := http.StatusCreated
+		for _, c := range s.reactions[id] {
+			if c == in.Content {
+				status = http.StatusOK
+			}
+		}
+		if status == http.StatusCreated {
+			s.reactions[id] = append(s.reactions[id], in.Content)
+		}
+		s.nextID++
+		writeJSON(w, status, map[string]any{"id": s.nextID, "node_id": fmt.Sprintf("REA_%d", s.nextID), "user": s.userJSON(s.Bot()),
+			"content": in.Content, "created_at": s.cfg.NowFunc().UTC().Format(time.RFC3339)})
+	}
 }

@@ -27,6 +27,7 @@ const (
 	FamilyReviewComments Family = "review-comments" // diff comments and replies
 	FamilyCheckRuns      Family = "check-runs"      // check runs: create, update, list for a ref
 	FamilyContents       Family = "contents"        // a repository's files
+	FamilyReactions      Family = "reactions"       // reactions on comments
 )
 
 // Route is one endpoint the fake serves, named as GitHub's REST
@@ -61,6 +62,8 @@ func (s *Server) routes() []Route {
 		{"POST", "/repos/{owner}/{repo}/check-runs", FamilyCheckRuns, s.auth(s.needs("checks", s.write(s.createCheckRun)))},
 		{"PATCH", "/repos/{owner}/{repo}/check-runs/{id}", FamilyCheckRuns, s.auth(s.needs("checks", s.write(s.updateCheckRun)))},
 		{"GET", "/repos/{owner}/{repo}/commits/{ref}/check-runs", FamilyCheckRuns, s.auth(s.needs("checks", s.listCheckRuns))},
+		{"POST", "/repos/{owner}/{repo}/issues/comments/{id}/reactions", FamilyReactions, s.auth(s.write(s.react(false)))},
+		{"POST", "/repos/{owner}/{repo}/pulls/comments/{id}/reactions", FamilyReactions, s.auth(s.write(s.react(true)))},
 		{"GET", "/repos/{owner}/{repo}/contents/{path...}", FamilyContents, s.auth(s.needs("contents", s.getContents))},
 	}
 }
