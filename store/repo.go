@@ -49,3 +49,41 @@ func boolField(b bool) string {
 	}
 	return "0"
 }
+
+func controlKey(pr jobs.PR) string { return prTag(pr) + ":control" }
+
+// Control is what the people on a pull request said of its automatic
+// reviews: paused (until resumed) or ignored.
+type Control struct {
+	Paused, Ignored bool
+}
+
+// SetPaused pauses or resumes a pull request's automatic reviews.
+func (s *Store) SetPaused(ctx context.Context, pr jobs.PR, paused bool) error {
+	return s.setControl(ctx, pr, "paused", paused)
+}
+
+// SetIgnored marks a pull request never to be reviewed automatically.
+func (s *Store) SetIgnored(ctx context.Context, pr jobs.PR) error {
+	return s.setControl(ctx, pr, "ignored", true)
+}
+
+func (s *Store) setControl(ctx context.Context, pr jobs.PR, field string, on bool) error {
+	k := controlKey(pr)
+	pipe := s.rdb.TxPipeline()
+	pipe.HSet(ctx, k, field, boolField(on))
+	pipe.PExpire(ctx, k, s.RunTTL)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("store: set %s of %s: %w", field, pr, err)
+	}
+	return nil
+}
+
+// Control returns what was said of a pull request's automatic reviews.
+func (s *Store) Control(ctx context.Context, pr jobs.PR) (Control, error) {
+	m, err := s.rdb.HGetAll(ctx, controlKey(pr)).Result()
+	if err != nil {
+		return Control{}, fmt.Errorf("store: control of %s: %w", pr, err)
+	}
+	return Control{Paused: m["paused"] == "1", Ignored: m["ignored"] == "1"}, nil
+}

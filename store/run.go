@@ -96,9 +96,12 @@ type Run struct {
 	// (.prq.yaml), as every prompt of the head carries them;
 	// ConfigNotice says which configuration file could not be used, and
 	// why ("" when none).
-	Instructions  string   `json:"instructions,omitempty"`
-	Language      string   `json:"language,omitempty"`
-	ConfigNotice  string   `json:"config_notice,omitempty"`
+	Instructions string `json:"instructions,omitempty"`
+	Language     string `json:"language,omitempty"`
+	ConfigNotice string `json:"config_notice,omitempty"`
+	// Round names a head reviewed again on request ("full review"): its
+	// review is published anew ("" for the first).
+	Round         string   `json:"round,omitempty"`
 	TaskIDsQueued []string `json:"-"`
 	// DoneAt is when the head's last file was recorded (zero until then).
 	DoneAt time.Time `json:"done_at,omitempty"`
@@ -149,7 +152,7 @@ func (s *Store) StartRun(ctx context.Context, r Run, files []FileData) (previous
 		"pr": string(mustJSON(r.PR)), "head": r.Head, "base": r.Base, "tier": string(r.Tier), "state": r.State,
 		"summary_total": strconv.Itoa(r.SummaryTotal), "summary_done": "0", "review_total": strconv.Itoa(r.ReviewTotal), "review_done": "0",
 		"finalized": "0", "created": strconv.FormatInt(r.CreatedAt.UnixMilli(), 10), "last_reviewed": r.LastReviewed, "skipped_quota": "0",
-		"title": r.Title, "body": r.Body, "instructions": r.Instructions, "language": r.Language, "config_notice": r.ConfigNotice,
+		"title": r.Title, "body": r.Body, "instructions": r.Instructions, "language": r.Language, "config_notice": r.ConfigNotice, "round": r.Round,
 	}
 	args := []any{r.Head, s.RunTTL.Milliseconds(), string(mustJSON(fields))}
 	for _, f := range files {
@@ -197,7 +200,7 @@ func (s *Store) GetRun(ctx context.Context, pr jobs.PR) (Run, error) {
 		ReviewTotal: atoi("review_total"), ReviewDone: atoi("review_done"),
 		Finalized: m["finalized"] == "1", CreatedAt: time.UnixMilli(created).UTC(),
 		LastReviewed: m["last_reviewed"], SkippedQuota: atoi("skipped_quota"), Title: m["title"], Body: m["body"],
-		Instructions: m["instructions"], Language: m["language"], ConfigNotice: m["config_notice"],
+		Instructions: m["instructions"], Language: m["language"], ConfigNotice: m["config_notice"], Round: m["round"],
 	}, nil
 }
 

@@ -29,6 +29,11 @@ func (printQueue) Chat(_ context.Context, c jobs.Chat) (bool, error) {
 	return true, nil
 }
 
+func (printQueue) Command(_ context.Context, c jobs.Command) (bool, error) {
+	fmt.Printf("enqueued %s %q for %s\n", jobs.TypeCommand, c.Name, c.PR)
+	return true, nil
+}
+
 func (printQueue) Cancel(_ context.Context, pr jobs.PR) error {
 	fmt.Printf("cancelled %s\n", pr)
 	return nil

@@ -36,6 +36,8 @@ import (
 type Queue interface {
 	Plan(ctx context.Context, p jobs.Plan) (bool, error)
 	Chat(ctx context.Context, c jobs.Chat) (bool, error)
+	// Command enqueues a comment's command, once per comment.
+	Command(ctx context.Context, c jobs.Command) (bool, error)
 	Cancel(ctx context.Context, pr jobs.PR) error
 	// CancelInstallation cancels the runs in progress of an installation,
 	// or of its repositories repos only when repos is not empty.
@@ -668,7 +670,9 @@ func (h *Handler) issueComment(ctx context.Context, delivery string, e *github.I
 	if h.fromApp(c.GetUser()) || c.GetUser().GetType() == "Bot" || !h.mentions(c.GetBody()) {
 		return ignored, nil
 	}
-	if !h.mayChat(c.GetUser(), c.GetAuthorAssociation(), e.GetIssue().GetUser()) {
+	allowed := h.mayChat(c.GetUser(), c.GetAuthorAssociation(), e.GetIssue().GetUser())
+	name, isCommand := h.command(c.GetBody())
+	if !allowed && !isCommand {
 		return notAllowed, nil
 	}
 	ref, err := prRef(e.GetInstallation().GetID(), e.GetRepo(), e.GetIssue().GetNumber())
@@ -677,6 +681,9 @@ func (h *Handler) issueComment(ctx context.Context, delivery string, e *github.I
 	}
 	if c.GetID() <= 0 {
 		return malformed("issue_comment without comment id")
+	}
+	if isCommand {
+		return h.runCommand(ctx, jobs.Command{PR: ref, CommentID: c.GetID(), Author: c.GetUser().GetLogin(), Name: name, Delivery: delivery}, allowed)
 	}
 	return h.chat(ctx, jobs.Chat{PR: ref, CommentID: c.GetID(), Author: c.GetUser().GetLogin(), Body: c.GetBody(), Delivery: delivery})
 }
@@ -702,7 +709,12 @@ func (h *Handler) reviewComment(ctx context.Context, delivery string, e *github.
 			return ignored, nil
 		}
 	}
-	if !h.mayChat(c.GetUser(), c.GetAuthorAssociation(), e.GetPullRequest().GetUser()) {
+	allowed := h.mayChat(c.GetUser(), c.GetAuthorAssociation(), e.GetPullRequest().GetUser())
+	name, isCommand := "", false
+	if h.mentions(c.GetBody()) {
+		name, isCommand = h.command(c.GetBody())
+	}
+	if !allowed && !isCommand {
 		return notAllowed, nil
 	}
 	ref, err := prRef(e.GetInstallation().GetID(), e.GetRepo(), e.GetPullRequest().GetNumber())
@@ -712,8 +724,80 @@ func (h *Handler) reviewComment(ctx context.Context, delivery string, e *github.
 	if c.GetID() <= 0 {
 		return malformed("pull_request_review_comment without comment id")
 	}
+	if isCommand {
+		return h.runCommand(ctx, jobs.Command{PR: ref, CommentID: c.GetID(), Review: true, Author: c.GetUser().GetLogin(), Name: name, Delivery: delivery}, allowed)
+	}
 	return h.chat(ctx, jobs.Chat{PR: ref, CommentID: c.GetID(), InReplyTo: c.GetInReplyTo(), Review: true, Author: c.GetUser().GetLogin(),
 		Body: c.GetBody(), Path: c.GetPath(), DiffHunk: c.GetDiffHunk(), Line: c.GetLine(), Delivery: delivery})
+}
+
+// command returns the command a comment gives: a line of it that is the
+// bot's mention followed by one of jobs.Commands and nothing else (any
+// case, spaces collapsed, a final . or ! dropped). Anything else that
+// mentions the bot is chat.
+func (h *Handler) command(body string) (string, bool) {
+	if h.cfg.AppSlug == "" {
+		return "", false
+	}
+	at := "@" + strings.ToLower(h.cfg.AppSlug)
+	for _, line := range strings.Split(body, "\n") {
+		rest, ok := strings.CutPrefix(strings.ToLower(strings.TrimSpace(line)), at)
+		if !ok || (rest != "" && rest[0] != ' ' && rest[0] != '\t') {
+			continue
+		}
+		words := strings.Join(strings.Fields(strings.TrimRight(strings.TrimSpace(rest), ".!")), " ")
+		for _, c := range jobs.Commands {
+			if words == c {
+				return c, true
+			}
+		}
+	}
+	return "", false
+}
+
+// Outcomes of commands.
+var (
+	commandTaken   = outcome{http.StatusAccepted, "command enqueued"}
+	commandRefused = outcome{http.StatusAccepted, "command refused: acknowledged"}
+)
+
+// runCommand enqueues a comment's command; one from someone who may not
+// give commands, or over the chat limits, is enqueued refused (it is
+// only acknowledged, at no cost), and later ones over the limits are
+// dropped.
+func (h *Handler) runCommand(ctx context.Context, c jobs.Command, allowed bool) (outcome, error) {
+	if o, err := h.enabled(ctx, c.PR.Installation); o != nil || err != nil {
+		return *o, err
+	}
+	tier, err := h.plans.Tier(ctx, c.PR.Installation)
+	if err != nil {
+		return unavailable(err)
+	}
+	c.Tier = tier
+	done := commandTaken
+	switch {
+	case !allowed:
+		c.Refused, done = "only the pull request's author and "+strings.Join(h.cfg.ChatAssociations, ", ")+" may give commands", commandRefused
+	case h.cfg.ChatLimiter != nil:
+		ok, refuse, _, err := h.cfg.ChatLimiter.AllowChat(ctx, c.PR, c.Author, c.CommentID)
+		if err != nil {
+			return unavailable(err)
+		}
+		if !ok {
+			if !refuse {
+				return chatDropped, nil
+			}
+			c.Refused, done = "over the chat limits", commandRefused
+		}
+	}
+	ok, err := h.queue.Command(ctx, c)
+	if err != nil {
+		return unavailable(err)
+	}
+	if !ok {
+		return duplicate, nil
+	}
+	return done, nil
 }
 
 // disabled is work of an installation that was uninstalled or suspended,

@@ -23,13 +23,14 @@ import (
 
 // recorder is the Queue and Plans the receiver talks to, recording calls.
 type recorder struct {
-	mu      sync.Mutex
-	plans   []jobs.Plan
-	chats   []jobs.Chat
-	cancels []jobs.PR
-	insts   []string
-	tiers   map[int64]jobs.Tier
-	fail    error
+	mu       sync.Mutex
+	plans    []jobs.Plan
+	chats    []jobs.Chat
+	commands []jobs.Command
+	cancels  []jobs.PR
+	insts    []string
+	tiers    map[int64]jobs.Tier
+	fail     error
 	// disabled installations, by why (Disabled); instCancels the
 	// installations whose runs were cancelled, with the repositories
 	instCancels []string
@@ -48,6 +49,21 @@ func (r *recorder) Plan(_ context.Context, p jobs.Plan) (bool, error) {
 		return false, r.fail
 	}
 	r.plans = append(r.plans, p)
+	return true, nil
+}
+
+func (r *recorder) Command(_ context.Context, c jobs.Command) (bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.fail != nil {
+		return false, r.fail
+	}
+	for _, k := range r.commands {
+		if k.CommentID == c.CommentID {
+			return false, nil
+		}
+	}
+	r.commands = append(r.commands, c)
 	return true, nil
 }
 

@@ -108,6 +108,21 @@ func (e *Enqueuer) Chat(ctx context.Context, c jobs.Chat) (bool, error) {
 		asynq.MaxRetry(8), asynq.Timeout(5*time.Minute), asynq.Retention(e.cfg.Retention))
 }
 
+// Command enqueues a comment's command in the chat queue, once per
+// comment (its task id; kept for the retention so a redelivery is a
+// duplicate). It calls no LLM itself.
+func (e *Enqueuer) Command(ctx context.Context, c jobs.Command) (bool, error) {
+	_, err := e.cfg.Queue.EnqueueContext(ctx, asynq.NewTask(jobs.TypeCommand, jobs.Marshal(c)), asynq.TaskID(jobs.CommandTaskID(c)),
+		asynq.Queue(jobs.QueueChat), asynq.MaxRetry(8), asynq.Timeout(time.Minute), asynq.Retention(e.cfg.Retention))
+	if errors.Is(err, asynq.ErrTaskIDConflict) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("enqueue command: %w", err)
+	}
+	return true, nil
+}
+
 // Cancel drops a closed or drafted PR's pending work.
 func (e *Enqueuer) Cancel(ctx context.Context, pr jobs.PR) error {
 	head, err := e.cfg.Store.Cancel(ctx, pr)

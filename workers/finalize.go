@@ -215,7 +215,7 @@ func (p *Finalizer) publish(ctx context.Context, f jobs.Finalize, last bool) err
 	}
 	comments := 0
 	if run.ReviewTotal > 0 {
-		if comments, err = p.postReview(ctx, gh, f, results, rows); err != nil {
+		if comments, err = p.postReview(ctx, gh, f, run.Round, results, rows); err != nil {
 			return p.gate.refused(ctx, f.PR.Installation, ghFailed(ctx, log, f.PR, "review", err))
 		}
 	}
@@ -287,9 +287,10 @@ func bodySum(body string) int64 {
 // comments (up to MaxReviewComments), findings that sit on no line in its
 // body, and "no problems found" when there is nothing to say, so a clean
 // review can be told from a missing one. It returns the comments made.
-func (p *Finalizer) postReview(ctx context.Context, gh ReviewWriter, f jobs.Finalize, results []store.Result, rows []render.File) (int, error) {
+func (p *Finalizer) postReview(ctx context.Context, gh ReviewWriter, f jobs.Finalize, round string, results []store.Result, rows []render.File) (int, error) {
 	pub := p.cfg.Publications
-	what := "review:" + f.HeadSHA
+	// a head reviewed again on request (its round) gets a review of its own
+	what := "review:" + f.HeadSHA + round
 	var comments []ghapp.ReviewComment
 	var findings []render.Finding
 	for _, r := range results {
@@ -335,7 +336,7 @@ func (p *Finalizer) postReview(ctx context.Context, gh ReviewWriter, f jobs.Fina
 			failed++
 		}
 	}
-	marker := p.cfg.Markers.Review(f.PR.Key(), f.HeadSHA)
+	marker := p.cfg.Markers.Review(f.PR.Key(), f.HeadSHA+round)
 	repo := f.PR.Owner + "/" + f.PR.Repo
 	var id int64
 	err := p.cfg.Turns.Do(ctx, f.PR.Installation, PublishWrite, func() error {

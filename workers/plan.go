@@ -33,6 +33,12 @@ type RepoSettings interface {
 	SetRepoSettings(ctx context.Context, pr jobs.PR, rs jobs.RepoSettings) error
 }
 
+// Controls tells what commands said of a pull request's automatic
+// reviews (a *store.Store).
+type Controls interface {
+	Control(ctx context.Context, pr jobs.PR) (store.Control, error)
+}
+
 // Plans looks up an installation's plan (a *store.Store).
 type Plans interface {
 	GetPlan(ctx context.Context, id int64) (store.Plan, error)
@@ -42,6 +48,7 @@ var (
 	_ PlanStore    = (*store.Store)(nil)
 	_ Plans        = (*store.Store)(nil)
 	_ RepoSettings = (*store.Store)(nil)
+	_ Controls     = (*store.Store)(nil)
 )
 
 // PlannerConfig configures a Planner.
@@ -83,6 +90,12 @@ type PlannerConfig struct {
 	// Settings, when set, records what the webhook needs of each
 	// repository's configuration (a *store.Store).
 	Settings RepoSettings
+	// Controls, when set, tells pull requests whose automatic reviews
+	// were paused or ignored by a command (a *store.Store).
+	Controls Controls
+	// AppSlug is the App's name: a line "@slug ignore" in a pull
+	// request's description keeps it from automatic reviews.
+	AppSlug string
 	// Attempts counts each job's runs for its retry budget. Required.
 	Attempts Attempter
 	// Budget bounds each job's retries, GitHub rate-limit waits included.
@@ -205,7 +218,15 @@ func (p *Planner) plan(ctx context.Context, pl jobs.Plan) error {
 			}
 		}
 	}
-	switch skip := rc.Skip(repoconfig.PR{Draft: pr.Draft, Title: pr.Title, Author: pr.Author, BaseRef: pr.BaseRef, Labels: pr.Labels}); {
+	// a command asks for a review whatever the rules for automatic ones
+	asked := pl.Action == jobs.ActionReview || pl.Action == jobs.ActionFullReview
+	skip := ""
+	if !asked {
+		if skip, err = p.automaticSkip(ctx, pl.PR, pr, rc); err != nil {
+			return err
+		}
+	}
+	switch {
 	case pr.State != "open":
 		log.InfoContext(ctx, "pull request is closed; skipped", "pr", pl.PR.String())
 		return nil
@@ -215,7 +236,7 @@ func (p *Planner) plan(ctx context.Context, pl jobs.Plan) error {
 	case pr.HeadSHA != pl.HeadSHA:
 		log.InfoContext(ctx, "pull request moved on; a newer event plans it", "pr", pl.PR.String(), "event_head", pl.HeadSHA, "head", pr.HeadSHA)
 		return nil
-	case pr.AuthorIsBot && cfg.SkipBotPRs:
+	case pr.AuthorIsBot && cfg.SkipBotPRs && !asked:
 		log.InfoContext(ctx, "pull request opened by a bot; skipped", "pr", pl.PR.String(), "author", pr.Author)
 		return nil
 	}
@@ -230,7 +251,8 @@ func (p *Planner) plan(ctx context.Context, pl jobs.Plan) error {
 	// Incremental: on a new push, review only what changed since the
 	// last reviewed commit.
 	var changed map[string]bool
-	if prev.LastReviewed != "" && prev.LastReviewed != pl.HeadSHA && pl.Action == "synchronize" {
+	incremental := pl.Action == "synchronize" || pl.Action == jobs.ActionReview || pl.Action == jobs.ActionResume
+	if prev.LastReviewed != "" && prev.LastReviewed != pl.HeadSHA && incremental {
 		cmp, err := gh.Compare(ctx, pl.PR.Owner, pl.PR.Repo, prev.LastReviewed, pl.HeadSHA)
 		switch {
 		case err == nil:
@@ -322,7 +344,7 @@ func (p *Planner) plan(ctx context.Context, pl jobs.Plan) error {
 	}
 	reviews = split
 	run := store.Run{PR: pl.PR, Head: pl.HeadSHA, Base: pr.BaseSHA, Tier: pl.Tier, SummaryTotal: len(summaries), ReviewTotal: len(reviews),
-		Title: pc.title, Body: pc.body, Instructions: pc.instructions, Language: pc.language, ConfigNotice: notice}
+		Title: pc.title, Body: pc.body, Instructions: pc.instructions, Language: pc.language, ConfigNotice: notice, Round: pl.Round}
 	previous, startedRun, err := cfg.Store.StartRun(ctx, run, data)
 	if err != nil {
 		return err
@@ -382,6 +404,33 @@ func (p *Planner) plan(ctx context.Context, pl jobs.Plan) error {
 		return enqueueFinalize(ctx, cfg.Queue, jobs.Finalize{PR: pl.PR, HeadSHA: pl.HeadSHA, Tier: pl.Tier})
 	}
 	return nil
+}
+
+// automaticSkip returns why a pull request gets no automatic review
+// ("" when it does): a command paused or ignored it, its description
+// says "@slug ignore", or the repository's rules skip it.
+func (p *Planner) automaticSkip(ctx context.Context, ref jobs.PR, pr ghapp.PullRequest, rc repoconfig.Config) (string, error) {
+	if p.cfg.Controls != nil {
+		ctl, err := p.cfg.Controls.Control(ctx, ref)
+		if err != nil {
+			return "", err
+		}
+		switch {
+		case ctl.Ignored:
+			return "ignored by a command", nil
+		case ctl.Paused:
+			return "paused by a command", nil
+		}
+	}
+	if p.cfg.AppSlug != "" {
+		line := strings.ToLower("@" + p.cfg.AppSlug + " ignore")
+		for _, l := range strings.Split(pr.Body, "\n") {
+			if strings.ToLower(strings.TrimSpace(l)) == line {
+				return "the description says @" + p.cfg.AppSlug + " ignore", nil
+			}
+		}
+	}
+	return rc.Skip(repoconfig.PR{Draft: pr.Draft, Title: pr.Title, Author: pr.Author, BaseRef: pr.BaseRef, Labels: pr.Labels}), nil
 }
 
 // fileRef is a per-file job's payload: the job and the file's index in

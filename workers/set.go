@@ -65,6 +65,8 @@ type Config struct {
 	// NoRepoConfig ignores repositories' .prq.yaml files (see
 	// PlannerConfig.RepoConfig).
 	NoRepoConfig bool
+	// AppSlug is the App's name, as people mention it.
+	AppSlug string
 	// CheckRunEvery is the least time between two progress updates of a
 	// head's check run. Defaults to 5s.
 	CheckRunEvery time.Duration
@@ -97,9 +99,10 @@ type Set struct {
 	Files     *FileWorker
 	Chat      *ChatResponder
 	Finalizer *Finalizer
+	Commands  *CommandRunner
 }
 
-// New builds the four handlers from the shared settings and dependencies.
+// New builds the five handlers from the shared settings and dependencies.
 func New(cfg Config, d Deps) (*Set, error) {
 	switch {
 	case d.Store == nil:
@@ -139,7 +142,7 @@ func New(cfg Config, d Deps) (*Set, error) {
 	}
 	if s.Planner, err = NewPlanner(PlannerConfig{Store: d.Store, Plans: d.Store, Tickets: d.Admitter, GitHub: gh, Queue: d.Queue,
 		Models: cfg.Models, SummaryModel: cfg.SummaryModel, ReviewModel: cfg.ReviewModel, Tiers: cfg.Tiers,
-		Exclude: cfg.Exclude, SkipBotPRs: cfg.SkipBotPRs, RepoConfig: !cfg.NoRepoConfig, Settings: d.Store, MaxParts: cfg.MaxReviewParts, Checks: checks,
+		Exclude: cfg.Exclude, SkipBotPRs: cfg.SkipBotPRs, RepoConfig: !cfg.NoRepoConfig, Settings: d.Store, Controls: d.Store, AppSlug: cfg.AppSlug, MaxParts: cfg.MaxReviewParts, Checks: checks,
 		Attempts: d.Attempts, Budget: cfg.BatchBudget, GaveUpFunc: cfg.GaveUpFunc, Installs: d.Store, LifecycleFunc: cfg.LifecycleFunc, Log: d.Log}); err != nil {
 		return nil, err
 	}
@@ -151,6 +154,10 @@ func New(cfg Config, d Deps) (*Set, error) {
 	if s.Chat, err = NewChatResponder(ChatResponderConfig{Replies: d.Store, Drafts: d.Store, Ledger: d.Admitter, Requeue: d.Admitter,
 		Caller: caller, GitHub: gh, Turns: d.Pacer, Models: cfg.Models, Markers: cfg.Markers, Backoff: cfg.Backoff,
 		Attempts: d.Attempts, Budget: cfg.ChatBudget, GaveUpFunc: cfg.GaveUpFunc, Installs: d.Store, LifecycleFunc: cfg.LifecycleFunc, Log: d.Log}); err != nil {
+		return nil, err
+	}
+	if s.Commands, err = NewCommandRunner(CommandRunnerConfig{Store: d.Store, Tickets: d.Admitter, GitHub: gh, Queue: d.Queue, Turns: d.Pacer,
+		Markers: cfg.Markers, AppSlug: cfg.AppSlug, Planner: s.Planner, ErrorFunc: cfg.DecorationErrorFunc, Log: d.Log}); err != nil {
 		return nil, err
 	}
 	if s.Finalizer, err = NewFinalizer(FinalizerConfig{Results: d.Store, Publications: d.Store, GitHub: gh, Turns: d.Pacer,
@@ -167,6 +174,7 @@ func (s *Set) Register(mux *asynq.ServeMux) {
 	mux.Handle(jobs.TypeReview, s.Files)
 	mux.Handle(jobs.TypeFinalize, s.Finalizer)
 	mux.Handle(jobs.TypeChat, s.Chat)
+	mux.Handle(jobs.TypeCommand, s.Commands)
 }
 
 // Mux returns a mux with every handler registered.

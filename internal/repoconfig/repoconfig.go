@@ -631,3 +631,57 @@ var blankLines = regexp.MustCompile(`\n\s*\n+`)
 func oneParagraph(s string) string {
 	return strings.TrimSpace(blankLines.ReplaceAllString(strings.ReplaceAll(s, "\r\n", "\n"), "\n"))
 }
+
+// YAML renders the configuration in the file's schema, every key with
+// its value in effect.
+func (c Config) YAML() string {
+	type labels struct {
+		Include []string `yaml:"include"`
+		Exclude []string `yaml:"exclude"`
+	}
+	type reviews struct {
+		Auto         bool     `yaml:"auto"`
+		Drafts       bool     `yaml:"drafts"`
+		BaseBranches []string `yaml:"base_branches"`
+		SkipTitle    []string `yaml:"skip_title"`
+		SkipAuthors  []string `yaml:"skip_authors"`
+		Labels       labels   `yaml:"labels,flow"`
+		MaxFiles     int      `yaml:"max_files,omitempty"` // 0: no limit
+	}
+	type paths struct {
+		Exclude      []string          `yaml:"exclude"`
+		Include      []string          `yaml:"include"`
+		Instructions []PathInstruction `yaml:"instructions"`
+	}
+	type file struct {
+		Reviews      reviews `yaml:"reviews"`
+		Paths        paths   `yaml:"paths"`
+		Instructions string  `yaml:"instructions"`
+		Language     string  `yaml:"language"`
+		Chat         bool    `yaml:"chat"`
+	}
+	nz := func(s []string) []string {
+		if s == nil {
+			return []string{}
+		}
+		return s
+	}
+	lang := c.Language
+	if lang == "" {
+		lang = "en"
+	}
+	pis := c.PathInstructions
+	if pis == nil {
+		pis = []PathInstruction{}
+	}
+	out, err := yaml.Marshal(file{
+		Reviews: reviews{Auto: c.Auto, Drafts: c.Drafts, BaseBranches: nz(c.BaseBranches), SkipTitle: nz(c.SkipTitle), SkipAuthors: nz(c.SkipAuthors),
+			Labels: labels{Include: nz(c.LabelsInclude), Exclude: nz(c.LabelsExclude)}, MaxFiles: c.MaxFiles},
+		Paths:        paths{Exclude: nz(c.PathsExclude), Include: nz(c.PathsInclude), Instructions: pis},
+		Instructions: c.Instructions, Language: lang, Chat: c.Chat,
+	})
+	if err != nil {
+		return fmt.Sprintf("# could not render: %v\n", err) // unreachable: plain values
+	}
+	return string(out)
+}

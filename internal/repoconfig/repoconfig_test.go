@@ -280,3 +280,28 @@ func FuzzParse(f *testing.F) {
 		c.InstructionsFor("a/b.go")
 	})
 }
+
+// TestYAMLRoundTrip: the rendering `config` shows is itself a valid
+// file that means the same.
+func TestYAMLRoundTrip(t *testing.T) {
+	f, err := Parse("x", []byte(example))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := Default().Apply("x", f)
+	back, err := Parse("rendered", []byte(c.YAML()))
+	if err != nil {
+		t.Fatalf("the rendering does not parse: %v\n%s", err, c.YAML())
+	}
+	again := Default().Apply("x", back)
+	if !reflect.DeepEqual(c, again) {
+		t.Errorf("round trip:\n got %+v\nwant %+v\n%s", again, c, c.YAML())
+	}
+	d := Default().YAML()
+	if !strings.Contains(d, "auto: true") || !strings.Contains(d, "language: en") {
+		t.Errorf("defaults rendered:\n%s", d)
+	}
+	if _, err := Parse("defaults", []byte(d)); err != nil {
+		t.Errorf("the defaults' rendering does not parse: %v\n%s", err, d)
+	}
+}
