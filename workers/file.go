@@ -31,6 +31,14 @@ var _ FileStore = (*store.Store)(nil)
 type FileWorkerConfig struct {
 	// Store reads the file and records its result. Required.
 	Store FileStore
+	// Reuse, when set, keeps each prompt's result, so a job whose prompt
+	// was answered already (the same file, context and model, for
+	// another head or run) reuses it instead of paying again (a
+	// *store.Store).
+	Reuse ReuseStore
+	// ReusedFunc, when set, counts results reused instead of bought
+	// (prq_llm_reused_total{model,kind}).
+	ReusedFunc func(model, kind string)
 	// Ledger records the job's start and settles a job that makes no
 	// call. Required.
 	Ledger Ledger
@@ -209,11 +217,46 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	if f.Kind == jobs.KindReview {
 		if raw, err := cfg.Repairs.Draft(ctx, f.PR, repairKey); err != nil {
 			return err
-		} else if raw != "" && json.Unmarshal([]byte(raw), &repair) == nil {
-			pm.turns = review.RepairTurns(repair.Reply, errors.New(repair.Err))
-			if err := pm.measure(m, w.tok[f.Model]); err != nil {
-				return err
+		} else if raw != "" && json.Unmarshal([]byte(raw), &repair) != nil {
+			repair.Reply = ""
+		}
+	}
+	// Never pay twice for the same work: a prompt answered already (for
+	// a head this one replaced, a run reopened) is reused; one being
+	// answered by another job now is waited for, a few times.
+	var reuse string
+	if cfg.Reuse != nil && repair.Reply == "" {
+		reuse = promptKey(f.Kind, m, pm)
+	}
+	// a review asked for again ("full review", its round) buys new work
+	if reuse != "" && run.Round == "" {
+		if r, ok, err := cfg.Reuse.Reusable(ctx, reuse); err != nil {
+			return err
+		} else if ok {
+			settle(ctx, cfg.Ledger, log, ticket, ratelimit.Cost{}) // no call: all refunded
+			r.Kind, r.Path, r.Index, r.Run, r.Part, r.Parts = res.Kind, res.Path, res.Index, res.Run, res.Part, res.Parts
+			for i := range r.Comments {
+				r.Comments[i].Path = fd.Path
 			}
+			if cfg.ReusedFunc != nil {
+				cfg.ReusedFunc(f.Model, string(f.Kind))
+			}
+			log.DebugContext(ctx, "result reused: the same prompt was answered already", "pr", f.PR.String(), "path", fd.Path, "kind", f.Kind)
+			return w.complete(ctx, f, r)
+		}
+		mine, err := cfg.Reuse.ClaimReuse(ctx, reuse, ticket.ID)
+		if err != nil {
+			return err
+		}
+		if !mine && at.n <= maxReuseWaits {
+			settle(ctx, cfg.Ledger, log, ticket, ratelimit.Cost{}) // no call: all refunded
+			return backToAdmission(ctx, cfg.Requeue, ticket, reuseWait, errTwinInFlight)
+		}
+	}
+	if repair.Reply != "" {
+		pm.turns = review.RepairTurns(repair.Reply, errors.New(repair.Err))
+		if err := pm.measure(m, w.tok[f.Model]); err != nil {
+			return err
 		}
 	}
 	out, err := cfg.Caller.call(ctx, callSpec{ticket: ticket, kind: f.Kind, tier: f.Tier, inst: f.PR.Installation, prompt: pm, model: m, retried: retried(ctx), maxRetry: maxRetry(ctx), attempt: at})
@@ -234,6 +277,7 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	}
 	if f.Kind != jobs.KindReview {
 		res.Text = out.Text
+		w.keep(ctx, reuse, res)
 		return w.complete(ctx, f, res)
 	}
 	reply, perr := review.Parse(out.Text)
@@ -272,7 +316,29 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	for _, n := range notes {
 		res.Notes = append(res.Notes, store.Note{Line: n.Line, Body: n.Body})
 	}
+	w.keep(ctx, reuse, res)
 	return w.complete(ctx, f, res)
+}
+
+// Waiting for a twin: a job whose prompt another job is answering goes
+// back to admission for reuseWait, at most maxReuseWaits times (then it
+// pays rather than waits).
+const (
+	reuseWait     = 2 * time.Second
+	maxReuseWaits = 5
+)
+
+var errTwinInFlight = errors.New("the same prompt is being answered by another job; waiting for its result")
+
+// keep records a bought result for reuse (key "" keeps nothing). A
+// failure costs only a later job's second purchase.
+func (w *FileWorker) keep(ctx context.Context, key string, res store.Result) {
+	if key == "" {
+		return
+	}
+	if err := w.cfg.Reuse.SaveReusable(ctx, key, res); err != nil {
+		w.cfg.Log.WarnContext(ctx, "could not keep a result for reuse", "path", res.Path, "err", err)
+	}
 }
 
 func (w *FileWorker) complete(ctx context.Context, f jobs.File, res store.Result) error {

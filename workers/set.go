@@ -67,6 +67,11 @@ type Config struct {
 	NoRepoConfig bool
 	// AppSlug is the App's name, as people mention it.
 	AppSlug string
+	// NoReuse makes every file job pay for its prompt, even one answered
+	// already (see FileWorkerConfig.Reuse).
+	NoReuse bool
+	// ReusedFunc, when set, counts results reused instead of bought.
+	ReusedFunc func(model, kind string)
 	// CheckRunEvery is the least time between two progress updates of a
 	// head's check run. Defaults to 5s.
 	CheckRunEvery time.Duration
@@ -146,7 +151,11 @@ func New(cfg Config, d Deps) (*Set, error) {
 		Attempts: d.Attempts, Budget: cfg.BatchBudget, GaveUpFunc: cfg.GaveUpFunc, Installs: d.Store, LifecycleFunc: cfg.LifecycleFunc, Log: d.Log}); err != nil {
 		return nil, err
 	}
-	if s.Files, err = NewFileWorker(FileWorkerConfig{Store: d.Store, Ledger: d.Admitter, Caller: caller, Queue: d.Queue,
+	var reuse ReuseStore
+	if !cfg.NoReuse {
+		reuse = d.Store
+	}
+	if s.Files, err = NewFileWorker(FileWorkerConfig{Store: d.Store, Reuse: reuse, ReusedFunc: cfg.ReusedFunc, Ledger: d.Admitter, Caller: caller, Queue: d.Queue,
 		Models: cfg.Models, Repairs: d.Store, Requeue: d.Admitter, UnusableFunc: cfg.UnusableFunc, IgnoredFunc: cfg.IgnoredFunc, Progress: progress,
 		Attempts: d.Attempts, Budget: cfg.BatchBudget, GaveUpFunc: cfg.GaveUpFunc, Installs: d.Store, LifecycleFunc: cfg.LifecycleFunc, Log: d.Log}); err != nil {
 		return nil, err

@@ -204,6 +204,23 @@ var (
 	partOf    = regexp.MustCompile(`, part (\d+) of (\d+) of its diff`)
 )
 
+// promptHash identifies what a request asks: its model, messages and
+// response format.
+func promptHash(model string, req chatRequest) [32]byte {
+	h := sha256.New()
+	h.Write([]byte(model + "\x00"))
+	for _, m := range req.Messages {
+		h.Write([]byte(m.Role + "\x00" + m.Content + "\x00"))
+	}
+	if req.ResponseFormat != nil {
+		b, _ := json.Marshal(req.ResponseFormat)
+		h.Write(b)
+	}
+	var out [32]byte
+	copy(out[:], h.Sum(nil))
+	return out
+}
+
 // callOf attributes a request (see Call).
 func callOf(req chatRequest, model string, at time.Time) Call {
 	c := Call{At: at, Model: model, Kind: kindOf(req), Part: 1, Parts: 1}
@@ -268,6 +285,7 @@ type Server struct {
 	buckets  map[string]*bucket
 	faults   Faults
 	stats    map[string]*modelStats
+	answered map[[32]byte]bool // prompts answered whole (Repeats)
 	recorded map[string][]Admission
 	calls    []Call
 	// msgBuckets are the Anthropic mode's (model, key) limiters.
@@ -297,6 +315,8 @@ type modelStats struct {
 	Faults         int64 `json:"faults"`
 	AdmittedTokens int64 `json:"admitted_tokens"`
 	CompletionToks int64 `json:"completion_tokens"`
+	Answered       int64
+	Repeats        int64
 	formats        map[string]int64
 	window         []admission // admissions of the last period
 	windowSum      int64
@@ -337,7 +357,8 @@ func New(cfg Config) *Server {
 		panic(fmt.Sprintf("fakeopenai: tokenizer: %v", err)) // embedded vocabulary
 	}
 	s := &Server{cfg: cfg, models: map[string]Model{}, codec: codec, rng: rand.New(rand.NewSource(cfg.Seed)),
-		buckets: map[string]*bucket{}, msgBuckets: map[string]*msgBucket{}, stats: map[string]*modelStats{}, recorded: map[string][]Admission{}}
+		buckets: map[string]*bucket{}, msgBuckets: map[string]*msgBucket{}, stats: map[string]*modelStats{}, recorded: map[string][]Admission{},
+		answered: map[[32]byte]bool{}}
 	for _, m := range cfg.Models {
 		if m.ContextTokens == 0 {
 			m.ContextTokens = 128000
@@ -592,10 +613,23 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, key, deploy
 	}
 	cost := int64(math.Ceil(float64(chars)/4)) + maxOut*n // each choice may take the cap
 
+	h := promptHash(m.Name, req)
 	s.mu.Lock()
 	st := s.statsOf(m.Name)
 	st.Requests++
 	complete := false // a whole answer, no fault injected into it
+	defer func() {
+		if !complete {
+			return
+		}
+		s.mu.Lock()
+		st.Answered++
+		if s.answered[h] {
+			st.Repeats++
+		}
+		s.answered[h] = true
+		s.mu.Unlock()
+	}()
 	if s.cfg.Record {
 		ci := len(s.calls)
 		s.calls = append(s.calls, callOf(req, m.Name, time.Now()))
@@ -1060,6 +1094,11 @@ type ModelStats struct {
 	// (json_schema, json_object, text; "none" without one), so tests see
 	// whether structured output was asked for.
 	ResponseFormats map[string]int64 `json:"response_formats"`
+	// Answered counts whole answers; Repeats those whose prompt (the
+	// messages and response format, hashed) was answered before: work
+	// bought twice.
+	Answered int64 `json:"answered"`
+	Repeats  int64 `json:"repeats"`
 }
 
 // Stats returns the counters per model.
@@ -1075,7 +1114,7 @@ func (s *Server) Stats() map[string]ModelStats {
 		}
 		out[name] = ModelStats{ResponseFormats: formats, Requests: st.Requests, RateLimited: st.RateLimited, Faults: st.Faults,
 			AdmittedTokens: st.AdmittedTokens, CompletionTokens: st.CompletionToks,
-			MaxWindowTokens: st.maxWindow, TPM: m.TPM, RPM: m.RPM}
+			MaxWindowTokens: st.maxWindow, TPM: m.TPM, RPM: m.RPM, Answered: st.Answered, Repeats: st.Repeats}
 	}
 	return out
 }

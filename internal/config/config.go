@@ -199,6 +199,10 @@ type JobsConfig struct {
 	SummaryModel string `yaml:"summary_model"`
 	ReviewModel  string `yaml:"review_model"`
 	ChatModel    string `yaml:"chat_model"`
+	// ReuseResults reuses a file's result for a job whose prompt was
+	// answered already (a head that replaced it, a run reopened) instead
+	// of paying for it again. Defaults to true.
+	ReuseResults *bool `yaml:"reuse_results"`
 }
 
 // Tier configures one plan tier.

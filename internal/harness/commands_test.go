@@ -134,12 +134,16 @@ func TestCommandsEndToEnd(t *testing.T) {
 	}
 	// full review: every file again, a new review on the same head
 	reviews := len(gh.Reviews(pr.Owner, pr.Repo, pr.Number))
+	before = calls()
 	full := r.command(pr, author, "maintainer", "MEMBER", "@prq-test full review", 1)
 	r.done(full, "rocket")
 	s.waitFor("the full review posted", 60*time.Second, func() bool { return len(gh.Reviews(pr.Owner, pr.Repo, pr.Number)) == reviews+1 })
 	run = r.waitDone(pr, head2)
 	if run.SummaryTotal != first.SummaryTotal || run.ReviewTotal != first.ReviewTotal || run.Round == "" {
 		t.Errorf("full review: %d summaries and %d reviews (round %q), want every file: %d and %d", run.SummaryTotal, run.ReviewTotal, run.Round, first.SummaryTotal, first.ReviewTotal)
+	}
+	if got, want := calls()-before, int64(first.SummaryTotal+first.ReviewTotal); got < want {
+		t.Errorf("full review: %d calls, want at least %d: new work, not results reused", got, want)
 	}
 	// review on a head reviewed already: refused, costs nothing
 	before = calls()

@@ -55,6 +55,7 @@ type Metrics struct {
 	calls      *prometheus.CounterVec
 	unusable   *prometheus.CounterVec
 	ignored    *prometheus.CounterVec
+	reused     *prometheus.CounterVec
 	gaveUp     *prometheus.CounterVec
 	admitted   *prometheus.CounterVec
 	wait       *prometheus.HistogramVec
@@ -89,7 +90,8 @@ func New(adm Admission, queues Queues, counts Counts, cfg Config) *Metrics {
 	m.wait = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "prq_admission_wait_seconds", Help: "Time from a ticket's registration to its admission.",
 		Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}}, []string{"model", "class"})
 	m.ignored = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_llm_reply_ignored_fields_total", Help: "Fields of readable model replies that prq ignored (fields of the model's own beside the review asked for), by model and job kind: a model drifting from the shape asked for."}, []string{"model", "kind"})
-	m.reg.MustRegister(m.deliveries, m.calls, m.unusable, m.ignored, m.gaveUp, m.admitted, m.wait, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), m.state)
+	m.reused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_llm_reused_total", Help: "File results reused instead of bought: the same prompt (file, context, model) was answered already, for a head this one replaced or a run reopened; by model and job kind."}, []string{"model", "kind"})
+	m.reg.MustRegister(m.reused, m.deliveries, m.calls, m.unusable, m.ignored, m.gaveUp, m.admitted, m.wait, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), m.state)
 	return m
 }
 
@@ -124,6 +126,11 @@ func (m *Metrics) CountDelivery(event, outcome string) {
 // are logged at debug.
 func (m *Metrics) CountIgnored(model, kind string, fields []string) {
 	m.ignored.WithLabelValues(model, kind).Add(float64(len(fields)))
+}
+
+// CountReused counts a file result reused instead of bought.
+func (m *Metrics) CountReused(model, kind string) {
+	m.reused.WithLabelValues(model, kind).Inc()
 }
 
 // CountUnusable counts a model reply that could not be read; the

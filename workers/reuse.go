@@ -1,0 +1,39 @@
+package workers
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"strconv"
+
+	"github.com/prq-dev/prq/jobs"
+	"github.com/prq-dev/prq/store"
+)
+
+// ReuseStore keeps results by what determined them (a *store.Store).
+type ReuseStore interface {
+	Reusable(ctx context.Context, key string) (store.Result, bool, error)
+	SaveReusable(ctx context.Context, key string, r store.Result) error
+	ClaimReuse(ctx context.Context, key, id string) (bool, error)
+}
+
+var _ ReuseStore = (*store.Store)(nil)
+
+// promptLayout is the version of how prompts are laid out and replies
+// read: a change to either makes every kept result another prompt's.
+const promptLayout = 1
+
+// promptKey names what determined a file job's result: its kind, the
+// model and what it is asked (system, user text, output format, output
+// cap), in this prompt layout. The head's sha is not in it: the same
+// file and context under another head is the same work.
+func promptKey(kind jobs.Kind, m Model, p prompt) string {
+	h := sha256.New()
+	format, _ := json.Marshal(p.format)
+	for _, part := range []string{strconv.Itoa(promptLayout), string(kind), m.Name, strconv.FormatBool(m.Reasoning), strconv.FormatInt(m.MaxOutput, 10), p.system, p.user, string(format)} {
+		h.Write([]byte(part))
+		h.Write([]byte{0})
+	}
+	return m.Name + ":" + hex.EncodeToString(h.Sum(nil))
+}
