@@ -14,7 +14,7 @@ import (
 // whose prompt is the same (a head that replaced its own, a pull request
 // reopened at the same head, a full review of unchanged context does
 // not: it asks for new work).
-const ReuseTTL = 24 * time.Hour
+const ReuseTTL = 6 * time.Hour
 
 // reuseClaimTTL bounds how long a job's claim on a prompt holds others
 // back: longer than a call takes, short enough that a crashed job's

@@ -113,7 +113,7 @@ var meanings = map[string]meaning{
 	"jobs.summary_model": {Text: "The model of per-file summaries."},
 	"jobs.review_model":  {Text: "The model of per-file reviews."},
 	"jobs.chat_model":    {Text: "The model of chat replies."},
-	"jobs.reuse_results": {Text: "Reuse a file's result, for 24 h, for any job whose prompt was answered already (a head that replaced it, a pull request reopened) instead of paying again: see [reviews](reviews.md#never-paid-twice).", Unset: "`true`"},
+	"jobs.reuse_results": {Text: "Reuse a file's result, for 6 h, for any job whose prompt was answered already (a head that replaced it, a pull request reopened) instead of paying again: see [reviews](reviews.md#never-paid-twice).", Unset: "`true`"},
 
 	"tiers.<name>.weight":            {Text: "The tier's share under saturation. Required, positive.", Unset: "—"},
 	"tiers.<name>.review":            {Text: "Whether the tier gets per-file reviews (summaries it always gets).", Unset: "`true`"},
