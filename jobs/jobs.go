@@ -228,6 +228,10 @@ type Finalize struct {
 	PR      PR     `json:"pr"`
 	HeadSHA string `json:"head_sha"`
 	Tier    Tier   `json:"tier"`
+	// Run is the run it publishes (its start, unix ms, as File.PRSeq): a
+	// finalize of an earlier run of the head (reopened, reviewed again on
+	// request) publishes nothing. 0: whichever run is current.
+	Run int64 `json:"run,omitempty"`
 }
 
 // Chat is a reply to a comment that talks to the bot.
@@ -301,6 +305,9 @@ func PlanTaskID(p Plan) string {
 
 // FinalizeTaskID is the deterministic task id of a finalize job.
 func FinalizeTaskID(f Finalize) string {
+	if f.Run != 0 {
+		return fmt.Sprintf("final-%s-%s-r%s", f.PR.Key(), shortSHA(f.HeadSHA), strconv.FormatInt(f.Run, 36))
+	}
 	return fmt.Sprintf("final-%s-%s", f.PR.Key(), shortSHA(f.HeadSHA))
 }
 

@@ -262,3 +262,32 @@ func TestRepoSettingsRoundTrip(t *testing.T) {
 		t.Errorf("keys %v, want one per repository", keys)
 	}
 }
+
+// TestStartRunNewRound: a review asked for again restarts a live run of
+// the same head (and names it, so its waiting work is dropped), once per
+// round; a plan of the head without a round changes nothing.
+func TestStartRunNewRound(t *testing.T) {
+	ctx := context.Background()
+	st := store.New(redistest.Shared(t).Client(t), jobs.TierFree)
+	pr := jobs.PR{Installation: 1, Owner: "o", Repo: "rounds", Number: 1}
+	run := store.Run{PR: pr, Head: "h1", Tier: jobs.TierPaid, SummaryTotal: 1}
+	files := []store.FileData{{Path: "a.go", Index: 0}}
+	if _, started, err := st.StartRun(ctx, run, files); err != nil || !started {
+		t.Fatal(started, err)
+	}
+	again := run
+	again.Round = "-r7"
+	prev, started, err := st.StartRun(ctx, again, files)
+	if err != nil || !started || prev != "h1" {
+		t.Fatalf("a new round: started %v previous %q %v; want a restart naming h1", started, prev, err)
+	}
+	if _, started, _ := st.StartRun(ctx, again, files); started {
+		t.Errorf("the same round twice restarted the run")
+	}
+	if _, started, _ := st.StartRun(ctx, run, files); started {
+		t.Errorf("a plan without a round (a synchronize racing the command) restarted the round's run")
+	}
+	if got, _ := st.GetRun(ctx, pr); got.Round != "-r7" {
+		t.Errorf("round %q, want -r7", got.Round)
+	}
+}

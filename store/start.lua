@@ -4,16 +4,20 @@
 -- ARGV[1] head  ARGV[2] ttl ms  ARGV[3] run fields as JSON (an object)
 -- ARGV[4..] files: index, JSON, index, JSON, ...
 -- -> {started (0|1), previous head or ""}
-local cur = redis.call('HMGET', KEYS[1], 'head', 'state', 'last_reviewed', 'base')
+local cur = redis.call('HMGET', KEYS[1], 'head', 'state', 'last_reviewed', 'base', 'round')
 local fields = cjson.decode(ARGV[3])
 -- the same head is planned once, unless the run was cancelled (closed,
--- then reopened) or its base changed (the diff is another)
+-- then reopened), its base changed (the diff is another) or a review of
+-- it is asked for again (another round)
 local rebased = fields['base'] ~= nil and fields['base'] ~= '' and cur[4] and cur[4] ~= '' and cur[4] ~= fields['base']
-if cur[1] == ARGV[1] and cur[2] ~= 'cancelled' and not rebased then
+local reround = (fields['round'] or '') ~= '' and (fields['round'] or '') ~= (cur[5] or '')
+if cur[1] == ARGV[1] and cur[2] ~= 'cancelled' and not rebased and not reround then
   return {0, ''}
 end
 local previous = ''
-if cur[1] and cur[1] ~= ARGV[1] then
+if cur[1] and (cur[1] ~= ARGV[1] or (reround and cur[2] ~= 'cancelled')) then
+  -- another head, or this head's live run replaced by a new round: its
+  -- waiting work is dropped
   previous = cur[1]
 end
 if cur[3] and cur[3] ~= '' and (fields['last_reviewed'] == nil or fields['last_reviewed'] == '') then

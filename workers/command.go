@@ -24,8 +24,6 @@ type CommandStore interface {
 	Control(ctx context.Context, pr jobs.PR) (store.Control, error)
 	SetPaused(ctx context.Context, pr jobs.PR, paused bool) error
 	SetIgnored(ctx context.Context, pr jobs.PR) error
-	Cancel(ctx context.Context, pr jobs.PR) (string, error)
-	TaskIDs(ctx context.Context, pr jobs.PR, head string) ([]string, error)
 	Posted(ctx context.Context, pr jobs.PR, what string) (int64, error)
 	SetPosted(ctx context.Context, pr jobs.PR, what string, id int64) error
 }
@@ -61,8 +59,6 @@ func (i Installations) Reactor(installation int64) (Reactor, error) {
 type CommandRunnerConfig struct {
 	// Store records what commands change. Required.
 	Store CommandStore
-	// Tickets drops the work a full review replaces. Required.
-	Tickets Tickets
 	// GitHub reads the pull request, answers and reacts. Required.
 	GitHub Commanders
 	// Queue enqueues the plans review commands ask for. Required.
@@ -98,8 +94,6 @@ func NewCommandRunner(cfg CommandRunnerConfig) (*CommandRunner, error) {
 	switch {
 	case cfg.Store == nil:
 		return nil, errors.New("workers: command runner: Store is required")
-	case cfg.Tickets == nil:
-		return nil, errors.New("workers: command runner: Tickets is required")
 	case cfg.GitHub == nil:
 		return nil, errors.New("workers: command runner: GitHub is required")
 	case cfg.Queue == nil:
@@ -205,6 +199,15 @@ func (r *CommandRunner) run(ctx context.Context, c jobs.Command, done string) (s
 		return "", err
 	}
 	plan := jobs.Plan{PR: c.PR, HeadSHA: pr.HeadSHA, BaseSHA: pr.BaseSHA, Delivery: "cmd-" + strconv.FormatInt(c.CommentID, 10), Tier: c.Tier}
+	// a retry after the plan was enqueued: the run is this command's own
+	// work now, not a reason to refuse it
+	planned, err := cfg.Store.Posted(ctx, c.PR, done+":planned")
+	if err != nil {
+		return "", err
+	}
+	if planned != 0 {
+		return fmt.Sprintf("Reviewing %s (asked for by this comment).", short(pr.HeadSHA)), nil
+	}
 	var answer string
 	switch c.Name {
 	case jobs.CommandResume:
@@ -212,7 +215,7 @@ func (r *CommandRunner) run(ctx context.Context, c jobs.Command, done string) (s
 			return "", err
 		}
 		plan.Action = jobs.ActionResume
-		answer = fmt.Sprintf("Automatic reviews resumed; reviewing %s now.", short(pr.HeadSHA))
+		answer = fmt.Sprintf("Automatic reviews resumed; %s is planned as a push would be.", short(pr.HeadSHA))
 		if run.Head == pr.HeadSHA && run.State != store.StateCancelled {
 			return "Automatic reviews resumed; " + short(pr.HeadSHA) + " is reviewed already.", nil
 		}
@@ -230,23 +233,17 @@ func (r *CommandRunner) run(ctx context.Context, c jobs.Command, done string) (s
 			answer = fmt.Sprintf("Reviewing what changed from %s to %s.", short(run.LastReviewed), short(pr.HeadSHA))
 		}
 	case jobs.CommandFullReview:
+		if run.Head == pr.HeadSHA && run.Round != "" && run.State != store.StateCancelled {
+			// one full review a head: each buys every file again
+			return "", &refusedCommand{fmt.Sprintf("%s has had its full review; a push gets a new one.", short(pr.HeadSHA))}
+		}
 		plan.Action, plan.Round = jobs.ActionFullReview, "-r"+strconv.FormatInt(c.CommentID, 10)
 		answer = fmt.Sprintf("Reviewing every file at %s again, from scratch.", short(pr.HeadSHA))
 	default:
 		return "", &refusedCommand{fmt.Sprintf("`%s` is not a command I know; `%s help` lists them.", c.Name, slug)}
 	}
-	if id, err := cfg.Store.Posted(ctx, c.PR, done+":planned"); err != nil || id != 0 {
-		return answer, err // a retry: the plan is enqueued already
-	}
-	if c.Name == jobs.CommandFullReview && run.Head != "" && run.State != store.StateCancelled {
-		head, err := cfg.Store.Cancel(ctx, c.PR)
-		if err != nil && !errors.Is(err, store.ErrNotFound) {
-			return "", err
-		}
-		if head != "" {
-			supersede(ctx, cfg.Store, cfg.Tickets, cfg.Log, c.PR, head)
-		}
-	}
+	// a full review's plan restarts the head's run in a round of its own
+	// (the live run's waiting work dropped as it starts)
 	if _, err := cfg.Queue.EnqueueContext(ctx, asynq.NewTask(jobs.TypePlan, jobs.Marshal(plan)), asynq.TaskID(jobs.PlanTaskID(plan)),
 		asynq.Queue(plan.Tier.Queue()), asynq.Retention(cfg.Retention), asynq.MaxRetry(10), asynq.Timeout(5*time.Minute)); err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
 		return "", fmt.Errorf("enqueue plan: %w", err)

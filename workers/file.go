@@ -162,7 +162,7 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 			return err
 		}
 		if run.Head == f.HeadSHA && run.State == store.StateRunning && run.AllDone() {
-			return enqueueFinalize(ctx, cfg.Queue, jobs.Finalize{PR: f.PR, HeadSHA: f.HeadSHA, Tier: f.Tier})
+			return enqueueFinalize(ctx, cfg.Queue, jobs.Finalize{PR: f.PR, HeadSHA: f.HeadSHA, Tier: f.Tier, Run: f.PRSeq})
 		}
 		return nil
 	}
@@ -352,7 +352,7 @@ func (w *FileWorker) complete(ctx context.Context, f jobs.File, res store.Result
 		w.cfg.Log.WarnContext(ctx, "could not forget a finished job's attempts", "task", id, "err", err)
 	}
 	if last {
-		return enqueueFinalize(ctx, w.cfg.Queue, jobs.Finalize{PR: f.PR, HeadSHA: f.HeadSHA, Tier: f.Tier})
+		return enqueueFinalize(ctx, w.cfg.Queue, jobs.Finalize{PR: f.PR, HeadSHA: f.HeadSHA, Tier: f.Tier, Run: f.PRSeq})
 	}
 	if w.cfg.Progress != nil {
 		w.cfg.Progress(ctx, f.PR, f.HeadSHA)

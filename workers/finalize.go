@@ -162,6 +162,11 @@ func (p *Finalizer) publish(ctx context.Context, f jobs.Finalize, last bool) err
 	if err != nil {
 		return err
 	}
+	if f.Run != 0 && f.Run != run.CreatedAt.UnixMilli() {
+		// an earlier run of the head (reopened, reviewed again on
+		// request): the current run publishes its own
+		return fmt.Errorf("finalize of an earlier run of the head: %w", asynq.RevokeTask)
+	}
 	files, err := cfg.Results.Files(ctx, f.PR, f.HeadSHA)
 	if err != nil {
 		return err

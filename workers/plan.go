@@ -401,7 +401,7 @@ func (p *Planner) plan(ctx context.Context, pl jobs.Plan) error {
 	log.InfoContext(ctx, "pull request planned", "pr", pl.PR.String(), "head", short(pl.HeadSHA), "tier", pl.Tier,
 		"files", len(files), "summaries", len(summaries), "reviews", len(reviews), "superseded", short(previous))
 	if len(summaries)+len(reviews) == 0 {
-		return enqueueFinalize(ctx, cfg.Queue, jobs.Finalize{PR: pl.PR, HeadSHA: pl.HeadSHA, Tier: pl.Tier})
+		return enqueueFinalize(ctx, cfg.Queue, jobs.Finalize{PR: pl.PR, HeadSHA: pl.HeadSHA, Tier: pl.Tier, Run: seq})
 	}
 	return nil
 }

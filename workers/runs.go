@@ -95,7 +95,7 @@ func (r *RunReconciler) Reconcile(ctx context.Context) (Reconciled, error) {
 			if run.State != store.StateRunning || run.Head == "" {
 				continue
 			}
-			f := jobs.Finalize{PR: run.PR, HeadSHA: run.Head, Tier: run.Tier}
+			f := jobs.Finalize{PR: run.PR, HeadSHA: run.Head, Tier: run.Tier, Run: run.CreatedAt.UnixMilli()}
 			age := now.Sub(run.CreatedAt)
 			if run.AllDone() {
 				doneAt := run.DoneAt

@@ -165,7 +165,7 @@ func New(cfg Config, d Deps) (*Set, error) {
 		Attempts: d.Attempts, Budget: cfg.ChatBudget, GaveUpFunc: cfg.GaveUpFunc, Installs: d.Store, LifecycleFunc: cfg.LifecycleFunc, Log: d.Log}); err != nil {
 		return nil, err
 	}
-	if s.Commands, err = NewCommandRunner(CommandRunnerConfig{Store: d.Store, Tickets: d.Admitter, GitHub: gh, Queue: d.Queue, Turns: d.Pacer,
+	if s.Commands, err = NewCommandRunner(CommandRunnerConfig{Store: d.Store, GitHub: gh, Queue: d.Queue, Turns: d.Pacer,
 		Markers: cfg.Markers, AppSlug: cfg.AppSlug, Planner: s.Planner, ErrorFunc: cfg.DecorationErrorFunc, Log: d.Log}); err != nil {
 		return nil, err
 	}
