@@ -79,11 +79,17 @@ func (s *Store) setControl(ctx context.Context, pr jobs.PR, field string, on boo
 	return nil
 }
 
-// Control returns what was said of a pull request's automatic reviews.
+// Control returns what was said of a pull request's automatic reviews,
+// and keeps it another retention: a pause or ignore lasts while the pull
+// request is active.
 func (s *Store) Control(ctx context.Context, pr jobs.PR) (Control, error) {
-	m, err := s.rdb.HGetAll(ctx, controlKey(pr)).Result()
-	if err != nil {
+	k := controlKey(pr)
+	pipe := s.rdb.TxPipeline()
+	all := pipe.HGetAll(ctx, k)
+	pipe.PExpire(ctx, k, s.RunTTL)
+	if _, err := pipe.Exec(ctx); err != nil {
 		return Control{}, fmt.Errorf("store: control of %s: %w", pr, err)
 	}
+	m := all.Val()
 	return Control{Paused: m["paused"] == "1", Ignored: m["ignored"] == "1"}, nil
 }

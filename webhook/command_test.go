@@ -7,7 +7,9 @@ import (
 	"testing"
 
 	"github.com/prq-dev/prq/fake/traffic"
+	"github.com/prq-dev/prq/internal/redistest"
 	"github.com/prq-dev/prq/jobs"
+	"github.com/prq-dev/prq/store"
 	"github.com/prq-dev/prq/webhook"
 )
 
@@ -89,5 +91,32 @@ func TestCommands(t *testing.T) {
 	last := rec.commands[len(rec.commands)-1]
 	if last.CommentID != 888 || !last.Review || last.Name != jobs.CommandFullReview {
 		t.Errorf("a review comment's command: %+v", last)
+	}
+}
+
+// TestStrangerCommandsLimited: a stranger's refused commands count
+// against the chat limits like anyone's: past them one more is
+// acknowledged and the rest are dropped before anything is enqueued.
+func TestStrangerCommandsLimited(t *testing.T) {
+	lim, err := store.NewChatLimiter(redistest.Shared(t).Client(t), store.ChatLimits{PerUser: 2, PerPR: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	h, err := webhook.New(webhook.Config{Secret: secret, AppSlug: "prq-bot", ChatLimiter: lim}, rec, rec, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id := int64(1); id <= 6; id++ {
+		c := traffic.Comment{Installation: 9, Owner: "acme", Repo: "limits", Number: 1, ID: id, Author: "stranger", Body: "@prq-bot full review", PRAuthor: "dev", Association: "NONE"}
+		send(h, "issue_comment", fmt.Sprint("s-", id), traffic.IssueCommentEvent(c), nil)
+	}
+	if len(rec.commands) != 3 {
+		t.Fatalf("%d commands enqueued for six, want 3 (two within the limit, one refusal past it)", len(rec.commands))
+	}
+	for _, c := range rec.commands {
+		if c.Refused == "" {
+			t.Errorf("a stranger's command was not refused: %+v", c)
+		}
 	}
 }

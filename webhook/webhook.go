@@ -775,10 +775,9 @@ func (h *Handler) runCommand(ctx context.Context, c jobs.Command, allowed bool) 
 	}
 	c.Tier = tier
 	done := commandTaken
-	switch {
-	case !allowed:
-		c.Refused, done = "only the pull request's author and "+strings.Join(h.cfg.ChatAssociations, ", ")+" may give commands", commandRefused
-	case h.cfg.ChatLimiter != nil:
+	if h.cfg.ChatLimiter != nil {
+		// everyone's commands count against the chat limits, refused ones
+		// too: past them, one more is acknowledged and the rest dropped
 		ok, refuse, _, err := h.cfg.ChatLimiter.AllowChat(ctx, c.PR, c.Author, c.CommentID)
 		if err != nil {
 			return unavailable(err)
@@ -789,6 +788,9 @@ func (h *Handler) runCommand(ctx context.Context, c jobs.Command, allowed bool) 
 			}
 			c.Refused, done = "over the chat limits", commandRefused
 		}
+	}
+	if !allowed {
+		c.Refused, done = "only the pull request's author and "+strings.Join(h.cfg.ChatAssociations, ", ")+" may give commands", commandRefused
 	}
 	ok, err := h.queue.Command(ctx, c)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/prq-dev/prq/ghapp"
 	"github.com/prq-dev/prq/internal/render"
 	"github.com/prq-dev/prq/internal/repoconfig"
+	"github.com/prq-dev/prq/internal/safemd"
 	"github.com/prq-dev/prq/jobs"
 	"github.com/prq-dev/prq/store"
 )
@@ -296,7 +297,7 @@ func (r *CommandRunner) status(ctx context.Context, c jobs.Command) (string, err
 		b.WriteString(" This pull request is ignored: it is reviewed only when asked.")
 	}
 	if run.ConfigNotice != "" {
-		b.WriteString(" The repository configuration could not all be used: " + run.ConfigNotice)
+		b.WriteString(" The repository configuration could not all be used: " + safemd.Line(run.ConfigNotice, c.PR.Owner+"/"+c.PR.Repo))
 	}
 	return b.String(), nil
 }
@@ -322,14 +323,39 @@ func (r *CommandRunner) config(ctx context.Context, c jobs.Command) (string, err
 	var b strings.Builder
 	fmt.Fprintf(&b, "The configuration in effect at %s (the base of this pull request): %s.\n\n", short(pr.BaseSHA), describe(rc.Sources))
 	if notice != "" {
-		b.WriteString("> [!WARNING]\n> " + notice + "\n\n")
+		b.WriteString("> [!WARNING]\n> " + safemd.Line(notice, c.PR.Owner+"/"+c.PR.Repo) + "\n\n")
 	}
-	b.WriteString("```yaml\n" + rc.YAML() + "```\n")
+	y := rc.YAML()
+	if len(y) > maxConfigAnswer {
+		// GitHub takes 65,536 characters a comment
+		y = firstBytes(y, maxConfigAnswer) + "\n# … cut here: the rest does not fit a comment\n"
+	}
+	b.WriteString(fence(y, "yaml"))
 	if skip := rc.Skip(repoconfig.PR{Draft: pr.Draft, Title: pr.Title, Author: pr.Author, BaseRef: pr.BaseRef, Labels: pr.Labels}); skip != "" {
 		fmt.Fprintf(&b, "\nThis pull request is not reviewed automatically: %s.\n", skip)
 	}
 	return b.String(), nil
 }
+
+// fence puts text in a fenced code block longer than any backtick run
+// in it, so nothing in it ends the block early.
+func fence(text, lang string) string {
+	run, longest := 0, 0
+	for _, r := range text {
+		if r == '`' {
+			run++
+			longest = max(longest, run)
+		} else {
+			run = 0
+		}
+	}
+	f := strings.Repeat("`", max(3, longest+1))
+	return f + lang + "\n" + strings.TrimSuffix(text, "\n") + "\n" + f + "\n"
+}
+
+// maxConfigAnswer is how much of the rendered configuration `config`
+// shows, well inside GitHub's limit on a comment.
+const maxConfigAnswer = 50000
 
 // answer posts the command's answer once: in the review thread for a
 // diff comment, else as a comment naming its author.

@@ -226,7 +226,7 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	// answered by another job now is waited for, a few times.
 	var reuse string
 	if cfg.Reuse != nil && repair.Reply == "" {
-		reuse = promptKey(f.Kind, m, pm)
+		reuse = promptKey(f, m, pm)
 	}
 	// a review asked for again ("full review", its round) buys new work
 	if reuse != "" && run.Round == "" {

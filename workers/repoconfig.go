@@ -50,6 +50,8 @@ type layer struct {
 	file   repoconfig.File
 	// problem says why the file could not be used ("" when it could).
 	problem string
+	// refused: GitHub refused the App the file (not kept).
+	refused bool
 }
 
 func newRepoConfigs(now func() time.Time) *repoConfigs {
@@ -107,6 +109,9 @@ func (rc *repoConfigs) orgLayer(ctx context.Context, gh PRReader, owner string) 
 	if err != nil {
 		return layer{}, err
 	}
+	if l.refused {
+		return l, nil
+	}
 	rc.mu.Lock()
 	if len(rc.org) >= maxCached {
 		rc.org = map[string]orgRead{}
@@ -127,6 +132,9 @@ func (rc *repoConfigs) repoLayer(ctx context.Context, gh PRReader, owner, repo, 
 	l, err := rc.read(ctx, gh, owner, repo, repoconfig.Paths, base)
 	if err != nil {
 		return layer{}, err
+	}
+	if l.refused {
+		return l, nil // GitHub refused the App: read again next time (a permission may be granted)
 	}
 	rc.mu.Lock()
 	if len(rc.atBase) >= maxCached {
@@ -151,7 +159,7 @@ func (rc *repoConfigs) read(ctx context.Context, gh PRReader, owner, repo string
 		case errors.Is(err, ghapp.ErrTooLarge):
 			return layer{found: true, source: source, problem: fmt.Sprintf("%s could not be used: the file is %d bytes, over the limit of %d.", source, fc.Size, repoconfig.MaxBytes)}, nil
 		case errors.Is(err, ghapp.ErrForbidden):
-			return layer{found: true, source: source, problem: fmt.Sprintf("%s could not be read: GitHub refused the App (it needs the contents: read permission).", source)}, nil
+			return layer{found: true, refused: true, source: source, problem: fmt.Sprintf("%s could not be read: GitHub refused the App (it needs the contents: read permission).", source)}, nil
 		case err != nil:
 			return layer{}, fmt.Errorf("read %s: %w", source, err)
 		}

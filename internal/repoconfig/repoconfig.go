@@ -162,6 +162,9 @@ func Parse(source string, data []byte) (File, error) {
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {
 		return fail(extra.Line, "", "more than one YAML document: a file holds one")
+	} else if !errors.Is(err, io.EOF) {
+		line, _ := yamlError(err)
+		return fail(line, "", "more than one YAML document: a file holds one")
 	}
 	if len(doc.Content) == 0 {
 		return f, nil

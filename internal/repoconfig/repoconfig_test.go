@@ -72,6 +72,7 @@ func TestParseErrors(t *testing.T) {
 		{"set twice", "chat: true\nchat: false\n", 2, "chat", "set twice"},
 		{"invalid YAML", "reviews:\n  auto: [true\n", 1, "", "not valid YAML"},
 		{"two documents", "chat: true\n---\nchat: false\n", 2, "", "more than one YAML document"},
+		{"a broken second document", "chat: false\n---\n[\n", 3, "", "more than one YAML document"},
 		{"a megabyte", big, 0, "", "over the limit of 65536"},
 		{"aliases", laughs, 1, "", "anchors and aliases"},
 		{"merge keys", "reviews:\n  <<: {auto: false}\n", 2, "", "merge keys"},
