@@ -234,7 +234,7 @@ func TestRunKeepsRepoConfig(t *testing.T) {
 }
 
 // TestRepoSettingsRoundTrip: unknown until a plan records them, then
-// read back as written, with a TTL.
+// read back as written, with a TTL, for that pull request alone.
 func TestRepoSettingsRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	rdb := redistest.Shared(t).Client(t)
@@ -247,47 +247,21 @@ func TestRepoSettingsRoundTrip(t *testing.T) {
 	if err := st.SetRepoSettings(ctx, pr, want); err != nil {
 		t.Fatal(err)
 	}
-	other := pr
-	other.Number = 10 // another pull request of the repository sees them
-	if got, known, err := st.RepoSettings(ctx, other); err != nil || !known || got != want {
+	if got, known, err := st.RepoSettings(ctx, pr); err != nil || !known || got != want {
 		t.Fatalf("got %+v known %v %v, want %+v", got, known, err, want)
 	}
-	keys, _ := rdb.Keys(ctx, "prq:repo:*settings*").Result()
+	other := pr
+	other.Number = 10 // another pull request, perhaps on another base: its own
+	if _, known, _ := st.RepoSettings(ctx, other); known {
+		t.Errorf("another pull request sees this one's settings")
+	}
+	keys, _ := rdb.Keys(ctx, "*settings*").Result()
 	for _, k := range keys {
 		if ttl := rdb.TTL(ctx, k).Val(); ttl <= 0 {
 			t.Errorf("%s has no TTL", k)
 		}
 	}
 	if len(keys) != 1 {
-		t.Errorf("keys %v, want one per repository", keys)
-	}
-}
-
-// TestStartRunNewRound: a review asked for again restarts a live run of
-// the same head (and names it, so its waiting work is dropped), once per
-// round; a plan of the head without a round changes nothing.
-func TestStartRunNewRound(t *testing.T) {
-	ctx := context.Background()
-	st := store.New(redistest.Shared(t).Client(t), jobs.TierFree)
-	pr := jobs.PR{Installation: 1, Owner: "o", Repo: "rounds", Number: 1}
-	run := store.Run{PR: pr, Head: "h1", Tier: jobs.TierPaid, SummaryTotal: 1}
-	files := []store.FileData{{Path: "a.go", Index: 0}}
-	if _, started, err := st.StartRun(ctx, run, files); err != nil || !started {
-		t.Fatal(started, err)
-	}
-	again := run
-	again.Round = "-r7"
-	prev, started, err := st.StartRun(ctx, again, files)
-	if err != nil || !started || prev != "h1" {
-		t.Fatalf("a new round: started %v previous %q %v; want a restart naming h1", started, prev, err)
-	}
-	if _, started, _ := st.StartRun(ctx, again, files); started {
-		t.Errorf("the same round twice restarted the run")
-	}
-	if _, started, _ := st.StartRun(ctx, run, files); started {
-		t.Errorf("a plan without a round (a synchronize racing the command) restarted the round's run")
-	}
-	if got, _ := st.GetRun(ctx, pr); got.Round != "-r7" {
-		t.Errorf("round %q, want -r7", got.Round)
+		t.Errorf("keys %v, want one", keys)
 	}
 }

@@ -3,37 +3,31 @@ package store
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/prq-dev/prq/jobs"
 )
 
-// repoSettingTTL is how long the repository settings a plan recorded
-// hold without a plan renewing them.
-const repoSettingTTL = 30 * 24 * time.Hour
+func settingsKey(pr jobs.PR) string { return prTag(pr) + ":settings" }
 
-func repoKey(pr jobs.PR) string {
-	return "prq:repo:" + jobs.PR{Installation: pr.Installation, Owner: pr.Owner, Repo: pr.Repo}.Key()
-}
-
-// SetRepoSettings records what the webhook needs of a repository's
-// configuration (.prq.yaml), as the last plan of one of its pull
-// requests read it.
+// SetRepoSettings records what the webhook needs of the repository
+// configuration (.prq.yaml) in effect for a pull request, as its last
+// plan read it at its base (each pull request its own: another's base
+// may hold another file).
 func (s *Store) SetRepoSettings(ctx context.Context, pr jobs.PR, rs jobs.RepoSettings) error {
-	k := repoKey(pr)
+	k := settingsKey(pr)
 	pipe := s.rdb.TxPipeline()
 	pipe.HSet(ctx, k, "chat_off", boolField(rs.ChatOff), "drafts", boolField(rs.Drafts))
-	pipe.Expire(ctx, k, repoSettingTTL)
+	pipe.PExpire(ctx, k, s.RunTTL)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("store: set repository settings of %s/%s: %w", pr.Owner, pr.Repo, err)
 	}
 	return nil
 }
 
-// RepoSettings returns a repository's settings as its last plan
-// recorded them; known is false when no plan has yet.
+// RepoSettings returns a pull request's repository settings as its last
+// plan recorded them; known is false when no plan has yet.
 func (s *Store) RepoSettings(ctx context.Context, pr jobs.PR) (rs jobs.RepoSettings, known bool, err error) {
-	m, err := s.rdb.HGetAll(ctx, repoKey(pr)).Result()
+	m, err := s.rdb.HGetAll(ctx, settingsKey(pr)).Result()
 	if err != nil {
 		return rs, false, fmt.Errorf("store: repository settings of %s/%s: %w", pr.Owner, pr.Repo, err)
 	}
