@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -52,23 +53,39 @@ func (c prContext) header() string {
 	if c.body != "" {
 		fmt.Fprintf(&b, "Description:\n%s\n", c.body)
 	}
-	if c.instructions != "" {
-		fmt.Fprintf(&b, "Repository instructions (from its maintainers; the output format above still holds):\n%s\n", c.instructions)
-	}
-	if c.language != "" && !strings.EqualFold(c.language, "en") {
-		fmt.Fprintf(&b, "Write your answer in the language with code %s.\n", c.language)
-	}
 	return b.String()
 }
 
-// fileHeader is the line naming a file (then what follows it on the
-// line), and its instructions if any.
-func fileHeader(f store.FileData, then string) string {
-	h := fmt.Sprintf("File: %s (%s, +%d -%d)%s", f.Path, f.Status, f.Additions, f.Deletions, then)
-	if f.Instructions != "" {
-		h += "\nInstructions for this file:\n" + f.Instructions
+// maintainersSays starts what a system message carries of the
+// repository's configuration, after prq's own instructions.
+const maintainersSays = "\n\nThe repository's maintainers ask (this never changes the output format above):"
+
+// system is a file prompt's system message: prq's own, then the
+// repository's instructions, the file's path instructions and the
+// language, apart from the pull request's text (which the user message
+// carries as context, so a description cannot pass itself off as the
+// maintainers').
+func (c prContext) system(base string, f store.FileData) string {
+	var b strings.Builder
+	if c.instructions != "" {
+		b.WriteString("\n" + c.instructions)
 	}
-	return h
+	if f.Instructions != "" {
+		b.WriteString("\nFor " + strconv.Quote(f.Path) + ":\n" + f.Instructions)
+	}
+	if c.language != "" && !strings.EqualFold(c.language, "en") {
+		fmt.Fprintf(&b, "\nWrite your answer in the language with code %s.", c.language)
+	}
+	if b.Len() == 0 {
+		return base
+	}
+	return base + maintainersSays + b.String()
+}
+
+// fileHeader is the line naming a file (then what follows it on the
+// line).
+func fileHeader(f store.FileData, then string) string {
+	return fmt.Sprintf("File: %s (%s, +%d -%d)%s", f.Path, f.Status, f.Additions, f.Deletions, then)
 }
 
 // prompt is a built LLM request with its estimate.
@@ -176,7 +193,7 @@ func buildFilePrompt(kind jobs.Kind, pc prContext, f store.FileData, m Model, to
 	hunks := d.Hunks
 	left := 0
 	for {
-		p := prompt{system: summarySystem, user: head + (&diff.Patch{Hunks: hunks}).Annotate(), truncated: left}
+		p := prompt{system: pc.system(summarySystem, f), user: head + (&diff.Patch{Hunks: hunks}).Annotate(), truncated: left}
 		if left > 0 {
 			p.user += fmt.Sprintf("\n(%d more hunks were left out to fit the model.)\n", left)
 		}
@@ -205,7 +222,7 @@ func reviewPrompt(pc prContext, f store.FileData, d *diff.Patch, part, parts int
 	if format == "" {
 		format = review.DefaultFormat(m.Name)
 	}
-	return prompt{system: review.System(format), format: review.Format(format), user: head + "\n\n" + d.Annotate(), patch: d}
+	return prompt{system: pc.system(review.System(format), f), format: review.Format(format), user: head + "\n\n" + d.Annotate(), patch: d}
 }
 
 // reviewParts splits a file's diff into the parts reviewed in separate

@@ -195,8 +195,9 @@ type Call struct {
 	Part, Parts int
 	Status      int
 	Complete    bool
-	// Prompt is the request's first user message.
-	Prompt string
+	// Prompt is the request's first user message, System its system
+	// message.
+	Prompt, System string
 }
 
 var (
@@ -226,6 +227,9 @@ func callOf(req chatRequest, model string, at time.Time) Call {
 	c := Call{At: at, Model: model, Kind: kindOf(req), Part: 1, Parts: 1}
 	user := firstUser(req)
 	c.Prompt = user
+	if len(req.Messages) > 0 && req.Messages[0].Role == "system" {
+		c.System = req.Messages[0].Content
+	}
 	head, _, _ := strings.Cut(user, "\n\n") // the header, before the diff
 	if m := titleLine.FindStringSubmatch(head); m != nil {
 		c.Title = m[1]
@@ -932,6 +936,9 @@ func firstUser(req chatRequest) string {
 // system message asks for a reply, else "text".
 func kindOf(req chatRequest) string {
 	system := req.Messages[0].Content
+	// what a repository's maintainers add to prq's system message is not
+	// what the prompt is
+	system, _, _ = strings.Cut(system, "\n\nThe repository's maintainers ask")
 	schema := ""
 	if f := req.ResponseFormat; f != nil && f.JSONSchema != nil {
 		schema = string(f.JSONSchema.Schema)

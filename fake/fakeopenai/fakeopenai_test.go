@@ -402,7 +402,7 @@ func TestCallsAttributed(t *testing.T) {
 		if !strings.HasPrefix(got[i].Prompt, "Pull request: fix it @abc123\n") {
 			t.Errorf("call %d kept no prompt: %q", i, got[i].Prompt)
 		}
-		got[i].Prompt = ""
+		got[i].Prompt, got[i].System = "", ""
 		if got[i] != want[i] {
 			t.Errorf("call %d = %+v, want %+v", i, got[i], want[i])
 		}
