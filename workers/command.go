@@ -143,6 +143,12 @@ func (r *CommandRunner) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		return ghRetry(err)
 	}
 	if err := r.answer(ctx, c, done, answer); err != nil {
+		if errors.Is(err, ghapp.ErrUnprocessable) || errors.Is(err, ghapp.ErrNotFound) {
+			// GitHub will never take this answer: say so on the comment
+			log.WarnContext(ctx, "GitHub refused the command's answer; the command is acknowledged as failed", "pr", c.PR.String(), "command", c.Name, "err", err)
+			r.react(ctx, c, ghapp.ReactionRefused)
+			return nil
+		}
 		return ghRetry(err)
 	}
 	if refused != nil {

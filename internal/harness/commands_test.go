@@ -197,6 +197,12 @@ func TestCommandsEndToEnd(t *testing.T) {
 	s.waitFor("status answered with reactions failing", 60*time.Second, func() bool { return len(r.answers(qr, st)) == 1 })
 	gh.FailFamily(fakegithub.FamilyReactions, 0)
 
+	// an answer GitHub will never take: confused, not retried for good
+	gh.FailFamily(fakegithub.FamilyIssueComments, 422)
+	refusedAnswer := r.command(qr, author, "maintainer", "OWNER", "@prq-test help", 1)
+	r.done(refusedAnswer, "confused")
+	gh.FailFamily(fakegithub.FamilyIssueComments, 0)
+
 	// help, status, config
 	for body, want := range map[string]string{
 		"@prq-test help":   "`full review`: review every file again",
