@@ -150,3 +150,43 @@ func testDeadProcess(t *testing.T, recordsStart bool) {
 		t.Fatalf("the live process's job: %+v %v, want still active", info, err)
 	}
 }
+
+// A held task whose ticket waits to be registered later (RegisterAt: a
+// backoff, a spent quota's reset) is no orphan: a reconciler's scan
+// leaves it delayed instead of putting it back in line at once.
+func TestReconcileLeavesDelayedTickets(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	ctx := context.Background()
+	model := fmt.Sprintf("delayed-%d", time.Now().UnixNano())
+	queue := "q-" + model
+	b, err := ratelimit.NewBucket(rdb, model, "sk", ratelimit.Limits{RequestsPerPeriod: 1000, TokensPerPeriod: 100000, Period: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := admission.New(rdb, map[string]*ratelimit.Bucket{model: b}, asynq.NewClientFromRedisClient(rdb), asynq.NewInspectorFromRedisClient(rdb), admission.Config{}, discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk := admission.Ticket{ID: "job-" + model, Queue: queue, Model: model, Class: "paid", Tenant: "1", Tokens: 10}
+	if ok, err := s.Submit(ctx, asynq.NewTask("t", nil), tk); err != nil || !ok {
+		t.Fatalf("submit: %v %v", ok, err)
+	}
+	// its first run found the quota spent: back to admission in an hour
+	if _, err := s.Cancel(ctx, model, tk.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RegisterAt(ctx, tk, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	rc := admission.RunConfig{Queues: []string{queue}, TicketOf: func(ti *asynq.TaskInfo) (admission.Ticket, bool) { return tk, true }}
+	if err := s.Reconcile(ctx, rc, true); err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.Stats(ctx, model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Backlog["paid"] != 0 {
+		t.Fatalf("backlog %v after the scan, want the delayed ticket left delayed", st.Backlog)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -114,6 +115,7 @@ func (s *Scheduler) rerelease(ctx context.Context, model, queue, id, releasedKey
 // retry set, and when scheduled is set, in the scheduled set too.
 func (s *Scheduler) adoptOrphans(ctx context.Context, rc RunConfig, now time.Time, scheduled bool) error {
 	horizon := now.Add(s.cfg.Hold / 2)
+	delayed := map[string]map[string]bool{} // model -> ids of delayed tickets, read once a scan
 	lists := []func(string, ...asynq.ListOption) ([]*asynq.TaskInfo, error){s.insp.ListRetryTasks}
 	if scheduled {
 		lists = append(lists, s.insp.ListScheduledTasks)
@@ -143,6 +145,14 @@ func (s *Scheduler) adoptOrphans(ctx context.Context, rc RunConfig, now time.Tim
 					if n, _ := s.rdb.HExists(ctx, keys.Tickets, t.ID).Result(); n {
 						continue
 					}
+					// a ticket waiting to be registered later (a backoff, a
+					// spent quota's reset) is no orphan
+					if _, ok := delayed[t.Model]; !ok {
+						delayed[t.Model] = s.delayedIDs(ctx, keys)
+					}
+					if delayed[t.Model][t.ID] {
+						continue
+					}
 					if reg, err := s.Register(ctx, t); err == nil && reg {
 						s.log.InfoContext(ctx, "adopted a held task without a ticket", "task", t.ID, "queue", q)
 					}
@@ -154,4 +164,22 @@ func (s *Scheduler) adoptOrphans(ctx context.Context, rc RunConfig, now time.Tim
 		}
 	}
 	return nil
+}
+
+// delayedIDs returns the ids of a model's delayed tickets (registered
+// when due). A failed read returns none: the scan adopts as before, and
+// a ticket registered twice is not added twice.
+func (s *Scheduler) delayedIDs(ctx context.Context, keys keySet) map[string]bool {
+	members, err := s.rdb.ZRange(ctx, keys.Delayed, 0, -1).Result()
+	if err != nil {
+		s.log.WarnContext(ctx, "admission: could not read the delayed tickets", "err", err)
+		return nil
+	}
+	ids := make(map[string]bool, len(members))
+	for _, m := range members {
+		if id, _, ok := strings.Cut(m, "\x00"); ok {
+			ids[id] = true
+		}
+	}
+	return ids
 }

@@ -69,6 +69,9 @@ type QuotaConfig struct {
 	// NowFunc replaces the clock used to pick the window (tests). Redis
 	// TIME still decides; a disagreement is retried with Redis's time.
 	NowFunc func() time.Time
+	// Clock, when set, replaces Redis's TIME as well: the stepped clock
+	// of a test that crosses a window's end. Production leaves it nil.
+	Clock func() time.Time
 }
 
 // Quota enforces tenant token quotas without overshoot.
@@ -93,6 +96,9 @@ func NewQuota(rdb Scripter, cfg QuotaConfig) (*Quota, error) {
 	}
 	if cfg.ReservationTTL == 0 {
 		cfg.ReservationTTL = 30 * time.Minute
+	}
+	if cfg.Clock != nil {
+		cfg.NowFunc = cfg.Clock
 	}
 	if cfg.NowFunc == nil {
 		cfg.NowFunc = time.Now
@@ -157,7 +163,7 @@ func (q *Quota) Reserve(ctx context.Context, tenant, agent, jobID string, limit,
 	for attempt := 0; attempt < 3; attempt++ {
 		ws, we := q.cfg.Period.Window(t)
 		res, err := quotaScript.Run(ctx, q.rdb, []string{q.usedKey(tenant, agent, ws), resKey(tenant, jobID)},
-			"reserve", "", ws.UnixMicro(), we.UnixMicro(), limit, input, requestedMax, minOut,
+			"reserve", q.scriptNow(), ws.UnixMicro(), we.UnixMicro(), limit, input, requestedMax, minOut,
 			q.cfg.ReservationTTL.Milliseconds()).Int64Slice()
 		if err != nil {
 			return Grant{}, fmt.Errorf("ratelimit: quota reserve: %w", err)
@@ -175,6 +181,14 @@ func (q *Quota) Reserve(ctx context.Context, tenant, agent, jobID string, limit,
 			Window: w, Reset: end, Duplicate: res[0] == 2}, nil
 	}
 	return Grant{}, errors.New("ratelimit: quota reserve: clock keeps disagreeing with Redis")
+}
+
+// scriptNow is the script's clock: "" for Redis's TIME, else Clock's µs.
+func (q *Quota) scriptNow() string {
+	if q.cfg.Clock == nil {
+		return ""
+	}
+	return strconv.FormatInt(q.cfg.Clock().UnixMicro(), 10)
 }
 
 // Settle records a granted call's actual usage (input + output tokens)

@@ -108,6 +108,10 @@ type Run struct {
 	// Stuck is set once the reconciler found the run running past its
 	// bound (MarkStuck).
 	Stuck bool `json:"stuck,omitempty"`
+	// WaitingUntil is when the tenant's spent quota resets, while a job
+	// of the head waits for it (SetWaiting; zero when none waits): the
+	// run's life bound counts from there.
+	WaitingUntil time.Time `json:"waiting_until,omitempty"`
 }
 
 // AllDone reports whether every planned file of the run has a result.
@@ -135,6 +139,12 @@ const activeIndex = "prq:prs:active"
 var completeSource string
 
 var completeScript = redis.NewScript(completeSource)
+
+var waitingScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'head') ~= ARGV[1] then return 0 end
+local cur = tonumber(redis.call('HGET', KEYS[1], 'waiting_until') or '0') or 0
+if tonumber(ARGV[2]) > cur then redis.call('HSET', KEYS[1], 'waiting_until', ARGV[2]) end
+return 1`)
 
 //go:embed start.lua
 var startSource string
@@ -194,7 +204,11 @@ func (s *Store) GetRun(ctx context.Context, pr jobs.PR) (Run, error) {
 	if ms, err := strconv.ParseInt(m["done_at"], 10, 64); err == nil && ms > 0 {
 		doneAt = time.UnixMilli(ms).UTC()
 	}
-	return Run{DoneAt: doneAt, Stuck: m["stuck"] == m["head"] && m["head"] != "",
+	var waiting time.Time
+	if ms, err := strconv.ParseInt(m["waiting_until"], 10, 64); err == nil && ms > 0 {
+		waiting = time.UnixMilli(ms).UTC()
+	}
+	return Run{DoneAt: doneAt, WaitingUntil: waiting, Stuck: m["stuck"] == m["head"] && m["head"] != "",
 		PR: pr, Head: m["head"], Base: m["base"], Tier: jobs.Tier(m["tier"]), State: m["state"],
 		SummaryTotal: atoi("summary_total"), SummaryDone: atoi("summary_done"),
 		ReviewTotal: atoi("review_total"), ReviewDone: atoi("review_done"),
@@ -202,6 +216,16 @@ func (s *Store) GetRun(ctx context.Context, pr jobs.PR) (Run, error) {
 		LastReviewed: m["last_reviewed"], SkippedQuota: atoi("skipped_quota"), Title: m["title"], Body: m["body"],
 		Instructions: m["instructions"], Language: m["language"], ConfigNotice: m["config_notice"], Round: m["round"],
 	}, nil
+}
+
+// SetWaiting records that a job of head waits for its tenant's quota
+// to reset at until (the latest such time is kept). A head that is no
+// longer the run's is left alone.
+func (s *Store) SetWaiting(ctx context.Context, pr jobs.PR, head string, until time.Time) error {
+	if err := waitingScript.Run(ctx, s.rdb, []string{runKey(pr)}, head, until.UnixMilli()).Err(); err != nil {
+		return fmt.Errorf("store: set waiting %s: %w", pr, err)
+	}
+	return nil
 }
 
 // Current reports whether head is the PR's live head (not superseded or

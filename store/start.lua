@@ -25,7 +25,7 @@ if cur[3] and cur[3] ~= '' and (fields['last_reviewed'] == nil or fields['last_r
 end
 redis.call('DEL', KEYS[2], KEYS[3])
 -- a restarted run reports its last file again (closed and reopened)
-redis.call('HDEL', KEYS[1], 'finalize_triggered', 'done_at', 'stuck')
+redis.call('HDEL', KEYS[1], 'finalize_triggered', 'done_at', 'stuck', 'waiting_until')
 local flat = {}
 for k, v in pairs(fields) do
   flat[#flat + 1] = k

@@ -42,6 +42,11 @@ type CallerConfig struct {
 	Tiers map[jobs.Tier]TierSpec
 	// QuotaPerKind splits each installation's quota per job kind.
 	QuotaPerKind bool
+	// QuotaSkip skips a summary or review whose tenant's quota is spent
+	// (the file is listed as skipped, the check run is not green) instead
+	// of waiting for the quota to reset, the default. Chat never waits:
+	// a reply days late helps nobody, so it apologises once.
+	QuotaSkip bool
 	// Backoff is the first retry delay of a transient failure; it doubles.
 	// Defaults to 2s.
 	Backoff time.Duration
@@ -133,6 +138,14 @@ func newRef() string {
 
 func (e *skipError) Error() string { return e.reason }
 
+// quotaWaitError: the tenant's quota is spent until it resets at until;
+// the job waits for it (nothing was called, the bucket refunded).
+type quotaWaitError struct{ until time.Time }
+
+func (e *quotaWaitError) Error() string {
+	return "the tenant's quota is spent; waiting until it resets at " + e.until.UTC().Format(time.RFC3339)
+}
+
 // callMover is a Ledger that moves a job's charge to its call (admission's
 // Scheduler: with a window limiter).
 type callMover interface {
@@ -182,6 +195,9 @@ func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
 			// no call is made: the bucket gets the whole reservation back
 			settle(ctx, cfg.Ledger, log, s.ticket, ratelimit.Cost{})
 			c.count(model, "quota")
+			if !cfg.QuotaSkip && s.kind != jobs.KindChat {
+				return llm.Response{}, &quotaWaitError{until: qe.Reset}
+			}
 			return llm.Response{}, &skipError{reason: quotaSkip + ", resets at " + qe.Reset.UTC().Format("2006-01-02 15:04 UTC")}
 		}
 		if err != nil {

@@ -63,6 +63,7 @@ const (
 	DecorationCheckQueued   = "check_run_queued"   // created queued when planned
 	DecorationCheckProgress = "check_run_progress" // "n of m files" as files finish
 	DecorationCheckComplete = "check_run_complete" // completed when published
+	DecorationCheckWaiting  = "check_run_waiting"  // where a waiting head stands: its place in the queue, or the quota's reset
 )
 
 // ChecksConfig configures Checks.
@@ -444,6 +445,49 @@ func (c *Checks) Progress(ctx context.Context, pr jobs.PR, head string) {
 	c.dropped(ctx, pr, DecorationCheckProgress, err)
 }
 
+// QuotaWait shows that a head waits for its tenant's quota, spent for
+// this period, to reset at until: the review is not skipped, it resumes
+// then. Written once per head and reset time; failures are counted and
+// logged; nothing waits for it.
+func (c *Checks) QuotaWait(ctx context.Context, pr jobs.PR, head string, until time.Time) {
+	at := until.UTC().Format("2006-01-02 15:04 UTC")
+	c.waiting(ctx, pr, head, "quota", until.Unix(), "Waiting for the quota: resumes "+at, func(run store.Run) string {
+		return "The installation's token quota for this period is spent. Nothing is skipped: the review resumes by itself when the quota resets, at " +
+			at + ". " + progressText(run)
+	})
+}
+
+// waiting writes what a waiting head waits for: title, and the summary
+// made of the run, as queued (no file done yet) or in progress. what
+// and mark name the state shown: the same state is written once.
+func (c *Checks) waiting(ctx context.Context, pr jobs.PR, head, what string, mark int64, title string, summary func(store.Run) string) {
+	key := c.key(head) + ":" + what
+	if shown, err := c.cfg.Store.Posted(ctx, pr, key); err != nil || shown == mark {
+		c.dropped(ctx, pr, DecorationCheckWaiting, err)
+		return
+	}
+	err := c.write(ctx, pr, head, DecorationCheckWaiting, CheckWrite, func(ctx context.Context, gh CheckWriter) error {
+		run, err := c.cfg.Store.GetRun(ctx, pr)
+		if err != nil || run.Head != head || run.State != store.StateRunning {
+			return err
+		}
+		status := "queued"
+		if run.SummaryDone+run.ReviewDone > 0 {
+			status = "in_progress"
+		}
+		r := ghapp.CheckRun{Name: c.cfg.Name, Status: status, Title: title, Summary: summary(run)}
+		id, created, err := c.create(ctx, gh, pr, head, r)
+		if err == nil && !created {
+			err = gh.UpdateCheckRun(ctx, pr.Owner, pr.Repo, id, r)
+		}
+		if err != nil {
+			return err
+		}
+		return c.cfg.Store.SetPosted(ctx, pr, key, mark)
+	})
+	c.dropped(ctx, pr, DecorationCheckWaiting, err)
+}
+
 func progressText(run store.Run) string {
 	s := fmt.Sprintf("Summarised %d of %d files.", run.SummaryDone, run.SummaryTotal)
 	if run.ReviewTotal > 0 {
@@ -459,7 +503,7 @@ func progressText(run store.Run) string {
 // tried again later (finalize then retries it alone: its other writes
 // are recorded and not repeated).
 func (c *Checks) Complete(ctx context.Context, pr jobs.PR, head string, rows []render.File, comments int, summaryID int64) error {
-	var reviewed, failed int
+	var reviewed, failed, quota int
 	for _, r := range rows {
 		if r.Reviewed {
 			reviewed++
@@ -467,11 +511,17 @@ func (c *Checks) Complete(ctx context.Context, pr jobs.PR, head string, rows []r
 		if r.Failed {
 			failed++
 		}
+		if r.Quota {
+			quota++
+		}
 	}
 	conclusion, title := "success", fmt.Sprintf("%d files summarised", len(rows))
 	switch {
 	case failed > 0:
 		conclusion, title = "neutral", fmt.Sprintf("%d files could not be processed", failed)
+	case quota > 0:
+		// skipped for a spent quota (quota.when_spent: skip): never green
+		conclusion, title = "neutral", fmt.Sprintf("%d files skipped: the quota is spent", quota)
 	case comments > 0:
 		conclusion, title = "neutral", fmt.Sprintf("%d comments on %d reviewed files", comments, reviewed)
 	case reviewed > 0:

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/prq-dev/prq/admission"
 	"github.com/prq-dev/prq/internal/review"
 	"github.com/prq-dev/prq/jobs"
 	"github.com/prq-dev/prq/ratelimit"
@@ -23,6 +24,7 @@ type FileStore interface {
 	File(ctx context.Context, pr jobs.PR, head string, index int) (store.FileData, error)
 	CompleteFile(ctx context.Context, pr jobs.PR, head string, r store.Result) (last bool, err error)
 	HasResult(ctx context.Context, pr jobs.PR, head string, kind jobs.Kind, index int) (bool, error)
+	SetWaiting(ctx context.Context, pr jobs.PR, head string, until time.Time) error
 }
 
 var _ FileStore = (*store.Store)(nil)
@@ -71,6 +73,10 @@ type FileWorkerConfig struct {
 	// Progress, when set, is told when a file of a head is done (the
 	// check run's "n of m files"); its failures are its own.
 	Progress func(ctx context.Context, pr jobs.PR, head string)
+	// QuotaWait, when set, is told when a job of a head waits for its
+	// tenant's quota to reset at until (the check run says so); its
+	// failures are its own.
+	QuotaWait func(ctx context.Context, pr jobs.PR, head string, until time.Time)
 	// Installs, when set, stops the work of an installation that was
 	// uninstalled or suspended, or that GitHub refuses a token.
 	Installs InstallState
@@ -262,6 +268,10 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	out, err := cfg.Caller.call(ctx, callSpec{ticket: ticket, kind: f.Kind, tier: f.Tier, inst: f.PR.Installation, prompt: pm, model: m, retried: retried(ctx), maxRetry: maxRetry(ctx), attempt: at})
 	if err != nil {
 		var skip *skipError
+		var wait *quotaWaitError
+		if errors.As(err, &wait) {
+			return w.waitForQuota(ctx, f, ticket, wait.until)
+		}
 		if errors.As(err, &skip) {
 			res.Skipped, res.Failed = skip.reason, skip.failed
 			if skip.gaveUp != "" && cfg.GaveUpFunc != nil {
@@ -318,6 +328,30 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	}
 	w.keep(ctx, reuse, res)
 	return w.complete(ctx, f, res)
+}
+
+// waitForQuota sends a job whose tenant's quota is spent back to
+// admission for when the quota resets (and a second, for clocks that
+// differ a little): the head waits instead of being skipped, its run's
+// life bound and the job's retry budget count from the reset, and the
+// check run says when work resumes.
+func (w *FileWorker) waitForQuota(ctx context.Context, f jobs.File, ticket admission.Ticket, until time.Time) error {
+	cfg := &w.cfg
+	if err := cfg.Store.SetWaiting(ctx, f.PR, f.HeadSHA, until); err != nil {
+		return err
+	}
+	if err := cfg.Attempts.Rebase(ctx, ticket.ID, until, 2*cfg.Budget.MaxAge+time.Hour+max(until.Sub(cfg.NowFunc()), 0)); err != nil {
+		return err
+	}
+	if cfg.QuotaWait != nil {
+		cfg.QuotaWait(ctx, f.PR, f.HeadSHA, until)
+	}
+	cfg.Log.InfoContext(ctx, "the tenant's quota is spent: the job waits for its reset", "pr", f.PR.String(), "task", ticket.ID, "until", until.UTC())
+	at := until.Add(time.Second)
+	if err := cfg.Requeue.RegisterAt(ctx, ticket, at); err != nil {
+		return fmt.Errorf("waiting for the quota to reset (and re-registering failed: %v)", err)
+	}
+	return fmt.Errorf("%w: the tenant's quota is spent until %s", errBackToAdmission, until.UTC().Format(time.RFC3339))
 }
 
 // Waiting for a twin: a job whose prompt another job is answering goes

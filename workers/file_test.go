@@ -155,7 +155,7 @@ func TestFileWorker(t *testing.T) {
 			wantSkipped: "the model provider refused the request (ref "},
 		{name: "too large for the model", inst: 207, kind: jobs.KindSummary, llm: fail(llm.ErrContextLength),
 			wantSkipped: "too large for gpt-4o-mini"},
-		{name: "quota refused: skipped without a call, reservation refunded", inst: 208, kind: jobs.KindSummary, llm: answer("never"), quota: 10,
+		{name: "quota refused (when_spent: skip): skipped without a call, reservation refunded", inst: 208, kind: jobs.KindSummary, llm: answer("never"), quota: 10,
 			wantSkipped: "skipped: quota reached", wantSettle: "settle summary-", wantRefund: true},
 	}
 	for _, tc := range cases {
@@ -174,8 +174,12 @@ func TestFileWorker(t *testing.T) {
 			}
 			pr := testPR(t, tc.inst)
 			f, task := plannedFile(t, st, pr, tc.kind)
-			w := newFileWorker(t, st, adm, newCaller(t, adm, model, quota, tiers), q, nil)
-			err := w.ProcessTask(ctx, task)
+			caller, err := workers.NewCaller(workers.CallerConfig{LLM: model, Ledger: adm, Requeue: adm, Provider: adm, Quota: quota, Tiers: tiers, QuotaSkip: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := newFileWorker(t, st, adm, caller, q, nil)
+			err = w.ProcessTask(ctx, task)
 			id := jobs.FileTaskID(f)
 			if started := adm.Events("started"); len(started) != 1 || started[0] != "started "+id {
 				t.Errorf("started %q, want the job's ticket", started)

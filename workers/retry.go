@@ -68,7 +68,8 @@ func NewAttempts(rdb redis.UniversalClient) *Attempts { return &Attempts{rdb: rd
 
 // Attempter is how the handlers count their runs (an *Attempts).
 type Attempter interface {
-	Add(ctx context.Context, id string, now time.Time, keep time.Duration) (n int, first time.Time, err error)
+	Add(ctx context.Context, id string, now time.Time, keep time.Duration) (n int, first time.Time, rebased bool, err error)
+	Rebase(ctx context.Context, id string, from time.Time, keep time.Duration) error
 	Forget(ctx context.Context, id string) error
 }
 
@@ -77,27 +78,46 @@ var _ Attempter = (*Attempts)(nil)
 func attemptsKey(id string) string { return "prq:attempts:" + id }
 
 // Add records one more run of job id at now and returns the runs so far
-// (this one included) and the time of the first. The record lasts keep
+// (this one included) and the time of the first, or of the rebase
+// (rebased) when the budget was started again. The record lasts keep
 // after the latest run.
-func (a *Attempts) Add(ctx context.Context, id string, now time.Time, keep time.Duration) (int, time.Time, error) {
+func (a *Attempts) Add(ctx context.Context, id string, now time.Time, keep time.Duration) (int, time.Time, bool, error) {
 	key := attemptsKey(id)
 	var n *redis.IntCmd
 	var first *redis.StringCmd
+	var rebased *redis.BoolCmd
 	_, err := a.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		n = p.HIncrBy(ctx, key, "n", 1)
 		p.HSetNX(ctx, key, "first", now.UnixMilli())
 		first = p.HGet(ctx, key, "first")
+		rebased = p.HExists(ctx, key, "rebased")
 		p.PExpire(ctx, key, keep)
 		return nil
 	})
 	if err != nil {
-		return 0, time.Time{}, fmt.Errorf("workers: count attempts of %s: %w", id, err)
+		return 0, time.Time{}, false, fmt.Errorf("workers: count attempts of %s: %w", id, err)
 	}
 	ms, err := strconv.ParseInt(first.Val(), 10, 64)
 	if err != nil {
-		return 0, time.Time{}, fmt.Errorf("workers: count attempts of %s: first run %q: %w", id, first.Val(), err)
+		return 0, time.Time{}, false, fmt.Errorf("workers: count attempts of %s: first run %q: %w", id, first.Val(), err)
 	}
-	return int(n.Val()), time.UnixMilli(ms), nil
+	return int(n.Val()), time.UnixMilli(ms), rebased.Val(), nil
+}
+
+// Rebase starts job id's budget again from from, with no runs counted:
+// a job that waits for its tenant's quota to reset has spent nothing of
+// it while it waited. The record lasts keep.
+func (a *Attempts) Rebase(ctx context.Context, id string, from time.Time, keep time.Duration) error {
+	key := attemptsKey(id)
+	_, err := a.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, key, "n", 0, "first", from.UnixMilli(), "rebased", 1)
+		p.PExpire(ctx, key, keep)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("workers: rebase attempts of %s: %w", id, err)
+	}
+	return nil
 }
 
 // Forget drops job id's record once it has ended, so a later job under
@@ -121,12 +141,12 @@ type attempt struct {
 // budgeted counts a run of job id against budget. created (unix ms),
 // when known, is when the job was planned; else its first run counts.
 func budgeted(ctx context.Context, a Attempter, id string, created int64, budget RetryBudget, now time.Time) (attempt, error) {
-	n, first, err := a.Add(ctx, id, now, 2*budget.MaxAge+time.Hour)
+	n, first, rebased, err := a.Add(ctx, id, now, 2*budget.MaxAge+time.Hour)
 	if err != nil {
 		return attempt{}, err
 	}
 	since := first
-	if created > 0 {
+	if created > 0 && !rebased {
 		since = time.UnixMilli(created)
 	}
 	return attempt{n: n, since: since, now: now, budget: budget}, nil

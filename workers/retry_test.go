@@ -273,23 +273,35 @@ func TestAttempts(t *testing.T) {
 	id := "summary-" + strings.ReplaceAll(t.Name(), "/", "-")
 	t0 := time.UnixMilli(1_700_000_000_000)
 	for i := 1; i <= 3; i++ {
-		n, first, err := a.Add(ctx, id, t0.Add(time.Duration(i)*time.Minute), time.Hour)
+		n, first, rebased, err := a.Add(ctx, id, t0.Add(time.Duration(i)*time.Minute), time.Hour)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n != i || !first.Equal(t0.Add(time.Minute)) {
+		if n != i || !first.Equal(t0.Add(time.Minute)) || rebased {
 			t.Fatalf("run %d: n=%d first=%v, want %d and the first run's time", i, n, first, i)
 		}
 	}
 	if err := a.Forget(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	n, first, err := a.Add(ctx, id, t0.Add(time.Hour), time.Hour)
+	n, first, _, err := a.Add(ctx, id, t0.Add(time.Hour), time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if n != 1 || !first.Equal(t0.Add(time.Hour)) {
 		t.Errorf("after Forget: n=%d first=%v, want a fresh count", n, first)
+	}
+	// a rebase (a wait for the quota) starts the budget again from its time
+	reset := t0.Add(48 * time.Hour)
+	if err := a.Rebase(ctx, id, reset, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	n, first, rebased, err := a.Add(ctx, id, reset.Add(time.Second), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 || !first.Equal(reset) || !rebased {
+		t.Errorf("after Rebase: n=%d first=%v rebased=%v, want 1, the reset, true", n, first, rebased)
 	}
 }
 

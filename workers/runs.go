@@ -31,7 +31,8 @@ type RunReconcilerConfig struct {
 	// StuckAfter bounds a run's life: a run still running this long after
 	// it was planned is surfaced and finalized with what it has (files
 	// without a result are shown as failed). Defaults to 26h: the batch
-	// retry budget's age (24h) and some.
+	// retry budget's age (24h) and some. A run whose job waits for its
+	// tenant's quota to reset counts from the reset instead.
 	StuckAfter time.Duration
 	// CountFunc, when set, counts what the reconciler did
 	// (prq_lifecycle_total): run_finalized and run_stuck, with a reason.
@@ -126,6 +127,10 @@ func (r *RunReconciler) Reconcile(ctx context.Context) (Reconciled, error) {
 					}
 				}
 				continue
+			}
+			if !run.WaitingUntil.IsZero() && run.WaitingUntil.After(run.CreatedAt) {
+				// a job waits for the tenant's quota: the bound counts from its reset
+				age = now.Sub(run.WaitingUntil)
 			}
 			if age < cfg.StuckAfter {
 				continue

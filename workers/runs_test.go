@@ -95,7 +95,9 @@ func TestRunReconciler(t *testing.T) {
 	done := jobs.PR{Installation: 231, Owner: "o", Repo: "done", Number: 1}
 	stuck := jobs.PR{Installation: 231, Owner: "o", Repo: "stuck", Number: 2}
 	fresh := jobs.PR{Installation: 231, Owner: "o", Repo: "fresh", Number: 3}
-	for _, pr := range []jobs.PR{done, stuck, fresh} {
+	// waiting: a job waits for the tenant's quota, which resets in 90 min
+	waiting := jobs.PR{Installation: 231, Owner: "o", Repo: "waiting", Number: 4}
+	for _, pr := range []jobs.PR{done, stuck, fresh, waiting} {
 		files := []store.FileData{{Path: "a.go", Index: 0}, {Path: "b.go", Index: 1}}
 		if _, _, err := st.StartRun(ctx, store.Run{PR: pr, Head: "h1", Tier: jobs.TierPaid, SummaryTotal: 2}, files); err != nil {
 			t.Fatal(err)
@@ -107,8 +109,14 @@ func TestRunReconciler(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// stuck and fresh: one file of two
-	for _, pr := range []jobs.PR{stuck, fresh} {
+	if err := st.SetWaiting(ctx, waiting, "h1", now.Add(90*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetWaiting(ctx, waiting, "h0", now.Add(900*time.Minute)); err != nil { // another head's: ignored
+		t.Fatal(err)
+	}
+	// stuck, fresh and waiting: one file of two
+	for _, pr := range []jobs.PR{stuck, fresh, waiting} {
 		if _, err := st.CompleteFile(ctx, pr, "h1", store.Result{Kind: jobs.KindSummary, Index: 0, Path: "a.go", Text: "x"}); err != nil {
 			t.Fatal(err)
 		}
@@ -143,7 +151,8 @@ func TestRunReconciler(t *testing.T) {
 	}
 	got, err := rec.Reconcile(ctx)
 	if err != nil || got.Stuck != 2 {
-		// done's finalize never ran (no worker here) and stuck lacks a file
+		// done's finalize never ran (no worker here) and stuck lacks a
+		// file; waiting's bound counts from the quota's reset
 		t.Fatalf("past the bound: %+v %v, want two stuck runs surfaced", got, err)
 	}
 	if !finalizeExists(t, insp, stuck, "h1") {

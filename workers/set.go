@@ -23,6 +23,9 @@ type Config struct {
 	Tiers                                map[jobs.Tier]TierSpec
 	// QuotaPerKind splits each installation's quota per job kind.
 	QuotaPerKind bool
+	// QuotaSkip skips files whose tenant's quota is spent instead of
+	// waiting for its reset (see CallerConfig.QuotaSkip).
+	QuotaSkip bool
 	// Exclude are path globs never reviewed.
 	Exclude []string
 	// SkipBotPRs skips PRs opened by bots. Defaults to false here; the
@@ -130,7 +133,7 @@ func New(cfg Config, d Deps) (*Set, error) {
 		quota = d.Quota
 	}
 	caller, err := NewCaller(CallerConfig{LLM: d.LLM, Ledger: d.Admitter, Requeue: d.Admitter, Provider: d.Admitter, Quota: quota,
-		Tiers: cfg.Tiers, QuotaPerKind: cfg.QuotaPerKind, Backoff: cfg.Backoff, PauseFor: cfg.PauseFor,
+		Tiers: cfg.Tiers, QuotaPerKind: cfg.QuotaPerKind, QuotaSkip: cfg.QuotaSkip, Backoff: cfg.Backoff, PauseFor: cfg.PauseFor,
 		Gate: cfg.Gate, CountFunc: cfg.CountFunc, Log: d.Log})
 	if err != nil {
 		return nil, err
@@ -138,12 +141,13 @@ func New(cfg Config, d Deps) (*Set, error) {
 	s := &Set{}
 	var checks *Checks
 	var progress func(ctx context.Context, pr jobs.PR, head string)
+	var quotaWait func(ctx context.Context, pr jobs.PR, head string, until time.Time)
 	if !cfg.NoCheckRuns {
 		if checks, err = NewChecks(ChecksConfig{GitHub: gh, Store: d.Store, Turns: d.Pacer, WebURL: cfg.WebURL, Every: cfg.CheckRunEvery,
 			ErrorFunc: cfg.DecorationErrorFunc, Log: d.Log}); err != nil {
 			return nil, err
 		}
-		progress = checks.Progress
+		progress, quotaWait = checks.Progress, checks.QuotaWait
 	}
 	if s.Planner, err = NewPlanner(PlannerConfig{Store: d.Store, Plans: d.Store, Tickets: d.Admitter, GitHub: gh, Queue: d.Queue,
 		Models: cfg.Models, SummaryModel: cfg.SummaryModel, ReviewModel: cfg.ReviewModel, Tiers: cfg.Tiers,
@@ -156,7 +160,7 @@ func New(cfg Config, d Deps) (*Set, error) {
 		reuse = d.Store
 	}
 	if s.Files, err = NewFileWorker(FileWorkerConfig{Store: d.Store, Reuse: reuse, ReusedFunc: cfg.ReusedFunc, Ledger: d.Admitter, Caller: caller, Queue: d.Queue,
-		Models: cfg.Models, Repairs: d.Store, Requeue: d.Admitter, UnusableFunc: cfg.UnusableFunc, IgnoredFunc: cfg.IgnoredFunc, Progress: progress,
+		Models: cfg.Models, Repairs: d.Store, Requeue: d.Admitter, UnusableFunc: cfg.UnusableFunc, IgnoredFunc: cfg.IgnoredFunc, Progress: progress, QuotaWait: quotaWait,
 		Attempts: d.Attempts, Budget: cfg.BatchBudget, GaveUpFunc: cfg.GaveUpFunc, Installs: d.Store, LifecycleFunc: cfg.LifecycleFunc, Log: d.Log}); err != nil {
 		return nil, err
 	}

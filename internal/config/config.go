@@ -323,6 +323,12 @@ type QuotaSettings struct {
 	Period string `yaml:"period"`
 	// PerKind splits each installation's quota per job kind.
 	PerKind bool `yaml:"per_kind"`
+	// WhenSpent is what a summary or review does when its installation's
+	// quota is spent: wait (the pull request waits and resumes by itself
+	// when the period resets; its check run says when) or skip (the file
+	// is listed as skipped, the check run is neutral, never green). Chat
+	// never waits: it apologises once. Defaults to wait.
+	WhenSpent string `yaml:"when_spent"`
 }
 
 // DashboardCfg configures the dashboard.
@@ -415,7 +421,7 @@ func Default() Config {
 			"vendor/**", "node_modules/**", "third_party/**", "*.min.js", "*.min.css", "*.pb.go", "*_gen.go", "*.generated.*", "dist/**",
 		}},
 		Worker:  WorkerConfig{Concurrency: 20},
-		Quota:   QuotaSettings{Period: "day"},
+		Quota:   QuotaSettings{Period: "day", WhenSpent: "wait"},
 		Metrics: MetricsConfig{CacheFor: Duration(5 * time.Second)},
 		Retry: RetryConfig{
 			Batch: RetryBudget{MaxAttempts: 20, MaxAge: Duration(24 * time.Hour)},
@@ -718,6 +724,9 @@ func (c *Config) Validate(m Mode) error {
 	}
 	if _, err := ratelimit.ParsePeriod(c.Quota.Period); err != nil {
 		bad("quota.period", "%v", err)
+	}
+	if w := c.Quota.WhenSpent; w != "" && w != "wait" && w != "skip" {
+		bad("quota.when_spent", "want wait or skip, got %q", w)
 	}
 	for _, r := range []struct {
 		name string

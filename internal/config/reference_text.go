@@ -143,6 +143,8 @@ var meanings = map[string]meaning{
 
 	"quota.period":   {Text: "`hour`, `day`, `week` or `month`: UTC calendar windows."},
 	"quota.per_kind": {Text: "Split each installation's quota per job kind."},
+	"quota.when_spent": {Text: "`wait`: a pull request whose installation's quota is spent waits and resumes by itself when the period resets (its check run says when). " +
+		"`skip`: its files are listed as skipped and the check run is neutral, never green. Chat never waits: it apologises once."},
 
 	"dashboard.disabled": {Text: "Mount no dashboard (`/`, `/api/dashboard`); metrics, the admin API and `/monitoring/` stay."},
 

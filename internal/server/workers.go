@@ -119,7 +119,7 @@ func (s *Server) buildWorkers(tr http.RoundTripper, opt Options, handlers bool) 
 	pacer.Gap = cfg.GitHub.WriteGap.D()
 	w, err := workers.New(workers.Config{
 		Models: models, SummaryModel: cfg.Jobs.SummaryModel, ReviewModel: cfg.Jobs.ReviewModel, ChatModel: cfg.Jobs.ChatModel,
-		Tiers: tiers, QuotaPerKind: cfg.Quota.PerKind, Exclude: cfg.Filters.Exclude, SkipBotPRs: cfg.GitHub.SkipBotPRs == nil || *cfg.GitHub.SkipBotPRs,
+		Tiers: tiers, QuotaPerKind: cfg.Quota.PerKind, QuotaSkip: cfg.Quota.WhenSpent == "skip", Exclude: cfg.Filters.Exclude, SkipBotPRs: cfg.GitHub.SkipBotPRs == nil || *cfg.GitHub.SkipBotPRs,
 		Gate: opt.Gate, CountFunc: s.metrics.CountCall, UnusableFunc: s.metrics.CountUnusable, IgnoredFunc: s.metrics.CountIgnored, ReusedFunc: s.metrics.CountReused, NoReuse: cfg.Jobs.ReuseResults != nil && !*cfg.Jobs.ReuseResults,
 		Markers: render.NewMarkers([]byte(cfg.GitHub.WebhookSecret)), MaxReviewParts: cfg.GitHub.MaxReviewParts,
 		NoCheckRuns: cfg.GitHub.CheckRuns != nil && !*cfg.GitHub.CheckRuns, NoRepoConfig: cfg.GitHub.RepoConfig != nil && !*cfg.GitHub.RepoConfig, AppSlug: cfg.GitHub.AppSlug, CheckRunEvery: cfg.GitHub.CheckRunEvery.D(), WebURL: cfg.GitHub.WebURL,
