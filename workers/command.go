@@ -73,6 +73,9 @@ type CommandRunnerConfig struct {
 	// Planner, when set, reads the repository configuration `config`
 	// shows (the planner's own reader and cache).
 	Planner *Planner
+	// Line, when set, tells where a waiting pull request stands
+	// (`status`).
+	Line *QueueReporter
 	// Retention keeps an enqueued plan's id (a retried command enqueues
 	// it once). Defaults to 24h.
 	Retention time.Duration
@@ -295,6 +298,17 @@ func (r *CommandRunner) status(ctx context.Context, c jobs.Command) (string, err
 	default:
 		done, total := run.SummaryDone+run.ReviewDone, run.SummaryTotal+run.ReviewTotal
 		fmt.Fprintf(&b, "%s is being reviewed: %d of %d jobs done (tier %s); the rest wait their turn at the provider's limit.", short(run.Head), done, total, run.Tier)
+		if run.WaitingUntil.After(time.Now()) {
+			fmt.Fprintf(&b, " The installation's token quota for this period is spent: the review resumes by itself when it resets, at %s.",
+				run.WaitingUntil.UTC().Format("2006-01-02 15:04 UTC"))
+		} else if r.cfg.Line != nil {
+			if p, waiting, err := r.cfg.Line.Where(ctx, run); err != nil {
+				r.cfg.Log.WarnContext(ctx, "could not read where the pull request waits", "pr", c.PR.String(), "err", err)
+			} else if waiting {
+				_, text := QueueText(p)
+				b.WriteString(" " + text)
+			}
+		}
 	}
 	if ctl.Paused {
 		fmt.Fprintf(&b, " Automatic reviews are paused (`@%s resume`).", r.cfg.AppSlug)

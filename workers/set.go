@@ -108,6 +108,9 @@ type Set struct {
 	Chat      *ChatResponder
 	Finalizer *Finalizer
 	Commands  *CommandRunner
+	// Line shows waiting pull requests where they stand (run it:
+	// QueueReporter.Run); nil when the Admitter tells no positions.
+	Line *QueueReporter
 }
 
 // New builds the five handlers from the shared settings and dependencies.
@@ -169,7 +172,16 @@ func New(cfg Config, d Deps) (*Set, error) {
 		Attempts: d.Attempts, Budget: cfg.ChatBudget, GaveUpFunc: cfg.GaveUpFunc, Installs: d.Store, LifecycleFunc: cfg.LifecycleFunc, Log: d.Log}); err != nil {
 		return nil, err
 	}
-	if s.Commands, err = NewCommandRunner(CommandRunnerConfig{Store: d.Store, GitHub: gh, Queue: d.Queue, Turns: d.Pacer,
+	if pos, ok := d.Admitter.(Positions); ok {
+		every := 6 * cfg.CheckRunEvery // a position changes slower than files finish; GitHub's writes are dear
+		if every <= 0 {
+			every = 30 * time.Second
+		}
+		if s.Line, err = NewQueueReporter(QueueReporterConfig{Store: d.Store, Positions: pos, Checks: checks, Every: every, Log: d.Log}); err != nil {
+			return nil, err
+		}
+	}
+	if s.Commands, err = NewCommandRunner(CommandRunnerConfig{Store: d.Store, GitHub: gh, Queue: d.Queue, Turns: d.Pacer, Line: s.Line,
 		Markers: cfg.Markers, AppSlug: cfg.AppSlug, Planner: s.Planner, ErrorFunc: cfg.DecorationErrorFunc, Log: d.Log}); err != nil {
 		return nil, err
 	}

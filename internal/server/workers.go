@@ -136,7 +136,12 @@ func (s *Server) buildWorkers(tr http.RoundTripper, opt Options, handlers bool) 
 	if err != nil {
 		return nil, err
 	}
-	js.runs = func(ctx context.Context) { rec.Run(ctx, runReconcileEvery) }
+	js.runs = func(ctx context.Context) {
+		if w.Line != nil {
+			go w.Line.Run(ctx)
+		}
+		rec.Run(ctx, runReconcileEvery)
+	}
 	return js, nil
 }
 
