@@ -159,13 +159,14 @@ const (
 	CommandPause      = "pause"
 	CommandResume     = "resume"
 	CommandIgnore     = "ignore"
+	CommandSummary    = "summary"
 	CommandStatus     = "status"
 	CommandConfig     = "config"
 	CommandHelp       = "help"
 )
 
 // Commands lists every command, in the order help shows them.
-var Commands = []string{CommandReview, CommandFullReview, CommandPause, CommandResume, CommandIgnore, CommandStatus, CommandConfig, CommandHelp}
+var Commands = []string{CommandReview, CommandFullReview, CommandPause, CommandResume, CommandIgnore, CommandSummary, CommandStatus, CommandConfig, CommandHelp}
 
 // Command is a command given in a comment: run once per comment.
 type Command struct {
@@ -194,6 +195,10 @@ type RepoSettings struct {
 	ChatOff bool `json:"chat_off"`
 	// Drafts: draft pull requests are reviewed (reviews.drafts).
 	Drafts bool `json:"drafts"`
+	// Instructions and Language are the repository's (instructions,
+	// language): chat replies carry them as reviews do.
+	Instructions string `json:"instructions,omitempty"`
+	Language     string `json:"language,omitempty"`
 }
 
 // File is a per-file LLM job: a summary or a review of one file of a PR
@@ -252,6 +257,11 @@ type Chat struct {
 	EstimateOutput int64  `json:"estimate_output,omitempty"`
 	Model          string `json:"model"`
 	Created        int64  `json:"created,omitempty"` // unix ms
+	// Instructions and Language are the repository configuration's, as
+	// the pull request's last plan read them: the reply's system message
+	// carries them, and its estimate counts them.
+	Instructions string `json:"instructions,omitempty"`
+	Language     string `json:"language,omitempty"`
 	// Refusal asks for the polite "chat limit reached" reply instead of
 	// an answer: no LLM call, no admission. RetryAt (unix ms) is when
 	// the author may chat again.

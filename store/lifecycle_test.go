@@ -243,7 +243,7 @@ func TestRepoSettingsRoundTrip(t *testing.T) {
 	if _, known, err := st.RepoSettings(ctx, pr); err != nil || known {
 		t.Fatalf("before any plan: known %v %v", known, err)
 	}
-	want := jobs.RepoSettings{ChatOff: true, Drafts: true}
+	want := jobs.RepoSettings{ChatOff: true, Drafts: true, Instructions: "Flag card numbers.", Language: "ja"}
 	if err := st.SetRepoSettings(ctx, pr, want); err != nil {
 		t.Fatal(err)
 	}

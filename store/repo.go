@@ -16,7 +16,7 @@ func settingsKey(pr jobs.PR) string { return prTag(pr) + ":settings" }
 func (s *Store) SetRepoSettings(ctx context.Context, pr jobs.PR, rs jobs.RepoSettings) error {
 	k := settingsKey(pr)
 	pipe := s.rdb.TxPipeline()
-	pipe.HSet(ctx, k, "chat_off", boolField(rs.ChatOff), "drafts", boolField(rs.Drafts))
+	pipe.HSet(ctx, k, "chat_off", boolField(rs.ChatOff), "drafts", boolField(rs.Drafts), "instructions", rs.Instructions, "language", rs.Language)
 	pipe.PExpire(ctx, k, s.RunTTL)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("store: set repository settings of %s/%s: %w", pr.Owner, pr.Repo, err)
@@ -34,7 +34,7 @@ func (s *Store) RepoSettings(ctx context.Context, pr jobs.PR) (rs jobs.RepoSetti
 	if len(m) == 0 {
 		return rs, false, nil
 	}
-	return jobs.RepoSettings{ChatOff: m["chat_off"] == "1", Drafts: m["drafts"] == "1"}, true, nil
+	return jobs.RepoSettings{ChatOff: m["chat_off"] == "1", Drafts: m["drafts"] == "1", Instructions: m["instructions"], Language: m["language"]}, true, nil
 }
 
 func boolField(b bool) string {

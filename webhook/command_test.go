@@ -36,6 +36,7 @@ func TestCommands(t *testing.T) {
 		"@prq-bot resume.":                      jobs.CommandResume,
 		"@prq-bot ignore":                       jobs.CommandIgnore,
 		"@prq-bot status":                       jobs.CommandStatus,
+		"@prq-bot summary":                      jobs.CommandSummary,
 		"@prq-bot config":                       jobs.CommandConfig,
 		"@prq-bot help":                         jobs.CommandHelp,
 		"@prq-bot review please":                "",

@@ -838,6 +838,7 @@ func (h *Handler) chat(ctx context.Context, c jobs.Chat) (outcome, error) {
 		if rs.ChatOff {
 			return chatOff, nil
 		}
+		c.Instructions, c.Language = rs.Instructions, rs.Language
 	}
 	done := accepted
 	if h.cfg.ChatLimiter != nil {

@@ -27,6 +27,8 @@ type CommandStore interface {
 	SetIgnored(ctx context.Context, pr jobs.PR) error
 	Posted(ctx context.Context, pr jobs.PR, what string) (int64, error)
 	SetPosted(ctx context.Context, pr jobs.PR, what string, id int64) error
+	Files(ctx context.Context, pr jobs.PR, head string) (map[int]store.FileData, error)
+	Results(ctx context.Context, pr jobs.PR, head string) ([]store.Result, error)
 }
 
 // Reactor reacts to comments (a *ghapp.Client).
@@ -189,6 +191,8 @@ func (r *CommandRunner) run(ctx context.Context, c jobs.Command, done string) (s
 		return fmt.Sprintf("This pull request will not be reviewed automatically; `%s review` still reviews it when asked.", slug), nil
 	case jobs.CommandStatus:
 		return r.status(ctx, c)
+	case jobs.CommandSummary:
+		return r.summary(ctx, c)
 	case jobs.CommandConfig:
 		return r.config(ctx, c)
 	}
@@ -269,6 +273,7 @@ func help(slug string) string {
 		"- `full review`: review every file again, from scratch.",
 		"- `pause`, `resume`: stop and restart automatic reviews of this pull request.",
 		"- `ignore`: never review it automatically (a line `" + slug + " ignore` in the description does the same).",
+		"- `summary`: the summary of the last reviewed head again, here.",
 		"- `status`: where its review stands.",
 		"- `config`: the repository configuration in effect (`.prq.yaml`).",
 		"- `help`: this list.",
@@ -320,6 +325,43 @@ func (r *CommandRunner) status(ctx context.Context, c jobs.Command) (string, err
 		b.WriteString(" The repository configuration could not all be used: " + safemd.Line(run.ConfigNotice, c.PR.Owner+"/"+c.PR.Repo))
 	}
 	return b.String(), nil
+}
+
+// summary answers with the summary of the last reviewed head, rendered
+// again from its kept results (no call, nothing spent): the summary
+// comment at the top of a long conversation, brought down to it.
+func (r *CommandRunner) summary(ctx context.Context, c jobs.Command) (string, error) {
+	run, err := r.cfg.Store.GetRun(ctx, c.PR)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", &refusedCommand{"Not reviewed yet: there is no summary to show."}
+	}
+	if err != nil {
+		return "", err
+	}
+	if run.State != store.StateDone {
+		done, total := run.SummaryDone+run.ReviewDone, run.SummaryTotal+run.ReviewTotal
+		return "", &refusedCommand{fmt.Sprintf("No summary of %s yet: it is being reviewed (%d of %d jobs done); the summary comment is written when it is done.",
+			short(run.Head), done, total)}
+	}
+	files, err := r.cfg.Store.Files(ctx, c.PR, run.Head)
+	if err != nil {
+		return "", err
+	}
+	results, err := r.cfg.Store.Results(ctx, c.PR, run.Head)
+	if err != nil {
+		return "", err
+	}
+	if len(files) == 0 && len(results) == 0 {
+		return "", &refusedCommand{fmt.Sprintf("The results of %s are no longer kept; `@%s full review` reviews it again.", short(run.Head), r.cfg.AppSlug)}
+	}
+	sum, _ := summaryOf(run, files, results, nil)
+	const room = 2000 // the answer's own words and its marker
+	parts := sum.Parts(render.MaxBody - room)
+	text := fmt.Sprintf("The summary of %s, as in the summary comment:\n\n%s", short(run.Head), parts[0])
+	if len(parts) > 1 {
+		text += fmt.Sprintf("\n\n_The summary goes on in %d more comments at the top of this pull request._", len(parts)-1)
+	}
+	return text, nil
 }
 
 // config shows the repository configuration in effect at the pull

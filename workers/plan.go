@@ -213,7 +213,8 @@ func (p *Planner) plan(ctx context.Context, pl jobs.Plan) error {
 			log.WarnContext(ctx, "repository configuration could not be used", "pr", pl.PR.String(), "problem", notice)
 		}
 		if cfg.Settings != nil {
-			if err := cfg.Settings.SetRepoSettings(ctx, pl.PR, jobs.RepoSettings{ChatOff: !rc.Chat, Drafts: rc.Drafts}); err != nil {
+			if err := cfg.Settings.SetRepoSettings(ctx, pl.PR, jobs.RepoSettings{ChatOff: !rc.Chat, Drafts: rc.Drafts,
+				Instructions: rc.RepoInstructions(), Language: rc.Language}); err != nil {
 				return err
 			}
 		}

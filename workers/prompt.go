@@ -296,11 +296,13 @@ func chatPrompt(c jobs.Chat, m Model, tok *ratelimit.Tokenizer, hunkMax, bodyMax
 	}
 	fmt.Fprintf(&b, "\n@%s wrote:\n%s\n", c.Author, firstBytes(c.Body, bodyMax))
 	user := b.String()
-	n, err := tok.CountMessages(chatSystem, user)
+	// the repository's instructions and language, as its reviews carry them
+	system := prContext{instructions: c.Instructions, language: c.Language}.system(chatSystem, store.FileData{})
+	n, err := tok.CountMessages(system, user)
 	if err != nil {
 		return prompt{}, err
 	}
-	return prompt{system: chatSystem, user: user, input: n, estimate: ratelimit.EstimateOpenAI([]string{chatSystem, user}, m.MaxOutput),
+	return prompt{system: system, user: user, input: n, estimate: ratelimit.EstimateOpenAI([]string{system, user}, m.MaxOutput),
 		output: ratelimit.OutputAllowance(m.MaxOutput)}, nil
 }
 
@@ -331,13 +333,14 @@ func lastBytes(s string, n int) string {
 // its output part.
 func EstimateChat(c jobs.Chat, m Model) (estimate, output int64) {
 	output = ratelimit.OutputAllowance(m.MaxOutput)
+	rough := []string{chatSystem, c.Instructions, c.Body, c.DiffHunk}
 	tok, err := ratelimit.NewTokenizer(m.Name)
 	if err != nil {
-		return ratelimit.EstimateOpenAI([]string{chatSystem, c.Body, c.DiffHunk}, m.MaxOutput), output
+		return ratelimit.EstimateOpenAI(rough, m.MaxOutput), output
 	}
 	p, err := buildChatPrompt(c, m, tok)
 	if err != nil {
-		return ratelimit.EstimateOpenAI([]string{chatSystem, c.Body, c.DiffHunk}, m.MaxOutput), output
+		return ratelimit.EstimateOpenAI(rough, m.MaxOutput), output
 	}
 	return p.estimate, p.output
 }

@@ -288,3 +288,28 @@ func TestPromptCarriesRepoConfig(t *testing.T) {
 		t.Errorf("a part's header:\n%s", got)
 	}
 }
+
+// TestChatPromptCarriesRepoConfig: a chat reply's system message
+// carries the repository's instructions and language after prq's own,
+// and its estimate (the webhook's) counts them.
+func TestChatPromptCarriesRepoConfig(t *testing.T) {
+	m := Model{Name: "gpt-4o", MaxOutput: 200, ContextTokens: 100000}
+	c := jobs.Chat{Body: "Why is this loop safe?", Author: "dev", Path: "a.go", Line: 3}
+	bare, _ := EstimateChat(c, m)
+	c.Instructions, c.Language = "This service handles payments; flag any logging of card numbers.", "ja"
+	tok, _ := ratelimit.NewTokenizer("gpt-4o")
+	p, err := buildChatPrompt(c, m, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := maintainersSays + "\n" + c.Instructions + "\nWrite your answer in the language with code ja."
+	if !strings.HasPrefix(p.system, chatSystem) || !strings.HasSuffix(p.system, want) {
+		t.Errorf("chat system message:\n%s\nwant prq's own, then %q", p.system, want)
+	}
+	if strings.Contains(p.user, "card numbers") {
+		t.Errorf("the user message carries the maintainers' instructions:\n%s", p.user)
+	}
+	if withRepo, _ := EstimateChat(c, m); withRepo <= bare {
+		t.Errorf("estimate %d with the instructions, %d without: they are not counted", withRepo, bare)
+	}
+}

@@ -203,11 +203,13 @@ func TestCommandsEndToEnd(t *testing.T) {
 	r.done(refusedAnswer, "confused")
 	gh.FailFamily(fakegithub.FamilyIssueComments, 0)
 
-	// help, status, config
+	// help, status, config, summary
 	for body, want := range map[string]string{
 		"@prq-test help":   "`full review`: review every file again",
 		"@prq-test status": qhead[:7] + " is reviewed",
 		"@prq-test config": "language: ja",
+		// the summary again, from the kept results: nothing is called
+		"@prq-test summary": "The summary of " + qhead[:7] + ", as in the summary comment",
 	} {
 		id := r.command(qr, author, "maintainer", "OWNER", body, 1)
 		r.done(id, "rocket")
