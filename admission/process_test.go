@@ -151,9 +151,10 @@ func testDeadProcess(t *testing.T, recordsStart bool) {
 	}
 }
 
-// A held task whose ticket waits to be registered later (RegisterAt: a
-// backoff, a spent quota's reset) is no orphan: a reconciler's scan
-// leaves it delayed instead of putting it back in line at once.
+// A held task whose ticket waits long to be registered (RegisterAt: a
+// spent quota's reset) is no orphan: a reconciler's scan leaves it
+// delayed instead of putting it back in line at once; a short backoff
+// ends at the scan.
 func TestReconcileLeavesDelayedTickets(t *testing.T) {
 	rdb := redistest.Shared(t).Client(t)
 	ctx := context.Background()
@@ -167,18 +168,26 @@ func TestReconcileLeavesDelayedTickets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tk := admission.Ticket{ID: "job-" + model, Queue: queue, Model: model, Class: "paid", Tenant: "1", Tokens: 10}
-	if ok, err := s.Submit(ctx, asynq.NewTask("t", nil), tk); err != nil || !ok {
-		t.Fatalf("submit: %v %v", ok, err)
+	tickets := map[string]admission.Ticket{}
+	for _, name := range []string{"quota", "backoff"} {
+		tk := admission.Ticket{ID: name + "-" + model, Queue: queue, Model: model, Class: "paid", Tenant: "1", Tokens: 10}
+		tickets[tk.ID] = tk
+		if ok, err := s.Submit(ctx, asynq.NewTask("t", nil), tk); err != nil || !ok {
+			t.Fatalf("submit: %v %v", ok, err)
+		}
+		if _, err := s.Cancel(ctx, model, tk.ID); err != nil {
+			t.Fatal(err)
+		}
 	}
-	// its first run found the quota spent: back to admission in an hour
-	if _, err := s.Cancel(ctx, model, tk.ID); err != nil {
+	// one found the quota spent: back to admission in an hour; the other
+	// failed and backs off 2 s, which the scan cuts short as it always has
+	if err := s.RegisterAt(ctx, tickets["quota-"+model], time.Now().Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.RegisterAt(ctx, tk, time.Now().Add(time.Hour)); err != nil {
+	if err := s.RegisterAt(ctx, tickets["backoff-"+model], time.Now().Add(2*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	rc := admission.RunConfig{Queues: []string{queue}, TicketOf: func(ti *asynq.TaskInfo) (admission.Ticket, bool) { return tk, true }}
+	rc := admission.RunConfig{Queues: []string{queue}, TicketOf: func(ti *asynq.TaskInfo) (admission.Ticket, bool) { return tickets[ti.ID], true }}
 	if err := s.Reconcile(ctx, rc, true); err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +195,7 @@ func TestReconcileLeavesDelayedTickets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Backlog["paid"] != 0 {
-		t.Fatalf("backlog %v after the scan, want the delayed ticket left delayed", st.Backlog)
+	if st.Backlog["paid"] != 1 {
+		t.Fatalf("backlog %v after the scan, want the backoff's ticket back in line and the quota's left delayed", st.Backlog)
 	}
 }

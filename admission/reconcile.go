@@ -115,7 +115,7 @@ func (s *Scheduler) rerelease(ctx context.Context, model, queue, id, releasedKey
 // retry set, and when scheduled is set, in the scheduled set too.
 func (s *Scheduler) adoptOrphans(ctx context.Context, rc RunConfig, now time.Time, scheduled bool) error {
 	horizon := now.Add(s.cfg.Hold / 2)
-	delayed := map[string]map[string]bool{} // model -> ids of delayed tickets, read once a scan
+	delayed := map[string]map[string]time.Time{} // model -> delayed tickets' due times, read once a scan
 	lists := []func(string, ...asynq.ListOption) ([]*asynq.TaskInfo, error){s.insp.ListRetryTasks}
 	if scheduled {
 		lists = append(lists, s.insp.ListScheduledTasks)
@@ -145,12 +145,14 @@ func (s *Scheduler) adoptOrphans(ctx context.Context, rc RunConfig, now time.Tim
 					if n, _ := s.rdb.HExists(ctx, keys.Tickets, t.ID).Result(); n {
 						continue
 					}
-					// a ticket waiting to be registered later (a backoff, a
-					// spent quota's reset) is no orphan
+					// a ticket delayed past a minute (a spent quota's reset)
+					// is no orphan: it is left to its time. A shorter delay
+					// (a transient failure's backoff) ends at this scan, as
+					// it always has: the scan runs every few seconds.
 					if _, ok := delayed[t.Model]; !ok {
 						delayed[t.Model] = s.delayedIDs(ctx, keys)
 					}
-					if delayed[t.Model][t.ID] {
+					if due, ok := delayed[t.Model][t.ID]; ok && due.After(now.Add(longDelay)) {
 						continue
 					}
 					if reg, err := s.Register(ctx, t); err == nil && reg {
@@ -166,19 +168,22 @@ func (s *Scheduler) adoptOrphans(ctx context.Context, rc RunConfig, now time.Tim
 	return nil
 }
 
-// delayedIDs returns the ids of a model's delayed tickets (registered
-// when due). A failed read returns none: the scan adopts as before, and
-// a ticket registered twice is not added twice.
-func (s *Scheduler) delayedIDs(ctx context.Context, keys keySet) map[string]bool {
-	members, err := s.rdb.ZRange(ctx, keys.Delayed, 0, -1).Result()
+// longDelay is the least delay the orphan scan leaves to its time.
+const longDelay = time.Minute
+
+// delayedIDs returns a model's delayed tickets (registered when due) by
+// id, with their due times. A failed read returns none: the scan adopts
+// as before, and a ticket registered twice is not added twice.
+func (s *Scheduler) delayedIDs(ctx context.Context, keys keySet) map[string]time.Time {
+	members, err := s.rdb.ZRangeWithScores(ctx, keys.Delayed, 0, -1).Result()
 	if err != nil {
 		s.log.WarnContext(ctx, "admission: could not read the delayed tickets", "err", err)
 		return nil
 	}
-	ids := make(map[string]bool, len(members))
+	ids := make(map[string]time.Time, len(members))
 	for _, m := range members {
-		if id, _, ok := strings.Cut(m, "\x00"); ok {
-			ids[id] = true
+		if id, _, ok := strings.Cut(fmt.Sprint(m.Member), "\x00"); ok {
+			ids[id] = time.UnixMicro(int64(m.Score))
 		}
 	}
 	return ids
