@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"time"
 
 	"github.com/prq-dev/prq/jobs"
 )
@@ -86,4 +88,45 @@ func (s *Store) Control(ctx context.Context, pr jobs.PR) (Control, error) {
 	}
 	m := all.Val()
 	return Control{Paused: m["paused"] == "1", Ignored: m["ignored"] == "1"}, nil
+}
+
+func lastConfigKey(inst int64, repo string) string {
+	return "prq:repocfg:" + strconv.FormatInt(inst, 10) + ":" + repo
+}
+
+// LastConfigTTL is how long a repository's last valid configuration
+// file is kept after it was last read valid.
+const LastConfigTTL = 30 * 24 * time.Hour
+
+// LastConfig is a repository's last valid configuration file: its blob
+// sha, where it was read, and its content.
+type LastConfig struct {
+	SHA, Source string
+	Content     []byte
+}
+
+// SetLastConfig keeps a repository's (owner/name) last valid
+// configuration file, for LastConfigTTL.
+func (s *Store) SetLastConfig(ctx context.Context, inst int64, repo string, c LastConfig) error {
+	k := lastConfigKey(inst, repo)
+	pipe := s.rdb.TxPipeline()
+	pipe.HSet(ctx, k, "sha", c.SHA, "source", c.Source, "content", c.Content)
+	pipe.PExpire(ctx, k, LastConfigTTL)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("store: keep the last valid configuration of %s: %w", repo, err)
+	}
+	return nil
+}
+
+// LastConfig returns a repository's last valid configuration file; ok
+// is false when none is kept.
+func (s *Store) LastConfig(ctx context.Context, inst int64, repo string) (c LastConfig, ok bool, err error) {
+	m, err := s.rdb.HGetAll(ctx, lastConfigKey(inst, repo)).Result()
+	if err != nil {
+		return c, false, fmt.Errorf("store: the last valid configuration of %s: %w", repo, err)
+	}
+	if m["sha"] == "" {
+		return c, false, nil
+	}
+	return LastConfig{SHA: m["sha"], Source: m["source"], Content: []byte(m["content"])}, true, nil
 }

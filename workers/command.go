@@ -378,7 +378,7 @@ func (r *CommandRunner) config(ctx context.Context, c jobs.Command) (string, err
 	if err != nil {
 		return "", err
 	}
-	rc, notice, err := r.cfg.Planner.repos.effective(ctx, gh, c.PR.Owner, c.PR.Repo, pr.BaseSHA)
+	rc, notice, err := r.cfg.Planner.repos.effective(ctx, gh, c.PR.Installation, c.PR.Owner, c.PR.Repo, pr.BaseSHA)
 	if err != nil {
 		return "", err
 	}

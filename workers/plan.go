@@ -90,6 +90,10 @@ type PlannerConfig struct {
 	// Settings, when set, records what the webhook needs of each
 	// repository's configuration (a *store.Store).
 	Settings RepoSettings
+	// LastConfigs, when set, keeps each repository's last valid
+	// configuration file: a file that cannot be used falls back to it
+	// rather than to the layers beneath.
+	LastConfigs LastConfigs
 	// Controls, when set, tells pull requests whose automatic reviews
 	// were paused or ignored by a command (a *store.Store).
 	Controls Controls
@@ -168,7 +172,7 @@ func NewPlanner(cfg PlannerConfig) (*Planner, error) {
 		return nil, err
 	}
 	cfg.Log = logOrDiscard(cfg.Log)
-	return &Planner{cfg: cfg, tok: tok, repos: newRepoConfigs(cfg.NowFunc), gate: installGate{state: cfg.Installs, count: cfg.LifecycleFunc, log: cfg.Log}, budget: budgetOf{attempts: cfg.Attempts, budget: cfg.Budget, gaveUp: cfg.GaveUpFunc, now: cfg.NowFunc, log: cfg.Log}}, nil
+	return &Planner{cfg: cfg, tok: tok, repos: newRepoConfigs(cfg.NowFunc, cfg.LastConfigs), gate: installGate{state: cfg.Installs, count: cfg.LifecycleFunc, log: cfg.Log}, budget: budgetOf{attempts: cfg.Attempts, budget: cfg.Budget, gaveUp: cfg.GaveUpFunc, now: cfg.NowFunc, log: cfg.Log}}, nil
 }
 
 // ProcessTask lists the PR's files, filters them, records the run,
@@ -206,7 +210,7 @@ func (p *Planner) plan(ctx context.Context, pl jobs.Plan) error {
 	}
 	rc, notice := repoconfig.Default(), ""
 	if cfg.RepoConfig && pr.State == "open" && pr.HeadSHA == pl.HeadSHA {
-		if rc, notice, err = p.repos.effective(ctx, gh, pl.PR.Owner, pl.PR.Repo, pr.BaseSHA); err != nil {
+		if rc, notice, err = p.repos.effective(ctx, gh, pl.PR.Installation, pl.PR.Owner, pl.PR.Repo, pr.BaseSHA); err != nil {
 			return p.gate.refused(ctx, pl.PR.Installation, ghRetry(err))
 		}
 		if notice != "" {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prq-dev/prq/ghapp"
 	"github.com/prq-dev/prq/internal/repoconfig"
+	"github.com/prq-dev/prq/store"
 )
 
 // repoConfigs reads repositories' .prq.yaml at a base commit, over
@@ -17,8 +18,12 @@ import (
 // file at a commit for good (a commit does not change), an
 // organisation's for orgTTL, each parse by the file's blob sha.
 type repoConfigs struct {
-	now    func() time.Time
+	now func() time.Time
+	// last keeps each layer's last valid file (nil: none kept); saved
+	// is which blob was last kept per layer, so it is written once.
+	last   LastConfigs
 	mu     sync.Mutex
+	saved  map[string]string  // "inst|owner/repo" -> blob sha kept
 	atBase map[string]layer   // "owner/repo@sha" -> the repository's layer
 	org    map[string]orgRead // owner -> its layer, when read
 	parsed map[string]parse   // blob sha -> the parse
@@ -52,16 +57,31 @@ type layer struct {
 	problem string
 	// refused: GitHub refused the App the file (not kept).
 	refused bool
+	// sha and content are the file's blob, while it is being read (a
+	// valid one is kept as the repository's last valid; cached layers
+	// drop the content).
+	sha     string
+	content []byte
 }
 
-func newRepoConfigs(now func() time.Time) *repoConfigs {
-	return &repoConfigs{now: now, atBase: map[string]layer{}, org: map[string]orgRead{}, parsed: map[string]parse{}}
+func newRepoConfigs(now func() time.Time, last LastConfigs) *repoConfigs {
+	return &repoConfigs{now: now, last: last, saved: map[string]string{}, atBase: map[string]layer{}, org: map[string]orgRead{}, parsed: map[string]parse{}}
 }
+
+// LastConfigs keeps each repository's last valid configuration file (a
+// *store.Store), so a broken edit falls back to it rather than to the
+// defaults.
+type LastConfigs interface {
+	LastConfig(ctx context.Context, installation int64, repo string) (store.LastConfig, bool, error)
+	SetLastConfig(ctx context.Context, installation int64, repo string, c store.LastConfig) error
+}
+
+var _ LastConfigs = (*store.Store)(nil)
 
 // effective is a repository's configuration at a base commit and what
 // the pull request is told of files that could not be used ("" when
 // none). An error is GitHub failing in a way worth a retry.
-func (rc *repoConfigs) effective(ctx context.Context, gh PRReader, owner, repo, base string) (repoconfig.Config, string, error) {
+func (rc *repoConfigs) effective(ctx context.Context, gh PRReader, inst int64, owner, repo, base string) (repoconfig.Config, string, error) {
 	org, err := rc.orgLayer(ctx, gh, owner)
 	if err != nil {
 		return repoconfig.Config{}, "", err
@@ -72,14 +92,26 @@ func (rc *repoConfigs) effective(ctx context.Context, gh PRReader, owner, repo, 
 	}
 	c := repoconfig.Default()
 	var notice string
-	for _, l := range []layer{org, own} {
+	for i, l := range []layer{org, own} {
+		key := owner + "/" + repo
+		if i == 0 {
+			key = owner + "/" + repoconfig.OrgRepo
+		}
 		switch {
 		case l.problem != "":
 			if notice != "" {
 				notice += " "
 			}
 			notice += l.problem
+			// a file that cannot be used (not one GitHub refused the
+			// App): its last valid version applies, if one was kept
+			if !l.refused {
+				if last, ok := rc.lastValid(ctx, inst, key); ok {
+					c = c.Apply(last.source, last.file)
+				}
+			}
 		case l.found:
+			rc.keep(ctx, inst, key, l)
 			c = c.Apply(l.source, l.file)
 		}
 	}
@@ -87,6 +119,47 @@ func (rc *repoConfigs) effective(ctx context.Context, gh PRReader, owner, repo, 
 		notice += fmt.Sprintf(" Applied instead: %s.", describe(c.Sources))
 	}
 	return c, notice, nil
+}
+
+// keep records a layer's file as its repository's last valid one, once
+// per blob (a failure costs only the fallback of a later broken edit).
+func (rc *repoConfigs) keep(ctx context.Context, inst int64, key string, l layer) {
+	if rc.last == nil || l.sha == "" || l.content == nil {
+		return
+	}
+	k := fmt.Sprint(inst) + "|" + key
+	rc.mu.Lock()
+	same := rc.saved[k] == l.sha
+	rc.mu.Unlock()
+	if same {
+		return
+	}
+	if err := rc.last.SetLastConfig(ctx, inst, key, store.LastConfig{SHA: l.sha, Source: l.source, Content: l.content}); err != nil {
+		return
+	}
+	rc.mu.Lock()
+	if len(rc.saved) >= maxCached {
+		rc.saved = map[string]string{}
+	}
+	rc.saved[k] = l.sha
+	rc.mu.Unlock()
+}
+
+// lastValid is a repository's last valid file as a layer, parsed again
+// (a file valid once that today's rules refuse is not used).
+func (rc *repoConfigs) lastValid(ctx context.Context, inst int64, key string) (layer, bool) {
+	if rc.last == nil {
+		return layer{}, false
+	}
+	lc, ok, err := rc.last.LastConfig(ctx, inst, key)
+	if err != nil || !ok {
+		return layer{}, false
+	}
+	f, err := repoconfig.Parse("", lc.Content)
+	if err != nil {
+		return layer{}, false
+	}
+	return layer{found: true, source: lc.Source + " (its last valid version, blob " + short(lc.SHA) + ")", file: f}, true
 }
 
 // describe names a configuration's sources, the one on top first.
@@ -116,7 +189,9 @@ func (rc *repoConfigs) orgLayer(ctx context.Context, gh PRReader, owner string) 
 	if len(rc.org) >= maxCached {
 		rc.org = map[string]orgRead{}
 	}
-	rc.org[owner] = orgRead{l: l, at: rc.now()}
+	cached := l
+	cached.content = nil
+	rc.org[owner] = orgRead{l: cached, at: rc.now()}
 	rc.mu.Unlock()
 	return l, nil
 }
@@ -140,7 +215,9 @@ func (rc *repoConfigs) repoLayer(ctx context.Context, gh PRReader, owner, repo, 
 	if len(rc.atBase) >= maxCached {
 		rc.atBase = map[string]layer{}
 	}
-	rc.atBase[k] = l
+	cached := l
+	cached.content = nil
+	rc.atBase[k] = cached
 	rc.mu.Unlock()
 	return l, nil
 }
@@ -177,7 +254,7 @@ func (rc *repoConfigs) read(ctx context.Context, gh PRReader, owner, repo string
 			rc.parsed[fc.SHA] = pf
 			rc.mu.Unlock()
 		}
-		l := layer{found: true, source: source, file: pf.file}
+		l := layer{found: true, source: source, file: pf.file, sha: fc.SHA, content: fc.Content}
 		if pf.err != nil {
 			e := *pf.err
 			e.Source = source

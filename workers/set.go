@@ -154,7 +154,7 @@ func New(cfg Config, d Deps) (*Set, error) {
 	}
 	if s.Planner, err = NewPlanner(PlannerConfig{Store: d.Store, Plans: d.Store, Tickets: d.Admitter, GitHub: gh, Queue: d.Queue,
 		Models: cfg.Models, SummaryModel: cfg.SummaryModel, ReviewModel: cfg.ReviewModel, Tiers: cfg.Tiers,
-		Exclude: cfg.Exclude, SkipBotPRs: cfg.SkipBotPRs, RepoConfig: !cfg.NoRepoConfig, Settings: d.Store, Controls: d.Store, AppSlug: cfg.AppSlug, MaxParts: cfg.MaxReviewParts, Checks: checks,
+		Exclude: cfg.Exclude, SkipBotPRs: cfg.SkipBotPRs, RepoConfig: !cfg.NoRepoConfig, Settings: d.Store, LastConfigs: d.Store, Controls: d.Store, AppSlug: cfg.AppSlug, MaxParts: cfg.MaxReviewParts, Checks: checks,
 		Attempts: d.Attempts, Budget: cfg.BatchBudget, GaveUpFunc: cfg.GaveUpFunc, Installs: d.Store, LifecycleFunc: cfg.LifecycleFunc, Log: d.Log}); err != nil {
 		return nil, err
 	}
