@@ -129,7 +129,8 @@ func (a *Anthropic) Complete(ctx context.Context, r Request) (Response, error) {
 	}
 	u := msg.Usage
 	return Response{Text: text.String(), FinishReason: finish,
-		PromptTokens: u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens, OutputTokens: u.OutputTokens, Header: h}, nil
+		PromptTokens: u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens, OutputTokens: u.OutputTokens,
+		CachedTokens: u.CacheReadInputTokens, CacheWriteTokens: u.CacheCreationInputTokens, Header: h}, nil
 }
 
 // classifyAnthropic sorts a failure as Anthropic's error reference

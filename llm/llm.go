@@ -163,7 +163,12 @@ type Response struct {
 	FinishReason string
 	PromptTokens int64
 	OutputTokens int64
-	Header       http.Header
+	// CachedTokens and CacheWriteTokens are the parts of PromptTokens
+	// the provider read from its prompt cache and wrote to it (OpenAI's
+	// prompt_tokens_details.cached_tokens; Anthropic's
+	// cache_read_input_tokens and cache_creation_input_tokens).
+	CachedTokens, CacheWriteTokens int64
+	Header                         http.Header
 }
 
 // Kinds of failure.
@@ -242,7 +247,7 @@ func (c *Client) Complete(ctx context.Context, r Request) (Response, error) {
 		return Response{}, &Error{Kind: ErrTransient, Message: "empty content", Header: h}
 	}
 	return Response{Text: ch.Message.Content, FinishReason: string(ch.FinishReason),
-		PromptTokens: int64(resp.Usage.PromptTokens), OutputTokens: int64(resp.Usage.CompletionTokens), Header: h}, nil
+		PromptTokens: int64(resp.Usage.PromptTokens), OutputTokens: int64(resp.Usage.CompletionTokens), CachedTokens: cachedTokens(resp.Usage), Header: h}, nil
 }
 
 func classify(err error, h http.Header) error {
@@ -292,4 +297,13 @@ func classify(err error, h http.Header) error {
 	}
 	// timeouts, connection errors, truncated JSON
 	return &Error{Kind: ErrTransient, Message: err.Error(), Header: h}
+}
+
+// cachedTokens is the part of a chat completion's prompt served from
+// OpenAI's prompt cache (0 when the provider does not say).
+func cachedTokens(u openai.Usage) int64 {
+	if u.PromptTokensDetails == nil {
+		return 0
+	}
+	return int64(u.PromptTokensDetails.CachedTokens)
 }

@@ -75,7 +75,7 @@ func choices(n int64, text, finish string) []any {
 // stream_options.include_usage) a last chunk with no choices and the
 // usage of them all, and "data: [DONE]". With include_usage every earlier
 // chunk carries "usage": null.
-func (s *Server) streamChoices(w http.ResponseWriter, r *http.Request, n int64, model string, now time.Time, text, finish string, toks []uint, prompt int64, withUsage bool) {
+func (s *Server) streamChoices(w http.ResponseWriter, r *http.Request, n int64, model string, now time.Time, text, finish string, toks []uint, prompt promptUsage, withUsage bool) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
@@ -113,11 +113,24 @@ func (s *Server) streamChoices(w http.ResponseWriter, r *http.Request, n int64, 
 		}
 	}
 	completion := n * int64(len(toks))
-	if withUsage && !send([]any{}, map[string]any{"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}) {
+	if withUsage && !send([]any{}, prompt.with(completion)) {
 		return
 	}
 	fmt.Fprint(w, "data: [DONE]\n\n")
 	if flusher != nil {
 		flusher.Flush()
 	}
+}
+
+// promptUsage is a request's prompt tokens and the part of them the
+// prompt cache served.
+type promptUsage struct{ tokens, cached int64 }
+
+func usageOf(tokens, cached int64) promptUsage { return promptUsage{tokens, cached} }
+
+// with is the usage object of a reply of completion tokens, as OpenAI
+// writes it (prompt_tokens_details always present).
+func (p promptUsage) with(completion int64) map[string]any {
+	return map[string]any{"prompt_tokens": p.tokens, "completion_tokens": completion, "total_tokens": p.tokens + completion,
+		"prompt_tokens_details": map[string]any{"cached_tokens": p.cached, "audio_tokens": 0}}
 }

@@ -289,7 +289,8 @@ type Server struct {
 	buckets  map[string]*bucket
 	faults   Faults
 	stats    map[string]*modelStats
-	answered map[[32]byte]bool // prompts answered whole (Repeats)
+	answered map[[32]byte]bool    // prompts answered whole (Repeats)
+	prefixes map[uint64]time.Time // prompt prefixes cached, by hash: when last sent (cache.go)
 	recorded map[string][]Admission
 	calls    []Call
 	// msgBuckets are the Anthropic mode's (model, key) limiters.
@@ -321,6 +322,7 @@ type modelStats struct {
 	CompletionToks int64 `json:"completion_tokens"`
 	Answered       int64
 	Repeats        int64
+	CachedTokens   int64
 	formats        map[string]int64
 	window         []admission // admissions of the last period
 	windowSum      int64
@@ -362,7 +364,7 @@ func New(cfg Config) *Server {
 	}
 	s := &Server{cfg: cfg, models: map[string]Model{}, codec: codec, rng: rand.New(rand.NewSource(cfg.Seed)),
 		buckets: map[string]*bucket{}, msgBuckets: map[string]*msgBucket{}, stats: map[string]*modelStats{}, recorded: map[string][]Admission{},
-		answered: map[[32]byte]bool{}}
+		answered: map[[32]byte]bool{}, prefixes: map[uint64]time.Time{}}
 	for _, m := range cfg.Models {
 		if m.ContextTokens == 0 {
 			m.ContextTokens = 128000
@@ -743,8 +745,12 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, key, deploy
 		case <-time.After(latency):
 		}
 	}
+	s.mu.Lock()
+	cached := s.promptCache(m.Name, &req, prompt, now)
+	st.CachedTokens += cached
+	s.mu.Unlock()
 	if call, ok := forcedTool(body); ok { // tools.go
-		out := s.replyToolCall(w, r, m.Name, now, call, prompt, req.Stream, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
+		out := s.replyToolCall(w, r, m.Name, now, call, usageOf(prompt, cached), req.Stream, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
 		s.mu.Lock()
 		st.CompletionToks += out
 		s.mu.Unlock()
@@ -770,14 +776,14 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, key, deploy
 	s.mu.Unlock()
 	faulted := roll >= 0 && roll < f.Empty
 	if req.Stream {
-		s.streamChoices(w, r, n, m.Name, now, text, finish, toks, prompt, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
+		s.streamChoices(w, r, n, m.Name, now, text, finish, toks, usageOf(prompt, cached), req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
 		complete = !faulted && r.Context().Err() == nil
 		return
 	}
 	resp := map[string]any{
 		"id": fmt.Sprintf("chatcmpl-fake%d", now.UnixNano()), "object": "chat.completion", "created": now.Unix(), "model": m.Name,
 		"choices": choices(n, text, finish),
-		"usage":   map[string]any{"prompt_tokens": prompt, "completion_tokens": n * int64(len(toks)), "total_tokens": prompt + n*int64(len(toks))},
+		"usage":   usageOf(prompt, cached).with(n * int64(len(toks))),
 	}
 	out, _ := json.Marshal(resp)
 	roll -= f.Empty
@@ -1106,6 +1112,8 @@ type ModelStats struct {
 	// bought twice.
 	Answered int64 `json:"answered"`
 	Repeats  int64 `json:"repeats"`
+	// CachedTokens counts prompt tokens served from the prompt cache.
+	CachedTokens int64 `json:"cached_tokens"`
 }
 
 // Stats returns the counters per model.
@@ -1121,7 +1129,7 @@ func (s *Server) Stats() map[string]ModelStats {
 		}
 		out[name] = ModelStats{ResponseFormats: formats, Requests: st.Requests, RateLimited: st.RateLimited, Faults: st.Faults,
 			AdmittedTokens: st.AdmittedTokens, CompletionTokens: st.CompletionToks,
-			MaxWindowTokens: st.maxWindow, TPM: m.TPM, RPM: m.RPM, Answered: st.Answered, Repeats: st.Repeats}
+			MaxWindowTokens: st.maxWindow, TPM: m.TPM, RPM: m.RPM, Answered: st.Answered, Repeats: st.Repeats, CachedTokens: st.CachedTokens}
 	}
 	return out
 }

@@ -97,11 +97,11 @@ func exampleOf(schema json.RawMessage) any {
 
 // replyToolCall answers a forced tool call, whole or streamed; it
 // returns the output tokens.
-func (s *Server) replyToolCall(w http.ResponseWriter, r *http.Request, model string, now time.Time, call forcedCall, prompt int64, stream, withUsage bool) int64 {
+func (s *Server) replyToolCall(w http.ResponseWriter, r *http.Request, model string, now time.Time, call forcedCall, prompt promptUsage, stream, withUsage bool) int64 {
 	toks, _, _ := s.codec.Encode(call.args)
 	out := int64(len(toks))
 	id := fmt.Sprintf("call_fake%d", now.UnixNano())
-	usage := map[string]any{"prompt_tokens": prompt, "completion_tokens": out, "total_tokens": prompt + out}
+	usage := prompt.with(out)
 	if !stream {
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(map[string]any{

@@ -1,0 +1,76 @@
+package llm_test
+
+import (
+	"context"
+	"math"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prq-dev/prq/fake/fakeopenai"
+	"github.com/prq-dev/prq/llm"
+)
+
+// TestPromptCacheUsage: through go-openai against the fake's prompt
+// cache, a second call sharing a long prefix reports the cached part of
+// its prompt (in 128-token steps from 1,024), a short prompt never does,
+// and the cost charges the cached tokens at the cached price.
+func TestPromptCacheUsage(t *testing.T) {
+	fake := fakeopenai.New(fakeopenai.Config{Models: []fakeopenai.Model{{Name: "gpt-4o-mini", RPM: 1000, TPM: 10000000}}, Period: time.Hour})
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+	ctx := context.Background()
+	c := llm.New("sk-test", srv.URL+"/v1", 5*time.Second, nil)
+	system := strings.Repeat("review ", 1300) // 1,300 tokens
+	first, err := c.Complete(ctx, llm.Request{Model: "gpt-4o-mini", System: system, User: "File: a.go", MaxOutput: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := c.Complete(ctx, llm.Request{Model: "gpt-4o-mini", System: system, User: "File: b.go", MaxOutput: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.CachedTokens != 0 || second.CachedTokens != 1280 || second.CachedTokens > second.PromptTokens {
+		t.Fatalf("cached tokens %d then %d (of %d), want 0 then 1280: the shared prefix in 128-token steps", first.CachedTokens, second.CachedTokens, second.PromptTokens)
+	}
+	short, err := c.Complete(ctx, llm.Request{Model: "gpt-4o-mini", System: "Summarise.", User: "File: a.go", MaxOutput: 50})
+	if err != nil || short.CachedTokens != 0 {
+		t.Fatalf("a short prompt: %d cached (%v), want none", short.CachedTokens, err)
+	}
+	if st := fake.Stats()["gpt-4o-mini"]; st.CachedTokens != 1280 {
+		t.Errorf("the fake counted %d cached tokens, want 1280", st.CachedTokens)
+	}
+	p, ok := llm.ListPrices("gpt-4o-mini-2024-07-18")
+	if !ok || p.Input != 0.15 || p.CachedInput != 0.075 || p.Output != 0.60 {
+		t.Fatalf("list prices %+v %v", p, ok)
+	}
+	want := (float64(second.PromptTokens-1280)*0.15 + 1280*0.075 + float64(second.OutputTokens)*0.60) / 1e6
+	if got := p.Cost(second); math.Abs(got-want) > 1e-12 {
+		t.Errorf("cost %.9f, want %.9f", got, want)
+	}
+	if p.Cost(second) >= p.Cost(llm.Response{PromptTokens: second.PromptTokens, OutputTokens: second.OutputTokens}) {
+		t.Errorf("cached input did not cost less")
+	}
+}
+
+// TestListPrices: the longest prefix decides; unknown models have none;
+// Anthropic's cache writes are priced apart.
+func TestListPrices(t *testing.T) {
+	for model, want := range map[string]float64{"gpt-4o": 2.50, "gpt-4o-mini": 0.15, "gpt-4.1-mini-2025-04-14": 0.40, "claude-opus-4-5-20251101": 5, "claude-opus-4-1-20250805": 15} {
+		if p, ok := llm.ListPrices(model); !ok || p.Input != want {
+			t.Errorf("%s: %+v %v, want input %.2f", model, p, ok, want)
+		}
+	}
+	if _, ok := llm.ListPrices("my-local-model"); ok {
+		t.Error("an unknown model has a list price")
+	}
+	p, _ := llm.ListPrices("claude-sonnet-4-20250514")
+	r := llm.Response{PromptTokens: 1000, CachedTokens: 600, CacheWriteTokens: 300, OutputTokens: 100}
+	if got, want := p.Cost(r), (100*3.00+600*0.30+300*3.75+100*15.00)/1e6; math.Abs(got-want) > 1e-12 {
+		t.Errorf("anthropic cost %.9f, want %.9f", got, want)
+	}
+	if (llm.Prices{Input: -1}).Valid() || !(llm.Prices{Input: 1}).Valid() || (llm.Prices{Output: math.Inf(1)}).Valid() {
+		t.Error("Valid")
+	}
+}
