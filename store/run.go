@@ -49,6 +49,9 @@ type Result struct {
 	Comments []Comment `json:"comments,omitempty"`
 	Skipped  string    `json:"skipped,omitempty"` // why no LLM result, for the summary
 	Tokens   int64     `json:"tokens,omitempty"`
+	// Cost is what the call cost at its model's prices, in dollars (0:
+	// not priced, or no call).
+	Cost float64 `json:"cost,omitempty"`
 	// Failed: the job ran but has no usable result (Skipped says why);
 	// shown as a failure, never as a clean file.
 	Failed bool `json:"failed,omitempty"`

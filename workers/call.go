@@ -57,9 +57,18 @@ type CallerConfig struct {
 	Gate func(ctx context.Context, t admission.Ticket) error
 	// CountFunc, when set, counts LLM calls by model and outcome (metrics).
 	CountFunc func(model, outcome string)
+	// CostFunc, when set, adds up what priced calls cost, in dollars, by
+	// model, tier and lane (prq_llm_cost_dollars_total), and by
+	// installation (the month's spend).
+	CostFunc func(model, tier, lane string, installation int64, dollars float64)
 	// Log defaults to discarding.
 	Log *slog.Logger
 }
+
+// LaneSync is the lane of a call made on the provider's ordinary,
+// synchronous API at its standard price (the lane label of
+// prq_llm_cost_dollars_total).
+const LaneSync = "sync"
 
 // chatAgent is the quota agent of chat when its tier has a chat quota.
 const chatAgent = "chat"
@@ -279,6 +288,9 @@ func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
 			Input: max(resp.PromptTokens, 0), Output: max(resp.OutputTokens, 0)})
 		settleQuota(used)
 		c.count(model, "ok")
+		if cfg.CostFunc != nil && !s.model.Prices.Zero() {
+			cfg.CostFunc(model, string(s.tier), LaneSync, s.inst, s.model.Prices.Cost(resp))
+		}
 		return resp, nil
 	}
 	var le *llm.Error

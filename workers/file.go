@@ -241,6 +241,7 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		} else if ok {
 			settle(ctx, cfg.Ledger, log, ticket, ratelimit.Cost{}) // no call: all refunded
 			r.Kind, r.Path, r.Index, r.Run, r.Part, r.Parts = res.Kind, res.Path, res.Index, res.Run, res.Part, res.Parts
+			r.Cost = 0 // nothing bought for it
 			for i := range r.Comments {
 				r.Comments[i].Path = fd.Path
 			}
@@ -282,6 +283,7 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		return err
 	}
 	res.Tokens = out.PromptTokens + out.OutputTokens
+	res.Cost = m.Prices.Cost(out)
 	if pm.truncated > 0 {
 		res.Skipped = fmt.Sprintf("partial: %d hunks did not fit the model", pm.truncated)
 	}

@@ -66,6 +66,9 @@ type FinalizerConfig struct {
 	// Checks, when set, completes the head's check run once its results
 	// are published.
 	Checks *Checks
+	// ShowCost writes what the head's calls cost (at the models' prices)
+	// in its summary's footer.
+	ShowCost bool
 	// Attempts counts each job's runs for its retry budget. Required.
 	Attempts Attempter
 	// Budget bounds each job's retries, GitHub rate-limit waits included.
@@ -192,6 +195,11 @@ func (p *Finalizer) publish(ctx context.Context, f jobs.Finalize, last bool) err
 		return err
 	}
 	sum, rows := summaryOf(run, files, results, prev)
+	if cfg.ShowCost {
+		for _, r := range results { // this head's own: carried and reused results cost it nothing
+			sum.Cost += r.Cost
+		}
+	}
 	sum.Marker = func(part int) string { return cfg.Markers.Summary(f.PR.Key(), part) }
 	parts := sum.Parts(0)
 	var summaryID int64
@@ -473,6 +481,7 @@ func carried(files map[int]store.FileData, results, prev []store.Result) []store
 	var out []store.Result
 	for _, r := range prev {
 		if r.Kind == jobs.KindSummary && in[r.Path] && !own[r.Path] {
+			r.Cost = 0 // bought for the head it came from
 			out = append(out, r)
 			own[r.Path] = true
 		}

@@ -41,6 +41,9 @@ type Config struct {
 	Gate func(ctx context.Context, t admission.Ticket) error
 	// CountFunc, when set, counts LLM calls by model and outcome (metrics).
 	CountFunc func(model, outcome string)
+	// CostFunc, when set, adds up what priced calls cost (see
+	// CallerConfig.CostFunc).
+	CostFunc func(model, tier, lane string, installation int64, dollars float64)
 	// UnusableFunc, when set, counts model replies that could not be read.
 	UnusableFunc func(model, kind string)
 	// IgnoredFunc, when set, counts the fields of readable model replies
@@ -68,6 +71,8 @@ type Config struct {
 	// NoRepoConfig ignores repositories' .prq.yaml files (see
 	// PlannerConfig.RepoConfig).
 	NoRepoConfig bool
+	// SummaryCost shows each head's cost in its summary's footer.
+	SummaryCost bool
 	// AppSlug is the App's name, as people mention it.
 	AppSlug string
 	// NoReuse makes every file job pay for its prompt, even one answered
@@ -137,7 +142,7 @@ func New(cfg Config, d Deps) (*Set, error) {
 	}
 	caller, err := NewCaller(CallerConfig{LLM: d.LLM, Ledger: d.Admitter, Requeue: d.Admitter, Provider: d.Admitter, Quota: quota,
 		Tiers: cfg.Tiers, QuotaPerKind: cfg.QuotaPerKind, QuotaSkip: cfg.QuotaSkip, Backoff: cfg.Backoff, PauseFor: cfg.PauseFor,
-		Gate: cfg.Gate, CountFunc: cfg.CountFunc, Log: d.Log})
+		Gate: cfg.Gate, CountFunc: cfg.CountFunc, CostFunc: cfg.CostFunc, Log: d.Log})
 	if err != nil {
 		return nil, err
 	}
@@ -185,7 +190,7 @@ func New(cfg Config, d Deps) (*Set, error) {
 		Markers: cfg.Markers, AppSlug: cfg.AppSlug, Planner: s.Planner, ErrorFunc: cfg.DecorationErrorFunc, Log: d.Log}); err != nil {
 		return nil, err
 	}
-	if s.Finalizer, err = NewFinalizer(FinalizerConfig{Results: d.Store, Publications: d.Store, GitHub: gh, Turns: d.Pacer,
+	if s.Finalizer, err = NewFinalizer(FinalizerConfig{Results: d.Store, Publications: d.Store, GitHub: gh, Turns: d.Pacer, ShowCost: cfg.SummaryCost,
 		Markers: cfg.Markers, Checks: checks, Attempts: d.Attempts, Budget: cfg.BatchBudget, GaveUpFunc: cfg.GaveUpFunc, Installs: d.Store, LifecycleFunc: cfg.LifecycleFunc, Log: d.Log}); err != nil {
 		return nil, err
 	}

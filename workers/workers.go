@@ -97,6 +97,8 @@ type Model struct {
 	// them. A call over a limit's burst is never admitted: its job would
 	// be dropped and its pull request would wait for it.
 	Limits *ratelimit.Limits
+	// Prices are the model's, for what its calls cost (zero: not priced).
+	Prices llm.Prices
 }
 
 func (m Model) withDefaults() Model {

@@ -108,6 +108,9 @@ type GitHubConfig struct {
 	// organisation's prq.yaml) from the base branch (the App needs
 	// contents: read). Defaults to true.
 	RepoConfig *bool `yaml:"repo_config"`
+	// SummaryCost shows what each reviewed head's calls cost, at the
+	// models' prices, in the summary comment's footer. Defaults to false.
+	SummaryCost bool `yaml:"summary_cost"`
 	// CheckRunEvery is the least time between two progress updates of a
 	// head's check run. Defaults to 5s.
 	CheckRunEvery Duration `yaml:"check_run_every"`
@@ -192,6 +195,30 @@ type ModelConfig struct {
 	// quota); the fallbacks' own fallbacks are not followed. Defaults to
 	// none.
 	Fallbacks []string `yaml:"fallbacks"`
+	// Prices are the model's prices in US dollars per million tokens,
+	// for what calls cost (prq_llm_cost_dollars_total). Defaults to the
+	// provider's list prices prq knows (llm.ListPrices), else none: the
+	// model's calls are not priced.
+	Prices *PricesConfig `yaml:"prices"`
+}
+
+// PricesConfig is a model's prices in US dollars per million tokens.
+type PricesConfig struct {
+	Input float64 `yaml:"input"`
+	// CachedInput is input served from the provider's prompt cache;
+	// CacheWrite input written to it (Anthropic). 0: charged as input.
+	CachedInput float64 `yaml:"cached_input"`
+	CacheWrite  float64 `yaml:"cache_write"`
+	Output      float64 `yaml:"output"`
+}
+
+// PricesOf returns a model's prices: its prices setting, else its list
+// prices; ok is false when it has neither.
+func (m ModelConfig) PricesOf() (p llm.Prices, ok bool) {
+	if m.Prices != nil {
+		return llm.Prices{Input: m.Prices.Input, CachedInput: m.Prices.CachedInput, CacheWrite: m.Prices.CacheWrite, Output: m.Prices.Output}, true
+	}
+	return llm.ListPrices(m.Name)
 }
 
 // JobsConfig picks the model of each job kind.
@@ -646,6 +673,9 @@ func (c *Config) Validate(m Mode) error {
 		}
 		if mc.MaxOutputTokens < 0 || mc.ContextTokens < 0 {
 			bad("models."+mc.Name, "max_output_tokens and context_tokens must not be negative")
+		}
+		if p, ok := mc.PricesOf(); ok && mc.Prices != nil && (!p.Valid() || p.Input == 0 && p.Output == 0) {
+			bad("models."+mc.Name+".prices", "want dollars per million tokens, none negative, input or output above 0; got %+v", *mc.Prices)
 		}
 		if out := cmp.Or(mc.MaxOutputTokens, 1024); mc.OutputTokensPerMinute > 0 && out > mc.OutputTokensPerMinute {
 			bad("models."+mc.Name, "max_output_tokens %d exceeds output_tokens_per_minute %d: every call asks for that much output, so none could ever be admitted", out, mc.OutputTokensPerMinute)

@@ -141,8 +141,14 @@ var meanings = map[string]meaning{
 	"admin.ui_writes": {Text: "Let the asynq web UI change state (pause queues, run, delete or archive tasks); off, it is read-only."},
 	"admin.read_only": {Text: "The former switch, accepted only as `true`; use `ui_writes`."},
 
-	"quota.period":   {Text: "`hour`, `day`, `week` or `month`: UTC calendar windows."},
-	"quota.per_kind": {Text: "Split each installation's quota per job kind."},
+	"models[].prices":              {Text: "The model's prices in US dollars per million tokens, for what its calls cost (`prq_llm_cost_dollars_total`). Defaults to the provider's list prices prq knows (see [the bill](reviews.md#what-a-review-costs)), else none: the model's calls are not priced."},
+	"models[].prices.input":        {Text: "Dollars per million input tokens not served from the prompt cache."},
+	"models[].prices.cached_input": {Text: "Dollars per million input tokens served from the provider's prompt cache; 0: charged as input."},
+	"models[].prices.cache_write":  {Text: "Dollars per million input tokens written to the prompt cache (Anthropic's 5-minute writes); 0: charged as input."},
+	"models[].prices.output":       {Text: "Dollars per million output tokens."},
+	"github.summary_cost":          {Text: "Show what each reviewed head's calls cost, at the models' prices (`models[].prices`), in the summary comment's footer."},
+	"quota.period":                 {Text: "`hour`, `day`, `week` or `month`: UTC calendar windows."},
+	"quota.per_kind":               {Text: "Split each installation's quota per job kind."},
 	"quota.when_spent": {Text: "`wait`: a pull request whose installation's quota is spent waits and resumes by itself when the period resets (its check run says when). " +
 		"`skip`: its files are listed as skipped and the check run is neutral, never green. Chat never waits: it apologises once."},
 

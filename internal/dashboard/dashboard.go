@@ -38,6 +38,10 @@ type Source interface {
 	GetQueueInfo(queue string) (*asynq.QueueInfo, error)
 	// CallCounts are every process's LLM calls by model and outcome.
 	CallCounts(ctx context.Context) map[string]map[string]int64
+	// Costs are every process's LLM spend in dollars by model and tier;
+	// Spend each installation's this month (UTC).
+	Costs(ctx context.Context) map[string]map[string]float64
+	Spend(ctx context.Context) map[int64]float64
 	// GaveUpCounts are every process's jobs that spent their retry
 	// budget, by "kind|reason".
 	GaveUpCounts(ctx context.Context) map[string]int64
@@ -174,9 +178,13 @@ type dashState struct {
 	Calls   map[string]map[string]int64 `json:"calls"`
 	GaveUp  map[string]int64            `json:"gave_up"`
 	Quotas  []quotaState                `json:"quotas"`
-	Queues  map[string]map[string]int   `json:"queues"`
-	Tenants []tenantBacklog             `json:"tenants"`
-	Demo    bool                        `json:"demo"`
+	// Costs are dollars by model and tier; Spend the installations
+	// spending most this month, most first (at most 20).
+	Costs   map[string]map[string]float64 `json:"costs"`
+	Spend   []tenantSpend                 `json:"spend"`
+	Queues  map[string]map[string]int     `json:"queues"`
+	Tenants []tenantBacklog               `json:"tenants"`
+	Demo    bool                          `json:"demo"`
 }
 
 type tenantBacklog struct {
@@ -234,6 +242,11 @@ type prState struct {
 	Total    int     `json:"total"`
 	Progress float64 `json:"progress"`
 	AgeSec   float64 `json:"age_seconds"`
+}
+
+type tenantSpend struct {
+	Tenant  string  `json:"tenant"`
+	Dollars float64 `json:"dollars"`
 }
 
 type quotaState struct {
@@ -320,6 +333,19 @@ func (d *Dashboard) state(ctx context.Context, smp *sampler) dashState {
 		if u, limit, ok := src.QuotaUsed(ctx, inst, tier); ok {
 			st.Quotas = append(st.Quotas, quotaState{Tenant: strconv.FormatInt(inst, 10), Tier: string(tier), Used: u.Used, Limit: limit, Reset: u.Reset.Format(time.RFC3339)})
 		}
+	}
+	st.Costs = src.Costs(ctx)
+	for inst, d := range src.Spend(ctx) {
+		st.Spend = append(st.Spend, tenantSpend{Tenant: strconv.FormatInt(inst, 10), Dollars: d})
+	}
+	sort.Slice(st.Spend, func(i, j int) bool {
+		if st.Spend[i].Dollars != st.Spend[j].Dollars {
+			return st.Spend[i].Dollars > st.Spend[j].Dollars
+		}
+		return st.Spend[i].Tenant < st.Spend[j].Tenant
+	})
+	if len(st.Spend) > 20 {
+		st.Spend = st.Spend[:20]
 	}
 	for _, q := range jobs.Queues {
 		if info, err := src.GetQueueInfo(q); err == nil {

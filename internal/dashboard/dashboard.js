@@ -46,6 +46,13 @@ async function refresh(){
     h="<tr><th>tenant</th><th>tier</th><th style='width:40%'>used</th><th>of</th><th>resets</th></tr>";
     for(const q of (d.quotas||[])){h+=`<tr><td>${esc(q.tenant)}</td><td>${esc(q.tier)}</td><td><div class="bar"><i style="width:${Math.min(100,100*q.used/q.limit).toFixed(0)}%"></i></div></td><td>${fmt(q.limit)}</td><td>${esc(q.reset)}</td></tr>`}
     document.getElementById("quotas").innerHTML=(d.quotas||[]).length?h:"<tr><td>no quota in use by the PRs in progress</td></tr>";
+    const usd=x=>"$"+(x<10?x.toFixed(4):x.toFixed(2));const cm=Object.keys(d.costs||{}).sort();
+    h="<tr><th>model</th><th>paid</th><th>trial</th><th>free</th><th>all</th></tr>";
+    for(const m of cm){const c=d.costs[m];const all=Object.values(c).reduce((a,b)=>a+b,0);h+=`<tr><td>${esc(m)}</td><td>${usd(c.paid||0)}</td><td>${usd(c.trial||0)}</td><td>${usd(c.free||0)}</td><td>${usd(all)}</td></tr>`}
+    document.getElementById("costs").innerHTML=cm.length?h:"<tr><td>no priced call yet (models[].prices)</td></tr>";
+    h="<tr><th>tenant</th><th>this month</th></tr>";
+    for(const s of (d.spend||[])){h+=`<tr><td>${esc(s.tenant)}</td><td>${usd(s.dollars)}</td></tr>`}
+    document.getElementById("spend").innerHTML=(d.spend||[]).length?h:"";
   }catch(e){document.getElementById("status").textContent="cannot reach prq: "+e.message}
 }
 async function refreshKeys(){

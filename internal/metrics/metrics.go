@@ -43,7 +43,9 @@ type Queues interface {
 // every process.
 type Counts interface {
 	HIncrBy(ctx context.Context, key, field string, incr int64) *redis.IntCmd
+	HIncrByFloat(ctx context.Context, key, field string, incr float64) *redis.FloatCmd
 	HGetAll(ctx context.Context, key string) *redis.MapStringStringCmd
+	Expire(ctx context.Context, key string, expiration time.Duration) *redis.BoolCmd
 }
 
 // Metrics are prq's Prometheus series. Labels stay low-cardinality:
@@ -58,6 +60,7 @@ type Metrics struct {
 	reused     *prometheus.CounterVec
 	gaveUp     *prometheus.CounterVec
 	admitted   *prometheus.CounterVec
+	cost       *prometheus.CounterVec
 	wait       *prometheus.HistogramVec
 	state      *stateCollector
 }
@@ -91,7 +94,8 @@ func New(adm Admission, queues Queues, counts Counts, cfg Config) *Metrics {
 		Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}}, []string{"model", "class"})
 	m.ignored = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_llm_reply_ignored_fields_total", Help: "Fields of readable model replies that prq ignored (fields of the model's own beside the review asked for), by model and job kind: a model drifting from the shape asked for."}, []string{"model", "kind"})
 	m.reused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_llm_reused_total", Help: "File results reused instead of bought: the same prompt (file, context, model) was answered already, for a head this one replaced or a run reopened; by model and job kind."}, []string{"model", "kind"})
-	m.reg.MustRegister(m.reused, m.deliveries, m.calls, m.unusable, m.ignored, m.gaveUp, m.admitted, m.wait, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), m.state)
+	m.cost = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_llm_cost_dollars_total", Help: "What LLM calls cost at their models' prices, in US dollars, by model, tier (chat counts under its tenant's tier) and lane (sync: the standard synchronous API). Calls of a model without prices are not counted."}, []string{"model", "tier", "lane"})
+	m.reg.MustRegister(m.cost, m.reused, m.deliveries, m.calls, m.unusable, m.ignored, m.gaveUp, m.admitted, m.wait, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), m.state)
 	return m
 }
 
@@ -131,6 +135,64 @@ func (m *Metrics) CountIgnored(model, kind string, fields []string) {
 // CountReused counts a file result reused instead of bought.
 func (m *Metrics) CountReused(model, kind string) {
 	m.reused.WithLabelValues(model, kind).Inc()
+}
+
+// CountCost adds a priced call's cost here and in Redis: by model and
+// tier for every process's dashboard, and by installation for the
+// month (UTC) it was made in, kept 400 days.
+func (m *Metrics) CountCost(model, tier, lane string, installation int64, dollars float64) {
+	if dollars <= 0 {
+		return
+	}
+	m.cost.WithLabelValues(model, tier, lane).Add(dollars)
+	ctx := context.Background()
+	m.counts.HIncrByFloat(ctx, costKey, model+"|"+tier, dollars)
+	k := spendKey(time.Now())
+	m.counts.HIncrByFloat(ctx, k, strconv.FormatInt(installation, 10), dollars)
+	m.counts.Expire(ctx, k, 400*24*time.Hour)
+}
+
+const costKey = "prq:llm:cost"
+
+func spendKey(t time.Time) string { return "prq:spend:" + t.UTC().Format("2006-01") }
+
+// Costs returns every process's LLM spend in dollars by model and tier.
+func Costs(ctx context.Context, counts Counts) map[string]map[string]float64 {
+	out := map[string]map[string]float64{}
+	m, err := counts.HGetAll(ctx, costKey).Result()
+	if err != nil {
+		return out
+	}
+	for k, v := range m {
+		model, tier, ok := strings.Cut(k, "|")
+		if !ok {
+			continue
+		}
+		f, _ := strconv.ParseFloat(v, 64)
+		if out[model] == nil {
+			out[model] = map[string]float64{}
+		}
+		out[model][tier] = f
+	}
+	return out
+}
+
+// Spend returns each installation's spend in dollars in the month (UTC)
+// holding t.
+func Spend(ctx context.Context, counts Counts, t time.Time) map[int64]float64 {
+	out := map[int64]float64{}
+	m, err := counts.HGetAll(ctx, spendKey(t)).Result()
+	if err != nil {
+		return out
+	}
+	for k, v := range m {
+		inst, err := strconv.ParseInt(k, 10, 64)
+		if err != nil {
+			continue
+		}
+		out[inst], _ = strconv.ParseFloat(v, 64)
+	}
+	return out
 }
 
 // CountUnusable counts a model reply that could not be read; the

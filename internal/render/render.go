@@ -60,6 +60,18 @@ type Summary struct {
 	// State is a hidden line recorded in part 1 (reviewed commits).
 	Marker func(part int) string
 	State  string
+	// Cost, when above 0, is what the head's calls cost in dollars, at
+	// the models' prices: the footer of part 1 says so.
+	Cost float64
+}
+
+// Dollars writes an amount of US dollars for people: cents, or four
+// decimals below ten cents.
+func Dollars(d float64) string {
+	if d < 0.1 {
+		return fmt.Sprintf("$%.4f", d)
+	}
+	return fmt.Sprintf("$%.2f", d)
 }
 
 // textCap is how much of a file's summary a collapsed row keeps.
@@ -202,6 +214,9 @@ func (s Summary) assemble(head string, rows, other []string, collapse bool) stri
 
 func (s Summary) footer(part int) string {
 	f := "\n"
+	if part == 1 && s.Cost > 0 {
+		f += fmt.Sprintf("<sub>The calls of this review cost %s at the models' prices.</sub>\n", Dollars(s.Cost))
+	}
 	if s.Marker != nil {
 		f += s.Marker(part) + "\n"
 	}

@@ -144,3 +144,19 @@ func TestSummaryNotice(t *testing.T) {
 		t.Errorf("no notice, no warning")
 	}
 }
+
+// TestSummaryCost: a summary with a cost says it in part 1's footer;
+// without one, nothing.
+func TestSummaryCost(t *testing.T) {
+	s := Summary{Repo: "o/r", Head: "abc1234", Files: []File{{Path: "a.go", Summary: "Adds a."}}}
+	if body := s.Parts(0)[0]; strings.Contains(body, "cost") {
+		t.Errorf("no cost, yet:\n%s", body)
+	}
+	s.Cost = 0.01234
+	if body := s.Parts(0)[0]; !strings.Contains(body, "<sub>The calls of this review cost $0.0123 at the models' prices.</sub>") {
+		t.Errorf("the footer lacks the cost:\n%s", body)
+	}
+	if Dollars(12.345) != "$12.35" || Dollars(0.00001) != "$0.0000" {
+		t.Errorf("Dollars: %s %s", Dollars(12.345), Dollars(0.00001))
+	}
+}

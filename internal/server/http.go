@@ -107,6 +107,14 @@ func (d dashSource) CallCounts(ctx context.Context) map[string]map[string]int64 
 	return metrics.CallCounts(ctx, d.s.rdb)
 }
 
+func (d dashSource) Costs(ctx context.Context) map[string]map[string]float64 {
+	return metrics.Costs(ctx, d.s.rdb)
+}
+
+func (d dashSource) Spend(ctx context.Context) map[int64]float64 {
+	return metrics.Spend(ctx, d.s.rdb, time.Now())
+}
+
 // QuotaUsed reads the installation's whole quota (none where quotas are
 // split per job kind).
 func (d dashSource) QuotaUsed(ctx context.Context, inst int64, tier jobs.Tier) (ratelimit.Usage, int64, bool) {

@@ -59,8 +59,9 @@ func (s *Server) buildWorkers(tr http.RoundTripper, opt Options, handlers bool) 
 		if err != nil { // Validate has refused it already
 			return nil, &config.SettingError{Name: "models." + m.Name, Problem: err.Error()}
 		}
+		prices, _ := m.PricesOf() // none: the model's calls are not priced
 		models[m.Name] = workers.Model{Name: m.Name, MaxOutput: m.MaxOutputTokens, ContextTokens: m.ContextTokens, Reasoning: m.Reasoning,
-			Output: llm.FormatType(m.OutputFormat), SchemaIsInput: p.Kind == config.KindAnthropic, Limits: &limits}
+			Output: llm.FormatType(m.OutputFormat), SchemaIsInput: p.Kind == config.KindAnthropic, Limits: &limits, Prices: prices}
 	}
 	enq, err := workers.NewEnqueuer(workers.EnqueuerConfig{Queue: s.client, Tickets: adm, Store: s.store,
 		ChatModel: models[cfg.Jobs.ChatModel], Log: s.log.With("component", "webhook")})
@@ -120,9 +121,9 @@ func (s *Server) buildWorkers(tr http.RoundTripper, opt Options, handlers bool) 
 	w, err := workers.New(workers.Config{
 		Models: models, SummaryModel: cfg.Jobs.SummaryModel, ReviewModel: cfg.Jobs.ReviewModel, ChatModel: cfg.Jobs.ChatModel,
 		Tiers: tiers, QuotaPerKind: cfg.Quota.PerKind, QuotaSkip: cfg.Quota.WhenSpent == "skip", Exclude: cfg.Filters.Exclude, SkipBotPRs: cfg.GitHub.SkipBotPRs == nil || *cfg.GitHub.SkipBotPRs,
-		Gate: opt.Gate, CountFunc: s.metrics.CountCall, UnusableFunc: s.metrics.CountUnusable, IgnoredFunc: s.metrics.CountIgnored, ReusedFunc: s.metrics.CountReused, NoReuse: cfg.Jobs.ReuseResults != nil && !*cfg.Jobs.ReuseResults,
+		Gate: opt.Gate, CountFunc: s.metrics.CountCall, CostFunc: s.metrics.CountCost, UnusableFunc: s.metrics.CountUnusable, IgnoredFunc: s.metrics.CountIgnored, ReusedFunc: s.metrics.CountReused, NoReuse: cfg.Jobs.ReuseResults != nil && !*cfg.Jobs.ReuseResults,
 		Markers: render.NewMarkers([]byte(cfg.GitHub.WebhookSecret)), MaxReviewParts: cfg.GitHub.MaxReviewParts,
-		NoCheckRuns: cfg.GitHub.CheckRuns != nil && !*cfg.GitHub.CheckRuns, NoRepoConfig: cfg.GitHub.RepoConfig != nil && !*cfg.GitHub.RepoConfig, AppSlug: cfg.GitHub.AppSlug, CheckRunEvery: cfg.GitHub.CheckRunEvery.D(), WebURL: cfg.GitHub.WebURL,
+		NoCheckRuns: cfg.GitHub.CheckRuns != nil && !*cfg.GitHub.CheckRuns, NoRepoConfig: cfg.GitHub.RepoConfig != nil && !*cfg.GitHub.RepoConfig, SummaryCost: cfg.GitHub.SummaryCost, AppSlug: cfg.GitHub.AppSlug, CheckRunEvery: cfg.GitHub.CheckRunEvery.D(), WebURL: cfg.GitHub.WebURL,
 		BatchBudget: workers.RetryBudget{MaxAttempts: cfg.Retry.Batch.MaxAttempts, MaxAge: cfg.Retry.Batch.MaxAge.D()},
 		ChatBudget:  workers.RetryBudget{MaxAttempts: cfg.Retry.Chat.MaxAttempts, MaxAge: cfg.Retry.Chat.MaxAge.D()},
 		GaveUpFunc:  s.metrics.CountGaveUp, LifecycleFunc: s.metrics.CountLifecycle, DecorationErrorFunc: s.metrics.CountDecorationError,

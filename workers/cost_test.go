@@ -1,0 +1,79 @@
+package workers_test
+
+import (
+	"context"
+	"math"
+	"sync"
+	"testing"
+
+	"github.com/prq-dev/prq/jobs"
+	"github.com/prq-dev/prq/llm"
+	"github.com/prq-dev/prq/workers"
+)
+
+// A priced model's call is counted in dollars by model, tier and lane
+// and for its installation, from its usage with the cached part at the
+// cached price, and its result keeps the cost; a model without prices
+// counts nothing.
+func TestCallCost(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	type spent struct {
+		model, tier, lane string
+		inst              int64
+		dollars           float64
+	}
+	for _, tc := range []struct {
+		name   string
+		prices llm.Prices
+		want   float64
+	}{
+		{"priced", llm.Prices{Input: 2.50, CachedInput: 1.25, Output: 10}, (60*2.50 + 40*1.25 + 20*10) / 1e6},
+		{"unpriced", llm.Prices{}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var mu sync.Mutex
+			var got []spent
+			st, adm, q := newStore(t), &fakeAdmission{}, &fakeQueue{}
+			model := &fakeLLM{CompleteFunc: func(llm.Request) (llm.Response, error) {
+				return llm.Response{Text: "Adds b.", PromptTokens: 100, CachedTokens: 40, OutputTokens: 20}, nil
+			}}
+			caller, err := workers.NewCaller(workers.CallerConfig{LLM: model, Ledger: adm, Requeue: adm, Provider: adm,
+				CostFunc: func(m, tier, lane string, inst int64, d float64) {
+					mu.Lock()
+					defer mu.Unlock()
+					got = append(got, spent{m, tier, lane, inst, d})
+				}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pr := testPR(t, 251)
+			_, task := plannedFile(t, st, pr, jobs.KindSummary)
+			models := map[string]workers.Model{"gpt-4o-mini": {Name: "gpt-4o-mini", Prices: tc.prices}}
+			w, err := workers.NewFileWorker(workers.FileWorkerConfig{Attempts: newAttempts(t), Store: st, Ledger: adm, Caller: caller, Queue: q, Models: models, Repairs: st, Requeue: adm})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := w.ProcessTask(ctx, task); err != nil {
+				t.Fatal(err)
+			}
+			results, err := st.Results(ctx, pr, "h1")
+			if err != nil || len(results) != 1 || math.Abs(results[0].Cost-tc.want) > 1e-12 {
+				t.Fatalf("results %+v (%v), want the cost %.9f kept", results, err, tc.want)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if tc.want == 0 {
+				if len(got) != 0 {
+					t.Errorf("an unpriced model counted %+v", got)
+				}
+				return
+			}
+			if len(got) != 1 || got[0].model != "gpt-4o-mini" || got[0].tier != "paid" || got[0].lane != workers.LaneSync || got[0].inst != pr.Installation ||
+				math.Abs(got[0].dollars-tc.want) > 1e-12 {
+				t.Errorf("counted %+v, want one %.9f for gpt-4o-mini, paid, sync, installation %d", got, tc.want, pr.Installation)
+			}
+		})
+	}
+}
