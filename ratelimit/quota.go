@@ -113,9 +113,12 @@ type Grant struct {
 	Input                int64
 	Cap                  int64
 	Remaining            int64 // what is left for others after this reservation
-	Window               time.Time
-	Reset                time.Time
-	Duplicate            bool
+	// Reserved is what the reservation holds in the quota's unit (tokens:
+	// Input + Cap; a quota in dollars: their price in nano-dollars).
+	Reserved  int64
+	Window    time.Time
+	Reset     time.Time
+	Duplicate bool
 }
 
 // QuotaError reports a refused call: nothing was sent, nothing spent.
@@ -152,6 +155,31 @@ func resKey(tenant, jobID string) string { return quotaTag(tenant) + ":res:" + j
 // *QuotaError and reserves nothing: a call that asks for no output
 // (embeddings) needs only its input. The same jobID reserves once: a retry gets the same grant.
 func (q *Quota) Reserve(ctx context.Context, tenant, agent, jobID string, limit, input, requestedMax int64) (Grant, error) {
+	return q.reserve(ctx, tenant, agent, jobID, limit, input, requestedMax, 1, 1)
+}
+
+// NanoDollars are a quota's unit in dollars: 1e-9 US dollars.
+const NanoDollars = 1e9
+
+// ReserveDollars is Reserve for a quota of limit nano-dollars per
+// period: the call's input at inputPrice and its output cap at
+// outputPrice (nano-dollars per token; round them up) are reserved, the
+// cap the most output what is left pays for. Its counter and
+// reservation are apart from the tenant's token quota (the grant's
+// Agent and JobID name them: Settle takes the actual cost in
+// nano-dollars). The input is reserved at the full input price: a part
+// the provider serves from its cache costs less, and Settle refunds it.
+func (q *Quota) ReserveDollars(ctx context.Context, tenant, agent, jobID string, limit, input, requestedMax, inputPrice, outputPrice int64) (Grant, error) {
+	if inputPrice < 0 || outputPrice <= 0 {
+		return Grant{}, fmt.Errorf("ratelimit: quota: prices must be positive (input %d, output %d nano-dollars a token)", inputPrice, outputPrice)
+	}
+	return q.reserve(ctx, tenant, dollarAgent(agent), jobID+":$", limit, input, requestedMax, inputPrice, outputPrice)
+}
+
+// dollarAgent names an agent's quota in dollars.
+func dollarAgent(agent string) string { return "$" + agent }
+
+func (q *Quota) reserve(ctx context.Context, tenant, agent, jobID string, limit, input, requestedMax, inPrice, outPrice int64) (Grant, error) {
 	switch {
 	case tenant == "" || jobID == "":
 		return Grant{}, errors.New("ratelimit: quota: tenant and job id are required")
@@ -164,7 +192,7 @@ func (q *Quota) Reserve(ctx context.Context, tenant, agent, jobID string, limit,
 		ws, we := q.cfg.Period.Window(t)
 		res, err := quotaScript.Run(ctx, q.rdb, []string{q.usedKey(tenant, agent, ws), resKey(tenant, jobID)},
 			"reserve", q.scriptNow(), ws.UnixMicro(), we.UnixMicro(), limit, input, requestedMax, minOut,
-			q.cfg.ReservationTTL.Milliseconds()).Int64Slice()
+			q.cfg.ReservationTTL.Milliseconds(), inPrice, outPrice).Int64Slice()
 		if err != nil {
 			return Grant{}, fmt.Errorf("ratelimit: quota reserve: %w", err)
 		}
@@ -173,11 +201,11 @@ func (q *Quota) Reserve(ctx context.Context, tenant, agent, jobID string, limit,
 			t = time.UnixMicro(res[3])
 			continue
 		case 0:
-			return Grant{}, &QuotaError{Tenant: tenant, Agent: agent, Remaining: res[1], Needed: input + minOut, Reset: we}
+			return Grant{}, &QuotaError{Tenant: tenant, Agent: agent, Remaining: res[1], Needed: input*inPrice + minOut*outPrice, Reset: we}
 		}
 		w := time.UnixMicro(res[4]).UTC()
 		_, end := q.cfg.Period.Window(w)
-		return Grant{Tenant: tenant, Agent: agent, JobID: jobID, Input: input, Cap: res[1], Remaining: res[2],
+		return Grant{Tenant: tenant, Agent: agent, JobID: jobID, Input: input, Cap: res[1], Remaining: res[2], Reserved: input*inPrice + res[1]*outPrice,
 			Window: w, Reset: end, Duplicate: res[0] == 2}, nil
 	}
 	return Grant{}, errors.New("ratelimit: quota reserve: clock keeps disagreeing with Redis")
@@ -220,4 +248,9 @@ func (q *Quota) Used(ctx context.Context, tenant, agent string, limit int64) (Us
 		return Usage{}, fmt.Errorf("ratelimit: quota peek: %w", err)
 	}
 	return Usage{Used: res[0], Limit: limit, Reset: we}, nil
+}
+
+// UsedDollars is Used for an agent's quota in dollars (nano-dollars).
+func (q *Quota) UsedDollars(ctx context.Context, tenant, agent string, limit int64) (Usage, error) {
+	return q.Used(ctx, tenant, dollarAgent(agent), limit)
 }

@@ -201,3 +201,82 @@ func TestTokenizer(t *testing.T) {
 		t.Fatalf("estimate = %d, want ceil(8/4)+100 = 102", got)
 	}
 }
+
+// TestDollarQuotaNeverOvershoots: 50 concurrent calls against a quota
+// in dollars (nano-dollars) each reserve their input and an output cap
+// at the prices, capped to what is left; settled with what they cost
+// (part of the input served from the cache, at a lower price), the
+// spend never passes the quota, the counter equals it, and the tenant's
+// token quota is untouched.
+func TestDollarQuotaNeverOvershoots(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Shared(t).Client(t)
+	q, err := ratelimit.NewQuota(rdb, ratelimit.QuotaConfig{Period: ratelimit.Day})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const (
+		limit             = 2_000_000 // $0.002
+		inPrice, outPrice = 150, 600  // gpt-4o-mini: $0.15 and $0.60 per million tokens
+		cachedPrice       = 75
+		requestedMax      = 1500
+		tenant, agent     = "tenant-dollars", ""
+		concurrency       = 50
+	)
+	var (
+		wg                     sync.WaitGroup
+		mu                     sync.Mutex
+		spent                  int64
+		admitted, refused, cut int
+	)
+	for c := range concurrency {
+		wg.Add(1)
+		go func(c int) {
+			defer wg.Done()
+			rng := rand.New(rand.NewSource(int64(c)))
+			input := 200 + rng.Int63n(1500)
+			g, err := q.ReserveDollars(ctx, tenant, agent, fmt.Sprintf("job-%d", c), limit, input, requestedMax, inPrice, outPrice)
+			if errors.Is(err, ratelimit.ErrQuotaExceeded) {
+				mu.Lock()
+				refused++
+				mu.Unlock()
+				return
+			}
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if g.Cap > requestedMax || g.Cap < 16 || g.Reserved != input*inPrice+g.Cap*outPrice {
+				t.Errorf("grant %+v: cap outside [16, %d] or reserved not input and cap at the prices", g, requestedMax)
+			}
+			// the reply: some output within the cap; some input cached
+			out, cached := rng.Int63n(g.Cap+1), rng.Int63n(input+1)
+			cost := (input-cached)*inPrice + cached*cachedPrice + out*outPrice
+			if err := q.Settle(ctx, g, cost); err != nil {
+				t.Error(err)
+			}
+			mu.Lock()
+			admitted++
+			spent += cost
+			if g.Cap < requestedMax {
+				cut++
+			}
+			mu.Unlock()
+		}(c)
+	}
+	wg.Wait()
+	u, err := q.UsedDollars(ctx, tenant, agent, limit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("admitted %d, refused %d, capped %d; spent %d of %d nano-dollars (counter %d)", admitted, refused, cut, spent, limit, u.Used)
+	if spent > limit || u.Used != spent {
+		t.Fatalf("spent %d nano-dollars of a %d quota, counter %d: overshoot or a wrong counter", spent, limit, u.Used)
+	}
+	if refused == 0 || cut == 0 {
+		t.Fatalf("the quota was not exhausted (refused %d, capped %d): the test proved nothing", refused, cut)
+	}
+	if tok, err := q.Used(ctx, tenant, agent, 1); err != nil || tok.Used != 0 {
+		t.Fatalf("the token quota counted %d (%v), want nothing: the dollar quota is apart", tok.Used, err)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -23,7 +24,28 @@ type Quota interface {
 	Settle(ctx context.Context, g ratelimit.Grant, actual int64) error
 }
 
-var _ Quota = (*ratelimit.Quota)(nil)
+// DollarQuota also caps an installation's dollars per period (a
+// *ratelimit.Quota).
+type DollarQuota interface {
+	ReserveDollars(ctx context.Context, tenant, agent, jobID string, limit, input, requestedMax, inputPrice, outputPrice int64) (ratelimit.Grant, error)
+}
+
+var (
+	_ Quota       = (*ratelimit.Quota)(nil)
+	_ DollarQuota = (*ratelimit.Quota)(nil)
+)
+
+// nanoCost is a call's cost in nano-dollars, rounded up (past the
+// floating point's noise).
+func nanoCost(p llm.Prices, r llm.Response) int64 {
+	return int64(math.Ceil(p.Cost(r)*ratelimit.NanoDollars - 1e-6))
+}
+
+// nanoPerToken is a price in dollars per million tokens as nano-dollars
+// per token, rounded up (a reservation never holds too little).
+func nanoPerToken(perMillion float64) int64 {
+	return int64(math.Ceil(perMillion * ratelimit.NanoDollars / 1e6))
+}
 
 // CallerConfig configures a Caller.
 type CallerConfig struct {
@@ -197,23 +219,60 @@ func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
 		// reviews' tokens (nor reviews chat's)
 		limit, agent = cq, chatAgent
 	}
+	tenant := strconv.FormatInt(s.inst, 10)
+	refused := func(qe *ratelimit.QuotaError) (llm.Response, error) {
+		// no call is made: the bucket gets the whole reservation back
+		settle(ctx, cfg.Ledger, log, s.ticket, ratelimit.Cost{})
+		c.count(model, "quota")
+		if !cfg.QuotaSkip && s.kind != jobs.KindChat {
+			return llm.Response{}, &quotaWaitError{until: qe.Reset}
+		}
+		return llm.Response{}, &skipError{reason: quotaSkip + ", resets at " + qe.Reset.UTC().Format("2006-01-02 15:04 UTC")}
+	}
 	if limit > 0 && cfg.Quota != nil {
-		g, err := cfg.Quota.Reserve(ctx, strconv.FormatInt(s.inst, 10), agent, s.ticket.ID, limit, s.prompt.input, maxOut)
+		g, err := cfg.Quota.Reserve(ctx, tenant, agent, s.ticket.ID, limit, s.prompt.input, maxOut)
 		var qe *ratelimit.QuotaError
 		if errors.As(err, &qe) {
-			// no call is made: the bucket gets the whole reservation back
-			settle(ctx, cfg.Ledger, log, s.ticket, ratelimit.Cost{})
-			c.count(model, "quota")
-			if !cfg.QuotaSkip && s.kind != jobs.KindChat {
-				return llm.Response{}, &quotaWaitError{until: qe.Reset}
-			}
-			return llm.Response{}, &skipError{reason: quotaSkip + ", resets at " + qe.Reset.UTC().Format("2006-01-02 15:04 UTC")}
+			return refused(qe)
 		}
 		if err != nil {
 			return llm.Response{}, err
 		}
 		grant = &g
 		maxOut = g.Cap
+	}
+	// a quota in dollars: the input and the output cap at the model's
+	// prices, the cap cut to what is left
+	var dgrant *ratelimit.Grant
+	if dl := cfg.Tiers[s.tier].QuotaDollars; dl > 0 && cfg.Quota != nil {
+		dq, ok := cfg.Quota.(DollarQuota)
+		inPrice, outPrice := nanoPerToken(s.model.Prices.Input), nanoPerToken(s.model.Prices.Output)
+		if !ok || outPrice <= 0 {
+			settle(ctx, cfg.Ledger, log, s.ticket, ratelimit.Cost{})
+			if grant != nil {
+				_ = cfg.Quota.Settle(ctx, *grant, 0)
+			}
+			return llm.Response{}, &skipError{reason: "model " + model + " has no prices for the tier's dollar quota", failed: true}
+		}
+		dagent := ""
+		if cfg.QuotaPerKind {
+			dagent = string(s.kind)
+		}
+		g, err := dq.ReserveDollars(ctx, tenant, dagent, s.ticket.ID, int64(math.Round(dl*ratelimit.NanoDollars)), s.prompt.input, maxOut, inPrice, outPrice)
+		var qe *ratelimit.QuotaError
+		if err != nil && grant != nil {
+			if serr := cfg.Quota.Settle(ctx, *grant, 0); serr != nil && !errors.Is(serr, ratelimit.ErrNotReserved) {
+				log.WarnContext(ctx, "could not release the token quota's reservation; it counts in full until it expires", "task", s.ticket.ID, "err", serr)
+			}
+		}
+		if errors.As(err, &qe) {
+			return refused(qe)
+		}
+		if err != nil {
+			return llm.Response{}, err
+		}
+		dgrant = &g
+		maxOut = min(maxOut, g.Cap)
 	}
 	// the key admission charged: the call uses it, and its bucket takes
 	// the provider's headers
@@ -273,12 +332,24 @@ func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
 			log.WarnContext(ctx, "could not sync the key's bucket with the provider's headers; admission goes by its own count", "model", model, "key", key, "err", err)
 		}
 	}
-	settleQuota := func(actual int64) {
-		if grant == nil {
-			return
-		}
-		if err := cfg.Quota.Settle(ctx, *grant, actual); err != nil && !errors.Is(err, ratelimit.ErrNotReserved) {
-			log.WarnContext(ctx, "could not settle the quota; the reservation counts in full until it expires", "task", s.ticket.ID, "err", err)
+	// settleQuota settles the quotas with the call's usage: tokens and
+	// its cost in nano-dollars; -1 counts a reservation in full (the
+	// provider may have run the call)
+	settleQuota := func(tokens, nano int64) {
+		for _, sg := range []struct {
+			g      *ratelimit.Grant
+			actual int64
+		}{{grant, tokens}, {dgrant, nano}} {
+			if sg.g == nil {
+				continue
+			}
+			actual := sg.actual
+			if actual < 0 {
+				actual = sg.g.Reserved
+			}
+			if err := cfg.Quota.Settle(ctx, *sg.g, actual); err != nil && !errors.Is(err, ratelimit.ErrNotReserved) {
+				log.WarnContext(ctx, "could not settle the quota; the reservation counts in full until it expires", "task", s.ticket.ID, "err", err)
+			}
 		}
 	}
 	if err == nil {
@@ -286,7 +357,7 @@ func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
 		used := resp.PromptTokens + resp.OutputTokens
 		settle(ctx, cfg.Ledger, log, s.ticket, ratelimit.Cost{Requests: 1, Tokens: max(used, 0),
 			Input: max(resp.PromptTokens, 0), Output: max(resp.OutputTokens, 0)})
-		settleQuota(used)
+		settleQuota(used, nanoCost(s.model.Prices, resp))
 		c.count(model, "ok")
 		if cfg.CostFunc != nil && !s.model.Prices.Zero() {
 			cfg.CostFunc(model, string(s.tier), LaneSync, s.inst, s.model.Prices.Cost(resp))
@@ -299,7 +370,7 @@ func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
 	}
 	switch {
 	case errors.Is(err, llm.ErrRateLimited):
-		settleQuota(0)
+		settleQuota(0, 0)
 		c.count(model, "rate_limited")
 		if s.attempt.spent() {
 			return llm.Response{}, c.giveUp(ctx, s, GaveUpRateLimited, err)
@@ -307,7 +378,7 @@ func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
 		// the bucket is empty until the provider's retry time: wait there
 		return llm.Response{}, backToAdmission(ctx, cfg.Requeue, s.ticket, 0, err)
 	case errors.Is(err, llm.ErrAccount):
-		settleQuota(0)
+		settleQuota(0, 0)
 		c.count(model, "account")
 		if bucket != nil && bucket.Keys() > 1 {
 			// one key's account: its jobs go to the others meanwhile
@@ -326,18 +397,16 @@ func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
 		}
 		return llm.Response{}, backToAdmission(ctx, cfg.Requeue, s.ticket, 0, err)
 	case errors.Is(err, llm.ErrContextLength):
-		settleQuota(0)
+		settleQuota(0, 0)
 		c.count(model, "context_length")
 		return llm.Response{}, &skipError{reason: "too large for " + model}
 	case errors.Is(err, llm.ErrPermanent):
-		settleQuota(0)
+		settleQuota(0, 0)
 		c.count(model, "failed")
 		return llm.Response{}, &skipError{reason: publicFailure(ctx, log, "the model provider refused the request", err), failed: true}
 	default: // transient: retry with backoff, through admission, bounded
 		// the provider may have run it: count it all, never overshoot
-		if grant != nil {
-			settleQuota(grant.Input + grant.Cap)
-		}
+		settleQuota(-1, -1)
 		c.count(model, "transient")
 		if s.retried >= s.maxRetry {
 			return llm.Response{}, &skipError{reason: publicFailure(ctx, log, fmt.Sprintf("the model provider failed %d times", s.retried+1), err), failed: true}

@@ -3,11 +3,15 @@ package workers_test
 import (
 	"context"
 	"math"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
+	"github.com/prq-dev/prq/internal/redistest"
 	"github.com/prq-dev/prq/jobs"
 	"github.com/prq-dev/prq/llm"
+	"github.com/prq-dev/prq/ratelimit"
 	"github.com/prq-dev/prq/workers"
 )
 
@@ -73,6 +77,73 @@ func TestCallCost(t *testing.T) {
 			if len(got) != 1 || got[0].model != "gpt-4o-mini" || got[0].tier != "paid" || got[0].lane != workers.LaneSync || got[0].inst != pr.Installation ||
 				math.Abs(got[0].dollars-tc.want) > 1e-12 {
 				t.Errorf("counted %+v, want one %.9f for gpt-4o-mini, paid, sync, installation %d", got, tc.want, pr.Installation)
+			}
+		})
+	}
+}
+
+// A tier's quota in dollars reserves each call's input and output cap
+// at the model's prices: the output asked for is cut to what is left,
+// the quota is settled with the call's cost, and a tenant whose dollars
+// are spent gets no call.
+func TestDollarQuota(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	qu, err := ratelimit.NewQuota(redistest.Shared(t).Client(t), ratelimit.QuotaConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prices := llm.Prices{Input: 0.15, CachedInput: 0.075, Output: 0.60} // 150 and 600 nano-dollars a token
+	models := map[string]workers.Model{"gpt-4o-mini": {Name: "gpt-4o-mini", Prices: prices}}
+	for _, tc := range []struct {
+		name    string
+		inst    int64
+		dollars float64
+		called  bool
+	}{
+		// at most 2,000 input tokens: between 400 and 900 output tokens are left
+		{"capped", 261, (400*600 + 2000*150) / 1e9, true},
+		{"spent", 262, 1000 / 1e9, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var asked int64
+			st, adm, q := newStore(t), &fakeAdmission{}, &fakeQueue{}
+			model := &fakeLLM{CompleteFunc: func(r llm.Request) (llm.Response, error) {
+				asked = r.MaxOutput
+				return llm.Response{Text: "Adds b.", PromptTokens: 100, CachedTokens: 40, OutputTokens: 20}, nil
+			}}
+			caller, err := workers.NewCaller(workers.CallerConfig{LLM: model, Ledger: adm, Requeue: adm, Provider: adm, Quota: qu, QuotaSkip: true,
+				Tiers: map[jobs.Tier]workers.TierSpec{jobs.TierPaid: {QuotaDollars: tc.dollars}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pr := testPR(t, tc.inst)
+			_, task := plannedFile(t, st, pr, jobs.KindSummary)
+			w, err := workers.NewFileWorker(workers.FileWorkerConfig{Attempts: newAttempts(t), Store: st, Ledger: adm, Caller: caller, Queue: q, Models: models, Repairs: st, Requeue: adm})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := w.ProcessTask(ctx, task); err != nil {
+				t.Fatal(err)
+			}
+			results, _ := st.Results(ctx, pr, "h1")
+			u, err := qu.UsedDollars(ctx, strconv.FormatInt(tc.inst, 10), "", int64(tc.dollars*ratelimit.NanoDollars))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.called {
+				if model.Calls() != 0 || len(results) != 1 || !strings.HasPrefix(results[0].Skipped, "skipped: quota reached") || u.Used != 0 {
+					t.Fatalf("%d calls, results %+v, %d nano-dollars used: want no call, the file skipped, nothing spent", model.Calls(), results, u.Used)
+				}
+				return
+			}
+			if model.Calls() != 1 || asked < 400 || asked > 900 {
+				t.Fatalf("%d calls asking for %d output tokens, want one cut to what the dollars left (400 to 900)", model.Calls(), asked)
+			}
+			// 60 input at 150, 40 cached at 75, 20 output at 600
+			if want := int64(60*150 + 40*75 + 20*600); u.Used != want {
+				t.Errorf("the dollar quota counts %d nano-dollars, want the call's cost %d", u.Used, want)
 			}
 		})
 	}

@@ -122,6 +122,10 @@ type TierSpec struct {
 	// installation (quota agent "chat"): chat then draws on it instead of
 	// QuotaTokens.
 	ChatQuotaTokens int64
+	// QuotaDollars, when positive, caps the installation's spend per
+	// quota period in US dollars at its models' prices, as QuotaTokens
+	// caps its tokens (chat included).
+	QuotaDollars float64
 }
 
 // models applies the defaults to every model and checks that each name

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/url"
 	"os"
 	"path"
@@ -244,6 +245,10 @@ type Tier struct {
 	// installation; chat then does not draw on QuotaTokens. Defaults to 0:
 	// chat shares QuotaTokens.
 	ChatQuotaTokens int64 `yaml:"chat_quota_tokens"`
+	// QuotaDollars caps each installation's spend per quota period, in US
+	// dollars at the models' prices, as quota_tokens caps its tokens
+	// (chat included). Defaults to 0: unlimited.
+	QuotaDollars float64 `yaml:"quota_dollars"`
 }
 
 // ChatConfig limits who talks to the bot how often (checked at the
@@ -718,6 +723,15 @@ func (c *Config) Validate(m Mode) error {
 		}
 		if t.ChatQuotaTokens < 0 {
 			bad("tiers."+name+".chat_quota_tokens", "must not be negative, got %d", t.ChatQuotaTokens)
+		}
+		if t.QuotaDollars < 0 || math.IsNaN(t.QuotaDollars) || math.IsInf(t.QuotaDollars, 0) || t.QuotaDollars > 1e6 {
+			bad("tiers."+name+".quota_dollars", "want dollars from 0 to 1,000,000, got %v", t.QuotaDollars)
+		} else if t.QuotaDollars > 0 {
+			for _, mc := range c.Models {
+				if p, ok := mc.PricesOf(); !ok || p.Output <= 0 {
+					bad("tiers."+name+".quota_dollars", "model %s has no prices (models[].prices): its calls could not be counted in dollars", mc.Name)
+				}
+			}
 		}
 	}
 	if _, err := jobs.ParseTier(c.DefaultTier); err != nil {

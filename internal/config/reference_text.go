@@ -118,6 +118,7 @@ var meanings = map[string]meaning{
 	"tiers.<name>.weight":            {Text: "The tier's share under saturation. Required, positive.", Unset: "—"},
 	"tiers.<name>.review":            {Text: "Whether the tier gets per-file reviews (summaries it always gets).", Unset: "`true`"},
 	"tiers.<name>.quota_tokens":      {Text: "Tokens per quota period per installation; 0: unlimited."},
+	"tiers.<name>.quota_dollars":     {Text: "US dollars per quota period per installation, at the models' prices (`models[].prices`), reserved and capped exactly as `quota_tokens` (chat included); every model needs prices. 0: unlimited."},
 	"tiers.<name>.chat_quota_tokens": {Text: "Chat's own quota per quota period per installation; 0: chat shares `quota_tokens`."},
 
 	"plans[].installation": {Text: "The installation's id. Required.", Unset: "—"},

@@ -100,7 +100,7 @@ func (s *Server) buildWorkers(tr http.RoundTripper, opt Options, handlers bool) 
 	}
 	tiers := map[jobs.Tier]workers.TierSpec{}
 	for name, t := range cfg.Tiers {
-		tiers[jobs.Tier(name)] = workers.TierSpec{Review: t.Review == nil || *t.Review, QuotaTokens: t.QuotaTokens, ChatQuotaTokens: t.ChatQuotaTokens}
+		tiers[jobs.Tier(name)] = workers.TierSpec{Review: t.Review == nil || *t.Review, QuotaTokens: t.QuotaTokens, ChatQuotaTokens: t.ChatQuotaTokens, QuotaDollars: t.QuotaDollars}
 	}
 	period, _ := ratelimit.ParsePeriod(cfg.Quota.Period)
 	quota, err := ratelimit.NewQuota(s.rdb, ratelimit.QuotaConfig{Period: period})
