@@ -498,6 +498,10 @@ func (b *Bucket) reservationKey(jobID string) string { return b.tag + ":res:" + 
 // input and output token limits per period and per day (added last, so a
 // bucket's stored state keeps its fields when they are configured).
 type dimension struct {
+	// id names the dimension's fields in the bucket's state (w<id>…,
+	// l<id>): fixed per kind of limit, so configuring or dropping
+	// another limit leaves a dimension's state where it is.
+	id           int
 	name         string
 	limit, burst int64
 	span         time.Duration
@@ -512,26 +516,26 @@ func dimensionsOf(l Limits) []dimension {
 	}
 	day := 24 * time.Hour
 	dims := []dimension{
-		{"requests", l.RequestsPerPeriod, l.BurstRequests, span, true, func(v Values) int64 { return v.Requests }},
-		{"tokens", l.TokensPerPeriod, l.BurstTokens, span, true, func(v Values) int64 { return v.Tokens }},
+		{1, "requests", l.RequestsPerPeriod, l.BurstRequests, span, true, func(v Values) int64 { return v.Requests }},
+		{2, "tokens", l.TokensPerPeriod, l.BurstTokens, span, true, func(v Values) int64 { return v.Tokens }},
 	}
 	if l.RequestsPerDay > 0 {
-		dims = append(dims, dimension{"requests/day", l.RequestsPerDay, l.RequestsPerDay, day, false, func(v Values) int64 { return v.Requests }})
+		dims = append(dims, dimension{3, "requests/day", l.RequestsPerDay, l.RequestsPerDay, day, false, func(v Values) int64 { return v.Requests }})
 	}
 	if l.TokensPerDay > 0 {
-		dims = append(dims, dimension{"tokens/day", l.TokensPerDay, l.TokensPerDay, day, false, func(v Values) int64 { return v.Tokens }})
+		dims = append(dims, dimension{4, "tokens/day", l.TokensPerDay, l.TokensPerDay, day, false, func(v Values) int64 { return v.Tokens }})
 	}
 	if l.InputTokensPerPeriod > 0 {
-		dims = append(dims, dimension{"input tokens", l.InputTokensPerPeriod, l.BurstInputTokens, span, true, func(v Values) int64 { return v.Input }})
+		dims = append(dims, dimension{5, "input tokens", l.InputTokensPerPeriod, l.BurstInputTokens, span, true, func(v Values) int64 { return v.Input }})
 	}
 	if l.OutputTokensPerPeriod > 0 {
-		dims = append(dims, dimension{"output tokens", l.OutputTokensPerPeriod, l.BurstOutputTokens, span, true, func(v Values) int64 { return v.Output }})
+		dims = append(dims, dimension{6, "output tokens", l.OutputTokensPerPeriod, l.BurstOutputTokens, span, true, func(v Values) int64 { return v.Output }})
 	}
 	if l.InputTokensPerDay > 0 {
-		dims = append(dims, dimension{"input tokens/day", l.InputTokensPerDay, l.InputTokensPerDay, day, false, func(v Values) int64 { return v.Input }})
+		dims = append(dims, dimension{7, "input tokens/day", l.InputTokensPerDay, l.InputTokensPerDay, day, false, func(v Values) int64 { return v.Input }})
 	}
 	if l.OutputTokensPerDay > 0 {
-		dims = append(dims, dimension{"output tokens/day", l.OutputTokensPerDay, l.OutputTokensPerDay, day, false, func(v Values) int64 { return v.Output }})
+		dims = append(dims, dimension{8, "output tokens/day", l.OutputTokensPerDay, l.OutputTokensPerDay, day, false, func(v Values) int64 { return v.Output }})
 	}
 	return dims
 }
@@ -552,7 +556,7 @@ func (b *Bucket) scriptArgs(v Values, daily bool) []any {
 			value = -1
 		}
 		if !l.Windowed() {
-			args = append(args, "b", d.limit, d.span.Microseconds(), d.burst, value)
+			args = append(args, "b"+strconv.Itoa(d.id), d.limit, d.span.Microseconds(), d.burst, value)
 			continue
 		}
 		span := d.span // auto: the bucket's period; its window is Window
@@ -580,10 +584,10 @@ func (b *Bucket) scriptArgs(v Values, daily bool) []any {
 			}
 		}
 		if l.Limiter == LimiterAuto {
-			args = append(args, "a", d.limit, d.span.Microseconds(), d.burst, value, span.Microseconds()+margin, subUS, subLimit, slot, own)
+			args = append(args, "a"+strconv.Itoa(d.id), d.limit, d.span.Microseconds(), d.burst, value, span.Microseconds()+margin, subUS, subLimit, slot, own)
 			continue
 		}
-		args = append(args, "w", d.limit, span.Microseconds()+margin, subUS, subLimit, slot, value, own)
+		args = append(args, "w"+strconv.Itoa(d.id), d.limit, span.Microseconds()+margin, subUS, subLimit, slot, value, own)
 	}
 	return args
 }

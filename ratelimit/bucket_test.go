@@ -314,3 +314,39 @@ func TestRedisRestartLosesBucket(t *testing.T) {
 		t.Fatal("more than one extra burst admitted after restart")
 	}
 }
+
+// TestLimitAddedKeepsOthersState: a bucket's state is kept per kind of
+// limit, so configuring a daily limit leaves what the input and output
+// limits had admitted where it was, for a bucket and a window alike.
+func TestLimitAddedKeepsOthersState(t *testing.T) {
+	for _, limiter := range []ratelimit.Limiter{ratelimit.LimiterBucket, ratelimit.LimiterWindow} {
+		t.Run(string(limiter), func(t *testing.T) {
+			name := "added-" + string(limiter)
+			l := ratelimit.Limits{RequestsPerPeriod: 100, TokensPerPeriod: 100000, InputTokensPerPeriod: 10000, OutputTokensPerPeriod: 2000,
+				Period: time.Minute, Limiter: limiter}
+			b, clk, rdb := newBucket(t, name, l)
+			ctx := context.Background()
+			if d, err := b.Reserve(ctx, "job-1", ratelimit.Cost{Requests: 1, Tokens: 7000, Input: 6000, Output: 1000}); err != nil || !d.Admitted {
+				t.Fatalf("reserve: %+v %v", d, err)
+			}
+			before, _, err := b.Available(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// the operator adds a daily token limit; the same model's bucket
+			l.TokensPerDay = 1000000
+			again, err := ratelimit.NewBucket(rdb, name, "sk-"+name, l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			again.NowFunc = clk.now
+			after, _, err := again.Available(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if after.Input != before.Input || after.Output != before.Output || before.Input != 4000 || before.Output != 1000 {
+				t.Fatalf("available before %+v, after adding a daily limit %+v: want the input and output limits' 4000 and 1000 kept", before, after)
+			}
+		})
+	}
+}

@@ -58,9 +58,9 @@ local function readslots(st, i, a, b)
   local want, idx = {}, {}
   for j = a, b do
     if cache[j] == nil then
-      want[#want + 1] = slotfield(i, j)
-      want[#want + 1] = timefield(i, j)
-      want[#want + 1] = exactfield(i, j)
+      want[#want + 1] = slotfield(st.fid[i], j)
+      want[#want + 1] = timefield(st.fid[i], j)
+      want[#want + 1] = exactfield(st.fid[i], j)
       idx[#idx + 1] = j
     end
   end
@@ -203,14 +203,18 @@ end
 -- It brings the state up to now and returns it and the index of the last
 -- argument it read. st.burst[i] is the most one call may ever take.
 function B.load(key, argv, base, now)
-  local st = {key = key, now = now, kind = {}, lim = {}, per = {}, burst = {}, val = {}, level = {},
+  local st = {key = key, now = now, kind = {}, fid = {}, lim = {}, per = {}, burst = {}, val = {}, level = {},
     sub = {}, sublim = {}, slot = {}, sum = {}, subsum = {}, p = {}, q = {}, d = {}, h = {}, base = {}, learn = {}, own = {},
     cache = {}, tcache = {}, dirty = {}, del = {}, xcache = {}, xstale = {}, cred = {}, scred = {}, credit = {}, subcredit = {}}
   local n = tonumber(argv[base + 1])
   st.n = n
   local b = base + 1
   for i = 1, n do
-    local kind = argv[b + 1]
+    -- a dimension's kind, then its stable id ('b2'): its state's fields
+    -- are named by the id, so adding or removing another dimension
+    -- leaves them in place
+    local kind, fid = string.match(argv[b + 1] or '', '^(%a)(%d*)$')
+    st.fid[i] = tonumber(fid) or i
     local v
     if kind == 'a' then
       if st.auto == nil then st.auto = redis.call('HGET', key, 'auto') or 'b' end
@@ -252,9 +256,9 @@ function B.load(key, argv, base, now)
   local fields = {'t'}
   for i = 1, n do
     if st.kind[i] == 'w' then
-      for _, f in ipairs({'s', 'u', 'p', 'q', 'd', 'h', 'g', 'm', 'e'}) do fields[#fields + 1] = 'w' .. i .. f end
+      for _, f in ipairs({'s', 'u', 'p', 'q', 'd', 'h', 'g', 'm', 'e'}) do fields[#fields + 1] = 'w' .. st.fid[i] .. f end
     else
-      fields[#fields + 1] = 'l' .. i
+      fields[#fields + 1] = 'l' .. st.fid[i]
     end
   end
   local nf = #fields
@@ -318,9 +322,9 @@ function B.load(key, argv, base, now)
         -- afresh (as a new bucket starts full) and drop the old slots
         local from, to = tonumber(d) or 0, tonumber(h) or -1
         for j = from, math.min(to, from + 30000) do
-          st.del[i][#st.del[i] + 1] = slotfield(i, j)
-          st.del[i][#st.del[i] + 1] = timefield(i, j)
-          st.del[i][#st.del[i] + 1] = exactfield(i, j)
+          st.del[i][#st.del[i] + 1] = slotfield(st.fid[i], j)
+          st.del[i][#st.del[i] + 1] = timefield(st.fid[i], j)
+          st.del[i][#st.del[i] + 1] = exactfield(st.fid[i], j)
         end
         p = false
       end
@@ -358,15 +362,15 @@ function B.load(key, argv, base, now)
         -- an older writer dropped slots below d and left their times
         if e ~= nil and e < st.d[i] then
           for j = e, math.min(st.d[i] - 1, e + 30000) do
-            st.del[i][#st.del[i] + 1] = timefield(i, j)
-            st.del[i][#st.del[i] + 1] = exactfield(i, j)
+            st.del[i][#st.del[i] + 1] = timefield(st.fid[i], j)
+            st.del[i][#st.del[i] + 1] = exactfield(st.fid[i], j)
           end
         end
         if st.d[i] < lod then
           for j = st.d[i], math.min(lod - 1, st.h[i]) do
-            st.del[i][#st.del[i] + 1] = slotfield(i, j)
-            st.del[i][#st.del[i] + 1] = timefield(i, j)
-            st.del[i][#st.del[i] + 1] = exactfield(i, j)
+            st.del[i][#st.del[i] + 1] = slotfield(st.fid[i], j)
+            st.del[i][#st.del[i] + 1] = timefield(st.fid[i], j)
+            st.del[i][#st.del[i] + 1] = exactfield(st.fid[i], j)
           end
           st.d[i] = lod
         end
@@ -682,7 +686,7 @@ function B.save(st)
   local maxper = 0
   for i = 1, st.n do
     if st.kind[i] == 'w' then
-      local pre = 'w' .. i
+      local pre = 'w' .. st.fid[i]
       for _, kv in ipairs({{'s', st.sum[i]}, {'u', st.subsum[i]}, {'p', st.p[i]}, {'q', st.q[i]}, {'d', st.d[i]}, {'h', st.h[i]}, {'g', st.slot[i]}, {'m', st.learn[i]}, {'e', st.d[i]}}) do
         args[#args + 1] = pre .. kv[1]
         args[#args + 1] = B.fmt(kv[2])
@@ -690,23 +694,23 @@ function B.save(st)
       local untimed = {}
       for j in pairs(st.dirty[i]) do
         if j >= st.d[i] then
-          args[#args + 1] = slotfield(i, j)
+          args[#args + 1] = slotfield(st.fid[i], j)
           args[#args + 1] = B.fmt(st.cache[i][j])
           local t = st.tcache[i][j]
           if t then
-            args[#args + 1] = timefield(i, j)
+            args[#args + 1] = timefield(st.fid[i], j)
             args[#args + 1] = B.fmt(t) .. ':' .. B.fmt(st.cache[i][j])
           else
-            untimed[#untimed + 1] = timefield(i, j)
+            untimed[#untimed + 1] = timefield(st.fid[i], j)
           end
           -- what is known of the slot's calls' arrival, beside its new
           -- value (a stale one is dropped)
           local xc = st.xcache[i][j]
           if xc then
-            args[#args + 1] = exactfield(i, j)
+            args[#args + 1] = exactfield(st.fid[i], j)
             args[#args + 1] = B.fmt(xc[1]) .. ':' .. B.fmt(xc[2]) .. ':' .. B.fmt(st.cache[i][j])
           elseif st.xstale[i][j] then
-            untimed[#untimed + 1] = exactfield(i, j)
+            untimed[#untimed + 1] = exactfield(st.fid[i], j)
           end
         end
       end
@@ -727,7 +731,7 @@ function B.save(st)
       -- a window's state lives as long as its slots are kept
       if 3 * st.per[i] > maxper then maxper = 3 * st.per[i] end
     else
-      args[#args + 1] = 'l' .. i
+      args[#args + 1] = 'l' .. st.fid[i]
       args[#args + 1] = B.fmt(st.level[i])
       if st.per[i] > maxper then maxper = st.per[i] end
     end
