@@ -142,17 +142,17 @@ func (s *Scheduler) adoptOrphans(ctx context.Context, rc RunConfig, now time.Tim
 					if err != nil {
 						continue
 					}
-					if n, _ := s.rdb.HExists(ctx, keys.Tickets, t.ID).Result(); n {
-						continue
-					}
-					// a ticket delayed past a minute (a spent quota's reset)
-					// is no orphan: it is left to its time. A shorter delay
-					// (a transient failure's backoff) ends at this scan, as
-					// it always has: the scan runs every few seconds.
+					// a delayed ticket (a backoff, a spent quota's reset) is
+					// no orphan: admission registers it when it is due. The
+					// delayed set is read once a pass, so the many tasks
+					// waiting for a quota cost no command each
 					if _, ok := delayed[t.Model]; !ok {
 						delayed[t.Model] = s.delayedIDs(ctx, keys)
 					}
-					if due, ok := delayed[t.Model][t.ID]; ok && due.After(now.Add(longDelay)) {
+					if due, ok := delayed[t.Model][t.ID]; ok && due.After(now) {
+						continue
+					}
+					if n, _ := s.rdb.HExists(ctx, keys.Tickets, t.ID).Result(); n {
 						continue
 					}
 					if reg, err := s.Register(ctx, t); err == nil && reg {
@@ -167,9 +167,6 @@ func (s *Scheduler) adoptOrphans(ctx context.Context, rc RunConfig, now time.Tim
 	}
 	return nil
 }
-
-// longDelay is the least delay the orphan scan leaves to its time.
-const longDelay = time.Minute
 
 // delayedIDs returns a model's delayed tickets (registered when due) by
 // id, with their due times. A failed read returns none: the scan adopts

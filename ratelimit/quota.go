@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -124,15 +125,27 @@ type Grant struct {
 // QuotaError reports a refused call: nothing was sent, nothing spent.
 type QuotaError struct {
 	Tenant, Agent string
-	Remaining     int64
-	Needed        int64
-	Reset         time.Time
+	// Remaining, Needed and Limit are in the quota's unit (tokens, or
+	// nano-dollars for a quota in dollars): what is left, what the call
+	// needs at least, and the whole quota of a period.
+	Remaining int64
+	Needed    int64
+	Limit     int64
+	Reset     time.Time
 }
 
 func (e *QuotaError) Error() string {
-	return fmt.Sprintf("ratelimit: quota of %s/%s reached: %d tokens left, %d needed; resets at %s",
-		e.Tenant, e.Agent, e.Remaining, e.Needed, e.Reset.UTC().Format(time.RFC3339))
+	unit := "tokens"
+	if strings.HasPrefix(e.Agent, "$") {
+		unit = "nano-dollars"
+	}
+	return fmt.Sprintf("ratelimit: quota of %s/%s reached: %d %s left, %d needed; resets at %s",
+		e.Tenant, e.Agent, e.Remaining, unit, e.Needed, e.Reset.UTC().Format(time.RFC3339))
 }
+
+// Never says the call needs more than the whole quota of a period: no
+// reset will let it through.
+func (e *QuotaError) Never() bool { return e.Needed > e.Limit }
 
 // ErrQuotaExceeded matches every *QuotaError with errors.Is.
 var ErrQuotaExceeded = errors.New("ratelimit: quota exceeded")
@@ -201,7 +214,7 @@ func (q *Quota) reserve(ctx context.Context, tenant, agent, jobID string, limit,
 			t = time.UnixMicro(res[3])
 			continue
 		case 0:
-			return Grant{}, &QuotaError{Tenant: tenant, Agent: agent, Remaining: res[1], Needed: input*inPrice + minOut*outPrice, Reset: we}
+			return Grant{}, &QuotaError{Tenant: tenant, Agent: agent, Remaining: res[1], Needed: input*inPrice + minOut*outPrice, Limit: limit, Reset: we}
 		}
 		w := time.UnixMicro(res[4]).UTC()
 		_, end := q.cfg.Period.Window(w)

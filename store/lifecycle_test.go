@@ -265,3 +265,40 @@ func TestRepoSettingsRoundTrip(t *testing.T) {
 		t.Errorf("keys %v, want one", keys)
 	}
 }
+
+// TestWaitingKeepsTheRun: a head waiting for a quota's reset keeps its
+// data until the reset and RunTTL beyond it, however long the wait; a
+// superseded head's wait changes nothing.
+func TestWaitingKeepsTheRun(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Shared(t).Client(t)
+	st := store.New(rdb, jobs.TierFree)
+	st.RunTTL = time.Hour
+	pr := jobs.PR{Installation: 3, Owner: "o", Repo: "waiting", Number: 9}
+	if _, _, err := st.StartRun(ctx, store.Run{PR: pr, Head: "h1", Tier: jobs.TierPaid, SummaryTotal: 1}, []store.FileData{{Path: "a.go"}}); err != nil {
+		t.Fatal(err)
+	}
+	until := time.Now().Add(30 * 24 * time.Hour) // a month's quota
+	if err := st.SetWaiting(ctx, pr, "h0", until); err != nil {
+		t.Fatal(err)
+	}
+	if run, _ := st.GetRun(ctx, pr); !run.WaitingUntil.IsZero() {
+		t.Fatalf("another head's wait was recorded: %v", run.WaitingUntil)
+	}
+	if err := st.SetWaiting(ctx, pr, "h1", until); err != nil {
+		t.Fatal(err)
+	}
+	run, err := st.GetRun(ctx, pr)
+	if err != nil || run.WaitingUntil.UnixMilli() != until.UnixMilli() {
+		t.Fatalf("waiting until %v (%v), want %v", run.WaitingUntil, err, until)
+	}
+	keys, _ := rdb.Keys(ctx, "{prq:pr:"+pr.Key()+"}:*").Result()
+	if len(keys) < 2 {
+		t.Fatalf("keys %v, want the run's and its files'", keys)
+	}
+	for _, k := range keys {
+		if ttl := rdb.PTTL(ctx, k).Val(); ttl < 30*24*time.Hour {
+			t.Errorf("%s lives %s, want past the reset and RunTTL", k, ttl)
+		}
+	}
+}

@@ -130,3 +130,12 @@ func (s *Store) LastConfig(ctx context.Context, inst int64, repo string) (c Last
 	}
 	return LastConfig{SHA: m["sha"], Source: m["source"], Content: []byte(m["content"])}, true, nil
 }
+
+// TouchLastConfig renews the lifetime of a repository's last valid
+// configuration file (it was read valid again).
+func (s *Store) TouchLastConfig(ctx context.Context, inst int64, repo string) error {
+	if err := s.rdb.PExpire(ctx, lastConfigKey(inst, repo), LastConfigTTL).Err(); err != nil {
+		return fmt.Errorf("store: renew the last valid configuration of %s: %w", repo, err)
+	}
+	return nil
+}

@@ -143,10 +143,17 @@ var completeSource string
 
 var completeScript = redis.NewScript(completeSource)
 
+// waitingScript: KEYS the run hash, then the head's other keys; ARGV
+// head, until (unix ms), keep (ms): each existing key lives at least keep.
 var waitingScript = redis.NewScript(`
 if redis.call('HGET', KEYS[1], 'head') ~= ARGV[1] then return 0 end
 local cur = tonumber(redis.call('HGET', KEYS[1], 'waiting_until') or '0') or 0
 if tonumber(ARGV[2]) > cur then redis.call('HSET', KEYS[1], 'waiting_until', ARGV[2]) end
+local keep = tonumber(ARGV[3])
+for _, k in ipairs(KEYS) do
+  local ttl = redis.call('PTTL', k)
+  if ttl >= 0 and ttl < keep then redis.call('PEXPIRE', k, keep) end
+end
 return 1`)
 
 //go:embed start.lua
@@ -225,7 +232,11 @@ func (s *Store) GetRun(ctx context.Context, pr jobs.PR) (Run, error) {
 // to reset at until (the latest such time is kept). A head that is no
 // longer the run's is left alone.
 func (s *Store) SetWaiting(ctx context.Context, pr jobs.PR, head string, until time.Time) error {
-	if err := waitingScript.Run(ctx, s.rdb, []string{runKey(pr)}, head, until.UnixMilli()).Err(); err != nil {
+	// the head's data outlives the wait by RunTTL, however long the
+	// quota's period (a month's is longer than RunTTL)
+	keep := max(until.Sub(s.NowFunc()), 0) + s.RunTTL
+	keys := []string{runKey(pr), filesKey(pr, head), resultsKey(pr, head), tasksKey(pr, head), postedKey(pr), settingsKey(pr), controlKey(pr)}
+	if err := waitingScript.Run(ctx, s.rdb, keys, head, until.UnixMilli(), keep.Milliseconds()).Err(); err != nil {
 		return fmt.Errorf("store: set waiting %s: %w", pr, err)
 	}
 	return nil

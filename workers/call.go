@@ -225,6 +225,10 @@ func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
 		settle(ctx, cfg.Ledger, log, s.ticket, ratelimit.Cost{})
 		c.count(model, "quota")
 		if !cfg.QuotaSkip && s.kind != jobs.KindChat {
+			if qe.Never() {
+				// no reset lets it through: waiting would last for ever
+				return llm.Response{}, &skipError{reason: "too large for the tier's quota (its call needs more than a whole period's)", failed: true}
+			}
 			return llm.Response{}, &quotaWaitError{until: qe.Reset}
 		}
 		return llm.Response{}, &skipError{reason: quotaSkip + ", resets at " + qe.Reset.UTC().Format("2006-01-02 15:04 UTC")}
@@ -246,7 +250,9 @@ func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
 	var dgrant *ratelimit.Grant
 	if dl := cfg.Tiers[s.tier].QuotaDollars; dl > 0 && cfg.Quota != nil {
 		dq, ok := cfg.Quota.(DollarQuota)
-		inPrice, outPrice := nanoPerToken(s.model.Prices.Input), nanoPerToken(s.model.Prices.Output)
+		// the input at its dearest price (a cache write may cost more)
+		pr := s.model.Prices
+		inPrice, outPrice := nanoPerToken(max(pr.Input, pr.CachedInput, pr.CacheWrite)), nanoPerToken(pr.Output)
 		if !ok || outPrice <= 0 {
 			settle(ctx, cfg.Ledger, log, s.ticket, ratelimit.Cost{})
 			if grant != nil {

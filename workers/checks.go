@@ -452,7 +452,7 @@ func (c *Checks) Progress(ctx context.Context, pr jobs.PR, head string) {
 func (c *Checks) QuotaWait(ctx context.Context, pr jobs.PR, head string, until time.Time) {
 	at := until.UTC().Format("2006-01-02 15:04 UTC")
 	c.waiting(ctx, pr, head, "quota", until.Unix(), "Waiting for the quota: resumes "+at, func(run store.Run) string {
-		return "The installation's token quota for this period is spent. Nothing is skipped: the review resumes by itself when the quota resets, at " +
+		return "The installation's quota for this period is spent. Nothing is skipped: the review resumes by itself when the quota resets, at " +
 			at + ". " + progressText(run)
 	})
 }

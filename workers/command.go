@@ -304,7 +304,7 @@ func (r *CommandRunner) status(ctx context.Context, c jobs.Command) (string, err
 		done, total := run.SummaryDone+run.ReviewDone, run.SummaryTotal+run.ReviewTotal
 		fmt.Fprintf(&b, "%s is being reviewed: %d of %d jobs done (tier %s); the rest wait their turn at the provider's limit.", short(run.Head), done, total, run.Tier)
 		if run.WaitingUntil.After(time.Now()) {
-			fmt.Fprintf(&b, " The installation's token quota for this period is spent: the review resumes by itself when it resets, at %s.",
+			fmt.Fprintf(&b, " The installation's quota for this period is spent: the review resumes by itself when it resets, at %s.",
 				run.WaitingUntil.UTC().Format("2006-01-02 15:04 UTC"))
 		} else if r.cfg.Line != nil {
 			if p, waiting, err := r.cfg.Line.Where(ctx, run); err != nil {
@@ -338,10 +338,16 @@ func (r *CommandRunner) summary(ctx context.Context, c jobs.Command) (string, er
 	if err != nil {
 		return "", err
 	}
+	note := ""
 	if run.State != store.StateDone {
 		done, total := run.SummaryDone+run.ReviewDone, run.SummaryTotal+run.ReviewTotal
-		return "", &refusedCommand{fmt.Sprintf("No summary of %s yet: it is being reviewed (%d of %d jobs done); the summary comment is written when it is done.",
-			short(run.Head), done, total)}
+		if run.LastReviewed == "" || run.LastReviewed == run.Head {
+			return "", &refusedCommand{fmt.Sprintf("No summary of %s yet: it is being reviewed (%d of %d jobs done); the summary comment is written when it is done.",
+				short(run.Head), done, total)}
+		}
+		// the last reviewed head's, while a newer one is reviewed
+		note = fmt.Sprintf("\n\n_%s, pushed since, is being reviewed (%d of %d jobs done)._", short(run.Head), done, total)
+		run.Head = run.LastReviewed
 	}
 	files, err := r.cfg.Store.Files(ctx, c.PR, run.Head)
 	if err != nil {
@@ -361,7 +367,7 @@ func (r *CommandRunner) summary(ctx context.Context, c jobs.Command) (string, er
 	if len(parts) > 1 {
 		text += fmt.Sprintf("\n\n_The summary goes on in %d more comments at the top of this pull request._", len(parts)-1)
 	}
-	return text, nil
+	return text + note, nil
 }
 
 // config shows the repository configuration in effect at the pull

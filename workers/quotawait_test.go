@@ -184,3 +184,29 @@ func TestCheckRunQuotaWaitAndSkip(t *testing.T) {
 		t.Fatalf("check runs %+v, want one completed neutral: files skipped for the quota", cs)
 	}
 }
+
+// A call that needs more than a whole period's quota is not held for a
+// reset that can never let it through: it is recorded as failed at once.
+func TestQuotaTooSmallNeverWaits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	qu, err := ratelimit.NewQuota(redistest.Shared(t).Client(t), ratelimit.QuotaConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, adm, q, model := newStore(t), &fakeAdmission{}, &fakeQueue{}, &fakeLLM{CompleteFunc: answer("never")}
+	caller := newCaller(t, adm, model, qu, map[jobs.Tier]workers.TierSpec{jobs.TierPaid: {QuotaTokens: 10}})
+	pr := testPR(t, 234)
+	_, task := plannedFile(t, st, pr, jobs.KindSummary)
+	w := newFileWorker(t, st, adm, caller, q, nil)
+	if err := w.ProcessTask(ctx, task); err != nil {
+		t.Fatal(err)
+	}
+	results, err := st.Results(ctx, pr, "h1")
+	if err != nil || len(results) != 1 || !results[0].Failed || !strings.Contains(results[0].Skipped, "too large for the tier's quota") {
+		t.Fatalf("results %+v (%v), want the file failed as too large for the quota", results, err)
+	}
+	if got := adm.Events("register"); len(got) != 0 || model.Calls() != 0 {
+		t.Errorf("registered %q, %d calls: want no wait and no call", got, model.Calls())
+	}
+}

@@ -23,7 +23,7 @@ type repoConfigs struct {
 	// is which blob was last kept per layer, so it is written once.
 	last   LastConfigs
 	mu     sync.Mutex
-	saved  map[string]string  // "inst|owner/repo" -> blob sha kept
+	saved  map[string]kept    // "inst|owner/repo" -> the blob kept, and when
 	atBase map[string]layer   // "owner/repo@sha" -> the repository's layer
 	org    map[string]orgRead // owner -> its layer, when read
 	parsed map[string]parse   // blob sha -> the parse
@@ -65,7 +65,7 @@ type layer struct {
 }
 
 func newRepoConfigs(now func() time.Time, last LastConfigs) *repoConfigs {
-	return &repoConfigs{now: now, last: last, saved: map[string]string{}, atBase: map[string]layer{}, org: map[string]orgRead{}, parsed: map[string]parse{}}
+	return &repoConfigs{now: now, last: last, saved: map[string]kept{}, atBase: map[string]layer{}, org: map[string]orgRead{}, parsed: map[string]parse{}}
 }
 
 // LastConfigs keeps each repository's last valid configuration file (a
@@ -74,6 +74,7 @@ func newRepoConfigs(now func() time.Time, last LastConfigs) *repoConfigs {
 type LastConfigs interface {
 	LastConfig(ctx context.Context, installation int64, repo string) (store.LastConfig, bool, error)
 	SetLastConfig(ctx context.Context, installation int64, repo string, c store.LastConfig) error
+	TouchLastConfig(ctx context.Context, installation int64, repo string) error
 }
 
 var _ LastConfigs = (*store.Store)(nil)
@@ -121,27 +122,49 @@ func (rc *repoConfigs) effective(ctx context.Context, gh PRReader, inst int64, o
 	return c, notice, nil
 }
 
-// keep records a layer's file as its repository's last valid one, once
-// per blob (a failure costs only the fallback of a later broken edit).
+// kept is the blob a process last kept as a repository's last valid
+// configuration, and when.
+type kept struct {
+	sha string
+	at  time.Time
+}
+
+// keepRefresh is how often a process renews the kept file's lifetime
+// while the file stays the same.
+const keepRefresh = 24 * time.Hour
+
+// keep records a layer's file as its repository's last valid one: a new
+// blob at once, the same one's lifetime renewed at most daily (a failure
+// costs only the fallback of a later broken edit).
 func (rc *repoConfigs) keep(ctx context.Context, inst int64, key string, l layer) {
-	if rc.last == nil || l.sha == "" || l.content == nil {
+	if rc.last == nil || l.sha == "" {
 		return
 	}
 	k := fmt.Sprint(inst) + "|" + key
+	now := rc.now()
 	rc.mu.Lock()
-	same := rc.saved[k] == l.sha
+	prev := rc.saved[k]
 	rc.mu.Unlock()
-	if same {
+	if prev.sha == l.sha && now.Sub(prev.at) < keepRefresh {
 		return
 	}
-	if err := rc.last.SetLastConfig(ctx, inst, key, store.LastConfig{SHA: l.sha, Source: l.source, Content: l.content}); err != nil {
+	var err error
+	switch {
+	case l.content != nil:
+		err = rc.last.SetLastConfig(ctx, inst, key, store.LastConfig{SHA: l.sha, Source: l.source, Content: l.content})
+	case prev.sha == l.sha:
+		err = rc.last.TouchLastConfig(ctx, inst, key)
+	default:
+		return // a cached layer without its content: kept when next read
+	}
+	if err != nil {
 		return
 	}
 	rc.mu.Lock()
 	if len(rc.saved) >= maxCached {
-		rc.saved = map[string]string{}
+		rc.saved = map[string]kept{}
 	}
-	rc.saved[k] = l.sha
+	rc.saved[k] = kept{sha: l.sha, at: now}
 	rc.mu.Unlock()
 }
 

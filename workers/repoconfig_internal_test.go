@@ -82,8 +82,10 @@ func TestRepoConfigsLayersAndProblems(t *testing.T) {
 // default stays beneath it.
 func TestRepoConfigFallsBackToLastValid(t *testing.T) {
 	ctx := context.Background()
-	st := store.New(redistest.Shared(t).Client(t), jobs.TierFree)
-	rc := newRepoConfigs(time.Now, st)
+	rdb := redistest.Shared(t).Client(t)
+	st := store.New(rdb, jobs.TierFree)
+	clk := time.Unix(1.9e9, 0)
+	rc := newRepoConfigs(func() time.Time { return clk }, st)
 	gh := &contentsOnly{files: map[string]string{
 		".github:prq.yaml@":  "chat: false\n",
 		"web:.prq.yaml@b1":   "language: ja\n",
@@ -114,6 +116,13 @@ func TestRepoConfigFallsBackToLastValid(t *testing.T) {
 	}
 	if c, notice, _ := rc.effective(ctx, gh, inst, "acme", "web", "b4"); c.Language != "pt-BR" || !strings.Contains(notice, "at b3 (its last valid version") {
 		t.Errorf("after a newer valid file: language %q, notice %q", c.Language, notice)
+	}
+	// the same valid file read again a day later renews the kept one's lifetime
+	rdb.PExpire(ctx, "prq:repocfg:77:acme/web", time.Hour)
+	clk = clk.Add(25 * time.Hour)
+	rc.effective(ctx, gh, inst, "acme", "web", "b3")
+	if ttl := rdb.PTTL(ctx, "prq:repocfg:77:acme/web").Val(); ttl < store.LastConfigTTL-time.Minute {
+		t.Errorf("the kept file's lifetime is %s after it was read valid again, want it renewed to %s", ttl, store.LastConfigTTL)
 	}
 	// never valid: the layers beneath
 	if c, notice, _ := rc.effective(ctx, gh, inst, "acme", "never", "b1"); c.Chat || !strings.HasSuffix(notice, "Applied instead: acme/.github:prq.yaml over defaults.") {

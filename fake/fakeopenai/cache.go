@@ -20,40 +20,48 @@ const (
 	cacheEntries = 1 << 18 // a full cache starts over
 )
 
-// promptCache returns how many of the request's leading prompt tokens
-// the cache serves, and records its prefixes as used now. Called with
-// s.mu held.
-func (s *Server) promptCache(model string, req *chatRequest, prompt int64, now time.Time) int64 {
+// prefixHashes returns the hashes of the request's prompt prefixes the
+// cache may hold: its first 1,024 tokens, then every 128 more (none for
+// a prompt under 1,024 tokens), from each message's tokens.
+func prefixHashes(model string, req *chatRequest, encoded [][]uint, prompt int64) []uint64 {
 	if prompt < cacheMin {
-		return 0
-	}
-	if len(s.prefixes) >= cacheEntries {
-		s.prefixes = map[uint64]time.Time{}
+		return nil
 	}
 	h := fnv.New64a()
 	h.Write([]byte(model))
 	var buf [8]byte
-	n, next, cached := 0, cacheMin, int64(0)
-	hit := true // the prefixes so far were all cached
-	for _, m := range req.Messages {
+	var out []uint64
+	n, next := 0, cacheMin
+	for i, m := range req.Messages {
 		h.Write([]byte{0})
 		h.Write([]byte(m.Role))
-		toks, _, _ := s.codec.Encode(m.Content)
-		for _, t := range toks {
+		for _, t := range encoded[i] {
 			binary.LittleEndian.PutUint64(buf[:], uint64(t))
 			h.Write(buf[:])
-			if n++; n < next {
-				continue
+			if n++; n == next {
+				out = append(out, h.Sum64())
+				next += cacheStep
 			}
-			k := h.Sum64()
-			if at, ok := s.prefixes[k]; hit && ok && now.Sub(at) < cacheLife {
-				cached = int64(n)
-			} else {
-				hit = false
-			}
-			s.prefixes[k] = now
-			next += cacheStep
 		}
+	}
+	return out
+}
+
+// promptCache returns how many of a prompt's leading tokens the cache
+// serves, given its prefixHashes, and records the prefixes as used now.
+// Called with s.mu held.
+func (s *Server) promptCache(prefixes []uint64, now time.Time) int64 {
+	if len(s.prefixes)+len(prefixes) >= cacheEntries {
+		s.prefixes = map[uint64]time.Time{}
+	}
+	cached, hit := int64(0), true // hit: the prefixes so far were all cached
+	for i, k := range prefixes {
+		if at, ok := s.prefixes[k]; hit && ok && now.Sub(at) < cacheLife {
+			cached = int64(cacheMin + i*cacheStep)
+		} else {
+			hit = false
+		}
+		s.prefixes[k] = now
 	}
 	return cached
 }

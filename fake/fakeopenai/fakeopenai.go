@@ -612,10 +612,11 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, key, deploy
 		return
 	}
 	chars, prompt := 0, int64(3)
-	for _, msg := range req.Messages {
+	encoded := make([][]uint, len(req.Messages)) // each message's tokens, for the prompt cache
+	for i, msg := range req.Messages {
 		chars += utf8.RuneCountInString(msg.Content)
-		n, _ := s.codec.Count(msg.Content)
-		prompt += int64(n) + 4
+		encoded[i], _, _ = s.codec.Encode(msg.Content)
+		prompt += int64(len(encoded[i])) + 4
 	}
 	cost := int64(math.Ceil(float64(chars)/4)) + maxOut*n // each choice may take the cap
 
@@ -745,8 +746,9 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, key, deploy
 		case <-time.After(latency):
 		}
 	}
+	prefixes := prefixHashes(m.Name, &req, encoded, prompt)
 	s.mu.Lock()
-	cached := s.promptCache(m.Name, &req, prompt, now)
+	cached := s.promptCache(prefixes, now)
 	st.CachedTokens += cached
 	s.mu.Unlock()
 	if call, ok := forcedTool(body); ok { // tools.go
