@@ -22,8 +22,8 @@ const (
 
 // prefixHashes returns the hashes of the request's prompt prefixes the
 // cache may hold: its first 1,024 tokens, then every 128 more (none for
-// a prompt under 1,024 tokens), from each message's tokens.
-func prefixHashes(model string, req *chatRequest, encoded [][]uint, prompt int64) []uint64 {
+// a prompt under 1,024 tokens, which is not tokenised again).
+func (s *Server) prefixHashes(model string, req *chatRequest, prompt int64) []uint64 {
 	if prompt < cacheMin {
 		return nil
 	}
@@ -32,10 +32,11 @@ func prefixHashes(model string, req *chatRequest, encoded [][]uint, prompt int64
 	var buf [8]byte
 	var out []uint64
 	n, next := 0, cacheMin
-	for i, m := range req.Messages {
+	for _, m := range req.Messages {
 		h.Write([]byte{0})
 		h.Write([]byte(m.Role))
-		for _, t := range encoded[i] {
+		toks, _, _ := s.codec.Encode(m.Content)
+		for _, t := range toks {
 			binary.LittleEndian.PutUint64(buf[:], uint64(t))
 			h.Write(buf[:])
 			if n++; n == next {

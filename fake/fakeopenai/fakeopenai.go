@@ -612,11 +612,10 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, key, deploy
 		return
 	}
 	chars, prompt := 0, int64(3)
-	encoded := make([][]uint, len(req.Messages)) // each message's tokens, for the prompt cache
-	for i, msg := range req.Messages {
+	for _, msg := range req.Messages {
 		chars += utf8.RuneCountInString(msg.Content)
-		encoded[i], _, _ = s.codec.Encode(msg.Content)
-		prompt += int64(len(encoded[i])) + 4
+		n, _ := s.codec.Count(msg.Content)
+		prompt += int64(n) + 4
 	}
 	cost := int64(math.Ceil(float64(chars)/4)) + maxOut*n // each choice may take the cap
 
@@ -746,7 +745,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, key, deploy
 		case <-time.After(latency):
 		}
 	}
-	prefixes := prefixHashes(m.Name, &req, encoded, prompt)
+	prefixes := s.prefixHashes(m.Name, &req, prompt) // outside the lock: tokenising takes time
 	s.mu.Lock()
 	cached := s.promptCache(prefixes, now)
 	st.CachedTokens += cached

@@ -43,9 +43,8 @@ type Queues interface {
 // every process.
 type Counts interface {
 	HIncrBy(ctx context.Context, key, field string, incr int64) *redis.IntCmd
-	HIncrByFloat(ctx context.Context, key, field string, incr float64) *redis.FloatCmd
 	HGetAll(ctx context.Context, key string) *redis.MapStringStringCmd
-	Expire(ctx context.Context, key string, expiration time.Duration) *redis.BoolCmd
+	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
 }
 
 // Metrics are prq's Prometheus series. Labels stay low-cardinality:
@@ -146,10 +145,14 @@ func (m *Metrics) CountCost(model, tier, lane string, installation int64, dollar
 	}
 	m.cost.WithLabelValues(model, tier, lane).Add(dollars)
 	ctx := context.Background()
-	m.counts.HIncrByFloat(ctx, costKey, model+"|"+tier, dollars)
 	k := spendKey(time.Now())
-	m.counts.HIncrByFloat(ctx, k, strconv.FormatInt(installation, 10), dollars)
-	m.counts.Expire(ctx, k, 400*24*time.Hour)
+	// one round trip for the three writes
+	_, _ = m.counts.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.HIncrByFloat(ctx, costKey, model+"|"+tier, dollars)
+		p.HIncrByFloat(ctx, k, strconv.FormatInt(installation, 10), dollars)
+		p.Expire(ctx, k, 400*24*time.Hour)
+		return nil
+	})
 }
 
 const costKey = "prq:llm:cost"
