@@ -226,11 +226,7 @@ func (c *Checks) Queue(ctx context.Context, pr jobs.PR, head string, p admission
 	title, summary := QueueText(p)
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(title))
-	mark := int64(h.Sum64() >> 1)
-	if shown, err := c.cfg.Store.Posted(ctx, pr, c.key(head)+":queue"); err != nil || shown == mark {
-		c.dropped(ctx, pr, DecorationCheckWaiting, err)
-		return
-	}
+	mark := int64(h.Sum64() >> 1) // waiting writes an unchanged title once
 	if ok, err := c.cfg.Store.Throttle(ctx, pr, c.key(head)+":queue", every); err != nil || !ok {
 		c.dropped(ctx, pr, DecorationCheckWaiting, err)
 		return
