@@ -26,8 +26,10 @@ import (
 func TestFileWorkerWaitsForSpentQuota(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	clk := &clock{now: time.Date(2026, 12, 3, 10, 59, 50, 0, time.UTC)}
-	reset := time.Date(2026, 12, 3, 11, 0, 0, 0, time.UTC)
+	// the next hour's start: Redis expires the quota's keys a day after
+	// their period, by its own clock, so the stepped one starts near it
+	reset := time.Now().UTC().Truncate(time.Hour).Add(time.Hour)
+	clk := &clock{now: reset.Add(-10 * time.Second)}
 	rdb := redistest.Shared(t).Client(t)
 	qu, err := ratelimit.NewQuota(rdb, ratelimit.QuotaConfig{Period: ratelimit.Hour, Clock: clk.Now})
 	if err != nil {
