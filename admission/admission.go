@@ -337,10 +337,11 @@ func (s *Scheduler) Release(ctx context.Context, adm []Admitted) {
 		default:
 			// pending already: fine; active: its handler put it back into
 			// admission and has not returned yet (release it when it has);
-			// anything else the reconciler retries
+			// held again: it returned between RunTask and this read (release
+			// it now); anything else the reconciler retries
 			switch s.stateOf(a.Queue, a.ID) {
 			case asynq.TaskStatePending:
-			case asynq.TaskStateActive:
+			case asynq.TaskStateActive, asynq.TaskStateScheduled, asynq.TaskStateRetry:
 				s.releaseWhenHeld(ctx, a)
 			default:
 				s.log.WarnContext(ctx, "release failed; the reconciler will retry", "task", a.ID, "err", err)
@@ -609,6 +610,75 @@ func (s *Scheduler) Cancel(ctx context.Context, model, id string) (bool, error) 
 		return false, fmt.Errorf("admission: cancel %s: %w", id, err)
 	}
 	return n == 1, nil
+}
+
+// Take removes a ticket that still waits, so that it can be registered
+// under another model (a fallback); a ticket admitted already (its task
+// released) or gone is not taken (false).
+func (s *Scheduler) Take(ctx context.Context, model, id string) (bool, error) {
+	keys, _, err := s.keys(model)
+	if err != nil {
+		return false, err
+	}
+	n, err := script.Run(ctx, s.rdb, keys.list(), "cancel", s.now(), id, "waiting").Int()
+	if err != nil {
+		return false, fmt.Errorf("admission: take %s: %w", id, err)
+	}
+	return n == 1, nil
+}
+
+// Waiting is a ticket waiting for admission, as Scheduler.Waiting lists
+// it: its task's id and queue, its class, its estimate and output part,
+// and when it first waited.
+type Waiting struct {
+	ID, Queue, Class string
+	Tokens, Output   int64
+	Enqueued         time.Time
+}
+
+// Waiting lists up to n of a model's waiting tickets, those that waited
+// longest first (not in admission's order). A ticket delayed for later
+// is not listed until it is due.
+func (s *Scheduler) Waiting(ctx context.Context, model string, n int) ([]Waiting, error) {
+	keys, _, err := s.keys(model)
+	if err != nil {
+		return nil, err
+	}
+	if n <= 0 {
+		return nil, nil
+	}
+	ids, err := s.rdb.ZRange(ctx, keys.Age, 0, int64(n-1)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("admission: list waiting tickets: %w", err)
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	encs, err := s.rdb.HMGet(ctx, keys.Tickets, ids...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("admission: list waiting tickets: %w", err)
+	}
+	out := make([]Waiting, 0, len(ids))
+	for i, e := range encs {
+		enc, ok := e.(string)
+		if !ok {
+			continue // admitted or cancelled since
+		}
+		st, err := decodeTicket(enc)
+		if err != nil {
+			continue // the reconciler says so
+		}
+		out = append(out, Waiting{ID: ids[i], Queue: st.Queue, Class: st.Class, Tokens: st.Tokens, Output: st.Output, Enqueued: time.UnixMicro(st.EnqueuedUS)})
+	}
+	return out, nil
+}
+
+// Task returns a held task (its payload rebuilds its ticket).
+func (s *Scheduler) Task(queue, id string) (*asynq.TaskInfo, error) {
+	if s.insp == nil {
+		return nil, errors.New("admission: no inspector: held tasks cannot be read")
+	}
+	return s.insp.GetTaskInfo(queue, id)
 }
 
 // Bucket returns a model's bucket.

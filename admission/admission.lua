@@ -205,9 +205,11 @@ if op == 'register' then
   return n
 
 elseif op == 'cancel' then
-  -- ARGV: op, now, id
+  -- ARGV: op, now, id[, 'waiting']: with 'waiting', a ticket admitted
+  -- already (released, its task on its way) is left alone (reply 0)
   local enc = redis.call('HGET', KEYS[2], ARGV[3])
   if not enc then return 0 end
+  if ARGV[4] == 'waiting' and redis.call('ZSCORE', KEYS[10], ARGV[3]) then return 0 end
   local t = decode(ARGV[3], enc)
   unlink(t)
   redis.call('HDEL', KEYS[2], t.id)

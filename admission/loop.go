@@ -46,6 +46,11 @@ type RunConfig struct {
 	// TicketOf rebuilds a ticket from a held task without one (a crash
 	// between hold and register, or in a handler). Nil disables that repair.
 	TicketOf func(*asynq.TaskInfo) (Ticket, bool)
+	// Moved, when set, returns where a job now waits whose ticket
+	// TicketOf rebuilt from its task: a job that moved to a fallback model
+	// waits under that model, with the estimate it was moved with. It is
+	// asked only when the ticket is to be registered again.
+	Moved func(ctx context.Context, t Ticket) Ticket
 	// Queues to reconcile.
 	Queues []string
 	// Process, when set, is this process's liveness record: the loop

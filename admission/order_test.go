@@ -336,3 +336,46 @@ func TestChatUsesTheReserveWhileBatchWaits(t *testing.T) {
 		t.Fatalf("after the refill: %+v, want p1 then c7", adm)
 	}
 }
+
+// TestTakeOnlyWaiting: Take removes a waiting ticket (to register it
+// under a fallback model) and leaves one admission released already;
+// Waiting lists the waiting ones, oldest first, with their estimates.
+func TestTakeOnlyWaiting(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, clk, model := newOrdered(t, 1000, admission.Config{})
+	reg(t, s, admission.Ticket{ID: "first", Model: model, Class: "paid", Tenant: "1", Tokens: 10})
+	clk.advance(time.Millisecond)
+	reg(t, s, admission.Ticket{ID: "second", Model: model, Class: "free", Tenant: "2", Tokens: 40, Output: 30})
+	clk.advance(time.Millisecond)
+	reg(t, s, admission.Ticket{ID: "third", Model: model, Class: "chat", Tenant: "3", Tokens: 20, Index: 1})
+	if got := drain(t, s, clk, model, 1); len(got) != 1 || got[0].ID != "third" {
+		t.Fatalf("admitted %+v, want the chat first", got)
+	}
+	w, err := s.Waiting(ctx, model, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(w) != 2 || w[0].ID != "first" || w[1].ID != "second" || w[1].Queue != "free" || w[1].Class != "free" || w[1].Tokens != 40 || w[1].Output != 30 || !w[0].Enqueued.Before(w[1].Enqueued) {
+		t.Fatalf("waiting %+v, want first then second with their estimates", w)
+	}
+	if ok, err := s.Take(ctx, model, "third"); ok || err != nil {
+		t.Fatalf("took a released ticket: %v %v", ok, err)
+	}
+	if ok, err := s.Take(ctx, model, "second"); !ok || err != nil {
+		t.Fatalf("take a waiting ticket: %v %v", ok, err)
+	}
+	if ok, _ := s.Take(ctx, model, "second"); ok {
+		t.Fatal("took a ticket twice")
+	}
+	if w, _ := s.Waiting(ctx, model, 10); len(w) != 1 || w[0].ID != "first" {
+		t.Fatalf("waiting after take %+v, want only first", w)
+	}
+	if got := drain(t, s, clk, model, 2); len(got) != 1 || got[0].ID != "first" {
+		t.Fatalf("admitted %+v after take, want only first", got)
+	}
+	st, _ := s.Stats(ctx, model)
+	if st.Backlog["free"] != 0 || st.Released != 2 {
+		t.Fatalf("stats after take %+v", st)
+	}
+}

@@ -150,6 +150,9 @@ func (s *Scheduler) requeue(ctx context.Context, rc RunConfig, dead, queue, id s
 	if rc.TicketOf != nil {
 		t, held = rc.TicketOf(info)
 	}
+	if held && rc.Moved != nil {
+		t = rc.Moved(ctx, t)
+	}
 	p := "asynq:{" + queue + "}:"
 	keys := []string{p + "active", p + "lease", p + "t:" + id, p + "pending"}
 	mode := "pending"

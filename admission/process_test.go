@@ -3,6 +3,7 @@ package admission_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -196,5 +197,74 @@ func TestReconcileLeavesDelayedTickets(t *testing.T) {
 	}
 	if st.Backlog["paid"] != 0 {
 		t.Fatalf("backlog %v after the scan, want both delayed tickets left to their time", st.Backlog)
+	}
+}
+
+// A held task without a ticket whose job moved to a fallback model
+// (RunConfig.Moved) is registered again under that model, with the
+// estimate it moved with; one that waits there already is left alone.
+func TestReconcileRegistersMovedJobsUnderTheirFallback(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	ctx := context.Background()
+	n := time.Now().UnixNano()
+	primary, backup := fmt.Sprintf("primary-%d", n), fmt.Sprintf("backup-%d", n)
+	queue := "q-" + primary
+	buckets := map[string]*ratelimit.Bucket{}
+	for _, m := range []string{primary, backup} {
+		b, err := ratelimit.NewBucket(rdb, m, "sk", ratelimit.Limits{RequestsPerPeriod: 1000, TokensPerPeriod: 100000, Period: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		buckets[m] = b
+	}
+	s, err := admission.New(rdb, buckets, asynq.NewClientFromRedisClient(rdb), asynq.NewInspectorFromRedisClient(rdb), admission.Config{}, discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tickets := map[string]admission.Ticket{}
+	for _, name := range []string{"orphan", "waits", "stays"} {
+		tk := admission.Ticket{ID: name + "-" + primary, Queue: queue, Model: primary, Class: "paid", Tenant: "1", Tokens: 10}
+		tickets[tk.ID] = tk
+		if ok, err := s.Submit(ctx, asynq.NewTask("t", nil), tk); err != nil || !ok {
+			t.Fatalf("submit: %v %v", ok, err)
+		}
+	}
+	// orphan and waits moved to the backup; waits was registered there,
+	// orphan's process died first. stays never moved.
+	for _, id := range []string{"orphan-" + primary, "waits-" + primary} {
+		if ok, err := s.Take(ctx, primary, id); err != nil || !ok {
+			t.Fatalf("take %s: %v %v", id, ok, err)
+		}
+	}
+	moved := func(tk admission.Ticket) admission.Ticket {
+		tk.Model, tk.Tokens = backup, 70
+		return tk
+	}
+	if ok, err := s.Register(ctx, moved(tickets["waits-"+primary])); err != nil || !ok {
+		t.Fatalf("register under the backup: %v %v", ok, err)
+	}
+	asked := 0
+	rc := admission.RunConfig{Queues: []string{queue}, TicketOf: func(ti *asynq.TaskInfo) (admission.Ticket, bool) { return tickets[ti.ID], true },
+		Moved: func(_ context.Context, tk admission.Ticket) admission.Ticket {
+			asked++
+			if strings.HasPrefix(tk.ID, "stays-") {
+				return tk
+			}
+			return moved(tk)
+		}}
+	if err := s.Reconcile(ctx, rc, true); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := s.Stats(ctx, primary)
+	b, _ := s.Stats(ctx, backup)
+	if p.Backlog["paid"] != 1 || b.Backlog["paid"] != 2 || b.InTokens["paid"] != 140 {
+		t.Fatalf("backlog primary %v, backup %v (%v tokens): want stays under the primary, orphan and waits under the backup at 70 tokens each", p.Backlog, b.Backlog, b.InTokens)
+	}
+	if asked != 2 {
+		t.Fatalf("Moved asked %d times, want once per task without a ticket under its payload's model", asked)
+	}
+	w, _ := s.Waiting(ctx, backup, 10)
+	if len(w) != 2 {
+		t.Fatalf("waiting under the backup: %+v", w)
 	}
 }

@@ -138,22 +138,17 @@ func (s *Scheduler) adoptOrphans(ctx context.Context, rc RunConfig, now time.Tim
 					if !ok {
 						continue
 					}
-					keys, _, err := s.keys(t.Model)
-					if err != nil {
+					if s.hasTicket(ctx, t, delayed, now) {
 						continue
 					}
-					// a delayed ticket (a backoff, a spent quota's reset) is
-					// no orphan: admission registers it when it is due. The
-					// delayed set is read once a pass, so the many tasks
-					// waiting for a quota cost no command each
-					if _, ok := delayed[t.Model]; !ok {
-						delayed[t.Model] = s.delayedIDs(ctx, keys)
-					}
-					if due, ok := delayed[t.Model][t.ID]; ok && due.After(now) {
-						continue
-					}
-					if n, _ := s.rdb.HExists(ctx, keys.Tickets, t.ID).Result(); n {
-						continue
+					if rc.Moved != nil {
+						// it may wait under a fallback model (asked only
+						// here: one read per orphan, not per held task)
+						if m := rc.Moved(ctx, t); m.Model != t.Model {
+							if t = m; s.hasTicket(ctx, t, delayed, now) {
+								continue
+							}
+						}
 					}
 					if reg, err := s.Register(ctx, t); err == nil && reg {
 						s.log.InfoContext(ctx, "adopted a held task without a ticket", "task", t.ID, "queue", q)
@@ -166,6 +161,26 @@ func (s *Scheduler) adoptOrphans(ctx context.Context, rc RunConfig, now time.Tim
 		}
 	}
 	return nil
+}
+
+// hasTicket says whether t's job has a ticket under t's model: waiting,
+// released, or delayed (a backoff, a spent quota's reset: admission
+// registers it when it is due). The delayed set is read once a pass
+// (delayed, by model), so the many tasks waiting for a quota cost no
+// command each. A model admission does not know has none.
+func (s *Scheduler) hasTicket(ctx context.Context, t Ticket, delayed map[string]map[string]time.Time, now time.Time) bool {
+	keys, _, err := s.keys(t.Model)
+	if err != nil {
+		return true // nothing to register it under: leave it
+	}
+	if _, ok := delayed[t.Model]; !ok {
+		delayed[t.Model] = s.delayedIDs(ctx, keys)
+	}
+	if due, ok := delayed[t.Model][t.ID]; ok && due.After(now) {
+		return true
+	}
+	n, _ := s.rdb.HExists(ctx, keys.Tickets, t.ID).Result()
+	return n
 }
 
 // delayedIDs returns a model's delayed tickets (registered when due) by
