@@ -65,6 +65,9 @@ type Result struct {
 	// (reopened, or its base edited, while the job was in flight) is not
 	// counted.
 	Run int64 `json:"run,omitempty"`
+	// Fallback, when set, is the model that made the result: a fallback
+	// of the one the job was planned for, which could not serve it.
+	Fallback string `json:"fallback,omitempty"`
 }
 
 // Note is a review finding that belongs to no line of the diff.

@@ -137,6 +137,10 @@ type callSpec struct {
 	maxRetry int
 	// attempt counts the job's runs against its retry budget.
 	attempt attempt
+	// fallback: another model may take the job when this one fails it
+	// (the provider failing, the model paused); the caller then gets a
+	// *fallbackError instead of a retry.
+	fallback bool
 }
 
 // skipError ends a job with a recorded reason instead of a result;
@@ -397,6 +401,11 @@ func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
 			if perr := cfg.Provider.Pause(ctx, model, err.Error(), cfg.PauseFor); perr != nil {
 				log.ErrorContext(ctx, "could not pause the model's admissions; its jobs keep failing until the account is fixed", "model", model, "err", perr)
 			}
+			if s.fallback && !s.attempt.spent() {
+				// the model serves nobody until the pause ends
+				return llm.Response{}, &fallbackError{reason: FallbackPaused, err: err,
+					otherwise: func() error { return backToAdmission(ctx, cfg.Requeue, s.ticket, 0, err) }}
+			}
 		}
 		if s.attempt.spent() {
 			return llm.Response{}, c.giveUp(ctx, s, GaveUpAccount, err)
@@ -414,18 +423,28 @@ func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
 		// the provider may have run it: count it all, never overshoot
 		settleQuota(-1, -1)
 		c.count(model, "transient")
-		if s.retried >= s.maxRetry {
-			return llm.Response{}, &skipError{reason: publicFailure(ctx, log, fmt.Sprintf("the model provider failed %d times", s.retried+1), err), failed: true}
+		if s.fallback && !s.attempt.spent() {
+			return llm.Response{}, &fallbackError{reason: FallbackProvider, err: err, otherwise: func() error { return c.retryTransient(ctx, s, err) }}
 		}
-		if s.attempt.spent() {
-			return llm.Response{}, c.giveUp(ctx, s, GaveUpTransient, err)
-		}
-		delay := cfg.Backoff * time.Duration(1<<min(s.retried, 8))
-		if err := backToAdmission(ctx, cfg.Requeue, s.ticket, delay, err); !errors.Is(err, errBackToAdmission) {
-			return llm.Response{}, err
-		}
-		return llm.Response{}, fmt.Errorf("transient provider failure, retrying in %s through admission: %w", delay, err)
+		return llm.Response{}, c.retryTransient(ctx, s, err)
 	}
+}
+
+// retryTransient ends a call the provider failed: retried with backoff
+// through admission, recorded as failed past its retries, given up past
+// its budget.
+func (c *Caller) retryTransient(ctx context.Context, s callSpec, err error) error {
+	if s.retried >= s.maxRetry {
+		return &skipError{reason: publicFailure(ctx, c.cfg.Log, fmt.Sprintf("the model provider failed %d times", s.retried+1), err), failed: true}
+	}
+	if s.attempt.spent() {
+		return c.giveUp(ctx, s, GaveUpTransient, err)
+	}
+	delay := c.cfg.Backoff * time.Duration(1<<min(s.retried, 8))
+	if err := backToAdmission(ctx, c.cfg.Requeue, s.ticket, delay, err); !errors.Is(err, errBackToAdmission) {
+		return err
+	}
+	return fmt.Errorf("transient provider failure, retrying in %s through admission: %w", delay, err)
 }
 
 // giveUp ends a job whose retry budget is spent: a failed result with a

@@ -3,6 +3,7 @@ package workers_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -32,6 +33,7 @@ type fakeAdmission struct {
 	RegisterAtFunc func(t admission.Ticket, at time.Time) error
 	PauseFunc      func(model string) error
 	models         []string
+	registered     []admission.Ticket
 	// CallingErr fails Calling; bucket is what Bucket gives (nil: none).
 	CallingErr error
 	bucket     *ratelimit.Bucket
@@ -74,7 +76,17 @@ func (f *fakeAdmission) Submit(_ context.Context, task *asynq.Task, t admission.
 
 func (f *fakeAdmission) Register(_ context.Context, t admission.Ticket) (bool, error) {
 	f.record("register %s", t.ID)
+	f.mu.Lock()
+	f.registered = append(f.registered, t)
+	f.mu.Unlock()
 	return true, nil
+}
+
+// Registered returns the tickets registered, in order.
+func (f *fakeAdmission) Registered() []admission.Ticket {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.registered)
 }
 
 func (f *fakeAdmission) RegisterAt(_ context.Context, t admission.Ticket, at time.Time) error {

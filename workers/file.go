@@ -68,6 +68,13 @@ type FileWorkerConfig struct {
 	// GaveUpFunc, when set, counts jobs that spent their retry budget, by
 	// job kind and reason (prq_jobs_gave_up_total).
 	GaveUpFunc func(kind, reason string)
+	// FallbackFunc, when set, counts jobs that moved to a fallback model,
+	// by model and reason (prq_jobs_fallbacks_total).
+	FallbackFunc func(from, to, reason string)
+	// Paused, when set, is told that a call paused its model and the job
+	// moved to a fallback (FallbackMover.Kick: the jobs waiting for the
+	// model move at once, not at the mover's next pass).
+	Paused func()
 	// NowFunc is the clock of the retry budget. Defaults to time.Now.
 	NowFunc func() time.Time
 	// Progress, when set, is told when a file of a head is done (the
@@ -142,7 +149,22 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
 	}
 	f := ref.File
+	// a job that moved to a fallback model was admitted under it
+	origin := f.Model
+	var mv Move
+	if len(cfg.Models[origin].Fallbacks) > 0 {
+		var err error
+		if mv, err = cfg.Attempts.Moved(ctx, jobs.FileTaskID(f)); err != nil {
+			return err
+		}
+		if mv.Model != "" {
+			f.Model = mv.Model
+		}
+	}
 	ticket := fileTicket(f)
+	if mv.Model != "" {
+		ticket.Tokens, ticket.Output = mv.Tokens, splitOf(mv.Tokens, mv.Output)
+	}
 	started(ctx, cfg.Ledger, log, ticket)
 	if err := w.gate.check(ctx, f.PR.Installation, string(f.Kind)); err != nil {
 		settle(ctx, cfg.Ledger, log, ticket, ratelimit.Cost{}) // no call: all refunded
@@ -216,6 +238,20 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		return w.complete(ctx, f, res)
 	}
 	res.Part, res.Parts = f.Part, f.Parts
+	if f.Model != origin {
+		res.Fallback = f.Model
+		if pm.estimate > ticket.Tokens {
+			// moved under its first model's estimate (FallbackMover):
+			// admitted again under this model's own, so its bucket is
+			// charged no less than the call takes
+			settle(ctx, cfg.Ledger, log, ticket, ratelimit.Cost{}) // no call: all refunded
+			ticket.Tokens, ticket.Output = pm.estimate, pm.output
+			if err := cfg.Attempts.SetMoved(ctx, ticket.ID, Move{Model: f.Model, Tokens: pm.estimate, Output: pm.output}, moveKeep(cfg.Budget)); err != nil {
+				return err
+			}
+			return backToAdmission(ctx, cfg.Requeue, ticket, 0, errors.New("estimate of the fallback model is larger than the one the job was moved with"))
+		}
+	}
 	// A repair attempt: the unreadable reply and what was wrong with it
 	// follow the prompt.
 	repairKey := "repair:" + ticket.ID
@@ -240,7 +276,7 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 			return err
 		} else if ok {
 			settle(ctx, cfg.Ledger, log, ticket, ratelimit.Cost{}) // no call: all refunded
-			r.Kind, r.Path, r.Index, r.Run, r.Part, r.Parts = res.Kind, res.Path, res.Index, res.Run, res.Part, res.Parts
+			r.Kind, r.Path, r.Index, r.Run, r.Part, r.Parts, r.Fallback = res.Kind, res.Path, res.Index, res.Run, res.Part, res.Parts, res.Fallback
 			r.Cost = 0 // nothing bought for it
 			for i := range r.Comments {
 				r.Comments[i].Path = fd.Path
@@ -266,10 +302,21 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 			return err
 		}
 	}
-	out, err := cfg.Caller.call(ctx, callSpec{ticket: ticket, kind: f.Kind, tier: f.Tier, inst: f.PR.Installation, prompt: pm, model: m, retried: retried(ctx), maxRetry: maxRetry(ctx), attempt: at})
+	next := after(cfg.Models, origin, f.Model)
+	out, err := cfg.Caller.call(ctx, callSpec{ticket: ticket, kind: f.Kind, tier: f.Tier, inst: f.PR.Installation, prompt: pm, model: m, retried: retried(ctx), maxRetry: maxRetry(ctx), attempt: at, fallback: len(next) > 0})
 	if err != nil {
 		var skip *skipError
 		var wait *quotaWaitError
+		var fb *fallbackError
+		if errors.As(err, &fb) {
+			moved, merr := w.fallBack(ctx, f, ticket, next, fb, func(m Model) (prompt, error) {
+				return buildFilePrompt(f.Kind, contextOf(title, run.Body).withRepo(run.Instructions, run.Language), fd, m, w.tok[m.Name], f.Part)
+			})
+			if moved {
+				return merr
+			}
+			err = fb.otherwise() // no fallback can take it
+		}
 		if errors.As(err, &wait) {
 			return w.waitForQuota(ctx, f, ticket, wait.until)
 		}
@@ -355,6 +402,44 @@ func (w *FileWorker) waitForQuota(ctx context.Context, f jobs.File, ticket admis
 	}
 	return fmt.Errorf("%w: the tenant's quota is spent until %s", errBackToAdmission, until.UTC().Format(time.RFC3339))
 }
+
+// fallBack moves a job whose call failed (fb) to the first of next whose
+// prompt can be built, through admission: the move is recorded, then the
+// ticket registered under the new model with its own estimate; moved
+// says it was (err, then, is what the handler returns). A job no
+// fallback can take is not moved: it ends as it would have without.
+func (w *FileWorker) fallBack(ctx context.Context, f jobs.File, ticket admission.Ticket, next []string, fb *fallbackError, build func(Model) (prompt, error)) (moved bool, err error) {
+	cfg := &w.cfg
+	for _, to := range next {
+		m, ok := cfg.Models[to]
+		if !ok {
+			continue
+		}
+		pm, err := build(m)
+		if err != nil {
+			continue // too large for it: the next
+		}
+		if err := cfg.Attempts.SetMoved(ctx, ticket.ID, Move{Model: to, Tokens: pm.estimate, Output: pm.output}, moveKeep(cfg.Budget)); err != nil {
+			return true, fmt.Errorf("%w (and moving to fallback %s failed: %v)", fb.err, to, err)
+		}
+		from := ticket.Model
+		ticket.Model, ticket.Tokens, ticket.Output = to, pm.estimate, pm.output
+		if _, err := cfg.Requeue.Register(ctx, ticket); err != nil {
+			// the reconciler registers it under the recorded model
+			return true, fmt.Errorf("%w (and registering under fallback %s failed: %v)", fb.err, to, err)
+		}
+		w.fellBack(ctx, f, from, to, fb.reason, fb.err)
+		if fb.reason == FallbackPaused && cfg.Paused != nil {
+			cfg.Paused()
+		}
+		return true, fmt.Errorf("%w: moved to fallback model %s: %v", errBackToAdmission, to, fb.err)
+	}
+	return false, nil
+}
+
+// moveKeep is how long a move's record lasts: as long as the job may
+// retry (as its attempts record).
+func moveKeep(b RetryBudget) time.Duration { return 2*b.MaxAge + time.Hour }
 
 // Waiting for a twin: a job whose prompt another job is answering goes
 // back to admission for reuseWait, at most maxReuseWaits times (then it

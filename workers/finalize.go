@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -424,6 +426,10 @@ func summaryOf(run store.Run, files map[int]store.FileData, results, prev []stor
 		case summarised:
 			note(s.Skipped) // partial, or why there is no text
 		}
+		byFallback := map[string][]string{} // model: what it made
+		if summarised && s.Fallback != "" && s.Text != "" {
+			byFallback[s.Fallback] = append(byFallback[s.Fallback], "summarised")
+		}
 		if fd.SkipReason != "" && (!summarised || len(reviews[fd.Path]) == 0) {
 			note(fd.SkipReason)
 		}
@@ -436,6 +442,9 @@ func summaryOf(run store.Run, files map[int]store.FileData, results, prev []stor
 			row.Reviewed = true
 			for _, r := range rs {
 				row.Comments += len(r.Comments)
+				if r.Fallback != "" && !r.Failed && r.Skipped == "" && !slices.Contains(byFallback[r.Fallback], "reviewed") {
+					byFallback[r.Fallback] = append(byFallback[r.Fallback], "reviewed")
+				}
 				switch {
 				case r.Failed:
 					row.Failed = true
@@ -452,6 +461,10 @@ func summaryOf(run store.Run, files map[int]store.FileData, results, prev []stor
 			if row.Failed || row.Quota {
 				row.Reviewed = false
 			}
+		}
+		for _, m := range slices.Sorted(maps.Keys(byFallback)) {
+			row.Fallback = true
+			note(strings.Join(byFallback[m], " and ") + " by " + m + ", a fallback model")
 		}
 		row.Note = strings.Join(dedupe(notes), "; ")
 		rows = append(rows, row)

@@ -115,6 +115,7 @@ func TestSummaryOf(t *testing.T) {
 		2: {Path: "b.go", Index: 2},
 		3: {Path: "c.go", Index: 3},
 		4: {Path: "d.go", Index: 4},
+		5: {Path: "e.go", Index: 5},
 	}
 	results := []store.Result{
 		{Kind: jobs.KindSummary, Path: "a.go", Text: "Adds a | pipe."},
@@ -123,6 +124,9 @@ func TestSummaryOf(t *testing.T) {
 		{Kind: jobs.KindReview, Path: "a.go", Comments: []store.Comment{{Line: 9}}, Part: 2, Parts: 2},
 		{Kind: jobs.KindSummary, Path: "d.go", Text: "Changes d."},
 		{Kind: jobs.KindReview, Path: "d.go", Failed: true, Skipped: "review failed: the model's reply could not be read"},
+		{Kind: jobs.KindSummary, Path: "e.go", Text: "Changes e.", Fallback: "gpt-4o-mini"},
+		{Kind: jobs.KindReview, Path: "e.go", Part: 1, Parts: 2, Fallback: "gpt-4o-mini"},
+		{Kind: jobs.KindReview, Path: "e.go", Part: 2, Parts: 2, Fallback: "gpt-4o-mini"},
 	}
 	prev := []store.Result{{Kind: jobs.KindSummary, Path: "c.go", Text: "Kept from the last push."}}
 	sum, rows := summaryOf(run, files, results, prev)
@@ -130,13 +134,16 @@ func TestSummaryOf(t *testing.T) {
 	body := sum.Parts(0)[0]
 	for _, want := range []string{SummaryMarker, "prq:reviewed=aaaaaaa,bbbbbbb", "Adds a \\| pipe.", "Kept from the last push.", "`go.sum`: excluded by go.sum",
 		"skipped: this installation's token quota is used up until 2026-12-01", "2 comments (reviewed in 2 parts)", "failed: review failed: the model's reply could not be read",
-		"1 could not be processed"} {
+		"1 could not be processed", "1 by a fallback model", "no problems found (reviewed in 2 parts; summarised and reviewed by gpt-4o-mini, a fallback model)"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("summary lacks %q:\n%s", want, body)
 		}
 	}
 	if rows[4].Reviewed || !rows[4].Failed {
 		t.Errorf("a failed review is not a clean one: %+v", rows[4])
+	}
+	if !rows[5].Fallback || rows[0].Fallback {
+		t.Errorf("only e.go was made by a fallback: %+v, %+v", rows[0], rows[5])
 	}
 }
 

@@ -71,6 +71,10 @@ type Attempter interface {
 	Add(ctx context.Context, id string, now time.Time, keep time.Duration) (n int, first time.Time, rebased bool, err error)
 	Rebase(ctx context.Context, id string, from time.Time, keep time.Duration) error
 	Forget(ctx context.Context, id string) error
+	// Moved and SetMoved keep where a job waits that moved to a
+	// fallback model.
+	Moved(ctx context.Context, id string) (Move, error)
+	SetMoved(ctx context.Context, id string, m Move, keep time.Duration) error
 }
 
 var _ Attempter = (*Attempts)(nil)

@@ -56,6 +56,9 @@ type Config struct {
 	// GaveUpFunc, when set, counts jobs that spent their retry budget, by
 	// job kind and reason (prq_jobs_gave_up_total).
 	GaveUpFunc func(kind, reason string)
+	// FallbackFunc, when set, counts summary and review jobs that moved
+	// to a fallback model, by model and reason (prq_jobs_fallbacks_total).
+	FallbackFunc func(from, to, reason string)
 	// LifecycleFunc, when set, counts jobs dropped for their installation
 	// (prq_lifecycle_total).
 	LifecycleFunc func(event, reason string)
@@ -116,6 +119,10 @@ type Set struct {
 	// Line shows waiting pull requests where they stand (run it:
 	// QueueReporter.Run); nil when the Admitter tells no positions.
 	Line *QueueReporter
+	// Fallbacks moves the jobs waiting for a paused model to its
+	// fallbacks (run it: FallbackMover.Run); nil when no model has
+	// fallbacks.
+	Fallbacks *FallbackMover
 }
 
 // New builds the five handlers from the shared settings and dependencies.
@@ -167,9 +174,16 @@ func New(cfg Config, d Deps) (*Set, error) {
 	if !cfg.NoReuse {
 		reuse = d.Store
 	}
-	if s.Files, err = NewFileWorker(FileWorkerConfig{Store: d.Store, Reuse: reuse, ReusedFunc: cfg.ReusedFunc, Ledger: d.Admitter, Caller: caller, Queue: d.Queue,
+	var paused func()
+	if mw, ok := d.Admitter.(MoveWaiting); ok && hasFallbacks(cfg.Models) {
+		if s.Fallbacks, err = NewFallbackMover(FallbackMoverConfig{Admission: mw, Attempts: d.Attempts, Models: cfg.Models, Budget: cfg.BatchBudget, FallbackFunc: cfg.FallbackFunc, Log: d.Log}); err != nil {
+			return nil, err
+		}
+		paused = s.Fallbacks.Kick
+	}
+	if s.Files, err = NewFileWorker(FileWorkerConfig{Paused: paused, Store: d.Store, Reuse: reuse, ReusedFunc: cfg.ReusedFunc, Ledger: d.Admitter, Caller: caller, Queue: d.Queue,
 		Models: cfg.Models, Repairs: d.Store, Requeue: d.Admitter, UnusableFunc: cfg.UnusableFunc, IgnoredFunc: cfg.IgnoredFunc, Progress: progress, QuotaWait: quotaWait,
-		Attempts: d.Attempts, Budget: cfg.BatchBudget, GaveUpFunc: cfg.GaveUpFunc, Installs: d.Store, LifecycleFunc: cfg.LifecycleFunc, Log: d.Log}); err != nil {
+		Attempts: d.Attempts, Budget: cfg.BatchBudget, GaveUpFunc: cfg.GaveUpFunc, FallbackFunc: cfg.FallbackFunc, Installs: d.Store, LifecycleFunc: cfg.LifecycleFunc, Log: d.Log}); err != nil {
 		return nil, err
 	}
 	if s.Chat, err = NewChatResponder(ChatResponderConfig{Replies: d.Store, Drafts: d.Store, Ledger: d.Admitter, Requeue: d.Admitter,

@@ -99,6 +99,9 @@ type Model struct {
 	Limits *ratelimit.Limits
 	// Prices are the model's, for what its calls cost (zero: not priced).
 	Prices llm.Prices
+	// Fallbacks are the models, in order, a summary or review job of this
+	// model moves to when this one cannot serve it (see FallbackMover).
+	Fallbacks []string
 }
 
 func (m Model) withDefaults() Model {

@@ -189,12 +189,12 @@ type ModelConfig struct {
 	// gpt-4o, gpt-4.1, gpt-5 and o-series models, text for Claude,
 	// json_object otherwise.
 	OutputFormat string `yaml:"output_format"`
-	// Fallbacks are the models a gateway request moves to, in order,
-	// when this one cannot serve it: every key paused, not admitted
-	// within gateway.fallback_wait, or the provider failing the call. It
-	// moves through admission (the fallback's bucket, the key's same
-	// quota); the fallbacks' own fallbacks are not followed. Defaults to
-	// none.
+	// Fallbacks are the models a gateway request or a summary or review
+	// job moves to, in order, when this one cannot serve it: every key
+	// paused, the provider failing the call, or (a gateway request) not
+	// admitted within gateway.fallback_wait. It moves through admission
+	// (the fallback's bucket, the same quota); the fallbacks' own
+	// fallbacks are not followed. Defaults to none.
 	Fallbacks []string `yaml:"fallbacks"`
 	// Prices are the model's prices in US dollars per million tokens,
 	// for what calls cost (prq_llm_cost_dollars_total). Defaults to the

@@ -106,7 +106,7 @@ var meanings = map[string]meaning{
 	"models[].sub_window":               {Text: "Window limiter only: also cap any shorter sub-window at `sub_window_share` of the limits."},
 	"models[].sub_window_share":         {Text: "The share of the limits any sub-window may hold, in (0, 1].", Unset: "`sub_window` / `window`"},
 	"models[].window_margin":            {Text: "How much longer than the window a window limiter holds each admission, for the call's way to the provider.", Unset: "measured from the calls, at most window/60"},
-	"models[].fallbacks":                {Text: "Models a gateway request moves to, in order, when this one cannot serve it, through admission and under the same quota. See [fallbacks](gateway.md#fallbacks). Not used by pull-request jobs."},
+	"models[].fallbacks":                {Text: "Models a gateway request or a summary or review job moves to, in order, when this one cannot serve it, through admission and under the same quota. See [fallback models](providers.md#fallback-models) and the [gateway's](gateway.md#fallbacks)."},
 	"models[].settle":                   {Text: "How a call's real usage corrects its admitted estimate: `estimate`, `debt` or `refund`. See [settling usage](providers.md#settling-usage).", Unset: "`estimate`"},
 	"models[].output_format":            {Text: "How reviews are asked for: `json_schema`, `json_object` or `text`. See [model output](reviews.md#model-output).", Unset: "by model family"},
 

@@ -241,6 +241,31 @@ func (m *Metrics) CountDecorationError(kind, status string) {
 
 const decorationKey = "prq:github:decoration_errors"
 
+// CountJobFallback counts a summary or review job that moved to a
+// fallback model (workers.Config.FallbackFunc) in Redis, where serve
+// exports every process's as prq_jobs_fallbacks_total (models are
+// configured names; reason is provider or paused).
+func (m *Metrics) CountJobFallback(from, to, reason string) {
+	m.counts.HIncrBy(context.Background(), fallbackKey, from+"|"+to+"|"+reason, 1)
+}
+
+const fallbackKey = "prq:jobs:fallbacks"
+
+// FallbackCounts returns every process's job moves to a fallback model,
+// by "from|to|reason".
+func FallbackCounts(ctx context.Context, counts Counts) map[string]int64 {
+	out := map[string]int64{}
+	m, err := counts.HGetAll(ctx, fallbackKey).Result()
+	if err != nil {
+		return out
+	}
+	for k, v := range m {
+		n, _ := strconv.ParseInt(v, 10, 64)
+		out[k] = n
+	}
+	return out
+}
+
 // GaveUpCounts returns every process's jobs that spent their retry
 // budget, by "kind|reason".
 func GaveUpCounts(ctx context.Context, counts Counts) map[string]int64 {
@@ -319,6 +344,10 @@ var descDecoration = prometheus.NewDesc("prq_github_decoration_errors_total", "F
 	"(check_run_queued, check_run_progress, check_run_complete) and status (GitHub's HTTP status such as 403, 404, 422, 500; rate_limited, timeout, network, other). "+
 	"Summaries, reviews and replies never wait for them.", []string{"kind", "status"}, nil)
 
+// descFallback is prq_jobs_fallbacks_total, from Redis.
+var descFallback = prometheus.NewDesc("prq_jobs_fallbacks_total", "Summary and review jobs of every process (from Redis) moved from a model to its next fallback, by model, fallback and reason "+
+	"(provider: the provider failed the call; paused: the model, or every key of it, is paused).", []string{"from", "to", "reason"}, nil)
+
 // Shared is what the metrics read of Redis itself (a go-redis client).
 type Shared interface {
 	Counts
@@ -376,6 +405,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	ch <- descLifecycle
 	ch <- descDecoration
+	ch <- descFallback
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -434,6 +464,13 @@ func (c *stateCollector) read(ch chan<- prometheus.Metric) {
 				if kind, status, ok := strings.Cut(k, "|"); ok {
 					n, _ := strconv.ParseFloat(v, 64)
 					ch <- prometheus.MustNewConstMetric(descDecoration, prometheus.CounterValue, n, kind, status)
+				}
+			}
+		}
+		for k, n := range FallbackCounts(ctx, c.shared) {
+			if from, rest, ok := strings.Cut(k, "|"); ok {
+				if to, reason, ok := strings.Cut(rest, "|"); ok {
+					ch <- prometheus.MustNewConstMetric(descFallback, prometheus.CounterValue, float64(n), from, to, reason)
 				}
 			}
 		}

@@ -41,6 +41,9 @@ type File struct {
 	Failed bool
 	// Quota: skipped because the installation's token quota is used up.
 	Quota bool
+	// Fallback: a result of the file was made by a fallback model (Note
+	// says which), the one planned could not serve it.
+	Fallback bool
 }
 
 // Summary is a pull request head's summary comment.
@@ -112,9 +115,12 @@ func (s Summary) Parts(limit int) []string {
 }
 
 func (s Summary) headline() string {
-	var files, reviewed, comments, failed, quota int
+	var files, reviewed, comments, failed, quota, fallback int
 	for _, f := range s.Files {
 		files++
+		if f.Fallback {
+			fallback++
+		}
 		if f.Reviewed {
 			reviewed++
 			comments += f.Comments
@@ -141,6 +147,9 @@ func (s Summary) headline() string {
 			fmt.Fprintf(&b, " until %s", safemd.Line(s.QuotaReset, ""))
 		}
 		b.WriteString(".**")
+	}
+	if fallback > 0 {
+		fmt.Fprintf(&b, " %d by a fallback model: the one planned could not serve them (see below).", fallback)
 	}
 	b.WriteString("\n")
 	if s.Notice != "" {

@@ -308,6 +308,7 @@ func (s *Server) startWorker(ctx context.Context, opt Options) (stop func(), err
 			ChatCapacity: sl.chatFree,
 			Queues:       jobs.Queues,
 			TicketOf:     s.jobs.ticketOf,
+			Moved:        s.jobs.moved,
 			Process:      sl.process,
 		})
 	}()

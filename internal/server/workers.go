@@ -34,9 +34,12 @@ import (
 // jobSide is what the rest of the wiring needs of the job handlers; only
 // buildWorkers knows the workers package's constructors.
 type jobSide struct {
-	handler    asynq.Handler
-	enqueuer   webhook.Queue
-	ticketOf   func(*asynq.TaskInfo) (admission.Ticket, bool)
+	handler  asynq.Handler
+	enqueuer webhook.Queue
+	ticketOf func(*asynq.TaskInfo) (admission.Ticket, bool)
+	// moved returns where a rebuilt ticket's job waits now (a fallback
+	// model's, once it moved).
+	moved      func(context.Context, admission.Ticket) admission.Ticket
 	retryDelay asynq.RetryDelayFunc
 	isFailure  func(error) bool
 	// runs reconciles pull-request runs until ctx ends (a worker's).
@@ -61,16 +64,20 @@ func (s *Server) buildWorkers(tr http.RoundTripper, opt Options, handlers bool) 
 		}
 		prices, _ := m.PricesOf() // none: the model's calls are not priced
 		models[m.Name] = workers.Model{Name: m.Name, MaxOutput: m.MaxOutputTokens, ContextTokens: m.ContextTokens, Reasoning: m.Reasoning,
-			Output: llm.FormatType(m.OutputFormat), SchemaIsInput: p.Kind == config.KindAnthropic, Limits: &limits, Prices: prices}
+			Output: llm.FormatType(m.OutputFormat), SchemaIsInput: p.Kind == config.KindAnthropic, Limits: &limits, Prices: prices, Fallbacks: m.Fallbacks}
 	}
 	enq, err := workers.NewEnqueuer(workers.EnqueuerConfig{Queue: s.client, Tickets: adm, Store: s.store,
 		ChatModel: models[cfg.Jobs.ChatModel], Log: s.log.With("component", "webhook")})
 	if err != nil {
 		return nil, err
 	}
+	attempts := workers.NewAttempts(s.rdb)
 	js := &jobSide{
-		enqueuer:   enq,
-		ticketOf:   func(ti *asynq.TaskInfo) (admission.Ticket, bool) { return workers.TicketOf(ti.Type, ti.Payload) },
+		enqueuer: enq,
+		ticketOf: func(ti *asynq.TaskInfo) (admission.Ticket, bool) { return workers.TicketOf(ti.Type, ti.Payload) },
+		moved: func(ctx context.Context, t admission.Ticket) admission.Ticket {
+			return workers.MovedTicket(ctx, attempts, models, t)
+		},
 		retryDelay: workers.RetryDelay(jobs.Hold),
 		isFailure:  workers.IsFailure,
 	}
@@ -126,8 +133,8 @@ func (s *Server) buildWorkers(tr http.RoundTripper, opt Options, handlers bool) 
 		NoCheckRuns: cfg.GitHub.CheckRuns != nil && !*cfg.GitHub.CheckRuns, NoRepoConfig: cfg.GitHub.RepoConfig != nil && !*cfg.GitHub.RepoConfig, SummaryCost: cfg.GitHub.SummaryCost, AppSlug: cfg.GitHub.AppSlug, CheckRunEvery: cfg.GitHub.CheckRunEvery.D(), WebURL: cfg.GitHub.WebURL,
 		BatchBudget: workers.RetryBudget{MaxAttempts: cfg.Retry.Batch.MaxAttempts, MaxAge: cfg.Retry.Batch.MaxAge.D()},
 		ChatBudget:  workers.RetryBudget{MaxAttempts: cfg.Retry.Chat.MaxAttempts, MaxAge: cfg.Retry.Chat.MaxAge.D()},
-		GaveUpFunc:  s.metrics.CountGaveUp, LifecycleFunc: s.metrics.CountLifecycle, DecorationErrorFunc: s.metrics.CountDecorationError,
-	}, workers.Deps{Store: s.store, Admitter: adm, GitHub: gh, LLM: client, Quota: quota, Pacer: pacer, Attempts: workers.NewAttempts(s.rdb),
+		GaveUpFunc:  s.metrics.CountGaveUp, FallbackFunc: s.metrics.CountJobFallback, LifecycleFunc: s.metrics.CountLifecycle, DecorationErrorFunc: s.metrics.CountDecorationError,
+	}, workers.Deps{Store: s.store, Admitter: adm, GitHub: gh, LLM: client, Quota: quota, Pacer: pacer, Attempts: attempts,
 		Queue: s.client, Log: log})
 	if err != nil {
 		return nil, err
@@ -141,10 +148,17 @@ func (s *Server) buildWorkers(tr http.RoundTripper, opt Options, handlers bool) 
 		if w.Line != nil {
 			go w.Line.Run(ctx)
 		}
+		if w.Fallbacks != nil {
+			go w.Fallbacks.Run(ctx, fallbackEvery)
+		}
 		rec.Run(ctx, runReconcileEvery)
 	}
 	return js, nil
 }
+
+// fallbackEvery is how often a worker process moves the jobs waiting for
+// a paused model to its fallbacks.
+const fallbackEvery = 5 * time.Second
 
 // runReconcileEvery is the run reconciler's period: it reads every run
 // in progress, so less often than admission's reconciler.
