@@ -90,6 +90,7 @@ func TestDeployKnowsEveryMetric(t *testing.T) {
 	m.CountCall(s.cfg.Jobs.ReviewModel, "ok")
 	m.CountUnusable(s.cfg.Jobs.ReviewModel, "review")
 	m.CountGaveUp("review", "attempts")
+	m.CountJobFallback("gpt-4o", "gpt-4.1", "provider")
 	m.CountLifecycle("run_finalized", "lost_finalize")
 	m.CountDecorationError("check_run_complete", "404")
 	m.Watch(s.rdb, time.Minute) // the series read from the shared Redis too
