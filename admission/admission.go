@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -126,6 +127,9 @@ type Scheduler struct {
 
 	// Observe, when set, is told of every admission (for metrics).
 	Observe func(Admitted)
+
+	orphansMu sync.Mutex
+	orphans   map[string]time.Time // held tasks of a paused model seen without a ticket, when first seen
 }
 
 // New returns a scheduler for the models' buckets. client and insp may be

@@ -268,3 +268,43 @@ func TestReconcileRegistersMovedJobsUnderTheirFallback(t *testing.T) {
 		t.Fatalf("waiting under the backup: %+v", w)
 	}
 }
+
+// A held task without a ticket whose model is paused is adopted only
+// when a later pass finds it orphaned still: the fallback mover takes a
+// paused model's tickets and registers them elsewhere a moment later,
+// and a pass between the two must not register the job twice.
+func TestReconcileWaitsAPassForPausedOrphans(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	ctx := context.Background()
+	model := fmt.Sprintf("paused-orphan-%d", time.Now().UnixNano())
+	queue := "q-" + model
+	b, err := ratelimit.NewBucket(rdb, model, "sk", ratelimit.Limits{RequestsPerPeriod: 1000, TokensPerPeriod: 100000, Period: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := admission.New(rdb, map[string]*ratelimit.Bucket{model: b}, asynq.NewClientFromRedisClient(rdb), asynq.NewInspectorFromRedisClient(rdb), admission.Config{}, discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk := admission.Ticket{ID: "orphan-" + model, Queue: queue, Model: model, Class: "paid", Tenant: "1", Tokens: 10}
+	if ok, err := s.Submit(ctx, asynq.NewTask("t", nil), tk); err != nil || !ok {
+		t.Fatalf("submit: %v %v", ok, err)
+	}
+	if ok, err := s.Take(ctx, model, tk.ID); err != nil || !ok {
+		t.Fatalf("take: %v %v", ok, err)
+	}
+	if err := s.Pause(ctx, model, "401 invalid_api_key", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	rc := admission.RunConfig{Queues: []string{queue}, TicketOf: func(*asynq.TaskInfo) (admission.Ticket, bool) { return tk, true }}
+	backlog := func() int64 {
+		st, _ := s.Stats(ctx, model)
+		return st.Backlog["paid"]
+	}
+	if err := s.Reconcile(ctx, rc, true); err != nil || backlog() != 0 {
+		t.Fatalf("first pass: backlog %d (%v), want the orphan left for a pass", backlog(), err)
+	}
+	if err := s.Reconcile(ctx, rc, true); err != nil || backlog() != 1 {
+		t.Fatalf("second pass: backlog %d (%v), want the orphan adopted", backlog(), err)
+	}
+}

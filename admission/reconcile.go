@@ -116,6 +116,9 @@ func (s *Scheduler) rerelease(ctx context.Context, model, queue, id, releasedKey
 func (s *Scheduler) adoptOrphans(ctx context.Context, rc RunConfig, now time.Time, scheduled bool) error {
 	horizon := now.Add(s.cfg.Hold / 2)
 	delayed := map[string]map[string]time.Time{} // model -> delayed tickets' due times, read once a scan
+	var paused map[string]string                 // read once a scan, when an orphan is found
+	start := time.Now()
+	s.pruneOrphans(start)
 	lists := []func(string, ...asynq.ListOption) ([]*asynq.TaskInfo, error){s.insp.ListRetryTasks}
 	if scheduled {
 		lists = append(lists, s.insp.ListScheduledTasks)
@@ -150,6 +153,16 @@ func (s *Scheduler) adoptOrphans(ctx context.Context, rc RunConfig, now time.Tim
 							}
 						}
 					}
+					if paused == nil {
+						paused = s.Paused(ctx)
+					}
+					if _, p := paused[t.Model]; p && !s.orphanedBefore(t.ID, start) {
+						// a paused model's waiting jobs move to its fallbacks
+						// (taken, then registered there): one seen between
+						// the two is adopted only if a later pass finds it
+						// orphaned still
+						continue
+					}
 					if reg, err := s.Register(ctx, t); err == nil && reg {
 						s.log.InfoContext(ctx, "adopted a held task without a ticket", "task", t.ID, "queue", q)
 					}
@@ -162,6 +175,37 @@ func (s *Scheduler) adoptOrphans(ctx context.Context, rc RunConfig, now time.Tim
 	}
 	return nil
 }
+
+// orphanedBefore says whether task id was seen orphaned (held without a
+// ticket, its model paused) before start, and notes it if not.
+func (s *Scheduler) orphanedBefore(id string, start time.Time) bool {
+	s.orphansMu.Lock()
+	defer s.orphansMu.Unlock()
+	if s.orphans == nil {
+		s.orphans = map[string]time.Time{}
+	}
+	at, ok := s.orphans[id]
+	if !ok {
+		s.orphans[id] = time.Now()
+		return false
+	}
+	return at.Before(start)
+}
+
+// pruneOrphans forgets orphans seen long ago (adopted, or gone since).
+func (s *Scheduler) pruneOrphans(now time.Time) {
+	s.orphansMu.Lock()
+	defer s.orphansMu.Unlock()
+	for id, at := range s.orphans {
+		if now.Sub(at) > orphanMemory {
+			delete(s.orphans, id)
+		}
+	}
+}
+
+// orphanMemory is how long an orphan seen once is remembered: longer
+// than the reconciler's scans of the scheduled set are apart.
+const orphanMemory = 30 * time.Minute
 
 // hasTicket says whether t's job has a ticket under t's model: waiting,
 // released, or delayed (a backoff, a spent quota's reset: admission

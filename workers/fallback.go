@@ -14,6 +14,7 @@ import (
 
 	"github.com/prq-dev/prq/admission"
 	"github.com/prq-dev/prq/jobs"
+	"github.com/prq-dev/prq/ratelimit"
 )
 
 // A summary or review job whose model cannot serve it moves to the next
@@ -42,12 +43,15 @@ const (
 type Move struct {
 	Model          string
 	Tokens, Output int64
+	// Stay: the job is not moved again (it came back to the model it was
+	// planned for, its fallbacks too small for it).
+	Stay bool
 }
 
 // Moved returns job id's move (zero: it waits under the model its
 // payload names).
 func (a *Attempts) Moved(ctx context.Context, id string) (Move, error) {
-	v, err := a.rdb.HMGet(ctx, attemptsKey(id), "model", "tokens", "output").Result()
+	v, err := a.rdb.HMGet(ctx, attemptsKey(id), "model", "tokens", "output", "stay").Result()
 	if err != nil {
 		return Move{}, fmt.Errorf("workers: read the move of %s: %w", id, err)
 	}
@@ -62,6 +66,7 @@ func (a *Attempts) Moved(ctx context.Context, id string) (Move, error) {
 	if s, ok := v[2].(string); ok {
 		m.Output, _ = strconv.ParseInt(s, 10, 64)
 	}
+	m.Stay = v[3] == "1"
 	return m, nil
 }
 
@@ -70,7 +75,7 @@ func (a *Attempts) Moved(ctx context.Context, id string) (Move, error) {
 func (a *Attempts) SetMoved(ctx context.Context, id string, m Move, keep time.Duration) error {
 	key := attemptsKey(id)
 	_, err := a.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, key, "model", m.Model, "tokens", m.Tokens, "output", m.Output)
+		p.HSet(ctx, key, "model", m.Model, "tokens", m.Tokens, "output", m.Output, "stay", b2i(m.Stay))
 		p.PExpire(ctx, key, keep)
 		return nil
 	})
@@ -78,6 +83,13 @@ func (a *Attempts) SetMoved(ctx context.Context, id string, m Move, keep time.Du
 		return fmt.Errorf("workers: record the move of %s: %w", id, err)
 	}
 	return nil
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // after returns the models a job planned for origin may move to from
@@ -261,15 +273,16 @@ func (m *FallbackMover) move(ctx context.Context, from string, w admission.Waiti
 	}
 	to := ""
 	for _, f := range after(cfg.Models, t.Model, from) {
-		if _, p := paused[f]; !p {
-			if _, known := cfg.Models[f]; known {
-				to = f
-				break
-			}
+		if _, p := paused[f]; !p && fitsModel(cfg.Models[f], w) {
+			to = f
+			break
 		}
 	}
 	if to == "" {
 		return false, nil
+	}
+	if mv, err := cfg.Attempts.Moved(ctx, w.ID); err != nil || mv.Stay {
+		return false, err // its fallbacks are too small for it: it waits here
 	}
 	taken, err := cfg.Admission.Take(ctx, from, w.ID)
 	if err != nil || !taken {
@@ -287,6 +300,21 @@ func (m *FallbackMover) move(ctx context.Context, from string, w admission.Waiti
 	}
 	cfg.Log.InfoContext(ctx, "a job moved to a fallback model: its model is paused", "task", w.ID, "from", from, "to", to, "why", paused[from])
 	return true, nil
+}
+
+// fitsModel says whether a waiting job's estimate fits model m (a
+// configured one): its limits admit it and its context holds it. Its
+// prompt, built when it runs, may still not fit (a job whose fallback is
+// too small moves on: FileWorker).
+func fitsModel(m Model, w admission.Waiting) bool {
+	if m.Name == "" {
+		return false
+	}
+	if m.ContextTokens > 0 && w.Tokens > int64(m.ContextTokens) {
+		return false
+	}
+	out := max(w.Output, 0)
+	return m.Limits == nil || m.Limits.Admissible(ratelimit.Values{Requests: 1, Tokens: w.Tokens, Input: w.Tokens - out, Output: out}) == nil
 }
 
 // MovedTicket returns t as it waits now: under the model its job moved

@@ -166,17 +166,19 @@ func TestFileWorkerFallsBack(t *testing.T) {
 }
 
 // TestFallbackMoverMovesWaitingJobs: the jobs waiting for a paused model
-// move to its fallback (the next one not paused), once each, with their
-// estimates; chat stays; a model not paused is left alone; where each
+// move to its fallback (the next one not paused whose limits admit
+// them), once each, with their estimates; chat stays; a model not paused is left alone; where each
 // moved job waits is recorded for the reconciler (MovedTicket).
 func TestFallbackMoverMovesWaitingJobs(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	rdb := redistest.Shared(t).Client(t)
 	n := time.Now().UnixNano()
-	primary, second, third := fmt.Sprintf("gpt-4o-%d", n), fmt.Sprintf("gpt-4.1-%d", n), fmt.Sprintf("gpt-4o-mini-%d", n)
+	primary, second, third, tiny := fmt.Sprintf("gpt-4o-%d", n), fmt.Sprintf("gpt-4.1-%d", n), fmt.Sprintf("gpt-4o-mini-%d", n), fmt.Sprintf("gpt-4.1-nano-%d", n)
+	small := ratelimit.Limits{RequestsPerPeriod: 100, TokensPerPeriod: 400, Period: time.Minute}
 	models := map[string]workers.Model{
-		primary: {Name: primary, Fallbacks: []string{second, third}},
+		primary: {Name: primary, Fallbacks: []string{tiny, second, third}},
+		tiny:    {Name: tiny, Limits: &small}, // no job of 500 tokens fits it
 		second:  {Name: second},
 		third:   {Name: third},
 	}
@@ -216,6 +218,10 @@ func TestFallbackMoverMovesWaitingJobs(t *testing.T) {
 	if moved, err := mover.Pass(ctx); err != nil || moved != 0 {
 		t.Fatalf("pass with nothing paused: %d moved (%v)", moved, err)
 	}
+	// the first job came back from a fallback too small for it: it stays
+	if err := attempts.SetMoved(ctx, ids[0], workers.Move{Model: primary, Tokens: 500, Output: 100, Stay: true}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
 	// the first fallback is paused too: the jobs go to the second
 	for _, m := range []string{primary, second} {
 		if err := sched.Pause(ctx, m, "401 invalid_api_key", time.Minute); err != nil {
@@ -227,37 +233,85 @@ func TestFallbackMoverMovesWaitingJobs(t *testing.T) {
 	ran := make(chan struct{})
 	go func() { defer close(ran); mover.Run(runCtx, time.Hour) }()
 	mover.Kick()
-	for deadline := time.Now().Add(30 * time.Second); len(counted.all()) < 3 && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(30 * time.Second); len(counted.all()) < 2 && time.Now().Before(deadline); {
 		time.Sleep(5 * time.Millisecond)
 	}
 	stop()
 	<-ran
-	if got := counted.all(); len(got) != 3 {
-		t.Fatalf("%d moved after a kick, want the 3 review jobs", len(got))
+	if got := counted.all(); len(got) != 2 {
+		t.Fatalf("%d moved after a kick, want the 2 review jobs that may move", len(got))
 	}
 	if moved, err := mover.Pass(ctx); err != nil || moved != 0 {
 		t.Fatalf("second pass moved %d (%v), want none", moved, err)
 	}
 	left, _ := sched.Waiting(ctx, primary, 10)
-	if len(left) != 1 || left[0].Class != admission.ClassChat {
-		t.Fatalf("left under the paused model %+v, want only the chat", left)
+	if len(left) != 2 || left[0].ID != ids[0] || left[1].Class != admission.ClassChat {
+		t.Fatalf("left under the paused model %+v, want the staying job and the chat", left)
 	}
 	there, _ := sched.Waiting(ctx, third, 10)
-	if len(there) != 3 {
-		t.Fatalf("waiting under %s: %+v, want the 3 jobs", third, there)
+	if len(there) != 2 {
+		t.Fatalf("waiting under %s: %+v, want the 2 jobs", third, there)
 	}
 	for i, w := range there {
-		if w.Tokens != int64(500+i) || w.Output != 100 {
-			t.Errorf("moved %+v, want its estimate %d (output 100)", w, 500+i)
+		if w.Tokens != int64(501+i) || w.Output != 100 {
+			t.Errorf("moved %+v, want its estimate %d (output 100)", w, 501+i)
 		}
 	}
-	if got := counted.all(); len(got) != 3 || got[0] != primary+">"+third+":paused" {
-		t.Errorf("counted %q, want 3 moves %s>%s:paused", got, primary, third)
+	if got := counted.all(); len(got) != 2 || got[0] != primary+">"+third+":paused" {
+		t.Errorf("counted %q, want 2 moves %s>%s:paused", got, primary, third)
 	}
-	for i, id := range ids {
+	for i, id := range ids[1:] {
+		i++
 		tk := admission.Ticket{ID: id, Model: primary, Class: string(jobs.TierPaid), Tokens: 1}
 		if got := workers.MovedTicket(ctx, attempts, models, tk); got.Model != third || got.Tokens != int64(500+i) {
 			t.Errorf("MovedTicket(%s) = %+v, want under %s at its estimate", id, got, third)
 		}
+	}
+}
+
+// TestFileWorkerOutgrowsItsFallback: a job moved to a fallback whose
+// context cannot hold its file (the mover moved it by its estimate) goes
+// back to the model it was planned for, to stay: registered there, the
+// move recorded as staying, no call made.
+func TestFileWorkerOutgrowsItsFallback(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	models := map[string]workers.Model{
+		"gpt-4o-mini":  {Name: "gpt-4o-mini", Fallbacks: []string{"gpt-4.1-nano"}},
+		"gpt-4.1-nano": {Name: "gpt-4.1-nano", ContextTokens: 50, MaxOutput: 10},
+		"gpt-4o":       {Name: "gpt-4o"},
+	}
+	st, adm, q, model := newStore(t), &fakeAdmission{}, &fakeQueue{}, &fakeLLM{CompleteFunc: answer("never")}
+	attempts := newAttempts(t)
+	w, err := workers.NewFileWorker(workers.FileWorkerConfig{Attempts: attempts, Store: st, Ledger: adm, Caller: newCaller(t, adm, model, nil, nil), Queue: q,
+		Models: models, Repairs: st, Requeue: adm})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr := testPR(t, 271)
+	f, task := plannedFile(t, st, pr, jobs.KindSummary)
+	id := jobs.FileTaskID(f)
+	if err := attempts.SetMoved(ctx, id, workers.Move{Model: "gpt-4.1-nano", Tokens: 40, Output: 10}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	err = w.ProcessTask(ctx, task)
+	if err == nil || workers.IsFailure(err) {
+		t.Fatalf("ProcessTask = %v, want back to admission", err)
+	}
+	if model.Calls() != 0 {
+		t.Fatalf("%d calls on a fallback too small", model.Calls())
+	}
+	reg := adm.Registered()
+	if len(reg) != 1 || reg[0].Model != "gpt-4o-mini" || reg[0].Tokens != f.Estimate {
+		t.Fatalf("registered %+v, want the job back under gpt-4o-mini at its planned estimate %d", reg, f.Estimate)
+	}
+	if mv, err := attempts.Moved(ctx, id); err != nil || mv.Model != "gpt-4o-mini" || !mv.Stay {
+		t.Fatalf("move %+v (%v), want back under gpt-4o-mini, staying", mv, err)
+	}
+	if got := workers.MovedTicket(ctx, attempts, models, reg[0]); got.Model != "gpt-4o-mini" {
+		t.Fatalf("the reconciler would register it under %s", got.Model)
+	}
+	if results, _ := st.Results(ctx, pr, "h1"); len(results) != 0 {
+		t.Fatalf("results %+v: the file fits the model it was planned for, it is not too large", results)
 	}
 }

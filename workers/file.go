@@ -223,9 +223,15 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	if title == "" {
 		title = f.PR.String()
 	}
-	pm, perr := buildFilePrompt(f.Kind, contextOf(title, run.Body).withRepo(run.Instructions, run.Language), fd, m, w.tok[f.Model], f.Part)
+	build := func(m Model) (prompt, error) {
+		return buildMovedPrompt(f.Kind, contextOf(title, run.Body).withRepo(run.Instructions, run.Language), fd, cfg.Models[origin], w.tok[origin], m, w.tok[m.Name], f.Part)
+	}
+	pm, perr := build(m)
 	if perr != nil {
 		settle(ctx, cfg.Ledger, log, ticket, ratelimit.Cost{}) // no call: all refunded
+		if f.Model != origin && errors.Is(perr, errTooLarge) {
+			return w.outgrown(ctx, f, fileTicket(ref.File), ticket, build, perr)
+		}
 		res.Skipped = "too large for " + f.Model
 		var ce *ratelimit.CostError
 		if errors.As(perr, &ce) {
@@ -309,9 +315,7 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		var wait *quotaWaitError
 		var fb *fallbackError
 		if errors.As(err, &fb) {
-			moved, merr := w.fallBack(ctx, f, ticket, next, fb, func(m Model) (prompt, error) {
-				return buildFilePrompt(f.Kind, contextOf(title, run.Body).withRepo(run.Instructions, run.Language), fd, m, w.tok[m.Name], f.Part)
-			})
+			moved, merr := w.fallBack(ctx, f, ticket, next, fb, build)
 			if moved {
 				return merr
 			}
@@ -435,6 +439,23 @@ func (w *FileWorker) fallBack(ctx context.Context, f jobs.File, ticket admission
 		return true, fmt.Errorf("%w: moved to fallback model %s: %v", errBackToAdmission, to, fb.err)
 	}
 	return false, nil
+}
+
+// outgrown moves on a job whose fallback is too small for its file
+// (FallbackMover moved it by its estimate, before its prompt was built):
+// to the next fallback that can take it, else back to the model it was
+// planned for (planned), to stay there (the mover leaves it).
+func (w *FileWorker) outgrown(ctx context.Context, f jobs.File, planned, ticket admission.Ticket, build func(Model) (prompt, error), perr error) error {
+	cfg := &w.cfg
+	fb := &fallbackError{reason: FallbackPaused, err: perr}
+	if moved, err := w.fallBack(ctx, f, ticket, after(cfg.Models, planned.Model, f.Model), fb, build); moved {
+		return err
+	}
+	if err := cfg.Attempts.SetMoved(ctx, ticket.ID, Move{Model: planned.Model, Tokens: planned.Tokens, Output: planned.Output, Stay: true}, moveKeep(cfg.Budget)); err != nil {
+		return err
+	}
+	cfg.Log.InfoContext(ctx, "a job's fallback is too small for it: back to the model it was planned for", "pr", f.PR.String(), "task", ticket.ID, "fallback", f.Model, "to", planned.Model, "err", perr)
+	return backToAdmission(ctx, cfg.Requeue, planned, 0, fmt.Errorf("too large for fallback %s: back to %s: %w", f.Model, planned.Model, perr))
 }
 
 // moveKeep is how long a move's record lasts: as long as the job may

@@ -168,12 +168,19 @@ func (p prompt) tooLarge(m Model) error {
 // covers part `part` of the file's review parts (see reviewParts), all
 // of them when parts is 1.
 func buildFilePrompt(kind jobs.Kind, pc prContext, f store.FileData, m Model, tok *ratelimit.Tokenizer, part int) (prompt, error) {
+	return buildMovedPrompt(kind, pc, f, m, tok, m, tok, part)
+}
+
+// buildMovedPrompt is buildFilePrompt for a job planned for model plan
+// and run on m (a fallback): a review keeps plan's parts, so the parts
+// of one file still cover its diff once, each rendered for m.
+func buildMovedPrompt(kind jobs.Kind, pc prContext, f store.FileData, plan Model, planTok *ratelimit.Tokenizer, m Model, tok *ratelimit.Tokenizer, part int) (prompt, error) {
 	d, err := diff.Parse(f.Patch)
 	if err != nil {
 		return prompt{}, err
 	}
 	if kind == jobs.KindReview {
-		parts, err := reviewParts(pc, f, d, m, tok)
+		parts, err := reviewParts(pc, f, d, plan, planTok)
 		if err != nil {
 			return prompt{}, err
 		}

@@ -2,6 +2,7 @@ package workers
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -318,5 +319,33 @@ func TestChatPromptCarriesRepoConfig(t *testing.T) {
 	}
 	if withRepo, _ := EstimateChat(c, m); withRepo <= bare {
 		t.Errorf("estimate %d with the instructions, %d without: they are not counted", withRepo, bare)
+	}
+}
+
+// TestMovedPromptKeepsThePlannedParts: a review planned in parts for a
+// model with a small input limit, run on a fallback that holds the whole
+// file, reviews the same part of the same split (the other parts' jobs
+// cover the rest), not the whole file again.
+func TestMovedPromptKeepsThePlannedParts(t *testing.T) {
+	tok, _ := ratelimit.NewTokenizer("gpt-4o")
+	f := store.FileData{Path: "big.go", Status: "modified", Patch: bigPatch(40)}
+	pc := contextOf("Speed up the parser", "It caches tokens.")
+	limits := ratelimit.Limits{RequestsPerPeriod: 100, TokensPerPeriod: 100000, InputTokensPerPeriod: 700, OutputTokensPerPeriod: 200}
+	planned := Model{Name: "gpt-4o", MaxOutput: 100, ContextTokens: 128000, Limits: &limits}.withDefaults()
+	fallback := Model{Name: "gpt-4.1", MaxOutput: 100, ContextTokens: 1000000}.withDefaults()
+	d, _ := diff.Parse(f.Patch)
+	parts, err := reviewParts(pc, f, d, planned, tok)
+	if err != nil || len(parts) < 2 {
+		t.Fatalf("%d parts (%v): the test needs the planned model to split the file", len(parts), err)
+	}
+	p, err := buildMovedPrompt(jobs.KindReview, pc, f, planned, tok, fallback, tok, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("part 2 of %d of its diff", len(parts)); !strings.Contains(p.user, want) {
+		t.Fatalf("the fallback's prompt lacks %q:\n%.400s", want, p.user)
+	}
+	if whole, _ := buildFilePrompt(jobs.KindReview, pc, f, fallback, tok, 2); strings.Contains(whole.user, "part 2 of") {
+		t.Fatal("the fallback alone splits the file too: the test shows nothing")
 	}
 }
