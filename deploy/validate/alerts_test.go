@@ -110,6 +110,22 @@ var alertScenarios = map[string][]scenario{
 		{"window-like headers", `prq_provider_window_suspected{model="gpt-4o"} 0x5 1x15`, true},
 		{"bucket-like headers", `prq_provider_window_suspected{model="gpt-4o"} 0x20`, false},
 	},
+	"PrqBudgetThresholdReached": {
+		{"an installation past 75%", `prq_budget_installations{tier="paid",threshold="50"} 0x10 1x10
+			prq_budget_installations{tier="paid",threshold="75"} 0x15 1x5
+			prq_budget_installations{tier="paid",threshold="90"} 0x20
+			prq_budget_installations{tier="paid",threshold="100"} 0x20`, true},
+		{"every installation under half", `prq_budget_installations{tier="paid",threshold="50"} 0x20
+			prq_budget_installations{tier="paid",threshold="75"} 0x20
+			prq_budget_installations{tier="paid",threshold="90"} 0x20
+			prq_budget_installations{tier="paid",threshold="100"} 0x20`, false},
+	},
+	"PrqBudgetSpent": {
+		{"an installation spent it all", `prq_budget_installations{tier="trial",threshold="90"} 0x10 1x10
+			prq_budget_installations{tier="trial",threshold="100"} 0x18 1x2`, true},
+		{"past 90% only", `prq_budget_installations{tier="trial",threshold="90"} 0x10 2x10
+			prq_budget_installations{tier="trial",threshold="100"} 0x20`, false},
+	},
 	"PrqRedisMemoryHigh": {
 		{"90% of maxmemory", `prq_redis_memory_used_bytes 900x20
 			prq_redis_memory_max_bytes 1000x20`, true},

@@ -249,6 +249,23 @@ type Tier struct {
 	// dollars at the models' prices, as quota_tokens caps its tokens
 	// (chat included). Defaults to 0: unlimited.
 	QuotaDollars float64 `yaml:"quota_dollars"`
+	// BudgetDollars is each installation's monthly budget (UTC months),
+	// in US dollars at the models' prices: spend past 50, 75, 90 and 100%
+	// of it is counted in prq_budget_installations (alerts) and shown on
+	// the dashboard; nothing is refused (quota_dollars refuses). Defaults
+	// to 0: none.
+	BudgetDollars float64 `yaml:"budget_dollars"`
+}
+
+// Budgets returns the monthly budget of each tier that has one.
+func (c *Config) Budgets() map[string]float64 {
+	out := map[string]float64{}
+	for name, t := range c.Tiers {
+		if t.BudgetDollars > 0 {
+			out[name] = t.BudgetDollars
+		}
+	}
+	return out
 }
 
 // ChatConfig limits who talks to the bot how often (checked at the
@@ -724,12 +741,18 @@ func (c *Config) Validate(m Mode) error {
 		if t.ChatQuotaTokens < 0 {
 			bad("tiers."+name+".chat_quota_tokens", "must not be negative, got %d", t.ChatQuotaTokens)
 		}
-		if t.QuotaDollars < 0 || math.IsNaN(t.QuotaDollars) || math.IsInf(t.QuotaDollars, 0) || t.QuotaDollars > 1e6 {
-			bad("tiers."+name+".quota_dollars", "want dollars from 0 to 1,000,000, got %v", t.QuotaDollars)
-		} else if t.QuotaDollars > 0 {
-			for _, mc := range c.Models {
-				if p, ok := mc.PricesOf(); !ok || p.Output <= 0 {
-					bad("tiers."+name+".quota_dollars", "model %s has no prices (models[].prices): its calls could not be counted in dollars", mc.Name)
+		for _, d := range []struct {
+			setting string
+			v       float64
+		}{{"quota_dollars", t.QuotaDollars}, {"budget_dollars", t.BudgetDollars}} {
+			setting, v := d.setting, d.v
+			if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) || v > 1e6 {
+				bad("tiers."+name+"."+setting, "want dollars from 0 to 1,000,000, got %v", v)
+			} else if v > 0 {
+				for _, mc := range c.Models {
+					if p, ok := mc.PricesOf(); !ok || p.Output <= 0 {
+						bad("tiers."+name+"."+setting, "model %s has no prices (models[].prices): its calls could not be counted in dollars", mc.Name)
+					}
 				}
 			}
 		}

@@ -118,6 +118,7 @@ var meanings = map[string]meaning{
 	"tiers.<name>.weight":            {Text: "The tier's share under saturation. Required, positive.", Unset: "—"},
 	"tiers.<name>.review":            {Text: "Whether the tier gets per-file reviews (summaries it always gets).", Unset: "`true`"},
 	"tiers.<name>.quota_tokens":      {Text: "Tokens per quota period per installation; 0: unlimited."},
+	"tiers.<name>.budget_dollars":    {Text: "US dollars per month (UTC) per installation: spend past 50, 75, 90 and 100% of it raises alerts and nothing is refused. See [budgets](reviews.md#what-a-review-costs). 0: none."},
 	"tiers.<name>.quota_dollars":     {Text: "US dollars per quota period per installation, at the models' prices (`models[].prices`), reserved and capped exactly as `quota_tokens` (chat included); every model needs prices. 0: unlimited."},
 	"tiers.<name>.chat_quota_tokens": {Text: "Chat's own quota per quota period per installation; 0: chat shares `quota_tokens`."},
 

@@ -39,9 +39,10 @@ type Source interface {
 	// CallCounts are every process's LLM calls by model and outcome.
 	CallCounts(ctx context.Context) map[string]map[string]int64
 	// Costs are every process's LLM spend in dollars by model and tier;
-	// Spend each installation's this month (UTC).
+	// Spend each installation's this month (UTC), against its tier's
+	// monthly budget.
 	Costs(ctx context.Context) map[string]map[string]float64
-	Spend(ctx context.Context) map[int64]float64
+	Spend(ctx context.Context) []Spend
 	// GaveUpCounts are every process's jobs that spent their retry
 	// budget, by "kind|reason".
 	GaveUpCounts(ctx context.Context) map[string]int64
@@ -179,7 +180,8 @@ type dashState struct {
 	GaveUp  map[string]int64            `json:"gave_up"`
 	Quotas  []quotaState                `json:"quotas"`
 	// Costs are dollars by model and tier; Spend the installations
-	// spending most this month, most first (at most 20).
+	// past half their budget this month, most spent first, then those
+	// spending most (at most 20).
 	Costs   map[string]map[string]float64 `json:"costs"`
 	Spend   []tenantSpend                 `json:"spend"`
 	Queues  map[string]map[string]int     `json:"queues"`
@@ -244,10 +246,27 @@ type prState struct {
 	AgeSec   float64 `json:"age_seconds"`
 }
 
+// Spend is an installation's spend this month (UTC) in dollars, with
+// the tier of its latest call and that tier's monthly budget (0: none).
+type Spend struct {
+	Installation    int64
+	Tier            string
+	Dollars, Budget float64
+}
+
 type tenantSpend struct {
 	Tenant  string  `json:"tenant"`
+	Tier    string  `json:"tier,omitempty"`
 	Dollars float64 `json:"dollars"`
+	// Budget is the tier's monthly budget (omitted: none), Share the
+	// part of it spent.
+	Budget float64 `json:"budget,omitempty"`
+	Share  float64 `json:"share,omitempty"`
 }
+
+// nearBudget is the share of a budget from which an installation is
+// listed before those that spend more without one.
+const nearBudget = 0.5
 
 type quotaState struct {
 	Tenant string `json:"tenant"`
@@ -335,14 +354,25 @@ func (d *Dashboard) state(ctx context.Context, smp *sampler) dashState {
 		}
 	}
 	st.Costs = src.Costs(ctx)
-	for inst, d := range src.Spend(ctx) {
-		st.Spend = append(st.Spend, tenantSpend{Tenant: strconv.FormatInt(inst, 10), Dollars: d})
-	}
-	sort.Slice(st.Spend, func(i, j int) bool {
-		if st.Spend[i].Dollars != st.Spend[j].Dollars {
-			return st.Spend[i].Dollars > st.Spend[j].Dollars
+	for _, sp := range src.Spend(ctx) {
+		ts := tenantSpend{Tenant: strconv.FormatInt(sp.Installation, 10), Tier: sp.Tier, Dollars: sp.Dollars, Budget: sp.Budget}
+		if sp.Budget > 0 {
+			ts.Share = sp.Dollars / sp.Budget
 		}
-		return st.Spend[i].Tenant < st.Spend[j].Tenant
+		st.Spend = append(st.Spend, ts)
+	}
+	// those past half their budget first, most spent first; then by dollars
+	sort.Slice(st.Spend, func(i, j int) bool {
+		a, b := st.Spend[i], st.Spend[j]
+		if na, nb := a.Share >= nearBudget, b.Share >= nearBudget; na != nb {
+			return na
+		} else if na && a.Share != b.Share {
+			return a.Share > b.Share
+		}
+		if a.Dollars != b.Dollars {
+			return a.Dollars > b.Dollars
+		}
+		return a.Tenant < b.Tenant
 	})
 	if len(st.Spend) > 20 {
 		st.Spend = st.Spend[:20]

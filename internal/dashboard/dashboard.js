@@ -50,8 +50,8 @@ async function refresh(){
     h="<tr><th>model</th><th>paid</th><th>trial</th><th>free</th><th>all</th></tr>";
     for(const m of cm){const c=d.costs[m];const all=Object.values(c).reduce((a,b)=>a+b,0);h+=`<tr><td>${esc(m)}</td><td>${usd(c.paid||0)}</td><td>${usd(c.trial||0)}</td><td>${usd(c.free||0)}</td><td>${usd(all)}</td></tr>`}
     document.getElementById("costs").innerHTML=cm.length?h:"<tr><td>no priced call yet (models[].prices)</td></tr>";
-    h="<tr><th>tenant</th><th>this month</th></tr>";
-    for(const s of (d.spend||[])){h+=`<tr><td>${esc(s.tenant)}</td><td>${usd(s.dollars)}</td></tr>`}
+    h="<tr><th>tenant</th><th>tier</th><th>this month</th><th>of budget</th></tr>";
+    for(const s of (d.spend||[])){const b=s.budget?`<span class="${s.share>=0.9?"warn":"ok"}">${(100*s.share).toFixed(0)}% of ${usd(s.budget)}</span>`:"";h+=`<tr><td>${esc(s.tenant)}</td><td>${esc(s.tier||"")}</td><td>${usd(s.dollars)}</td><td>${b}</td></tr>`}
     document.getElementById("spend").innerHTML=(d.spend||[]).length?h:"";
   }catch(e){document.getElementById("status").textContent="cannot reach prq: "+e.message}
 }

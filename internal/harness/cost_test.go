@@ -19,7 +19,13 @@ import (
 // by model and tier, and per tenant.
 func TestCostEndToEnd(t *testing.T) {
 	t.Parallel()
-	s, ps := reviewAll(t, fakeopenai.ReplyJSON, 3, func(c *config.Config) { c.GitHub.SummaryCost = true })
+	const budget = 1e-6 // dollars a month: every tenant spends past it
+	s, ps := reviewAll(t, fakeopenai.ReplyJSON, 3, func(c *config.Config) {
+		c.GitHub.SummaryCost = true
+		paid := c.Tiers["paid"]
+		paid.BudgetDollars = budget
+		c.Tiers["paid"] = paid
+	})
 	ctx := context.Background()
 	var total float64
 	for _, p := range ps {
@@ -50,7 +56,10 @@ func TestCostEndToEnd(t *testing.T) {
 		Costs map[string]map[string]float64 `json:"costs"`
 		Spend []struct {
 			Tenant  string  `json:"tenant"`
+			Tier    string  `json:"tier"`
 			Dollars float64 `json:"dollars"`
+			Budget  float64 `json:"budget"`
+			Share   float64 `json:"share"`
 		} `json:"spend"`
 	}
 	if err := json.Unmarshal([]byte(body), &d); err != nil {
@@ -62,6 +71,14 @@ func TestCostEndToEnd(t *testing.T) {
 	}
 	for _, sp := range d.Spend {
 		byTenant += sp.Dollars
+		if sp.Tier != "paid" || sp.Budget != budget || math.Abs(sp.Share-sp.Dollars/budget) > 1e-6*sp.Share {
+			t.Errorf("dashboard spend %+v, want paid against its budget of $%v", sp, budget)
+		}
+	}
+	for _, th := range []string{"50", "100"} {
+		if got := s.metric("prq_budget_installations", map[string]string{"tier": "paid", "threshold": th}); got != float64(len(ps)) {
+			t.Errorf("prq_budget_installations{tier=paid,threshold=%s} = %v, want every one of the %d tenants", th, got, len(ps))
+		}
 	}
 	if math.Abs(byModel-total) > 1e-9 || math.Abs(byTenant-total) > 1e-9 || len(d.Spend) != len(ps) {
 		t.Errorf("dashboard: %.9f by model, %.9f over %d tenants; want %.9f over %d", byModel, byTenant, len(d.Spend), total, len(ps))

@@ -8,6 +8,7 @@ package metrics
 
 import (
 	"context"
+	"maps"
 	"net/http"
 	"strconv"
 	"strings"
@@ -147,10 +148,13 @@ func (m *Metrics) CountCost(model, tier, lane string, installation int64, dollar
 	ctx := context.Background()
 	k := spendKey(time.Now())
 	// one round trip for the three writes
+	inst := strconv.FormatInt(installation, 10)
 	_, _ = m.counts.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.HIncrByFloat(ctx, costKey, model+"|"+tier, dollars)
-		p.HIncrByFloat(ctx, k, strconv.FormatInt(installation, 10), dollars)
+		p.HIncrByFloat(ctx, k, inst, dollars)
 		p.Expire(ctx, k, 400*24*time.Hour)
+		p.HSet(ctx, k+":tier", inst, tier) // the tier whose budget it is measured against
+		p.Expire(ctx, k+":tier", 400*24*time.Hour)
 		return nil
 	})
 }
@@ -196,6 +200,78 @@ func Spend(ctx context.Context, counts Counts, t time.Time) map[int64]float64 {
 		out[inst], _ = strconv.ParseFloat(v, 64)
 	}
 	return out
+}
+
+// BudgetThresholds are the shares of a monthly budget, in percent, that
+// prq_budget_installations counts installations past.
+var BudgetThresholds = []int{50, 75, 90, 100}
+
+// Spending is an installation's spend in a month (UTC) against its
+// tier's monthly budget (0: the tier has none).
+type Spending struct {
+	Installation int64
+	// Tier is the tier of its latest priced call this month.
+	Tier            string
+	Dollars, Budget float64
+}
+
+// Share is the part of the budget spent (0 without a budget).
+func (s Spending) Share() float64 {
+	if s.Budget <= 0 {
+		return 0
+	}
+	return s.Dollars / s.Budget
+}
+
+// Spendings returns each installation's spend in the month (UTC)
+// holding t, with its tier and that tier's budget in budgets (dollars
+// per month by tier name).
+func Spendings(ctx context.Context, counts Counts, t time.Time, budgets map[string]float64) []Spending {
+	dollars := Spend(ctx, counts, t)
+	tiers, _ := counts.HGetAll(ctx, spendKey(t)+":tier").Result()
+	out := make([]Spending, 0, len(dollars))
+	for inst, d := range dollars {
+		tier := tiers[strconv.FormatInt(inst, 10)]
+		out = append(out, Spending{Installation: inst, Tier: tier, Dollars: d, Budget: budgets[tier]})
+	}
+	return out
+}
+
+// WatchBudgets sets the monthly budget of each tier that has one
+// (tiers.<name>.budget_dollars): prq_budget_installations counts the
+// installations past each of BudgetThresholds of theirs.
+func (m *Metrics) WatchBudgets(budgets map[string]float64) {
+	m.state.mu.Lock()
+	defer m.state.mu.Unlock()
+	m.state.budgets = maps.Clone(budgets)
+}
+
+// descBudget is prq_budget_installations, from Redis.
+var descBudget = prometheus.NewDesc("prq_budget_installations", "Installations of a tier with a monthly budget (tiers.<name>.budget_dollars) whose spend this month (UTC, at the models' prices) "+
+	"has reached the threshold's percent of it (50, 75, 90, 100). The dashboard names them.", []string{"tier", "threshold"}, nil)
+
+// budgetMetrics counts the installations past each threshold of their
+// tier's budget, for every tier with one.
+func budgetMetrics(ctx context.Context, counts Counts, now time.Time, budgets map[string]float64, ch chan<- prometheus.Metric) {
+	past := map[string][]int{}
+	for tier := range budgets {
+		past[tier] = make([]int, len(BudgetThresholds))
+	}
+	for _, s := range Spendings(ctx, counts, now, budgets) {
+		if s.Budget <= 0 {
+			continue
+		}
+		for i, th := range BudgetThresholds {
+			if s.Dollars*100 >= float64(th)*s.Budget {
+				past[s.Tier][i]++
+			}
+		}
+	}
+	for tier, n := range past {
+		for i, th := range BudgetThresholds {
+			ch <- prometheus.MustNewConstMetric(descBudget, prometheus.GaugeValue, float64(n[i]), tier, strconv.Itoa(th))
+		}
+	}
 }
 
 // CountUnusable counts a model reply that could not be read; the
@@ -392,6 +468,7 @@ type stateCollector struct {
 	now      func() time.Time
 	shared   Shared // nil: no Redis-wide series
 	aging    time.Duration
+	budgets  map[string]float64 // monthly dollars by tier (WatchBudgets)
 
 	mu     sync.Mutex // held while reading, so concurrent scrapes share one reading
 	at     time.Time
@@ -406,6 +483,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descLifecycle
 	ch <- descDecoration
 	ch <- descFallback
+	ch <- descBudget
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -466,6 +544,9 @@ func (c *stateCollector) read(ch chan<- prometheus.Metric) {
 					ch <- prometheus.MustNewConstMetric(descDecoration, prometheus.CounterValue, n, kind, status)
 				}
 			}
+		}
+		if len(c.budgets) > 0 {
+			budgetMetrics(ctx, c.shared, c.now(), c.budgets, ch)
 		}
 		for k, n := range FallbackCounts(ctx, c.shared) {
 			if from, rest, ok := strings.Cut(k, "|"); ok {

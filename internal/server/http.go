@@ -111,8 +111,12 @@ func (d dashSource) Costs(ctx context.Context) map[string]map[string]float64 {
 	return metrics.Costs(ctx, d.s.rdb)
 }
 
-func (d dashSource) Spend(ctx context.Context) map[int64]float64 {
-	return metrics.Spend(ctx, d.s.rdb, time.Now())
+func (d dashSource) Spend(ctx context.Context) []dashboard.Spend {
+	var out []dashboard.Spend
+	for _, sp := range metrics.Spendings(ctx, d.s.rdb, time.Now(), d.s.cfg.Budgets()) {
+		out = append(out, dashboard.Spend{Installation: sp.Installation, Tier: sp.Tier, Dollars: sp.Dollars, Budget: sp.Budget})
+	}
+	return out
 }
 
 // QuotaUsed reads the installation's whole quota (none where quotas are

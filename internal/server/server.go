@@ -156,6 +156,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, connOpt asyn
 	}
 	s.metrics = metrics.New(s.sched, s.insp, rdb, metrics.Config{CacheFor: cfg.Metrics.CacheFor.D()})
 	s.metrics.Watch(rdb, cfg.Scheduler.Aging.D())
+	s.metrics.WatchBudgets(cfg.Budgets())
 	s.sched.Observe = s.metrics.ObserveAdmission
 	ok = true
 	return s, nil

@@ -93,7 +93,9 @@ func TestDeployKnowsEveryMetric(t *testing.T) {
 	m.CountJobFallback("gpt-4o", "gpt-4.1", "provider")
 	m.CountLifecycle("run_finalized", "lost_finalize")
 	m.CountDecorationError("check_run_complete", "404")
+	m.CountCost(s.cfg.Jobs.ReviewModel, "paid", "sync", 1, 0.01)
 	m.Watch(s.rdb, time.Minute) // the series read from the shared Redis too
+	m.WatchBudgets(map[string]float64{"paid": 1})
 	w := httptest.NewRecorder()
 	m.Handler().ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))
 	listed, err := os.ReadFile("../../deploy/validate/testdata/metrics.txt")
