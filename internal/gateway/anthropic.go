@@ -361,7 +361,18 @@ func (u anthropicUsage) input() int64 {
 
 // usage is the reply's count in OpenAI's terms.
 func (a anthropicReply) usage() *usage {
-	return &usage{PromptTokens: a.Usage.input(), CompletionTokens: a.Usage.OutputTokens}
+	return a.Usage.of(a.Usage)
+}
+
+// of is the usage of a reply whose input Anthropic counted in u and
+// output in out (the same for a whole reply; a stream's start and its
+// last delta).
+func (u anthropicUsage) of(out anthropicUsage) *usage {
+	in := u
+	if out.InputTokens > 0 { // newer streams repeat the input in message_delta
+		in = out
+	}
+	return &usage{PromptTokens: in.input(), CompletionTokens: out.OutputTokens, cacheRead: in.CacheReadInputTokens, cacheWrite: in.CacheCreationInputTokens}
 }
 
 // finishReason is OpenAI's name of Anthropic's stop reason; the forced
@@ -583,10 +594,7 @@ func (g *Gateway) forwardAnthropicStream(w http.ResponseWriter, r *http.Request,
 					out, sawDelta = *ev.Usage, true
 				}
 			case "message_stop":
-				u := &usage{PromptTokens: in.input(), CompletionTokens: out.OutputTokens}
-				if out.InputTokens > 0 { // newer replies repeat the input in message_delta
-					u.PromptTokens = out.input()
-				}
+				u := in.of(out)
 				if !sawDelta {
 					u = nil
 				}

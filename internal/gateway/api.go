@@ -27,6 +27,13 @@ func KeysAPI(ks *Keys) http.Handler {
 			Key
 			Used  int64     `json:"quota_used"`
 			Reset time.Time `json:"quota_reset,omitzero"`
+			// Spent is the key's calls' cost this month (UTC), at the models' prices.
+			Spent float64 `json:"spent_this_month"`
+		}
+		spent, err := ks.Spend(r.Context(), ks.now())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
 		}
 		out := make([]listed, 0, len(keys))
 		for _, k := range keys {
@@ -35,7 +42,7 @@ func KeysAPI(ks *Keys) http.Handler {
 				http.Error(w, err.Error(), http.StatusServiceUnavailable)
 				return
 			}
-			out = append(out, listed{Key: k, Used: u.Used, Reset: u.Reset})
+			out = append(out, listed{Key: k, Used: u.Used, Reset: u.Reset, Spent: spent[k.ID]})
 		}
 		writeJSON(w, http.StatusOK, out)
 	})

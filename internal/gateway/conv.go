@@ -380,7 +380,7 @@ func completionFromAnthropic(body []byte) (completion, error) {
 	if r.Type != "message" {
 		return completion{}, fmt.Errorf("a reply of type %q", r.Type)
 	}
-	c := completion{id: r.ID, finish: anthropicFinish(r.StopReason), usage: &usage{PromptTokens: r.Usage.input(), CompletionTokens: r.Usage.OutputTokens}}
+	c := completion{id: r.ID, finish: anthropicFinish(r.StopReason), usage: r.Usage.of(r.Usage)}
 	var text strings.Builder
 	for _, b := range r.Content {
 		switch b.Type {
@@ -500,10 +500,7 @@ func (s *anthropicStreamIn) usage() *usage {
 	if !s.sawDelta {
 		return nil
 	}
-	u := &usage{PromptTokens: s.in.input(), CompletionTokens: s.out.OutputTokens}
-	if s.out.InputTokens > 0 { // newer replies repeat the input in message_delta
-		u.PromptTokens = s.out.input()
-	}
+	u := s.in.of(s.out)
 	return u
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/prq-dev/prq/admission"
+	"github.com/prq-dev/prq/llm"
 	"github.com/prq-dev/prq/ratelimit"
 )
 
@@ -42,6 +43,8 @@ type Model struct {
 	// Fallbacks are the models a request moves to, in order, when this
 	// one cannot serve it (fallback.go); theirs are not followed.
 	Fallbacks []string
+	// Prices price the model's calls from their usage (zero: not priced).
+	Prices llm.Prices
 }
 
 // quotaReservationTTL bounds how long the reservation of a call whose
@@ -91,6 +94,9 @@ type Config struct {
 	// (403) when the key's quota left is below input + MinOutput.
 	// Defaults to 16.
 	MinOutput int64
+	// CostFunc, when set, is told what each priced call cost, by model
+	// and the key's tier (prq's own cost series and dashboard).
+	CostFunc func(model, tier string, dollars float64)
 	// FallbackWait is the longest a request waits for admission on a
 	// model with fallbacks before it moves to the next. Defaults to 10s.
 	FallbackWait time.Duration

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -329,6 +330,34 @@ func (ks *Keys) Rotate(ctx context.Context, id string) (string, Key, error) {
 		return "", Key{}, err
 	}
 	return secret, k, nil
+}
+
+// spendKey is the keys' spend in the month (UTC) holding t, by key id.
+func spendKey(t time.Time) string { return keysTag + ":spend:" + t.UTC().Format("2006-01") }
+
+// AddSpend adds dollars to key id's spend this month; months are kept
+// 400 days.
+func (ks *Keys) AddSpend(ctx context.Context, id string, dollars float64) error {
+	k := spendKey(ks.now())
+	_, err := ks.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HIncrByFloat(ctx, k, id, dollars)
+		p.Expire(ctx, k, 400*24*time.Hour)
+		return nil
+	})
+	return err
+}
+
+// Spend returns each key's spend in the month (UTC) holding t, by id.
+func (ks *Keys) Spend(ctx context.Context, t time.Time) (map[string]float64, error) {
+	m, err := ks.rdb.HGetAll(ctx, spendKey(t)).Result()
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]float64, len(m))
+	for id, v := range m {
+		out[id], _ = strconv.ParseFloat(v, 64)
+	}
+	return out, nil
 }
 
 // Usage is a key's quota use in its current window (zero without a

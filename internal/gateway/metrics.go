@@ -17,6 +17,7 @@ type Metrics struct {
 	over     *prometheus.CounterVec
 	held     *prometheus.HistogramVec
 	fallback *prometheus.CounterVec
+	cost     *prometheus.CounterVec
 }
 
 // NewMetrics returns the series, unregistered (Collectors).
@@ -30,13 +31,14 @@ func NewMetrics() *Metrics {
 		held: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "prq_gateway_quota_wait_seconds", Help: "Time a gateway request waited for its key's quota, held by the key's requests in flight, by key id.",
 			Buckets: []float64{.001, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}}, []string{"key"}),
 		fallback: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_gateway_fallbacks_total", Help: "Gateway requests moved from a model to its next fallback, by model, fallback and reason (paused: every key paused; wait: not admitted within gateway.fallback_wait; provider: the provider failed the call)."}, []string{"from", "to", "reason"}),
+		cost:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_gateway_cost_dollars_total", Help: "US dollars of the gateway's calls at the models' prices (models[].prices), from their usage (cached input and cache writes apart), by key id and model; unpriced models count nothing."}, []string{"key", "model"}),
 		over:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_gateway_usage_over_reservation_tokens_total", Help: "Tokens the provider reported beyond a request's reservation (input counted + output cap), by key id: the gateway's count missed them."}, []string{"key"}),
 	}
 }
 
 // Collectors returns the series to register.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.requests, m.tokens, m.refusals, m.wait, m.over, m.held, m.fallback}
+	return []prometheus.Collector{m.requests, m.tokens, m.refusals, m.wait, m.over, m.held, m.fallback, m.cost}
 }
 
 func (m *Metrics) request(key string, code int) {
@@ -49,6 +51,12 @@ func (m *Metrics) used(key string, input, output int64) {
 	if m != nil {
 		m.tokens.WithLabelValues(key, "input").Add(float64(max(input, 0)))
 		m.tokens.WithLabelValues(key, "output").Add(float64(max(output, 0)))
+	}
+}
+
+func (m *Metrics) spent(key, model string, dollars float64) {
+	if m != nil {
+		m.cost.WithLabelValues(key, model).Add(dollars)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prq-dev/prq/admission"
+	"github.com/prq-dev/prq/llm"
 	"github.com/prq-dev/prq/ratelimit"
 )
 
@@ -22,6 +23,24 @@ import (
 type usage struct {
 	PromptTokens     int64 `json:"prompt_tokens"`
 	CompletionTokens int64 `json:"completion_tokens"`
+	// PromptTokensDetails is OpenAI's: the prompt tokens its cache served.
+	PromptTokensDetails *promptDetails `json:"prompt_tokens_details,omitempty"`
+	// cacheRead and cacheWrite are Anthropic's cache reads and writes,
+	// within PromptTokens (priced apart).
+	cacheRead, cacheWrite int64
+}
+
+type promptDetails struct {
+	CachedTokens int64 `json:"cached_tokens"`
+}
+
+// cached is the prompt tokens a provider's cache served, and written
+// those written to it.
+func (u *usage) cached() (cached, written int64) {
+	if u.PromptTokensDetails != nil {
+		cached = u.PromptTokensDetails.CachedTokens
+	}
+	return max(cached, u.cacheRead), u.cacheWrite
 }
 
 // forwardable reports whether a provider header is forwarded: not
@@ -415,6 +434,27 @@ func streamError(w http.ResponseWriter, msg string) {
 	}
 }
 
+// price counts what a call cost at its model's prices: by key (metric
+// and the key's spend this month) and by model and tier (CostFunc).
+func (g *Gateway) price(ctx context.Context, q *request, u *usage) {
+	p := g.cfg.Models[q.model].Prices
+	if p == (llm.Prices{}) {
+		return
+	}
+	cached, written := u.cached()
+	d := p.Cost(llm.Response{PromptTokens: u.PromptTokens, OutputTokens: u.CompletionTokens, CachedTokens: cached, CacheWriteTokens: written})
+	if d <= 0 {
+		return
+	}
+	g.metrics.spent(q.key.ID, q.model, d)
+	if g.cfg.CostFunc != nil {
+		g.cfg.CostFunc(q.model, q.key.Tier, d)
+	}
+	if err := g.keys.AddSpend(ctx, q.key.ID, d); err != nil {
+		g.log.WarnContext(ctx, "gateway: counting the key's spend failed", "key", q.key.ID, "err", err)
+	}
+}
+
 // settle books a finished call: with the provider's usage when known;
 // without it, the whole reservation when the provider may have run the
 // call (ran), nothing when it refused it.
@@ -443,6 +483,9 @@ func (g *Gateway) settle(ctx context.Context, q *request, u *usage, ran bool) {
 		g.log.WarnContext(ctx, "gateway: settling the bucket failed; it keeps the estimate", "key", q.key.ID, "err", err)
 	}
 	g.settleQuota(ctx, q, quota)
+	if u != nil {
+		g.price(ctx, q, u)
+	}
 	if q.tpm != nil {
 		g.settleTPM(ctx, q, tokens)
 	}

@@ -159,6 +159,21 @@ func (m *Metrics) CountCost(model, tier, lane string, installation int64, dollar
 	})
 }
 
+// CountGatewayCost adds a priced gateway call's cost by model and the
+// key's tier, here and in Redis (the dashboard's cost by model and
+// tier); the key's own spend the gateway keeps.
+func (m *Metrics) CountGatewayCost(model, tier string, dollars float64) {
+	if dollars <= 0 {
+		return
+	}
+	m.cost.WithLabelValues(model, tier, "sync").Add(dollars)
+	ctx := context.Background()
+	_, _ = m.counts.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.HIncrByFloat(ctx, costKey, model+"|"+tier, dollars)
+		return nil
+	})
+}
+
 const costKey = "prq:llm:cost"
 
 func spendKey(t time.Time) string { return "prq:spend:" + t.UTC().Format("2006-01") }

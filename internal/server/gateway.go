@@ -44,7 +44,8 @@ func (s *Server) gateway(ctx context.Context) (http.Handler, error) {
 			}
 			providers[p.Name] = up
 		}
-		gm := gateway.Model{MaxOutput: m.MaxOutputTokens, Reasoning: m.Reasoning, Context: m.ContextTokens, Provider: up, Fallbacks: m.Fallbacks}
+		prices, _ := m.PricesOf() // none: the model's calls are not priced
+		gm := gateway.Model{MaxOutput: m.MaxOutputTokens, Reasoning: m.Reasoning, Context: m.ContextTokens, Provider: up, Fallbacks: m.Fallbacks, Prices: prices}
 		if p.Kind == config.KindAzure {
 			gm.Deployment = p.Deployment(m.Name)
 		}
@@ -69,7 +70,7 @@ func (s *Server) gateway(ctx context.Context) (http.Handler, error) {
 	g, err := gateway.New(gateway.Config{Models: models,
 		Timeout: cfg.OpenAI.Timeout.D(), MaxWait: cfg.Gateway.MaxWait.D(), MinOutput: cfg.Gateway.MinOutput,
 		HeaderTimeout: cfg.Gateway.HeaderTimeout.D(), StreamIdle: cfg.Gateway.StreamIdle.D(), FallbackWait: cfg.Gateway.FallbackWait.D(),
-		Log: s.log.With("component", "gateway")}, gateway.NewKeys(s.rdb), s.sched, waiter, s.rdb, gm)
+		CostFunc: s.metrics.CountGatewayCost, Log: s.log.With("component", "gateway")}, gateway.NewKeys(s.rdb), s.sched, waiter, s.rdb, gm)
 	if err != nil {
 		waiter.Close()
 		return nil, err
