@@ -173,7 +173,7 @@ func checkLifecycle(t *testing.T, pr jobs.PR, c fakegithub.CheckRun, every time.
 	}
 }
 
-// metric reads a counter from /metrics, summed over the series whose
+// metric reads a counter or gauge from /metrics, summed over the series whose
 // labels include want.
 func (s *stack) metric(name string, want map[string]string) float64 {
 	s.t.Helper()
@@ -199,7 +199,7 @@ func (s *stack) metric(name string, want map[string]string) float64 {
 			}
 		}
 		if match == len(want) {
-			sum += m.GetCounter().GetValue()
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue() // whichever it is
 		}
 	}
 	return sum
