@@ -80,7 +80,18 @@ type Request struct {
 	// holds one client per key; admission says which key a job was
 	// charged to). 0: the first.
 	Key int
+	// ServiceTier asks OpenAI for a processing tier: ServiceTierFlex for
+	// flex processing (batch prices, slower, sometimes refused); ""
+	// asks for none (the project's default).
+	ServiceTier string
 }
+
+// ServiceTierFlex is OpenAI's flex processing.
+const ServiceTierFlex = "flex"
+
+// FlexTimeout is the least a flex call may take: flex queues (OpenAI
+// advises a 15-minute timeout).
+const FlexTimeout = 15 * time.Minute
 
 // Message is one turn of a conversation.
 type Message struct {
@@ -168,7 +179,11 @@ type Response struct {
 	// prompt_tokens_details.cached_tokens; Anthropic's
 	// cache_read_input_tokens and cache_creation_input_tokens).
 	CachedTokens, CacheWriteTokens int64
-	Header                         http.Header
+	// ServiceTier is the processing tier the provider says served the
+	// call (OpenAI's service_tier: "flex", "default"); "" when it does not
+	// say.
+	ServiceTier string
+	Header      http.Header
 }
 
 // Kinds of failure.
@@ -185,6 +200,10 @@ var (
 	ErrAccount = errors.New("llm: account problem")
 	// ErrPermanent: any other 4xx: fail with a clear error.
 	ErrPermanent = errors.New("llm: permanent failure")
+	// ErrFlexUnavailable: a flex call refused (429 for want of capacity,
+	// or a model flex does not serve): not billed; the job goes back to
+	// admission to be called at the standard tier.
+	ErrFlexUnavailable = errors.New("llm: flex processing unavailable")
 )
 
 // Error is a classified failure. Header holds the response headers when
@@ -214,9 +233,13 @@ func (e *Error) Unwrap() error { return e.Kind }
 
 // Complete makes one call.
 func (c *Client) Complete(ctx context.Context, r Request) (Response, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	timeout := c.timeout
+	if r.ServiceTier == ServiceTierFlex {
+		timeout = max(timeout, FlexTimeout)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	req := openai.ChatCompletionRequest{Model: r.Model}
+	req := openai.ChatCompletionRequest{Model: r.Model, ServiceTier: openai.ServiceTier(r.ServiceTier)}
 	if r.System != "" {
 		req.Messages = append(req.Messages, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleSystem, Content: r.System})
 	}
@@ -234,7 +257,11 @@ func (c *Client) Complete(ctx context.Context, r Request) (Response, error) {
 	resp, err := c.c.CreateChatCompletion(ctx, req)
 	h := resp.Header()
 	if err != nil {
-		return Response{}, classify(err, h)
+		err = classify(err, h)
+		if r.ServiceTier == ServiceTierFlex {
+			err = flexRefusal(err)
+		}
+		return Response{}, err
 	}
 	if len(resp.Choices) == 0 {
 		return Response{}, &Error{Kind: ErrTransient, Message: "reply has no choices", Header: h}
@@ -247,7 +274,25 @@ func (c *Client) Complete(ctx context.Context, r Request) (Response, error) {
 		return Response{}, &Error{Kind: ErrTransient, Message: "empty content", Header: h}
 	}
 	return Response{Text: ch.Message.Content, FinishReason: string(ch.FinishReason),
-		PromptTokens: int64(resp.Usage.PromptTokens), OutputTokens: int64(resp.Usage.CompletionTokens), CachedTokens: cachedTokens(resp.Usage), Header: h}, nil
+		PromptTokens: int64(resp.Usage.PromptTokens), OutputTokens: int64(resp.Usage.CompletionTokens), CachedTokens: cachedTokens(resp.Usage),
+		ServiceTier: string(resp.ServiceTier), Header: h}, nil
+}
+
+// flexRefusal reads a flex call's failure: a 429 that is no account
+// problem (flex had no capacity: OpenAI's "resource unavailable"), or a
+// 400 naming the service tier (a model flex does not serve), is
+// ErrFlexUnavailable; anything else is as classified.
+func flexRefusal(err error) error {
+	var e *Error
+	if !errors.As(err, &e) {
+		return err
+	}
+	switch {
+	case errors.Is(e.Kind, ErrRateLimited),
+		errors.Is(e.Kind, ErrPermanent) && e.Status == http.StatusBadRequest && strings.Contains(strings.ToLower(e.Message+" "+e.Code), "service_tier"):
+		e.Kind = ErrFlexUnavailable
+	}
+	return err
 }
 
 func classify(err error, h http.Header) error {

@@ -46,6 +46,21 @@ func ListPrices(model string) (p Prices, ok bool) {
 	return p, best != ""
 }
 
+// Flex returns the prices of OpenAI's flex processing: batch prices,
+// half the standard ones.
+func (p Prices) Flex() Prices {
+	return Prices{Input: p.Input / 2, CachedInput: p.CachedInput / 2, CacheWrite: p.CacheWrite / 2, Output: p.Output / 2}
+}
+
+// Of returns the prices of the tier that served r: Flex when the
+// provider says flex did.
+func (p Prices) Of(r Response) Prices {
+	if r.ServiceTier == ServiceTierFlex {
+		return p.Flex()
+	}
+	return p
+}
+
 // Zero reports prices that price nothing (a model without a price).
 func (p Prices) Zero() bool { return p == Prices{} }
 

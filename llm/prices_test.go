@@ -2,6 +2,7 @@ package llm_test
 
 import (
 	"context"
+	"errors"
 	"math"
 	"net/http/httptest"
 	"strings"
@@ -72,5 +73,45 @@ func TestListPrices(t *testing.T) {
 	}
 	if (llm.Prices{Input: -1}).Valid() || !(llm.Prices{Input: 1}).Valid() || (llm.Prices{Output: math.Inf(1)}).Valid() {
 		t.Error("Valid")
+	}
+}
+
+// TestFlexProcessing: through go-openai against the fake, a flex call
+// sends service_tier flex and reads the tier that served it (priced at
+// half: batch prices); a refusal for want of capacity, and a model flex
+// does not serve, are ErrFlexUnavailable (the job then goes standard),
+// never a rate limit.
+func TestFlexProcessing(t *testing.T) {
+	fake := fakeopenai.New(fakeopenai.Config{Models: []fakeopenai.Model{{Name: "gpt-4o-mini", RPM: 1000, TPM: 10000000, Flex: true}, {Name: "gpt-4o", RPM: 1000, TPM: 10000000}}, Period: time.Hour})
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+	ctx := context.Background()
+	c := llm.New("sk-test", srv.URL+"/v1", 5*time.Second, nil)
+	flex, err := c.Complete(ctx, llm.Request{Model: "gpt-4o-mini", User: "File: a.go", MaxOutput: 50, ServiceTier: llm.ServiceTierFlex})
+	if err != nil || flex.ServiceTier != "flex" {
+		t.Fatalf("flex call: tier %q, %v", flex.ServiceTier, err)
+	}
+	std, err := c.Complete(ctx, llm.Request{Model: "gpt-4o-mini", User: "File: a.go", MaxOutput: 50})
+	if err != nil || std.ServiceTier != "default" {
+		t.Fatalf("standard call: tier %q, %v", std.ServiceTier, err)
+	}
+	p, _ := llm.ListPrices("gpt-4o-mini")
+	if got, want := p.Of(flex).Cost(flex), p.Cost(flex)/2; math.Abs(got-want) > 1e-15 || p.Of(std) != p {
+		t.Fatalf("flex cost %v, want half the standard %v", got, want)
+	}
+	_, err = c.Complete(ctx, llm.Request{Model: "gpt-4o", User: "File: a.go", MaxOutput: 50, ServiceTier: llm.ServiceTierFlex})
+	if !errors.Is(err, llm.ErrFlexUnavailable) {
+		t.Fatalf("flex on a model without it: %v, want ErrFlexUnavailable", err)
+	}
+	fake.SetFaults(fakeopenai.Faults{FlexUnavailable: 1})
+	_, err = c.Complete(ctx, llm.Request{Model: "gpt-4o-mini", User: "File: a.go", MaxOutput: 50, ServiceTier: llm.ServiceTierFlex})
+	if !errors.Is(err, llm.ErrFlexUnavailable) || errors.Is(err, llm.ErrRateLimited) {
+		t.Fatalf("flex without capacity: %v, want ErrFlexUnavailable", err)
+	}
+	if _, err := c.Complete(ctx, llm.Request{Model: "gpt-4o-mini", User: "File: a.go", MaxOutput: 50}); err != nil {
+		t.Fatalf("a standard call while flex has no capacity: %v", err)
+	}
+	if st := fake.Stats()["gpt-4o-mini"]; st.Flex != 2 || st.FlexRefused != 1 || st.RateLimited != 0 {
+		t.Fatalf("fake stats %+v: want 2 flex requests, 1 refused, no 429 for a limit", st)
 	}
 }

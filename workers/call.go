@@ -92,6 +92,9 @@ type CallerConfig struct {
 // prq_llm_cost_dollars_total).
 const LaneSync = "sync"
 
+// LaneFlex is the cost lane of calls served by OpenAI's flex processing.
+const LaneFlex = "flex"
+
 // chatAgent is the quota agent of chat when its tier has a chat quota.
 const chatAgent = "chat"
 
@@ -141,6 +144,22 @@ type callSpec struct {
 	// (the provider failing, the model paused); the caller then gets a
 	// *fallbackError instead of a retry.
 	fallback bool
+	// flex: the job may be called at flex processing (its tier's lane is
+	// flex and the model serves it); a refusal is a *flexRefusedError.
+	flex bool
+}
+
+// flexRefusedError: flex processing refused the call (no capacity, or
+// not for this model); nothing was billed, and the job goes back to
+// admission for the standard lane.
+type flexRefusedError struct{ err error }
+
+func (e *flexRefusedError) Error() string { return e.err.Error() }
+func (e *flexRefusedError) Unwrap() error { return e.err }
+
+// flexFor says whether a job of tier on model m may be called at flex.
+func (c *Caller) flexFor(tier jobs.Tier, m Model) bool {
+	return c.cfg.Tiers[tier].Flex && m.Flex
 }
 
 // skipError ends a job with a recorded reason instead of a result;
@@ -297,6 +316,9 @@ func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
 	}
 	req := s.prompt.request(s.model, maxOut)
 	req.Key = key
+	if s.flex {
+		req.ServiceTier = llm.ServiceTierFlex
+	}
 	callingStart := time.Now()
 	var sent, arrived func(time.Duration)
 	if cl, ok := cfg.Ledger.(callMover); ok {
@@ -367,10 +389,14 @@ func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
 		used := resp.PromptTokens + resp.OutputTokens
 		settle(ctx, cfg.Ledger, log, s.ticket, ratelimit.Cost{Requests: 1, Tokens: max(used, 0),
 			Input: max(resp.PromptTokens, 0), Output: max(resp.OutputTokens, 0)})
-		settleQuota(used, nanoCost(s.model.Prices, resp))
+		prices, lane := s.model.Prices.Of(resp), LaneSync
+		if resp.ServiceTier == llm.ServiceTierFlex {
+			lane = LaneFlex
+		}
+		settleQuota(used, nanoCost(prices, resp))
 		c.count(model, "ok")
-		if cfg.CostFunc != nil && !s.model.Prices.Zero() {
-			cfg.CostFunc(model, string(s.tier), LaneSync, s.inst, s.model.Prices.Cost(resp))
+		if cfg.CostFunc != nil && !prices.Zero() {
+			cfg.CostFunc(model, string(s.tier), lane, s.inst, prices.Cost(resp))
 		}
 		return resp, nil
 	}
@@ -379,6 +405,12 @@ func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
 		sync(le.Status, le.Header)
 	}
 	switch {
+	case errors.Is(err, llm.ErrFlexUnavailable):
+		// not billed, not counted by the provider: all refunded
+		settleQuota(0, 0)
+		settle(ctx, cfg.Ledger, log, s.ticket, ratelimit.Cost{})
+		c.count(model, "flex_unavailable")
+		return llm.Response{}, &flexRefusedError{err: err}
 	case errors.Is(err, llm.ErrRateLimited):
 		settleQuota(0, 0)
 		c.count(model, "rate_limited")

@@ -3,6 +3,7 @@ package workers_test
 import (
 	"context"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -144,6 +145,97 @@ func TestDollarQuota(t *testing.T) {
 			// 60 input at 150, 40 cached at 75, 20 output at 600
 			if want := int64(60*150 + 40*75 + 20*600); u.Used != want {
 				t.Errorf("the dollar quota counts %d nano-dollars, want the call's cost %d", u.Used, want)
+			}
+		})
+	}
+}
+
+// TestFileWorkerFlexLane: a job of a tier whose lane is flex, on a model
+// that serves flex, is called at flex processing and priced at half
+// (lane flex); one that flex refuses is refunded, goes back to
+// admission and is called at the standard tier from then on, priced at
+// the standard prices. A tier without the lane never asks for flex.
+func TestFileWorkerFlexLane(t *testing.T) {
+	t.Parallel()
+	prices := llm.Prices{Input: 0.15, CachedInput: 0.075, Output: 0.6}
+	models := map[string]workers.Model{"gpt-4o-mini": {Name: "gpt-4o-mini", Flex: true, Prices: prices}, "gpt-4o": {Name: "gpt-4o", Prices: prices}}
+	for _, tc := range []struct {
+		name    string
+		lane    bool
+		refuse  bool
+		tiers   []string // the service tiers asked, in order
+		laneCut string   // the cost lane counted
+	}{
+		{"flex answers", true, false, []string{"flex"}, "flex"},
+		{"flex refuses", true, true, []string{"flex", ""}, "sync"},
+		{"standard tier", false, false, []string{""}, "sync"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			st, adm, q := newStore(t), &fakeAdmission{}, &fakeQueue{}
+			var mu sync.Mutex
+			var asked []string
+			model := &fakeLLM{CompleteFunc: func(r llm.Request) (llm.Response, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				asked = append(asked, r.ServiceTier)
+				if r.ServiceTier == llm.ServiceTierFlex && tc.refuse {
+					return llm.Response{}, &llm.Error{Kind: llm.ErrFlexUnavailable, Status: 429, Message: "Resource Unavailable"}
+				}
+				tier := "default"
+				if r.ServiceTier != "" {
+					tier = r.ServiceTier
+				}
+				return llm.Response{Text: "Adds b.", PromptTokens: 100, OutputTokens: 20, ServiceTier: tier}, nil
+			}}
+			var lanes []string
+			var dollars float64
+			caller, err := workers.NewCaller(workers.CallerConfig{LLM: model, Ledger: adm, Requeue: adm, Provider: adm,
+				Tiers: map[jobs.Tier]workers.TierSpec{jobs.TierPaid: {Flex: tc.lane}},
+				CostFunc: func(_, _, lane string, _ int64, d float64) {
+					mu.Lock()
+					defer mu.Unlock()
+					lanes, dollars = append(lanes, lane), dollars+d
+				}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			attempts := newAttempts(t)
+			w, err := workers.NewFileWorker(workers.FileWorkerConfig{Attempts: attempts, Store: st, Ledger: adm, Caller: caller, Queue: q, Models: models, Repairs: st, Requeue: adm})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pr := testPR(t, 281)
+			f, task := plannedFile(t, st, pr, jobs.KindSummary)
+			err = w.ProcessTask(ctx, task)
+			if tc.refuse {
+				if err == nil || workers.IsFailure(err) {
+					t.Fatalf("a flex refusal: %v, want back to admission", err)
+				}
+				if got := adm.Events("settle"); len(got) != 1 || !strings.HasSuffix(got[0], " 0") {
+					t.Fatalf("settled %q, want the refused call refunded", got)
+				}
+				if mv, err := attempts.Moved(ctx, jobs.FileTaskID(f)); err != nil || !mv.Standard || mv.Model != "" {
+					t.Fatalf("record %+v (%v), want the standard lane kept, no move", mv, err)
+				}
+				err = w.ProcessTask(ctx, task)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if !slices.Equal(asked, tc.tiers) {
+				t.Fatalf("service tiers asked %q, want %q", asked, tc.tiers)
+			}
+			want := prices.Cost(llm.Response{PromptTokens: 100, OutputTokens: 20})
+			if tc.laneCut == "flex" {
+				want /= 2
+			}
+			results, _ := st.Results(ctx, pr, "h1")
+			if len(results) != 1 || math.Abs(results[0].Cost-want) > 1e-15 || math.Abs(dollars-want) > 1e-15 || len(lanes) != 1 || lanes[0] != tc.laneCut {
+				t.Fatalf("results %+v, counted $%v in lanes %q; want $%v in %s", results, dollars, lanes, want, tc.laneCut)
 			}
 		})
 	}

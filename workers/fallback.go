@@ -46,20 +46,24 @@ type Move struct {
 	// Stay: the job is not moved again (it came back to the model it was
 	// planned for, its fallbacks too small for it).
 	Stay bool
+	// Standard: flex processing refused the job once; it is called at
+	// the standard tier from then on (SetStandard).
+	Standard bool
 }
 
 // Moved returns job id's move (zero: it waits under the model its
 // payload names).
 func (a *Attempts) Moved(ctx context.Context, id string) (Move, error) {
-	v, err := a.rdb.HMGet(ctx, attemptsKey(id), "model", "tokens", "output", "stay").Result()
+	v, err := a.rdb.HMGet(ctx, attemptsKey(id), "model", "tokens", "output", "stay", "lane").Result()
 	if err != nil {
 		return Move{}, fmt.Errorf("workers: read the move of %s: %w", id, err)
 	}
 	model, _ := v[0].(string)
+	standard := v[4] == "standard"
 	if model == "" {
-		return Move{}, nil
+		return Move{Standard: standard}, nil
 	}
-	m := Move{Model: model}
+	m := Move{Model: model, Standard: standard}
 	if s, ok := v[1].(string); ok {
 		m.Tokens, _ = strconv.ParseInt(s, 10, 64)
 	}
@@ -90,6 +94,21 @@ func b2i(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// SetStandard records that job id is called at the standard tier from
+// now on (flex processing refused it); the record lasts keep.
+func (a *Attempts) SetStandard(ctx context.Context, id string, keep time.Duration) error {
+	key := attemptsKey(id)
+	_, err := a.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, key, "lane", "standard")
+		p.PExpire(ctx, key, keep)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("workers: record the standard lane of %s: %w", id, err)
+	}
+	return nil
 }
 
 // after returns the models a job planned for origin may move to from

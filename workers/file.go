@@ -152,7 +152,8 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	// a job that moved to a fallback model was admitted under it
 	origin := f.Model
 	var mv Move
-	if len(cfg.Models[origin].Fallbacks) > 0 {
+	flex := cfg.Caller.flexFor(f.Tier, cfg.Models[origin])
+	if len(cfg.Models[origin].Fallbacks) > 0 || flex {
 		var err error
 		if mv, err = cfg.Attempts.Moved(ctx, jobs.FileTaskID(f)); err != nil {
 			return err
@@ -309,11 +310,21 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		}
 	}
 	next := after(cfg.Models, origin, f.Model)
-	out, err := cfg.Caller.call(ctx, callSpec{ticket: ticket, kind: f.Kind, tier: f.Tier, inst: f.PR.Installation, prompt: pm, model: m, retried: retried(ctx), maxRetry: maxRetry(ctx), attempt: at, fallback: len(next) > 0})
+	out, err := cfg.Caller.call(ctx, callSpec{ticket: ticket, kind: f.Kind, tier: f.Tier, inst: f.PR.Installation, prompt: pm, model: m, retried: retried(ctx), maxRetry: maxRetry(ctx), attempt: at, fallback: len(next) > 0,
+		flex: !mv.Standard && cfg.Caller.flexFor(f.Tier, m)})
 	if err != nil {
 		var skip *skipError
 		var wait *quotaWaitError
 		var fb *fallbackError
+		var fr *flexRefusedError
+		if errors.As(err, &fr) {
+			// the standard lane from now on: it waits its turn again
+			if serr := cfg.Attempts.SetStandard(ctx, ticket.ID, moveKeep(cfg.Budget)); serr != nil {
+				return fmt.Errorf("%w (and recording the standard lane failed: %v)", fr.err, serr)
+			}
+			log.InfoContext(ctx, "flex processing refused the call: back to admission for the standard lane", "pr", f.PR.String(), "task", ticket.ID, "model", f.Model, "err", fr.err)
+			return backToAdmission(ctx, cfg.Requeue, ticket, 0, fr.err)
+		}
 		if errors.As(err, &fb) {
 			moved, merr := w.fallBack(ctx, f, ticket, next, fb, build)
 			if moved {
@@ -334,7 +345,7 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		return err
 	}
 	res.Tokens = out.PromptTokens + out.OutputTokens
-	res.Cost = m.Prices.Cost(out)
+	res.Cost = m.Prices.Of(out).Cost(out)
 	if pm.truncated > 0 {
 		res.Skipped = fmt.Sprintf("partial: %d hunks did not fit the model", pm.truncated)
 	}

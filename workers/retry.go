@@ -75,6 +75,9 @@ type Attempter interface {
 	// fallback model.
 	Moved(ctx context.Context, id string) (Move, error)
 	SetMoved(ctx context.Context, id string, m Move, keep time.Duration) error
+	// SetStandard keeps that a job is called at the standard tier from
+	// now on (flex processing refused it).
+	SetStandard(ctx context.Context, id string, keep time.Duration) error
 }
 
 var _ Attempter = (*Attempts)(nil)

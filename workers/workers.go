@@ -102,6 +102,9 @@ type Model struct {
 	// Fallbacks are the models, in order, a summary or review job of this
 	// model moves to when this one cannot serve it (see FallbackMover).
 	Fallbacks []string
+	// Flex: the model serves OpenAI's flex processing; the summary and
+	// review jobs of a tier with TierSpec.Flex use it.
+	Flex bool
 }
 
 func (m Model) withDefaults() Model {
@@ -129,6 +132,10 @@ type TierSpec struct {
 	// quota period in US dollars at its models' prices, as QuotaTokens
 	// caps its tokens (chat included).
 	QuotaDollars float64
+	// Flex calls the tier's summary and review jobs at flex processing on
+	// the models that serve it (half price, slower); a refusal sends the
+	// job back to admission for the standard lane.
+	Flex bool
 }
 
 // models applies the defaults to every model and checks that each name

@@ -51,7 +51,16 @@ type Model struct {
 	// Anthropic mode (/v1/messages), which limits them separately.
 	// Default to TPM.
 	ITPM, OTPM int64
+	// Flex: the model serves OpenAI's flex processing (service_tier
+	// "flex"): FlexSlowdown times slower, and refused at Faults'
+	// FlexUnavailable rate. A flex request for a model without it is
+	// refused (400), as OpenAI refuses one for a model flex does not serve.
+	Flex bool
 }
+
+// FlexSlowdown is how much slower a flex call answers than a standard
+// one.
+const FlexSlowdown = 3
 
 // Faults are probabilities (0..1) of injected failures per request, after
 // admission (a faulted request still counts against the limits, as a real
@@ -64,6 +73,9 @@ type Faults struct {
 	TooMany      float64 `json:"too_many"`      // spurious 429 (a shared key's other users)
 	NoQuota      bool    `json:"no_quota"`      // every request: 429 insufficient_quota
 	TimeoutAfter string  `json:"timeout_after"` // how long a timeout hangs; default 60s
+	// FlexUnavailable refuses flex requests with 429 "resource
+	// unavailable", before admission (not billed, not counted).
+	FlexUnavailable float64 `json:"flex_unavailable"`
 }
 
 // Config configures the fake.
@@ -323,6 +335,8 @@ type modelStats struct {
 	Answered       int64
 	Repeats        int64
 	CachedTokens   int64
+	Flex           int64 // flex requests, refused ones included
+	FlexRefused    int64
 	formats        map[string]int64
 	window         []admission // admissions of the last period
 	windowSum      int64
@@ -455,6 +469,7 @@ type chatRequest struct {
 	StreamOptions       *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
+	ServiceTier string `json:"service_tier"`
 }
 
 type responseFormat struct {
@@ -601,6 +616,20 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, key, deploy
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "", "max_tokens and max_completion_tokens cannot both be set.")
 		return
 	}
+	switch req.ServiceTier {
+	case "", "auto", "default", "priority":
+		req.ServiceTier = "default"
+	case "flex":
+		if !m.Flex {
+			writeParamError(w, http.StatusBadRequest, "invalid_request_error", "invalid_value", "service_tier",
+				fmt.Sprintf("Invalid value for 'service_tier': flex processing is not available for model %s.", m.Name))
+			return
+		}
+	default:
+		writeParamError(w, http.StatusBadRequest, "invalid_request_error", "invalid_value", "service_tier",
+			fmt.Sprintf("Invalid value for 'service_tier': %q. Supported values are: 'auto', 'default', 'flex' and 'priority'.", req.ServiceTier))
+		return
+	}
 	maxOut := int64(DefaultMaxOutput)
 	if req.MaxTokens != nil {
 		maxOut = *req.MaxTokens
@@ -664,6 +693,16 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, key, deploy
 			fmt.Sprintf("This model's maximum context length is %d tokens. However, your messages resulted in %d tokens. Please reduce the length of the messages.", m.ContextTokens, prompt))
 		return
 	}
+	if req.ServiceTier == "flex" {
+		st.Flex++
+		if s.faults.FlexUnavailable > 0 && s.rng.Float64() < s.faults.FlexUnavailable {
+			st.FlexRefused++
+			s.mu.Unlock()
+			writeError(w, http.StatusTooManyRequests, "resource_unavailable", "resource_unavailable",
+				"Resource Unavailable: flex processing does not have the capacity for this request now. Try again later, or send it without service_tier flex.")
+			return
+		}
+	}
 	now := s.cfg.Now()
 	b := s.bucketOf(m, key, now)
 	if float64(cost) > float64(m.TPM) {
@@ -707,6 +746,9 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, key, deploy
 	f := s.faults
 	roll := s.rng.Float64()
 	latency := time.Duration(float64(m.Latency+time.Duration((s.rng.Float64()*2-1)*float64(m.Jitter))) * s.cfg.LatencyScale)
+	if req.ServiceTier == "flex" {
+		latency *= FlexSlowdown
+	}
 	s.mu.Unlock()
 
 	if f.TooMany > 0 && roll < f.TooMany {
@@ -785,6 +827,8 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, key, deploy
 		"id": fmt.Sprintf("chatcmpl-fake%d", now.UnixNano()), "object": "chat.completion", "created": now.Unix(), "model": m.Name,
 		"choices": choices(n, text, finish),
 		"usage":   usageOf(prompt, cached).with(n * int64(len(toks))),
+		// the tier that served it, as OpenAI reports it
+		"service_tier": req.ServiceTier,
 	}
 	out, _ := json.Marshal(resp)
 	roll -= f.Empty
@@ -1115,6 +1159,11 @@ type ModelStats struct {
 	Repeats  int64 `json:"repeats"`
 	// CachedTokens counts prompt tokens served from the prompt cache.
 	CachedTokens int64 `json:"cached_tokens"`
+	// Flex counts flex requests (service_tier "flex"), FlexRefused those
+	// refused as resource unavailable (not in RateLimited: no limit was
+	// hit).
+	Flex        int64 `json:"flex"`
+	FlexRefused int64 `json:"flex_refused"`
 }
 
 // Stats returns the counters per model.
@@ -1130,7 +1179,8 @@ func (s *Server) Stats() map[string]ModelStats {
 		}
 		out[name] = ModelStats{ResponseFormats: formats, Requests: st.Requests, RateLimited: st.RateLimited, Faults: st.Faults,
 			AdmittedTokens: st.AdmittedTokens, CompletionTokens: st.CompletionToks,
-			MaxWindowTokens: st.maxWindow, TPM: m.TPM, RPM: m.RPM, Answered: st.Answered, Repeats: st.Repeats, CachedTokens: st.CachedTokens}
+			MaxWindowTokens: st.maxWindow, TPM: m.TPM, RPM: m.RPM, Answered: st.Answered, Repeats: st.Repeats, CachedTokens: st.CachedTokens,
+			Flex: st.Flex, FlexRefused: st.FlexRefused}
 	}
 	return out
 }

@@ -154,6 +154,10 @@ type ModelConfig struct {
 	OutputTokensPerDay int64 `yaml:"output_tokens_per_day"`
 	// Reasoning models take max_completion_tokens instead of max_tokens.
 	Reasoning bool `yaml:"reasoning"`
+	// Flex: the model serves OpenAI's flex processing (service_tier
+	// "flex": batch prices, slower, sometimes refused); the jobs of a tier
+	// with lane flex use it. OpenAI and Azure OpenAI providers only.
+	Flex bool `yaml:"flex"`
 	// MaxOutputTokens is the output cap asked for. Defaults to 1024.
 	MaxOutputTokens int64 `yaml:"max_output_tokens"`
 	// ContextTokens is the model's context window. Defaults to 128000.
@@ -255,7 +259,18 @@ type Tier struct {
 	// the dashboard; nothing is refused (quota_dollars refuses). Defaults
 	// to 0: none.
 	BudgetDollars float64 `yaml:"budget_dollars"`
+	// Lane is how the tier's summary and review jobs are called: standard,
+	// or flex (OpenAI's flex processing, on models with flex: true; a
+	// refusal sends the job back to admission for the standard lane).
+	// Defaults to standard.
+	Lane string `yaml:"lane"`
 }
+
+// Lanes a tier's jobs may be called in.
+const (
+	LaneStandard = "standard"
+	LaneFlex     = "flex"
+)
 
 // Budgets returns the monthly budget of each tier that has one.
 func (c *Config) Budgets() map[string]float64 {
@@ -709,6 +724,9 @@ func (c *Config) Validate(m Mode) error {
 		}
 	}
 	for _, mc := range c.Models {
+		if p, ok := c.ProviderOf(mc.Name); ok && mc.Flex && p.Kind == KindAnthropic {
+			bad("models."+mc.Name+".flex", "flex processing is OpenAI's: provider %s is %s", p.Name, p.Kind)
+		}
 		seen := map[string]bool{}
 		for _, f := range mc.Fallbacks {
 			switch {
@@ -737,6 +755,9 @@ func (c *Config) Validate(m Mode) error {
 		}
 		if t.QuotaTokens < 0 {
 			bad("tiers."+name+".quota_tokens", "must not be negative, got %d", t.QuotaTokens)
+		}
+		if t.Lane != "" && t.Lane != LaneStandard && t.Lane != LaneFlex {
+			bad("tiers."+name+".lane", "want %q or %q, got %q", LaneStandard, LaneFlex, t.Lane)
 		}
 		if t.ChatQuotaTokens < 0 {
 			bad("tiers."+name+".chat_quota_tokens", "must not be negative, got %d", t.ChatQuotaTokens)

@@ -25,3 +25,28 @@ func TestModelSettlePolicy(t *testing.T) {
 		t.Fatalf("settle: later: %v", err)
 	}
 }
+
+// TestLaneAndFlex: tiers.<name>.lane is standard or flex; flex on a
+// model of an Anthropic provider is refused, naming the setting.
+func TestLaneAndFlex(t *testing.T) {
+	c := Default()
+	trial := c.Tiers["trial"]
+	trial.Lane = "batch"
+	c.Tiers["trial"] = trial
+	if err := c.Validate(ModeCheck); err == nil || !strings.Contains(err.Error(), "tiers.trial.lane") || !strings.Contains(err.Error(), `want "standard" or "flex", got "batch"`) {
+		t.Fatalf("lane batch: %v", err)
+	}
+	trial.Lane = LaneFlex
+	c.Tiers["trial"] = trial
+	c.Models[0].Flex = true
+	if err := c.Validate(ModeCheck); err != nil {
+		t.Fatalf("lane flex on an OpenAI model: %v", err)
+	}
+	c.Providers = []ProviderConfig{{Name: "claude", Kind: KindAnthropic, BaseURL: "https://api.anthropic.com", KeyEnv: EnvList{"ANTHROPIC_API_KEY"}, Keys: []Secret{"sk-ant-" + Secret(strings.Repeat("x", 40))}}}
+	for i := range c.Models {
+		c.Models[i].Provider = "claude"
+	}
+	if err := c.Validate(ModeCheck); err == nil || !strings.Contains(err.Error(), "models."+c.Models[0].Name+".flex") {
+		t.Fatalf("flex on an Anthropic model: %v", err)
+	}
+}

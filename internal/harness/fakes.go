@@ -61,7 +61,7 @@ func FakeModels(cfg *config.Config) []fakeopenai.Model {
 		if m.Name == cfg.Jobs.ReviewModel {
 			lat, jit = 8*time.Second, 5*time.Second // the heavy model: seconds to tens of seconds
 		}
-		out = append(out, fakeopenai.Model{Name: m.Name, RPM: m.RequestsPerMinute, TPM: m.TokensPerMinute, Latency: lat, Jitter: jit, ContextTokens: m.ContextTokens})
+		out = append(out, fakeopenai.Model{Name: m.Name, RPM: m.RequestsPerMinute, TPM: m.TokensPerMinute, Latency: lat, Jitter: jit, ContextTokens: m.ContextTokens, Flex: m.Flex})
 	}
 	return out
 }

@@ -64,7 +64,7 @@ func (s *Server) buildWorkers(tr http.RoundTripper, opt Options, handlers bool) 
 		}
 		prices, _ := m.PricesOf() // none: the model's calls are not priced
 		models[m.Name] = workers.Model{Name: m.Name, MaxOutput: m.MaxOutputTokens, ContextTokens: m.ContextTokens, Reasoning: m.Reasoning,
-			Output: llm.FormatType(m.OutputFormat), SchemaIsInput: p.Kind == config.KindAnthropic, Limits: &limits, Prices: prices, Fallbacks: m.Fallbacks}
+			Output: llm.FormatType(m.OutputFormat), SchemaIsInput: p.Kind == config.KindAnthropic, Limits: &limits, Prices: prices, Fallbacks: m.Fallbacks, Flex: m.Flex}
 	}
 	enq, err := workers.NewEnqueuer(workers.EnqueuerConfig{Queue: s.client, Tickets: adm, Store: s.store,
 		ChatModel: models[cfg.Jobs.ChatModel], Log: s.log.With("component", "webhook")})
@@ -107,7 +107,7 @@ func (s *Server) buildWorkers(tr http.RoundTripper, opt Options, handlers bool) 
 	}
 	tiers := map[jobs.Tier]workers.TierSpec{}
 	for name, t := range cfg.Tiers {
-		tiers[jobs.Tier(name)] = workers.TierSpec{Review: t.Review == nil || *t.Review, QuotaTokens: t.QuotaTokens, ChatQuotaTokens: t.ChatQuotaTokens, QuotaDollars: t.QuotaDollars}
+		tiers[jobs.Tier(name)] = workers.TierSpec{Review: t.Review == nil || *t.Review, QuotaTokens: t.QuotaTokens, ChatQuotaTokens: t.ChatQuotaTokens, QuotaDollars: t.QuotaDollars, Flex: t.Lane == config.LaneFlex}
 	}
 	period, _ := ratelimit.ParsePeriod(cfg.Quota.Period)
 	quota, err := ratelimit.NewQuota(s.rdb, ratelimit.QuotaConfig{Period: period})
