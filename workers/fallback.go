@@ -111,6 +111,22 @@ func (a *Attempts) SetStandard(ctx context.Context, id string, keep time.Duratio
 	return nil
 }
 
+// ReuseWait counts one more wait of job id for a twin answering its
+// prompt and returns how many it has waited; the record lasts keep.
+func (a *Attempts) ReuseWait(ctx context.Context, id string, keep time.Duration) (int, error) {
+	key := attemptsKey(id)
+	var n *redis.IntCmd
+	_, err := a.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		n = p.HIncrBy(ctx, key, "reuse_waits", 1)
+		p.PExpire(ctx, key, keep)
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("workers: count the twin waits of %s: %w", id, err)
+	}
+	return int(n.Val()), nil
+}
+
 // after returns the models a job planned for origin may move to from
 // cur, in order: origin's fallbacks past cur.
 func after(models map[string]Model, origin, cur string) []string {

@@ -298,9 +298,15 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		if err != nil {
 			return err
 		}
-		if !mine && at.n <= maxReuseWaits {
-			settle(ctx, cfg.Ledger, log, ticket, ratelimit.Cost{}) // no call: all refunded
-			return backToAdmission(ctx, cfg.Requeue, ticket, reuseWait, errTwinInFlight)
+		if !mine {
+			n, err := cfg.Attempts.ReuseWait(ctx, ticket.ID, moveKeep(cfg.Budget))
+			if err != nil {
+				return err
+			}
+			if n <= maxReuseWaits {
+				settle(ctx, cfg.Ledger, log, ticket, ratelimit.Cost{}) // no call: all refunded
+				return backToAdmission(ctx, cfg.Requeue, ticket, reuseWait, errTwinInFlight)
+			}
 		}
 	}
 	if repair.Reply != "" {
@@ -474,11 +480,12 @@ func (w *FileWorker) outgrown(ctx context.Context, f jobs.File, planned, ticket 
 func moveKeep(b RetryBudget) time.Duration { return 2*b.MaxAge + time.Hour }
 
 // Waiting for a twin: a job whose prompt another job is answering goes
-// back to admission for reuseWait, at most maxReuseWaits times (then it
-// pays rather than waits).
+// back to admission for reuseWait, at most maxReuseWaits times, counted
+// apart from its other runs (then it pays rather than waits): 30 s, what
+// a slow call takes, within the claim's 2 minutes.
 const (
 	reuseWait     = 2 * time.Second
-	maxReuseWaits = 5
+	maxReuseWaits = 15
 )
 
 var errTwinInFlight = errors.New("the same prompt is being answered by another job; waiting for its result")

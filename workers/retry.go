@@ -78,6 +78,8 @@ type Attempter interface {
 	// SetStandard keeps that a job is called at the standard tier from
 	// now on (flex processing refused it).
 	SetStandard(ctx context.Context, id string, keep time.Duration) error
+	// ReuseWait counts a wait for a twin answering the job's prompt.
+	ReuseWait(ctx context.Context, id string, keep time.Duration) (int, error)
 }
 
 var _ Attempter = (*Attempts)(nil)
