@@ -63,6 +63,8 @@ type rigOpts struct {
 	// rpm, tpm are the model's limits per period (1,000 and 100,000 by
 	// default)
 	rpm, tpm int64
+	// flex: the fake's model serves flex processing
+	flex bool
 }
 
 func newRigWith(t testing.TB, o rigOpts) *rig {
@@ -75,7 +77,7 @@ func newRigWith(t testing.TB, o rigOpts) *rig {
 		upKeys = []string{"sk-up"}
 	}
 	rpm, tpm := cmp.Or(o.rpm, 1000), cmp.Or(o.tpm, 100000)
-	fake := fakeopenai.New(fakeopenai.Config{Models: []fakeopenai.Model{{Name: model, RPM: rpm, TPM: tpm, Latency: latency}}, Keys: upKeys, Verbose: o.verbose,
+	fake := fakeopenai.New(fakeopenai.Config{Models: []fakeopenai.Model{{Name: model, RPM: rpm, TPM: tpm, Latency: latency, Flex: o.flex}}, Keys: upKeys, Verbose: o.verbose,
 		Period: o.period, Record: true})
 	up := httptest.NewServer(fake)
 	t.Cleanup(up.Close)

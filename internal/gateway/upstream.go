@@ -28,6 +28,9 @@ type usage struct {
 	// cacheRead and cacheWrite are Anthropic's cache reads and writes,
 	// within PromptTokens (priced apart).
 	cacheRead, cacheWrite int64
+	// serviceTier is the tier OpenAI says served the call ("flex" is
+	// priced at half).
+	serviceTier string
 }
 
 type promptDetails struct {
@@ -314,9 +317,13 @@ func (g *Gateway) forwardWhole(w http.ResponseWriter, r *http.Request, q *reques
 		return
 	case resp.StatusCode == http.StatusOK:
 		var reply struct {
-			Usage *usage `json:"usage"`
+			Usage       *usage `json:"usage"`
+			ServiceTier string `json:"service_tier"`
 		}
 		json.Unmarshal(body, &reply)
+		if reply.Usage != nil {
+			reply.Usage.serviceTier = reply.ServiceTier
+		}
 		g.settle(bg, q, reply.Usage, true)
 	case resp.StatusCode >= 500:
 		g.settle(bg, q, nil, true) // it may have run: never overshoot
@@ -371,8 +378,9 @@ func (g *Gateway) forwardStream(w http.ResponseWriter, r *http.Request, q *reque
 				if data, ok := bytes.CutPrefix(trimmed, []byte("data:")); ok {
 					data = bytes.TrimSpace(data)
 					var chunk struct {
-						Choices []json.RawMessage `json:"choices"`
-						Usage   *usage            `json:"usage"`
+						Choices     []json.RawMessage `json:"choices"`
+						Usage       *usage            `json:"usage"`
+						ServiceTier string            `json:"service_tier"`
 					}
 					switch {
 					case bytes.Equal(data, []byte("[DONE]")):
@@ -382,6 +390,7 @@ func (g *Gateway) forwardStream(w http.ResponseWriter, r *http.Request, q *reque
 						}
 					case json.Unmarshal(data, &chunk) == nil && chunk.Usage != nil:
 						got = chunk.Usage
+						got.serviceTier = chunk.ServiceTier
 						keep = clientUsage || len(chunk.Choices) > 0
 					}
 				}
@@ -442,7 +451,8 @@ func (g *Gateway) price(ctx context.Context, q *request, u *usage) {
 		return
 	}
 	cached, written := u.cached()
-	d := p.Cost(llm.Response{PromptTokens: u.PromptTokens, OutputTokens: u.CompletionTokens, CachedTokens: cached, CacheWriteTokens: written})
+	r := llm.Response{PromptTokens: u.PromptTokens, OutputTokens: u.CompletionTokens, CachedTokens: cached, CacheWriteTokens: written, ServiceTier: u.serviceTier}
+	d := p.Of(r).Cost(r)
 	if d <= 0 {
 		return
 	}
