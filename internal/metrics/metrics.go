@@ -345,23 +345,19 @@ const fallbackKey = "prq:jobs:fallbacks"
 // FallbackCounts returns every process's job moves to a fallback model,
 // by "from|to|reason".
 func FallbackCounts(ctx context.Context, counts Counts) map[string]int64 {
-	out := map[string]int64{}
-	m, err := counts.HGetAll(ctx, fallbackKey).Result()
-	if err != nil {
-		return out
-	}
-	for k, v := range m {
-		n, _ := strconv.ParseInt(v, 10, 64)
-		out[k] = n
-	}
-	return out
+	return hashCounts(ctx, counts, fallbackKey)
 }
 
 // GaveUpCounts returns every process's jobs that spent their retry
 // budget, by "kind|reason".
 func GaveUpCounts(ctx context.Context, counts Counts) map[string]int64 {
+	return hashCounts(ctx, counts, gaveUpKey)
+}
+
+// hashCounts reads a hash of counters (none when it cannot be read).
+func hashCounts(ctx context.Context, counts Counts, key string) map[string]int64 {
 	out := map[string]int64{}
-	m, err := counts.HGetAll(ctx, gaveUpKey).Result()
+	m, err := counts.HGetAll(ctx, key).Result()
 	if err != nil {
 		return out
 	}
