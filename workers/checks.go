@@ -401,15 +401,24 @@ func (c *Checks) dropped(ctx context.Context, pr jobs.PR, kind string, err error
 	c.cfg.Log.WarnContext(ctx, "could not write the check run", "pr", pr.String(), "kind", kind, "err", err)
 }
 
-// Queued shows a freshly planned head as queued. Failures are counted
-// and logged; nothing waits for it.
-func (c *Checks) Queued(ctx context.Context, pr jobs.PR, head string, jobs int) {
+// Queued shows a freshly planned head as queued; flex says its jobs go
+// to the flex lane (said in the summary). Failures are counted and
+// logged; nothing waits for it.
+func (c *Checks) Queued(ctx context.Context, pr jobs.PR, head string, jobs int, flex bool) {
+	summary := fmt.Sprintf("%d file jobs planned.", jobs)
+	if flex {
+		summary += " " + flexNote
+	}
 	err := c.write(ctx, pr, head, DecorationCheckQueued, CheckWrite, func(ctx context.Context, gh CheckWriter) error {
-		_, _, err := c.create(ctx, gh, pr, head, ghapp.CheckRun{Status: "queued", Title: "Waiting for the model", Summary: fmt.Sprintf("%d file jobs planned.", jobs)})
+		_, _, err := c.create(ctx, gh, pr, head, ghapp.CheckRun{Status: "queued", Title: "Waiting for the model", Summary: summary})
 		return err
 	})
 	c.dropped(ctx, pr, DecorationCheckQueued, err)
 }
+
+// flexNote is what a check run says of a head whose jobs go to the flex
+// lane.
+const flexNote = "This plan's files go to the flex lane: called at flex processing, at half price; answers come slower, and a file flex refuses is called at the standard tier."
 
 // Progress updates a head's check run (once Queued created it) with the
 // files done, at most once per Every per pull request. Failures are counted and logged; nothing

@@ -401,7 +401,8 @@ func (p *Planner) plan(ctx context.Context, pl jobs.Plan) error {
 		return err
 	}
 	if cfg.Checks != nil && startedRun && len(summaries)+len(reviews) > 0 {
-		cfg.Checks.Queued(ctx, pl.PR, pl.HeadSHA, len(summaries)+len(reviews))
+		flex := tierSpec.Flex && (cfg.Models[cfg.SummaryModel].Flex || (len(reviews) > 0 && cfg.Models[cfg.ReviewModel].Flex))
+		cfg.Checks.Queued(ctx, pl.PR, pl.HeadSHA, len(summaries)+len(reviews), flex)
 	}
 	log.InfoContext(ctx, "pull request planned", "pr", pl.PR.String(), "head", short(pl.HeadSHA), "tier", pl.Tier,
 		"files", len(files), "summaries", len(summaries), "reviews", len(reviews), "superseded", short(previous))

@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -11,7 +12,8 @@ import (
 
 // TestFlexLaneEndToEnd: the trial tier's jobs go to flex processing (the
 // fake's models serve it, refusing a third of flex calls for want of
-// capacity); paid stays standard. Every pull request is published once;
+// capacity); paid stays standard. A trial head's queued check run says
+// so. Every pull request is published once;
 // flex's calls are priced in lane flex, the refused ones were called
 // again at the standard tier; no call was refused for a limit.
 func TestFlexLaneEndToEnd(t *testing.T) {
@@ -34,8 +36,13 @@ func TestFlexLaneEndToEnd(t *testing.T) {
 		prs = append(prs, s.openPR(int64(i+1), tier, p))
 	}
 	s.waitDone(prs, 90*time.Second)
-	for _, pr := range prs {
-		s.published(pr) // one summary each, checked there
+	for i, pr := range prs {
+		p := s.published(pr) // one summary each, checked there
+		// the queued check run says where the head's files go
+		said := len(p.check.History) > 0 && strings.Contains(p.check.History[0].Summary, "flex lane")
+		if trial := i%2 == 1; said != trial {
+			t.Errorf("%s (trial %v): the queued check run says %q", pr, trial, p.check.History[0].Summary)
+		}
 	}
 	var flex, refused, limited int64
 	for _, st := range s.fakes.OpenAI.Stats() {
