@@ -278,18 +278,20 @@ func (c *Client) Complete(ctx context.Context, r Request) (Response, error) {
 		ServiceTier: string(resp.ServiceTier), Header: h}, nil
 }
 
-// flexRefusal reads a flex call's failure: a 429 that is no account
-// problem (flex had no capacity: OpenAI's "resource unavailable"), or a
-// 400 naming the service tier (a model flex does not serve), is
-// ErrFlexUnavailable; anything else is as classified.
+// flexRefusal reads a flex call's failure: a 429 saying flex has no
+// capacity (OpenAI's "Resource Unavailable"), or a 400 naming the
+// service tier (a model flex does not serve), is ErrFlexUnavailable; a
+// 429 for a rate limit stays ErrRateLimited (the provider counted it),
+// and anything else is as classified.
 func flexRefusal(err error) error {
 	var e *Error
 	if !errors.As(err, &e) {
 		return err
 	}
+	text := strings.ToLower(e.Code + " " + e.Message)
 	switch {
-	case errors.Is(e.Kind, ErrRateLimited),
-		errors.Is(e.Kind, ErrPermanent) && e.Status == http.StatusBadRequest && strings.Contains(strings.ToLower(e.Message+" "+e.Code), "service_tier"):
+	case errors.Is(e.Kind, ErrRateLimited) && (strings.Contains(text, "resource_unavailable") || strings.Contains(text, "resource unavailable")),
+		errors.Is(e.Kind, ErrPermanent) && e.Status == http.StatusBadRequest && strings.Contains(text, "service_tier"):
 		e.Kind = ErrFlexUnavailable
 	}
 	return err

@@ -114,4 +114,18 @@ func TestFlexProcessing(t *testing.T) {
 	if st := fake.Stats()["gpt-4o-mini"]; st.Flex != 2 || st.FlexRefused != 1 || st.RateLimited != 0 {
 		t.Fatalf("fake stats %+v: want 2 flex requests, 1 refused, no 429 for a limit", st)
 	}
+	// a flex call over a rate limit is a rate limit (the provider
+	// counted it), not a refusal
+	fake.SetFaults(fakeopenai.Faults{})
+	tight := fakeopenai.New(fakeopenai.Config{Models: []fakeopenai.Model{{Name: "gpt-4o-mini", RPM: 1, TPM: 10000000, Flex: true}}, Period: time.Hour})
+	tsrv := httptest.NewServer(tight)
+	defer tsrv.Close()
+	tc := llm.New("sk-test", tsrv.URL+"/v1", 5*time.Second, nil)
+	if _, err := tc.Complete(ctx, llm.Request{Model: "gpt-4o-mini", User: "File: a.go", MaxOutput: 50, ServiceTier: llm.ServiceTierFlex}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = tc.Complete(ctx, llm.Request{Model: "gpt-4o-mini", User: "File: a.go", MaxOutput: 50, ServiceTier: llm.ServiceTierFlex})
+	if !errors.Is(err, llm.ErrRateLimited) || errors.Is(err, llm.ErrFlexUnavailable) {
+		t.Fatalf("a flex call over the RPM limit: %v, want ErrRateLimited", err)
+	}
 }

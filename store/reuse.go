@@ -16,10 +16,10 @@ import (
 // not: it asks for new work).
 const ReuseTTL = 6 * time.Hour
 
-// reuseClaimTTL bounds how long a job's claim on a prompt holds others
-// back: longer than a call takes, short enough that a crashed job's
-// claim passes.
-const reuseClaimTTL = 2 * time.Minute
+// reuseClaimTTL bounds how long a job's claim on a prompt stands:
+// longer than a call takes (a flex call may take 15 minutes); a crashed
+// job's claim holds twins back no longer than their own bound on waiting.
+const reuseClaimTTL = 20 * time.Minute
 
 func reuseKey(key string) string { return "prq:reuse:" + key }
 

@@ -401,7 +401,8 @@ func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
 		return resp, nil
 	}
 	var le *llm.Error
-	if errors.As(err, &le) && le.Header != nil {
+	if errors.As(err, &le) && le.Header != nil && !errors.Is(err, llm.ErrFlexUnavailable) {
+		// (a flex refusal hit no limit: its 429 must not empty the bucket)
 		sync(le.Status, le.Header)
 	}
 	switch {

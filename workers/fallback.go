@@ -112,12 +112,15 @@ func (a *Attempts) SetStandard(ctx context.Context, id string, keep time.Duratio
 }
 
 // ReuseWait counts one more wait of job id for a twin answering its
-// prompt and returns how many it has waited; the record lasts keep.
+// prompt and returns how many it has waited; the run that waited is
+// taken off the job's retry budget (a wait is not an attempt). The
+// record lasts keep.
 func (a *Attempts) ReuseWait(ctx context.Context, id string, keep time.Duration) (int, error) {
 	key := attemptsKey(id)
 	var n *redis.IntCmd
 	_, err := a.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		n = p.HIncrBy(ctx, key, "reuse_waits", 1)
+		p.HIncrBy(ctx, key, "n", -1)
 		p.PExpire(ctx, key, keep)
 		return nil
 	})

@@ -305,7 +305,11 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 			}
 			if n <= maxReuseWaits {
 				settle(ctx, cfg.Ledger, log, ticket, ratelimit.Cost{}) // no call: all refunded
-				return backToAdmission(ctx, cfg.Requeue, ticket, reuseWait, errTwinInFlight)
+				wait := reuseWait
+				if !mv.Standard && cfg.Caller.flexFor(f.Tier, m) {
+					wait = reuseWaitFlex // its twin is as slow
+				}
+				return backToAdmission(ctx, cfg.Requeue, ticket, wait, errTwinInFlight)
 			}
 		}
 	}
@@ -481,10 +485,11 @@ func moveKeep(b RetryBudget) time.Duration { return 2*b.MaxAge + time.Hour }
 
 // Waiting for a twin: a job whose prompt another job is answering goes
 // back to admission for reuseWait, at most maxReuseWaits times, counted
-// apart from its other runs (then it pays rather than waits): 30 s, what
-// a slow call takes, within the claim's 2 minutes.
+// apart from its runs (then it pays rather than waits): 30 s, what a slow
+// call takes; on the flex lane reuseWaitFlex (5 minutes in all).
 const (
 	reuseWait     = 2 * time.Second
+	reuseWaitFlex = 20 * time.Second
 	maxReuseWaits = 15
 )
 

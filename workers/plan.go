@@ -15,6 +15,7 @@ import (
 	"github.com/prq-dev/prq/ghapp"
 	"github.com/prq-dev/prq/internal/repoconfig"
 	"github.com/prq-dev/prq/jobs"
+	"github.com/prq-dev/prq/llm"
 	"github.com/prq-dev/prq/ratelimit"
 	"github.com/prq-dev/prq/store"
 )
@@ -385,7 +386,7 @@ func (p *Planner) plan(ctx context.Context, pl jobs.Plan) error {
 			ticket := fileTicket(*f)
 			ids = append(ids, ticket.ID)
 			payload := jobs.Marshal(fileRef{File: *f, FileIndex: fd.Index})
-			if _, err := cfg.Tickets.Submit(ctx, asynq.NewTask(typ, payload), ticket, asynq.MaxRetry(8), asynq.Timeout(10*time.Minute)); err != nil {
+			if _, err := cfg.Tickets.Submit(ctx, asynq.NewTask(typ, payload), ticket, asynq.MaxRetry(8), asynq.Timeout(fileTaskTimeout(tierSpec))); err != nil {
 				return err
 			}
 		}
@@ -478,4 +479,14 @@ func supersede(ctx context.Context, st taskIDs, tk Tickets, log *slog.Logger, pr
 		}
 	}
 	log.InfoContext(ctx, "superseded work dropped", "pr", pr.String(), "head", short(head), "tickets", dropped, "jobs", len(ids))
+}
+
+// fileTaskTimeout bounds a file job's run: 10 minutes, and for a tier
+// on the flex lane past flex's call timeout (llm.FlexTimeout), which
+// queues.
+func fileTaskTimeout(t TierSpec) time.Duration {
+	if t.Flex {
+		return llm.FlexTimeout + 5*time.Minute
+	}
+	return 10 * time.Minute
 }

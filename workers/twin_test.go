@@ -31,7 +31,8 @@ func TestTwinWaitsThenPays(t *testing.T) {
 		}
 		return llm.Response{Text: "Adds b.", PromptTokens: 100, OutputTokens: 20}, nil
 	}}
-	w, err := workers.NewFileWorker(workers.FileWorkerConfig{Attempts: newAttempts(t), Store: st, Reuse: st, Ledger: adm, Caller: newCaller(t, adm, model, nil, nil), Queue: q,
+	attempts := newAttempts(t)
+	w, err := workers.NewFileWorker(workers.FileWorkerConfig{Attempts: attempts, Store: st, Reuse: st, Ledger: adm, Caller: newCaller(t, adm, model, nil, nil), Queue: q,
 		Models: testModels, Repairs: st, Requeue: adm})
 	if err != nil {
 		t.Fatal(err)
@@ -66,6 +67,11 @@ func TestTwinWaitsThenPays(t *testing.T) {
 	}
 	if got := len(adm.Events("registerAt")); got != 15 || calls != 1 {
 		t.Fatalf("%d delayed registrations, %d calls: want 15 waits and only the first job's call", got, calls)
+	}
+	// the waits spent none of the twin's retry budget
+	tk, _ := workers.TicketOf(twin.Type(), twin.Payload())
+	if n, _, _, err := attempts.Add(ctx, tk.ID, time.Now(), time.Hour); err != nil || n != 1 {
+		t.Fatalf("the twin's runs after 15 waits: %d (%v), want this one only", n, err)
 	}
 	// the sixteenth time it pays, the first still in flight
 	if err := w.ProcessTask(ctx, twin); err != nil || calls != 2 {

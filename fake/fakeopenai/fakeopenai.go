@@ -76,6 +76,9 @@ type Faults struct {
 	// FlexUnavailable refuses flex requests with 429 "resource
 	// unavailable", before admission (not billed, not counted).
 	FlexUnavailable float64 `json:"flex_unavailable"`
+	// FlexRefuseEvery, when positive, refuses every Nth flex request of a
+	// model so (deterministic, for tests).
+	FlexRefuseEvery int `json:"flex_refuse_every"`
 }
 
 // Config configures the fake.
@@ -695,7 +698,8 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, key, deploy
 	}
 	if req.ServiceTier == "flex" {
 		st.Flex++
-		if s.faults.FlexUnavailable > 0 && s.rng.Float64() < s.faults.FlexUnavailable {
+		every := int64(s.faults.FlexRefuseEvery)
+		if (every > 0 && st.Flex%every == 0) || (s.faults.FlexUnavailable > 0 && s.rng.Float64() < s.faults.FlexUnavailable) {
 			st.FlexRefused++
 			s.mu.Unlock()
 			writeError(w, http.StatusTooManyRequests, "resource_unavailable", "resource_unavailable",

@@ -11,7 +11,7 @@ import (
 )
 
 // TestFlexLaneEndToEnd: the trial tier's jobs go to flex processing (the
-// fake's models serve it, refusing a third of flex calls for want of
+// fake's models serve it, refusing every third flex call for want of
 // capacity); paid stays standard. A trial head's queued check run says
 // so. Every pull request is published once;
 // flex's calls are priced in lane flex, the refused ones were called
@@ -26,7 +26,7 @@ func TestFlexLaneEndToEnd(t *testing.T) {
 			c.Models[i].Flex = true
 		}
 	}})
-	s.fakes.OpenAI.SetFaults(fakeopenai.Faults{FlexUnavailable: 0.3})
+	s.fakes.OpenAI.SetFaults(fakeopenai.Faults{FlexRefuseEvery: 3})
 	var prs []jobs.PR
 	for i, p := range testPRs(t, 6) {
 		tier := jobs.TierPaid
