@@ -94,9 +94,10 @@ type Config struct {
 	// (403) when the key's quota left is below input + MinOutput.
 	// Defaults to 16.
 	MinOutput int64
-	// CostFunc, when set, is told what each priced call cost, by model
-	// and the key's tier (prq's own cost series and dashboard).
-	CostFunc func(model, tier string, dollars float64)
+	// CostFunc, when set, is told what each priced call cost, by model,
+	// the key's tier and the lane that served it ("sync", or "flex" for
+	// OpenAI's flex processing): prq's own cost series and dashboard.
+	CostFunc func(model, tier, lane string, dollars float64)
 	// FallbackWait is the longest a request waits for admission on a
 	// model with fallbacks before it moves to the next. Defaults to 10s.
 	FallbackWait time.Duration

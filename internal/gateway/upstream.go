@@ -456,13 +456,22 @@ func (g *Gateway) price(ctx context.Context, q *request, u *usage) {
 	if d <= 0 {
 		return
 	}
-	g.metrics.spent(q.key.ID, q.model, d)
-	if g.cfg.CostFunc != nil {
-		g.cfg.CostFunc(q.model, q.key.Tier, d)
+	lane := "sync"
+	if r.ServiceTier == llm.ServiceTierFlex {
+		lane = llm.ServiceTierFlex
 	}
-	if err := g.keys.AddSpend(ctx, q.key.ID, d); err != nil {
-		g.log.WarnContext(ctx, "gateway: counting the key's spend failed", "key", q.key.ID, "err", err)
-	}
+	key, tier, model := q.key.ID, q.key.Tier, q.model
+	ctx = context.WithoutCancel(ctx)
+	// counted off the reply's way: the client waits for none of it
+	go func() {
+		if err := g.keys.AddSpend(ctx, key, d); err != nil {
+			g.log.WarnContext(ctx, "gateway: counting the key's spend failed", "key", key, "err", err)
+		}
+		if g.cfg.CostFunc != nil {
+			g.cfg.CostFunc(model, tier, lane, d)
+		}
+		g.metrics.spent(key, model, d)
+	}()
 }
 
 // settle books a finished call: with the provider's usage when known;

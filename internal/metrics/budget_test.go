@@ -45,7 +45,11 @@ func TestBudgetsExported(t *testing.T) {
 		t.Error("a tier without a budget has budget series")
 	}
 	got := map[int64]Spending{}
-	for _, s := range Spendings(t.Context(), rdb, time.Now(), map[string]float64{"paid": 10}) {
+	spent, err := Spendings(t.Context(), rdb, time.Now(), map[string]float64{"paid": 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range spent {
 		got[s.Installation] = s
 	}
 	if s := got[3]; s.Tier != "paid" || s.Dollars != 12 || s.Budget != 10 || s.Share() != 1.2 {

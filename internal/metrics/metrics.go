@@ -8,6 +8,7 @@ package metrics
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"net/http"
 	"strconv"
@@ -159,14 +160,14 @@ func (m *Metrics) CountCost(model, tier, lane string, installation int64, dollar
 	})
 }
 
-// CountGatewayCost adds a priced gateway call's cost by model and the
-// key's tier, here and in Redis (the dashboard's cost by model and
+// CountGatewayCost adds a priced gateway call's cost by model, the
+// key's tier and the lane that served it, here and in Redis (the dashboard's cost by model and
 // tier); the key's own spend the gateway keeps.
-func (m *Metrics) CountGatewayCost(model, tier string, dollars float64) {
+func (m *Metrics) CountGatewayCost(model, tier, lane string, dollars float64) {
 	if dollars <= 0 {
 		return
 	}
-	m.cost.WithLabelValues(model, tier, "sync").Add(dollars)
+	m.cost.WithLabelValues(model, tier, lane).Add(dollars)
 	ctx := context.Background()
 	_, _ = m.counts.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.HIncrByFloat(ctx, costKey, model+"|"+tier, dollars)
@@ -199,24 +200,6 @@ func Costs(ctx context.Context, counts Counts) map[string]map[string]float64 {
 	return out
 }
 
-// Spend returns each installation's spend in dollars in the month (UTC)
-// holding t.
-func Spend(ctx context.Context, counts Counts, t time.Time) map[int64]float64 {
-	out := map[int64]float64{}
-	m, err := counts.HGetAll(ctx, spendKey(t)).Result()
-	if err != nil {
-		return out
-	}
-	for k, v := range m {
-		inst, err := strconv.ParseInt(k, 10, 64)
-		if err != nil {
-			continue
-		}
-		out[inst], _ = strconv.ParseFloat(v, 64)
-	}
-	return out
-}
-
 // BudgetThresholds are the shares of a monthly budget, in percent, that
 // prq_budget_installations counts installations past.
 var BudgetThresholds = []int{50, 75, 90, 100}
@@ -241,15 +224,26 @@ func (s Spending) Share() float64 {
 // Spendings returns each installation's spend in the month (UTC)
 // holding t, with its tier and that tier's budget in budgets (dollars
 // per month by tier name).
-func Spendings(ctx context.Context, counts Counts, t time.Time, budgets map[string]float64) []Spending {
-	dollars := Spend(ctx, counts, t)
-	tiers, _ := counts.HGetAll(ctx, spendKey(t)+":tier").Result()
+func Spendings(ctx context.Context, counts Counts, t time.Time, budgets map[string]float64) ([]Spending, error) {
+	dollars, err := counts.HGetAll(ctx, spendKey(t)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("metrics: read the month's spend: %w", err)
+	}
+	tiers, err := counts.HGetAll(ctx, spendKey(t)+":tier").Result()
+	if err != nil {
+		return nil, fmt.Errorf("metrics: read the month's tiers: %w", err)
+	}
 	out := make([]Spending, 0, len(dollars))
-	for inst, d := range dollars {
-		tier := tiers[strconv.FormatInt(inst, 10)]
+	for field, v := range dollars {
+		inst, err := strconv.ParseInt(field, 10, 64)
+		if err != nil {
+			continue
+		}
+		d, _ := strconv.ParseFloat(v, 64)
+		tier := tiers[field]
 		out = append(out, Spending{Installation: inst, Tier: tier, Dollars: d, Budget: budgets[tier]})
 	}
-	return out
+	return out, nil
 }
 
 // WatchBudgets sets the monthly budget of each tier that has one
@@ -268,11 +262,15 @@ var descBudget = prometheus.NewDesc("prq_budget_installations", "Installations o
 // budgetMetrics counts the installations past each threshold of their
 // tier's budget, for every tier with one.
 func budgetMetrics(ctx context.Context, counts Counts, now time.Time, budgets map[string]float64, ch chan<- prometheus.Metric) {
+	spent, err := Spendings(ctx, counts, now, budgets)
+	if err != nil {
+		return // no figure rather than a wrong one (prq_redis_up says why)
+	}
 	past := map[string][]int{}
 	for tier := range budgets {
 		past[tier] = make([]int, len(BudgetThresholds))
 	}
-	for _, s := range Spendings(ctx, counts, now, budgets) {
+	for _, s := range spent {
 		if s.Budget <= 0 {
 			continue
 		}

@@ -113,7 +113,8 @@ func (d dashSource) Costs(ctx context.Context) map[string]map[string]float64 {
 
 func (d dashSource) Spend(ctx context.Context) []dashboard.Spend {
 	var out []dashboard.Spend
-	for _, sp := range metrics.Spendings(ctx, d.s.rdb, time.Now(), d.s.cfg.Budgets()) {
+	spent, _ := metrics.Spendings(ctx, d.s.rdb, time.Now(), d.s.cfg.Budgets()) // none when Redis does not answer
+	for _, sp := range spent {
 		out = append(out, dashboard.Spend{Installation: sp.Installation, Tier: sp.Tier, Dollars: sp.Dollars, Budget: sp.Budget})
 	}
 	return out
