@@ -406,3 +406,66 @@ func TestBadKeyPausedAlone(t *testing.T) {
 		t.Errorf("paused keys after resume: %v", pk)
 	}
 }
+
+// A flex refusal hit no limit: the job's reservation is refunded and the
+// key's bucket is left as it was (a 429's penalty would stop every job
+// on the key until the provider's reset); the next call, at the standard
+// tier, goes out at once.
+func TestFlexRefusalLeavesTheBucket(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb := redistest.Shared(t).Client(t)
+	model := fmt.Sprintf("gpt-flex-%d", time.Now().UnixNano())
+	limits := ratelimit.Limits{RequestsPerPeriod: 120, TokensPerPeriod: 40_000, Period: time.Minute}
+	fake := fakeopenai.New(fakeopenai.Config{Models: []fakeopenai.Model{{Name: model, RPM: 120, TPM: 40_000, Flex: true}}, Period: time.Minute, Keys: []string{"sk-flex"}})
+	fake.SetFaults(fakeopenai.Faults{FlexRefuseEvery: 1})
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	b, err := ratelimit.NewBucket(rdb, model, "sk-flex", limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	sched, err := admission.New(rdb, map[string]*ratelimit.Bucket{model: b}, nil, nil, admission.Config{}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewCaller(CallerConfig{LLM: llm.New("sk-flex", srv.URL+"/v1", 10*time.Second, nil), Ledger: sched, Requeue: sched, Provider: sched,
+		Tiers: map[jobs.Tier]TierSpec{jobs.TierPaid: {Flex: true}}, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &keyRig{t: t, model: model}
+	admit := func() callSpec {
+		t.Helper()
+		s := r.job(1000)
+		if _, err := sched.Register(ctx, s.ticket); err != nil {
+			t.Fatal(err)
+		}
+		if a, _, err := sched.Admit(ctx, model, 1); err != nil || len(a) != 1 {
+			t.Fatalf("admit: %v %v", a, err)
+		}
+		if err := sched.Started(ctx, model, s.ticket.ID); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	s := admit()
+	s.flex = true
+	_, err = c.call(ctx, s)
+	var fr *flexRefusedError
+	if !errors.As(err, &fr) {
+		t.Fatalf("a refused flex call: %v, want a flex refusal", err)
+	}
+	avail, _, err := b.Available(ctx)
+	if err != nil || avail.Tokens < limits.TokensPerPeriod-2000 || avail.Requests < limits.RequestsPerPeriod-2 {
+		t.Fatalf("the bucket after a refusal: %+v (%v), want it about full (no penalty)", avail, err)
+	}
+	s = admit()
+	if _, err := c.call(ctx, s); err != nil {
+		t.Fatalf("the standard call after: %v", err)
+	}
+	if st := fake.Stats()[model]; st.FlexRefused != 1 || st.RateLimited != 0 {
+		t.Fatalf("fake stats %+v: want one refusal, no 429 for a limit", st)
+	}
+}
