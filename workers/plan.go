@@ -26,6 +26,8 @@ type PlanStore interface {
 	StartRun(ctx context.Context, r store.Run, files []store.FileData) (previous string, started bool, err error)
 	TaskIDs(ctx context.Context, pr jobs.PR, head string) ([]string, error)
 	SetTaskIDs(ctx context.Context, pr jobs.PR, head string, ids []string) error
+	// Lock serializes the plans of one pull request (see Planner.plan).
+	Lock(ctx context.Context, pr jobs.PR, what, owner string, ttl time.Duration) (release func(), ok bool, err error)
 }
 
 // RepoSettings records what the webhook needs of a repository's
@@ -197,6 +199,17 @@ func (p *Planner) plan(ctx context.Context, pl jobs.Plan) error {
 	if err := p.gate.check(ctx, pl.PR.Installation, "plan"); err != nil {
 		return err
 	}
+	// one plan of a pull request at a time: a plan reads the head from
+	// GitHub, then starts its run; an older event's plan whose read came
+	// before a push must not start its run after the newer event's
+	release, ok, err := cfg.Store.Lock(ctx, pl.PR, "plan", jobs.PlanTaskID(pl), planLockTTL)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return &RetryAfterError{After: planLockWait, Err: errors.New("another plan of the pull request is running")}
+	}
+	defer release()
 	gh, err := cfg.GitHub.PRReader(pl.PR.Installation)
 	if err != nil {
 		return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
@@ -480,6 +493,14 @@ func supersede(ctx context.Context, st taskIDs, tk Tickets, log *slog.Logger, pr
 	}
 	log.InfoContext(ctx, "superseded work dropped", "pr", pr.String(), "head", short(head), "tickets", dropped, "jobs", len(ids))
 }
+
+// The plan lock: held while a plan reads the pull request and starts its
+// run (seconds; it expires after planLockTTL if its process dies); a plan
+// that finds it held tries again after planLockWait.
+const (
+	planLockTTL  = 2 * time.Minute
+	planLockWait = time.Second
+)
 
 // fileTaskTimeout bounds a file job's run: 10 minutes, and for a tier
 // on the flex lane past flex's call timeout (llm.FlexTimeout), which

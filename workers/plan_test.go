@@ -198,3 +198,41 @@ func TestPlannerSupersedesThePreviousHead(t *testing.T) {
 		t.Errorf("h1 still current (%v)", err)
 	}
 }
+
+// TestPlansOfOnePRTakeTurns: while another plan of the pull request runs
+// (its lock held), a plan starts no run: it tries again shortly, not as
+// a failure (an older event's plan that read the head before a push
+// must not start its run after the newer event's). Once the lock is
+// free the plan runs.
+func TestPlansOfOnePRTakeTurns(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, adm, q := newStore(t), &fakeAdmission{}, &fakeQueue{}
+	gh := &fakeGitHub{PRFunc: openPR("h1"), FilesFunc: func() ([]ghapp.File, error) {
+		return []ghapp.File{{Filename: "a.go", Status: "modified", Additions: 1, Patch: ptr(patchA)}}, nil
+	}}
+	pr := testPR(t, 112)
+	release, ok, err := st.Lock(ctx, pr, "plan", "another-plan", time.Minute)
+	if err != nil || !ok {
+		t.Fatalf("lock: %v %v", ok, err)
+	}
+	p := newPlanner(t, st, adm, gh, q)
+	err = p.ProcessTask(ctx, planTask(pr, "h1", "opened", jobs.TierPaid))
+	var ra *workers.RetryAfterError
+	if !errors.As(err, &ra) || workers.IsFailure(err) || ra.After <= 0 {
+		t.Fatalf("a plan while another runs: %v, want a retry soon, not a failure", err)
+	}
+	if subs := adm.Events("submit"); len(subs) != 0 {
+		t.Fatalf("submitted %q while another plan held the pull request", subs)
+	}
+	if _, err := st.GetRun(ctx, pr); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a run was started while another plan held the pull request: %v", err)
+	}
+	release()
+	if err := p.ProcessTask(ctx, planTask(pr, "h1", "opened", jobs.TierPaid)); err != nil {
+		t.Fatal(err)
+	}
+	if subs := adm.Events("submit"); len(subs) == 0 {
+		t.Fatal("nothing submitted once the lock was free")
+	}
+}
