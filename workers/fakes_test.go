@@ -3,6 +3,7 @@ package workers_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -34,6 +35,8 @@ type fakeAdmission struct {
 	PauseFunc      func(model string) error
 	models         []string
 	registered     []admission.Ticket
+	// paused are the paused models (Paused)
+	paused map[string]string
 	// CallingErr fails Calling; bucket is what Bucket gives (nil: none).
 	CallingErr error
 	bucket     *ratelimit.Bucket
@@ -72,6 +75,13 @@ func (f *fakeAdmission) Submit(_ context.Context, task *asynq.Task, t admission.
 		return f.SubmitFunc(t)
 	}
 	return true, nil
+}
+
+// Paused returns the models set paused.
+func (f *fakeAdmission) Paused(context.Context) map[string]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.paused)
 }
 
 func (f *fakeAdmission) Register(_ context.Context, t admission.Ticket) (bool, error) {

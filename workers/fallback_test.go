@@ -315,3 +315,30 @@ func TestFileWorkerOutgrowsItsFallback(t *testing.T) {
 		t.Fatalf("results %+v: the file fits the model it was planned for, it is not too large", results)
 	}
 }
+
+// TestFileWorkerSkipsAPausedFallback: a job whose provider fails moves
+// to the first of its fallbacks that is not paused.
+func TestFileWorkerSkipsAPausedFallback(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	models := map[string]workers.Model{
+		"gpt-4o-mini":  {Name: "gpt-4o-mini", Fallbacks: []string{"gpt-4.1-nano", "gpt-4.1-mini"}},
+		"gpt-4.1-nano": {Name: "gpt-4.1-nano"},
+		"gpt-4.1-mini": {Name: "gpt-4.1-mini"},
+		"gpt-4o":       {Name: "gpt-4o"},
+	}
+	st, adm, q := newStore(t), &fakeAdmission{paused: map[string]string{"gpt-4.1-nano": "401 invalid_api_key"}}, &fakeQueue{}
+	model := &fakeLLM{CompleteFunc: fail(llm.ErrTransient)}
+	w, err := workers.NewFileWorker(workers.FileWorkerConfig{Attempts: newAttempts(t), Store: st, Ledger: adm, Caller: newCaller(t, adm, model, nil, nil), Queue: q,
+		Models: models, Repairs: st, Requeue: adm})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, task := plannedFile(t, st, testPR(t, 253), jobs.KindSummary)
+	if err := w.ProcessTask(ctx, task); err == nil || workers.IsFailure(err) {
+		t.Fatalf("ProcessTask = %v, want back to admission", err)
+	}
+	if reg := adm.Registered(); len(reg) != 1 || reg[0].Model != "gpt-4.1-mini" {
+		t.Fatalf("registered %+v, want under gpt-4.1-mini (gpt-4.1-nano is paused)", reg)
+	}
+}

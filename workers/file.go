@@ -428,17 +428,26 @@ func (w *FileWorker) waitForQuota(ctx context.Context, f jobs.File, ticket admis
 	return fmt.Errorf("%w: the tenant's quota is spent until %s", errBackToAdmission, until.UTC().Format(time.RFC3339))
 }
 
-// fallBack moves a job whose call failed (fb) to the first of next whose
-// prompt can be built, through admission: the move is recorded, then the
+// fallBack moves a job whose call failed (fb) to the first of next not
+// paused whose prompt can be built, through admission: the move is recorded, then the
 // ticket registered under the new model with its own estimate; moved
 // says it was (err, then, is what the handler returns). A job no
 // fallback can take is not moved: it ends as it would have without.
 func (w *FileWorker) fallBack(ctx context.Context, f jobs.File, ticket admission.Ticket, next []string, fb *fallbackError, build func(Model) (prompt, error)) (moved bool, err error) {
 	cfg := &w.cfg
+	var paused map[string]string
+	if pr, ok := cfg.Requeue.(interface {
+		Paused(context.Context) map[string]string
+	}); ok {
+		paused = pr.Paused(ctx)
+	}
 	for _, to := range next {
 		m, ok := cfg.Models[to]
 		if !ok {
 			continue
+		}
+		if _, p := paused[to]; p {
+			continue // it serves nobody either
 		}
 		pm, err := build(m)
 		if err != nil {
