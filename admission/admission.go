@@ -640,18 +640,18 @@ type Waiting struct {
 	Enqueued         time.Time
 }
 
-// Waiting lists up to n of a model's waiting tickets, those that waited
-// longest first (not in admission's order). A ticket delayed for later
-// is not listed until it is due.
-func (s *Scheduler) Waiting(ctx context.Context, model string, n int) ([]Waiting, error) {
+// Waiting lists up to n of a model's waiting tickets from the offset-th,
+// those that waited longest first (not in admission's order). A ticket
+// delayed for later is not listed until it is due.
+func (s *Scheduler) Waiting(ctx context.Context, model string, offset, n int) ([]Waiting, error) {
 	keys, _, err := s.keys(model)
 	if err != nil {
 		return nil, err
 	}
-	if n <= 0 {
+	if n <= 0 || offset < 0 {
 		return nil, nil
 	}
-	ids, err := s.rdb.ZRange(ctx, keys.Age, 0, int64(n-1)).Result()
+	ids, err := s.rdb.ZRange(ctx, keys.Age, int64(offset), int64(offset+n-1)).Result()
 	if err != nil {
 		return nil, fmt.Errorf("admission: list waiting tickets: %w", err)
 	}

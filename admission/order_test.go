@@ -352,7 +352,7 @@ func TestTakeOnlyWaiting(t *testing.T) {
 	if got := drain(t, s, clk, model, 1); len(got) != 1 || got[0].ID != "third" {
 		t.Fatalf("admitted %+v, want the chat first", got)
 	}
-	w, err := s.Waiting(ctx, model, 10)
+	w, err := s.Waiting(ctx, model, 0, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -368,7 +368,10 @@ func TestTakeOnlyWaiting(t *testing.T) {
 	if ok, _ := s.Take(ctx, model, "second"); ok {
 		t.Fatal("took a ticket twice")
 	}
-	if w, _ := s.Waiting(ctx, model, 10); len(w) != 1 || w[0].ID != "first" {
+	if w, _ := s.Waiting(ctx, model, 1, 10); len(w) != 0 {
+		t.Fatalf("waiting from the second: %+v, want none", w)
+	}
+	if w, _ := s.Waiting(ctx, model, 0, 10); len(w) != 1 || w[0].ID != "first" {
 		t.Fatalf("waiting after take %+v, want only first", w)
 	}
 	if got := drain(t, s, clk, model, 2); len(got) != 1 || got[0].ID != "first" {

@@ -263,7 +263,7 @@ func TestReconcileRegistersMovedJobsUnderTheirFallback(t *testing.T) {
 	if asked != 2 {
 		t.Fatalf("Moved asked %d times, want once per task without a ticket under its payload's model", asked)
 	}
-	w, _ := s.Waiting(ctx, backup, 10)
+	w, _ := s.Waiting(ctx, backup, 0, 10)
 	if len(w) != 2 {
 		t.Fatalf("waiting under the backup: %+v", w)
 	}

@@ -159,7 +159,7 @@ func (e *fallbackError) Unwrap() error { return e.err }
 // (admission's Scheduler).
 type MoveWaiting interface {
 	Paused(ctx context.Context) map[string]string
-	Waiting(ctx context.Context, model string, n int) ([]admission.Waiting, error)
+	Waiting(ctx context.Context, model string, offset, n int) ([]admission.Waiting, error)
 	Take(ctx context.Context, model, id string) (bool, error)
 	Register(ctx context.Context, t admission.Ticket) (bool, error)
 	Task(queue, id string) (*asynq.TaskInfo, error)
@@ -243,6 +243,10 @@ func (m *FallbackMover) Kick() {
 	}
 }
 
+// passPages bounds the pages of Batch waiting tickets one pass reads of
+// a paused model.
+const passPages = 5
+
 // Run moves jobs every period, and when kicked, until ctx ends.
 func (m *FallbackMover) Run(ctx context.Context, every time.Duration) {
 	if every <= 0 {
@@ -271,20 +275,31 @@ func (m *FallbackMover) Pass(ctx context.Context) (int, error) {
 	moved := 0
 	var errs []error
 	for model := range paused {
-		waiting, err := cfg.Admission.Waiting(ctx, model, cfg.Batch)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		for _, w := range waiting {
-			ok, err := m.move(ctx, model, w, paused)
+		// page by page, oldest first: tickets that never move (chat, jobs
+		// that stay) do not hide the others; at most passPages a pass
+		offset := 0
+		for page := 0; page < passPages; page++ {
+			waiting, err := cfg.Admission.Waiting(ctx, model, offset, cfg.Batch)
 			if err != nil {
 				errs = append(errs, err)
-				continue
+				break
 			}
-			if ok {
-				moved++
+			kept := 0
+			for _, w := range waiting {
+				ok, err := m.move(ctx, model, w, paused)
+				if err != nil {
+					errs = append(errs, err)
+				}
+				if ok {
+					moved++
+				} else {
+					kept++
+				}
 			}
+			if len(waiting) < cfg.Batch {
+				break
+			}
+			offset += kept // the moved ones left the list
 		}
 	}
 	return moved, errors.Join(errs...)

@@ -211,7 +211,9 @@ func TestFallbackMoverMovesWaitingJobs(t *testing.T) {
 	}
 	counted := &moves{}
 	attempts := newAttempts(t)
-	mover, err := workers.NewFallbackMover(workers.FallbackMoverConfig{Admission: sched, Attempts: attempts, Models: models, FallbackFunc: counted.count})
+	// a page of one ticket: the staying job and the chat, which never
+	// move, must not hide the others
+	mover, err := workers.NewFallbackMover(workers.FallbackMoverConfig{Admission: sched, Attempts: attempts, Models: models, FallbackFunc: counted.count, Batch: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,11 +246,11 @@ func TestFallbackMoverMovesWaitingJobs(t *testing.T) {
 	if moved, err := mover.Pass(ctx); err != nil || moved != 0 {
 		t.Fatalf("second pass moved %d (%v), want none", moved, err)
 	}
-	left, _ := sched.Waiting(ctx, primary, 10)
+	left, _ := sched.Waiting(ctx, primary, 0, 10)
 	if len(left) != 2 || left[0].ID != ids[0] || left[1].Class != admission.ClassChat {
 		t.Fatalf("left under the paused model %+v, want the staying job and the chat", left)
 	}
-	there, _ := sched.Waiting(ctx, third, 10)
+	there, _ := sched.Waiting(ctx, third, 0, 10)
 	if len(there) != 2 {
 		t.Fatalf("waiting under %s: %+v, want the 2 jobs", third, there)
 	}
