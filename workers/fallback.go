@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/hibiken/asynq"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/prq-dev/prq/admission"
 	"github.com/prq-dev/prq/jobs"
@@ -49,85 +47,6 @@ type Move struct {
 	// Standard: flex processing refused the job once; it is called at
 	// the standard tier from then on (SetStandard).
 	Standard bool
-}
-
-// Moved returns job id's move (zero: it waits under the model its
-// payload names).
-func (a *Attempts) Moved(ctx context.Context, id string) (Move, error) {
-	v, err := a.rdb.HMGet(ctx, attemptsKey(id), "model", "tokens", "output", "stay", "lane").Result()
-	if err != nil {
-		return Move{}, fmt.Errorf("workers: read the move of %s: %w", id, err)
-	}
-	model, _ := v[0].(string)
-	standard := v[4] == "standard"
-	if model == "" {
-		return Move{Standard: standard}, nil
-	}
-	m := Move{Model: model, Standard: standard}
-	if s, ok := v[1].(string); ok {
-		m.Tokens, _ = strconv.ParseInt(s, 10, 64)
-	}
-	if s, ok := v[2].(string); ok {
-		m.Output, _ = strconv.ParseInt(s, 10, 64)
-	}
-	m.Stay = v[3] == "1"
-	return m, nil
-}
-
-// SetMoved records that job id waits under m.Model now; the record lasts
-// keep.
-func (a *Attempts) SetMoved(ctx context.Context, id string, m Move, keep time.Duration) error {
-	key := attemptsKey(id)
-	_, err := a.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, key, "model", m.Model, "tokens", m.Tokens, "output", m.Output, "stay", b2i(m.Stay))
-		p.PExpire(ctx, key, keep)
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("workers: record the move of %s: %w", id, err)
-	}
-	return nil
-}
-
-func b2i(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-// SetStandard records that job id is called at the standard tier from
-// now on (flex processing refused it); the record lasts keep.
-func (a *Attempts) SetStandard(ctx context.Context, id string, keep time.Duration) error {
-	key := attemptsKey(id)
-	_, err := a.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, key, "lane", "standard")
-		p.PExpire(ctx, key, keep)
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("workers: record the standard lane of %s: %w", id, err)
-	}
-	return nil
-}
-
-// ReuseWait counts one more wait of job id for a twin answering its
-// prompt and returns how many it has waited; the run that waited is
-// taken off the job's retry budget (a wait is not an attempt). The
-// record lasts keep.
-func (a *Attempts) ReuseWait(ctx context.Context, id string, keep time.Duration) (int, error) {
-	key := attemptsKey(id)
-	var n *redis.IntCmd
-	_, err := a.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		n = p.HIncrBy(ctx, key, "reuse_waits", 1)
-		p.HIncrBy(ctx, key, "n", -1)
-		p.PExpire(ctx, key, keep)
-		return nil
-	})
-	if err != nil {
-		return 0, fmt.Errorf("workers: count the twin waits of %s: %w", id, err)
-	}
-	return int(n.Val()), nil
 }
 
 // after returns the models a job planned for origin may move to from
