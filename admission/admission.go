@@ -2,7 +2,6 @@ package admission
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,17 +17,6 @@ import (
 	"github.com/prq-dev/prq/jobs"
 	"github.com/prq-dev/prq/ratelimit"
 )
-
-var (
-	//go:embed admission.lua
-	source string
-	//go:embed ticket.lua
-	ticketLua string
-)
-
-// script is admission.lua on top of the bucket library and the ticket
-// codec, so one EVALSHA admits and charges atomically.
-var script = redis.NewScript(ratelimit.LuaLibrary + "\n" + ticketLua + "\n" + source)
 
 // Config configures admission.
 type Config struct {
@@ -169,7 +157,7 @@ func (s *Scheduler) Register(ctx context.Context, t Ticket) (registered bool, er
 	if err != nil {
 		return false, err
 	}
-	n, err := script.Run(ctx, s.rdb, keys.list(), "register", s.now(), t.ID, encodeTicket(t.stored()), keys.wake()).Int()
+	n, err := registerScript.Run(ctx, s.rdb, keys.list(), s.now(), t.ID, encodeTicket(t.stored()), keys.wake()).Int()
 	if err != nil {
 		return false, fmt.Errorf("admission: register %s: %w", t.ID, err)
 	}
@@ -186,7 +174,7 @@ func (s *Scheduler) RegisterAt(ctx context.Context, t Ticket, at time.Time) erro
 	if err != nil {
 		return err
 	}
-	if err := script.Run(ctx, s.rdb, keys.list(), "delay", s.now(), t.ID, encodeTicket(t.stored()), at.UnixMicro()).Err(); err != nil {
+	if err := delayScript.Run(ctx, s.rdb, keys.list(), s.now(), t.ID, encodeTicket(t.stored()), at.UnixMicro()).Err(); err != nil {
 		return fmt.Errorf("admission: delay %s: %w", t.ID, err)
 	}
 	// the loops sleep long while no ticket waits: tell them when to look
@@ -276,11 +264,11 @@ func (s *Scheduler) attempt(ctx context.Context, model string, budget, batch int
 	if slices.Contains(s.cfg.ChatModels, model) {
 		share += "c"
 	}
-	args := []any{"admit", s.now(), strconv.Itoa(budget) + ":" + strconv.Itoa(min(max(batch, 0), budget)), mode, share, s.cfg.Aging.Microseconds(),
+	args := []any{s.now(), strconv.Itoa(budget) + ":" + strconv.Itoa(min(max(batch, 0), budget)), mode, share, s.cfg.Aging.Microseconds(),
 		s.cfg.ReleaseTimeout.Microseconds(), s.cfg.Weights[jobs.TierPaid], s.cfg.Weights[jobs.TierTrial], s.cfg.Weights[jobs.TierFree],
 		strconv.FormatFloat(s.cfg.ChatCap, 'f', 6, 64)}
 	args = append(args, b.ScriptArgs(ratelimit.Marks)...)
-	res, err := script.Run(ctx, s.rdb, keys.list(), args...).Slice()
+	res, err := admitScript.Run(ctx, s.rdb, keys.list(), args...).Slice()
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("admission: admit %s: %w", model, err)
 	}
@@ -415,10 +403,10 @@ func (s *Scheduler) Started(ctx context.Context, model, id string) error {
 	if err != nil {
 		return err
 	}
-	args := []any{"started", s.now(), id}
+	args := []any{s.now(), id}
 	args = append(args, b.ScriptArgs(ratelimit.Values{})...)
 	args = append(args, s.cfg.SendLag.Microseconds())
-	if err := script.Run(ctx, s.rdb, keys.list(), args...).Err(); err != nil {
+	if err := startedScript.Run(ctx, s.rdb, keys.list(), args...).Err(); err != nil {
 		return fmt.Errorf("admission: started %s: %w", id, err)
 	}
 	return nil
@@ -461,10 +449,10 @@ func (s *Scheduler) TryCalling(ctx context.Context, model, id string) (time.Dura
 	if err != nil {
 		return 0, err
 	}
-	args := []any{"calling", s.now(), id}
+	args := []any{s.now(), id}
 	args = append(args, b.ScriptArgs(ratelimit.Values{})...)
 	args = append(args, s.cfg.SendLag.Microseconds())
-	us, err := script.Run(ctx, s.rdb, keys.list(), args...).Int64()
+	us, err := callingScript.Run(ctx, s.rdb, keys.list(), args...).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("admission: calling %s: %w", id, err)
 	}
@@ -490,7 +478,7 @@ func (s *Scheduler) Arrived(ctx context.Context, model, id string, way time.Dura
 	// the bound keeps the least margin past the way (the provider's
 	// whole milliseconds, a count taken shortly after arrival)
 	way += ratelimit.MinWindowMargin
-	if err := script.Run(ctx, s.rdb, keys.list(), "arrived", s.now(), id, way.Microseconds()).Err(); err != nil {
+	if err := arrivedScript.Run(ctx, s.rdb, keys.list(), s.now(), id, way.Microseconds()).Err(); err != nil {
 		return fmt.Errorf("admission: arrived %s: %w", id, err)
 	}
 	return nil
@@ -513,10 +501,10 @@ func (s *Scheduler) Sent(ctx context.Context, model, id string, after time.Durat
 	if !b.Limits().Windowed() || after < 0 {
 		return nil
 	}
-	args := []any{"sent", s.now(), id}
+	args := []any{s.now(), id}
 	args = append(args, b.ScriptArgs(ratelimit.Values{})...)
 	args = append(args, after.Microseconds())
-	if err := script.Run(ctx, s.rdb, keys.list(), args...).Err(); err != nil {
+	if err := sentScript.Run(ctx, s.rdb, keys.list(), args...).Err(); err != nil {
 		return fmt.Errorf("admission: sent %s: %w", id, err)
 	}
 	return nil
@@ -527,7 +515,7 @@ func (s *Scheduler) Sent(ctx context.Context, model, id string, after time.Durat
 func (s *Scheduler) forget(ctx context.Context, model, id string) {
 	keys, _, err := s.keys(model)
 	if err == nil {
-		err = script.Run(ctx, s.rdb, keys.list(), "started", s.now(), id).Err()
+		err = startedScript.Run(ctx, s.rdb, keys.list(), s.now(), id).Err()
 	}
 	if err != nil {
 		s.log.WarnContext(ctx, "dropping the ticket of a gone task failed", "task", id, "err", err)
@@ -555,9 +543,9 @@ func (s *Scheduler) settle(ctx context.Context, model, id string, actual ratelim
 	if policy == "" {
 		policy = b.Limits().Policy
 	}
-	args := []any{"settle", s.now(), id, string(policy)}
+	args := []any{s.now(), id, string(policy)}
 	args = append(args, b.ScriptArgs(actual.Usage())...)
-	n, err := script.Run(ctx, s.rdb, keys.list(), args...).Int()
+	n, err := settleScript.Run(ctx, s.rdb, keys.list(), args...).Int()
 	if err != nil {
 		return fmt.Errorf("admission: settle %s: %w", id, err)
 	}
@@ -590,7 +578,7 @@ func (s *Scheduler) KeyOf(ctx context.Context, model, id string) (int, error) {
 }
 
 // reservationKey reads the key index of a stored reservation, "cost
-// cost ... k<i>" (admission.lua writes it); 0 without one or out of the
+// cost ... k<i>" (admit writes it); 0 without one or out of the
 // model's n keys.
 func reservationKey(r string, n int) int {
 	for _, f := range strings.Fields(r) {
@@ -609,7 +597,7 @@ func (s *Scheduler) Cancel(ctx context.Context, model, id string) (bool, error) 
 	if err != nil {
 		return false, err
 	}
-	n, err := script.Run(ctx, s.rdb, keys.list(), "cancel", s.now(), id).Int()
+	n, err := cancelScript.Run(ctx, s.rdb, keys.list(), s.now(), id).Int()
 	if err != nil {
 		return false, fmt.Errorf("admission: cancel %s: %w", id, err)
 	}
@@ -624,7 +612,7 @@ func (s *Scheduler) Take(ctx context.Context, model, id string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	n, err := script.Run(ctx, s.rdb, keys.list(), "cancel", s.now(), id, "waiting").Int()
+	n, err := cancelScript.Run(ctx, s.rdb, keys.list(), s.now(), id, "waiting").Int()
 	if err != nil {
 		return false, fmt.Errorf("admission: take %s: %w", id, err)
 	}

@@ -23,11 +23,13 @@
 // its start, settle and the provider's headers go to that key's bucket. A
 // key with an account problem is paused alone (PauseKey).
 //
-// Files: admission.go (the scheduler and its calls), keys.go (the Redis
-// keys of a model), ticket.go and ticket.lua (the ticket and its stored
+// Files: admission.go (the scheduler and its calls), scripts.go and
+// lua/ (one Lua script per operation, on the shared lua/order.lua),
+// keys.go (the Redis keys of a model), ticket.go and lua/ticket.lua (the
+// ticket and its stored
 // form, encoded in Go and decoded in both Go and Lua), loop.go (the
 // admission loop), reconcile.go (crash repair), notify.go (notify
-// tickets and their waiters), process.go and process.lua (worker
+// tickets and their waiters), process.go and lua/process.lua (worker
 // processes' heartbeats and running jobs; a dead process's jobs go back
 // through admission within seconds), pause.go and stats.go.
 //

@@ -8,7 +8,7 @@ import (
 
 // keySet names every Redis key of one model's admission state. All share
 // the bucket's hash tag, so one script call works on Redis Cluster.
-// list gives them in the order admission.lua reads KEYS[1..18], then,
+// list gives them in the order admission's scripts read KEYS[1..18] (lua/order.lua), then,
 // for a model with several API keys, per key (KeyStates[i],
 // KeyPaused[i]) from KEYS[19].
 type keySet struct {
@@ -67,7 +67,7 @@ func newKeySet(b *ratelimit.Bucket) keySet {
 	return ks
 }
 
-// list returns the keys in admission.lua's KEYS order.
+// list returns the keys in the order admission's scripts read KEYS.
 func (k keySet) list() []string {
 	out := []string{k.State, k.Tickets, k.Lex, k.Chat, k.HeadsPaid, k.HeadsTrial, k.HeadsFree,
 		k.VirtualTimes, k.Age, k.Released, k.Stats, k.Reservations, k.ReservationAge, k.Delayed, k.Paused, k.Waits,

@@ -55,11 +55,11 @@ func (s *Scheduler) Position(ctx context.Context, model string, ids []string) (P
 		mode = "strict"
 	}
 	args := make([]any, 0, 6+len(ids))
-	args = append(args, "position", s.now(), mode, s.cfg.Weights[jobs.TierPaid], s.cfg.Weights[jobs.TierTrial], s.cfg.Weights[jobs.TierFree])
+	args = append(args, s.now(), mode, s.cfg.Weights[jobs.TierPaid], s.cfg.Weights[jobs.TierTrial], s.cfg.Weights[jobs.TierFree])
 	for _, id := range ids {
 		args = append(args, id)
 	}
-	res, err := script.Run(ctx, s.rdb, keys.list(), args...).Slice()
+	res, err := positionScript.Run(ctx, s.rdb, keys.list(), args...).Slice()
 	if err != nil {
 		return Position{}, fmt.Errorf("admission: position in %s: %w", model, err)
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-//go:embed process.lua
+//go:embed lua/process.lua
 var processLua string
 
 var processScript = redis.NewScript(processLua)

@@ -43,7 +43,7 @@ func (s *Scheduler) Stats(ctx context.Context, model string) (Stats, error) {
 	if err != nil {
 		return Stats{}, err
 	}
-	res, err := script.Run(ctx, s.rdb, keys.list(), "stats", s.now()).Slice()
+	res, err := statsScript.Run(ctx, s.rdb, keys.list(), s.now()).Slice()
 	if err != nil {
 		return Stats{}, fmt.Errorf("admission: stats: %w", err)
 	}

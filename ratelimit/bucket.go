@@ -14,17 +14,25 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-//go:embed bucketlib.lua
-var bucketLib string
-
-//go:embed bucket.lua
-var bucketOps string
+// The bucket library, in four parts read in this order (see their headers).
+var (
+	//go:embed lua/bucket_slots.lua
+	bucketSlots string
+	//go:embed lua/bucket_load.lua
+	bucketLoad string
+	//go:embed lua/bucket_wait.lua
+	bucketWait string
+	//go:embed lua/bucket_change.lua
+	bucketChange string
+	//go:embed lua/bucket.lua
+	bucketOps string
+)
 
 // LuaLibrary is the bucket library (a local table B) for scripts that
 // must charge a bucket in their own atomic step. Prepend it to the script.
-var LuaLibrary = bucketLib
+var LuaLibrary = bucketSlots + "\n" + bucketLoad + "\n" + bucketWait + "\n" + bucketChange
 
-var bucketScript = redis.NewScript(bucketLib + "\n" + bucketOps)
+var bucketScript = redis.NewScript(LuaLibrary + "\n" + bucketOps)
 
 // Scripter is the part of a go-redis client the limiters use.
 type Scripter interface {

@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-//go:embed quota.lua
+//go:embed lua/quota.lua
 var quotaSource string
 
 var quotaScript = redis.NewScript(quotaSource)

@@ -269,10 +269,15 @@ func TestScriptNamer(t *testing.T) {
 	if len(n) != total {
 		t.Errorf("namer knows %d scripts, the packages name %d: two share a hash", len(n), total)
 	}
-	var adm, complete string
+	var bucket, admit, complete string
+	for sha, name := range ratelimit.ScriptHashes() {
+		if name == "ratelimit.bucket" {
+			bucket = sha
+		}
+	}
 	for sha, name := range admission.ScriptHashes() {
-		if name == "admission" {
-			adm = sha
+		if name == "admission admit" {
+			admit = sha
 		}
 	}
 	for sha, name := range store.ScriptHashes() {
@@ -287,10 +292,11 @@ func TestScriptNamer(t *testing.T) {
 		}
 	}
 	cases := []struct{ name, sha, arg, want string }{
-		{"an operation", adm, "admit", "admission admit"},
-		{"a timestamp is no operation", adm, "1712345678123456", "admission"},
-		{"an id is no operation", adm, "file:review:abc", "admission"},
-		{"no argument", adm, "", "admission"},
+		{"an operation", bucket, "reserve", "ratelimit.bucket reserve"},
+		{"a timestamp is no operation", bucket, "1712345678123456", "ratelimit.bucket"},
+		{"an id is no operation", bucket, "file:review:abc", "ratelimit.bucket"},
+		{"no argument", bucket, "", "ratelimit.bucket"},
+		{"a script per operation", admit, "1712345678123456", "admission admit"},
 		{"a script without operations", complete, "summary", "store.complete"},
 		{"asynq", dequeue, "asynq:{paid}:pending", "asynq.dequeue"},
 		{"unknown", "0123456789abcdef0123456789abcdef01234567", "x", "script 01234567"},
@@ -314,7 +320,7 @@ func TestRedisTally(t *testing.T) {
 	rdb := redistest.Shared(t).Client(t)
 	ctx := context.Background()
 	clock := time.UnixMilli(1_800_000_000_050)
-	tally := newRedisTally(scriptNamer{sha1Hex("return ARGV[1]"): "admission"})
+	tally := newRedisTally(scriptNamer{sha1Hex("return ARGV[1]"): "ratelimit.bucket"})
 	tally.now = func() time.Time { return clock }
 	rdb.AddHook(tally)
 	op := redis.NewScript("return ARGV[1]")
@@ -346,14 +352,14 @@ func TestRedisTally(t *testing.T) {
 	if want := map[string]int64{"script": 1, "evalsha": 1, "eval": 1}; !reflect.DeepEqual(c1, want) {
 		t.Errorf("first step's commands %v, want %v", c1, want)
 	}
-	if want := map[string]int64{"admission admit": 2}; !reflect.DeepEqual(s1, want) {
+	if want := map[string]int64{"ratelimit.bucket admit": 2}; !reflect.DeepEqual(s1, want) {
 		t.Errorf("first step's scripts %v, want %v (the NOSCRIPT retry is sent, and counted, twice)", s1, want)
 	}
 	c2, s2 := tallyWindow(rows, second, second.Add(tallyStep))
 	if want := map[string]int64{"evalsha": 2, "eval": 1, "get": 1, "hget": 1}; !reflect.DeepEqual(c2, want) {
 		t.Errorf("second step's commands %v, want %v", c2, want)
 	}
-	wantS := map[string]int64{"admission settle": 1, "script " + sha1Hex("return 2")[:8]: 2}
+	wantS := map[string]int64{"ratelimit.bucket settle": 1, "script " + sha1Hex("return 2")[:8]: 2}
 	if !reflect.DeepEqual(s2, wantS) {
 		t.Errorf("second step's scripts %v, want %v", s2, wantS)
 	}

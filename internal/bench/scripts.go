@@ -71,7 +71,7 @@ var asynqScripts = map[string]string{
 
 // opScripts take their operation as ARGV[1] (one script, several
 // operations); a call to one is named by script and operation.
-var opScripts = map[string]bool{"admission": true, "ratelimit.bucket": true, "workers.write_lane": true}
+var opScripts = map[string]bool{"ratelimit.bucket": true, "workers.write_lane": true}
 
 // opWord reports whether s looks like an operation argument: a short
 // lower-case word. Anything else (a timestamp, an id) is not taken for one.

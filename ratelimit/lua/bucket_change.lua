@@ -1,0 +1,230 @@
+-- prq limiter library, part 4 of 4: changes to a loaded state (give
+-- back, exact arrival, move, lower to a provider's count, block) and
+-- B.save, which writes it back. Needs the three parts before it.
+
+-- B.give gives amount back to dimension i (negative: charges more, as
+-- for usage beyond an estimate). at, when known, is when the amount was
+-- charged (µs): a window gives it back in that slot, if it still counts.
+-- A window charges more in the current slot, and keeps a give-back whose
+-- time is unknown (it cannot know which slot held it: safe, not exact).
+function B.give(st, i, amount, at)
+  if st.kind[i] == 'w' then
+    if amount < 0 then
+      addslot(st, i, math.floor(st.now / st.slot[i]), -amount, st.now)
+    elseif amount > 0 and at ~= nil then
+      local j = math.floor(at / st.slot[i])
+      if j >= st.p[i] and j <= st.h[i] then
+        local c = readslots(st, i, j, j)
+        addslot(st, i, j, -math.min(amount, c[j]))
+      end
+    end
+    refreshlevel(st, i)
+    return
+  end
+  st.level[i] = st.level[i] + amount * st.per[i]
+  local cap = st.burst[i] * st.per[i]
+  if st.level[i] > cap then st.level[i] = cap end
+end
+
+-- B.exact records that amount of window dimension i, charged at at (µs),
+-- is a call whose reply bounds its arrival at the provider by bound (µs):
+-- once all of a slot's value is such calls, the slot stops counting a
+-- window (and what 429s taught) after the latest of them (eend), not a
+-- margin after its latest charge. Only in a slot still counting, and
+-- never more than the slot holds.
+function B.exact(st, i, at, amount, bound)
+  if st.kind[i] ~= 'w' or at == nil or amount <= 0 or bound < at then return end
+  local j = math.floor(at / st.slot[i])
+  if j < st.p[i] or j > st.h[i] or j <= st.owslot[i] then return end
+  local c = readslots(st, i, j, j)
+  local xc = st.xcache[i][j] or {0, 0}
+  if xc[2] + amount > c[j] then return end
+  st.xcache[i][j] = {math.max(xc[1], bound), xc[2] + amount}
+  st.dirty[i][j] = true
+end
+
+-- B.move moves amount of window dimension i charged at from (µs) to a
+-- later time to, no later than now: given back in from's slot if it still
+-- counts, charged in to's (or, if that no longer counts, the oldest
+-- counting).
+function B.move(st, i, amount, from, to)
+  B.give(st, i, amount, from)
+  local j = math.floor(to / st.slot[i])
+  local t = to
+  if j < st.p[i] then j, t = st.p[i], nil end
+  addslot(st, i, j, amount, t)
+  refreshlevel(st, i)
+end
+
+-- B.lower brings dimension i down to what the provider reported
+-- remaining as of age µs ago; it never raises. It reports whether it
+-- lowered. A bucket has refilled since; a window compares the provider's
+-- count then with its own then and books what it did not know of in the
+-- slot of then (it stops counting no earlier than the provider's would).
+function B.lower(st, i, remaining, age)
+  if st.kind[i] == 'w' then
+    if age > st.per[i] then return false end -- too old to compare
+    local g = st.slot[i]
+    local at = st.now - age
+    local from = math.max(math.floor((at - st.per[i]) / g), st.d[i])
+    local to = math.min(math.floor(at / g), st.h[i])
+    local ours = 0
+    if to >= from then
+      local c = readslots(st, i, from, to)
+      for j = from, to do ours = ours + c[j] end
+    end
+    local extra = (st.lim[i] - remaining) - ours
+    if extra <= 0 then return false end
+    local j = math.floor(at / g)
+    if j < st.p[i] then j = st.p[i] end
+    addslot(st, i, j, extra)
+    refreshlevel(st, i)
+    return true
+  end
+  local theirs = remaining * st.per[i] + age * st.lim[i]
+  if theirs < st.level[i] then
+    st.level[i] = theirs
+    return true
+  end
+  return false
+end
+
+-- B.block makes dimension i admit nothing for wait µs (after a 429). A
+-- window also learns a longer margin: it admitted what the provider
+-- still counted, so the provider counts calls later than it does (up to
+-- a tenth of the window).
+function B.block(st, i, wait)
+  if st.kind[i] == 'w' then
+    -- a longer span: the slots credited for a shorter one count again
+    st.credit[i], st.subcredit[i], st.cred[i], st.scred[i] = 0, 0, {}, {}
+    local g = st.slot[i]
+    local learn = math.min(math.max(2 * st.learn[i], g), math.floor(st.base[i] / 10))
+    st.per[i] = st.per[i] + learn - st.learn[i]
+    if st.sub[i] > 0 then st.sub[i] = st.sub[i] + learn - st.learn[i] end
+    st.learn[i] = learn
+    -- the slot that stops counting at now+wait at the earliest
+    local j = math.ceil((st.now + wait - st.per[i]) / g) - 1
+    if j < st.p[i] then j = st.p[i] end
+    local cur = math.floor(st.now / g)
+    local far = cur + math.ceil(st.per[i] / g)
+    if j > far then j = far end
+    local after = 0
+    if st.h[i] >= j then
+      local c = readslots(st, i, j, st.h[i])
+      for x = j, st.h[i] do after = after + c[x] end
+    end
+    if after < st.lim[i] then addslot(st, i, j, st.lim[i] - after) end
+    refreshlevel(st, i)
+    return
+  end
+  local l = -wait * st.lim[i]
+  if l < st.level[i] then st.level[i] = l end
+end
+
+function B.save(st)
+  local t = B.fmt(math.max(st.now, st.last))
+  local args = {'t', t, 'tv', t}
+  if st.y ~= nil then
+    for x, f in ipairs({'ya', 'yc', 'yp'}) do
+      args[#args + 1] = f
+      args[#args + 1] = B.fmt(st.y[x])
+    end
+  end
+  if st.ow ~= nil then
+    args[#args + 1] = 'ow'
+    args[#args + 1] = B.fmt(st.ow)
+  end
+  local maxper = 0
+  for i = 1, st.n do
+    if st.kind[i] == 'w' then
+      local pre = 'w' .. st.fid[i]
+      for _, kv in ipairs({{'s', st.sum[i]}, {'u', st.subsum[i]}, {'p', st.p[i]}, {'q', st.q[i]}, {'d', st.d[i]}, {'h', st.h[i]}, {'g', st.slot[i]}, {'m', st.learn[i]}, {'e', st.d[i]}}) do
+        args[#args + 1] = pre .. kv[1]
+        args[#args + 1] = B.fmt(kv[2])
+      end
+      local untimed = {}
+      for j in pairs(st.dirty[i]) do
+        if j >= st.d[i] then
+          args[#args + 1] = slotfield(st.fid[i], j)
+          args[#args + 1] = B.fmt(st.cache[i][j])
+          local t = st.tcache[i][j]
+          if t then
+            args[#args + 1] = timefield(st.fid[i], j)
+            args[#args + 1] = B.fmt(t) .. ':' .. B.fmt(st.cache[i][j])
+          else
+            untimed[#untimed + 1] = timefield(st.fid[i], j)
+          end
+          -- what is known of the slot's calls' arrival, beside its new
+          -- value (a stale one is dropped)
+          local xc = st.xcache[i][j]
+          if xc then
+            args[#args + 1] = exactfield(st.fid[i], j)
+            args[#args + 1] = B.fmt(xc[1]) .. ':' .. B.fmt(xc[2]) .. ':' .. B.fmt(st.cache[i][j])
+          elseif st.xstale[i][j] then
+            untimed[#untimed + 1] = exactfield(st.fid[i], j)
+          end
+        end
+      end
+      if #untimed > 0 then
+        for c = 1, #untimed, 500 do
+          local part = {}
+          for x = c, math.min(c + 499, #untimed) do part[#part + 1] = untimed[x] end
+          redis.call('HDEL', st.key, unpack(part))
+        end
+      end
+      if #st.del[i] > 0 then
+        for c = 1, #st.del[i], 500 do
+          local part = {}
+          for x = c, math.min(c + 499, #st.del[i]) do part[#part + 1] = st.del[i][x] end
+          redis.call('HDEL', st.key, unpack(part))
+        end
+      end
+      -- a window's state lives as long as its slots are kept
+      if 3 * st.per[i] > maxper then maxper = 3 * st.per[i] end
+    else
+      args[#args + 1] = 'l' .. st.fid[i]
+      args[#args + 1] = B.fmt(st.level[i])
+      if st.per[i] > maxper then maxper = st.per[i] end
+    end
+  end
+  redis.call('HSET', st.key, unpack(args))
+  -- an idle bucket refills to full; keep it two periods, then let it go;
+  -- an auto state that found a window keeps that a week
+  local ttl = math.floor(maxper / 1000) * 2 + 60000
+  if st.auto == 'w' then ttl = math.max(ttl, 7 * 86400000) end
+  redis.call('PEXPIRE', st.key, ttl)
+end
+
+-- B.towindow switches an auto state to its window (see B.load) and
+-- returns the new state, or nil if it had switched already. What the
+-- bucket has used of each dimension (its burst less its level) is
+-- charged to the window's current slot: the provider still counts the
+-- calls behind it.
+function B.towindow(st, argv, base)
+  if st.auto ~= 'b' then return nil end
+  local used = {}
+  for i = 1, st.n do
+    used[i] = math.max(st.burst[i] - st.level[i] / st.per[i], 0)
+  end
+  redis.call('HSET', st.key, 'auto', 'w')
+  local w = B.load(st.key, argv, base, st.now)
+  for i = 1, w.n do
+    if used[i] > 0 then addslot(w, i, math.floor(w.now / w.slot[i]), math.ceil(math.min(used[i], w.lim[i]))) end
+    refreshlevel(w, i)
+  end
+  B.save(w)
+  return w
+end
+
+-- B.available returns the whole units available per dimension.
+function B.available(st)
+  local out = {}
+  for i = 1, st.n do
+    if st.kind[i] == 'w' then
+      out[i] = st.level[i]
+    else
+      out[i] = math.floor(st.level[i] / st.per[i])
+    end
+  end
+  return out
+end

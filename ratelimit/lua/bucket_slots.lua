@@ -1,0 +1,191 @@
+-- prq limiter library, part 1 of 4 (bucket_slots.lua, bucket_load.lua,
+-- bucket_wait.lua, bucket_change.lua, concatenated in that order into
+-- one chunk: LuaLibrary): multi-dimensional limits decided all-or-nothing.
+-- Shared by ratelimit's own script and by scripts that must charge a
+-- bucket in the same atomic step (the admission scheduler).
+--
+-- Each dimension is one of two kinds:
+--
+-- bucket ('b'): a token bucket. Levels are stored scaled by the period in
+-- microseconds (level = tokens * period_us), so refill (elapsed_us *
+-- limit) is exact integer arithmetic in Lua's doubles (exact below 2^53).
+--
+-- window ('w'): at most limit in any window (t-W, t], and optionally at
+-- most sub_limit in any sub-window (t-S, t]. Admissions are summed into
+-- slots of slot_us (field wI:<slot>); a running sum of the slots that
+-- still count (those from the slot holding t-W, so a slot's partial
+-- overlap is counted whole: never over, at most one slot conservative)
+-- and one of the sub-window's are kept, and slots are dropped from the
+-- sums as time passes: each slot is read once per sum, so a decision
+-- costs O(1) amortised and at most the window's slots after idleness.
+-- A slot also keeps the time of its latest charge (field wI:<slot>t,
+-- "time:value"), so it stops counting a span after that charge, not
+-- after the slot's end: on average half a slot sooner. The time holds
+-- only while the slot's value is the one written beside it (a writer
+-- that knows no times, an older prq, changes the value), and only for
+-- slots that began after the last save of such a writer: it writes the
+-- state's time t and not tv, so a load that finds t past tv knows one
+-- saved since (field ow, its time), and what it may have done without
+-- changing a value (move a charge within a slot) stays in slots up to
+-- then, which count to their ends. Time fields such a writer left when
+-- it dropped old slots are dropped later (wIe: up to which they are).
+-- Slots stay stored for a second window after they stop counting, so a
+-- provider's report of some seconds ago can be compared with ours then.
+--
+-- Numbers are written with %.0f: tostring keeps only 14 significant digits.
+
+local B = {}
+
+function B.fmt(x) return string.format('%.0f', x) end
+
+-- B.clock returns the time in µs: the override when given, else Redis TIME.
+function B.clock(override)
+  if override ~= nil and override ~= '' then return tonumber(override) end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+local function slotfield(i, j) return 'w' .. i .. ':' .. B.fmt(j) end
+local function timefield(i, j) return 'w' .. i .. ':' .. B.fmt(j) .. 't' end
+local function exactfield(i, j) return 'w' .. i .. ':' .. B.fmt(j) .. 'x' end
+
+-- readslots returns the values of slots a..b of window dimension i
+-- (cached in st: the admission loop may ask several times), their latest
+-- charges' times in st.tcache[i] (false: not known), and what is known
+-- of their calls' arrival in st.xcache[i] ({x, e}: e of the slot's
+-- value is calls whose replies bound their arrival at the provider, the
+-- latest by x; false: none known. See B.exact).
+local function readslots(st, i, a, b)
+  local cache, tcache, xcache = st.cache[i], st.tcache[i], st.xcache[i]
+  local want, idx = {}, {}
+  for j = a, b do
+    if cache[j] == nil then
+      want[#want + 1] = slotfield(st.fid[i], j)
+      want[#want + 1] = timefield(st.fid[i], j)
+      want[#want + 1] = exactfield(st.fid[i], j)
+      idx[#idx + 1] = j
+    end
+  end
+  -- HMGET in chunks: unpack has a stack limit
+  for c = 1, #want, 498 do
+    local part = {}
+    for k = c, math.min(c + 497, #want) do part[#part + 1] = want[k] end
+    local got = redis.call('HMGET', st.key, unpack(part))
+    for k = 1, #part, 3 do
+      local j = idx[(c + k - 1 + 2) / 3]
+      local v = tonumber(got[k] or '') or 0
+      cache[j] = v
+      tcache[j] = false
+      local ts, tv = string.match(got[k + 1] or '', '^(%d+):(%-?%d+)$')
+      if ts and tonumber(tv) == v then tcache[j] = tonumber(ts) end
+      xcache[j] = false
+      local xs, xe, xv = string.match(got[k + 2] or '', '^(%d+):(%d+):(%-?%d+)$')
+      if xs and tonumber(xv) == v then
+        xcache[j] = {tonumber(xs), tonumber(xe)}
+      elseif got[k + 2] then
+        st.xstale[i][j] = true -- written beside another value: dropped
+      end
+    end
+  end
+  return cache
+end
+
+-- slotend returns the time of the latest charge slot j of window
+-- dimension i may hold: its own, else the slot's last µs.
+local function slotend(st, i, j)
+  local t = st.tcache[i][j]
+  if t and j > st.owslot[i] then return t end
+  return (j + 1) * st.slot[i] - 1
+end
+
+-- eend is slotend, or sooner for a slot whose every charge's call has
+-- replied (B.exact): the latest arrival its replies bound, less the
+-- margin in force (the slot then stops counting a window, and what was
+-- learned from 429s, after that arrival). Only where this process's
+-- margin is measured (the margin is then the measured one, not a
+-- guess of how the provider counts) and never later than slotend. The
+-- slot must be read.
+local function eend(st, i, j)
+  local t = slotend(st, i, j)
+  if st.own[i] < 0 or j <= st.owslot[i] then return t end
+  local xc, v = st.xcache[i][j], st.cache[i][j]
+  if not xc or v <= 0 or xc[2] < v then return t end
+  local off = st.per[i] - st.base[i] - st.learn[i] + st.own[i]
+  return math.min(t, xc[1] - off)
+end
+
+-- addslot adds amount to slot j of window dimension i; a charge (amount
+-- > 0) made at time t (nil: not known) moves the slot's latest time.
+local function addslot(st, i, j, amount, t)
+  local cache = readslots(st, i, j, j)
+  -- a slot that stopped counting by its calls' arrival counts again
+  -- once anything else is charged in it
+  if st.cred[i][j] then
+    st.credit[i] = st.credit[i] - st.cred[i][j]
+    st.cred[i][j] = nil
+  end
+  if st.scred[i][j] then
+    st.subcredit[i] = st.subcredit[i] - st.scred[i][j]
+    st.scred[i][j] = nil
+  end
+  if amount > 0 then
+    local old = st.tcache[i][j]
+    if t == nil then
+      st.tcache[i][j] = false
+    elseif cache[j] <= 0 then
+      st.tcache[i][j] = t
+    elseif old then
+      st.tcache[i][j] = math.max(old, t)
+    end
+  end
+  cache[j] = cache[j] + amount
+  st.dirty[i][j] = true
+  if j >= st.p[i] then st.sum[i] = st.sum[i] + amount end
+  if st.sub[i] > 0 and j >= st.q[i] then st.subsum[i] = st.subsum[i] + amount end
+  if j > st.h[i] then st.h[i] = j end
+end
+
+-- recount brings one check of window dimension i (its first counting
+-- slot pos[i] and its sum sums[i]; lo the first slot its span reaches,
+-- from the time from on) back over slots a longer span counts again, and
+-- past the slot lo when that slot's latest charge is before from.
+local function recount(st, i, lo, from, pos, sums)
+  local back = math.max(lo, st.d[i])
+  if pos[i] > back then
+    local top = math.min(pos[i] - 1, st.h[i])
+    if top >= back then
+      local c = readslots(st, i, back, top)
+      for j = back, top do sums[i] = sums[i] + c[j] end
+    end
+    pos[i] = back
+  end
+  if pos[i] == lo and lo <= st.h[i] then
+    local c = readslots(st, i, lo, lo)
+    if c[lo] > 0 and slotend(st, i, lo) < from then
+      sums[i] = sums[i] - c[lo]
+      pos[i] = lo + 1
+    end
+  end
+end
+
+-- credits finds, in one check of window dimension i (its first counting
+-- slot pos, its span), the slots slotend still counts that stopped
+-- counting by their calls' arrival (eend): their values are credited
+-- (in cred[i], taken off the check's sum) while nothing else is charged
+-- in them. Such slots are near the check's start: a slot begins no
+-- later than its calls' arrival, and eend is that less the margin.
+local function credits(st, i, pos, span, cred)
+  local off = st.per[i] - st.base[i] - st.learn[i] + st.own[i]
+  local from = st.now - span
+  local top = math.min(st.h[i], math.floor((from + off) / st.slot[i]))
+  if top < pos then return 0 end
+  local total = 0
+  local c = readslots(st, i, pos, top)
+  for j = pos, top do
+    if c[j] > 0 and eend(st, i, j) < from then
+      cred[i][j] = c[j]
+      total = total + c[j]
+    end
+  end
+  return total
+end
