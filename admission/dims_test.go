@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prq-dev/prq/admission"
+	"github.com/prq-dev/prq/internal/redistest"
 	"github.com/prq-dev/prq/ratelimit"
 )
 
@@ -68,5 +69,49 @@ func TestInputAndOutputCharged(t *testing.T) {
 	avail, _, _ = b2.Available(ctx)
 	if avail.Output != 100 || avail.Input != 9100 {
 		t.Fatalf("unsplit: %+v, want output 100 and input 9100", avail)
+	}
+}
+
+// TestSettleAfterALimitIsAdded: a reservation names the dimensions it
+// charged, so a limit configured while it is open (a daily request limit,
+// which comes before the input and output limits in the dimensions'
+// order) takes no refund meant for another. Before, the costs were read
+// by position: the input limit was settled with the output's charge.
+func TestSettleAfterALimitIsAdded(t *testing.T) {
+	ctx := context.Background()
+	limits := ratelimit.Limits{RequestsPerPeriod: 100, TokensPerPeriod: 10000, InputTokensPerPeriod: 8000, OutputTokensPerPeriod: 4000,
+		Period: time.Minute, Policy: ratelimit.PolicyRefund}
+	s, b, clk, model := newKeyed(t, 1, limits)
+	tk := admission.Ticket{ID: "a", Queue: "q", Model: model, Class: "paid", Tenant: "t", PRSeq: 1, Tokens: 1500, Output: 500}
+	if _, err := s.Register(ctx, tk); err != nil {
+		t.Fatal(err)
+	}
+	if adm, _, err := s.Admit(ctx, model, 1); err != nil || len(adm) != 1 {
+		t.Fatalf("admitted %d (%v), want 1", len(adm), err)
+	}
+	// the operator adds a daily request limit and restarts
+	limits.RequestsPerDay = 1000
+	b2, err := ratelimit.NewBucket(redistest.Shared(t).Client(t), model, "sk-"+t.Name()+"-0", limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b2.NowFunc = clk.now
+	s2, err := admission.New(redistest.Shared(t).Client(t), map[string]*ratelimit.Bucket{model: b2}, nil, nil, admission.Config{SendLag: -1, NowFunc: clk.now}, discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b2.StateKey() != b.StateKey() {
+		t.Fatalf("the restarted bucket's state is %s, want %s", b2.StateKey(), b.StateKey())
+	}
+	// the call used what was reserved: nothing changes
+	if err := s2.Settle(ctx, model, "a", ratelimit.Cost{Requests: 1, Tokens: 1500, Input: 1000, Output: 500}); err != nil {
+		t.Fatal(err)
+	}
+	avail, _, err := b2.Available(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (ratelimit.Cost{Requests: 99, Tokens: 8500, Input: 7000, Output: 3500}); avail != want {
+		t.Fatalf("after the settle: %+v, want %+v", avail, want)
 	}
 }

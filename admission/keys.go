@@ -23,7 +23,7 @@ type keySet struct {
 	Age            string // K[9] zset: id by enqueue µs
 	Released       string // K[10] zset: id by release deadline µs
 	Stats          string // K[11] hash of counters
-	Reservations   string // K[12] hash: id -> "<cost> ... <cost>[ k<key>][ s[<µs>]][ c][ t][ w][ a<µs>]", a cost per dimension (docs/limiter.md)
+	Reservations   string // K[12] hash: id -> "<cost> ... <cost> d<id>,...[ k<key>][ s[<µs>]][ c][ t][ w][ a<µs>]", a cost per dimension (docs/limiter.md)
 	ReservationAge string // K[13] zset: id by its charge's time µs (admission, moved by started, calling, sent)
 	Delayed        string // K[14] zset: "id NUL ticket" by due µs
 	Paused         string // K[15] string: why admissions are paused

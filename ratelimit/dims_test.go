@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prq-dev/prq/internal/redistest"
 	"github.com/prq-dev/prq/ratelimit"
 )
 
@@ -232,5 +233,42 @@ func TestAdmissible(t *testing.T) {
 		case c.dim != "" && (!errors.As(err, &ce) || ce.Dimension != c.dim || ce.Burst != c.cap):
 			t.Errorf("%s: %v, want a cost error on %s over %d", c.name, err, c.dim, c.cap)
 		}
+	}
+}
+
+// TestBucketSettleAfterALimitIsAdded: Bucket's reservation names the
+// dimensions it charged, so a limit configured while it is open takes
+// no refund meant for another (read by position, the input limit was
+// settled with the output's charge).
+func TestBucketSettleAfterALimitIsAdded(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Shared(t).Client(t)
+	limits := ratelimit.Limits{RequestsPerPeriod: 100, TokensPerPeriod: 10000, InputTokensPerPeriod: 8000, OutputTokensPerPeriod: 4000,
+		Period: time.Minute, Policy: ratelimit.PolicyRefund}
+	model := "added-" + t.Name()
+	clock := time.UnixMicro(1_900_000_000_000_000)
+	b, err := ratelimit.NewBucket(rdb, model, "sk", limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.NowFunc = func() time.Time { return clock }
+	if d, err := b.Reserve(ctx, "j", ratelimit.Cost{Requests: 1, Tokens: 1500, Input: 1000, Output: 500}); err != nil || !d.Admitted {
+		t.Fatalf("reserve: %+v, %v", d, err)
+	}
+	limits.RequestsPerDay = 1000
+	b2, err := ratelimit.NewBucket(rdb, model, "sk", limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b2.NowFunc = b.NowFunc
+	if err := b2.Settle(ctx, "j", ratelimit.Cost{Requests: 1, Tokens: 1500, Input: 1000, Output: 500}); err != nil {
+		t.Fatal(err)
+	}
+	avail, _, err := b2.Available(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (ratelimit.Cost{Requests: 99, Tokens: 8500, Input: 7000, Output: 3500}); avail != want {
+		t.Fatalf("after the settle: %+v, want %+v", avail, want)
 	}
 }

@@ -95,6 +95,7 @@ local function grant(A, cand, via, costs, key)
   redis.call('ZADD', KEYS[10], now + A.release, cand.id)
   local rc = {}
   for i = 1, A.st.n do rc[i] = B.fmt(costs[i]) end
+  if A.st.n > 0 then rc[#rc + 1] = B.dimsmark(A.st) end
   if NKEYS > 1 then rc[#rc + 1] = 'k' .. key end
   redis.call('HSET', KEYS[12], cand.id, table.concat(rc, ' '))
   redis.call('ZADD', KEYS[13], now, cand.id)

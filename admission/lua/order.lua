@@ -115,15 +115,19 @@ local function keypaused(i)
   return nil
 end
 
--- reservation reads a stored reservation "cost cost ...[ k<key>][ s][ c]": its
--- costs, its key's index (nil: a key no longer configured) and whether
--- its job has started.
+-- reservation reads a stored reservation "cost cost ... d<id>,<id>...[
+-- k<key>][ s][ c]": its costs, its key's index (nil: a key no longer
+-- configured), whether its job has started, and the ids of the
+-- dimensions the costs were charged to, in order (nil: not named, by
+-- position). Read the costs through B.ondims.
 local function reservation(r)
-  local costs, key, started = {}, 0, false
+  local costs, key, started, ids = {}, 0, false, nil
   for c in string.gmatch(r, '%S+') do
     local f = string.sub(c, 1, 1)
     if f == 'k' then
       key = tonumber(string.sub(c, 2))
+    elseif f == 'd' then
+      ids = B.readdims(c)
     elseif f == 's' then
       started = true
     elseif f == 'c' or f == 'w' or f == 'a' or f == 't' then
@@ -133,7 +137,7 @@ local function reservation(r)
     end
   end
   if key == nil or key < 0 or key >= NKEYS then key = nil end
-  return costs, key, started
+  return costs, key, started, ids
 end
 
 -- smooth folds a sample (µs) of one part of admission's look-ahead

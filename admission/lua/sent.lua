@@ -16,9 +16,10 @@
 local r = redis.call('HGET', KEYS[12], ARGV[2])
 local at = tonumber(redis.call('ZSCORE', KEYS[13], ARGV[2]) or '')
 if not r or not at or not string.find(r, ' c', 1, true) then return 0 end
-local charged, key = reservation(r)
+local charged, key, _, ids = reservation(r)
 if key == nil then return 0 end
 local st, last = B.load(keystate(key), ARGV, 2, now)
+charged = B.ondims(charged, ids, st)
 local after = tonumber(ARGV[last + 1] or '') or 0
 local to = math.min(at + after, now)
 if st.n == 0 or st.kind[1] ~= 'w' or to <= at then return 0 end

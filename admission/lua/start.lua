@@ -40,9 +40,10 @@ local r = redis.call('HGET', KEYS[12], ARGV[2])
 local at = tonumber(redis.call('ZSCORE', KEYS[13], ARGV[2]) or '')
 if not r or not at then return 0 end
 if at > now then at = now end
-local charged, key, wasStarted = reservation(r)
+local charged, key, wasStarted, ids = reservation(r)
 if key == nil then return 0 end
 local st, last = B.load(keystate(key), ARGV, 2, now)
+charged = B.ondims(charged, ids, st)
 -- after the dims: the µs from a call to its arrival at the provider
 -- (Config.SendLag); a provider's bucket full meanwhile wastes that
 -- refill, and ours, already charged, counts it
@@ -59,7 +60,8 @@ if st.n > 0 and st.kind[1] == 'b' then
   local unseen = {}
   for j = 1, st.n do unseen[j] = 0 end
   for _, v in ipairs(redis.call('HVALS', KEYS[12])) do
-    local c, k, started = reservation(v)
+    local c, k, started, cids = reservation(v)
+    c = B.ondims(c, cids, st)
     local pending = not started
     if OP == 'calling' then pending = not string.find(v, ' c', 1, true) end
     if k == key and pending then

@@ -16,6 +16,9 @@ if op == 'reserve' then
   B.save(st)
   local costs = {}
   for i = 1, st.n do costs[i] = B.fmt(st.val[i]) end
+  -- the dimensions charged, by id: a limit configured or dropped while
+  -- the reservation is open moves no refund to another dimension
+  if st.n > 0 then costs[#costs + 1] = B.dimsmark(st) end
   -- the charge's time: a window gives a refund back in its slot
   costs[#costs + 1] = '@' .. B.fmt(now)
   redis.call('SET', KEYS[2], table.concat(costs, ' '), 'PX', tonumber(ARGV[tail + 1]))
@@ -27,15 +30,21 @@ elseif op == 'settle' then
   -- the estimate is added), estimate (the estimate stays)
   local policy = ARGV[tail + 1]
   local at = tonumber(string.match(r, '@(%d+)'))
-  local i = 0
+  local charged, ids = {}, nil
   for c in string.gmatch(r, '%S+') do
-    if string.sub(c, 1, 1) ~= '@' then
-      i = i + 1
-      if i <= st.n then
-        -- estimate minus actual (an unknown actual, -1, leaves the charge)
-        local delta = tonumber(c) - st.val[i]
-        if st.val[i] >= 0 and (policy == 'refund' or (delta < 0 and policy == 'debt')) then B.give(st, i, delta, at) end
-      end
+    local f = string.sub(c, 1, 1)
+    if f == 'd' then
+      ids = B.readdims(c)
+    elseif f ~= '@' then
+      charged[#charged + 1] = tonumber(c)
+    end
+  end
+  charged = B.ondims(charged, ids, st)
+  for i = 1, st.n do
+    -- estimate minus actual (an unknown actual, -1, leaves the charge)
+    if charged[i] ~= nil then
+      local delta = charged[i] - st.val[i]
+      if st.val[i] >= 0 and (policy == 'refund' or (delta < 0 and policy == 'debt')) then B.give(st, i, delta, at) end
     end
   end
   B.save(st)

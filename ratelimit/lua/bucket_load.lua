@@ -208,3 +208,28 @@ function B.load(key, argv, base, now)
   end
   return st, b
 end
+
+-- A reservation names the dimensions its costs were charged to by their
+-- ids, in order: the mark "d<id>,<id>..." (B.dimsmark writes it,
+-- B.readdims reads it). B.ondims maps the costs onto a loaded state's
+-- dimensions by those ids, so a limit configured or dropped while the
+-- reservation is open moves no charge to another dimension: one
+-- configured since gets nil (nothing was charged to it), one dropped
+-- since is left out. Without ids (a reservation written before they
+-- were), by position.
+function B.dimsmark(st) return 'd' .. table.concat(st.fid, ',') end
+
+function B.readdims(mark)
+  local ids = {}
+  for id in string.gmatch(string.sub(mark, 2), '%d+') do ids[#ids + 1] = tonumber(id) end
+  return ids
+end
+
+function B.ondims(costs, ids, st)
+  if ids == nil then return costs end
+  local byid = {}
+  for x, id in ipairs(ids) do byid[id] = costs[x] end
+  local out = {}
+  for j = 1, st.n do out[j] = byid[st.fid[j]] end
+  return out
+end
