@@ -13,7 +13,7 @@ function B.give(st, i, amount, at)
       addslot(st, i, math.floor(st.now / st.slot[i]), -amount, st.now)
     elseif amount > 0 and at ~= nil then
       local j = math.floor(at / st.slot[i])
-      if j >= st.p[i] and j <= st.h[i] then
+      if j >= st.first[i] and j <= st.newest[i] then
         local c = readslots(st, i, j, j)
         addslot(st, i, j, -math.min(amount, c[j]))
       end
@@ -35,7 +35,7 @@ end
 function B.exact(st, i, at, amount, bound)
   if st.kind[i] ~= 'w' or at == nil or amount <= 0 or bound < at then return end
   local j = math.floor(at / st.slot[i])
-  if j < st.p[i] or j > st.h[i] or j <= st.owslot[i] then return end
+  if j < st.first[i] or j > st.newest[i] or j <= st.oldslot[i] then return end
   local c = readslots(st, i, j, j)
   local xc = st.xcache[i][j] or {0, 0}
   if xc[2] + amount > c[j] then return end
@@ -51,7 +51,7 @@ function B.move(st, i, amount, from, to)
   B.give(st, i, amount, from)
   local j = math.floor(to / st.slot[i])
   local t = to
-  if j < st.p[i] then j, t = st.p[i], nil end
+  if j < st.first[i] then j, t = st.first[i], nil end
   addslot(st, i, j, amount, t)
   refreshlevel(st, i)
 end
@@ -66,8 +66,8 @@ function B.lower(st, i, remaining, age)
     if age > st.per[i] then return false end -- too old to compare
     local g = st.slot[i]
     local at = st.now - age
-    local from = math.max(math.floor((at - st.per[i]) / g), st.d[i])
-    local to = math.min(math.floor(at / g), st.h[i])
+    local from = math.max(math.floor((at - st.per[i]) / g), st.oldest[i])
+    local to = math.min(math.floor(at / g), st.newest[i])
     local ours = 0
     if to >= from then
       local c = readslots(st, i, from, to)
@@ -76,7 +76,7 @@ function B.lower(st, i, remaining, age)
     local extra = (st.lim[i] - remaining) - ours
     if extra <= 0 then return false end
     local j = math.floor(at / g)
-    if j < st.p[i] then j = st.p[i] end
+    if j < st.first[i] then j = st.first[i] end
     addslot(st, i, j, extra)
     refreshlevel(st, i)
     return true
@@ -104,14 +104,14 @@ function B.block(st, i, wait)
     st.learn[i] = learn
     -- the slot that stops counting at now+wait at the earliest
     local j = math.ceil((st.now + wait - st.per[i]) / g) - 1
-    if j < st.p[i] then j = st.p[i] end
+    if j < st.first[i] then j = st.first[i] end
     local cur = math.floor(st.now / g)
     local far = cur + math.ceil(st.per[i] / g)
     if j > far then j = far end
     local after = 0
-    if st.h[i] >= j then
-      local c = readslots(st, i, j, st.h[i])
-      for x = j, st.h[i] do after = after + c[x] end
+    if st.newest[i] >= j then
+      local c = readslots(st, i, j, st.newest[i])
+      for x = j, st.newest[i] do after = after + c[x] end
     end
     if after < st.lim[i] then addslot(st, i, j, st.lim[i] - after) end
     refreshlevel(st, i)
@@ -124,27 +124,27 @@ end
 function B.save(st)
   local t = B.fmt(math.max(st.now, st.last))
   local args = {'t', t, 'tv', t}
-  if st.y ~= nil then
+  if st.margins ~= nil then
     for x, f in ipairs({'ya', 'yc', 'yp'}) do
       args[#args + 1] = f
-      args[#args + 1] = B.fmt(st.y[x])
+      args[#args + 1] = B.fmt(st.margins[x])
     end
   end
-  if st.ow ~= nil then
+  if st.oldsave ~= nil then
     args[#args + 1] = 'ow'
-    args[#args + 1] = B.fmt(st.ow)
+    args[#args + 1] = B.fmt(st.oldsave)
   end
   local maxper = 0
   for i = 1, st.n do
     if st.kind[i] == 'w' then
       local pre = 'w' .. st.fid[i]
-      for _, kv in ipairs({{'s', st.sum[i]}, {'u', st.subsum[i]}, {'p', st.p[i]}, {'q', st.q[i]}, {'d', st.d[i]}, {'h', st.h[i]}, {'g', st.slot[i]}, {'m', st.learn[i]}, {'e', st.d[i]}}) do
+      for _, kv in ipairs({{'s', st.sum[i]}, {'u', st.subsum[i]}, {'p', st.first[i]}, {'q', st.subfirst[i]}, {'d', st.oldest[i]}, {'h', st.newest[i]}, {'g', st.slot[i]}, {'m', st.learn[i]}, {'e', st.oldest[i]}}) do
         args[#args + 1] = pre .. kv[1]
         args[#args + 1] = B.fmt(kv[2])
       end
       local untimed = {}
       for j in pairs(st.dirty[i]) do
-        if j >= st.d[i] then
+        if j >= st.oldest[i] then
           args[#args + 1] = slotfield(st.fid[i], j)
           args[#args + 1] = B.fmt(st.cache[i][j])
           local t = st.tcache[i][j]

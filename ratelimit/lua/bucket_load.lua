@@ -18,7 +18,7 @@
 -- argument it read. st.burst[i] is the most one call may ever take.
 function B.load(key, argv, base, now)
   local st = {key = key, now = now, kind = {}, fid = {}, lim = {}, per = {}, burst = {}, val = {}, level = {},
-    sub = {}, sublim = {}, slot = {}, sum = {}, subsum = {}, p = {}, q = {}, d = {}, h = {}, base = {}, learn = {}, own = {},
+    sub = {}, sublim = {}, slot = {}, sum = {}, subsum = {}, first = {}, subfirst = {}, oldest = {}, newest = {}, base = {}, learn = {}, margin = {},
     cache = {}, tcache = {}, dirty = {}, del = {}, xcache = {}, xstale = {}, cred = {}, scred = {}, credit = {}, subcredit = {}}
   local n = tonumber(argv[base + 1])
   st.n = n
@@ -56,7 +56,7 @@ function B.load(key, argv, base, now)
       st.sublim[i] = tonumber(v[5])
       st.slot[i] = tonumber(v[6])
       st.val[i] = tonumber(v[7])
-      st.own[i] = tonumber(v[8] or '') or -1
+      st.margin[i] = tonumber(v[8] or '') or -1
       st.burst[i] = st.lim[i]
       if st.sub[i] > 0 and st.sublim[i] < st.burst[i] then st.burst[i] = st.sublim[i] end
       st.cache[i], st.tcache[i], st.dirty[i], st.del[i] = {}, {}, {}, {}
@@ -81,15 +81,15 @@ function B.load(key, argv, base, now)
   st.last = tonumber(stored[1] or '') or now
   -- the last save of a writer that knows no slot times (see above)
   local tv, t0 = tonumber(stored[nf + 1] or ''), tonumber(stored[1] or '')
-  st.ow = tonumber(stored[nf + 2] or '')
-  if t0 ~= nil and (tv == nil or t0 > tv) then st.ow = t0 end
-  st.owslot = {}
+  st.oldsave = tonumber(stored[nf + 2] or '')
+  if t0 ~= nil and (tv == nil or t0 > tv) then st.oldsave = t0 end
+  st.oldslot = {}
   -- the longest measured margin of this window and the last (epochs of
   -- the window's length): what every measured process holds
   local shared = -1
   for i = 1, n do
-    if st.kind[i] == 'w' and st.own[i] >= 0 and st.y == nil then
-      local w = math.max(st.per[i] - st.own[i], 1)
+    if st.kind[i] == 'w' and st.margin[i] >= 0 and st.margins == nil then
+      local w = math.max(st.per[i] - st.margin[i], 1)
       local e = math.floor(now / w)
       local ya, yc, yp = tonumber(stored[nf + 3] or ''), tonumber(stored[nf + 4] or '') or 0, tonumber(stored[nf + 5] or '') or 0
       if ya ~= e then
@@ -97,10 +97,10 @@ function B.load(key, argv, base, now)
       end
       local own = 0
       for j = 1, n do
-        if st.kind[j] == 'w' and st.own[j] > own then own = st.own[j] end
+        if st.kind[j] == 'w' and st.margin[j] > own then own = st.margin[j] end
       end
       yc = math.max(yc, own)
-      st.y = {e, yc, yp}
+      st.margins = {e, yc, yp}
       shared = math.max(yc, yp)
     end
   end
@@ -117,7 +117,7 @@ function B.load(key, argv, base, now)
       st.learn[i] = tonumber(stored[k + 7] or '') or 0
       if oldg0 ~= g then st.learn[i] = 0 end
       local longer = 0
-      if st.own[i] >= 0 and shared > st.own[i] then longer = shared - st.own[i] end
+      if st.margin[i] >= 0 and shared > st.margin[i] then longer = shared - st.margin[i] end
       st.per[i] = st.per[i] + longer + st.learn[i]
       if st.sub[i] > 0 then st.sub[i] = st.sub[i] + longer + st.learn[i] end
       local lo = math.floor((now - st.per[i]) / g)
@@ -129,8 +129,8 @@ function B.load(key, argv, base, now)
       -- time fields are dropped up to slot e (below: older writers')
       local e = tonumber(stored[k + 8] or '')
       k = k + 9
-      st.owslot[i] = -1
-      if st.ow ~= nil then st.owslot[i] = math.floor(st.ow / g) end
+      st.oldslot[i] = -1
+      if st.oldsave ~= nil then st.oldslot[i] = math.floor(st.oldsave / g) end
       if p and oldg ~= g then
         -- the window was reconfigured: its slots mean other times; start
         -- afresh (as a new bucket starts full) and drop the old slots
@@ -143,27 +143,27 @@ function B.load(key, argv, base, now)
         p = false
       end
       if p == false or p == nil then
-        st.sum[i], st.subsum[i], st.p[i], st.q[i], st.d[i], st.h[i] = 0, 0, lo, los, lod, lo - 1
+        st.sum[i], st.subsum[i], st.first[i], st.subfirst[i], st.oldest[i], st.newest[i] = 0, 0, lo, los, lod, lo - 1
       else
         st.sum[i], st.subsum[i] = tonumber(s) or 0, tonumber(u) or 0
-        st.p[i], st.q[i], st.d[i], st.h[i] = tonumber(p), tonumber(q) or los, tonumber(d) or lod, tonumber(h) or lo - 1
+        st.first[i], st.subfirst[i], st.oldest[i], st.newest[i] = tonumber(p), tonumber(q) or los, tonumber(d) or lod, tonumber(h) or lo - 1
         -- slots leaving the sub-window, then the window, then storage;
         -- none past the newest written (the walks stay bounded)
-        if st.sub[i] > 0 and st.q[i] < los then
-          local top = math.min(los - 1, st.h[i])
-          if top >= st.q[i] then
-            local c = readslots(st, i, st.q[i], top)
-            for j = st.q[i], top do st.subsum[i] = st.subsum[i] - c[j] end
+        if st.sub[i] > 0 and st.subfirst[i] < los then
+          local top = math.min(los - 1, st.newest[i])
+          if top >= st.subfirst[i] then
+            local c = readslots(st, i, st.subfirst[i], top)
+            for j = st.subfirst[i], top do st.subsum[i] = st.subsum[i] - c[j] end
           end
-          st.q[i] = los
+          st.subfirst[i] = los
         end
-        if st.p[i] < lo then
-          local top = math.min(lo - 1, st.h[i])
-          if top >= st.p[i] then
-            local c = readslots(st, i, st.p[i], top)
-            for j = st.p[i], top do st.sum[i] = st.sum[i] - c[j] end
+        if st.first[i] < lo then
+          local top = math.min(lo - 1, st.newest[i])
+          if top >= st.first[i] then
+            local c = readslots(st, i, st.first[i], top)
+            for j = st.first[i], top do st.sum[i] = st.sum[i] - c[j] end
           end
-          st.p[i] = lo
+          st.first[i] = lo
         end
         -- a longer span than the last decision's (its margin measured
         -- longer, in this process or another, or learned): slots that
@@ -171,30 +171,30 @@ function B.load(key, argv, base, now)
         -- the oldest slot still counting stops at its latest charge's
         -- time and the span, before its end's. The window, then the
         -- sub-window.
-        recount(st, i, lo, now - st.per[i], st.p, st.sum)
-        if st.sub[i] > 0 then recount(st, i, los, now - st.sub[i], st.q, st.subsum) end
+        recount(st, i, lo, now - st.per[i], st.first, st.sum)
+        if st.sub[i] > 0 then recount(st, i, los, now - st.sub[i], st.subfirst, st.subsum) end
         -- an older writer dropped slots below d and left their times
-        if e ~= nil and e < st.d[i] then
-          for j = e, math.min(st.d[i] - 1, e + 30000) do
+        if e ~= nil and e < st.oldest[i] then
+          for j = e, math.min(st.oldest[i] - 1, e + 30000) do
             st.del[i][#st.del[i] + 1] = timefield(st.fid[i], j)
             st.del[i][#st.del[i] + 1] = exactfield(st.fid[i], j)
           end
         end
-        if st.d[i] < lod then
-          for j = st.d[i], math.min(lod - 1, st.h[i]) do
+        if st.oldest[i] < lod then
+          for j = st.oldest[i], math.min(lod - 1, st.newest[i]) do
             st.del[i][#st.del[i] + 1] = slotfield(st.fid[i], j)
             st.del[i][#st.del[i] + 1] = timefield(st.fid[i], j)
             st.del[i][#st.del[i] + 1] = exactfield(st.fid[i], j)
           end
-          st.d[i] = lod
+          st.oldest[i] = lod
         end
       end
       -- slots whose calls all replied stop counting by their arrival
-      if st.own[i] >= 0 then
-        st.credit[i] = credits(st, i, st.p[i], st.per[i], st.cred)
-        if st.sub[i] > 0 then st.subcredit[i] = credits(st, i, st.q[i], st.sub[i], st.scred) end
+      if st.margin[i] >= 0 then
+        st.credit[i] = credits(st, i, st.first[i], st.per[i], st.cred)
+        if st.sub[i] > 0 then st.subcredit[i] = credits(st, i, st.subfirst[i], st.sub[i], st.scred) end
       end
-      if st.sub[i] == 0 then st.q[i] = st.p[i] end
+      if st.sub[i] == 0 then st.subfirst[i] = st.first[i] end
       st.level[i] = st.lim[i] - (st.sum[i] - st.credit[i])
       if st.sub[i] > 0 and st.sublim[i] - (st.subsum[i] - st.subcredit[i]) < st.level[i] then st.level[i] = st.sublim[i] - (st.subsum[i] - st.subcredit[i]) end
     else

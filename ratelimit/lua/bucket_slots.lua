@@ -94,7 +94,7 @@ end
 -- dimension i may hold: its own, else the slot's last µs.
 local function slotend(st, i, j)
   local t = st.tcache[i][j]
-  if t and j > st.owslot[i] then return t end
+  if t and j > st.oldslot[i] then return t end
   return (j + 1) * st.slot[i] - 1
 end
 
@@ -107,10 +107,10 @@ end
 -- slot must be read.
 local function eend(st, i, j)
   local t = slotend(st, i, j)
-  if st.own[i] < 0 or j <= st.owslot[i] then return t end
+  if st.margin[i] < 0 or j <= st.oldslot[i] then return t end
   local xc, v = st.xcache[i][j], st.cache[i][j]
   if not xc or v <= 0 or xc[2] < v then return t end
-  local off = st.per[i] - st.base[i] - st.learn[i] + st.own[i]
+  local off = st.per[i] - st.base[i] - st.learn[i] + st.margin[i]
   return math.min(t, xc[1] - off)
 end
 
@@ -140,9 +140,9 @@ local function addslot(st, i, j, amount, t)
   end
   cache[j] = cache[j] + amount
   st.dirty[i][j] = true
-  if j >= st.p[i] then st.sum[i] = st.sum[i] + amount end
-  if st.sub[i] > 0 and j >= st.q[i] then st.subsum[i] = st.subsum[i] + amount end
-  if j > st.h[i] then st.h[i] = j end
+  if j >= st.first[i] then st.sum[i] = st.sum[i] + amount end
+  if st.sub[i] > 0 and j >= st.subfirst[i] then st.subsum[i] = st.subsum[i] + amount end
+  if j > st.newest[i] then st.newest[i] = j end
 end
 
 -- recount brings one check of window dimension i (its first counting
@@ -150,16 +150,16 @@ end
 -- from the time from on) back over slots a longer span counts again, and
 -- past the slot lo when that slot's latest charge is before from.
 local function recount(st, i, lo, from, pos, sums)
-  local back = math.max(lo, st.d[i])
+  local back = math.max(lo, st.oldest[i])
   if pos[i] > back then
-    local top = math.min(pos[i] - 1, st.h[i])
+    local top = math.min(pos[i] - 1, st.newest[i])
     if top >= back then
       local c = readslots(st, i, back, top)
       for j = back, top do sums[i] = sums[i] + c[j] end
     end
     pos[i] = back
   end
-  if pos[i] == lo and lo <= st.h[i] then
+  if pos[i] == lo and lo <= st.newest[i] then
     local c = readslots(st, i, lo, lo)
     if c[lo] > 0 and slotend(st, i, lo) < from then
       sums[i] = sums[i] - c[lo]
@@ -175,9 +175,9 @@ end
 -- in them. Such slots are near the check's start: a slot begins no
 -- later than its calls' arrival, and eend is that less the margin.
 local function credits(st, i, pos, span, cred)
-  local off = st.per[i] - st.base[i] - st.learn[i] + st.own[i]
+  local off = st.per[i] - st.base[i] - st.learn[i] + st.margin[i]
   local from = st.now - span
-  local top = math.min(st.h[i], math.floor((from + off) / st.slot[i]))
+  local top = math.min(st.newest[i], math.floor((from + off) / st.slot[i]))
   if top < pos then return 0 end
   local total = 0
   local c = readslots(st, i, pos, top)

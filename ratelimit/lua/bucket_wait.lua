@@ -6,7 +6,7 @@
 -- check of window dimension i (its limit's span from slot from), oldest
 -- slots first, read a few at a time: usually the first free enough.
 local function slotwait(st, i, need, from, span, cred)
-  local h = st.h[i]
+  local h = st.newest[i]
   local w = (h + 1) * st.slot[i] + span - st.now -- everything gone
   local acc, j, late = 0, from, nil
   while j <= h and acc < need do
@@ -41,8 +41,8 @@ end
 -- as k, so the window still fills.
 local function windowwait(st, i, c, k)
   local wait = 0
-  local checks = {{st.lim[i], st.sum[i] - st.credit[i], st.p[i], st.per[i], st.cred}}
-  if st.sub[i] > 0 then checks[2] = {st.sublim[i], st.subsum[i] - st.subcredit[i], st.q[i], st.sub[i], st.scred} end
+  local checks = {{st.lim[i], st.sum[i] - st.credit[i], st.first[i], st.per[i], st.cred}}
+  if st.sub[i] > 0 then checks[2] = {st.sublim[i], st.subsum[i] - st.subcredit[i], st.subfirst[i], st.sub[i], st.scred} end
   for _, ck in ipairs(checks) do
     local limit, sum, from, span, cred = ck[1], ck[2], ck[3], ck[4], ck[5]
     local need = sum + c - limit
@@ -65,7 +65,7 @@ end
 -- expiredby returns how much of one check of window dimension i (its
 -- span, from slot from) stops counting within tw µs from now.
 local function expiredby(st, i, from, span, tw, cred)
-  local acc, j, h = 0, from, st.h[i]
+  local acc, j, h = 0, from, st.newest[i]
   -- slots stop counting in order (a slot's latest charge is after the
   -- previous slot's end), but for those whose calls replied, which may
   -- stop sooner: the count stops at the first slot still counting then
@@ -95,8 +95,8 @@ function B.slack(st, costs, keep, w)
     local k = 0
     if keep ~= nil and keep[i] ~= nil then k = keep[i] end
     local slack = nil
-    local checks = {{st.lim[i], st.sum[i] - st.credit[i], st.p[i], st.per[i], st.cred}}
-    if st.sub[i] > 0 then checks[2] = {st.sublim[i], st.subsum[i] - st.subcredit[i], st.q[i], st.sub[i], st.scred} end
+    local checks = {{st.lim[i], st.sum[i] - st.credit[i], st.first[i], st.per[i], st.cred}}
+    if st.sub[i] > 0 then checks[2] = {st.sublim[i], st.subsum[i] - st.subcredit[i], st.subfirst[i], st.sub[i], st.scred} end
     for _, ck in ipairs(checks) do
       local limit, sum, from, span, cred = ck[1], ck[2], ck[3], ck[4], ck[5]
       local room = limit - (sum - expiredby(st, i, from, span, w, cred)) - costs[i]
