@@ -17,8 +17,9 @@ if op == 'reserve' then
   local costs = {}
   for i = 1, st.n do costs[i] = B.fmt(st.val[i]) end
   -- the dimensions charged, by id: a limit configured or dropped while
-  -- the reservation is open moves no refund to another dimension
-  if st.n > 0 then costs[#costs + 1] = B.dimsmark(st) end
+  -- the reservation is open moves no refund to another dimension. As
+  -- "@d…": a reader from before ids skips what starts with '@'
+  if st.n > 0 then costs[#costs + 1] = '@' .. B.dimsmark(st) end
   -- the charge's time: a window gives a refund back in its slot
   costs[#costs + 1] = '@' .. B.fmt(now)
   redis.call('SET', KEYS[2], table.concat(costs, ' '), 'PX', tonumber(ARGV[tail + 1]))
@@ -33,9 +34,9 @@ elseif op == 'settle' then
   local charged, ids = {}, nil
   for c in string.gmatch(r, '%S+') do
     local f = string.sub(c, 1, 1)
-    if f == 'd' then
-      ids = B.readdims(c)
-    elseif f ~= '@' then
+    if f == '@' then
+      if string.sub(c, 2, 2) == 'd' then ids = B.readdims(string.sub(c, 2)) end
+    else
       charged[#charged + 1] = tonumber(c)
     end
   end
