@@ -87,31 +87,11 @@ func fillOf(t *testing.T, lim ratelimit.Limits) (fill, worst float64) {
 			t.Fatal(err)
 		}
 		for _, a := range adm {
-			if err := s.Started(ctx, model, a.ID); err != nil {
+			at, err := callOnClock(ctx, s, clk, model, a.ID, ratelimit.Cost{Requests: 1, Tokens: tokens[a.ID]})
+			if err != nil {
 				t.Fatal(err)
 			}
-			clk.advance(2 * time.Millisecond)
-			for {
-				w, err := s.TryCalling(ctx, model, a.ID)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if w <= 0 {
-					break
-				}
-				clk.advance(w)
-			}
-			clk.advance(time.Millisecond)
-			counted = append(counted, ratelimit.Admission{At: clk.now(), Cost: tokens[a.ID]})
-			if err := s.Sent(ctx, model, a.ID, time.Millisecond); err != nil {
-				t.Fatal(err)
-			}
-			if err := s.Arrived(ctx, model, a.ID, 3*time.Millisecond); err != nil {
-				t.Fatal(err)
-			}
-			if err := s.Settle(ctx, model, a.ID, ratelimit.Cost{Requests: 1, Tokens: tokens[a.ID]}); err != nil {
-				t.Fatal(err)
-			}
+			counted = append(counted, ratelimit.Admission{At: at, Cost: tokens[a.ID]})
 		}
 		if len(adm) == 0 {
 			clk.advance(max(wait, time.Millisecond))
@@ -124,4 +104,34 @@ func fillOf(t *testing.T, lim ratelimit.Limits) (fill, worst float64) {
 	}
 	rep := ratelimit.CheckIntervals(counted, l.TokensPerPeriod, l.Period, l.BurstTokens)
 	return rep.Utilisation, rep.WorstRatio
+}
+
+// callOnClock runs an admitted job's call on a stepped clock: its start,
+// 2 ms of preparation, its call once it may go, its write 1 ms later,
+// its reply (a 3 ms way) and its settle at usage. It returns the write's
+// time, when the provider counts the call.
+func callOnClock(ctx context.Context, s *admission.Scheduler, clk *clock, model, id string, usage ratelimit.Cost) (time.Time, error) {
+	if err := s.Started(ctx, model, id); err != nil {
+		return time.Time{}, err
+	}
+	clk.advance(2 * time.Millisecond)
+	for {
+		w, err := s.TryCalling(ctx, model, id)
+		if err != nil {
+			return time.Time{}, err
+		}
+		if w <= 0 {
+			break
+		}
+		clk.advance(w)
+	}
+	clk.advance(time.Millisecond)
+	at := clk.now()
+	if err := s.Sent(ctx, model, id, time.Millisecond); err != nil {
+		return time.Time{}, err
+	}
+	if err := s.Arrived(ctx, model, id, 3*time.Millisecond); err != nil {
+		return time.Time{}, err
+	}
+	return at, s.Settle(ctx, model, id, usage)
 }

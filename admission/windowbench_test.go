@@ -73,28 +73,7 @@ func BenchmarkWindowCall(b *testing.B) {
 			b.Fatal(err)
 		}
 		for _, a := range adm {
-			if err := s.Started(ctx, model, a.ID); err != nil {
-				b.Fatal(err)
-			}
-			clk.advance(2 * time.Millisecond) // its preparation
-			for {
-				w, err := s.TryCalling(ctx, model, a.ID)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if w <= 0 {
-					break
-				}
-				clk.advance(w)
-			}
-			clk.advance(time.Millisecond)
-			if err := s.Sent(ctx, model, a.ID, time.Millisecond); err != nil {
-				b.Fatal(err)
-			}
-			if err := s.Arrived(ctx, model, a.ID, 3*time.Millisecond); err != nil {
-				b.Fatal(err)
-			}
-			if err := s.Settle(ctx, model, a.ID, ratelimit.Cost{Requests: 1, Tokens: 1000}); err != nil {
+			if _, err := callOnClock(ctx, s, clk, model, a.ID, ratelimit.Cost{Requests: 1, Tokens: 1000}); err != nil {
 				b.Fatal(err)
 			}
 			called++
