@@ -21,14 +21,18 @@ func lua(name string) string {
 	return string(b)
 }
 
-var ticketLua = lua("ticket.lua")
+var (
+	ticketLua = lua("ticket.lua")
+	// shared is what every operation's script starts with: the bucket
+	// library, the ticket codec and what the operations share.
+	shared = ratelimit.LuaLibrary + "\n" + ticketLua + "\n" + lua("order.lua")
+)
 
-// opScript builds one operation's script: the bucket library, the
-// ticket codec, what every operation shares (order.lua), OP (the
+// opScript builds one operation's script: the shared part, OP (the
 // operation's name, for a file serving two) and the operation's files,
 // so one EVALSHA decides and charges atomically.
 func opScript(op string, files ...string) *redis.Script {
-	parts := []string{ratelimit.LuaLibrary, ticketLua, lua("order.lua"), "local OP = '" + op + "'"}
+	parts := []string{shared, "local OP = '" + op + "'"}
 	for _, f := range files {
 		parts = append(parts, lua(f))
 	}

@@ -88,14 +88,11 @@ func (d *modelDim) refill(now int64) {
 	}
 }
 
-// end is when a slot's charges stop mattering: its latest charge.
-func (s *modelSlot) end() int64 { return s.latest }
-
 // counts reports whether slot j still counts in a span at now: its
 // latest charge is no older than the span.
 func (d *modelDim) counts(j int64, span, now int64) bool {
 	s, ok := d.slots[j]
-	return ok && s.end() >= now-span
+	return ok && s.latest >= now-span
 }
 
 // used is what a span holds at now, and its slots oldest first.
@@ -126,7 +123,7 @@ func (d *modelDim) spanWait(limit, span, cost, now int64) int64 {
 			continue
 		}
 		acc += s.value
-		late = max(late, s.end())
+		late = max(late, s.latest)
 		if acc >= need {
 			return max(late+1+span-now, 1)
 		}
