@@ -35,9 +35,11 @@ func New(apiKey, baseURL string, timeout time.Duration, hc *http.Client) *Client
 	if baseURL != "" {
 		cfg.BaseURL = strings.TrimSuffix(baseURL, "/")
 	}
+	var doer openai.HTTPDoer = http.DefaultClient
 	if hc != nil {
-		cfg.HTTPClient = hc
+		doer = hc
 	}
+	cfg.HTTPClient = cacheKeyDoer{next: doer}
 	if timeout <= 0 {
 		timeout = 120 * time.Second
 	}
@@ -67,7 +69,13 @@ func NewAzure(apiKey, endpoint, apiVersion string, deployment func(model string)
 type Request struct {
 	Model  string
 	System string
-	User   string
+	// Context is the part of the prompt every call about one pull
+	// request shares (its title, description, files): sent after System
+	// and before User, as a user message of its own, so that System and
+	// Context are a prefix the provider's prompt cache can serve to the
+	// pull request's next calls. "" sends none.
+	Context string
+	User    string
 	// Turns follow User: an earlier reply and the correction asked for
 	// (a repair attempt), in order.
 	Turns     []Message
@@ -84,6 +92,13 @@ type Request struct {
 	// flex processing (batch prices, slower, sometimes refused); ""
 	// asks for none (the project's default).
 	ServiceTier string
+	// CacheKey groups requests that share a prefix on one cache
+	// (OpenAI's prompt_cache_key): one per pull request. "" sends none.
+	CacheKey string
+	// CacheLong asks for the provider's longer cache lifetime where it
+	// sells one (Anthropic's 1-hour cache_control, for batches), else
+	// its default (5 minutes).
+	CacheLong bool
 }
 
 // ServiceTierFlex is OpenAI's flex processing.
@@ -106,6 +121,9 @@ func (r Request) Messages() []string {
 	out := []string{}
 	if r.System != "" {
 		out = append(out, r.System)
+	}
+	if r.Context != "" {
+		out = append(out, r.Context)
 	}
 	out = append(out, r.User)
 	for _, t := range r.Turns {
@@ -237,11 +255,14 @@ func (c *Client) Complete(ctx context.Context, r Request) (Response, error) {
 	if r.ServiceTier == ServiceTierFlex {
 		timeout = max(timeout, FlexTimeout)
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeout(withCacheKey(ctx, r.CacheKey), timeout)
 	defer cancel()
 	req := openai.ChatCompletionRequest{Model: r.Model, ServiceTier: openai.ServiceTier(r.ServiceTier)}
 	if r.System != "" {
 		req.Messages = append(req.Messages, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleSystem, Content: r.System})
+	}
+	if r.Context != "" {
+		req.Messages = append(req.Messages, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: r.Context})
 	}
 	req.Messages = append(req.Messages, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: r.User})
 	for _, t := range r.Turns {

@@ -63,3 +63,31 @@ func TestClassification(t *testing.T) {
 		})
 	}
 }
+
+// TestContextAndCacheKey: a request's Context goes as a user message of
+// its own between the system message and the user's, and its CacheKey
+// as prompt_cache_key, which go-openai's request does not carry.
+func TestContextAndCacheKey(t *testing.T) {
+	fake := fakeopenai.New(fakeopenai.Config{Models: []fakeopenai.Model{{Name: "m", RPM: 1000, TPM: 1000000}}, Keys: []string{"good"}, Record: true})
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+	c := llm.New("good", srv.URL+"/v1", time.Second, nil)
+	req := llm.Request{Model: "m", System: "Summarise.", Context: "Pull request: x", User: "File: a.go\n   1 +x := 1", MaxOutput: 50, CacheKey: "pr-7"}
+	if _, err := c.Complete(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	req.CacheKey = ""
+	if _, err := c.Complete(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	calls := fake.Calls()
+	if len(calls) != 2 || calls[0].CacheKey != "pr-7" || calls[1].CacheKey != "" {
+		t.Fatalf("prompt_cache_key: %+v", calls)
+	}
+	if calls[0].System != "Summarise." || calls[0].Prompt != "Pull request: x" {
+		t.Fatalf("messages: system %q, first user %q", calls[0].System, calls[0].Prompt)
+	}
+	if got := req.Messages(); len(got) != 3 || got[1] != "Pull request: x" {
+		t.Fatalf("Messages: %q", got)
+	}
+}

@@ -213,6 +213,8 @@ type Call struct {
 	// Prompt is the request's first user message, System its system
 	// message.
 	Prompt, System string
+	// CacheKey is the request's prompt_cache_key.
+	CacheKey string
 }
 
 var (
@@ -239,7 +241,7 @@ func promptHash(model string, req chatRequest) [32]byte {
 
 // callOf attributes a request (see Call).
 func callOf(req chatRequest, model string, at time.Time) Call {
-	c := Call{At: at, Model: model, Kind: kindOf(req), Part: 1, Parts: 1}
+	c := Call{At: at, Model: model, Kind: kindOf(req), Part: 1, Parts: 1, CacheKey: req.PromptCacheKey}
 	user := firstUser(req)
 	c.Prompt = user
 	if len(req.Messages) > 0 && req.Messages[0].Role == "system" {
@@ -473,6 +475,9 @@ type chatRequest struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
 	ServiceTier string `json:"service_tier"`
+	// PromptCacheKey groups requests on one cache (OpenAI's
+	// prompt_cache_key; a string, as the API requires).
+	PromptCacheKey string `json:"prompt_cache_key"`
 }
 
 type responseFormat struct {
