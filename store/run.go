@@ -118,6 +118,11 @@ type Run struct {
 	// of the head waits for it (SetWaiting; zero when none waits): the
 	// run's life bound counts from there.
 	WaitingUntil time.Time `json:"waiting_until,omitempty"`
+	// Context is the part of the head's prompts they all share (its
+	// title, description, files and diffs). StartRun keeps it beside
+	// the head's files, not in the run: FileAndContext reads it with a
+	// file; GetRun leaves it empty.
+	Context string `json:"-"`
 }
 
 // AllDone reports whether every planned file of the run has a result.
@@ -180,6 +185,9 @@ func (s *Store) StartRun(ctx context.Context, r Run, files []FileData) (previous
 	args := []any{r.Head, s.RunTTL.Milliseconds(), string(mustJSON(fields))}
 	for _, f := range files {
 		args = append(args, strconv.Itoa(f.Index), string(mustJSON(f)))
+	}
+	if r.Context != "" {
+		args = append(args, contextField, r.Context)
 	}
 	// one script on the PR's hash slot: read and write in one step
 	res, err := startScript.Run(ctx, s.rdb, []string{runKey(r.PR), filesKey(r.PR, r.Head), resultsKey(r.PR, r.Head), postedKey(r.PR)}, args...).Slice()
@@ -271,6 +279,11 @@ func (s *Store) Cancel(ctx context.Context, pr jobs.PR) (string, error) {
 	return run.Head, nil
 }
 
+// contextField is the field of a head's files hash that holds the
+// head's shared prompt context (Run.Context); the others are files, by
+// index.
+const contextField = "context"
+
 // Files returns the planned files of a head, by index.
 func (s *Store) Files(ctx context.Context, pr jobs.PR, head string) (map[int]FileData, error) {
 	m, err := s.rdb.HGetAll(ctx, filesKey(pr, head)).Result()
@@ -279,6 +292,9 @@ func (s *Store) Files(ctx context.Context, pr jobs.PR, head string) (map[int]Fil
 	}
 	out := make(map[int]FileData, len(m))
 	for k, v := range m {
+		if k == contextField {
+			continue
+		}
 		var f FileData
 		if err := json.Unmarshal([]byte(v), &f); err != nil {
 			return nil, fmt.Errorf("store: file %s %s: %w", pr, k, err)
@@ -302,6 +318,26 @@ func (s *Store) File(ctx context.Context, pr jobs.PR, head string, index int) (F
 		return FileData{}, fmt.Errorf("store: file %s %d: %w", pr, index, err)
 	}
 	return f, nil
+}
+
+// FileAndContext returns one planned file and its head's shared prompt
+// context (Run.Context; "" for a head planned without one), in one
+// round trip.
+func (s *Store) FileAndContext(ctx context.Context, pr jobs.PR, head string, index int) (FileData, string, error) {
+	vals, err := s.rdb.HMGet(ctx, filesKey(pr, head), strconv.Itoa(index), contextField).Result()
+	if err != nil {
+		return FileData{}, "", fmt.Errorf("store: file %s %d: %w", pr, index, err)
+	}
+	b, ok := vals[0].(string)
+	if !ok {
+		return FileData{}, "", ErrNotFound
+	}
+	var f FileData
+	if err := json.Unmarshal([]byte(b), &f); err != nil {
+		return FileData{}, "", fmt.Errorf("store: file %s %d: %w", pr, index, err)
+	}
+	shared, _ := vals[1].(string)
+	return f, shared, nil
 }
 
 // CompleteFile records a per-file result once. It reports whether this

@@ -2,7 +2,8 @@
 -- KEYS[1] run hash  KEYS[2] files hash of the head  KEYS[3] results hash
 -- of the head  KEYS[4] posted hash
 -- ARGV[1] head  ARGV[2] ttl ms  ARGV[3] run fields as JSON (an object)
--- ARGV[4..] files: index, JSON, index, JSON, ...
+-- ARGV[4..] files: index, JSON, index, JSON, ... (and "context", the
+-- head's shared prompt context, when it has one)
 -- -> {started (0|1), previous head or ""}
 local cur = redis.call('HMGET', KEYS[1], 'head', 'state', 'last_reviewed', 'base', 'round')
 local fields = cjson.decode(ARGV[3])

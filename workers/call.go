@@ -387,8 +387,7 @@ func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
 	if err == nil {
 		sync(http.StatusOK, resp.Header)
 		used := resp.PromptTokens + resp.OutputTokens
-		settle(ctx, cfg.Ledger, log, s.ticket, ratelimit.Cost{Requests: 1, Tokens: max(used, 0),
-			Input: max(resp.PromptTokens, 0), Output: max(resp.OutputTokens, 0)})
+		settle(ctx, cfg.Ledger, log, s.ticket, limitedUsage(s.model, resp))
 		prices, lane := s.model.Prices.Of(resp), LaneSync
 		if resp.ServiceTier == llm.ServiceTierFlex {
 			lane = LaneFlex
@@ -461,6 +460,17 @@ func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
 		}
 		return llm.Response{}, c.retryTransient(ctx, s, err)
 	}
+}
+
+// limitedUsage is what a call's usage counts toward its model's limits:
+// all of it, but the input read from the prompt cache where the provider
+// does not count that (Model.CachedInputFree).
+func limitedUsage(m Model, r llm.Response) ratelimit.Cost {
+	in, out := max(r.PromptTokens, 0), max(r.OutputTokens, 0)
+	if m.CachedInputFree {
+		in = max(in-max(r.CachedTokens, 0), 0)
+	}
+	return ratelimit.Cost{Requests: 1, Tokens: in + out, Input: in, Output: out}
 }
 
 // retryTransient ends a call the provider failed: retried with backoff

@@ -240,3 +240,62 @@ func TestFileWorkerFlexLane(t *testing.T) {
 		})
 	}
 }
+
+// TestCachedInputSettles: a call's usage is settled to the limiter as
+// its provider counts it — all of its prompt tokens where cached input
+// counts (OpenAI), its uncached input only where it does not
+// (Anthropic's ITPM) — and priced with the cached part at the cached
+// price either way.
+func TestCachedInputSettles(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		free bool
+		want ratelimit.Cost
+	}{
+		{"cached input counts", false, ratelimit.Cost{Requests: 1, Tokens: 1320, Input: 1300, Output: 20}},
+		{"cached input free", true, ratelimit.Cost{Requests: 1, Tokens: 296, Input: 276, Output: 20}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var mu sync.Mutex
+			var settled []ratelimit.Cost
+			st, q := newStore(t), &fakeQueue{}
+			adm := &fakeAdmission{SettleFunc: func(id string, c ratelimit.Cost) error {
+				mu.Lock()
+				defer mu.Unlock()
+				settled = append(settled, c)
+				return nil
+			}}
+			model := &fakeLLM{CompleteFunc: func(llm.Request) (llm.Response, error) {
+				return llm.Response{Text: "Adds b.", PromptTokens: 1300, CachedTokens: 1024, CacheWriteTokens: 0, OutputTokens: 20}, nil
+			}}
+			caller, err := workers.NewCaller(workers.CallerConfig{LLM: model, Ledger: adm, Requeue: adm, Provider: adm})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pr := testPR(t, 252)
+			_, task := plannedFile(t, st, pr, jobs.KindSummary)
+			prices := llm.Prices{Input: 3, CachedInput: 0.3, Output: 15}
+			models := map[string]workers.Model{"gpt-4o-mini": {Name: "gpt-4o-mini", Prices: prices, CachedInputFree: tc.free}}
+			w, err := workers.NewFileWorker(workers.FileWorkerConfig{Attempts: newAttempts(t), Store: st, Ledger: adm, Caller: caller, Queue: q, Models: models, Repairs: st, Requeue: adm})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := w.ProcessTask(ctx, task); err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(settled) != 1 || settled[0] != tc.want {
+				t.Fatalf("settled %+v, want %+v", settled, tc.want)
+			}
+			results, err := st.Results(ctx, pr, "h1")
+			want := (276*3 + 1024*0.3 + 20*15) / 1e6
+			if err != nil || len(results) != 1 || math.Abs(results[0].Cost-want) > 1e-12 {
+				t.Fatalf("results %+v (%v), want the cost %.9f", results, err, want)
+			}
+		})
+	}
+}

@@ -21,7 +21,7 @@ import (
 type FileStore interface {
 	Current(ctx context.Context, pr jobs.PR, head string) (bool, error)
 	GetRun(ctx context.Context, pr jobs.PR) (store.Run, error)
-	File(ctx context.Context, pr jobs.PR, head string, index int) (store.FileData, error)
+	FileAndContext(ctx context.Context, pr jobs.PR, head string, index int) (store.FileData, string, error)
 	CompleteFile(ctx context.Context, pr jobs.PR, head string, r store.Result) (last bool, err error)
 	HasResult(ctx context.Context, pr jobs.PR, head string, kind jobs.Kind, index int) (bool, error)
 	SetWaiting(ctx context.Context, pr jobs.PR, head string, until time.Time) error
@@ -199,7 +199,7 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	if err != nil {
 		return err
 	}
-	fd, err := cfg.Store.File(ctx, f.PR, f.HeadSHA, ref.FileIndex)
+	fd, shared, err := cfg.Store.FileAndContext(ctx, f.PR, f.HeadSHA, ref.FileIndex)
 	if err != nil {
 		return err
 	}
@@ -225,9 +225,10 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		title = f.PR.String()
 	}
 	build := func(m Model) (prompt, error) {
-		return buildMovedPrompt(f.Kind, contextOf(title, run.Body).withRepo(run.Instructions, run.Language), fd, cfg.Models[origin], w.tok[origin], m, w.tok[m.Name], f.Part)
+		return buildMovedPrompt(f.Kind, contextOf(title, run.Body).withRepo(run.Instructions, run.Language).withShared(shared), fd, cfg.Models[origin], w.tok[origin], m, w.tok[m.Name], f.Part)
 	}
 	pm, perr := build(m)
+	pm.cacheKey = cacheKeyOf(f.PR)
 	if perr != nil {
 		settle(ctx, cfg.Ledger, log, ticket, ratelimit.Cost{}) // no call: all refunded
 		if f.Model != origin && errors.Is(perr, errTooLarge) {

@@ -79,6 +79,11 @@ type PlannerConfig struct {
 	// MaxParts caps the calls one file's review may be split into; a file
 	// that needs more is listed as not reviewed. Defaults to 20.
 	MaxParts int
+	// ContextTokens is how many tokens of the pull request's diffs every
+	// prompt of a head carries for context (see sharedContext), at most
+	// a quarter of what the smaller model's context window and input
+	// limits take. 0: none (the title, description and file list only).
+	ContextTokens int64
 	// Checks, when set, shows the planned head as a queued check run.
 	Checks *Checks
 	// SkipBotPRs skips PRs opened by bots. Defaults to false here; the
@@ -334,9 +339,16 @@ func (p *Planner) plan(ctx context.Context, pl jobs.Plan) error {
 			reviews = append(reviews, jobs.File{PR: pl.PR, HeadSHA: pl.HeadSHA, Kind: jobs.KindReview, Tier: pl.Tier, Path: f.Filename, Index: i, Model: cfg.ReviewModel})
 		}
 	}
+	// What every prompt of the head shares: the maintainers'
+	// instructions for all its files, and the pull request's context.
+	pc := contextOf(pr.Title, pr.Body).withRepo(headInstructions(rc.RepoInstructions(), data), rc.Language)
+	in := []Model{cfg.Models[cfg.SummaryModel]}
+	if len(reviews) > 0 {
+		in = append(in, cfg.Models[cfg.ReviewModel])
+	}
+	pc = pc.withShared(sharedContext(pc, data, contextBudget(cfg.ContextTokens, in...)))
 	// A review of a file too large for one call becomes several jobs,
 	// one per part; a file over the hard cap is not reviewed at all.
-	pc := contextOf(pr.Title, pr.Body).withRepo(rc.RepoInstructions(), rc.Language)
 	var split []jobs.File
 	for _, f := range reviews {
 		fd := &data[f.Index]
@@ -363,7 +375,7 @@ func (p *Planner) plan(ctx context.Context, pl jobs.Plan) error {
 	}
 	reviews = split
 	run := store.Run{PR: pl.PR, Head: pl.HeadSHA, Base: pr.BaseSHA, Tier: pl.Tier, SummaryTotal: len(summaries), ReviewTotal: len(reviews),
-		Title: pc.title, Body: pc.body, Instructions: pc.instructions, Language: pc.language, ConfigNotice: notice, Round: pl.Round}
+		Title: pc.title, Body: pc.body, Instructions: pc.instructions, Language: pc.language, ConfigNotice: notice, Round: pl.Round, Context: pc.shared}
 	previous, startedRun, err := cfg.Store.StartRun(ctx, run, data)
 	if err != nil {
 		return err
@@ -424,6 +436,24 @@ func (p *Planner) plan(ctx context.Context, pl jobs.Plan) error {
 		return enqueueFinalize(ctx, cfg.Queue, jobs.Finalize{PR: pl.PR, HeadSHA: pl.HeadSHA, Tier: pl.Tier, Run: seq})
 	}
 	return nil
+}
+
+// contextBudget is how many tokens of diffs a head's shared context
+// carries: want, at most a quarter of what each model's context window
+// and its input limits' burst take (the file's own diff and the output
+// need the rest).
+func contextBudget(want int64, models ...Model) int64 {
+	for _, m := range models {
+		want = min(want, budget(m)/4)
+		if l := m.Limits; l != nil {
+			for _, burst := range []int64{l.TokensPerPeriod, l.BurstTokens, l.InputTokensPerPeriod, l.BurstInputTokens} {
+				if burst > 0 {
+					want = min(want, (burst-m.MaxOutput)/4)
+				}
+			}
+		}
+	}
+	return max(want, 0)
 }
 
 // automaticSkip returns why a pull request gets no automatic review

@@ -22,18 +22,18 @@ var _ ReuseStore = (*store.Store)(nil)
 
 // promptLayout is the version of how prompts are laid out and replies
 // read: a change to either makes every kept result another prompt's.
-const promptLayout = 1
+const promptLayout = 2
 
 // promptKey names what determined a file job's result: its kind, the
-// model and what it is asked (system, user text, output format, output
-// cap), in this prompt layout, within one repository of one
+// model and what it is asked (system, context, user text, output format,
+// output cap), in this prompt layout, within one repository of one
 // installation (a tenant's work is never another's). The head's sha is
 // not in it: the same file and context under another head is the same
 // work.
 func promptKey(f jobs.File, m Model, p prompt) string {
 	h := sha256.New()
 	format, _ := json.Marshal(p.format)
-	for _, part := range []string{strconv.Itoa(promptLayout), strconv.FormatInt(f.PR.Installation, 10), f.PR.Owner, f.PR.Repo, string(f.Kind), m.Name, strconv.FormatBool(m.Reasoning), strconv.FormatInt(m.MaxOutput, 10), p.system, p.user, string(format)} {
+	for _, part := range []string{strconv.Itoa(promptLayout), strconv.FormatInt(f.PR.Installation, 10), f.PR.Owner, f.PR.Repo, string(f.Kind), m.Name, strconv.FormatBool(m.Reasoning), strconv.FormatInt(m.MaxOutput, 10), p.system, p.context, p.user, string(format)} {
 		h.Write([]byte(part))
 		h.Write([]byte{0})
 	}

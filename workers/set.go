@@ -68,6 +68,9 @@ type Config struct {
 	// MaxReviewParts caps the calls one file's review may be split into.
 	// Defaults to 20.
 	MaxReviewParts int
+	// ContextTokens is how many tokens of a pull request's diffs each of
+	// its prompts carries for context (PlannerConfig.ContextTokens).
+	ContextTokens int64
 	// NoCheckRuns turns the check run per head off (it needs the App
 	// permission checks: write).
 	NoCheckRuns bool
@@ -166,7 +169,7 @@ func New(cfg Config, d Deps) (*Set, error) {
 	}
 	if s.Planner, err = NewPlanner(PlannerConfig{Store: d.Store, Plans: d.Store, Tickets: d.Admitter, GitHub: gh, Queue: d.Queue,
 		Models: cfg.Models, SummaryModel: cfg.SummaryModel, ReviewModel: cfg.ReviewModel, Tiers: cfg.Tiers,
-		Exclude: cfg.Exclude, SkipBotPRs: cfg.SkipBotPRs, RepoConfig: !cfg.NoRepoConfig, Settings: d.Store, LastConfigs: d.Store, Controls: d.Store, AppSlug: cfg.AppSlug, MaxParts: cfg.MaxReviewParts, Checks: checks,
+		Exclude: cfg.Exclude, SkipBotPRs: cfg.SkipBotPRs, RepoConfig: !cfg.NoRepoConfig, Settings: d.Store, LastConfigs: d.Store, Controls: d.Store, AppSlug: cfg.AppSlug, MaxParts: cfg.MaxReviewParts, ContextTokens: cfg.ContextTokens, Checks: checks,
 		Attempts: d.Attempts, Budget: cfg.BatchBudget, GaveUpFunc: cfg.GaveUpFunc, Installs: d.Store, LifecycleFunc: cfg.LifecycleFunc, Log: d.Log}); err != nil {
 		return nil, err
 	}

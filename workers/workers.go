@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"time"
 
@@ -105,6 +106,19 @@ type Model struct {
 	// Flex: the model serves OpenAI's flex processing; the summary and
 	// review jobs of a tier with TierSpec.Flex use it.
 	Flex bool
+	// CachedInputFree: the provider does not count input read from its
+	// prompt cache toward the model's limits (Anthropic's ITPM): a call's
+	// cache reads are settled back to the limiter.
+	CachedInputFree bool
+	// Kinds are the kinds of job the model is configured for (jobs.*_model):
+	// its prompts' instructions cover each, so all its prompts of a head
+	// share one prefix. Empty: all.
+	Kinds []jobs.Kind
+}
+
+// serves reports whether m is configured for jobs of kind.
+func (m Model) serves(kind jobs.Kind) bool {
+	return len(m.Kinds) == 0 || slices.Contains(m.Kinds, kind)
 }
 
 func (m Model) withDefaults() Model {

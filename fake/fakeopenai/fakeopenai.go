@@ -242,13 +242,13 @@ func promptHash(model string, req chatRequest) [32]byte {
 // callOf attributes a request (see Call).
 func callOf(req chatRequest, model string, at time.Time) Call {
 	c := Call{At: at, Model: model, Kind: kindOf(req), Part: 1, Parts: 1, CacheKey: req.PromptCacheKey}
-	user := firstUser(req)
-	c.Prompt = user
+	user := taskOf(req)
+	c.Prompt = firstUser(req)
 	if len(req.Messages) > 0 && req.Messages[0].Role == "system" {
 		c.System = req.Messages[0].Content
 	}
 	head, _, _ := strings.Cut(user, "\n\n") // the header, before the diff
-	if m := titleLine.FindStringSubmatch(head); m != nil {
+	if m := titleLine.FindStringSubmatch(c.Prompt); m != nil {
 		c.Title = m[1]
 	}
 	if m := pathLine.FindStringSubmatch(head); m != nil {
@@ -981,7 +981,20 @@ func fmtDuration(d time.Duration) string {
 var annotated = regexp.MustCompile(`(?m)^\s*(\d+) \+(.*)$`)
 var pathLine = regexp.MustCompile(`(?m)^File: (\S+)`)
 
-// firstUser is the request's first user message (it holds the diff).
+// taskOf is the message that holds what a request asks and its diff:
+// the last user message starting with "Task:" (prq's prompts: the pull
+// request's context comes first, in a message of its own), else the
+// first user message.
+func taskOf(req chatRequest) string {
+	for i := len(req.Messages) - 1; i >= 0; i-- {
+		if m := req.Messages[i]; m.Role == "user" && strings.HasPrefix(m.Content, "Task:") {
+			return m.Content
+		}
+	}
+	return firstUser(req)
+}
+
+// firstUser is the request's first user message.
 func firstUser(req chatRequest) string {
 	for _, m := range req.Messages {
 		if m.Role == "user" {
@@ -991,10 +1004,21 @@ func firstUser(req chatRequest) string {
 	return ""
 }
 
-// kindOf is how the fake reads a prompt: "review" when the system
-// message or the requested schema names "comments", "chat" when the
-// system message asks for a reply, else "text".
+// kindOf is how the fake reads a prompt: by its task line when it has
+// one ("Task: review" is "review", "Task: reply" "chat", another
+// "text"); else "review" when the system message or the requested
+// schema names "comments", "chat" when the system message asks for a
+// reply, else "text".
 func kindOf(req chatRequest) string {
+	if task := taskOf(req); strings.HasPrefix(task, "Task:") {
+		switch {
+		case strings.HasPrefix(task, "Task: review"):
+			return "review"
+		case strings.HasPrefix(task, "Task: reply"):
+			return "chat"
+		}
+		return "text"
+	}
 	system := req.Messages[0].Content
 	// what a repository's maintainers add to prq's system message is not
 	// what the prompt is
@@ -1017,7 +1041,7 @@ func kindOf(req chatRequest) string {
 // added lines of the annotated diff, formatted in the server's reply
 // style; other prompts get prose naming the file.
 func (s *Server) answer(req chatRequest) (text, finish string) {
-	user := firstUser(req)
+	user := taskOf(req)
 	path := "the change"
 	if m := pathLine.FindStringSubmatch(user); m != nil {
 		path = m[1]

@@ -417,9 +417,9 @@ func TestNoopProvider(t *testing.T) {
 	// prompt, or strict structured outputs with the schema
 	schema := review.Format(llm.FormatJSONSchema)
 	for _, req := range []openai.ChatCompletionRequest{
-		{Model: "m", Messages: []openai.ChatCompletionMessage{{Role: "system", Content: review.System(llm.FormatJSONObject)}, {Role: "user", Content: "diff"}},
+		{Model: "m", Messages: []openai.ChatCompletionMessage{{Role: "system", Content: review.Guide(llm.FormatJSONObject)}, {Role: "user", Content: "Task: review the file below.\ndiff"}},
 			ResponseFormat: &openai.ChatCompletionResponseFormat{Type: openai.ChatCompletionResponseFormatTypeJSONObject}},
-		{Model: "m", Messages: []openai.ChatCompletionMessage{{Role: "system", Content: review.System(llm.FormatJSONSchema)}, {Role: "user", Content: "diff"}},
+		{Model: "m", Messages: []openai.ChatCompletionMessage{{Role: "system", Content: review.Guide(llm.FormatJSONSchema)}, {Role: "user", Content: "diff"}},
 			ResponseFormat: &openai.ChatCompletionResponseFormat{Type: openai.ChatCompletionResponseFormatTypeJSONSchema,
 				JSONSchema: &openai.ChatCompletionResponseFormatJSONSchema{Name: schema.Name, Schema: schema.Schema, Strict: true}}},
 	} {
@@ -435,7 +435,8 @@ func TestNoopProvider(t *testing.T) {
 			t.Errorf("usage %+v", r.Usage)
 		}
 	}
-	r, err := c.CreateChatCompletion(ctx, openai.ChatCompletionRequest{Model: "m", Messages: []openai.ChatCompletionMessage{{Role: "system", Content: "Summarise the change."}}})
+	r, err := c.CreateChatCompletion(ctx, openai.ChatCompletionRequest{Model: "m", Messages: []openai.ChatCompletionMessage{{Role: "system", Content: review.Guide(llm.FormatJSONObject)},
+		{Role: "user", Content: "Pull request: x"}, {Role: "user", Content: "Task: summarise the file below.\ndiff"}}})
 	if err != nil || strings.Contains(r.Choices[0].Message.Content, "comments") || r.Choices[0].FinishReason != openai.FinishReasonStop {
 		t.Errorf("summary reply %+v %v", r, err)
 	}

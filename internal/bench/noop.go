@@ -20,7 +20,9 @@ const (
 // noopProvider answers OpenAI chat completions at once and does nothing
 // else: no limits, no tokenizer, no faults. A review prompt (one that
 // asks for "comments", as prq's does in its system prompt or schema)
-// gets a valid review with no findings; any other prompt a sentence.
+// gets a valid review with no findings; any other prompt a sentence. A
+// prompt whose last message states its task ("Task: review …", as prq's
+// do) is read by that line.
 // Usage is estimated as characters/4 for the prompt. It is the
 // cheapest thing that still speaks the provider's protocol over HTTP.
 type noopProvider struct{}
@@ -56,6 +58,9 @@ func (p *noopProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	review := strings.Contains(req.Messages[0].Content, `"comments"`)
 	if f := req.ResponseFormat; f != nil && f.JSONSchema != nil && strings.Contains(string(f.JSONSchema.Schema), `"comments"`) {
 		review = true
+	}
+	if task := req.Messages[len(req.Messages)-1].Content; strings.HasPrefix(task, "Task:") {
+		review = strings.HasPrefix(task, "Task: review")
 	}
 	if review {
 		text = `{"summary":"No issues found.","comments":[]}`

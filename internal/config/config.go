@@ -158,6 +158,11 @@ type ModelConfig struct {
 	// "flex": batch prices, slower, sometimes refused); the jobs of a tier
 	// with lane flex use it. OpenAI and Azure OpenAI providers only.
 	Flex bool `yaml:"flex"`
+	// CachedInputCounts: the provider counts input read from its prompt
+	// cache toward the model's input and token limits. Defaults to false
+	// for Anthropic models (on most, only uncached input counts toward
+	// ITPM), true otherwise (OpenAI counts cached tokens).
+	CachedInputCounts *bool `yaml:"cached_input_counts"`
 	// MaxOutputTokens is the output cap asked for. Defaults to 1024.
 	MaxOutputTokens int64 `yaml:"max_output_tokens"`
 	// ContextTokens is the model's context window. Defaults to 128000.
@@ -207,6 +212,15 @@ type ModelConfig struct {
 	Prices *PricesConfig `yaml:"prices"`
 }
 
+// CachedInputCountsOr is cached_input_counts, or its default for a
+// provider of kind.
+func (m ModelConfig) CachedInputCountsOr(kind string) bool {
+	if m.CachedInputCounts != nil {
+		return *m.CachedInputCounts
+	}
+	return kind != KindAnthropic
+}
+
 // PricesConfig is a model's prices in US dollars per million tokens.
 type PricesConfig struct {
 	Input float64 `yaml:"input"`
@@ -235,6 +249,28 @@ type JobsConfig struct {
 	// answered already (a head that replaced it, a run reopened) instead
 	// of paying for it again. Defaults to true.
 	ReuseResults *bool `yaml:"reuse_results"`
+	// ContextTokens is how many tokens of a pull request's diffs every
+	// prompt of it carries, beside the file it is about, so each file is
+	// summarised and reviewed with the whole change in view (a prefix
+	// the provider's prompt cache serves at its cached price). Defaults
+	// to DefaultContextTokens; 0 carries the title, description and file
+	// list only.
+	ContextTokens *int64 `yaml:"context_tokens"`
+}
+
+// DefaultContextTokens is jobs.context_tokens' default.
+const DefaultContextTokens = 2000
+
+// maxContextTokens bounds jobs.context_tokens (a model's whole context
+// window, past any model's).
+const maxContextTokens = 10_000_000
+
+// ContextTokensOr is jobs.context_tokens, its default when unset.
+func (j JobsConfig) ContextTokensOr() int64 {
+	if j.ContextTokens == nil {
+		return DefaultContextTokens
+	}
+	return *j.ContextTokens
 }
 
 // Tier configures one plan tier.
@@ -745,6 +781,9 @@ func (c *Config) Validate(m Mode) error {
 		if !models[model] {
 			bad(setting, "model %q is not among the configured models", model)
 		}
+	}
+	if n := c.Jobs.ContextTokens; n != nil && (*n < 0 || *n > maxContextTokens) {
+		bad("jobs.context_tokens", "must be between 0 and %d, got %d", maxContextTokens, *n)
 	}
 	for name, t := range c.Tiers {
 		if _, err := jobs.ParseTier(name); err != nil {

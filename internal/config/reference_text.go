@@ -99,6 +99,7 @@ var meanings = map[string]meaning{
 	"models[].output_tokens_per_day":    {Text: "A daily limit on output tokens; 0: none."},
 	"models[].reasoning":                {Text: "A reasoning model: asked with `max_completion_tokens` instead of `max_tokens`."},
 	"models[].flex":                     {Text: "The model serves OpenAI's flex processing (`service_tier: flex`): batch prices, slower, sometimes refused. Used by the jobs of a tier with `lane: flex`. See [lanes](reviews.md#discounted-lanes)."},
+	"models[].cached_input_counts":      {Text: "The provider counts input read from its prompt cache toward the input and token limits: prq settles a call's cache reads back to the limiter where it does not. See [prompts and the prompt cache](reviews.md#prompts-and-the-prompt-cache).", Unset: "`false` for Anthropic models, `true` otherwise"},
 	"models[].max_output_tokens":        {Text: "The output cap each call asks for.", Unset: "`1024`"},
 	"models[].context_tokens":           {Text: "The model's context window.", Unset: "`128000`"},
 	"models[].period":                   {Text: "The period of the per-minute limits; the demo compresses it.", Unset: "`1m`"},
@@ -111,10 +112,11 @@ var meanings = map[string]meaning{
 	"models[].settle":                   {Text: "How a call's real usage corrects its admitted estimate: `estimate`, `debt` or `refund`. See [settling usage](providers.md#settling-usage).", Unset: "`estimate`"},
 	"models[].output_format":            {Text: "How reviews are asked for: `json_schema`, `json_object` or `text`. See [model output](reviews.md#model-output).", Unset: "by model family"},
 
-	"jobs.summary_model": {Text: "The model of per-file summaries."},
-	"jobs.review_model":  {Text: "The model of per-file reviews."},
-	"jobs.chat_model":    {Text: "The model of chat replies."},
-	"jobs.reuse_results": {Text: "Reuse a file's result, for 6 h, for any job whose prompt was answered already (a head that replaced it, a pull request reopened) instead of paying again: see [reviews](reviews.md#never-paid-twice).", Unset: "`true`"},
+	"jobs.summary_model":  {Text: "The model of per-file summaries."},
+	"jobs.review_model":   {Text: "The model of per-file reviews."},
+	"jobs.chat_model":     {Text: "The model of chat replies."},
+	"jobs.context_tokens": {Text: "How many tokens of a pull request's diffs each of its prompts carries beside its own file, so the change is reviewed whole; they sit in the prefix the prompt cache serves: see [reviews](reviews.md#prompts-and-the-prompt-cache). 0: title, description and file list only.", Unset: "`2000`"},
+	"jobs.reuse_results":  {Text: "Reuse a file's result, for 6 h, for any job whose prompt was answered already (a head that replaced it, a pull request reopened) instead of paying again: see [reviews](reviews.md#never-paid-twice).", Unset: "`true`"},
 
 	"tiers.<name>.weight":            {Text: "The tier's share under saturation. Required, positive.", Unset: "—"},
 	"tiers.<name>.review":            {Text: "Whether the tier gets per-file reviews (summaries it always gets).", Unset: "`true`"},

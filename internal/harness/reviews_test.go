@@ -593,8 +593,14 @@ func TestFileLargerThanContext(t *testing.T) {
 	if total < 2 || len(parts) != total {
 		t.Fatalf("the big file was reviewed in %d parts (%d results), want several", total, len(parts))
 	}
-	if calls := s.admitted(review); calls != int64(total+1) {
-		t.Errorf("%d review calls, want %d (one per part of the big file, one for the small file)", calls, total+1)
+	reviews := 0 // every part of either file, each reviewed once
+	for _, r := range results {
+		if r.Kind == jobs.KindReview {
+			reviews++
+		}
+	}
+	if calls := s.admitted(review); calls != int64(reviews) || reviews < total+1 {
+		t.Errorf("%d review calls, want %d (one per part of the big file and of the small one)", calls, reviews)
 	}
 	if st := s.fakes.OpenAI.Stats()[review]; st.Faults != 0 {
 		t.Errorf("%d faults", st.Faults)

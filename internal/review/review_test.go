@@ -147,10 +147,10 @@ func TestSchemaIsStrict(t *testing.T) {
 }
 
 func TestSystemPromptsAndFormats(t *testing.T) {
-	if !strings.Contains(strings.ToLower(System(llm.FormatJSONObject)), "json") {
+	if !strings.Contains(strings.ToLower(Guide(llm.FormatJSONObject)), "json") {
 		t.Error("json_object needs the word JSON in a message")
 	}
-	if s := System(llm.FormatText); !strings.Contains(s, Begin) || !strings.Contains(s, End) {
+	if s := Guide(llm.FormatText); !strings.Contains(s, Begin) || !strings.Contains(s, End) {
 		t.Error("text mode must describe its delimiters")
 	}
 	if f := Format(llm.FormatJSONSchema); f.Name != SchemaName || len(f.Schema) == 0 {

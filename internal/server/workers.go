@@ -56,6 +56,10 @@ func (s *Server) buildWorkers(tr http.RoundTripper, opt Options, handlers bool) 
 		adm = opt.Admitter
 	}
 	models := map[string]workers.Model{}
+	kinds := map[string][]jobs.Kind{}
+	for kind, name := range map[jobs.Kind]string{jobs.KindSummary: cfg.Jobs.SummaryModel, jobs.KindReview: cfg.Jobs.ReviewModel, jobs.KindChat: cfg.Jobs.ChatModel} {
+		kinds[name] = append(kinds[name], kind)
+	}
 	for _, m := range cfg.Models {
 		p, _ := cfg.ProviderOf(m.Name)
 		limits, err := m.Limits()
@@ -64,7 +68,8 @@ func (s *Server) buildWorkers(tr http.RoundTripper, opt Options, handlers bool) 
 		}
 		prices, _ := m.PricesOf() // none: the model's calls are not priced
 		models[m.Name] = workers.Model{Name: m.Name, MaxOutput: m.MaxOutputTokens, ContextTokens: m.ContextTokens, Reasoning: m.Reasoning,
-			Output: llm.FormatType(m.OutputFormat), SchemaIsInput: p.Kind == config.KindAnthropic, Limits: &limits, Prices: prices, Fallbacks: m.Fallbacks, Flex: m.Flex}
+			Output: llm.FormatType(m.OutputFormat), SchemaIsInput: p.Kind == config.KindAnthropic, Limits: &limits, Prices: prices, Fallbacks: m.Fallbacks, Flex: m.Flex, Kinds: kinds[m.Name],
+			CachedInputFree: !m.CachedInputCountsOr(p.Kind)}
 	}
 	enq, err := workers.NewEnqueuer(workers.EnqueuerConfig{Queue: s.client, Tickets: adm, Store: s.store,
 		ChatModel: models[cfg.Jobs.ChatModel], Log: s.log.With("component", "webhook")})
@@ -129,7 +134,7 @@ func (s *Server) buildWorkers(tr http.RoundTripper, opt Options, handlers bool) 
 		Models: models, SummaryModel: cfg.Jobs.SummaryModel, ReviewModel: cfg.Jobs.ReviewModel, ChatModel: cfg.Jobs.ChatModel,
 		Tiers: tiers, QuotaPerKind: cfg.Quota.PerKind, QuotaSkip: cfg.Quota.WhenSpent == "skip", Exclude: cfg.Filters.Exclude, SkipBotPRs: cfg.GitHub.SkipBotPRs == nil || *cfg.GitHub.SkipBotPRs,
 		Gate: opt.Gate, CountFunc: s.metrics.CountCall, CostFunc: s.metrics.CountCost, UnusableFunc: s.metrics.CountUnusable, IgnoredFunc: s.metrics.CountIgnored, ReusedFunc: s.metrics.CountReused, NoReuse: cfg.Jobs.ReuseResults != nil && !*cfg.Jobs.ReuseResults,
-		Markers: render.NewMarkers([]byte(cfg.GitHub.WebhookSecret)), MaxReviewParts: cfg.GitHub.MaxReviewParts,
+		Markers: render.NewMarkers([]byte(cfg.GitHub.WebhookSecret)), MaxReviewParts: cfg.GitHub.MaxReviewParts, ContextTokens: cfg.Jobs.ContextTokensOr(),
 		NoCheckRuns: cfg.GitHub.CheckRuns != nil && !*cfg.GitHub.CheckRuns, NoRepoConfig: cfg.GitHub.RepoConfig != nil && !*cfg.GitHub.RepoConfig, SummaryCost: cfg.GitHub.SummaryCost, AppSlug: cfg.GitHub.AppSlug, CheckRunEvery: cfg.GitHub.CheckRunEvery.D(), WebURL: cfg.GitHub.WebURL,
 		BatchBudget: workers.RetryBudget{MaxAttempts: cfg.Retry.Batch.MaxAttempts, MaxAge: cfg.Retry.Batch.MaxAge.D()},
 		ChatBudget:  workers.RetryBudget{MaxAttempts: cfg.Retry.Chat.MaxAttempts, MaxAge: cfg.Retry.Chat.MaxAge.D()},
