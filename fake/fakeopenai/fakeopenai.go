@@ -9,7 +9,8 @@
 // it enforces a sliding window instead: at most RPM and TPM in any
 // (t−Period, t], as many gateways do. It also speaks Anthropic's
 // Messages API (/v1/messages, anthropic.go: input and output tokens
-// limited separately) and Azure OpenAI's deployment paths (azure.go),
+// limited separately; prompt caching by cache_control breakpoints,
+// anthropic_cache.go) and Azure OpenAI's deployment paths (azure.go),
 // with the same limits, faults and counters. It is not prq's
 // limiter: it shares no code with package ratelimit.
 package fakeopenai
