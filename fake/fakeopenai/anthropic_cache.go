@@ -272,8 +272,8 @@ func (s *Server) lookupCache(blocks []promptBlock, minTokens int64, now time.Tim
 			}
 		}
 	}
+	// each breakpoint written after the read sets last: read ≤ long ≤ last
 	long, last = max(long, read), max(last, read)
-	last = max(last, long)
 	pc.usage = msgUsage{read: read, write1h: long - read, write5m: last - long, input: total - last}
 	return pc
 }
