@@ -41,7 +41,9 @@ func NewAnthropic(apiKey, baseURL string, timeout time.Duration, hc *http.Client
 	return &Anthropic{c: anthropic.NewClient(opts...), timeout: timeout}
 }
 
-// params builds the Messages request. A JSON-schema format becomes one
+// anthropicParams builds the Messages request: System as the system
+// prompt, Context and User as the first user message's two text blocks,
+// then the turns. A JSON-schema format becomes one
 // tool whose input_schema is the schema, and tool_choice forces it: the
 // reply is the tool's input, which the API validates as JSON. The other
 // formats rely on the prompt (Anthropic has no json_object mode).
@@ -50,10 +52,23 @@ func anthropicParams(r Request) (anthropic.MessageNewParams, string, error) {
 	if p.MaxTokens <= 0 {
 		p.MaxTokens = 1024 // required by the API
 	}
-	if r.System != "" {
-		p.System = []anthropic.TextBlockParam{{Text: r.System}}
+	// Two cache breakpoints ("Prompt caching": a cache_control block ends
+	// a cached prefix of tools, system and messages; at most 4): the
+	// instructions, the same for every pull request, and the pull
+	// request's context, the same for all its calls. A prefix shorter
+	// than the model's minimum is not cached, without an error.
+	cache := anthropic.NewCacheControlEphemeralParam()
+	if r.CacheLong {
+		cache.TTL = anthropic.CacheControlEphemeralTTLTTL1h
 	}
-	p.Messages = append(p.Messages, anthropic.NewUserMessage(anthropic.NewTextBlock(r.User)))
+	if r.System != "" {
+		p.System = []anthropic.TextBlockParam{{Text: r.System, CacheControl: cache}}
+	}
+	first := []anthropic.ContentBlockParamUnion{anthropic.NewTextBlock(r.User)}
+	if r.Context != "" {
+		first = append([]anthropic.ContentBlockParamUnion{{OfText: &anthropic.TextBlockParam{Text: r.Context, CacheControl: cache}}}, first...)
+	}
+	p.Messages = append(p.Messages, anthropic.NewUserMessage(first...))
 	for _, t := range r.Turns {
 		if t.Role == "assistant" {
 			p.Messages = append(p.Messages, anthropic.NewAssistantMessage(anthropic.NewTextBlock(t.Content)))

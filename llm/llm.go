@@ -71,9 +71,12 @@ type Request struct {
 	System string
 	// Context is the part of the prompt every call about one pull
 	// request shares (its title, description, files): sent after System
-	// and before User, as a user message of its own, so that System and
-	// Context are a prefix the provider's prompt cache can serve to the
-	// pull request's next calls. "" sends none.
+	// and before User, so that System and Context are a prefix the
+	// provider's prompt cache can serve to the pull request's next calls:
+	// a user message of its own on OpenAI-compatible APIs; on Anthropic
+	// the first text block of the first user message (User the next),
+	// with a cache breakpoint after System and one after Context. ""
+	// sends none.
 	Context string
 	User    string
 	// Turns follow User: an earlier reply and the correction asked for

@@ -10,7 +10,9 @@ package fakeopenai
 //     tool_choice {"type":"tool","name":...};
 //   - reply: {"type":"message","role":"assistant","content":[blocks],
 //     "stop_reason":"end_turn"|"max_tokens"|"tool_use",
-//     "usage":{"input_tokens","output_tokens"}};
+//     "usage":{"input_tokens","output_tokens","cache_creation_input_tokens",
+//     "cache_read_input_tokens","cache_creation":{...}}};
+//   - prompt caching by cache_control breakpoints (anthropic_cache.go);
 //   - stream: true answers with the Messages events (anthropic_stream.go);
 //   - errors: {"type":"error","error":{"type":...,"message":...},"request_id":...}, 429
 //     rate_limit_error with retry-after (seconds), 529 overloaded_error;
@@ -20,9 +22,12 @@ package fakeopenai
 //     every reply in anthropic-ratelimit-{requests,tokens,input-tokens,
 //     output-tokens}-{limit,remaining,reset}, reset an RFC 3339 time and
 //     tokens-* the most restrictive of input and output.
-// The fake charges ceil(chars/4) input tokens and the whole max_tokens as
-// output and never refunds unused output: stricter than Anthropic, which
-// adjusts output to what was used.
+// The fake charges the input limit ceil(chars/4) of the prompt's blocks
+// that its cache does not serve, and the tool-use prompt when it is among
+// them (cache reads do not count, as on most of Anthropic's models;
+// Model.CacheReadsCount), and the output limit the whole max_tokens, and
+// never refunds: stricter than Anthropic, which adjusts both estimates
+// to what was used.
 
 import (
 	"encoding/json"
@@ -64,54 +69,78 @@ type msgRequest struct {
 		Content json.RawMessage `json:"content"`
 	} `json:"messages"`
 	Tools []struct {
-		Name        string          `json:"name"`
-		InputSchema json.RawMessage `json:"input_schema"`
+		Name         string          `json:"name"`
+		Description  string          `json:"description"`
+		InputSchema  json.RawMessage `json:"input_schema"`
+		CacheControl *cacheControl   `json:"cache_control"`
 	} `json:"tools"`
 	ToolChoice *struct {
 		Type string `json:"type"`
 		Name string `json:"name"`
 	} `json:"tool_choice"`
 	Stream bool `json:"stream"`
+	// CacheControl asks for automatic caching (anthropic_cache.go).
+	CacheControl *cacheControl `json:"cache_control"`
 }
 
-// blockText reads content that is a string or a list of text blocks.
-func blockText(raw json.RawMessage) (string, bool) {
+// msgBlock is a content block as the fake reads it: the text it counts
+// and its cache_control.
+type msgBlock struct {
+	typ   string
+	text  string
+	cache *cacheControl
+}
+
+// contentBlocks reads content that is a string or a list of blocks.
+func contentBlocks(raw json.RawMessage) ([]msgBlock, bool) {
 	if len(raw) == 0 {
-		return "", true
+		return nil, true
 	}
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
-		return s, true
+		return []msgBlock{{typ: "text", text: s}}, true
 	}
 	var blocks []struct {
-		Type    string          `json:"type"`
-		Text    string          `json:"text"`
-		Name    string          `json:"name"`
-		Input   json.RawMessage `json:"input"`
-		Content json.RawMessage `json:"content"`
+		Type         string          `json:"type"`
+		Text         string          `json:"text"`
+		Name         string          `json:"name"`
+		Input        json.RawMessage `json:"input"`
+		Content      json.RawMessage `json:"content"`
+		CacheControl *cacheControl   `json:"cache_control"`
 	}
 	if json.Unmarshal(raw, &blocks) != nil {
-		return "", false
+		return nil, false
 	}
-	var b strings.Builder
+	out := make([]msgBlock, 0, len(blocks))
 	for _, bl := range blocks {
+		b := msgBlock{typ: bl.Type, cache: bl.CacheControl}
 		switch bl.Type {
 		case "text":
-			b.WriteString(bl.Text)
+			b.text = bl.Text
 		case "tool_use": // a call in the history, as its name and input
-			b.WriteString(bl.Name + string(bl.Input))
+			b.text = bl.Name + string(bl.Input)
 		case "tool_result":
-			text, ok := blockText(bl.Content)
+			inner, ok := contentBlocks(bl.Content)
 			if !ok {
-				return "", false
+				return nil, false
 			}
-			b.WriteString(text)
+			b.text = joinText(inner, "")
 		case "thinking", "redacted_thinking":
 		default:
-			return "", false
+			return nil, false
 		}
+		out = append(out, b)
 	}
-	return b.String(), true
+	return out, true
+}
+
+// joinText is the blocks' text joined by sep.
+func joinText(blocks []msgBlock, sep string) string {
+	texts := make([]string, len(blocks))
+	for i, b := range blocks {
+		texts[i] = b.text
+	}
+	return strings.Join(texts, sep)
 }
 
 func writeAnthropicError(w http.ResponseWriter, status int, typ, msg string) {
@@ -154,47 +183,18 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		writeAnthropicError(w, http.StatusBadRequest, "invalid_request_error", "messages: the first message must use the \"user\" role")
 		return
 	}
-	// the same conversation in the OpenAI shape, for the fake model
-	var chat chatRequest
-	add := func(role, text string) {
-		chat.Messages = append(chat.Messages, struct {
-			Role    string `json:"role"`
-			Content string `json:"content"`
-		}{role, text})
-	}
-	system, ok := blockText(req.System)
-	if !ok {
-		writeAnthropicError(w, http.StatusBadRequest, "invalid_request_error", "system: Input should be a valid string or list of text blocks")
-		return
-	}
-	if system != "" {
-		add("system", system)
-	}
-	for i, msg := range req.Messages {
-		if msg.Role != "user" && msg.Role != "assistant" {
-			writeAnthropicError(w, http.StatusBadRequest, "invalid_request_error", fmt.Sprintf("messages.%d.role: Input should be 'user' or 'assistant'", i))
-			return
+	tool, choice := "", ""
+	if tc := req.ToolChoice; tc != nil {
+		choice = tc.Type + "\x00" + tc.Name
+		if tc.Type == "any" && len(req.Tools) > 0 { // any: the first tool
+			tc.Type, tc.Name = "tool", req.Tools[0].Name
 		}
-		text, ok := blockText(msg.Content)
-		if !ok {
-			writeAnthropicError(w, http.StatusBadRequest, "invalid_request_error", fmt.Sprintf("messages.%d.content: unsupported content blocks", i))
-			return
-		}
-		add(msg.Role, text)
 	}
-	tool := ""
-	if tc := req.ToolChoice; tc != nil && tc.Type == "any" && len(req.Tools) > 0 { // any: the first tool
-		tc.Type, tc.Name = "tool", req.Tools[0].Name
-	}
+	var schema json.RawMessage
 	if tc := req.ToolChoice; tc != nil && tc.Type == "tool" {
 		for _, t := range req.Tools {
 			if t.Name == tc.Name {
-				tool = t.Name
-				chat.ResponseFormat = &responseFormat{Type: "json_schema", JSONSchema: &struct {
-					Name   string          `json:"name"`
-					Schema json.RawMessage `json:"schema"`
-					Strict bool            `json:"strict"`
-				}{Name: t.Name, Schema: t.InputSchema}}
+				tool, schema = t.Name, t.InputSchema
 			}
 		}
 		if tool == "" {
@@ -202,25 +202,107 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	maxOut := *req.MaxTokens
-	chars, prompt := 0, int64(0)
-	for _, msg := range chat.Messages {
-		chars += utf8.RuneCountInString(msg.Content)
-		n, _ := s.codec.Count(msg.Content)
-		prompt += int64(n) + 3
+	// the prompt's blocks in the order Anthropic caches them (tools,
+	// system, messages; anthropic_cache.go), and the same conversation in
+	// the OpenAI shape for the fake model
+	p := newPromptHasher(key, m.Name)
+	count := func(text string) int64 {
+		n, _ := s.codec.Count(text)
+		return int64(n)
 	}
-	if chat.ResponseFormat != nil {
-		chars += len(chat.ResponseFormat.JSONSchema.Schema)
-		n, _ := s.codec.Count(string(chat.ResponseFormat.JSONSchema.Schema))
-		prompt += int64(n)
+	block := func(path, text string, cc *cacheControl, cacheable bool) (promptBlock, bool) {
+		b := promptBlock{path: path, tokens: count(text), chars: utf8.RuneCountInString(text), cacheable: cacheable}
+		if cc != nil {
+			var msg string
+			if b.ttl, msg = cc.lifetime(path); msg != "" {
+				writeAnthropicError(w, http.StatusBadRequest, "invalid_request_error", msg)
+				return b, false
+			}
+		}
+		return b, true
 	}
-	in := int64(math.Ceil(float64(chars) / 4))
+	for i, t := range req.Tools {
+		b, ok := block(fmt.Sprintf("tools.%d", i), t.Description+string(t.InputSchema), t.CacheControl, true)
+		if !ok {
+			return
+		}
+		if i == 0 && tool != "" {
+			// Anthropic's tool-use system prompt is input too (313 to 346
+			// tokens by tool_choice and model): the larger, as a real
+			// account's input limit would count it
+			b.tokens += toolUseTokens
+			b.extra = toolUseTokens
+		}
+		p.add(b, "tool", t.Name, t.Description, string(t.InputSchema))
+	}
+	var chat chatRequest
+	add := func(role, text string) {
+		chat.Messages = append(chat.Messages, struct {
+			Role    string `json:"role"`
+			Content string `json:"content"`
+		}{role, text})
+	}
+	system, ok := contentBlocks(req.System)
+	if !ok {
+		writeAnthropicError(w, http.StatusBadRequest, "invalid_request_error", "system: Input should be a valid string or list of text blocks")
+		return
+	}
+	for i, bl := range system {
+		b, ok := block(fmt.Sprintf("system.%d", i), bl.text, bl.cache, bl.text != "")
+		if !ok {
+			return
+		}
+		if i == 0 {
+			b.tokens += 3 // the system prompt's framing
+		}
+		p.add(b, "system", bl.typ, bl.text)
+	}
+	if text := joinText(system, "\n"); text != "" {
+		add("system", text)
+	}
+	p.write("tool_choice", choice)
+	for i, msg := range req.Messages {
+		if msg.Role != "user" && msg.Role != "assistant" {
+			writeAnthropicError(w, http.StatusBadRequest, "invalid_request_error", fmt.Sprintf("messages.%d.role: Input should be 'user' or 'assistant'", i))
+			return
+		}
+		blocks, ok := contentBlocks(msg.Content)
+		if !ok {
+			writeAnthropicError(w, http.StatusBadRequest, "invalid_request_error", fmt.Sprintf("messages.%d.content: unsupported content blocks", i))
+			return
+		}
+		if len(blocks) == 0 {
+			blocks = []msgBlock{{typ: "text"}} // a position for the message's framing
+		}
+		p.write("message", msg.Role)
+		for j, bl := range blocks {
+			b, ok := block(fmt.Sprintf("messages.%d.content.%d", i, j), bl.text, bl.cache,
+				bl.text != "" && bl.typ != "thinking" && bl.typ != "redacted_thinking")
+			if !ok {
+				return
+			}
+			if j == 0 {
+				b.tokens += 3 // the message's framing
+			}
+			p.add(b, bl.typ, bl.text)
+		}
+		add(msg.Role, joinText(blocks, "\n"))
+	}
+	if msg := breakpoints(p.blocks, req.CacheControl); msg != "" {
+		writeAnthropicError(w, http.StatusBadRequest, "invalid_request_error", msg)
+		return
+	}
 	if tool != "" {
-		// Anthropic's tool-use system prompt is input too (313 to 346
-		// tokens by tool_choice and model): the larger, as a real
-		// account's input limit would count it
-		in += toolUseTokens
-		prompt += toolUseTokens
+		chat.ResponseFormat = &responseFormat{Type: "json_schema", JSONSchema: &struct {
+			Name   string          `json:"name"`
+			Schema json.RawMessage `json:"schema"`
+			Strict bool            `json:"strict"`
+		}{Name: tool, Schema: schema}}
+	}
+	maxOut := *req.MaxTokens
+	prompt := int64(0)
+	for _, b := range p.blocks {
+		prompt += b.tokens
 	}
 	itpm, otpm := m.ITPM, m.OTPM
 	if itpm == 0 {
@@ -240,6 +322,8 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := s.cfg.Now()
+	pc := s.lookupCache(p.blocks, m.CacheMinTokens, now)
+	in := charge(p.blocks, pc, m.CacheReadsCount)
 	b := s.msgBucketOf(m, itpm, otpm, key, now)
 	perUS := s.cfg.Period.Microseconds()
 	if b.req < perUS || b.in < in*perUS || b.out < maxOut*perUS {
@@ -273,6 +357,12 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	f := s.faults
 	roll := s.rng.Float64()
 	latency := time.Duration(float64(m.Latency+time.Duration((s.rng.Float64()*2-1)*float64(m.Jitter))) * s.cfg.LatencyScale)
+	if faulted := (f.TooMany > 0 && roll < f.TooMany) || (roll-f.TooMany >= 0 && roll-f.TooMany < f.ServerError); !faulted {
+		s.storeCache(p.blocks, pc, now, now.Add(max(latency, 0)))
+		st.PromptTokens += prompt
+		st.CachedTokens += pc.usage.read
+		st.CacheWriteTokens += pc.usage.write5m + pc.usage.write1h
+	}
 	s.mu.Unlock()
 
 	if f.TooMany > 0 && roll < f.TooMany {
@@ -310,24 +400,24 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	st.CompletionToks += int64(len(toks))
 	s.mu.Unlock()
 	stop := "end_turn"
-	block := map[string]any{"type": "text", "text": text}
+	reply := map[string]any{"type": "text", "text": text}
 	var input map[string]any
 	switch {
 	case finish == "length":
 		stop = "max_tokens"
 	case tool != "" && json.Unmarshal([]byte(text), &input) == nil:
 		stop = "tool_use"
-		block = map[string]any{"type": "tool_use", "id": fmt.Sprintf("toolu_fake%d", now.UnixNano()), "name": tool, "input": input}
+		reply = map[string]any{"type": "tool_use", "id": fmt.Sprintf("toolu_fake%d", now.UnixNano()), "name": tool, "input": input}
 	}
 	if req.Stream {
-		s.streamMessage(w, r, fmt.Sprintf("msg_fake%d", now.UnixNano()), m.Name, block, text, toks, stop, prompt, int64(len(toks)))
+		s.streamMessage(w, r, fmt.Sprintf("msg_fake%d", now.UnixNano()), m.Name, reply, text, toks, stop, pc.usage, int64(len(toks)))
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(map[string]any{
 		"id": fmt.Sprintf("msg_fake%d", now.UnixNano()), "type": "message", "role": "assistant", "model": m.Name,
-		"content": []any{block}, "stop_reason": stop, "stop_sequence": nil,
-		"usage": map[string]any{"input_tokens": prompt, "output_tokens": len(toks)},
+		"content": []any{reply}, "stop_reason": stop, "stop_sequence": nil,
+		"usage": pc.usage.json(int64(len(toks))),
 	})
 }
 

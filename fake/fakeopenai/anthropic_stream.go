@@ -19,7 +19,7 @@ import (
 // streamMessage writes a reply as Anthropic's events: block is the one
 // content block (text, or tool_use whose input is the JSON text),
 // pieces of toks the text deltas.
-func (s *Server) streamMessage(w http.ResponseWriter, r *http.Request, id, model string, block map[string]any, text string, toks []uint, stop string, input, output int64) {
+func (s *Server) streamMessage(w http.ResponseWriter, r *http.Request, id, model string, block map[string]any, text string, toks []uint, stop string, usage msgUsage, output int64) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
@@ -37,7 +37,7 @@ func (s *Server) streamMessage(w http.ResponseWriter, r *http.Request, id, model
 	}
 	ok := send("message_start", map[string]any{"message": map[string]any{
 		"id": id, "type": "message", "role": "assistant", "model": model, "content": []any{},
-		"stop_reason": nil, "stop_sequence": nil, "usage": map[string]any{"input_tokens": input, "output_tokens": 1}}})
+		"stop_reason": nil, "stop_sequence": nil, "usage": usage.json(1)}})
 	start := map[string]any{"type": "text", "text": ""}
 	if block["type"] == "tool_use" {
 		start = map[string]any{"type": "tool_use", "id": block["id"], "name": block["name"], "input": map[string]any{}}

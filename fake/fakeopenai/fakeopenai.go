@@ -9,7 +9,8 @@
 // it enforces a sliding window instead: at most RPM and TPM in any
 // (t−Period, t], as many gateways do. It also speaks Anthropic's
 // Messages API (/v1/messages, anthropic.go: input and output tokens
-// limited separately) and Azure OpenAI's deployment paths (azure.go),
+// limited separately; prompt caching by cache_control breakpoints,
+// anthropic_cache.go) and Azure OpenAI's deployment paths (azure.go),
 // with the same limits, faults and counters. It is not prq's
 // limiter: it shares no code with package ratelimit.
 package fakeopenai
@@ -51,6 +52,16 @@ type Model struct {
 	// Anthropic mode (/v1/messages), which limits them separately.
 	// Default to TPM.
 	ITPM, OTPM int64
+	// CacheMinTokens is the Anthropic mode's minimum cacheable prompt
+	// length: a prefix shorter than this is never cached. Defaults to
+	// Anthropic's figure for the model's name (cacheMinimums,
+	// anthropic_cache.go), else DefaultCacheMinTokens.
+	CacheMinTokens int64
+	// CacheReadsCount: the Anthropic mode's input limit counts cache
+	// reads, as Anthropic's rate-limit tables mark for some older models
+	// (set for their names: cacheReadsCounted); otherwise only uncached
+	// input and cache writes count.
+	CacheReadsCount bool
 	// Flex: the model serves OpenAI's flex processing (service_tier
 	// "flex"): FlexSlowdown times slower, and refused at Faults'
 	// FlexUnavailable rate. A flex request for a model without it is
@@ -312,6 +323,9 @@ type Server struct {
 	calls    []Call
 	// msgBuckets are the Anthropic mode's (model, key) limiters.
 	msgBuckets map[string]*msgBucket
+	// msgCache is the Anthropic mode's prompt cache: entries by the hash
+	// of a prefix (with its key and model; anthropic_cache.go).
+	msgCache map[uint64]cacheEntry
 }
 
 // bucket is one (model, key)'s limiter state: a token bucket, or the
@@ -332,20 +346,22 @@ type admission struct {
 }
 
 type modelStats struct {
-	Requests       int64 `json:"requests"`
-	RateLimited    int64 `json:"rate_limited"`
-	Faults         int64 `json:"faults"`
-	AdmittedTokens int64 `json:"admitted_tokens"`
-	CompletionToks int64 `json:"completion_tokens"`
-	Answered       int64
-	Repeats        int64
-	CachedTokens   int64
-	Flex           int64 // flex requests, refused ones included
-	FlexRefused    int64
-	formats        map[string]int64
-	window         []admission // admissions of the last period
-	windowSum      int64
-	maxWindow      int64
+	Requests         int64 `json:"requests"`
+	RateLimited      int64 `json:"rate_limited"`
+	Faults           int64 `json:"faults"`
+	AdmittedTokens   int64 `json:"admitted_tokens"`
+	CompletionToks   int64 `json:"completion_tokens"`
+	Answered         int64
+	Repeats          int64
+	PromptTokens     int64
+	CachedTokens     int64
+	CacheWriteTokens int64
+	Flex             int64 // flex requests, refused ones included
+	FlexRefused      int64
+	formats          map[string]int64
+	window           []admission // admissions of the last period
+	windowSum        int64
+	maxWindow        int64
 }
 
 // admit records an admission in the sliding window of one period.
@@ -383,11 +399,15 @@ func New(cfg Config) *Server {
 	}
 	s := &Server{cfg: cfg, models: map[string]Model{}, codec: codec, rng: rand.New(rand.NewSource(cfg.Seed)),
 		buckets: map[string]*bucket{}, msgBuckets: map[string]*msgBucket{}, stats: map[string]*modelStats{}, recorded: map[string][]Admission{},
-		answered: map[[32]byte]bool{}, prefixes: map[uint64]time.Time{}}
+		answered: map[[32]byte]bool{}, prefixes: map[uint64]time.Time{}, msgCache: map[uint64]cacheEntry{}}
 	for _, m := range cfg.Models {
 		if m.ContextTokens == 0 {
 			m.ContextTokens = 128000
 		}
+		if m.CacheMinTokens == 0 {
+			m.CacheMinTokens = cacheMinOf(m.Name)
+		}
+		m.CacheReadsCount = m.CacheReadsCount || readsCountOf(m.Name)
 		s.models[m.Name] = m
 	}
 	return s
@@ -799,6 +819,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, key, deploy
 	prefixes := s.prefixHashes(m.Name, &req, prompt) // outside the lock: tokenising takes time
 	s.mu.Lock()
 	cached := s.promptCache(prefixes, now)
+	st.PromptTokens += prompt
 	st.CachedTokens += cached
 	s.mu.Unlock()
 	if call, ok := forcedTool(body); ok { // tools.go
@@ -1190,8 +1211,15 @@ type ModelStats struct {
 	// bought twice.
 	Answered int64 `json:"answered"`
 	Repeats  int64 `json:"repeats"`
-	// CachedTokens counts prompt tokens served from the prompt cache.
-	CachedTokens int64 `json:"cached_tokens"`
+	// PromptTokens counts the input tokens of the requests answered (as
+	// their usage reports them: all of the prompt); CachedTokens those
+	// served from the prompt cache (OpenAI's cached_tokens, Anthropic's
+	// cache_read_input_tokens) and CacheWriteTokens those Anthropic's
+	// cache wrote (cache_creation_input_tokens). CachedTokens/PromptTokens
+	// is the share of input served from the cache.
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CachedTokens     int64 `json:"cached_tokens"`
+	CacheWriteTokens int64 `json:"cache_write_tokens"`
 	// Flex counts flex requests (service_tier "flex"), FlexRefused those
 	// refused as resource unavailable (not in RateLimited: no limit was
 	// hit).
@@ -1212,7 +1240,8 @@ func (s *Server) Stats() map[string]ModelStats {
 		}
 		out[name] = ModelStats{ResponseFormats: formats, Requests: st.Requests, RateLimited: st.RateLimited, Faults: st.Faults,
 			AdmittedTokens: st.AdmittedTokens, CompletionTokens: st.CompletionToks,
-			MaxWindowTokens: st.maxWindow, TPM: m.TPM, RPM: m.RPM, Answered: st.Answered, Repeats: st.Repeats, CachedTokens: st.CachedTokens,
+			MaxWindowTokens: st.maxWindow, TPM: m.TPM, RPM: m.RPM, Answered: st.Answered, Repeats: st.Repeats,
+			PromptTokens: st.PromptTokens, CachedTokens: st.CachedTokens, CacheWriteTokens: st.CacheWriteTokens,
 			Flex: st.Flex, FlexRefused: st.FlexRefused}
 	}
 	return out
