@@ -11,7 +11,8 @@ import (
 )
 
 // A batch's life against the fake provider on a stepped clock: submit
-// (a task id made a custom_id), poll until it is over, read the results.
+// (a task id made a custom_id; OpenAI counts nothing while it validates),
+// poll until it is over, read the results.
 func ExampleBatcher() {
 	clk := newClock()
 	fake := fakeopenai.New(fakeopenai.Config{Models: []fakeopenai.Model{{Name: "gpt-4o-mini", RPM: 10, TPM: 10000, BatchLatency: time.Minute}},
@@ -42,7 +43,7 @@ func ExampleBatcher() {
 	}
 	fmt.Println(err)
 	// Output:
-	// in_progress 0 of 1
+	// in_progress 0 of 0
 	// in_progress 0 of 1
 	// ended 1 of 1
 	// true <nil> stop true

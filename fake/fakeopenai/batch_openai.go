@@ -704,6 +704,9 @@ func (s *Server) openaiBatchObject(b *fakeBatch, status string) map[string]any {
 		"created_at": b.created.Unix(), "in_progress_at": nil, "expires_at": b.expires.Unix(), "finalizing_at": nil,
 		"completed_at": nil, "failed_at": nil, "expired_at": nil, "cancelling_at": unix(b.cancelled), "cancelled_at": nil,
 		"request_counts": map[string]any{"total": len(b.reqs), "completed": completed, "failed": failed}, "metadata": b.metadata}
+	if status == "validating" { // nothing counted before validation
+		obj["request_counts"] = map[string]any{"total": 0, "completed": 0, "failed": 0}
+	}
 	if len(b.metadata) == 0 {
 		obj["metadata"] = nil
 	}
