@@ -8,7 +8,8 @@ package fakeopenai
 //     documented ones) and file; a batch file must be named .jsonl (400
 //     "Invalid file format for Batch API. Must be .jsonl") and hold at
 //     most 200 MB; its lines are not checked until a batch uses it. GET
-//     /v1/files/{id} and /v1/files/{id}/content; an unknown id is 404;
+//     /v1/files/{id} and /v1/files/{id}/content, DELETE /v1/files/{id};
+//     an unknown id is 404;
 //   - POST /v1/batches {input_file_id, endpoint, completion_window "24h",
 //     metadata}: a missing parameter is 400 missing_required_parameter,
 //     a bad value 400 invalid_value, an input file not found or not of
@@ -117,6 +118,8 @@ func (s *Server) openaiBatches(w http.ResponseWriter, r *http.Request, dialect, 
 		s.uploadFile(w, r, dialect, key)
 	case "GET files/{id}", "GET files/{id}/content":
 		s.getFile(w, dialect, key, id, op == "content")
+	case "DELETE files/{id}":
+		s.deleteFile(w, dialect, key, id)
 	case "POST batches":
 		s.createBatch(w, r, dialect, key)
 	case "GET batches/{id}", "POST batches/{id}/cancel":
@@ -213,6 +216,24 @@ func (s *Server) getFile(w http.ResponseWriter, dialect, key, id string, content
 	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(fileObject(f))
+}
+
+// deleteFile serves DELETE /v1/files/{id}.
+func (s *Server) deleteFile(w http.ResponseWriter, dialect, key, id string) {
+	st := &s.batches
+	st.mu.Lock()
+	f, ok := st.files[id]
+	if ok && f.key == key {
+		delete(st.files, id)
+		st.bytes -= int64(len(f.data))
+	}
+	st.mu.Unlock()
+	if !ok || f.key != key {
+		openaiError(w, dialect, http.StatusNotFound, "invalid_request_error", "", "id", "No such File object: "+id)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(map[string]any{"id": id, "object": "file", "deleted": true})
 }
 
 // createBatch serves POST /v1/batches.

@@ -169,6 +169,20 @@ func TestBatchFilesAndCreate(t *testing.T) {
 	if code, _ := get(t, srv.URL+"/v1/batches/"+b["id"].(string), map[string]string{"Authorization": "Bearer sk-b"}); code != 404 {
 		t.Fatalf("another key's batch: %d", code)
 	}
+	del := func(key string) (int, map[string]any) {
+		req, _ := http.NewRequest(http.MethodDelete, srv.URL+"/v1/files/"+id, nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		return do(t, req)
+	}
+	if code, body := del("sk-b"); code != 404 {
+		t.Fatalf("delete another key's file: %d %v", code, body)
+	}
+	if code, body := del("sk-a"); code != 200 || body["deleted"] != true {
+		t.Fatalf("delete: %d %v", code, body)
+	}
+	if code, _ := get(t, srv.URL+"/v1/files/"+id, map[string]string{"Authorization": "Bearer sk-a"}); code != 404 {
+		t.Fatalf("a deleted file: %d", code)
+	}
 }
 
 // TestBatchValidation: a batch whose input file OpenAI would not take
