@@ -26,6 +26,9 @@ import (
 type Client struct {
 	c       *openai.Client
 	timeout time.Duration
+	// deployment is an Azure client's model-to-deployment mapping (nil
+	// for OpenAI): a batch file's lines name the deployment.
+	deployment func(model string) string
 }
 
 // New returns a client. baseURL defaults to OpenAI's; timeout bounds one
@@ -62,7 +65,7 @@ func NewAzure(apiKey, endpoint, apiVersion string, deployment func(model string)
 	if timeout <= 0 {
 		timeout = 120 * time.Second
 	}
-	return &Client{c: openai.NewClientWithConfig(cfg), timeout: timeout}
+	return &Client{c: openai.NewClientWithConfig(cfg), timeout: timeout, deployment: cfg.GetAzureDeploymentByModel}
 }
 
 // Request is one chat call.
@@ -260,6 +263,23 @@ func (c *Client) Complete(ctx context.Context, r Request) (Response, error) {
 	}
 	ctx, cancel := context.WithTimeout(withCacheKey(ctx, r.CacheKey), timeout)
 	defer cancel()
+	resp, err := c.c.CreateChatCompletion(ctx, chatRequest(r))
+	h := resp.Header()
+	if err != nil {
+		err = classify(err, h)
+		if r.ServiceTier == ServiceTierFlex {
+			err = flexRefusal(err)
+		}
+		return Response{}, err
+	}
+	return chatResponse(resp, h)
+}
+
+// chatRequest is the chat completion a request sends: System, Context
+// and User as messages of their own, then Turns; the response format; the
+// output cap in the field the model takes. (CacheKey travels apart:
+// go-openai's request has no prompt_cache_key.)
+func chatRequest(r Request) openai.ChatCompletionRequest {
 	req := openai.ChatCompletionRequest{Model: r.Model, ServiceTier: openai.ServiceTier(r.ServiceTier)}
 	if r.System != "" {
 		req.Messages = append(req.Messages, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleSystem, Content: r.System})
@@ -278,15 +298,12 @@ func (c *Client) Complete(ctx context.Context, r Request) (Response, error) {
 		//lint:ignore SA1019 max_tokens is what non-reasoning models and most OpenAI-compatible providers accept
 		req.MaxTokens = int(r.MaxOutput)
 	}
-	resp, err := c.c.CreateChatCompletion(ctx, req)
-	h := resp.Header()
-	if err != nil {
-		err = classify(err, h)
-		if r.ServiceTier == ServiceTierFlex {
-			err = flexRefusal(err)
-		}
-		return Response{}, err
-	}
+	return req
+}
+
+// chatResponse reads a chat completion: the first choice's text, its
+// finish reason and the usage; no text is a transient failure.
+func chatResponse(resp openai.ChatCompletionResponse, h http.Header) (Response, error) {
 	if len(resp.Choices) == 0 {
 		return Response{}, &Error{Kind: ErrTransient, Message: "reply has no choices", Header: h}
 	}

@@ -46,11 +46,16 @@ func ListPrices(model string) (p Prices, ok bool) {
 	return p, best != ""
 }
 
-// Flex returns the prices of OpenAI's flex processing: batch prices,
-// half the standard ones.
-func (p Prices) Flex() Prices {
+// Batch returns the prices of the providers' batch APIs: half the
+// standard ones, cached input and cache writes included (OpenAI's Batch
+// API; Anthropic's Message Batches, whose discount stacks with prompt
+// caching).
+func (p Prices) Batch() Prices {
 	return Prices{Input: p.Input / 2, CachedInput: p.CachedInput / 2, CacheWrite: p.CacheWrite / 2, Output: p.Output / 2}
 }
+
+// Flex returns the prices of OpenAI's flex processing: batch prices.
+func (p Prices) Flex() Prices { return p.Batch() }
 
 // Of returns the prices of the tier that served r: Flex when the
 // provider says flex did.

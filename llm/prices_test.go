@@ -129,3 +129,22 @@ func TestFlexProcessing(t *testing.T) {
 		t.Fatalf("a flex call over the RPM limit: %v, want ErrRateLimited", err)
 	}
 }
+
+// TestBatchPrices: the batch APIs' prices are half of every standard
+// price (Anthropic's cache reads and writes too), and flex processing is
+// priced as a batch.
+func TestBatchPrices(t *testing.T) {
+	p, _ := llm.ListPrices("claude-sonnet-4-20250514")
+	want := llm.Prices{Input: 1.50, CachedInput: 0.15, CacheWrite: 1.875, Output: 7.50}
+	if got := p.Batch(); got != want {
+		t.Fatalf("batch prices %+v, want %+v", got, want)
+	}
+	r := llm.Response{PromptTokens: 1000, CachedTokens: 600, CacheWriteTokens: 300, OutputTokens: 100}
+	if got, full := p.Batch().Cost(r), p.Cost(r); math.Abs(got-full/2) > 1e-15 {
+		t.Errorf("a batch call costs %.9f, want half of %.9f", got, full)
+	}
+	o, _ := llm.ListPrices("gpt-4o-mini")
+	if o.Flex() != o.Batch() || o.Batch().Input != 0.075 {
+		t.Errorf("flex %+v, batch %+v: want both half of %+v", o.Flex(), o.Batch(), o)
+	}
+}

@@ -45,3 +45,15 @@ func (r *Router) Complete(ctx context.Context, req Request) (Response, error) {
 	}
 	return cs[req.Key].Complete(ctx, req)
 }
+
+// Batcher returns the batch client of a model's provider for one of its
+// keys: false for a model without a provider, a key it does not have, or
+// a provider without a batch API.
+func (r *Router) Batcher(model string, key int) (Batcher, bool) {
+	cs := r.byModel[model]
+	if key < 0 || key >= len(cs) {
+		return nil, false
+	}
+	b, ok := cs[key].(Batcher)
+	return b, ok
+}

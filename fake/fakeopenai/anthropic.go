@@ -134,6 +134,22 @@ func contentBlocks(raw json.RawMessage) ([]msgBlock, bool) {
 	return out, true
 }
 
+// turnTexts are a message's blocks as the fake model reads them: each
+// block with text a message of its own (prq's context and its task
+// come as two blocks of one user message), at least one.
+func turnTexts(blocks []msgBlock) []string {
+	var out []string
+	for _, b := range blocks {
+		if b.text != "" {
+			out = append(out, b.text)
+		}
+	}
+	if len(out) == 0 {
+		out = []string{""}
+	}
+	return out
+}
+
 // joinText is the blocks' text joined by sep.
 func joinText(blocks []msgBlock, sep string) string {
 	texts := make([]string, len(blocks))
@@ -286,7 +302,9 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 			}
 			p.add(b, bl.typ, bl.text)
 		}
-		add(msg.Role, joinText(blocks, "\n"))
+		for _, text := range turnTexts(blocks) {
+			add(msg.Role, text)
+		}
 	}
 	if msg := breakpoints(p.blocks, req.CacheControl); msg != "" {
 		writeAnthropicError(w, http.StatusBadRequest, "invalid_request_error", msg)

@@ -67,6 +67,19 @@ type Model struct {
 	// FlexUnavailable rate. A flex request for a model without it is
 	// refused (400), as OpenAI refuses one for a model flex does not serve.
 	Flex bool
+	// BatchLatency is how long a batch of this model's requests takes
+	// to complete on the fake's clock (Config.Now), scaled by
+	// LatencyScale; its requests finish evenly over it. Defaults to
+	// DefaultBatchLatency.
+	BatchLatency time.Duration
+	// BatchTokens is OpenAI's enqueued-token limit: the prompt tokens
+	// of a key's batches of the model not yet over; a batch that would
+	// pass it fails validation (token_limit_exceeded). 0: no limit.
+	BatchTokens int64
+	// BatchRequests is Anthropic's limit of a key's batch requests of
+	// the model waiting in the queue (not yet answered); a batch that
+	// would pass it is refused (429 rate_limit_error). 0: no limit.
+	BatchRequests int64
 }
 
 // FlexSlowdown is how much slower a flex call answers than a standard
@@ -90,6 +103,19 @@ type Faults struct {
 	// FlexRefuseEvery, when positive, refuses every Nth flex request of a
 	// model so (deterministic, for tests).
 	FlexRefuseEvery int `json:"flex_refuse_every"`
+	// BatchExpire is the probability that a batch expires (batch.go):
+	// only the first BatchExpireDone (0..1) of its requests are
+	// answered, the rest expire when its completion window closes.
+	BatchExpire     float64 `json:"batch_expire"`
+	BatchExpireDone float64 `json:"batch_expire_done"`
+	// BatchFail is the probability that a batch fails: OpenAI's fails
+	// validation with a server_error, every request of Anthropic's ends
+	// errored (api_error).
+	BatchFail float64 `json:"batch_fail"`
+	// BatchRequestError is the probability that a batch request is
+	// answered with a server error (OpenAI: status 500 in the error
+	// file; Anthropic: an errored api_error result).
+	BatchRequestError float64 `json:"batch_request_error"`
 }
 
 // Config configures the fake.
@@ -125,6 +151,9 @@ type Config struct {
 	// Now is the limiters' clock. Defaults to time.Now; a test that runs
 	// admission on a stepped clock steps this one with it.
 	Now func() time.Time
+	// BatchWindow is a batch's completion window on that clock: a
+	// request not answered within it expires. Defaults to 24 hours.
+	BatchWindow time.Duration
 }
 
 // ReplyStyle is how a fake model answers a review prompt, modelled on
@@ -226,6 +255,9 @@ type Call struct {
 	Prompt, System string
 	// CacheKey is the request's prompt_cache_key.
 	CacheKey string
+	// Batch: the request came in a batch (batch.go), At on the fake's
+	// clock when it was answered; Status is its response's status.
+	Batch bool
 }
 
 var (
@@ -326,6 +358,8 @@ type Server struct {
 	// msgCache is the Anthropic mode's prompt cache: entries by the hash
 	// of a prefix (with its key and model; anthropic_cache.go).
 	msgCache map[uint64]cacheEntry
+	// batches are the batch APIs' files and batches (batch.go).
+	batches batchStore
 }
 
 // bucket is one (model, key)'s limiter state: a token bucket, or the
@@ -358,6 +392,7 @@ type modelStats struct {
 	CacheWriteTokens int64
 	Flex             int64 // flex requests, refused ones included
 	FlexRefused      int64
+	batch            BatchStats
 	formats          map[string]int64
 	window           []admission // admissions of the last period
 	windowSum        int64
@@ -445,6 +480,8 @@ func (s *Server) SetFaults(f Faults) {
 // path), the counters at /_fake/stats and the faults at /_fake/faults.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
+	case isBatchPath(r.URL.Path): // batch.go
+		s.serveBatches(w, r)
 	case strings.Contains(r.URL.Path, "/openai/deployments/"):
 		s.azure(w, r)
 	case strings.HasSuffix(r.URL.Path, "/chat/completions") && r.Method == http.MethodPost:
@@ -1225,6 +1262,10 @@ type ModelStats struct {
 	// hit).
 	Flex        int64 `json:"flex"`
 	FlexRefused int64 `json:"flex_refused"`
+	// Batch counts the batch APIs' work (batch.go), apart from the
+	// synchronous counters above except ResponseFormats, Answered,
+	// Repeats and CachedTokens, which count batch requests too.
+	Batch BatchStats `json:"batch"`
 }
 
 // Stats returns the counters per model.
@@ -1242,7 +1283,7 @@ func (s *Server) Stats() map[string]ModelStats {
 			AdmittedTokens: st.AdmittedTokens, CompletionTokens: st.CompletionToks,
 			MaxWindowTokens: st.maxWindow, TPM: m.TPM, RPM: m.RPM, Answered: st.Answered, Repeats: st.Repeats,
 			PromptTokens: st.PromptTokens, CachedTokens: st.CachedTokens, CacheWriteTokens: st.CacheWriteTokens,
-			Flex: st.Flex, FlexRefused: st.FlexRefused}
+			Flex: st.Flex, FlexRefused: st.FlexRefused, Batch: st.batch}
 	}
 	return out
 }
