@@ -164,7 +164,7 @@ func (s *Server) createMessageBatch(w http.ResponseWriter, r *http.Request, key 
 	for _, name := range models {
 		if limit := s.models[name].BatchRequests; limit > 0 && waiting[name]+perModel[name] > limit {
 			s.mu.Lock()
-			s.statsOf(name).batch.QueueFull++
+			s.batchStatsOf(name).QueueFull++
 			s.mu.Unlock()
 			wait := time.Minute // until a request of the model leaves the queue
 			if t := next[name]; !t.IsZero() {

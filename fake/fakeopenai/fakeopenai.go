@@ -333,6 +333,11 @@ type Server struct {
 	models map[string]Model
 	codec  tokenizer.Codec
 
+	// batches are the batch APIs' files and batches, behind their own
+	// lock; batchStats their counters by model, behind mu (batch.go).
+	batches    batchStore
+	batchStats map[string]*BatchStats
+
 	mu       sync.Mutex
 	rng      *rand.Rand
 	buckets  map[string]*bucket
@@ -344,8 +349,6 @@ type Server struct {
 	calls    []Call
 	// msgBuckets are the Anthropic mode's (model, key) limiters.
 	msgBuckets map[string]*msgBucket
-	// batches are the batch APIs' files and batches (batch.go).
-	batches batchStore
 }
 
 // bucket is one (model, key)'s limiter state: a token bucket, or the
@@ -376,7 +379,6 @@ type modelStats struct {
 	CachedTokens   int64
 	Flex           int64 // flex requests, refused ones included
 	FlexRefused    int64
-	batch          BatchStats
 	formats        map[string]int64
 	window         []admission // admissions of the last period
 	windowSum      int64
@@ -1230,7 +1232,8 @@ func (s *Server) Stats() map[string]ModelStats {
 		out[name] = ModelStats{ResponseFormats: formats, Requests: st.Requests, RateLimited: st.RateLimited, Faults: st.Faults,
 			AdmittedTokens: st.AdmittedTokens, CompletionTokens: st.CompletionToks,
 			MaxWindowTokens: st.maxWindow, TPM: m.TPM, RPM: m.RPM, Answered: st.Answered, Repeats: st.Repeats, CachedTokens: st.CachedTokens,
-			Flex: st.Flex, FlexRefused: st.FlexRefused, Batch: st.batch}
+			Flex: st.Flex, FlexRefused: st.FlexRefused}
 	}
+	s.addBatchStats(out) // batch.go
 	return out
 }
