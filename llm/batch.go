@@ -93,7 +93,9 @@ type Batcher interface {
 	Batch(ctx context.Context, id string) (Batch, error)
 	// BatchResults returns the results of a batch whose state is Over,
 	// one per submitted item, each ID once, in no set order; a batch
-	// still in progress is ErrTransient.
+	// still in progress is ErrTransient. (OpenAI's reads the batch's
+	// input file for requests its output files do not list: the file
+	// is kept.)
 	BatchResults(ctx context.Context, id string) ([]BatchResult, error)
 	// CancelBatch asks the provider to stop a batch: requests already
 	// running may still finish, the rest end ErrBatchCancelled. It

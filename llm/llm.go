@@ -5,7 +5,8 @@
 // response headers kept for the rate-limit sync, the right max-tokens
 // field for reasoning models, and every failure classified so the caller
 // knows whether to go back to admission, retry, split, pause or give up.
-// It does not retry, wait for room or count tokens against limits:
+// The same clients send batches to the providers' batch APIs (Batcher,
+// batch.go). It does not retry, wait for room or count tokens against limits:
 // ratelimit and admission own those, and the workers act on its errors.
 package llm
 

@@ -59,6 +59,33 @@ type BatchStats struct {
 	Errors   int64 `json:"errors"`
 }
 
+// batchStatsOf returns a model's batch counters. Caller holds s.mu.
+func (s *Server) batchStatsOf(model string) *BatchStats {
+	if s.batchStats == nil {
+		s.batchStats = map[string]*BatchStats{}
+	}
+	st, ok := s.batchStats[model]
+	if !ok {
+		st = &BatchStats{}
+		s.batchStats[model] = st
+	}
+	return st
+}
+
+// addBatchStats adds the batch counters to Stats' answer (a model with
+// batches only is in it too). Caller holds s.mu.
+func (s *Server) addBatchStats(out map[string]ModelStats) {
+	for name, st := range s.batchStats {
+		ms, ok := out[name]
+		if !ok {
+			m := s.models[name]
+			ms = ModelStats{ResponseFormats: map[string]int64{}, TPM: m.TPM, RPM: m.RPM}
+		}
+		ms.Batch = *st
+		out[name] = ms
+	}
+}
+
 // batchStore holds the batch APIs' state. Its lock is taken before the
 // server's (answering a request takes s.mu), never after.
 type batchStore struct {
@@ -238,11 +265,11 @@ func (s *Server) countBatch(b *fakeBatch, add func(*BatchStats)) {
 	for _, r := range b.reqs {
 		if _, ok := s.models[r.model]; ok && !seen[r.model] {
 			seen[r.model] = true
-			add(&s.statsOf(r.model).batch)
+			add(s.batchStatsOf(r.model))
 		}
 	}
 	if _, ok := s.models[b.model]; ok && len(seen) == 0 { // a batch that failed validation
-		add(&s.statsOf(b.model).batch)
+		add(s.batchStatsOf(b.model))
 	}
 }
 
@@ -294,7 +321,7 @@ func (s *Server) answerBatchRequest(b *fakeBatch, r *batchReq) {
 	r.answered = true
 	s.mu.Lock()
 	if _, ok := s.models[r.model]; ok {
-		st := &s.statsOf(r.model).batch
+		st := s.batchStatsOf(r.model)
 		st.Requests++
 		if r.status != http.StatusOK {
 			st.Errors++

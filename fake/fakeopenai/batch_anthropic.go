@@ -35,6 +35,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -164,7 +165,7 @@ func (s *Server) createMessageBatch(w http.ResponseWriter, r *http.Request, key 
 	for _, name := range models {
 		if limit := s.models[name].BatchRequests; limit > 0 && waiting[name]+perModel[name] > limit {
 			s.mu.Lock()
-			s.statsOf(name).batch.QueueFull++
+			s.batchStatsOf(name).QueueFull++
 			s.mu.Unlock()
 			wait := time.Minute // until a request of the model leaves the queue
 			if t := next[name]; !t.IsZero() {
@@ -290,81 +291,11 @@ func (s *Server) batchMessage(r *batchReq, fault bool) (int, []byte) {
 	if fault {
 		return http.StatusInternalServerError, erroredResult("api_error", "Internal server error")
 	}
-	bad := func(status int, typ, msg string) (int, []byte) { return status, erroredResult(typ, msg) }
-	var req msgRequest
-	if json.Unmarshal(r.body, &req) != nil {
-		return bad(http.StatusBadRequest, "invalid_request_error", "There was an issue with the format or content of your request.")
+	req, chat, tool, prompt, status, typ, msg := s.batchPrompt(r.body)
+	if status != 0 {
+		return status, erroredResult(typ, msg)
 	}
-	m, ok := s.models[req.Model]
-	switch {
-	case !ok:
-		return bad(http.StatusNotFound, "not_found_error", "model: "+req.Model)
-	case req.MaxTokens == nil || *req.MaxTokens < 1:
-		return bad(http.StatusBadRequest, "invalid_request_error", "max_tokens: Field required")
-	case req.Stream:
-		return bad(http.StatusBadRequest, "invalid_request_error", "stream: streaming is not supported in a Message Batch")
-	case len(req.Messages) == 0 || req.Messages[0].Role != "user":
-		return bad(http.StatusBadRequest, "invalid_request_error", "messages: the first message must use the \"user\" role")
-	}
-	var chat chatRequest
-	add := func(role, text string) {
-		chat.Messages = append(chat.Messages, struct {
-			Role    string `json:"role"`
-			Content string `json:"content"`
-		}{role, text})
-	}
-	systemBlocks, ok := contentBlocks(req.System)
-	system := joinText(systemBlocks, "\n")
-	if !ok {
-		return bad(http.StatusBadRequest, "invalid_request_error", "system: Input should be a valid string or list of text blocks")
-	}
-	if system != "" {
-		add("system", system)
-	}
-	for i, msg := range req.Messages {
-		if msg.Role != "user" && msg.Role != "assistant" {
-			return bad(http.StatusBadRequest, "invalid_request_error", fmt.Sprintf("messages.%d.role: Input should be 'user' or 'assistant'", i))
-		}
-		blocks, ok := contentBlocks(msg.Content)
-		if !ok {
-			return bad(http.StatusBadRequest, "invalid_request_error", fmt.Sprintf("messages.%d.content: unsupported content blocks", i))
-		}
-		for _, text := range turnTexts(blocks) {
-			add(msg.Role, text)
-		}
-	}
-	tool := ""
-	if tc := req.ToolChoice; tc != nil && tc.Type == "any" && len(req.Tools) > 0 {
-		tc.Type, tc.Name = "tool", req.Tools[0].Name
-	}
-	if tc := req.ToolChoice; tc != nil && tc.Type == "tool" {
-		for _, t := range req.Tools {
-			if t.Name == tc.Name {
-				tool = t.Name
-				chat.ResponseFormat = &responseFormat{Type: "json_schema", JSONSchema: &struct {
-					Name   string          `json:"name"`
-					Schema json.RawMessage `json:"schema"`
-					Strict bool            `json:"strict"`
-				}{Name: t.Name, Schema: t.InputSchema}}
-			}
-		}
-		if tool == "" {
-			return bad(http.StatusBadRequest, "invalid_request_error", "tool_choice: tool "+tc.Name+" not found in tools")
-		}
-	}
-	maxOut := *req.MaxTokens
-	prompt := int64(0)
-	for _, msg := range chat.Messages {
-		n, _ := s.codec.Count(msg.Content)
-		prompt += int64(n) + 3
-	}
-	if chat.ResponseFormat != nil {
-		n, _ := s.codec.Count(string(chat.ResponseFormat.JSONSchema.Schema))
-		prompt += int64(n) + toolUseTokens
-	}
-	if prompt > m.ContextTokens {
-		return bad(http.StatusBadRequest, "invalid_request_error", fmt.Sprintf("prompt is too long: %d tokens > %d maximum", prompt, m.ContextTokens))
-	}
+	m, maxOut := s.models[req.Model], *req.MaxTokens
 	s.mu.Lock()
 	s.statsOf(m.Name).formats["tool:"+strconv.FormatBool(tool != "")]++
 	s.mu.Unlock()
@@ -396,4 +327,129 @@ func (s *Server) batchMessage(r *batchReq, fault bool) (int, []byte) {
 		"usage": map[string]any{"input_tokens": prompt, "output_tokens": len(toks)},
 	}})
 	return http.StatusOK, out
+}
+
+// batchPrompt reads a batch request's params as messages reads a
+// Messages request: its checks, in their order, and the conversation in
+// the OpenAI shape for the fake model (chat), the tool a tool_choice
+// forces, and the prompt's tokens. A refusal is status, typ and msg:
+// what the synchronous call would have answered.
+// It repeats messages' reading of a request (the two should share one
+// reader, and with it whatever prompt cache the Messages mode keeps).
+func (s *Server) batchPrompt(params []byte) (req msgRequest, chat chatRequest, tool string, prompt int64, status int, typ, msg string) {
+	bad := func(st int, t, m string) (msgRequest, chatRequest, string, int64, int, string, string) {
+		return req, chat, "", 0, st, t, m
+	}
+	if json.Unmarshal(params, &req) != nil {
+		return bad(http.StatusBadRequest, "invalid_request_error", "There was an issue with the format or content of your request.")
+	}
+	m, ok := s.models[req.Model]
+	switch {
+	case !ok:
+		return bad(http.StatusNotFound, "not_found_error", "model: "+req.Model)
+	case req.MaxTokens == nil || *req.MaxTokens < 1:
+		return bad(http.StatusBadRequest, "invalid_request_error", "max_tokens: Field required")
+	case req.Stream:
+		return bad(http.StatusBadRequest, "invalid_request_error", "stream: streaming is not supported in a Message Batch")
+	case len(req.Messages) == 0 || req.Messages[0].Role != "user":
+		return bad(http.StatusBadRequest, "invalid_request_error", "messages: the first message must use the \"user\" role")
+	}
+	add := func(role, text string) {
+		chat.Messages = append(chat.Messages, struct {
+			Role    string `json:"role"`
+			Content string `json:"content"`
+		}{role, text})
+	}
+	system, ok := paramsText(req.System)
+	if !ok {
+		return bad(http.StatusBadRequest, "invalid_request_error", "system: Input should be a valid string or list of text blocks")
+	}
+	if system != "" {
+		add("system", system)
+	}
+	for i, msg := range req.Messages {
+		if msg.Role != "user" && msg.Role != "assistant" {
+			return bad(http.StatusBadRequest, "invalid_request_error", fmt.Sprintf("messages.%d.role: Input should be 'user' or 'assistant'", i))
+		}
+		blocks, ok := contentBlocks(msg.Content)
+		if !ok {
+			return bad(http.StatusBadRequest, "invalid_request_error", fmt.Sprintf("messages.%d.content: unsupported content blocks", i))
+		}
+		for _, text := range turnTexts(blocks) { // a task block read as its task, as the Messages mode reads it
+			add(msg.Role, text)
+		}
+	}
+	if tc := req.ToolChoice; tc != nil && tc.Type == "any" && len(req.Tools) > 0 {
+		tc.Type, tc.Name = "tool", req.Tools[0].Name
+	}
+	if tc := req.ToolChoice; tc != nil && tc.Type == "tool" {
+		for _, t := range req.Tools {
+			if t.Name == tc.Name {
+				tool = t.Name
+				chat.ResponseFormat = &responseFormat{Type: "json_schema", JSONSchema: &struct {
+					Name   string          `json:"name"`
+					Schema json.RawMessage `json:"schema"`
+					Strict bool            `json:"strict"`
+				}{Name: t.Name, Schema: t.InputSchema}}
+			}
+		}
+		if tool == "" {
+			return bad(http.StatusBadRequest, "invalid_request_error", "tool_choice: tool "+tc.Name+" not found in tools")
+		}
+	}
+	for _, msg := range chat.Messages {
+		n, _ := s.codec.Count(msg.Content)
+		prompt += int64(n) + 3
+	}
+	if chat.ResponseFormat != nil {
+		n, _ := s.codec.Count(string(chat.ResponseFormat.JSONSchema.Schema))
+		prompt += int64(n) + toolUseTokens
+	}
+	if prompt > m.ContextTokens {
+		return bad(http.StatusBadRequest, "invalid_request_error", fmt.Sprintf("prompt is too long: %d tokens > %d maximum", prompt, m.ContextTokens))
+	}
+	return req, chat, tool, prompt, 0, "", ""
+}
+
+// paramsText reads content that is a string or a list of blocks as the
+// Messages mode does: text, a tool call in the history (its name and
+// input), a tool result's content; thinking counts nothing; any other
+// block is refused.
+func paramsText(raw json.RawMessage) (string, bool) {
+	if len(raw) == 0 {
+		return "", true
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s, true
+	}
+	var blocks []struct {
+		Type    string          `json:"type"`
+		Text    string          `json:"text"`
+		Name    string          `json:"name"`
+		Input   json.RawMessage `json:"input"`
+		Content json.RawMessage `json:"content"`
+	}
+	if json.Unmarshal(raw, &blocks) != nil {
+		return "", false
+	}
+	var b strings.Builder
+	for _, bl := range blocks {
+		switch bl.Type {
+		case "text":
+			b.WriteString(bl.Text)
+		case "tool_use":
+			b.WriteString(bl.Name + string(bl.Input))
+		case "tool_result":
+			text, ok := paramsText(bl.Content)
+			if !ok {
+				return "", false
+			}
+			b.WriteString(text)
+		case "thinking", "redacted_thinking":
+		default:
+			return "", false
+		}
+	}
+	return b.String(), true
 }

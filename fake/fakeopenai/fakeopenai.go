@@ -344,6 +344,11 @@ type Server struct {
 	models map[string]Model
 	codec  tokenizer.Codec
 
+	// batches are the batch APIs' files and batches, behind their own
+	// lock; batchStats their counters by model, behind mu (batch.go).
+	batches    batchStore
+	batchStats map[string]*BatchStats
+
 	mu       sync.Mutex
 	rng      *rand.Rand
 	buckets  map[string]*bucket
@@ -358,8 +363,6 @@ type Server struct {
 	// msgCache is the Anthropic mode's prompt cache: entries by the hash
 	// of a prefix (with its key and model; anthropic_cache.go).
 	msgCache map[uint64]cacheEntry
-	// batches are the batch APIs' files and batches (batch.go).
-	batches batchStore
 }
 
 // bucket is one (model, key)'s limiter state: a token bucket, or the
@@ -392,7 +395,6 @@ type modelStats struct {
 	CacheWriteTokens int64
 	Flex             int64 // flex requests, refused ones included
 	FlexRefused      int64
-	batch            BatchStats
 	formats          map[string]int64
 	window           []admission // admissions of the last period
 	windowSum        int64
@@ -1283,7 +1285,8 @@ func (s *Server) Stats() map[string]ModelStats {
 			AdmittedTokens: st.AdmittedTokens, CompletionTokens: st.CompletionToks,
 			MaxWindowTokens: st.maxWindow, TPM: m.TPM, RPM: m.RPM, Answered: st.Answered, Repeats: st.Repeats,
 			PromptTokens: st.PromptTokens, CachedTokens: st.CachedTokens, CacheWriteTokens: st.CacheWriteTokens,
-			Flex: st.Flex, FlexRefused: st.FlexRefused, Batch: st.batch}
+			Flex: st.Flex, FlexRefused: st.FlexRefused}
 	}
+	s.addBatchStats(out) // batch.go
 	return out
 }
