@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -174,6 +175,19 @@ func (q *Quota) Reserve(ctx context.Context, tenant, agent, jobID string, limit,
 // NanoDollars are a quota's unit in dollars: 1e-9 US dollars.
 const NanoDollars = 1e9
 
+// Nano is a quota of dollars in nano-dollars, to the nearest.
+func Nano(dollars float64) int64 { return int64(math.Round(dollars * NanoDollars)) }
+
+// NanoCost is a call's cost in nano-dollars, rounded up past the
+// floating point's noise: a settle never counts less than the cost.
+func NanoCost(dollars float64) int64 { return int64(math.Ceil(dollars*NanoDollars - 1e-6)) }
+
+// NanoPerToken is a price in dollars per million tokens as nano-dollars
+// per token, rounded up: a reservation never holds too little.
+func NanoPerToken(perMillion float64) int64 {
+	return int64(math.Ceil(perMillion * NanoDollars / 1e6))
+}
+
 // ReserveDollars is Reserve for a quota of limit nano-dollars per
 // period: the call's input at inputPrice and its output cap at
 // outputPrice (nano-dollars per token; round them up) are reserved, the
@@ -182,9 +196,10 @@ const NanoDollars = 1e9
 // Agent and JobID name them: Settle takes the actual cost in
 // nano-dollars). The input is reserved at the full input price: a part
 // the provider serves from its cache costs less, and Settle refunds it.
+// A call that asks for no output (embeddings) may have no output price.
 func (q *Quota) ReserveDollars(ctx context.Context, tenant, agent, jobID string, limit, input, requestedMax, inputPrice, outputPrice int64) (Grant, error) {
-	if inputPrice < 0 || outputPrice <= 0 {
-		return Grant{}, fmt.Errorf("ratelimit: quota: prices must be positive (input %d, output %d nano-dollars a token)", inputPrice, outputPrice)
+	if inputPrice < 0 || outputPrice < 0 || outputPrice == 0 && requestedMax > 0 {
+		return Grant{}, fmt.Errorf("ratelimit: quota: prices must not be negative, nor the output's zero for a call with output (input %d, output %d nano-dollars a token)", inputPrice, outputPrice)
 	}
 	return q.reserve(ctx, tenant, dollarAgent(agent), jobID+":$", limit, input, requestedMax, inputPrice, outputPrice)
 }

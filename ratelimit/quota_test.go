@@ -280,3 +280,51 @@ func TestDollarQuotaNeverOvershoots(t *testing.T) {
 		t.Fatalf("the token quota counted %d (%v), want nothing: the dollar quota is apart", tok.Used, err)
 	}
 }
+
+// TestDollarQuotaWithoutOutput: a call that asks for no output (an
+// embedding) reserves its input at the input price alone, with no output
+// price; a call with output needs one; refused past what is left.
+func TestDollarQuotaWithoutOutput(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Shared(t).Client(t)
+	q, err := ratelimit.NewQuota(rdb, ratelimit.QuotaConfig{Period: ratelimit.Day})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const limit, inPrice = 100_000, 20 // $0.0001; text-embedding-3-small's $0.02 per million
+	g, err := q.ReserveDollars(ctx, "tenant-embed", "", "e1", limit, 3000, 0, inPrice, 0)
+	if err != nil || g.Cap != 0 || g.Reserved != 3000*inPrice {
+		t.Fatalf("grant %+v %v: want the input alone, 60,000 nano-dollars", g, err)
+	}
+	if _, err := q.ReserveDollars(ctx, "tenant-embed", "", "e2", limit, 10, 16, inPrice, 0); err == nil || errors.Is(err, ratelimit.ErrQuotaExceeded) {
+		t.Fatalf("a call with output and no output price: %v, want an error", err)
+	}
+	var qe *ratelimit.QuotaError
+	if _, err := q.ReserveDollars(ctx, "tenant-embed", "", "e3", limit, 2001, 0, inPrice, 0); !errors.As(err, &qe) || qe.Remaining != 40_000 || qe.Needed != 40_020 {
+		t.Fatalf("past what is left: %v, want a QuotaError with 40,000 left, 40,020 needed", err)
+	}
+	if err := q.Settle(ctx, g, 2999*inPrice); err != nil {
+		t.Fatal(err)
+	}
+	if u, err := q.UsedDollars(ctx, "tenant-embed", "", limit); err != nil || u.Used != 2999*inPrice {
+		t.Fatalf("used %+v %v, want the settled cost", u, err)
+	}
+}
+
+func TestNanoDollars(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		got  int64
+		want int64
+	}{
+		{"a quota to the nearest", ratelimit.Nano(0.05), 50_000_000},
+		{"a price per token rounds up", ratelimit.NanoPerToken(0.15), 150},
+		{"a sub-nano price per token rounds up", ratelimit.NanoPerToken(0.0001), 1},
+		{"a cost past float noise is not rounded up", ratelimit.NanoCost((1000*2.5 + 100*10) / 1e6), 3_500_000},
+		{"a fraction of a nano-dollar rounds up", ratelimit.NanoCost(1.5e-9), 2},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, tc.got, tc.want)
+		}
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -34,18 +33,6 @@ var (
 	_ Quota       = (*ratelimit.Quota)(nil)
 	_ DollarQuota = (*ratelimit.Quota)(nil)
 )
-
-// nanoCost is a call's cost in nano-dollars, rounded up (past the
-// floating point's noise).
-func nanoCost(p llm.Prices, r llm.Response) int64 {
-	return int64(math.Ceil(p.Cost(r)*ratelimit.NanoDollars - 1e-6))
-}
-
-// nanoPerToken is a price in dollars per million tokens as nano-dollars
-// per token, rounded up (a reservation never holds too little).
-func nanoPerToken(perMillion float64) int64 {
-	return int64(math.Ceil(perMillion * ratelimit.NanoDollars / 1e6))
-}
 
 // CallerConfig configures a Caller.
 type CallerConfig struct {
@@ -275,7 +262,7 @@ func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
 		dq, ok := cfg.Quota.(DollarQuota)
 		// the input at its dearest price (a cache write may cost more)
 		pr := s.model.Prices
-		inPrice, outPrice := nanoPerToken(max(pr.Input, pr.CachedInput, pr.CacheWrite)), nanoPerToken(pr.Output)
+		inPrice, outPrice := ratelimit.NanoPerToken(max(pr.Input, pr.CachedInput, pr.CacheWrite)), ratelimit.NanoPerToken(pr.Output)
 		if !ok || outPrice <= 0 {
 			settle(ctx, cfg.Ledger, log, s.ticket, ratelimit.Cost{})
 			if grant != nil {
@@ -287,7 +274,7 @@ func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
 		if cfg.QuotaPerKind {
 			dagent = string(s.kind)
 		}
-		g, err := dq.ReserveDollars(ctx, tenant, dagent, s.ticket.ID, int64(math.Round(dl*ratelimit.NanoDollars)), s.prompt.input, maxOut, inPrice, outPrice)
+		g, err := dq.ReserveDollars(ctx, tenant, dagent, s.ticket.ID, ratelimit.Nano(dl), s.prompt.input, maxOut, inPrice, outPrice)
 		var qe *ratelimit.QuotaError
 		if err != nil && grant != nil {
 			if serr := cfg.Quota.Settle(ctx, *grant, 0); serr != nil && !errors.Is(serr, ratelimit.ErrNotReserved) {
@@ -392,7 +379,7 @@ func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
 		if resp.ServiceTier == llm.ServiceTierFlex {
 			lane = LaneFlex
 		}
-		settleQuota(used, nanoCost(prices, resp))
+		settleQuota(used, ratelimit.NanoCost(prices.Cost(resp)))
 		c.count(model, "ok")
 		if cfg.CostFunc != nil && !prices.Zero() {
 			cfg.CostFunc(model, string(s.tier), lane, s.inst, prices.Cost(resp))

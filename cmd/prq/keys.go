@@ -26,7 +26,7 @@ func runGateway(ctx context.Context, env *cmdEnv, args []string) error {
 	return server.RunGateway(ctx, cfg, admit, env.stdout, env.stderr)
 }
 
-const keysUsage = "prq keys create NAME [--tier chat|paid|trial|free] [--quota-tokens N] [--quota-period hour|day|week|month] [--tpm N] [--models a,b] | list | revoke ID | rotate ID"
+const keysUsage = "prq keys create NAME [--tier chat|paid|trial|free] [--quota-tokens N] [--quota-dollars D] [--quota-period hour|day|week|month] [--tpm N] [--models a,b] | list | revoke ID | rotate ID"
 
 func runKeys(ctx context.Context, env *cmdEnv, args []string) error {
 	if len(args) == 0 {
@@ -44,6 +44,7 @@ func runKeys(ctx context.Context, env *cmdEnv, args []string) error {
 	var period, models string
 	fs.StringVar(&spec.Tier, "tier", "free", "admission class of the key's requests: chat, paid, trial or free")
 	fs.Int64Var(&spec.QuotaTokens, "quota-tokens", 0, "tokens (input + output) per period; 0: no quota")
+	fs.Float64Var(&spec.QuotaDollars, "quota-dollars", 0, "US dollars per period at the models' prices (models[].prices); 0: no quota")
 	fs.StringVar(&period, "quota-period", "day", "hour, day, week or month (UTC calendar windows)")
 	fs.Int64Var(&spec.TPM, "tpm", 0, "tokens per minute for this key; 0: none")
 	fs.StringVar(&models, "models", "", "models the key may use, comma-separated; empty: all")

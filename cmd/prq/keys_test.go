@@ -25,24 +25,25 @@ func TestKeysCommand(t *testing.T) {
 		err := run(context.Background(), args, env, &out, &errb)
 		return out.String(), err
 	}
-	out, err := prq("keys", "create", "docs-bot", "--tier", "paid", "--quota-tokens", "1000", "--quota-period", "week", "--models", "gpt-4o-mini, gpt-4o")
+	out, err := prq("keys", "create", "docs-bot", "--tier", "paid", "--quota-tokens", "1000", "--quota-dollars", "2.5", "--quota-period", "week", "--models", "gpt-4o-mini, gpt-4o")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var created struct {
 		Key    string
 		Record struct {
-			ID, Tier    string
-			QuotaTokens int64  `json:"quota_tokens"`
-			QuotaPeriod string `json:"quota_period"`
-			Models      []string
+			ID, Tier     string
+			QuotaTokens  int64   `json:"quota_tokens"`
+			QuotaDollars float64 `json:"quota_dollars"`
+			QuotaPeriod  string  `json:"quota_period"`
+			Models       []string
 		}
 	}
 	if err := json.Unmarshal([]byte(out), &created); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
 	r := created.Record
-	if !strings.HasPrefix(created.Key, "prq-sk-") || r.Tier != "paid" || r.QuotaTokens != 1000 || r.QuotaPeriod != "week" || len(r.Models) != 2 {
+	if !strings.HasPrefix(created.Key, "prq-sk-") || r.Tier != "paid" || r.QuotaTokens != 1000 || r.QuotaDollars != 2.5 || r.QuotaPeriod != "week" || len(r.Models) != 2 {
 		t.Fatalf("created %+v", created)
 	}
 	list, err := prq("keys", "list")
@@ -61,7 +62,8 @@ func TestKeysCommand(t *testing.T) {
 		}
 	}
 	// limits the limiters cannot hold are refused, naming the flag
-	for flag, v := range map[string]string{"--tpm": "100000000000", "--quota-tokens": "9223372036854775807"} {
+	for _, fv := range [][2]string{{"--tpm", "100000000000"}, {"--quota-tokens", "9223372036854775807"}, {"--quota-dollars", "1e7"}, {"--quota-dollars", "-1"}, {"--quota-dollars", "NaN"}} {
+		flag, v := fv[0], fv[1]
 		if _, err := prq("keys", "create", "big", flag, v); err == nil || !strings.Contains(err.Error(), flag) {
 			t.Errorf("prq keys create big %s %s: %v, want an error naming %s", flag, v, err, flag)
 		}

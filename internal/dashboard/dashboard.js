@@ -59,7 +59,11 @@ async function refreshKeys(){
   try{
     const r=await fetch("/api/keys"); if(!r.ok)throw new Error(r.status); const ks=await r.json();
     let h="<tr><th>key</th><th>name</th><th>tier</th><th style='width:30%'>quota used</th><th>of</th><th>per</th><th>this month</th><th>status</th></tr>";
-    for(const k of ks){const q=k.quota_tokens||0;h+=`<tr><td>${esc(k.id)}</td><td>${esc(k.name)}</td><td>${esc(k.tier)}</td><td>${q?`<div class="bar"><i style="width:${Math.min(100,100*k.quota_used/q).toFixed(0)}%"></i></div>`:"no quota"}</td><td>${q?fmt(q):""}</td><td>${esc(q?k.quota_period:"")}</td><td>${"$"+(k.spent_this_month||0).toFixed(4)}</td><td class="${k.revoked?"warn":"ok"}">${k.revoked?"revoked":"active"}</td></tr>`}
+    const bar=(used,of)=>`<div class="bar" style="margin:2px 0"><i style="width:${Math.min(100,100*used/of).toFixed(0)}%"></i></div>`;
+    for(const k of ks){const q=k.quota_tokens||0,d=k.quota_dollars||0;
+      const used=[q?bar(k.quota_used,q):"",d?bar(k.used_dollars||0,d):""].join("")||"no quota";
+      const of=[q?fmt(q)+" tokens":"",d?"$"+d.toFixed(d<10?4:2):""].filter(x=>x).join(" and ");
+      h+=`<tr><td>${esc(k.id)}</td><td>${esc(k.name)}</td><td>${esc(k.tier)}</td><td>${used}</td><td>${of}</td><td>${esc(q||d?k.quota_period:"")}</td><td>${"$"+(k.spent_this_month||0).toFixed(4)}</td><td class="${k.revoked?"warn":"ok"}">${k.revoked?"revoked":"active"}</td></tr>`}
     document.getElementById("gwkeys").innerHTML=ks.length?h:"<tr><td>no keys: prq keys create NAME</td></tr>";
   }catch(e){document.getElementById("gwkeys").innerHTML="<tr><td>keys unavailable: "+esc(e.message)+"</td></tr>"}
 }

@@ -1,17 +1,20 @@
 package gateway
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/prq-dev/prq/ratelimit"
 )
 
 // KeysAPI serves the keys' admin API (the caller puts it behind the admin
 // token and the same-origin guard):
 //
-//	GET  /api/keys               the keys, without secrets, with their quota use
+//	GET  /api/keys               the keys, without secrets, with their quotas' use
 //	POST /api/keys               create from a Spec; the reply has the secret, once
 //	POST /api/keys/{id}/revoke   revoke
 //	POST /api/keys/{id}/rotate   a new secret, once
@@ -25,8 +28,11 @@ func KeysAPI(ks *Keys) http.Handler {
 		}
 		type listed struct {
 			Key
-			Used  int64     `json:"quota_used"`
-			Reset time.Time `json:"quota_reset,omitzero"`
+			Used int64 `json:"quota_used"`
+			// UsedDollars is what the key's calls cost of its dollar
+			// quota this period (reservations of calls in flight included).
+			UsedDollars float64   `json:"used_dollars"`
+			Reset       time.Time `json:"quota_reset,omitzero"`
 			// Spent is the key's calls' cost this month (UTC), at the models' prices.
 			Spent float64 `json:"spent_this_month"`
 		}
@@ -42,7 +48,12 @@ func KeysAPI(ks *Keys) http.Handler {
 				http.Error(w, err.Error(), http.StatusServiceUnavailable)
 				return
 			}
-			out = append(out, listed{Key: k, Used: u.Used, Reset: u.Reset, Spent: spent[k.ID]})
+			d, err := ks.DollarUsage(r.Context(), k)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			out = append(out, listed{Key: k, Used: u.Used, UsedDollars: float64(d.Used) / ratelimit.NanoDollars, Reset: cmp.Or(u.Reset, d.Reset), Spent: spent[k.ID]})
 		}
 		writeJSON(w, http.StatusOK, out)
 	})

@@ -99,7 +99,7 @@ func (g *Gateway) proceed(w http.ResponseWriter, r *http.Request, q *request, wa
 	called := false
 	defer func() {
 		if !called {
-			g.settleQuota(context.WithoutCancel(ctx), q, 0)
+			g.settleQuota(context.WithoutCancel(ctx), q, amounts{})
 		}
 	}()
 	if q.key.TPM > 0 && !g.takeTPM(w, r, q) {

@@ -19,14 +19,15 @@ import (
 // (prq_gateway_fallbacks_total) and logged.
 
 // chain is the models q may be served by: its own, then those of its
-// fallbacks the key may use and ex can build a call for.
+// fallbacks the key may use (under a dollar quota: those with prices)
+// and ex can build a call for.
 func (g *Gateway) chain(q *request, ex exchange) []string {
 	out := []string{q.model}
 	for _, f := range g.cfg.Models[q.model].Fallbacks {
-		m, ok := g.cfg.Models[f]
-		if !ok || !q.key.Allows(f) {
+		if !g.serves(q, f) {
 			continue
 		}
+		m := g.cfg.Models[f]
 		saved := q.model
 		q.model = f
 		_, _, err := ex.build(m, q) // what cannot be translated for it is skipped

@@ -18,6 +18,7 @@ import (
 	"github.com/prq-dev/prq/fake/fakeopenai"
 	"github.com/prq-dev/prq/internal/gateway"
 	"github.com/prq-dev/prq/internal/redistest"
+	"github.com/prq-dev/prq/llm"
 	"github.com/prq-dev/prq/ratelimit"
 )
 
@@ -34,11 +35,23 @@ type fallbackRig struct {
 
 func newFallbackRig(t *testing.T, primaryTPM int64) *fallbackRig {
 	t.Helper()
+	return newFallbackRigWith(t, primaryTPM, fallbackOpts{})
+}
+
+// fallbackOpts vary a fallbackRig: fakes that answer at full length, and
+// the models' prices.
+type fallbackOpts struct {
+	verbose                     bool
+	primaryPrices, backupPrices llm.Prices
+}
+
+func newFallbackRigWith(t *testing.T, primaryTPM int64, o fallbackOpts) *fallbackRig {
+	t.Helper()
 	rdb := redistest.Shared(t).Client(t)
 	n := time.Now().UnixNano()
 	fr := &fallbackRig{primary: fmt.Sprintf("gpt-4o-%d", n), backup: fmt.Sprintf("gpt-4o-mini-%d", n)}
 	start := func(model string) (*fakeopenai.Server, string) {
-		f := fakeopenai.New(fakeopenai.Config{Models: []fakeopenai.Model{{Name: model, RPM: 1000, TPM: 100000}}, Keys: []string{"sk-up"}})
+		f := fakeopenai.New(fakeopenai.Config{Models: []fakeopenai.Model{{Name: model, RPM: 1000, TPM: 100000}}, Keys: []string{"sk-up"}, Verbose: o.verbose})
 		srv := httptest.NewServer(f)
 		t.Cleanup(srv.Close)
 		return f, srv.URL + "/v1"
@@ -72,8 +85,8 @@ func newFallbackRig(t *testing.T, primaryTPM int64) *fallbackRig {
 	fr.reg.MustRegister(metrics.Collectors()...)
 	fr.keys = gateway.NewKeys(rdb)
 	g, err := gateway.New(gateway.Config{Models: map[string]gateway.Model{
-		fr.primary: {Provider: &gateway.Provider{BaseURL: pURL, Keys: []string{"sk-up"}}, Fallbacks: []string{fr.backup}},
-		fr.backup:  {Provider: &gateway.Provider{BaseURL: bURL, Keys: []string{"sk-up"}}},
+		fr.primary: {Provider: &gateway.Provider{BaseURL: pURL, Keys: []string{"sk-up"}}, Fallbacks: []string{fr.backup}, Prices: o.primaryPrices},
+		fr.backup:  {Provider: &gateway.Provider{BaseURL: bURL, Keys: []string{"sk-up"}}, Prices: o.backupPrices},
 	}, FallbackWait: 300 * time.Millisecond, Log: log}, fr.keys, sched, waiter, rdb, metrics)
 	if err != nil {
 		t.Fatal(err)
@@ -198,5 +211,75 @@ func TestFallbacks(t *testing.T) {
 				t.Fatalf("%v fallbacks counted for %s, want 3", got, tc.reason)
 			}
 		})
+	}
+}
+
+// TestDollarQuotaFallback: a request whose model has a dearer fallback
+// is reserved once, at the dearer prices (either may answer it), so the
+// fallback that answers cannot take the key past its dollar quota; the
+// call is settled at the prices of the model that answered. A fallback
+// without prices is skipped under a dollar quota (its calls could not
+// be counted).
+func TestDollarQuotaFallback(t *testing.T) {
+	t.Parallel()
+	// the backup costs twice the primary's input and output
+	fr := newFallbackRigWith(t, 100000, fallbackOpts{verbose: true, primaryPrices: llm.Prices{Input: 1, Output: 2}, backupPrices: llm.Prices{Input: 2, Output: 8}})
+	fr.pFake.SetFaults(fakeopenai.Faults{ServerError: 1})
+	const quota = 0.002
+	limit := ratelimit.Nano(quota)
+	secret, k, err := fr.keys.Create(context.Background(), gateway.Spec{Name: "fb-dollars", Tier: "paid", QuotaDollars: quota})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodPost, fr.url+"/v1/chat/completions",
+		strings.NewReader(`{"model":"`+fr.primary+`","max_tokens":500,"messages":[{"role":"user","content":"hello"}]}`))
+	req.Header.Set("Authorization", "Bearer "+secret)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reply struct {
+		Model string
+		Usage struct {
+			PromptTokens     int64 `json:"prompt_tokens"`
+			CompletionTokens int64 `json:"completion_tokens"`
+		}
+	}
+	jsonDecode(res, &reply)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK || reply.Model != fr.backup {
+		t.Fatalf("%d from %q, want the fallback's answer", res.StatusCode, reply.Model)
+	}
+	// at the primary's prices the cap of 500 fits ($0.001); at the
+	// backup's it does not
+	cost := reply.Usage.PromptTokens*2000 + reply.Usage.CompletionTokens*8000
+	q, _ := ratelimit.NewQuota(redistest.Shared(t).Client(t), ratelimit.QuotaConfig{Period: k.QuotaPeriod})
+	u, err := q.UsedDollars(context.Background(), "key:"+k.ID, "", limit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reply.Usage.CompletionTokens >= 500 || cost > limit || u.Used != cost {
+		t.Fatalf("the fallback answered %d output tokens of 500 for %d nano-dollars of a %d quota (counted %d): want the cap cut at the fallback's prices and the counter its cost",
+			reply.Usage.CompletionTokens, cost, limit, u.Used)
+	}
+
+	// an unpriced fallback is not tried under a dollar quota: the
+	// primary's failure is the answer
+	unpriced := newFallbackRigWith(t, 100000, fallbackOpts{primaryPrices: llm.Prices{Input: 1, Output: 2}})
+	unpriced.pFake.SetFaults(fakeopenai.Faults{ServerError: 1})
+	secret, _, err = unpriced.keys.Create(context.Background(), gateway.Spec{Name: "fb-unpriced", Tier: "paid", QuotaDollars: quota})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ = http.NewRequest(http.MethodPost, unpriced.url+"/v1/chat/completions",
+		strings.NewReader(`{"model":"`+unpriced.primary+`","max_tokens":50,"messages":[{"role":"user","content":"hello"}]}`))
+	req.Header.Set("Authorization", "Bearer "+secret)
+	res, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode < 500 || unpriced.bFake.Stats()[unpriced.backup].Requests != 0 {
+		t.Fatalf("%d, %d calls to the unpriced fallback: want the primary's failure and none", res.StatusCode, unpriced.bFake.Stats()[unpriced.backup].Requests)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"math"
 	"net/http"
 	"time"
+
+	"github.com/prq-dev/prq/ratelimit"
 )
 
 // The front of every request, before anything is reserved: what a key
@@ -21,46 +23,87 @@ const unlimited = math.MaxInt64
 // token the key could pay for: the JSON around the text.
 const bodySlack = 64 << 10
 
-// quotaLeft is the tokens the key's quota has left (unlimited without a
-// quota). A key whose quota cannot cover the smallest request (one input
-// token and, but for embeddings, the minimum output) is refused (403) before its body is
-// read: a spent key costs one Redis read, no CPU.
+// quotaLeft is the tokens the key's quotas could pay for once its calls
+// in flight settle (unlimited without a quota); a dollar quota pays for
+// what is left at the cheapest input price of the models the key may
+// use, and the minimum output besides (the bound errs high, never low).
+// A key whose quota cannot cover the smallest request (one input token
+// and, but for embeddings, the minimum output; in dollars at the
+// cheapest prices) is refused (403) before its body is read: a spent key
+// costs one Redis read, no CPU. q.bound is the quota that bounds it.
 func (g *Gateway) quotaLeft(w http.ResponseWriter, r *http.Request, q *request) (int64, bool) {
 	k := q.key
-	if k.QuotaTokens <= 0 {
+	if !k.hasQuota() {
 		return unlimited, true
 	}
-	u, err := g.quotas[k.QuotaPeriod].Used(r.Context(), tenantOf(k), "", k.QuotaTokens)
-	if err != nil { // Reserve checks again, and reports
-		return k.QuotaTokens, true
-	}
-	left := k.QuotaTokens - u.Used
-	held, err := g.held.held(r.Context(), k.ID)
+	ctx := r.Context()
+	quota := g.quotas[k.QuotaPeriod]
+	held, err := g.held.held(ctx, k.ID)
 	if err != nil {
-		held = 0 // Reserve checks again
+		held = amounts{} // Reserve checks again
 	}
-	// what it could pay for once its calls in flight settle; an
-	// embeddings request has no output to pay for
-	smallest, what := 1+g.cfg.MinOutput, fmt.Sprintf("an input token and a minimum output of %d", g.cfg.MinOutput)
-	if q.api == apiEmbeddings {
-		smallest, what = 1, "an input token"
+	// an embeddings request has no output to pay for
+	output, minOut := q.api != apiEmbeddings, g.cfg.MinOutput
+	what := fmt.Sprintf("an input token and a minimum output of %d", minOut)
+	if !output {
+		minOut, what = 0, "an input token"
 	}
-	if left+held >= smallest {
-		return left + held, true
+	left := int64(unlimited)
+	if k.QuotaTokens > 0 {
+		left, q.bound = k.QuotaTokens, quotaShort{left: k.QuotaTokens} // unread: Reserve checks again, and reports
+		if u, err := quota.Used(ctx, tenantOf(k), "", k.QuotaTokens); err == nil {
+			tl := k.QuotaTokens - u.Used
+			if tl+held.tokens < 1+minOut {
+				g.refuseQuota(w, q, quotaShort{left: tl, needs: "less than the smallest request (" + what + ")"}, u.Reset)
+				return 0, false
+			}
+			left = tl + held.tokens
+			q.bound = quotaShort{left: left}
+		}
 	}
-	g.refuseQuota(w, q, left, u.Reset, "less than the smallest request ("+what+")")
-	return 0, false
+	if k.QuotaDollars <= 0 {
+		return left, true
+	}
+	in, smallest, ok := g.cheapest(q, minOut)
+	if !ok {
+		return left, true // no model it may use is priced: each request is refused by its model
+	}
+	limit := ratelimit.Nano(k.QuotaDollars)
+	u, err := quota.UsedDollars(ctx, tenantOf(k), "", limit)
+	if err != nil {
+		return left, true // Reserve checks again, and reports
+	}
+	dl := limit - u.Used
+	if dl+held.nano < smallest {
+		g.refuseQuota(w, q, quotaShort{dollars: true, left: dl, needs: "less than the smallest request (" + what + " at the cheapest prices of the models it may use)"}, u.Reset)
+		return 0, false
+	}
+	if in > 0 && (dl+held.nano)/in+minOut < left {
+		left = (dl+held.nano)/in + minOut
+		q.bound = quotaShort{dollars: true, left: dl + held.nano}
+	}
+	return left, true
 }
 
-// refuseQuota answers 403 insufficient_quota: the key's quota cannot pay
-// for the request (needs says what it would take) before it resets.
-func (g *Gateway) refuseQuota(w http.ResponseWriter, q *request, left int64, reset time.Time, needs string) {
-	k := q.key
-	g.metrics.refused(k.ID, "quota")
-	g.quotaHeaders(w.Header(), k, left, reset)
-	q.fail(w, http.StatusForbidden, "insufficient_quota", "quota_exceeded", fmt.Sprintf(
-		"The %s quota of key %s (%d tokens per %s) is spent: %d tokens left, %s. It resets at %s.",
-		k.QuotaPeriod, k.ID, k.QuotaTokens, k.QuotaPeriod, max(left, 0), needs, reset.UTC().Format(time.RFC3339)))
+// cheapest is, among the models q's key may use whose calls can be
+// counted in dollars, the lowest price of an input token and the lowest
+// cost of one input token and minOut output tokens, in nano-dollars.
+// False: none can.
+func (g *Gateway) cheapest(q *request, minOut int64) (in, smallest int64, ok bool) {
+	for name := range g.cfg.Models {
+		if !g.serves(q, name) {
+			continue
+		}
+		p, _ := nanoPrices(g.cfg.Models[name], q.api != apiEmbeddings)
+		if c := p.of(1, minOut).nano; !ok || c < smallest {
+			smallest = c
+		}
+		if !ok || p.in < in {
+			in = p.in
+		}
+		ok = true
+	}
+	return in, smallest, ok
 }
 
 // inputBudget is the most input q's key, with left tokens, could pay
@@ -101,8 +144,8 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, q *request, l
 		if r.ContentLength > 0 {
 			size = fmt.Sprint(r.ContentLength)
 		}
-		g.refuseQuota(w, q, left, g.quotaReset(q.key), fmt.Sprintf(
-			"and a body of %s bytes is more than it could pay for (a token is at most %d bytes: at most %d bytes with the JSON around it)", size, maxTokenBytes, limit))
+		g.refuseQuota(w, q, q.bound.needing(fmt.Sprintf(
+			"and a body of %s bytes is more than it could pay for (a token is at most %d bytes: at most %d bytes with the JSON around it)", size, maxTokenBytes, limit)), g.quotaReset(q.key))
 		return nil, false
 	case errors.Is(err, errBodyTooLarge):
 		q.fail(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large", fmt.Sprintf("The request body is larger than %d bytes.", g.cfg.MaxBody))
@@ -170,7 +213,7 @@ func (g *Gateway) scan(w http.ResponseWriter, q *request, body []byte, pol scanP
 	}
 	least := sc.leastTokens()
 	if budget := g.inputBudget(q, left); least > budget {
-		g.refuseQuota(w, q, left, g.quotaReset(q.key), fmt.Sprintf("and the request's input is at least %d tokens", least))
+		g.refuseQuota(w, q, q.bound.needing(fmt.Sprintf("and the request's input is at least %d tokens", least)), g.quotaReset(q.key))
 		return sc, false
 	}
 	if m, ok := g.cfg.Models[sc.model]; ok && least > m.Context {
@@ -202,7 +245,7 @@ func (g *Gateway) countInput(w http.ResponseWriter, q *request, m Model, left in
 		q.bad(w, &requestError{msg: err.Error()})
 		return 0, false
 	case n > budget && ib <= m.Context:
-		g.refuseQuota(w, q, left, g.quotaReset(q.key), fmt.Sprintf("and the request's input is more than %d tokens", ib))
+		g.refuseQuota(w, q, q.bound.needing(fmt.Sprintf("and the request's input is more than %d tokens", ib)), g.quotaReset(q.key))
 		return 0, false
 	case n > budget:
 		g.contextExceeded(w, q, q.model, m, budget, "more than ")

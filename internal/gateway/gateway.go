@@ -370,10 +370,18 @@ func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	names := make([]string, 0, len(g.cfg.Models))
-	for name := range g.cfg.Models {
-		if k.Allows(name) {
-			names = append(names, name)
+	for name, m := range g.cfg.Models {
+		if !k.Allows(name) {
+			continue
 		}
+		if k.QuotaDollars > 0 { // only the models whose calls its quota can count
+			_, chat := nanoPrices(m, true)
+			_, embed := nanoPrices(m, false)
+			if !chat && !embed {
+				continue
+			}
+		}
+		names = append(names, name)
 	}
 	sort.Strings(names)
 	data := make([]map[string]any, 0, len(names))
@@ -426,7 +434,12 @@ type request struct {
 	cap   int64 // per choice
 	n     int64 // choices
 	est   int64 // the provider's admission estimate: the bucket's charge
-	grant *ratelimit.Grant
+	// grant and dgrant are the reservations of the key's quotas of
+	// tokens and of dollars
+	grant, dgrant *ratelimit.Grant
+	// bound is the quota that bounds what the key could pay for at the
+	// front (what its body may hold)
+	bound quotaShort
 	// reserved is when the grant was made
 	reserved time.Time
 	tpm      *ratelimit.Bucket
@@ -554,7 +567,7 @@ func (g *Gateway) admitUntil(w http.ResponseWriter, r *http.Request, q *request,
 	}
 	// nothing was sent: the key's quota and tpm get their reservations
 	// back before the reply describes them
-	g.settleQuota(bg, q, 0)
+	g.settleQuota(bg, q, amounts{})
 	if q.tpm != nil {
 		g.settleTPM(bg, q, 0)
 	}
@@ -600,26 +613,10 @@ func retryHeaders(h http.Header, d time.Duration) {
 	h.Set("retry-after-ms", strconv.FormatInt(max(d.Milliseconds(), 1), 10))
 }
 
-// quotaHeaders describe the key's quota in prq's own headers (OpenAI's
-// x-ratelimit-* describe per-minute limits: rateHeaders).
-func (g *Gateway) quotaHeaders(h http.Header, k Key, remaining int64, reset time.Time) {
-	if k.QuotaTokens <= 0 {
-		return
-	}
-	remaining = max(remaining, 0)
-	h.Set("x-prq-quota-limit", strconv.FormatInt(k.QuotaTokens, 10))
-	h.Set("x-prq-quota-remaining", strconv.FormatInt(remaining, 10))
-	h.Set("x-prq-quota-reset", reset.UTC().Format(time.RFC3339))
-}
-
-// keyHeaders set the key's quota left now and the model bucket's tokens.
+// keyHeaders set the key's quotas left now and the model bucket's tokens.
 func (g *Gateway) keyHeaders(ctx context.Context, h http.Header, q *request) {
 	h.Set("x-prq-key", q.key.ID)
-	if q.key.QuotaTokens > 0 {
-		if u, err := g.quotas[q.key.QuotaPeriod].Used(ctx, tenantOf(q.key), "", q.key.QuotaTokens); err == nil {
-			g.quotaHeaders(h, q.key, q.key.QuotaTokens-u.Used, u.Reset)
-		}
-	}
+	g.quotaNow(ctx, h, q.key)
 	if b, ok := g.adm.Bucket(q.model); ok {
 		if avail, _, err := b.Available(ctx); err == nil {
 			h.Set("x-prq-bucket-remaining-tokens", strconv.FormatInt(max(avail.Tokens, 0), 10))
@@ -670,20 +667,6 @@ func (g *Gateway) rateHeaders(ctx context.Context, h http.Header, q *request) {
 		h.Set("x-ratelimit-remaining-requests", strconv.FormatInt(max(avail.Requests, 0), 10))
 		h.Set("x-ratelimit-reset-requests", reset(burstR, l.RequestsPerPeriod, avail.Requests))
 	}
-}
-
-func (g *Gateway) settleQuota(ctx context.Context, q *request, actual int64) {
-	if q.grant == nil {
-		return
-	}
-	if err := g.quotas[q.key.QuotaPeriod].Settle(ctx, *q.grant, actual); err != nil && !errors.Is(err, ratelimit.ErrNotReserved) {
-		g.log.WarnContext(ctx, "gateway: settling the quota failed; the reservation counts in full until it expires", "key", q.key.ID, "err", err)
-	}
-	if err := g.held.unhold(ctx, q.key.ID, q.id, false); err != nil {
-		g.log.WarnContext(ctx, "gateway: dropping a settled hold failed; the key's waiters count it until it expires", "key", q.key.ID, "err", err)
-	}
-	g.held.settled(time.Since(q.reserved))
-	q.grant = nil // settled once
 }
 
 // statusWriter remembers the status for the metrics.

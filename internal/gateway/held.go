@@ -12,7 +12,8 @@ import (
 )
 
 // A key's quota is spent by what its calls used and held by what its
-// calls in flight reserved (input plus output cap) and have not settled.
+// calls in flight reserved (input plus output cap, in tokens and in
+// dollars at their prices) and have not settled.
 // A request the quota cannot cover while others hold part of it waits
 // for them to settle, in the order the key's requests came, until its
 // deadline: it is then reserved with its output capped to what is left,
@@ -21,9 +22,9 @@ import (
 // the oldest reservation should settle.
 //
 // The quota (ratelimit.Quota) knows what is used and reserved, not what
-// is held: the ledger here keeps, per key, the tokens each of its
-// reservations holds and the requests waiting, in Redis so that every
-// gateway process of the key sees them. Only the oldest waiter of a key
+// is held: the ledger here keeps, per key, the tokens and nano-dollars
+// each of its reservations holds and the requests waiting, in Redis so
+// that every gateway process of the key sees them. Only the oldest waiter of a key
 // reserves; before it does, the ledger holds the most it may reserve for
 // it, so that a waiter never counts on less being held than is. A
 // reservation whose process died leaves the ledger after the quota's
@@ -51,31 +52,38 @@ func newLedger(rdb redis.UniversalClient, ttl time.Duration) *ledger {
 	return &ledger{rdb: rdb, ttl: ttl, wakes: map[string]chan struct{}{}, settle: time.Second}
 }
 
-type ledgerKeys struct{ amounts, starts, waiters, deadlines string }
+// ledgerKeys are a key's ledger: amounts and dollars hold its
+// reservations' tokens and nano-dollars.
+type ledgerKeys struct{ amounts, starts, waiters, deadlines, dollars string }
 
 func keysOf(keyID string) ledgerKeys {
 	tag := "{prq:gw:held:" + keyID + "}"
-	return ledgerKeys{amounts: tag + ":amounts", starts: tag + ":starts", waiters: tag + ":waiters", deadlines: tag + ":deadlines"}
+	return ledgerKeys{amounts: tag + ":amounts", starts: tag + ":starts", waiters: tag + ":waiters", deadlines: tag + ":deadlines", dollars: tag + ":dollars"}
 }
 
-func (k ledgerKeys) list() []string { return []string{k.amounts, k.starts, k.waiters, k.deadlines} }
+func (k ledgerKeys) list() []string {
+	return []string{k.amounts, k.starts, k.waiters, k.deadlines, k.dollars}
+}
 
 // turnState is a waiter's view of its key's quota.
 type turnState struct {
-	turn   bool      // the oldest waiter: it may reserve (amount is held for it)
-	held   int64     // tokens held by the key's other reservations
+	turn   bool      // the oldest waiter: it may reserve (its amounts are held for it)
+	held   amounts   // held by the key's other reservations
 	oldest time.Time // the oldest other reservation's start (zero: none)
 	now    time.Time // Redis's clock
 }
 
-// turn joins id to the key's waiters (once) and reports its state;
-// amount is held for it when it is its turn.
-func (l *ledger) turn(ctx context.Context, keyID, id string, deadline time.Time, amount int64) (turnState, error) {
-	res, err := turnScript.Run(ctx, l.rdb, keysOf(keyID).list(), id, deadline.UnixMicro(), l.ttl.Microseconds(), amount).Int64Slice()
-	if err != nil || len(res) != 4 {
+// turn joins id to the key's waiters (once) and reports its state; a
+// is held for it when it is its turn.
+func (l *ledger) turn(ctx context.Context, keyID, id string, deadline time.Time, a amounts) (turnState, error) {
+	res, err := turnScript.Run(ctx, l.rdb, keysOf(keyID).list(), id, deadline.UnixMicro(), l.ttl.Microseconds(), a.tokens, a.nano).Int64Slice()
+	if err == nil && len(res) != 5 {
+		err = fmt.Errorf("%d values, want 5", len(res))
+	}
+	if err != nil {
 		return turnState{}, fmt.Errorf("gateway: quota turn: %w", err)
 	}
-	st := turnState{turn: res[0] == 1, held: res[1], now: time.UnixMicro(res[3])}
+	st := turnState{turn: res[0] == 1, held: amounts{tokens: res[1], nano: res[4]}, now: time.UnixMicro(res[3])}
 	if res[2] > 0 {
 		st.oldest = time.UnixMicro(res[2])
 	}
@@ -83,10 +91,13 @@ func (l *ledger) turn(ctx context.Context, keyID, id string, deadline time.Time,
 }
 
 // granted records what id's reservation holds and ends its wait.
-func (l *ledger) granted(ctx context.Context, keyID, id string, amount int64) error {
+func (l *ledger) granted(ctx context.Context, keyID, id string, a amounts) error {
 	k := keysOf(keyID)
 	_, err := l.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, k.amounts, id, amount)
+		p.HSet(ctx, k.amounts, id, a.tokens)
+		if a.nano > 0 { // a key with a dollar quota
+			p.HSet(ctx, k.dollars, id, a.nano)
+		}
 		p.ZRem(ctx, k.waiters, id)
 		p.HDel(ctx, k.deadlines, id)
 		return nil
@@ -104,6 +115,7 @@ func (l *ledger) unhold(ctx context.Context, keyID, id string, leaving bool) err
 	k := keysOf(keyID)
 	_, err := l.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.HDel(ctx, k.amounts, id)
+		p.HDel(ctx, k.dollars, id)
 		p.ZRem(ctx, k.starts, id)
 		if leaving {
 			p.ZRem(ctx, k.waiters, id)
@@ -122,17 +134,26 @@ func (l *ledger) unhold(ctx context.Context, keyID, id string, leaving bool) err
 
 // held is what the key's reservations hold now (stale ones included: a
 // bound from above).
-func (l *ledger) held(ctx context.Context, keyID string) (int64, error) {
-	vals, err := l.rdb.HVals(ctx, keysOf(keyID).amounts).Result()
+func (l *ledger) held(ctx context.Context, keyID string) (amounts, error) {
+	k := keysOf(keyID)
+	var tokens, dollars *redis.StringSliceCmd
+	_, err := l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		tokens = p.HVals(ctx, k.amounts)
+		dollars = p.HVals(ctx, k.dollars)
+		return nil
+	})
 	if err != nil {
-		return 0, fmt.Errorf("gateway: quota held: %w", err)
+		return amounts{}, fmt.Errorf("gateway: quota held: %w", err)
 	}
-	var sum int64
-	for _, v := range vals {
-		n, _ := strconv.ParseInt(v, 10, 64)
-		sum += n
+	sum := func(vals []string) int64 {
+		var n int64
+		for _, v := range vals {
+			x, _ := strconv.ParseInt(v, 10, 64)
+			n += x
+		}
+		return n
 	}
-	return sum, nil
+	return amounts{tokens: sum(tokens.Val()), nano: sum(dollars.Val())}, nil
 }
 
 // wait returns a channel closed when the key's quota may have room (a

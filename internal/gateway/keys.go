@@ -39,8 +39,11 @@ type Key struct {
 	Name string `json:"name"`
 	Tier string `json:"tier"`
 	// QuotaTokens per QuotaPeriod (input plus output); 0: no quota.
-	QuotaTokens int64            `json:"quota_tokens"`
-	QuotaPeriod ratelimit.Period `json:"quota_period"`
+	QuotaTokens int64 `json:"quota_tokens"`
+	// QuotaDollars per QuotaPeriod (US dollars at the models' prices);
+	// 0: no quota. A call must fit both quotas.
+	QuotaDollars float64          `json:"quota_dollars"`
+	QuotaPeriod  ratelimit.Period `json:"quota_period"`
 	// TPM caps the key's tokens per minute (0: none).
 	TPM int64 `json:"tpm,omitempty"`
 	// Models the key may use (empty: all).
@@ -54,29 +57,33 @@ type Key struct {
 
 // Spec is what a new key is created with.
 type Spec struct {
-	Name        string           `json:"name"`
-	Tier        string           `json:"tier"`
-	QuotaTokens int64            `json:"quota_tokens"`
-	QuotaPeriod ratelimit.Period `json:"quota_period"`
-	TPM         int64            `json:"tpm"`
-	Models      []string         `json:"models"`
+	Name         string           `json:"name"`
+	Tier         string           `json:"tier"`
+	QuotaTokens  int64            `json:"quota_tokens"`
+	QuotaDollars float64          `json:"quota_dollars"`
+	QuotaPeriod  ratelimit.Period `json:"quota_period"`
+	TPM          int64            `json:"tpm"`
+	Models       []string         `json:"models"`
 }
 
 // The largest limits a key may have: what the limiters hold exactly (a
 // key's tokens per minute are a bucket level scaled by the minute in µs,
-// a quota is summed in Lua's doubles, exact below 2^53), far above any
-// real use.
+// a quota is summed in Lua's doubles, exact below 2^53: a million
+// dollars is 10^15 nano-dollars), far above any real use.
 const (
-	MaxQuotaTokens = 1 << 50 // 1,125,899,906,842,624
-	MaxTPM         = 1 << 33 // 8,589,934,592
+	MaxQuotaTokens  = 1 << 50 // 1,125,899,906,842,624
+	MaxQuotaDollars = 1e6
+	MaxTPM          = 1 << 33 // 8,589,934,592
 )
 
 // checkLimits reports a quota or tokens per minute the limiters cannot
 // hold, naming the flag (and the API's field).
-func checkLimits(quota, tpm int64) error {
+func checkLimits(quota int64, dollars float64, tpm int64) error {
 	switch {
 	case quota < 0 || quota > MaxQuotaTokens:
 		return fmt.Errorf("--quota-tokens (quota_tokens) must be between 0 and %d, got %d", int64(MaxQuotaTokens), quota)
+	case !(dollars >= 0 && dollars <= MaxQuotaDollars): // NaN too
+		return fmt.Errorf("--quota-dollars (quota_dollars) must be between 0 and %d US dollars, got %v", int64(MaxQuotaDollars), dollars)
 	case tpm < 0 || tpm > MaxTPM:
 		return fmt.Errorf("--tpm (tpm) must be between 0 and %d, got %d", int64(MaxTPM), tpm)
 	}
@@ -97,7 +104,7 @@ func (s *Spec) validate() error {
 	case !slices.Contains(Tiers, s.Tier):
 		return fmt.Errorf("%w: tier %q: want chat, paid, trial or free", ErrInvalidSpec, s.Tier)
 	}
-	if err := checkLimits(s.QuotaTokens, s.TPM); err != nil {
+	if err := checkLimits(s.QuotaTokens, s.QuotaDollars, s.TPM); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidSpec, err)
 	}
 	if _, err := ratelimit.ParsePeriod(string(s.QuotaPeriod)); err != nil {
@@ -110,6 +117,9 @@ func (s *Spec) validate() error {
 	}
 	return nil
 }
+
+// hasQuota reports a key with a quota, of tokens or dollars.
+func (k Key) hasQuota() bool { return k.QuotaTokens > 0 || k.QuotaDollars > 0 }
 
 // Allows reports whether the key may use model.
 func (k Key) Allows(model string) bool {
@@ -172,7 +182,7 @@ func (ks *Keys) Create(ctx context.Context, s Spec) (string, Key, error) {
 	if err != nil {
 		return "", Key{}, err
 	}
-	k := Key{ID: shortHash(secret), Name: s.Name, Tier: s.Tier, QuotaTokens: s.QuotaTokens, QuotaPeriod: s.QuotaPeriod,
+	k := Key{ID: shortHash(secret), Name: s.Name, Tier: s.Tier, QuotaTokens: s.QuotaTokens, QuotaDollars: s.QuotaDollars, QuotaPeriod: s.QuotaPeriod,
 		TPM: s.TPM, Models: s.Models, Created: ks.now().UTC().Truncate(time.Second), Hash: digest(secret)}
 	rec, _ := json.Marshal(k)
 	_, err = ks.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
@@ -227,10 +237,10 @@ func (ks *Keys) Authenticate(ctx context.Context, secret string) (Key, error) {
 	case !k.Revoked.IsZero():
 		return Key{}, ErrRevoked
 	}
-	if err := checkLimits(k.QuotaTokens, k.TPM); err != nil {
+	if err := checkLimits(k.QuotaTokens, k.QuotaDollars, k.TPM); err != nil {
 		return Key{}, fmt.Errorf("%w: key %s: %w", ErrInvalidRecord, k.ID, err)
 	}
-	if _, err := ratelimit.ParsePeriod(string(k.QuotaPeriod)); err != nil && k.QuotaTokens > 0 {
+	if _, err := ratelimit.ParsePeriod(string(k.QuotaPeriod)); err != nil && k.hasQuota() {
 		return Key{}, fmt.Errorf("%w: key %s: %w", ErrInvalidRecord, k.ID, err)
 	}
 	return k, nil
@@ -360,8 +370,8 @@ func (ks *Keys) Spend(ctx context.Context, t time.Time) (map[string]float64, err
 	return out, nil
 }
 
-// Usage is a key's quota use in its current window (zero without a
-// quota).
+// Usage is a key's token quota use in its current window (zero without
+// a quota).
 func (ks *Keys) Usage(ctx context.Context, k Key) (ratelimit.Usage, error) {
 	if k.QuotaTokens <= 0 {
 		return ratelimit.Usage{}, nil
@@ -371,4 +381,17 @@ func (ks *Keys) Usage(ctx context.Context, k Key) (ratelimit.Usage, error) {
 		return ratelimit.Usage{}, err
 	}
 	return q.Used(ctx, tenantOf(k), "", k.QuotaTokens)
+}
+
+// DollarUsage is a key's dollar quota use in its current window, in
+// nano-dollars (zero without a quota).
+func (ks *Keys) DollarUsage(ctx context.Context, k Key) (ratelimit.Usage, error) {
+	if k.QuotaDollars <= 0 {
+		return ratelimit.Usage{}, nil
+	}
+	q, err := ratelimit.NewQuota(ks.rdb, ratelimit.QuotaConfig{Period: k.QuotaPeriod})
+	if err != nil {
+		return ratelimit.Usage{}, err
+	}
+	return q.UsedDollars(ctx, tenantOf(k), "", ratelimit.Nano(k.QuotaDollars))
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/prq-dev/prq/internal/gateway"
 	"github.com/prq-dev/prq/internal/redistest"
+	"github.com/prq-dev/prq/llm"
 	"github.com/prq-dev/prq/ratelimit"
 )
 
@@ -87,15 +90,22 @@ func TestSpecValidation(t *testing.T) {
 	tests := []struct {
 		name string
 		spec gateway.Spec
+		// names is what the error names: the flag and the API's field
+		names []string
 	}{
-		{"no name", gateway.Spec{Tier: "paid"}},
-		{"unknown tier", gateway.Spec{Name: "a", Tier: "gold"}},
-		{"negative quota", gateway.Spec{Name: "a", QuotaTokens: -1}},
-		{"negative tpm", gateway.Spec{Name: "a", TPM: -5}},
-		{"unknown period", gateway.Spec{Name: "a", QuotaPeriod: "fortnight"}},
-		{"empty model", gateway.Spec{Name: "a", Models: []string{" "}}},
-		{"tpm past the bucket's arithmetic", gateway.Spec{Name: "a", TPM: 100000000000}},
-		{"quota past exact doubles", gateway.Spec{Name: "a", QuotaTokens: 9223372036854775807}},
+		{"no name", gateway.Spec{Tier: "paid"}, nil},
+		{"unknown tier", gateway.Spec{Name: "a", Tier: "gold"}, nil},
+		{"negative quota", gateway.Spec{Name: "a", QuotaTokens: -1}, []string{"--quota-tokens", "quota_tokens"}},
+		{"negative tpm", gateway.Spec{Name: "a", TPM: -5}, []string{"--tpm"}},
+		{"unknown period", gateway.Spec{Name: "a", QuotaPeriod: "fortnight"}, nil},
+		{"empty model", gateway.Spec{Name: "a", Models: []string{" "}}, nil},
+		{"tpm past the bucket's arithmetic", gateway.Spec{Name: "a", TPM: 100000000000}, []string{"--tpm"}},
+		{"quota past exact doubles", gateway.Spec{Name: "a", QuotaTokens: 9223372036854775807}, []string{"--quota-tokens", "quota_tokens"}},
+		{"negative dollars", gateway.Spec{Name: "a", QuotaDollars: -0.01}, []string{"--quota-dollars", "quota_dollars"}},
+		{"dollars not a number", gateway.Spec{Name: "a", QuotaDollars: math.NaN()}, []string{"--quota-dollars", "quota_dollars", "NaN"}},
+		{"infinite dollars", gateway.Spec{Name: "a", QuotaDollars: math.Inf(1)}, []string{"--quota-dollars", "quota_dollars"}},
+		{"dollars past a million", gateway.Spec{Name: "a", QuotaDollars: 1e6 + 1}, []string{"--quota-dollars", "quota_dollars", "1000000"}},
+		{"dollars beside a bad period", gateway.Spec{Name: "a", QuotaDollars: 5, QuotaPeriod: "fortnight"}, []string{"fortnight"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -103,10 +113,18 @@ func TestSpecValidation(t *testing.T) {
 			if !errors.Is(err, gateway.ErrInvalidSpec) {
 				t.Fatalf("err %v, want ErrInvalidSpec", err)
 			}
-			if (tt.spec.TPM > 0 && !strings.Contains(err.Error(), "--tpm")) || (tt.spec.QuotaTokens > 0 && !strings.Contains(err.Error(), "--quota-tokens")) {
-				t.Fatalf("%v does not name the flag", err)
+			for _, name := range tt.names {
+				if !strings.Contains(err.Error(), name) {
+					t.Fatalf("%v does not name %s", err, name)
+				}
 			}
 		})
+	}
+	// the bounds themselves are taken
+	for _, d := range []float64{0, 0.000001, gateway.MaxQuotaDollars} {
+		if _, k, err := ks.Create(context.Background(), gateway.Spec{Name: "a", QuotaDollars: d}); err != nil || k.QuotaDollars != d {
+			t.Errorf("quota_dollars %v: %+v %v", d, k, err)
+		}
 	}
 }
 
@@ -136,8 +154,27 @@ func TestKeysAPI(t *testing.T) {
 	if code != http.StatusCreated || !strings.HasPrefix(secret, gateway.KeyPrefix) || rec.ID == "" {
 		t.Fatalf("create: %d %v", code, m)
 	}
-	if code, _, body := do("GET", "/api/keys", ""); code != 200 || !strings.Contains(body, rec.ID) || !strings.Contains(body, `"quota_used": 0`) || strings.Contains(body, secret) || strings.Contains(body, `"hash"`) {
+	if code, _, body := do("GET", "/api/keys", ""); code != 200 || !strings.Contains(body, rec.ID) || !strings.Contains(body, `"quota_used": 0`) ||
+		!strings.Contains(body, `"quota_dollars": 0`) || !strings.Contains(body, `"used_dollars": 0`) || strings.Contains(body, secret) || strings.Contains(body, `"hash"`) {
 		t.Fatalf("list: %d %s", code, body)
+	}
+	code, m, _ = do("POST", "/api/keys", `{"name":"dollar-bot","tier":"paid","quota_dollars":2.5,"quota_period":"month"}`)
+	var drec gateway.Key
+	json.Unmarshal(m["record"], &drec)
+	if code != http.StatusCreated || drec.QuotaDollars != 2.5 || drec.QuotaTokens != 0 || drec.QuotaPeriod != "month" {
+		t.Fatalf("create with quota_dollars: %d %v", code, m)
+	}
+	for _, body := range []string{`{"name":"x","quota_dollars":-1}`, `{"name":"x","quota_dollars":1e7}`} {
+		req, _ := http.NewRequest("POST", srv.URL+"/api/keys", strings.NewReader(body))
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusBadRequest || !strings.Contains(string(msg), "quota_dollars") {
+			t.Errorf("%s: %d %s, want 400 naming quota_dollars", body, res.StatusCode, msg)
+		}
 	}
 	if code, m, _ := do("POST", "/api/keys/"+rec.ID+"/rotate", ""); code != 200 || len(m["key"]) == 0 {
 		t.Fatalf("rotate: %d %v", code, m)
@@ -166,9 +203,9 @@ func TestKeysAPI(t *testing.T) {
 // 503 every request of such a key got.
 func TestKeyLimitsBounded(t *testing.T) {
 	t.Parallel()
-	r := newRig(t, 0)
+	r := newRigWith(t, rigOpts{cfg: withPrices(llm.Prices{Input: 0.15, Output: 0.6})})
 	ctx := context.Background()
-	secret, k := r.key(t, gateway.Spec{Name: "max", Tier: "paid", QuotaTokens: gateway.MaxQuotaTokens, TPM: gateway.MaxTPM})
+	secret, k := r.key(t, gateway.Spec{Name: "max", Tier: "paid", QuotaTokens: gateway.MaxQuotaTokens, QuotaDollars: gateway.MaxQuotaDollars, TPM: gateway.MaxTPM})
 	body := `{"model":"` + r.model + `","max_tokens":20,"messages":[{"role":"user","content":"hi"}]}`
 	res, err := r.post(ctx, secret, body, nil)
 	if err != nil {
@@ -178,13 +215,14 @@ func TestKeyLimitsBounded(t *testing.T) {
 	if res.StatusCode != http.StatusOK {
 		t.Fatalf("a key at the largest limits: %d", res.StatusCode)
 	}
-	for _, tt := range []struct{ field, value string }{{"tpm", "100000000000"}, {"quota_tokens", "9223372036854775807"}} {
+	for _, tt := range []struct{ field, value string }{{"tpm", "100000000000"}, {"quota_tokens", "9223372036854775807"}, {"quota_dollars", "1e9"}, {"quota_dollars", "-1"}} {
 		raw, err := r.rdb.Get(ctx, "{prq:gw}:key:"+k.ID).Bytes()
 		if err != nil {
 			t.Fatal(err)
 		}
 		var rec map[string]any
 		json.Unmarshal(raw, &rec)
+		orig := rec[tt.field]
 		rec[tt.field] = json.RawMessage(tt.value)
 		raw, _ = json.Marshal(rec)
 		if err := r.rdb.Set(ctx, "{prq:gw}:key:"+k.ID, raw, 0).Err(); err != nil {
@@ -200,7 +238,7 @@ func TestKeyLimitsBounded(t *testing.T) {
 		if res.StatusCode != http.StatusForbidden || e.Error.Code == nil || *e.Error.Code != "invalid_key_record" || !strings.Contains(e.Error.Message, tt.field) {
 			t.Fatalf("%s %s stored: %d %+v, want 403 invalid_key_record naming it", tt.field, tt.value, res.StatusCode, e)
 		}
-		rec[tt.field] = json.RawMessage("0")
+		rec[tt.field] = orig
 		raw, _ = json.Marshal(rec)
 		r.rdb.Set(ctx, "{prq:gw}:key:"+k.ID, raw, 0)
 	}

@@ -5,32 +5,140 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prq-dev/prq/ratelimit"
 )
 
+// A key may have a quota of tokens, of dollars, or both, per its
+// period; a call must fit both. Both are reserved the same way, in one
+// turn of the key's ledger (held.go): the input plus the output cap, the
+// cap cut to what the tighter quota leaves. A quota of dollars reserves
+// the input at the model's dearest input price (a cache write may cost
+// more than the input) and the output at its output price, in
+// nano-dollars, and is settled with the call's cost from its usage (the
+// price of a call served from the cache or by flex processing is less:
+// the rest is given back). A request whose model has fallbacks is
+// reserved once for all of them, at the dearest of their prices.
+
 // quotaPoll bounds how long a waiter misses a settle in another process.
 const quotaPoll = 100 * time.Millisecond
 
-// reserveQuota reserves the key's quota for q: input plus want output
+// amounts are what a request needs, reserves or holds of its key's
+// quotas, or what they have left: tokens and nano-dollars.
+type amounts struct{ tokens, nano int64 }
+
+// describe says a in the units of k's quotas.
+func (a amounts) describe(k Key) string {
+	var parts []string
+	if k.QuotaTokens > 0 {
+		parts = append(parts, fmt.Sprintf("%d tokens", a.tokens))
+	}
+	if k.QuotaDollars > 0 {
+		parts = append(parts, dollarsText(a.nano))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// dollarsText is nano-dollars as dollars ("$0.00082").
+func dollarsText(nano int64) string {
+	return "$" + strconv.FormatFloat(float64(nano)/ratelimit.NanoDollars, 'f', -1, 64)
+}
+
+// dollarPrice is what a token costs under a dollar quota, in
+// nano-dollars: an input token, an output token.
+type dollarPrice struct{ in, out int64 }
+
+// of is what input and output tokens come to in each quota's unit.
+func (p dollarPrice) of(input, output int64) amounts {
+	return amounts{tokens: input + output, nano: input*p.in + output*p.out}
+}
+
+// nanoPrices are m's prices under a dollar quota: the input at its
+// dearest (a cache write may cost more than the input), the output. ok
+// reports that m's calls can be counted in dollars: an output price for
+// a call with output, an input price for one without (embeddings).
+func nanoPrices(m Model, output bool) (p dollarPrice, ok bool) {
+	pr := m.Prices
+	if !pr.Valid() {
+		return dollarPrice{}, false
+	}
+	p = dollarPrice{in: ratelimit.NanoPerToken(max(pr.Input, pr.CachedInput, pr.CacheWrite)), out: ratelimit.NanoPerToken(pr.Output)}
+	if output {
+		return p, p.out > 0
+	}
+	return p, p.in > 0
+}
+
+// serves reports whether model may serve q for its key: the key may use
+// it and, under a dollar quota, its calls can be counted in dollars.
+func (g *Gateway) serves(q *request, model string) bool {
+	m, ok := g.cfg.Models[model]
+	if !ok || !q.key.Allows(model) {
+		return false
+	}
+	if q.key.QuotaDollars > 0 {
+		_, ok = nanoPrices(m, q.api != apiEmbeddings)
+	}
+	return ok
+}
+
+// requestPrice is what a token of q costs under its key's dollar quota:
+// the dearest of the prices of the models that may serve it (its own
+// and its fallbacks'), since its reservation is one for all of them.
+// False: its own model's calls cannot be counted in dollars.
+func (g *Gateway) requestPrice(q *request) (dollarPrice, bool) {
+	output := q.api != apiEmbeddings
+	p, ok := nanoPrices(g.cfg.Models[q.model], output)
+	if !ok {
+		return dollarPrice{}, false
+	}
+	for _, f := range g.cfg.Models[q.model].Fallbacks {
+		if g.serves(q, f) {
+			fp, _ := nanoPrices(g.cfg.Models[f], output)
+			p = dollarPrice{in: max(p.in, fp.in), out: max(p.out, fp.out)}
+		}
+	}
+	return p, true
+}
+
+// unpriced answers 403: q's key has a dollar quota and q's model no
+// prices to count its calls in dollars, so the quota cannot be enforced
+// on it. Nothing is reserved or sent.
+func (g *Gateway) unpriced(w http.ResponseWriter, q *request) {
+	g.metrics.refused(q.key.ID, "unpriced")
+	q.fail(w, http.StatusForbidden, "invalid_request_error", "model_not_priced", fmt.Sprintf(
+		"Key %s has a dollar quota, and the model `%s` has no prices (models[].prices) to count its calls in dollars: the key may not use it.", q.key.ID, q.model))
+}
+
+// reserveQuota reserves the key's quotas for q: input plus want output
 // per choice, capped to what is left (q.cap), waiting while others hold
 // what it needs (held.go). False: answered, nothing reserved.
 func (g *Gateway) reserveQuota(w http.ResponseWriter, r *http.Request, q *request, want int64) bool {
 	k := q.key
 	q.cap = want
-	if k.QuotaTokens <= 0 {
+	if !k.hasQuota() {
 		return true
+	}
+	var price dollarPrice // zero without a dollar quota
+	if k.QuotaDollars > 0 {
+		var ok bool
+		if price, ok = g.requestPrice(q); !ok {
+			g.unpriced(w, q)
+			return false
+		}
 	}
 	ctx := r.Context()
 	bg := context.WithoutCancel(ctx)
-	quota := g.quotas[k.QuotaPeriod]
 	// a token per choice at least; for a request without output
 	// (embeddings) only its input, as Reserve asks
-	needed, least := q.input+max(g.cfg.MinOutput, q.n), int64(1)
+	minOut, least := max(g.cfg.MinOutput, q.n), int64(1)
 	if want == 0 {
-		needed, least = q.input, 0
+		minOut, least = 0, 0
 	}
+	needed, most := price.of(q.input, minOut), price.of(q.input, want*q.n)
 	wctx, cancel := context.WithDeadline(ctx, q.deadline)
 	defer cancel()
 	leave := func() {
@@ -41,39 +149,27 @@ func (g *Gateway) reserveQuota(w http.ResponseWriter, r *http.Request, q *reques
 	start := time.Now()
 	for {
 		wake := g.held.wait(k.ID)
-		st, err := g.held.turn(wctx, k.ID, q.id, q.deadline, q.input+want*q.n)
+		st, err := g.held.turn(wctx, k.ID, q.id, q.deadline, most)
 		if err == nil && st.turn {
-			var gr ratelimit.Grant
-			gr, err = quota.Reserve(wctx, tenantOf(k), "", q.id, k.QuotaTokens, q.input, want*q.n)
-			if err == nil && gr.Cap/q.n >= least {
-				q.grant, q.cap = &gr, gr.Cap/q.n
+			var ok bool
+			var left amounts
+			ok, left, err = g.reserve(wctx, q, want*q.n, least, price)
+			if err == nil && ok {
 				q.reserved = time.Now()
-				if err := g.held.granted(bg, k.ID, q.id, gr.Input+gr.Cap); err != nil {
+				if err := g.held.granted(bg, k.ID, q.id, q.holds()); err != nil {
 					g.log.WarnContext(ctx, "gateway: recording a held reservation failed; the key's waiters count it when it expires", "key", k.ID, "err", err)
 				}
 				g.metrics.quotaWaited(k.ID, time.Since(start))
 				return true
 			}
-			left := int64(0)
-			var qe *ratelimit.QuotaError
-			switch {
-			case err == nil: // room for the minimum, not for a token per choice
-				left = gr.Remaining + gr.Input + gr.Cap
-				if serr := quota.Settle(bg, gr, 0); serr != nil {
-					g.log.WarnContext(ctx, "gateway: giving back a quota reservation failed", "key", k.ID, "err", serr)
-				}
-				err = nil
-			case errors.As(err, &qe):
-				left, err = qe.Remaining, nil
-			}
 			if err == nil {
 				if uerr := g.held.unhold(bg, k.ID, q.id, false); uerr != nil {
 					g.log.WarnContext(ctx, "gateway: dropping a refused hold failed", "key", k.ID, "err", uerr)
 				}
-				if left+st.held < needed {
-					// spent: even with nothing held it cannot cover the request
+				if s, spent := spentQuota(k, left, st.held, needed, q.input, minOut); spent {
+					// even with nothing held it cannot cover the request
 					leave()
-					g.refuseQuota(w, q, left, g.quotaReset(k), neededText(needed, q.input))
+					g.refuseQuota(w, q, s, g.quotaReset(k))
 					g.rateHeaders(bg, w.Header(), q)
 					return false
 				}
@@ -103,20 +199,232 @@ func (g *Gateway) reserveQuota(w http.ResponseWriter, r *http.Request, q *reques
 		g.metrics.refused(k.ID, "quota_held")
 		retry := g.held.retryAfter(st)
 		retryHeaders(w.Header(), retry)
-		if u, err := quota.Used(bg, tenantOf(k), "", k.QuotaTokens); err == nil {
-			g.quotaHeaders(w.Header(), k, k.QuotaTokens-u.Used, u.Reset)
-		}
+		g.quotaNow(bg, w.Header(), k)
 		q.fail(w, http.StatusTooManyRequests, "requests", "rate_limit_exceeded", fmt.Sprintf(
-			"Key %s's quota is held by its requests in flight (%d tokens) and did not free %d tokens within %s. Please try again in %s.",
-			k.ID, st.held, needed, q.maxWait, retry.Round(time.Second)))
+			"Key %s's quota is held by its requests in flight (%s) and did not free %s within %s. Please try again in %s.",
+			k.ID, st.held.describe(k), needed.describe(k), q.maxWait, retry.Round(time.Second)))
 		return false
 	}
 }
 
-// neededText says what a refused request needed of the quota.
-func neededText(needed, input int64) string {
-	if needed == input {
-		return fmt.Sprintf("%d needed (its input)", needed)
+// reserve reserves q's input and output tokens (all its choices) in
+// each of its key's quotas, the output capped to what the tighter one
+// leaves, and sets q.grant, q.dgrant and q.cap (per choice). When a
+// quota cannot pay for the input and least output per choice, nothing
+// stays reserved (false) and left is what each quota has left.
+func (g *Gateway) reserve(ctx context.Context, q *request, output, least int64, price dollarPrice) (bool, amounts, error) {
+	k := q.key
+	quota := g.quotas[k.QuotaPeriod]
+	tenant, limit := tenantOf(k), ratelimit.Nano(k.QuotaDollars)
+	var tg, dg *ratelimit.Grant
+	var left amounts
+	// giveBack gives back what is reserved, which tells what is left
+	giveBack := func() {
+		for _, gr := range []*ratelimit.Grant{tg, dg} {
+			if gr == nil {
+				continue
+			}
+			if err := quota.Settle(context.WithoutCancel(ctx), *gr, 0); err != nil && !errors.Is(err, ratelimit.ErrNotReserved) {
+				g.log.WarnContext(ctx, "gateway: giving back a quota reservation failed", "key", k.ID, "err", err)
+			}
+		}
+		if tg != nil {
+			left.tokens = tg.Remaining + tg.Reserved
+		}
+		if dg != nil {
+			left.nano = dg.Remaining + dg.Reserved
+		}
 	}
-	return fmt.Sprintf("%d needed (input %d + a minimum output of %d)", needed, input, needed-input)
+	reserveTokens := func(output int64) error {
+		gr, err := quota.Reserve(ctx, tenant, "", q.id, k.QuotaTokens, q.input, output)
+		if err == nil {
+			tg = &gr
+		}
+		return err
+	}
+	var qe *ratelimit.QuotaError
+	if k.QuotaTokens > 0 {
+		err := reserveTokens(output)
+		if errors.As(err, &qe) {
+			left.tokens = qe.Remaining
+			if k.QuotaDollars > 0 { // is it spent too?
+				u, err := quota.UsedDollars(ctx, tenant, "", limit)
+				if err != nil {
+					return false, left, err
+				}
+				left.nano = limit - u.Used
+			}
+			return false, left, nil
+		}
+		if err != nil {
+			return false, left, err
+		}
+		output = tg.Cap
+	}
+	if k.QuotaDollars > 0 {
+		gr, err := quota.ReserveDollars(ctx, tenant, "", q.id, limit, q.input, output, price.in, price.out)
+		if err != nil {
+			giveBack()
+			if errors.As(err, &qe) {
+				left.nano = qe.Remaining
+				return false, left, nil
+			}
+			return false, left, err
+		}
+		dg = &gr
+		if tg != nil && dg.Cap < tg.Cap {
+			// the dollars cut the output further: the tokens reserve
+			// only what the call may use, so that they hold no more
+			t := tg
+			tg = nil
+			if err := quota.Settle(context.WithoutCancel(ctx), *t, 0); err != nil {
+				giveBack()
+				return false, left, err
+			}
+			err := reserveTokens(dg.Cap)
+			if err != nil {
+				giveBack()
+				if errors.As(err, &qe) { // another process took it meanwhile
+					left.tokens = qe.Remaining
+					return false, left, nil
+				}
+				return false, left, err
+			}
+		}
+		output = dg.Cap
+		if tg != nil {
+			output = min(output, tg.Cap)
+		}
+	}
+	if output/q.n < least { // room for the minimum, not for a token per choice
+		giveBack()
+		return false, left, nil
+	}
+	q.grant, q.dgrant, q.cap = tg, dg, output/q.n
+	return true, left, nil
+}
+
+// holds is what q's reservations hold.
+func (q *request) holds() amounts {
+	var a amounts
+	if q.grant != nil {
+		a.tokens = q.grant.Reserved
+	}
+	if q.dgrant != nil {
+		a.nano = q.dgrant.Reserved
+	}
+	return a
+}
+
+// quotaShort is a quota of a key's that cannot pay for a request.
+type quotaShort struct {
+	dollars bool   // the dollar quota; else the token quota
+	left    int64  // what it has left, in its unit (tokens, nano-dollars)
+	needs   string // what the request needs of it
+}
+
+// needing is s with what a request needs of it.
+func (s quotaShort) needing(needs string) quotaShort {
+	s.needs = needs
+	return s
+}
+
+// spentQuota is the quota of k that cannot pay for needed (input tokens
+// and minOut output) even once its calls in flight settle: what it has
+// left plus what they hold falls short.
+func spentQuota(k Key, left, held, needed amounts, input, minOut int64) (quotaShort, bool) {
+	if k.QuotaTokens > 0 && left.tokens+held.tokens < needed.tokens {
+		s := quotaShort{left: left.tokens, needs: fmt.Sprintf("%d needed (its input)", needed.tokens)}
+		if minOut > 0 {
+			s.needs = fmt.Sprintf("%d needed (input %d + a minimum output of %d)", needed.tokens, input, minOut)
+		}
+		return s, true
+	}
+	if k.QuotaDollars > 0 && left.nano+held.nano < needed.nano {
+		s := quotaShort{dollars: true, left: left.nano, needs: fmt.Sprintf("%s needed (its input of %d tokens at its models' prices)", dollarsText(needed.nano), input)}
+		if minOut > 0 {
+			s.needs = fmt.Sprintf("%s needed (input %d + a minimum output of %d tokens at its models' prices)", dollarsText(needed.nano), input, minOut)
+		}
+		return s, true
+	}
+	return quotaShort{}, false
+}
+
+// refuseQuota answers 403 insufficient_quota: the key's quota s cannot
+// pay for the request before it resets. Nothing is reserved or sent.
+func (g *Gateway) refuseQuota(w http.ResponseWriter, q *request, s quotaShort, reset time.Time) {
+	k := q.key
+	g.metrics.refused(k.ID, "quota")
+	msg := fmt.Sprintf("The %s quota of key %s (%d tokens per %s) is spent: %d tokens left, %s. It resets at %s.",
+		k.QuotaPeriod, k.ID, k.QuotaTokens, k.QuotaPeriod, max(s.left, 0), s.needs, reset.UTC().Format(time.RFC3339))
+	if s.dollars {
+		dollarHeaders(w.Header(), k, s.left, reset)
+		msg = fmt.Sprintf("The %s dollar quota of key %s (%s per %s) is spent: %s left, %s. It resets at %s.",
+			k.QuotaPeriod, k.ID, dollarsText(ratelimit.Nano(k.QuotaDollars)), k.QuotaPeriod, dollarsText(max(s.left, 0)), s.needs, reset.UTC().Format(time.RFC3339))
+	} else {
+		quotaHeaders(w.Header(), k, s.left, reset)
+	}
+	q.fail(w, http.StatusForbidden, "insufficient_quota", "quota_exceeded", msg)
+}
+
+// quotaHeaders describe the key's token quota in prq's own headers
+// (OpenAI's x-ratelimit-* describe per-minute limits: rateHeaders).
+func quotaHeaders(h http.Header, k Key, remaining int64, reset time.Time) {
+	if k.QuotaTokens <= 0 {
+		return
+	}
+	h.Set("x-prq-quota-limit", strconv.FormatInt(k.QuotaTokens, 10))
+	h.Set("x-prq-quota-remaining", strconv.FormatInt(max(remaining, 0), 10))
+	h.Set("x-prq-quota-reset", reset.UTC().Format(time.RFC3339))
+}
+
+// dollarHeaders describe the key's dollar quota, in dollars.
+func dollarHeaders(h http.Header, k Key, remainingNano int64, reset time.Time) {
+	if k.QuotaDollars <= 0 {
+		return
+	}
+	h.Set("x-prq-quota-dollars-limit", strconv.FormatFloat(k.QuotaDollars, 'f', -1, 64))
+	h.Set("x-prq-quota-dollars-remaining", strings.TrimPrefix(dollarsText(max(remainingNano, 0)), "$"))
+	h.Set("x-prq-quota-reset", reset.UTC().Format(time.RFC3339))
+}
+
+// quotaNow describes the key's quotas as they are now.
+func (g *Gateway) quotaNow(ctx context.Context, h http.Header, k Key) {
+	quota := g.quotas[k.QuotaPeriod]
+	if k.QuotaTokens > 0 {
+		if u, err := quota.Used(ctx, tenantOf(k), "", k.QuotaTokens); err == nil {
+			quotaHeaders(h, k, k.QuotaTokens-u.Used, u.Reset)
+		}
+	}
+	if k.QuotaDollars > 0 {
+		limit := ratelimit.Nano(k.QuotaDollars)
+		if u, err := quota.UsedDollars(ctx, tenantOf(k), "", limit); err == nil {
+			dollarHeaders(h, k, limit-u.Used, u.Reset)
+		}
+	}
+}
+
+// settleQuota settles q's reservations with what its call spent of
+// each quota (nothing: all given back), once.
+func (g *Gateway) settleQuota(ctx context.Context, q *request, spent amounts) {
+	if q.grant == nil && q.dgrant == nil {
+		return
+	}
+	quota := g.quotas[q.key.QuotaPeriod]
+	for _, s := range []struct {
+		grant  *ratelimit.Grant
+		actual int64
+	}{{q.grant, spent.tokens}, {q.dgrant, spent.nano}} {
+		if s.grant == nil {
+			continue
+		}
+		if err := quota.Settle(ctx, *s.grant, s.actual); err != nil && !errors.Is(err, ratelimit.ErrNotReserved) {
+			g.log.WarnContext(ctx, "gateway: settling the quota failed; the reservation counts in full until it expires", "key", q.key.ID, "err", err)
+		}
+	}
+	if err := g.held.unhold(ctx, q.key.ID, q.id, false); err != nil {
+		g.log.WarnContext(ctx, "gateway: dropping a settled hold failed; the key's waiters count it until it expires", "key", q.key.ID, "err", err)
+	}
+	g.held.settled(time.Since(q.reserved))
+	q.grant, q.dgrant = nil, nil // settled once
 }

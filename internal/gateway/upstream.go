@@ -37,13 +37,16 @@ type promptDetails struct {
 	CachedTokens int64 `json:"cached_tokens"`
 }
 
-// cached is the prompt tokens a provider's cache served, and written
-// those written to it.
-func (u *usage) cached() (cached, written int64) {
+// response is the usage as llm prices it: the prompt tokens a
+// provider's cache served (OpenAI's cached tokens, Anthropic's cache
+// reads) and those written to it apart, and the tier that served it.
+func (u *usage) response() llm.Response {
+	var cached int64
 	if u.PromptTokensDetails != nil {
 		cached = u.PromptTokensDetails.CachedTokens
 	}
-	return max(cached, u.cacheRead), u.cacheWrite
+	return llm.Response{PromptTokens: u.PromptTokens, OutputTokens: u.CompletionTokens, CachedTokens: max(cached, u.cacheRead),
+		CacheWriteTokens: u.cacheWrite, ServiceTier: u.serviceTier}
 }
 
 // forwardable reports whether a provider header is forwarded: not
@@ -275,7 +278,7 @@ func (g *Gateway) settleNothing(ctx context.Context, q *request) {
 	if err := g.adm.Settle(ctx, q.model, q.ticket, ratelimit.Cost{}); err != nil && !errors.Is(err, ratelimit.ErrNotReserved) {
 		g.log.WarnContext(ctx, "gateway: refunding the bucket failed; it keeps the estimate", "key", q.key.ID, "err", err)
 	}
-	g.settleQuota(ctx, q, 0)
+	g.settleQuota(ctx, q, amounts{})
 	if q.tpm != nil {
 		g.settleTPM(ctx, q, 0)
 	}
@@ -443,17 +446,16 @@ func streamError(w http.ResponseWriter, msg string) {
 	}
 }
 
-// price counts what a call cost at its model's prices: by key (metric
+// cost is what a call of q's model with usage r cost at the model's
+// prices (those of the tier that served it), in dollars.
+func (g *Gateway) cost(q *request, r llm.Response) float64 {
+	return g.cfg.Models[q.model].Prices.Of(r).Cost(r)
+}
+
+// price counts d dollars, what a call with usage r cost: by key (metric
 // and the key's spend this month) and by model and tier (CostFunc).
-func (g *Gateway) price(ctx context.Context, q *request, u *usage) {
-	p := g.cfg.Models[q.model].Prices
-	if p == (llm.Prices{}) {
-		return
-	}
-	cached, written := u.cached()
-	r := llm.Response{PromptTokens: u.PromptTokens, OutputTokens: u.CompletionTokens, CachedTokens: cached, CacheWriteTokens: written, ServiceTier: u.serviceTier}
-	d := p.Of(r).Cost(r)
-	if d <= 0 {
+func (g *Gateway) price(ctx context.Context, q *request, r llm.Response, d float64) {
+	if d <= 0 { // an unpriced model
 		return
 	}
 	lane := "sync"
@@ -478,13 +480,17 @@ func (g *Gateway) price(ctx context.Context, q *request, u *usage) {
 // without it, the whole reservation when the provider may have run the
 // call (ran), nothing when it refused it.
 func (g *Gateway) settle(ctx context.Context, q *request, u *usage, ran bool) {
-	tokens, quota := q.est, int64(0)
-	if ran && q.grant != nil {
-		quota = q.grant.Input + q.grant.Cap
+	tokens, spent := q.est, amounts{}
+	if ran {
+		spent = q.holds()
 	}
+	var r llm.Response
+	var dollars float64
 	if u != nil {
 		tokens = u.PromptTokens + u.CompletionTokens
-		quota = tokens
+		r = u.response()
+		dollars = g.cost(q, r)
+		spent = amounts{tokens: tokens, nano: ratelimit.NanoCost(dollars)}
 		g.metrics.used(q.key.ID, u.PromptTokens, u.CompletionTokens)
 		if reserved := q.input + q.cap*q.n; tokens > reserved {
 			// the count missed something the provider counts: the quota
@@ -501,9 +507,9 @@ func (g *Gateway) settle(ctx context.Context, q *request, u *usage, ran bool) {
 	if err := g.adm.Settle(ctx, q.model, q.ticket, cost); err != nil && !errors.Is(err, ratelimit.ErrNotReserved) {
 		g.log.WarnContext(ctx, "gateway: settling the bucket failed; it keeps the estimate", "key", q.key.ID, "err", err)
 	}
-	g.settleQuota(ctx, q, quota)
+	g.settleQuota(ctx, q, spent)
 	if u != nil {
-		g.price(ctx, q, u)
+		g.price(ctx, q, r, dollars)
 	}
 	if q.tpm != nil {
 		g.settleTPM(ctx, q, tokens)
