@@ -47,6 +47,10 @@ type CallerConfig struct {
 	Provider Provider
 	// Quota caps installations' tokens per tier. Defaults to none.
 	Quota Quota
+	// BatchQuota reserves the quotas of the batch lane's jobs, whose
+	// reservations last while they wait for their batch (a Quota with a
+	// longer ReservationTTL). Defaults to Quota.
+	BatchQuota Quota
 	// Tiers give each tier's quota.
 	Tiers map[jobs.Tier]TierSpec
 	// QuotaPerKind splits each installation's quota per job kind.
@@ -82,6 +86,10 @@ const LaneSync = "sync"
 // LaneFlex is the cost lane of calls served by OpenAI's flex processing.
 const LaneFlex = "flex"
 
+// LaneBatch is the cost lane of calls answered through a provider's
+// batch API (OpenAI's Batch API, Anthropic's Message Batches).
+const LaneBatch = "batch"
+
 // chatAgent is the quota agent of chat when its tier has a chat quota.
 const chatAgent = "chat"
 
@@ -112,6 +120,9 @@ func NewCaller(cfg CallerConfig) (*Caller, error) {
 	if cfg.PauseFor == 0 {
 		cfg.PauseFor = 5 * time.Minute
 	}
+	if cfg.BatchQuota == nil {
+		cfg.BatchQuota = cfg.Quota
+	}
 	cfg.Log = logOrDiscard(cfg.Log)
 	return &Caller{cfg: cfg}, nil
 }
@@ -134,6 +145,9 @@ type callSpec struct {
 	// flex: the job may be called at flex processing (its tier's lane is
 	// flex and the model serves it); a refusal is a *flexRefusedError.
 	flex bool
+	// lane is LaneBatch for a job of the batch lane (priced at batch
+	// prices), else "".
+	lane string
 }
 
 // flexRefusedError: flex processing refused the call (no capacity, or
@@ -207,19 +221,22 @@ func wayUnknown(p Provider, model string) {
 	}
 }
 
-// call makes the call. Failures come back classified: a skip (quota, too
-// large, permanent), a return to admission (429, account problems,
-// transient failures with backoff).
-func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
+// quotaHold is what a call holds of its tenant's quotas: a reservation
+// of tokens and one of dollars (nil: no such quota), and the output cap
+// they leave it.
+type quotaHold struct {
+	tokens, dollars *ratelimit.Grant
+	maxOut          int64
+}
+
+// reserveQuota reserves the call's tokens and dollars in its tenant's
+// quotas (q: the Caller's, or a longer-lived one for the batch lane),
+// the output cap cut to what they leave. A spent quota refunds the
+// job's admission and comes back as a wait or a skip.
+func (c *Caller) reserveQuota(ctx context.Context, s callSpec, q Quota) (quotaHold, error) {
 	cfg, log := &c.cfg, c.cfg.Log
 	model := s.model.Name
-	maxOut := s.model.MaxOutput
-	if cfg.Gate != nil {
-		if err := cfg.Gate(ctx, s.ticket); err != nil {
-			return llm.Response{}, err
-		}
-	}
-	var grant *ratelimit.Grant
+	h := quotaHold{maxOut: s.model.MaxOutput}
 	limit, agent := cfg.Tiers[s.tier].QuotaTokens, ""
 	if cfg.QuotaPerKind {
 		agent = string(s.kind)
@@ -230,54 +247,54 @@ func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
 		limit, agent = cq, chatAgent
 	}
 	tenant := strconv.FormatInt(s.inst, 10)
-	refused := func(qe *ratelimit.QuotaError) (llm.Response, error) {
+	refused := func(qe *ratelimit.QuotaError) (quotaHold, error) {
 		// no call is made: the bucket gets the whole reservation back
 		settle(ctx, cfg.Ledger, log, s.ticket, ratelimit.Cost{})
 		c.count(model, "quota")
 		if !cfg.QuotaSkip && s.kind != jobs.KindChat {
 			if qe.Never() {
 				// no reset lets it through: waiting would last for ever
-				return llm.Response{}, &skipError{reason: "too large for the tier's quota (its call needs more than a whole period's)", failed: true}
+				return quotaHold{}, &skipError{reason: "too large for the tier's quota (its call needs more than a whole period's)", failed: true}
 			}
-			return llm.Response{}, &quotaWaitError{until: qe.Reset}
+			return quotaHold{}, &quotaWaitError{until: qe.Reset}
 		}
-		return llm.Response{}, &skipError{reason: quotaSkip + ", resets at " + qe.Reset.UTC().Format("2006-01-02 15:04 UTC")}
+		return quotaHold{}, &skipError{reason: quotaSkip + ", resets at " + qe.Reset.UTC().Format("2006-01-02 15:04 UTC")}
 	}
-	if limit > 0 && cfg.Quota != nil {
-		g, err := cfg.Quota.Reserve(ctx, tenant, agent, s.ticket.ID, limit, s.prompt.input, maxOut)
+	if limit > 0 && q != nil {
+		g, err := q.Reserve(ctx, tenant, agent, s.ticket.ID, limit, s.prompt.input, h.maxOut)
 		var qe *ratelimit.QuotaError
 		if errors.As(err, &qe) {
 			return refused(qe)
 		}
 		if err != nil {
-			return llm.Response{}, err
+			return quotaHold{}, err
 		}
-		grant = &g
-		maxOut = g.Cap
+		h.tokens = &g
+		h.maxOut = g.Cap
 	}
 	// a quota in dollars: the input and the output cap at the model's
 	// prices, the cap cut to what is left
-	var dgrant *ratelimit.Grant
-	if dl := cfg.Tiers[s.tier].QuotaDollars; dl > 0 && cfg.Quota != nil {
-		dq, ok := cfg.Quota.(DollarQuota)
+	if dl := cfg.Tiers[s.tier].QuotaDollars; dl > 0 && q != nil {
+		dq, ok := q.(DollarQuota)
 		// the input at its dearest price (a cache write may cost more)
 		pr := s.model.Prices
+		if s.lane == LaneBatch {
+			pr = pr.Batch()
+		}
 		inPrice, outPrice := ratelimit.NanoPerToken(max(pr.Input, pr.CachedInput, pr.CacheWrite)), ratelimit.NanoPerToken(pr.Output)
 		if !ok || outPrice <= 0 {
 			settle(ctx, cfg.Ledger, log, s.ticket, ratelimit.Cost{})
-			if grant != nil {
-				_ = cfg.Quota.Settle(ctx, *grant, 0)
-			}
-			return llm.Response{}, &skipError{reason: "model " + model + " has no prices for the tier's dollar quota", failed: true}
+			c.settleQuota(ctx, s, q, h, 0, 0)
+			return quotaHold{}, &skipError{reason: "model " + model + " has no prices for the tier's dollar quota", failed: true}
 		}
 		dagent := ""
 		if cfg.QuotaPerKind {
 			dagent = string(s.kind)
 		}
-		g, err := dq.ReserveDollars(ctx, tenant, dagent, s.ticket.ID, ratelimit.Nano(dl), s.prompt.input, maxOut, inPrice, outPrice)
+		g, err := dq.ReserveDollars(ctx, tenant, dagent, s.ticket.ID, ratelimit.Nano(dl), s.prompt.input, h.maxOut, inPrice, outPrice)
 		var qe *ratelimit.QuotaError
-		if err != nil && grant != nil {
-			if serr := cfg.Quota.Settle(ctx, *grant, 0); serr != nil && !errors.Is(serr, ratelimit.ErrNotReserved) {
+		if err != nil && h.tokens != nil {
+			if serr := q.Settle(ctx, *h.tokens, 0); serr != nil && !errors.Is(serr, ratelimit.ErrNotReserved) {
 				log.WarnContext(ctx, "could not release the token quota's reservation; it counts in full until it expires", "task", s.ticket.ID, "err", serr)
 			}
 		}
@@ -285,11 +302,69 @@ func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
 			return refused(qe)
 		}
 		if err != nil {
+			return quotaHold{}, err
+		}
+		h.dollars = &g
+		h.maxOut = min(h.maxOut, g.Cap)
+	}
+	return h, nil
+}
+
+// settleQuota settles a call's quotas with its usage: tokens, and its
+// cost in nano-dollars; -1 counts a reservation in full (the provider
+// may have run the call).
+func (c *Caller) settleQuota(ctx context.Context, s callSpec, q Quota, h quotaHold, tokens, nano int64) {
+	for _, sg := range []struct {
+		g      *ratelimit.Grant
+		actual int64
+	}{{h.tokens, tokens}, {h.dollars, nano}} {
+		if sg.g == nil {
+			continue
+		}
+		actual := sg.actual
+		if actual < 0 {
+			actual = sg.g.Reserved
+		}
+		if err := q.Settle(ctx, *sg.g, actual); err != nil && !errors.Is(err, ratelimit.ErrNotReserved) {
+			c.cfg.Log.WarnContext(ctx, "could not settle the quota; the reservation counts in full until it expires", "task", s.ticket.ID, "err", err)
+		}
+	}
+}
+
+// booked books a call the provider answered: its quotas settled with
+// its usage and cost, the call counted, its cost added up at the prices
+// of the lane that served it.
+func (c *Caller) booked(ctx context.Context, s callSpec, q Quota, h quotaHold, resp llm.Response) {
+	prices, lane := s.model.Prices.Of(resp), LaneSync
+	switch {
+	case s.lane == LaneBatch:
+		prices, lane = s.model.Prices.Batch(), LaneBatch
+	case resp.ServiceTier == llm.ServiceTierFlex:
+		lane = LaneFlex
+	}
+	c.settleQuota(ctx, s, q, h, resp.PromptTokens+resp.OutputTokens, ratelimit.NanoCost(prices.Cost(resp)))
+	c.count(s.model.Name, "ok")
+	if c.cfg.CostFunc != nil && !prices.Zero() {
+		c.cfg.CostFunc(s.model.Name, string(s.tier), lane, s.inst, prices.Cost(resp))
+	}
+}
+
+// call makes the call. Failures come back classified: a skip (quota, too
+// large, permanent), a return to admission (429, account problems,
+// transient failures with backoff).
+func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
+	cfg, log := &c.cfg, c.cfg.Log
+	model := s.model.Name
+	if cfg.Gate != nil {
+		if err := cfg.Gate(ctx, s.ticket); err != nil {
 			return llm.Response{}, err
 		}
-		dgrant = &g
-		maxOut = min(maxOut, g.Cap)
 	}
+	hold, err := c.reserveQuota(ctx, s, cfg.Quota)
+	if err != nil {
+		return llm.Response{}, err
+	}
+	maxOut := hold.maxOut
 	// the key admission charged: the call uses it, and its bucket takes
 	// the provider's headers
 	key, err := cfg.Ledger.KeyOf(ctx, model, s.ticket.ID)
@@ -351,39 +426,11 @@ func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
 			log.WarnContext(ctx, "could not sync the key's bucket with the provider's headers; admission goes by its own count", "model", model, "key", key, "err", err)
 		}
 	}
-	// settleQuota settles the quotas with the call's usage: tokens and
-	// its cost in nano-dollars; -1 counts a reservation in full (the
-	// provider may have run the call)
-	settleQuota := func(tokens, nano int64) {
-		for _, sg := range []struct {
-			g      *ratelimit.Grant
-			actual int64
-		}{{grant, tokens}, {dgrant, nano}} {
-			if sg.g == nil {
-				continue
-			}
-			actual := sg.actual
-			if actual < 0 {
-				actual = sg.g.Reserved
-			}
-			if err := cfg.Quota.Settle(ctx, *sg.g, actual); err != nil && !errors.Is(err, ratelimit.ErrNotReserved) {
-				log.WarnContext(ctx, "could not settle the quota; the reservation counts in full until it expires", "task", s.ticket.ID, "err", err)
-			}
-		}
-	}
+	settleQuota := func(tokens, nano int64) { c.settleQuota(ctx, s, cfg.Quota, hold, tokens, nano) }
 	if err == nil {
 		sync(http.StatusOK, resp.Header)
-		used := resp.PromptTokens + resp.OutputTokens
 		settle(ctx, cfg.Ledger, log, s.ticket, limitedUsage(s.model, resp))
-		prices, lane := s.model.Prices.Of(resp), LaneSync
-		if resp.ServiceTier == llm.ServiceTierFlex {
-			lane = LaneFlex
-		}
-		settleQuota(used, ratelimit.NanoCost(prices.Cost(resp)))
-		c.count(model, "ok")
-		if cfg.CostFunc != nil && !prices.Zero() {
-			cfg.CostFunc(model, string(s.tier), lane, s.inst, prices.Cost(resp))
-		}
+		c.booked(ctx, s, cfg.Quota, hold, resp)
 		return resp, nil
 	}
 	var le *llm.Error
@@ -458,6 +505,38 @@ func limitedUsage(m Model, r llm.Response) ratelimit.Cost {
 		in = max(in-max(r.CachedTokens, 0), 0)
 	}
 	return ratelimit.Cost{Requests: 1, Tokens: in + out, Input: in, Output: out}
+}
+
+// standardLaneError: the batch lane did not answer the job (its batch
+// expired, was cancelled or failed, or the provider failed the
+// request); nothing was billed for it, and it goes to the standard lane.
+type standardLaneError struct{ err error }
+
+func (e *standardLaneError) Error() string { return e.err.Error() }
+func (e *standardLaneError) Unwrap() error { return e.err }
+
+// fromBatch books a job's outcome in the batch lane as call books a
+// synchronous reply: an answer settles the quotas with its usage and
+// its cost at the batch prices; a request the batch did not answer is
+// a *standardLaneError (its quotas released: not billed); one the
+// provider refused is a skip.
+func (c *Caller) fromBatch(ctx context.Context, s callSpec, o batchOutcome) (llm.Response, error) {
+	h := o.Hold.hold()
+	if o.Response != nil {
+		c.booked(ctx, s, c.cfg.BatchQuota, h, *o.Response)
+		return *o.Response, nil
+	}
+	c.settleQuota(ctx, s, c.cfg.BatchQuota, h, 0, 0)
+	err := fmt.Errorf("batch %s: %s", o.Batch, o.Message)
+	switch o.Kind {
+	case "context_length":
+		c.count(s.model.Name, "context_length")
+		return llm.Response{}, &skipError{reason: "too large for " + s.model.Name}
+	case "permanent":
+		c.count(s.model.Name, "failed")
+		return llm.Response{}, &skipError{reason: publicFailure(ctx, c.cfg.Log, "the model provider refused the request", err), failed: true}
+	}
+	return llm.Response{}, &standardLaneError{err: err}
 }
 
 // retryTransient ends a call the provider failed: retried with backoff

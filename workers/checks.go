@@ -401,16 +401,22 @@ func (c *Checks) dropped(ctx context.Context, pr jobs.PR, kind string, err error
 	c.cfg.Log.WarnContext(ctx, "could not write the check run", "pr", pr.String(), "kind", kind, "err", err)
 }
 
-// Queued shows a freshly planned head as queued; flex says its jobs go
-// to the flex lane (said in the summary). Failures are counted and
-// logged; nothing waits for it.
-func (c *Checks) Queued(ctx context.Context, pr jobs.PR, head string, jobs int, flex bool) {
+// Queued shows a freshly planned head as queued; lane names the
+// discounted lane its files go to (LaneFlex, LaneBatch; "" none), due
+// when they come back at the latest (both said in the summary). Failures
+// are counted and logged; nothing waits for it.
+func (c *Checks) Queued(ctx context.Context, pr jobs.PR, head string, jobs int, lane string, due time.Time) {
 	summary := fmt.Sprintf("%d file jobs planned.", jobs)
-	if flex {
+	title := "Waiting for the model"
+	switch lane {
+	case LaneFlex:
 		summary += " " + flexNote
+	case LaneBatch:
+		summary += " " + fmt.Sprintf(batchNote, due.UTC().Format("2006-01-02 15:04 UTC"))
+		title = "In the batch lane: due by " + due.UTC().Format("2006-01-02 15:04 UTC")
 	}
 	err := c.write(ctx, pr, head, DecorationCheckQueued, CheckWrite, func(ctx context.Context, gh CheckWriter) error {
-		_, _, err := c.create(ctx, gh, pr, head, ghapp.CheckRun{Status: "queued", Title: "Waiting for the model", Summary: summary})
+		_, _, err := c.create(ctx, gh, pr, head, ghapp.CheckRun{Status: "queued", Title: title, Summary: summary})
 		return err
 	})
 	c.dropped(ctx, pr, DecorationCheckQueued, err)
@@ -419,6 +425,10 @@ func (c *Checks) Queued(ctx context.Context, pr jobs.PR, head string, jobs int, 
 // flexNote is what a check run says of a head whose jobs go to the flex
 // lane.
 const flexNote = "This plan's files go to the flex lane: called at flex processing, at half price; answers come slower, and a file flex refuses is called at the standard tier."
+
+// batchNote is what a check run says of a head whose jobs go to the
+// batch lane (its due time).
+const batchNote = "This plan's files go to the batch lane: sent in a batch at half price, answered by %s at the latest; a file its batch does not answer by then is called at the standard tier."
 
 // Progress updates a head's check run (once Queued created it) with the
 // files done, at most once per Every per pull request. Failures are counted and logged; nothing

@@ -135,7 +135,7 @@ func TestCheckRunFailuresNeverBlockFinalize(t *testing.T) {
 				t.Fatal(err)
 			}
 			task := finishedRun(t, st, pr)
-			checks.Queued(ctx, pr, "h1", 2, false) // as the planner does
+			checks.Queued(ctx, pr, "h1", 2, "", time.Time{}) // as the planner does
 			runs := 0
 			for runs = 1; ; runs++ {
 				err := fin.ProcessTask(ctx, task)
@@ -238,7 +238,7 @@ func TestCheckRunCreatedCompletedWhenQueuedFailed(t *testing.T) {
 		t.Fatal(err)
 	}
 	rig.fake.FailFamily(fakegithub.FamilyCheckRuns, 503)
-	checks.Queued(ctx, pr, "h1", 2, false)
+	checks.Queued(ctx, pr, "h1", 2, "", time.Time{})
 	rig.fake.FailFamily(fakegithub.FamilyCheckRuns, 0)
 	if _, err := st.CompleteFile(ctx, pr, "h1", store.Result{Kind: jobs.KindSummary, Path: "a.go", Text: "Adds b."}); err != nil {
 		t.Fatal(err)

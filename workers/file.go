@@ -13,6 +13,7 @@ import (
 	"github.com/prq-dev/prq/admission"
 	"github.com/prq-dev/prq/internal/review"
 	"github.com/prq-dev/prq/jobs"
+	"github.com/prq-dev/prq/llm"
 	"github.com/prq-dev/prq/ratelimit"
 	"github.com/prq-dev/prq/store"
 )
@@ -90,6 +91,13 @@ type FileWorkerConfig struct {
 	// LifecycleFunc, when set, counts jobs dropped for their installation
 	// (prq_lifecycle_total, event job_skipped).
 	LifecycleFunc func(event, reason string)
+	// Batch, when set, is the batch lane: the jobs of a tier with
+	// TierSpec.Batch on a model with Model.Batch are handed to it.
+	Batch *BatchLane
+	// Tickets holds a job of the batch lane again, with its ticket, when
+	// its batch did not answer it (the standard lane). Required with
+	// Batch.
+	Tickets Tickets
 	// Log defaults to discarding.
 	Log *slog.Logger
 }
@@ -117,6 +125,8 @@ func NewFileWorker(cfg FileWorkerConfig) (*FileWorker, error) {
 		return nil, errors.New("workers: file worker: Repairs and Requeue are required")
 	case cfg.Attempts == nil:
 		return nil, errors.New("workers: file worker: Attempts is required")
+	case cfg.Batch != nil && cfg.Tickets == nil:
+		return nil, errors.New("workers: file worker: Tickets is required with Batch")
 	}
 	budget, err := cfg.Budget.orDefault(DefaultBatchBudget, "file worker: Budget")
 	if err != nil {
@@ -153,7 +163,8 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	origin := f.Model
 	var mv Move
 	flex := cfg.Caller.flexFor(f.Tier, cfg.Models[origin])
-	if len(cfg.Models[origin].Fallbacks) > 0 || flex {
+	batch := w.batchFor(f.Tier, cfg.Models[origin])
+	if len(cfg.Models[origin].Fallbacks) > 0 || flex || batch {
 		var err error
 		if mv, err = cfg.Attempts.Moved(ctx, jobs.FileTaskID(f)); err != nil {
 			return err
@@ -166,9 +177,15 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	if mv.Model != "" {
 		ticket.Tokens, ticket.Output = mv.Tokens, splitOf(mv.Tokens, mv.Output)
 	}
-	started(ctx, cfg.Ledger, log, ticket)
+	// a job of the batch lane is not admitted: it hands its request to
+	// the lane, and its result run brings the answer back
+	inBatch := batch && !mv.Standard && mv.Model == ""
+	if !inBatch {
+		started(ctx, cfg.Ledger, log, ticket)
+	}
 	if err := w.gate.check(ctx, f.PR.Installation, string(f.Kind)); err != nil {
 		settle(ctx, cfg.Ledger, log, ticket, ratelimit.Cost{}) // no call: all refunded
+		w.leftover(ctx, inBatch, f, ticket, true)
 		return err
 	}
 	current, err := cfg.Store.Current(ctx, f.PR, f.HeadSHA)
@@ -177,6 +194,7 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	}
 	if !current {
 		settle(ctx, cfg.Ledger, log, ticket, ratelimit.Cost{}) // no call: all refunded
+		w.leftover(ctx, inBatch, f, ticket, true)
 		return fmt.Errorf("stale job of a superseded head: %w", asynq.RevokeTask)
 	}
 	if done, err := cfg.Store.HasResult(ctx, f.PR, f.HeadSHA, f.Kind, f.Index); err != nil {
@@ -186,6 +204,7 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		// failed, or a crash came between): no second call; finalize
 		// when the head is all done
 		settle(ctx, cfg.Ledger, log, ticket, ratelimit.Cost{})
+		w.leftover(ctx, inBatch, f, ticket, false) // booked by the run that recorded it
 		run, err := cfg.Store.GetRun(ctx, f.PR)
 		if err != nil {
 			return err
@@ -218,6 +237,7 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		// superseded since the check above: the run's title and body are
 		// another head's now
 		settle(ctx, cfg.Ledger, log, ticket, ratelimit.Cost{}) // no call: all refunded
+		w.leftover(ctx, inBatch, f, ticket, true)
 		return fmt.Errorf("stale job of a superseded head: %w", asynq.RevokeTask)
 	}
 	title := run.Title
@@ -284,6 +304,7 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 			return err
 		} else if ok {
 			settle(ctx, cfg.Ledger, log, ticket, ratelimit.Cost{}) // no call: all refunded
+			w.leftover(ctx, inBatch, f, ticket, true)
 			r.Kind, r.Path, r.Index, r.Run, r.Part, r.Parts, r.Fallback = res.Kind, res.Path, res.Index, res.Run, res.Part, res.Parts, res.Fallback
 			r.Cost = 0 // nothing bought for it
 			for i := range r.Comments {
@@ -295,9 +316,11 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 			log.DebugContext(ctx, "result reused: the same prompt was answered already", "pr", f.PR.String(), "path", fd.Path, "kind", f.Kind)
 			return w.complete(ctx, f, r)
 		}
-		mine, err := cfg.Reuse.ClaimReuse(ctx, reuse, ticket.ID)
-		if err != nil {
-			return err
+		mine := true
+		if !inBatch { // a batch's twin is not waited for: it may take hours
+			if mine, err = cfg.Reuse.ClaimReuse(ctx, reuse, ticket.ID); err != nil {
+				return err
+			}
 		}
 		if !mine {
 			n, err := cfg.Attempts.ReuseWait(ctx, ticket.ID, moveKeep(cfg.Budget))
@@ -321,9 +344,23 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		}
 	}
 	next := after(cfg.Models, origin, f.Model)
-	out, err := cfg.Caller.call(ctx, callSpec{ticket: ticket, kind: f.Kind, tier: f.Tier, inst: f.PR.Installation, prompt: pm, model: m, retried: retried(ctx), maxRetry: maxRetry(ctx), attempt: at, fallback: len(next) > 0,
-		flex: !mv.Standard && cfg.Caller.flexFor(f.Tier, m)})
+	spec := callSpec{ticket: ticket, kind: f.Kind, tier: f.Tier, inst: f.PR.Installation, prompt: pm, model: m, retried: retried(ctx), maxRetry: maxRetry(ctx), attempt: at, fallback: len(next) > 0,
+		flex: !mv.Standard && cfg.Caller.flexFor(f.Tier, m)}
+	var out llm.Response
+	if inBatch {
+		spec.lane, spec.fallback = LaneBatch, false
+		out, err = w.viaBatch(ctx, t, f, spec)
+		if errors.Is(err, errHanded) {
+			return nil // its result run records it
+		}
+	} else {
+		out, err = cfg.Caller.call(ctx, spec)
+	}
 	if err != nil {
+		var sl *standardLaneError
+		if errors.As(err, &sl) {
+			return w.toStandard(ctx, t, f, ticket, sl.err)
+		}
 		var skip *skipError
 		var wait *quotaWaitError
 		var fb *fallbackError
@@ -381,6 +418,10 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 				ticket.Tokens = pm.estimate
 			}
 			log.WarnContext(ctx, "review reply unusable; asking the model once more", "pr", f.PR.String(), "path", fd.Path, "model", f.Model, "err", perr)
+			if inBatch {
+				// the repair is a call of its own, in the standard lane
+				return w.toStandard(ctx, t, f, ticket, perr)
+			}
 			return backToAdmission(ctx, cfg.Requeue, ticket, 0, perr)
 		}
 		log.WarnContext(ctx, "review reply unusable after a repair attempt; the file is shown as failed", "pr", f.PR.String(), "path", fd.Path, "model", f.Model, "err", perr)
@@ -522,6 +563,9 @@ func (w *FileWorker) complete(ctx context.Context, f jobs.File, res store.Result
 		return err
 	}
 	id := jobs.FileTaskID(f)
+	if w.cfg.Batch.Serves(f.Model) {
+		w.cfg.Batch.forget(ctx, f.Model, id)
+	}
 	if err := w.cfg.Attempts.Forget(ctx, id); err != nil {
 		// the record expires on its own; until then the id starts counted
 		w.cfg.Log.WarnContext(ctx, "could not forget a finished job's attempts", "task", id, "err", err)

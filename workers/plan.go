@@ -411,7 +411,17 @@ func (p *Planner) plan(ctx context.Context, pl jobs.Plan) error {
 			ticket := fileTicket(*f)
 			ids = append(ids, ticket.ID)
 			payload := jobs.Marshal(fileRef{File: *f, FileIndex: fd.Index})
-			if _, err := cfg.Tickets.Submit(ctx, asynq.NewTask(typ, payload), ticket, asynq.MaxRetry(8), asynq.Timeout(fileTaskTimeout(tierSpec))); err != nil {
+			task, opts := asynq.NewTask(typ, payload), []asynq.Option{asynq.MaxRetry(8), asynq.Timeout(fileTaskTimeout(tierSpec))}
+			if tierSpec.Batch && cfg.Models[f.Model].Batch {
+				// the batch lane: not admitted; it runs at once and hands
+				// its request over (FileWorker.viaBatch)
+				opts = append(opts, asynq.TaskID(ticket.ID), asynq.Queue(ticket.Queue))
+				if _, err := cfg.Queue.EnqueueContext(ctx, task, opts...); err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
+					return err
+				}
+				continue
+			}
+			if _, err := cfg.Tickets.Submit(ctx, task, ticket, opts...); err != nil {
 				return err
 			}
 		}
@@ -427,8 +437,21 @@ func (p *Planner) plan(ctx context.Context, pl jobs.Plan) error {
 		return err
 	}
 	if cfg.Checks != nil && startedRun && len(summaries)+len(reviews) > 0 {
-		flex := tierSpec.Flex && (cfg.Models[cfg.SummaryModel].Flex || (len(reviews) > 0 && cfg.Models[cfg.ReviewModel].Flex))
-		cfg.Checks.Queued(ctx, pl.PR, pl.HeadSHA, len(summaries)+len(reviews), flex)
+		lane := ""
+		for _, m := range []Model{cfg.Models[cfg.SummaryModel], cfg.Models[cfg.ReviewModel]} {
+			switch {
+			case m.Name == cfg.ReviewModel && len(reviews) == 0:
+			case tierSpec.Batch && m.Batch:
+				lane = LaneBatch
+			case tierSpec.Flex && m.Flex && lane == "":
+				lane = LaneFlex
+			}
+		}
+		var due time.Time
+		if lane != "" {
+			due = cfg.NowFunc().Add(tierSpec.laneWait())
+		}
+		cfg.Checks.Queued(ctx, pl.PR, pl.HeadSHA, len(summaries)+len(reviews), lane, due)
 	}
 	log.InfoContext(ctx, "pull request planned", "pr", pl.PR.String(), "head", short(pl.HeadSHA), "tier", pl.Tier,
 		"files", len(files), "summaries", len(summaries), "reviews", len(reviews), "superseded", short(previous))

@@ -67,7 +67,7 @@ func TestQueueReporterShowsPositionAndEstimate(t *testing.T) {
 	if err := st.SetTaskIDs(ctx, pr, "h1", ids); err != nil {
 		t.Fatal(err)
 	}
-	checks.Queued(ctx, pr, "h1", 2, false)
+	checks.Queued(ctx, pr, "h1", 2, "", time.Time{})
 	report := func() string {
 		t.Helper()
 		time.Sleep(2 * time.Millisecond) // past the writes' pacing

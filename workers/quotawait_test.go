@@ -166,7 +166,7 @@ func TestCheckRunQuotaWaitAndSkip(t *testing.T) {
 		[]store.FileData{{Path: "a.go", Status: "modified", Patch: patchA}}); err != nil {
 		t.Fatal(err)
 	}
-	checks.Queued(ctx, pr, "h1", 1, false)
+	checks.Queued(ctx, pr, "h1", 1, "", time.Time{})
 	reset := time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC)
 	checks.QuotaWait(ctx, pr, "h1", reset)
 	checks.QuotaWait(ctx, pr, "h1", reset) // the same state: not written again

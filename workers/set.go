@@ -104,6 +104,12 @@ type Deps struct {
 	LLM      LLM
 	// Quota caps installations' tokens; nil: no quotas.
 	Quota *ratelimit.Quota
+	// BatchQuota is Quota for the batch lane's jobs, whose reservations
+	// last while they wait for their batch. Defaults to Quota.
+	BatchQuota *ratelimit.Quota
+	// Batch is the batch lane; nil: none (a tier's lane batch then has
+	// no model to use it).
+	Batch *BatchLane
 	Pacer *Pacer
 	// Attempts counts jobs' runs for their retry budgets (an *Attempts).
 	Attempts Attempter
@@ -126,6 +132,9 @@ type Set struct {
 	// fallbacks (run it: FallbackMover.Run); nil when no model has
 	// fallbacks.
 	Fallbacks *FallbackMover
+	// Batch submits the batch lane's jobs and brings their results back
+	// (run it: BatchLane.Run); nil when no model has one.
+	Batch *BatchLane
 }
 
 // New builds the five handlers from the shared settings and dependencies.
@@ -146,17 +155,20 @@ func New(cfg Config, d Deps) (*Set, error) {
 		return nil, err
 	}
 	gh := Installations{App: d.GitHub}
-	var quota Quota
+	var quota, batchQuota Quota
 	if d.Quota != nil {
 		quota = d.Quota
 	}
-	caller, err := NewCaller(CallerConfig{LLM: d.LLM, Ledger: d.Admitter, Requeue: d.Admitter, Provider: d.Admitter, Quota: quota,
+	if d.BatchQuota != nil {
+		batchQuota = d.BatchQuota
+	}
+	caller, err := NewCaller(CallerConfig{LLM: d.LLM, Ledger: d.Admitter, Requeue: d.Admitter, Provider: d.Admitter, Quota: quota, BatchQuota: batchQuota,
 		Tiers: cfg.Tiers, QuotaPerKind: cfg.QuotaPerKind, QuotaSkip: cfg.QuotaSkip, Backoff: cfg.Backoff, PauseFor: cfg.PauseFor,
 		Gate: cfg.Gate, CountFunc: cfg.CountFunc, CostFunc: cfg.CostFunc, Log: d.Log})
 	if err != nil {
 		return nil, err
 	}
-	s := &Set{}
+	s := &Set{Batch: d.Batch}
 	var checks *Checks
 	var progress func(ctx context.Context, pr jobs.PR, head string)
 	var quotaWait func(ctx context.Context, pr jobs.PR, head string, until time.Time)
@@ -186,7 +198,8 @@ func New(cfg Config, d Deps) (*Set, error) {
 	}
 	if s.Files, err = NewFileWorker(FileWorkerConfig{Paused: paused, Store: d.Store, Reuse: reuse, ReusedFunc: cfg.ReusedFunc, Ledger: d.Admitter, Caller: caller, Queue: d.Queue,
 		Models: cfg.Models, Repairs: d.Store, Requeue: d.Admitter, UnusableFunc: cfg.UnusableFunc, IgnoredFunc: cfg.IgnoredFunc, Progress: progress, QuotaWait: quotaWait,
-		Attempts: d.Attempts, Budget: cfg.BatchBudget, GaveUpFunc: cfg.GaveUpFunc, FallbackFunc: cfg.FallbackFunc, Installs: d.Store, LifecycleFunc: cfg.LifecycleFunc, Log: d.Log}); err != nil {
+		Attempts: d.Attempts, Budget: cfg.BatchBudget, GaveUpFunc: cfg.GaveUpFunc, FallbackFunc: cfg.FallbackFunc, Installs: d.Store, LifecycleFunc: cfg.LifecycleFunc,
+		Batch: d.Batch, Tickets: d.Admitter, Log: d.Log}); err != nil {
 		return nil, err
 	}
 	if s.Chat, err = NewChatResponder(ChatResponderConfig{Replies: d.Store, Drafts: d.Store, Ledger: d.Admitter, Requeue: d.Admitter,

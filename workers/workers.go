@@ -106,6 +106,8 @@ type Model struct {
 	// Flex: the model serves OpenAI's flex processing; the summary and
 	// review jobs of a tier with TierSpec.Flex use it.
 	Flex bool
+	// Batch: a provider's batch API serves the model (the batch lane).
+	Batch bool
 	// CachedInputFree: the provider does not count input read from its
 	// prompt cache toward the model's limits (Anthropic's ITPM): a call's
 	// cache reads are settled back to the limiter.
@@ -150,6 +152,22 @@ type TierSpec struct {
 	// the models that serve it (half price, slower); a refusal sends the
 	// job back to admission for the standard lane.
 	Flex bool
+	// Batch sends the tier's summary and review jobs, on the models a
+	// provider's batch API serves, through the batch lane (half price,
+	// answered within LaneWait); what a batch does not answer in time
+	// goes to the standard lane.
+	Batch bool
+	// LaneWait is how long a job may wait in a discounted lane before it
+	// goes to the standard lane. Defaults to 24h.
+	LaneWait time.Duration
+}
+
+// laneWait is the tier's LaneWait, its default when unset.
+func (t TierSpec) laneWait() time.Duration {
+	if t.LaneWait > 0 {
+		return t.LaneWait
+	}
+	return 24 * time.Hour
 }
 
 // models applies the defaults to every model and checks that each name

@@ -231,6 +231,8 @@ func (s *Server) batchLatency(models []string) time.Duration {
 
 // batchWindow is the completion window.
 func (s *Server) batchWindow() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.cfg.BatchWindow > 0 {
 		return s.cfg.BatchWindow
 	}

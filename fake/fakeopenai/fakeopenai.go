@@ -1228,6 +1228,14 @@ func (s *Server) SetReplies(r ReplyStyle) {
 	s.mu.Unlock()
 }
 
+// SetBatchWindow changes the completion window of batches created from
+// now on (Config.BatchWindow).
+func (s *Server) SetBatchWindow(d time.Duration) {
+	s.mu.Lock()
+	s.cfg.BatchWindow = d
+	s.mu.Unlock()
+}
+
 // ModelStats are the counters of one model.
 type ModelStats struct {
 	Requests         int64 `json:"requests"`

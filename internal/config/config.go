@@ -67,6 +67,7 @@ type Config struct {
 	Retry       RetryConfig       `yaml:"retry"`
 	Metrics     MetricsConfig     `yaml:"metrics"`
 	Gateway     GatewayConfig     `yaml:"gateway"`
+	Batch       BatchConfig       `yaml:"batch"`
 	path        string            // the file read, if any
 	sources     map[string]string // setting name -> where it was set, for errors
 }
@@ -158,6 +159,14 @@ type ModelConfig struct {
 	// "flex": batch prices, slower, sometimes refused); the jobs of a tier
 	// with lane flex use it. OpenAI and Azure OpenAI providers only.
 	Flex bool `yaml:"flex"`
+	// Batch: the provider's batch API serves the model (OpenAI's Batch
+	// API, Azure OpenAI's global batch deployments, Anthropic's Message
+	// Batches); the jobs of a tier with lane batch use it.
+	Batch bool `yaml:"batch"`
+	// BatchQueueTokens caps the input tokens of the model's batches not
+	// yet over (OpenAI's enqueued-token limit); 0: the provider's
+	// refusal alone bounds them.
+	BatchQueueTokens int64 `yaml:"batch_queue_tokens"`
 	// CachedInputCounts: the provider counts input read from its prompt
 	// cache toward the model's input and token limits. Defaults to false
 	// for Anthropic models (on most, only uncached input counts toward
@@ -296,17 +305,45 @@ type Tier struct {
 	// to 0: none.
 	BudgetDollars float64 `yaml:"budget_dollars"`
 	// Lane is how the tier's summary and review jobs are called: standard,
-	// or flex (OpenAI's flex processing, on models with flex: true; a
-	// refusal sends the job back to admission for the standard lane).
-	// Defaults to standard.
+	// flex (OpenAI's flex processing, on models with flex: true; a
+	// refusal sends the job back to admission for the standard lane) or
+	// batch (the providers' batch APIs, on models with batch: true; what
+	// a batch does not answer within lane_wait goes to the standard
+	// lane). Defaults to standard.
 	Lane string `yaml:"lane"`
+	// LaneWait is how long the tier's jobs may wait in the batch lane
+	// before the rest go to the standard lane. Defaults to 24h (the
+	// providers' completion window).
+	LaneWait Duration `yaml:"lane_wait"`
 }
 
 // Lanes a tier's jobs may be called in.
 const (
 	LaneStandard = "standard"
 	LaneFlex     = "flex"
+	LaneBatch    = "batch"
 )
+
+// BatchConfig is the batch lane's: how often each worker process
+// submits and polls, and a batch's size.
+type BatchConfig struct {
+	// Every is how often a worker process submits what the batch lane
+	// holds and polls its open batches (one process at a time per
+	// model). Defaults to 1m.
+	Every Duration `yaml:"every"`
+	// MaxRequests caps a batch's requests. Defaults to 5000.
+	MaxRequests int `yaml:"max_requests"`
+}
+
+// modelHasBatch reports whether the model named has batch: true.
+func (c *Config) modelHasBatch(name string) bool {
+	for _, m := range c.Models {
+		if m.Name == name {
+			return m.Batch
+		}
+	}
+	return false
+}
 
 // Budgets returns the monthly budget of each tier that has one.
 func (c *Config) Budgets() map[string]float64 {
@@ -763,6 +800,9 @@ func (c *Config) Validate(m Mode) error {
 		if p, ok := c.ProviderOf(mc.Name); ok && mc.Flex && p.Kind == KindAnthropic {
 			bad("models."+mc.Name+".flex", "flex processing is OpenAI's: provider %s is %s", p.Name, p.Kind)
 		}
+		if mc.BatchQueueTokens < 0 {
+			bad("models."+mc.Name+".batch_queue_tokens", "must not be negative, got %d", mc.BatchQueueTokens)
+		}
 		seen := map[string]bool{}
 		for _, f := range mc.Fallbacks {
 			switch {
@@ -782,6 +822,12 @@ func (c *Config) Validate(m Mode) error {
 			bad(setting, "model %q is not among the configured models", model)
 		}
 	}
+	if c.Batch.Every.D() < 0 || c.Batch.Every.D() > 0 && c.Batch.Every.D() < time.Second {
+		bad("batch.every", "want a duration of at least 1s, got %s", c.Batch.Every.D())
+	}
+	if c.Batch.MaxRequests < 0 || c.Batch.MaxRequests > 50000 {
+		bad("batch.max_requests", "want 0 (the default) to 50,000 (OpenAI's most), got %d", c.Batch.MaxRequests)
+	}
 	if n := c.Jobs.ContextTokens; n != nil && (*n < 0 || *n > maxContextTokens) {
 		bad("jobs.context_tokens", "must be between 0 and %d, got %d", maxContextTokens, *n)
 	}
@@ -795,8 +841,14 @@ func (c *Config) Validate(m Mode) error {
 		if t.QuotaTokens < 0 {
 			bad("tiers."+name+".quota_tokens", "must not be negative, got %d", t.QuotaTokens)
 		}
-		if t.Lane != "" && t.Lane != LaneStandard && t.Lane != LaneFlex {
-			bad("tiers."+name+".lane", "want %q or %q, got %q", LaneStandard, LaneFlex, t.Lane)
+		if t.Lane != "" && t.Lane != LaneStandard && t.Lane != LaneFlex && t.Lane != LaneBatch {
+			bad("tiers."+name+".lane", "want %q, %q or %q, got %q", LaneStandard, LaneFlex, LaneBatch, t.Lane)
+		}
+		if t.Lane == LaneBatch && !c.modelHasBatch(c.Jobs.SummaryModel) && !c.modelHasBatch(c.Jobs.ReviewModel) {
+			bad("tiers."+name+".lane", "batch, but neither jobs.summary_model nor jobs.review_model has batch: true")
+		}
+		if t.LaneWait.D() < 0 || t.LaneWait.D() > 0 && t.LaneWait.D() < time.Minute {
+			bad("tiers."+name+".lane_wait", "want a duration of at least 1m, got %s", t.LaneWait.D())
 		}
 		if t.ChatQuotaTokens < 0 {
 			bad("tiers."+name+".chat_quota_tokens", "must not be negative, got %d", t.ChatQuotaTokens)

@@ -43,6 +43,7 @@ var parts = map[string]part{
 	"retry":     {Text: "Every job's retry budget per class: failures, returns to admission after a provider 429 or account problem, GitHub rate-limit waits. A job that spends it ends with the reason recorded.", UsedBy: []string{"worker"}},
 	"metrics":   {Text: "The Prometheus endpoint `/metrics`.", UsedBy: []string{"serve", "gateway"}},
 	"gateway":   {Text: "The OpenAI-compatible LLM gateway (`/v1/chat/completions` on `serve`, and `prq gateway`). See [gateway](gateway.md).", UsedBy: []string{"serve", "gateway"}},
+	"batch":     {Text: "The batch lane (tiers with `lane: batch`). See [lanes](reviews.md#discounted-lanes).", UsedBy: []string{"worker"}},
 }
 
 var meanings = map[string]meaning{
@@ -99,6 +100,8 @@ var meanings = map[string]meaning{
 	"models[].output_tokens_per_day":    {Text: "A daily limit on output tokens; 0: none."},
 	"models[].reasoning":                {Text: "A reasoning model: asked with `max_completion_tokens` instead of `max_tokens`."},
 	"models[].flex":                     {Text: "The model serves OpenAI's flex processing (`service_tier: flex`): batch prices, slower, sometimes refused. Used by the jobs of a tier with `lane: flex`. See [lanes](reviews.md#discounted-lanes)."},
+	"models[].batch":                    {Text: "The provider's batch API serves the model (OpenAI's Batch API, Azure's global batch deployments, Anthropic's Message Batches): used by the jobs of a tier with `lane: batch`. See [lanes](reviews.md#discounted-lanes)."},
+	"models[].batch_queue_tokens":       {Text: "The input tokens the model's batches not yet over may hold (OpenAI's enqueued-token limit); 0: the provider's refusal alone bounds them."},
 	"models[].cached_input_counts":      {Text: "The provider counts input read from its prompt cache toward the input and token limits: prq settles a call's cache reads back to the limiter where it does not. See [prompts and the prompt cache](reviews.md#prompts-and-the-prompt-cache).", Unset: "`false` for Anthropic models, `true` otherwise"},
 	"models[].max_output_tokens":        {Text: "The output cap each call asks for.", Unset: "`1024`"},
 	"models[].context_tokens":           {Text: "The model's context window.", Unset: "`128000`"},
@@ -121,7 +124,8 @@ var meanings = map[string]meaning{
 	"tiers.<name>.weight":            {Text: "The tier's share under saturation. Required, positive.", Unset: "—"},
 	"tiers.<name>.review":            {Text: "Whether the tier gets per-file reviews (summaries it always gets).", Unset: "`true`"},
 	"tiers.<name>.quota_tokens":      {Text: "Tokens per quota period per installation; 0: unlimited."},
-	"tiers.<name>.lane":              {Text: "`standard` or `flex`: the tier's summary and review jobs call models with `flex: true` at flex processing (half price, slower); a refusal sends the job back for the standard lane. See [lanes](reviews.md#discounted-lanes).", Unset: "`standard`"},
+	"tiers.<name>.lane":              {Text: "`standard`, `flex` (models with `flex: true` at OpenAI's flex processing: half price, slower; a refusal sends the job to the standard lane) or `batch` (models with `batch: true` through the providers' batch APIs: half price, within `lane_wait`). See [lanes](reviews.md#discounted-lanes).", Unset: "`standard`"},
+	"tiers.<name>.lane_wait":         {Text: "How long the tier's jobs may wait in the batch lane; what a batch has not answered by then goes to the standard lane. See [lanes](reviews.md#discounted-lanes).", Unset: "`24h`"},
 	"tiers.<name>.budget_dollars":    {Text: "US dollars per month (UTC) per installation: spend past 50, 75, 90 and 100% of it raises alerts and nothing is refused. See [budgets](reviews.md#what-a-review-costs). 0: none."},
 	"tiers.<name>.quota_dollars":     {Text: "US dollars per quota period per installation, at the models' prices (`models[].prices`), reserved and capped exactly as `quota_tokens` (chat included); every model needs prices. 0: unlimited."},
 	"tiers.<name>.chat_quota_tokens": {Text: "Chat's own quota per quota period per installation; 0: chat shares `quota_tokens`."},
@@ -141,6 +145,8 @@ var meanings = map[string]meaning{
 
 	"filters.exclude": {Text: "Path globs never reviewed (`path.Match`, plus `dir/**` for a tree)."},
 
+	"batch.every":        {Text: "How often a worker process submits the jobs the batch lane holds and polls its open batches (one process at a time per model).", Unset: "`1m`"},
+	"batch.max_requests": {Text: "The most requests one batch holds (OpenAI's limit is 50,000).", Unset: "`5000`"},
 	"worker.concurrency": {Text: "Jobs one worker process runs at once, plus max(2, concurrency/10) slots kept for chat."},
 
 	"admin.token":     {Text: "Bearer token or basic-auth password of `/`, `/api/` and `/monitoring/`; at least 16 bytes, not a placeholder. `serve` requires it unless it listens on loopback."},

@@ -3,6 +3,7 @@ package config
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prq-dev/prq/ratelimit"
 )
@@ -26,15 +27,34 @@ func TestModelSettlePolicy(t *testing.T) {
 	}
 }
 
-// TestLaneAndFlex: tiers.<name>.lane is standard or flex; flex on a
+// TestLaneAndFlex: tiers.<name>.lane is standard, flex or batch; batch
+// needs a model with batch: true, lane_wait at least a minute; flex on a
 // model of an Anthropic provider is refused, naming the setting.
 func TestLaneAndFlex(t *testing.T) {
 	c := Default()
 	trial := c.Tiers["trial"]
-	trial.Lane = "batch"
+	trial.Lane = "overnight"
 	c.Tiers["trial"] = trial
-	if err := c.Validate(ModeCheck); err == nil || !strings.Contains(err.Error(), "tiers.trial.lane") || !strings.Contains(err.Error(), `want "standard" or "flex", got "batch"`) {
-		t.Fatalf("lane batch: %v", err)
+	if err := c.Validate(ModeCheck); err == nil || !strings.Contains(err.Error(), "tiers.trial.lane") || !strings.Contains(err.Error(), `want "standard", "flex" or "batch", got "overnight"`) {
+		t.Fatalf("lane overnight: %v", err)
+	}
+	trial.Lane = LaneBatch
+	c.Tiers["trial"] = trial
+	if err := c.Validate(ModeCheck); err == nil || !strings.Contains(err.Error(), "tiers.trial.lane: batch, but neither jobs.summary_model nor jobs.review_model has batch: true") {
+		t.Fatalf("lane batch without a batch model: %v", err)
+	}
+	for i := range c.Models {
+		c.Models[i].Batch = c.Models[i].Name == c.Jobs.ReviewModel
+	}
+	trial.LaneWait = Duration(30 * time.Second)
+	c.Tiers["trial"] = trial
+	if err := c.Validate(ModeCheck); err == nil || !strings.Contains(err.Error(), "tiers.trial.lane_wait") {
+		t.Fatalf("lane_wait of 30s: %v", err)
+	}
+	trial.LaneWait = Duration(2 * time.Hour)
+	c.Tiers["trial"] = trial
+	if err := c.Validate(ModeCheck); err != nil {
+		t.Fatalf("lane batch on a batch model: %v", err)
 	}
 	trial.Lane = LaneFlex
 	c.Tiers["trial"] = trial

@@ -61,7 +61,8 @@ func FakeModels(cfg *config.Config) []fakeopenai.Model {
 		if m.Name == cfg.Jobs.ReviewModel {
 			lat, jit = 8*time.Second, 5*time.Second // the heavy model: seconds to tens of seconds
 		}
-		out = append(out, fakeopenai.Model{Name: m.Name, RPM: m.RequestsPerMinute, TPM: m.TokensPerMinute, Latency: lat, Jitter: jit, ContextTokens: m.ContextTokens, Flex: m.Flex})
+		out = append(out, fakeopenai.Model{Name: m.Name, RPM: m.RequestsPerMinute, TPM: m.TokensPerMinute, Latency: lat, Jitter: jit, ContextTokens: m.ContextTokens, Flex: m.Flex,
+			BatchTokens: m.BatchQueueTokens})
 	}
 	return out
 }
@@ -78,7 +79,7 @@ func StartFakes(cfg *config.Config, compress float64, apiKey string, seed int64,
 	per := time.Duration(float64(time.Minute) / compress)
 	f.GitHub = fakegithub.New(fakegithub.Config{AppID: f.AppID, PublicKey: &key.PublicKey, WritePeriod: per})
 	f.OpenAI = fakeopenai.New(fakeopenai.Config{Models: FakeModels(cfg), Period: per, Keys: []string{apiKey}, Seed: seed, LatencyScale: 1 / compress,
-		Record: record})
+		Record: record, BatchWindow: time.Duration(float64(24*time.Hour) / compress)})
 	gurl, gclose, err := ListenServe(f.GitHub)
 	if err != nil {
 		return nil, err

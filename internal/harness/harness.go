@@ -48,6 +48,7 @@ func Compress(cfg *config.Config, compress float64, concurrency int) {
 	cfg.Jobs = config.JobsConfig{SummaryModel: "gpt-4o-mini", ReviewModel: "gpt-4o", ChatModel: "gpt-4o-mini"}
 	cfg.Worker.Concurrency = concurrency
 	cfg.GitHub.WriteGap = config.Duration(float64(time.Second) / compress)
+	cfg.Batch.Every = config.Duration(max(per.D(), time.Second)) // the batch lane's minute
 	if t, ok := cfg.Tiers["free"]; ok && t.QuotaTokens == 0 {
 		t.QuotaTokens = 40000 // free tenants run into their daily quota during the demo
 		cfg.Tiers["free"] = t

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"strconv"
@@ -69,7 +70,7 @@ func (s *Server) buildWorkers(tr http.RoundTripper, opt Options, handlers bool) 
 		prices, _ := m.PricesOf() // none: the model's calls are not priced
 		models[m.Name] = workers.Model{Name: m.Name, MaxOutput: m.MaxOutputTokens, ContextTokens: m.ContextTokens, Reasoning: m.Reasoning,
 			Output: llm.FormatType(m.OutputFormat), SchemaIsInput: p.Kind == config.KindAnthropic, Limits: &limits, Prices: prices, Fallbacks: m.Fallbacks, Flex: m.Flex, Kinds: kinds[m.Name],
-			CachedInputFree: !m.CachedInputCountsOr(p.Kind)}
+			CachedInputFree: !m.CachedInputCountsOr(p.Kind), Batch: m.Batch}
 	}
 	enq, err := workers.NewEnqueuer(workers.EnqueuerConfig{Queue: s.client, Tickets: adm, Store: s.store,
 		ChatModel: models[cfg.Jobs.ChatModel], Log: s.log.With("component", "webhook")})
@@ -112,7 +113,8 @@ func (s *Server) buildWorkers(tr http.RoundTripper, opt Options, handlers bool) 
 	}
 	tiers := map[jobs.Tier]workers.TierSpec{}
 	for name, t := range cfg.Tiers {
-		tiers[jobs.Tier(name)] = workers.TierSpec{Review: t.Review == nil || *t.Review, QuotaTokens: t.QuotaTokens, ChatQuotaTokens: t.ChatQuotaTokens, QuotaDollars: t.QuotaDollars, Flex: t.Lane == config.LaneFlex}
+		tiers[jobs.Tier(name)] = workers.TierSpec{Review: t.Review == nil || *t.Review, QuotaTokens: t.QuotaTokens, ChatQuotaTokens: t.ChatQuotaTokens, QuotaDollars: t.QuotaDollars,
+			Flex: t.Lane == config.LaneFlex, Batch: t.Lane == config.LaneBatch, LaneWait: t.LaneWait.D()}
 	}
 	period, _ := ratelimit.ParsePeriod(cfg.Quota.Period)
 	quota, err := ratelimit.NewQuota(s.rdb, ratelimit.QuotaConfig{Period: period})
@@ -120,6 +122,10 @@ func (s *Server) buildWorkers(tr http.RoundTripper, opt Options, handlers bool) 
 		return nil, err
 	}
 	router, err := buildLLM(cfg)
+	if err != nil {
+		return nil, err
+	}
+	lane, batchQuota, err := s.batchLane(router, tiers, period, s.log.With("component", "batch"))
 	if err != nil {
 		return nil, err
 	}
@@ -139,7 +145,7 @@ func (s *Server) buildWorkers(tr http.RoundTripper, opt Options, handlers bool) 
 		BatchBudget: workers.RetryBudget{MaxAttempts: cfg.Retry.Batch.MaxAttempts, MaxAge: cfg.Retry.Batch.MaxAge.D()},
 		ChatBudget:  workers.RetryBudget{MaxAttempts: cfg.Retry.Chat.MaxAttempts, MaxAge: cfg.Retry.Chat.MaxAge.D()},
 		GaveUpFunc:  s.metrics.CountGaveUp, FallbackFunc: s.metrics.CountJobFallback, LifecycleFunc: s.metrics.CountLifecycle, DecorationErrorFunc: s.metrics.CountDecorationError,
-	}, workers.Deps{Store: s.store, Admitter: adm, GitHub: gh, LLM: client, Quota: quota, Pacer: pacer, Attempts: attempts,
+	}, workers.Deps{Store: s.store, Admitter: adm, GitHub: gh, LLM: client, Quota: quota, BatchQuota: batchQuota, Batch: lane, Pacer: pacer, Attempts: attempts,
 		Queue: s.client, Log: log})
 	if err != nil {
 		return nil, err
@@ -156,9 +162,50 @@ func (s *Server) buildWorkers(tr http.RoundTripper, opt Options, handlers bool) 
 		if w.Fallbacks != nil {
 			go w.Fallbacks.Run(ctx, fallbackEvery)
 		}
+		if w.Batch != nil {
+			go w.Batch.Run(ctx)
+		}
 		rec.Run(ctx, runReconcileEvery)
 	}
 	return js, nil
+}
+
+// batchLane builds the batch lane of the models with batch: true that a
+// tier's lane uses (nil: none), and the quota its jobs reserve in, whose
+// reservations last as long as a job may wait in the lane.
+func (s *Server) batchLane(router *llm.Router, tiers map[jobs.Tier]workers.TierSpec, period ratelimit.Period, lg *slog.Logger) (*workers.BatchLane, *ratelimit.Quota, error) {
+	cfg := s.cfg
+	wait := time.Duration(0)
+	for _, t := range tiers {
+		if t.Batch {
+			wait = max(wait, t.LaneWait, 24*time.Hour)
+		}
+	}
+	if wait == 0 {
+		return nil, nil, nil
+	}
+	batchers, queued := map[string]llm.Batcher{}, map[string]int64{}
+	for _, m := range cfg.Models {
+		if !m.Batch {
+			continue
+		}
+		b, ok := router.Batcher(m.Name, 0)
+		if !ok {
+			return nil, nil, &config.SettingError{Name: "models." + m.Name + ".batch", Problem: "its provider's client has no batch API"}
+		}
+		batchers[m.Name], queued[m.Name] = b, m.BatchQueueTokens
+	}
+	lane, err := workers.NewBatchLane(workers.BatchLaneConfig{Redis: s.rdb, Batchers: batchers, Queue: s.client, Every: cfg.Batch.Every.D(), MaxItems: cfg.Batch.MaxRequests,
+		QueueTokens: queued, CountFunc: s.metrics.CountCall, Log: lg})
+	if err != nil {
+		return nil, nil, err
+	}
+	// a reservation outlives the lane's wait and a poll's lag
+	quota, err := ratelimit.NewQuota(s.rdb, ratelimit.QuotaConfig{Period: period, ReservationTTL: wait + time.Hour})
+	if err != nil {
+		return nil, nil, err
+	}
+	return lane, quota, nil
 }
 
 // fallbackEvery is how often a worker process moves the jobs waiting for
