@@ -148,6 +148,17 @@ func TestBatchRoundTrip(t *testing.T) {
 			if strings.Join(ids, ",") != "file-a,file-b,summary" {
 				t.Fatalf("result ids %v, want each custom_id once", ids)
 			}
+			// the fake bills in lane batch what the results report
+			want := fakeopenai.Usage{Requests: 3}
+			for _, r := range results {
+				want.Prompt += r.Response.PromptTokens
+				want.Cached += r.Response.CachedTokens
+				want.CacheWrite += r.Response.CacheWriteTokens
+				want.Output += r.Response.OutputTokens
+			}
+			if bill := fake.Stats()[p.model].Bill; bill[fakeopenai.LaneBatch] != want || bill[fakeopenai.LaneSync].Requests != 0 {
+				t.Fatalf("the fake's bill %+v, want %+v in lane batch and nothing synchronous", bill, want)
+			}
 			st := fake.Stats()[p.model]
 			if st.Batch.Submitted != 1 || st.Batch.Completed != 1 || st.Batch.Requests != 3 || st.Requests != 0 || st.RateLimited != 0 || st.Answered != 3 {
 				t.Fatalf("fake stats %+v: want one batch completed, 3 batch requests, no synchronous request", st)

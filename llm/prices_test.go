@@ -42,6 +42,12 @@ func TestPromptCacheUsage(t *testing.T) {
 	if st := fake.Stats()["gpt-4o-mini"]; st.CachedTokens != 1280 {
 		t.Errorf("the fake counted %d cached tokens, want 1280", st.CachedTokens)
 	}
+	// the fake's bill is the replies' usage, summed
+	bill := fake.Stats()["gpt-4o-mini"].Bill[fakeopenai.LaneSync]
+	if want := (fakeopenai.Usage{Requests: 3, Prompt: first.PromptTokens + second.PromptTokens + short.PromptTokens, Cached: 1280,
+		Output: first.OutputTokens + second.OutputTokens + short.OutputTokens}); bill != want {
+		t.Errorf("the fake's bill %+v, want %+v", bill, want)
+	}
 	p, ok := llm.ListPrices("gpt-4o-mini-2024-07-18")
 	if !ok || p.Input != 0.15 || p.CachedInput != 0.075 || p.Output != 0.60 {
 		t.Fatalf("list prices %+v %v", p, ok)
@@ -113,6 +119,10 @@ func TestFlexProcessing(t *testing.T) {
 	}
 	if st := fake.Stats()["gpt-4o-mini"]; st.Flex != 2 || st.FlexRefused != 1 || st.RateLimited != 0 {
 		t.Fatalf("fake stats %+v: want 2 flex requests, 1 refused, no 429 for a limit", st)
+	}
+	if bill := fake.Stats()["gpt-4o-mini"].Bill; bill[fakeopenai.LaneFlex].Requests != 1 || bill[fakeopenai.LaneSync].Requests != 2 ||
+		bill[fakeopenai.LaneFlex].Prompt != flex.PromptTokens || bill[fakeopenai.LaneFlex].Output != flex.OutputTokens {
+		t.Fatalf("the fake's bill %+v: want the flex call in lane flex, the two standard ones in sync", bill)
 	}
 	// a flex call over a rate limit is a rate limit (the provider
 	// counted it), not a refusal

@@ -369,7 +369,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	b.out -= maxOut * perUS
 	st.admit(now, in+maxOut, s.cfg.Period)
 	if s.cfg.Record {
-		s.recorded[m.Name] = append(s.recorded[m.Name], Admission{At: now, Cost: in + maxOut, Input: in, Output: maxOut, Key: KeyLabel(key)})
+		s.recorded[m.Name] = append(s.recorded[m.Name], Admission{At: now, Cost: in + maxOut, Input: in, Output: maxOut, Key: KeyLabel(key), Prompt: prompt})
 	}
 	s.setMsgHeaders(w.Header(), m, itpm, otpm, b, now)
 	f := s.faults
@@ -416,6 +416,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	st.CompletionToks += int64(len(toks))
+	st.billed(LaneSync, prompt, pc.usage.read, pc.usage.write5m+pc.usage.write1h, int64(len(toks)))
 	s.mu.Unlock()
 	stop := "end_turn"
 	reply := map[string]any{"type": "text", "text": text}

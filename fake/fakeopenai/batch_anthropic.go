@@ -321,6 +321,9 @@ func (s *Server) batchMessage(r *batchReq, fault bool) (int, []byte) {
 		block = map[string]any{"type": "tool_use", "id": fmt.Sprintf("toolu_fake%d", r.at.UnixNano()), "name": tool, "input": input}
 	}
 	s.countAnswer(r, chat, m.Name, http.StatusOK, int64(len(toks)))
+	s.mu.Lock()
+	s.statsOf(m.Name).billed(LaneBatch, prompt, 0, 0, int64(len(toks)))
+	s.mu.Unlock()
 	out, _ := json.Marshal(map[string]any{"type": "succeeded", "message": map[string]any{
 		"id": fmt.Sprintf("msg_fake%d", r.at.UnixNano()), "type": "message", "role": "assistant", "model": m.Name,
 		"content": []any{block}, "stop_reason": stop, "stop_sequence": nil,

@@ -604,6 +604,9 @@ func (s *Server) batchChat(r *batchReq, fault bool) (int, []byte) {
 		})
 	}
 	s.countAnswer(r, req, m.Name, http.StatusOK, completion)
+	s.mu.Lock()
+	s.statsOf(m.Name).billed(LaneBatch, prompt, cached, 0, completion)
+	s.mu.Unlock()
 	return http.StatusOK, out
 }
 

@@ -220,6 +220,9 @@ type Admission struct {
 	// Input and Output are what the Anthropic mode charged each of its
 	// token limits (Cost is their sum); 0 in the OpenAI modes.
 	Input, Output int64
+	// Prompt is the Anthropic mode's prompt tokens, those its input limit
+	// did not count (cache reads) included.
+	Prompt int64
 }
 
 // KeyLabel is how the fake names an API key in what it records: the
@@ -396,9 +399,54 @@ type modelStats struct {
 	Flex             int64 // flex requests, refused ones included
 	FlexRefused      int64
 	formats          map[string]int64
-	window           []admission // admissions of the last period
+	bill             map[string]*Usage // by lane (billOf)
+	window           []admission       // admissions of the last period
 	windowSum        int64
 	maxWindow        int64
+}
+
+// Usage is what a model's answered requests of one lane were billed
+// for: requests, prompt tokens (all of them), of those the ones read
+// from the prompt cache and the ones written to it, and output tokens.
+type Usage struct {
+	Requests   int64 `json:"requests"`
+	Prompt     int64 `json:"prompt_tokens"`
+	Cached     int64 `json:"cached_tokens"`
+	CacheWrite int64 `json:"cache_write_tokens"`
+	Output     int64 `json:"output_tokens"`
+}
+
+// Lanes of Usage: the synchronous API at the standard price, OpenAI's
+// flex processing, the batch APIs.
+const (
+	LaneSync  = "sync"
+	LaneFlex  = "flex"
+	LaneBatch = "batch"
+)
+
+// laneOf is the lane a chat completion's service tier bills in.
+func laneOf(serviceTier string) string {
+	if serviceTier == "flex" {
+		return LaneFlex
+	}
+	return LaneSync
+}
+
+// billed adds an answered request to its lane's Usage. Caller holds mu.
+func (st *modelStats) billed(lane string, prompt, cached, written, output int64) {
+	if st.bill == nil {
+		st.bill = map[string]*Usage{}
+	}
+	u := st.bill[lane]
+	if u == nil {
+		u = &Usage{}
+		st.bill[lane] = u
+	}
+	u.Requests++
+	u.Prompt += prompt
+	u.Cached += cached
+	u.CacheWrite += written
+	u.Output += output
 }
 
 // admit records an admission in the sliding window of one period.
@@ -865,6 +913,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, key, deploy
 		out := s.replyToolCall(w, r, m.Name, now, call, usageOf(prompt, cached), req.Stream, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
 		s.mu.Lock()
 		st.CompletionToks += out
+		st.billed(laneOf(req.ServiceTier), prompt, cached, 0, out)
 		s.mu.Unlock()
 		complete = r.Context().Err() == nil
 		return
@@ -885,6 +934,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, key, deploy
 	}
 	s.mu.Lock()
 	st.CompletionToks += n * int64(len(toks))
+	st.billed(laneOf(req.ServiceTier), prompt, cached, 0, n*int64(len(toks)))
 	s.mu.Unlock()
 	faulted := roll >= 0 && roll < f.Empty
 	if req.Stream {
@@ -1275,6 +1325,9 @@ type ModelStats struct {
 	// Batch counts the batch APIs' work (batch.go), apart from the
 	// synchronous counters above except ResponseFormats, Answered,
 	// Repeats and CachedTokens, which count batch requests too.
+	// Bill is what the answered requests were billed for, by lane
+	// (LaneSync, LaneFlex, LaneBatch): what a bill in dollars is made of.
+	Bill map[string]Usage `json:"bill,omitempty"`
 	Batch BatchStats `json:"batch"`
 }
 
@@ -1293,7 +1346,10 @@ func (s *Server) Stats() map[string]ModelStats {
 			AdmittedTokens: st.AdmittedTokens, CompletionTokens: st.CompletionToks,
 			MaxWindowTokens: st.maxWindow, TPM: m.TPM, RPM: m.RPM, Answered: st.Answered, Repeats: st.Repeats,
 			PromptTokens: st.PromptTokens, CachedTokens: st.CachedTokens, CacheWriteTokens: st.CacheWriteTokens,
-			Flex: st.Flex, FlexRefused: st.FlexRefused}
+			Flex: st.Flex, FlexRefused: st.FlexRefused, Bill: map[string]Usage{}}
+		for lane, u := range st.bill {
+			out[name].Bill[lane] = *u
+		}
 	}
 	s.addBatchStats(out) // batch.go
 	return out

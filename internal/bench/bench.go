@@ -57,6 +57,10 @@ type Flags struct {
 	// providerLimiter is how the fake provider counts its limits:
 	// fakeopenai.LimiterBucket or fakeopenai.LimiterWindow.
 	providerLimiter string
+	// provider is the fake provider's dialect prq calls: ProviderOpenAI
+	// or ProviderAnthropic (Claude models, input and output limits
+	// apart, the input limit binding).
+	provider string
 	windowMargin    time.Duration
 	sendLag         time.Duration
 	// workload is WorkloadDefault, WorkloadFairness or WorkloadCeiling.
@@ -84,6 +88,9 @@ const (
 	StrategyPrqWindow = "prq-window"
 	StrategyPrqAuto   = "prq-auto"
 	StrategyPrqDebt   = "prq-debt"
+	// StrategyPrqLanes is prq with the trial and free tiers on the batch
+	// lane (every model batch: true).
+	StrategyPrqLanes = "prq-lanes"
 )
 
 // defaultStrategies run when --strategies is not given; against a
@@ -240,6 +247,13 @@ type benchResult struct {
 	LimitPerS    float64            `json:"limit_tokens_per_s"`
 	RedisCost    redisCost          `json:"redis_cost"`
 	Loss         utilisationLoss    `json:"review_model_utilisation_loss"`
+	// Bill is what the provider billed, in dollars at the models' list
+	// prices.
+	Bill bill `json:"bill"`
+	// InputPerLimit is, against an Anthropic provider, the review model's
+	// input tokens answered per period (cache reads included) over its
+	// input-tokens-per-minute limit, from its first admission to its last.
+	InputPerLimit float64 `json:"input_per_itpm,omitempty"`
 }
 
 type seriesPoint struct {
@@ -253,13 +267,14 @@ func (b *Flags) Register(fs *flag.FlagSet) {
 	fs.DurationVar(&b.sim, "duration", 10*time.Minute, "the simulated `duration` of the arrivals (real time: duration/compress)")
 	fs.Float64Var(&b.compress, "compress", 10, "time compression: limits per minute/compress")
 	fs.Int64Var(&b.seed, "seed", 1, "workload seed")
-	fs.StringVar(&b.strategies, "strategies", "", "strategies to run, comma-separated: prq, prq-window (every model limiter: window), prq-auto (every model limiter: auto), prq-debt (every model settle: debt), asynq-recipe, handler-wait, naive (default "+defaultStrategies+"; with --provider-limiter window, "+defaultWindowStrategies+")")
+	fs.StringVar(&b.strategies, "strategies", "", "strategies to run, comma-separated: prq, prq-window (every model limiter: window), prq-auto (every model limiter: auto), prq-debt (every model settle: debt), prq-lanes (trial and free on the batch lane), asynq-recipe, handler-wait, naive (default "+defaultStrategies+"; with --provider-limiter window, "+defaultWindowStrategies+")")
 	fs.StringVar(&b.workload, "workload", WorkloadDefault, "default (arrivals over the span, a tenant with very large PRs, chat bursts), fairness (three tenants per tier backlogged at once: Jain's index inside each tier and the tiers' shares against their weights) or ceiling (a provider with no latency and no limit in reach: calls/s, Redis CPU and commands per call, what saturates first; --duration is then each run's measured window, default 10s, and --scale its process counts, default 1,2,4,8)")
 	fs.StringVar(&b.limiters, "ceiling-limiters", "bucket,window", "ceiling: the limiters to run, comma-separated")
 	fs.BoolVar(&b.cluster, "redis-cluster", false, "ceiling: also run on a local 3-master Redis Cluster, the three models' admission state on three masters")
 	fs.StringVar(&b.upstream, "upstream", UpstreamFake, "ceiling: fake (the fake provider, no latency, limits out of reach) or noop (a no-op provider inside each worker process)")
 	fs.Float64Var(&b.rate, "rate", 0, "ceiling: pull requests per second arriving (with their chats) instead of a backlog kept full (0)")
 	fs.Float64Var(&b.chatsPerPR, "chats-per-pr", -1, "ceiling: chat comments sent with each pull request (negative: as many chat calls as review calls, so the chat model has work too)")
+	fs.StringVar(&b.provider, "provider", ProviderOpenAI, "the provider prq calls: openai (the bench's gpt-4o-mini and gpt-4o) or anthropic (claude-sonnet-4 and claude-sonnet-4-5 through the Messages API, input tokens per minute binding, settle: refund; the report adds the review model's input tokens per minute against its limit)")
 	fs.StringVar(&b.providerLimiter, "provider-limiter", fakeopenai.LimiterBucket, "how the fake provider counts its limits: bucket (OpenAI's continuous refill) or window (at most the limit in any sliding minute)")
 	fs.DurationVar(&b.sendLag, "send-lag", -1, "scheduler.send_lag for every strategy, in real time (negative: the default, 250ms; 0: none)")
 	fs.DurationVar(&b.windowMargin, "window-margin", 0, "prq-window's window_margin, in real time (0: the default, measured from the calls, at most a sixtieth of the compressed window)")
@@ -313,6 +328,9 @@ func Run(ctx context.Context, cfg *config.Config, b Flags, stdout io.Writer) err
 	case fakeopenai.LimiterBucket, fakeopenai.LimiterWindow:
 	default:
 		return &config.UsageError{Msg: fmt.Sprintf("--provider-limiter must be %s or %s, got %q", fakeopenai.LimiterBucket, fakeopenai.LimiterWindow, b.providerLimiter)}
+	}
+	if b.provider != ProviderOpenAI && b.provider != ProviderAnthropic {
+		return &config.UsageError{Msg: fmt.Sprintf("--provider must be %s or %s, got %q", ProviderOpenAI, ProviderAnthropic, b.provider)}
 	}
 	if b.workload != WorkloadDefault && b.workload != WorkloadFairness {
 		return &config.UsageError{Msg: fmt.Sprintf("--workload must be %s, %s or %s, got %q", WorkloadDefault, WorkloadFairness, WorkloadCeiling, b.workload)}
@@ -387,6 +405,9 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 	}
 	cfg := harness.RunConfig(redisURL, b.compress, b.concurrency)
 	cfg.AllowNoPersistence = true // the bench flushes its Redis between strategies: nothing in it is meant to last
+	if b.provider == ProviderAnthropic {
+		claudeModels(&cfg)
+	}
 	if b.sendLag >= 0 {
 		lag := config.Duration(b.sendLag)
 		cfg.Scheduler.SendLag = &lag
@@ -401,6 +422,15 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 			cfg.Models[i].WindowMargin = config.Duration(b.windowMargin)
 		case StrategyPrqDebt:
 			cfg.Models[i].Settle = string(ratelimit.PolicyDebt)
+		case StrategyPrqLanes:
+			cfg.Models[i].Batch = true
+		}
+	}
+	if strategy == StrategyPrqLanes {
+		for _, name := range []string{"trial", "free"} {
+			t := cfg.Tiers[name]
+			t.Lane = config.LaneBatch
+			cfg.Tiers[name] = t
 		}
 	}
 	fakes, err := harness.StartFakes(&cfg, b.compress, "sk-bench-"+harness.RandomHex(8), b.seed, true)
@@ -416,11 +446,20 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 		fakes.GitHub.AddPR(instOf(w, p), owner, p.Name(), p)
 	}
 	fakes.Configure(&cfg, "prq-bench")
+	env := append(fakes.WorkerEnv(redisURL, "prq-bench"), "PRQ_ALLOW_NO_PERSISTENCE=true")
+	if b.provider == ProviderAnthropic {
+		// the same fake, its Messages API (the API's root, without /v1)
+		cfg.Providers = []config.ProviderConfig{{Name: "claude", Kind: config.KindAnthropic, BaseURL: strings.TrimSuffix(fakes.OpenAIURL, "/v1"),
+			KeyEnv: config.EnvList{"ANTHROPIC_API_KEY"}, Keys: []config.Secret{config.Secret(fakes.APIKey)}}}
+		cfg.OpenAI.BaseURL = ""
+		env = append(env, "ANTHROPIC_API_KEY="+fakes.APIKey)
+	}
 	cfg.Addr = "127.0.0.1:0"
 	// the workers' configuration file
 	cfgFile := filepath.Join(b.out, "bench-config.yaml")
 	yb, _ := yaml.Marshal(map[string]any{"models": cfg.Models, "jobs": cfg.Jobs, "tiers": cfg.Tiers, "log": cfg.Log, "shutdown_timeout": cfg.ShutdownTimeout, "worker": cfg.Worker, "scheduler": cfg.Scheduler,
-		"github": map[string]any{"write_gap": cfg.GitHub.WriteGap}}) // compressed like the fake GitHub's write limit
+		"github": map[string]any{"write_gap": cfg.GitHub.WriteGap}, // compressed like the fake GitHub's write limit
+		"batch": cfg.Batch, "providers": cfg.Providers})
 	if err := os.WriteFile(cfgFile, yb, 0o600); err != nil {
 		return res, err
 	}
@@ -455,7 +494,7 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 		os.Remove(rec)
 		records = append(records, rec)
 		p, err := harness.StartProc(exe, []string{"bench-worker", "--strategy", strategy, "--processes", strconv.Itoa(processes), "--record", rec, "--config", cfgFile,
-			"--concurrency", strconv.Itoa(b.concurrency)}, append(fakes.WorkerEnv(redisURL, "prq-bench"), "PRQ_ALLOW_NO_PERSISTENCE=true"), filepath.Join(b.out, fmt.Sprintf("%s-%d-worker%d.log", strategy, processes, i)))
+			"--concurrency", strconv.Itoa(b.concurrency)}, env, filepath.Join(b.out, fmt.Sprintf("%s-%d-worker%d.log", strategy, processes, i)))
 		if err != nil {
 			return res, err
 		}
@@ -536,7 +575,7 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 	stats := fakes.OpenAI.Stats()
 	for _, st := range stats {
 		res.Provider429s += st.RateLimited
-		res.LLMCalls += st.Requests - st.RateLimited
+		res.LLMCalls += st.Requests - st.RateLimited + st.Batch.Requests
 	}
 	if res.LLMCalls > 0 {
 		res.HandlerRunsPerLLM = float64(res.HandlerRuns) / float64(res.LLMCalls+res.Provider429s)
@@ -614,6 +653,10 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 		}
 	}
 	res.ChatWaitP50, res.ChatWaitP99 = quantile.Of(chatWaits, .5), quantile.Of(chatWaits, .99)
+	res.Bill = billOf(stats, res.PRsDone)
+	if b.provider == ProviderAnthropic {
+		res.InputPerLimit = inputPerLimit(fakes.OpenAI.Admissions(review), rm.InputTokensPerMinute, rm.Period.D())
+	}
 	if !last.IsZero() {
 		res.MakespanS = last.Sub(start).Seconds() * b.compress
 	} else {

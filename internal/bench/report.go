@@ -113,6 +113,22 @@ func writeBench(out io.Writer, b Flags, results, scale []benchResult) error {
 		}
 		return fmt.Sprintf("%s / %s (%d windows)", pctf(r.TierShares["paid"]), pctf(r.TierShares["trial"]), r.ShareWindows)
 	})
+	row("dollars at list prices: per PR published / in all", func(r benchResult) string {
+		return fmt.Sprintf("%.4f / %.3f", r.Bill.PerPR, r.Bill.Dollars)
+	})
+	row("the same prompts without the prompt cache, in all (dollars) / with it, of that", func(r benchResult) string {
+		if r.Bill.NoCache == 0 {
+			return "—"
+		}
+		return fmt.Sprintf("%.3f / %.2f×", r.Bill.NoCache, r.Bill.Dollars/r.Bill.NoCache)
+	})
+	row("input served from the prompt cache", func(r benchResult) string { return pctf(r.Bill.CachedShare) })
+	if b.provider == ProviderAnthropic {
+		row("review model's input tokens per minute (cache reads included) / its input limit", func(r benchResult) string { return fmt.Sprintf("%.2f×", r.InputPerLimit) })
+	}
+	row("dollars by lane: standard / flex / batch", func(r benchResult) string {
+		return fmt.Sprintf("%.3f / %.3f / %.3f", r.Bill.ByLane[fakeopenai.LaneSync], r.Bill.ByLane[fakeopenai.LaneFlex], r.Bill.ByLane[fakeopenai.LaneBatch])
+	})
 	row("makespan (s, uncompressed)", func(r benchResult) string { return fmt.Sprintf("%.0f", r.MakespanS) })
 	row("peak worker RSS (MB)", func(r benchResult) string { return fmt.Sprintf("%.0f", r.PeakRSSMB) })
 	if len(scale) > 0 {

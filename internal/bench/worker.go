@@ -154,11 +154,11 @@ func (r *recorder) Complete(ctx context.Context, req llm.Request) (llm.Response,
 func strategyOptions(s *server.Server, strategy string, processes int) (server.Options, error) {
 	var o server.Options
 	switch strategy {
-	case StrategyPrq, StrategyPrqWindow, StrategyPrqAuto, StrategyPrqDebt:
+	case StrategyPrq, StrategyPrqWindow, StrategyPrqAuto, StrategyPrqDebt, StrategyPrqLanes:
 		return o, nil
 	case baseline.Recipe, baseline.Wait, baseline.Naive:
 	default:
-		return o, &config.UsageError{Msg: fmt.Sprintf("unknown strategy %q (want %s, %s, %s, %s, %s, %s or %s)", strategy, StrategyPrq, StrategyPrqWindow, StrategyPrqAuto, StrategyPrqDebt, baseline.Recipe, baseline.Wait, baseline.Naive)}
+		return o, &config.UsageError{Msg: fmt.Sprintf("unknown strategy %q (want %s, %s, %s, %s, %s, %s, %s or %s)", strategy, StrategyPrq, StrategyPrqWindow, StrategyPrqAuto, StrategyPrqDebt, StrategyPrqLanes, baseline.Recipe, baseline.Wait, baseline.Naive)}
 	}
 	d := &baseline.Direct{Client: s.Client()}
 	o.Admitter, o.NoAdmission = d, true
@@ -203,7 +203,7 @@ type WorkerFlags struct {
 
 // Register adds the bench worker's flags to fs.
 func (w *WorkerFlags) Register(fs *flag.FlagSet) {
-	fs.StringVar(&w.Strategy, "strategy", StrategyPrq, "prq, prq-window, prq-auto, prq-debt, asynq-recipe, handler-wait or naive")
+	fs.StringVar(&w.Strategy, "strategy", StrategyPrq, "prq, prq-window, prq-auto, prq-debt, prq-lanes, asynq-recipe, handler-wait or naive")
 	fs.IntVar(&w.Processes, "processes", 1, "worker processes in the run (the recipe splits limits by it)")
 	fs.StringVar(&w.Record, "record", "", "file for the report at exit")
 	fs.StringVar(&w.Upstream, "upstream", UpstreamFake, "fake (the configured provider) or noop (a no-op provider inside this process)")

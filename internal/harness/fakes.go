@@ -62,7 +62,7 @@ func FakeModels(cfg *config.Config) []fakeopenai.Model {
 			lat, jit = 8*time.Second, 5*time.Second // the heavy model: seconds to tens of seconds
 		}
 		out = append(out, fakeopenai.Model{Name: m.Name, RPM: m.RequestsPerMinute, TPM: m.TokensPerMinute, Latency: lat, Jitter: jit, ContextTokens: m.ContextTokens, Flex: m.Flex,
-			BatchTokens: m.BatchQueueTokens})
+			BatchTokens: m.BatchQueueTokens, ITPM: m.InputTokensPerMinute, OTPM: m.OutputTokensPerMinute})
 	}
 	return out
 }
