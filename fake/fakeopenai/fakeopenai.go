@@ -1327,8 +1327,8 @@ type ModelStats struct {
 	// Repeats and CachedTokens, which count batch requests too.
 	// Bill is what the answered requests were billed for, by lane
 	// (LaneSync, LaneFlex, LaneBatch): what a bill in dollars is made of.
-	Bill map[string]Usage `json:"bill,omitempty"`
-	Batch BatchStats `json:"batch"`
+	Bill  map[string]Usage `json:"bill,omitempty"`
+	Batch BatchStats       `json:"batch"`
 }
 
 // Stats returns the counters per model.

@@ -60,9 +60,9 @@ type Flags struct {
 	// provider is the fake provider's dialect prq calls: ProviderOpenAI
 	// or ProviderAnthropic (Claude models, input and output limits
 	// apart, the input limit binding).
-	provider string
-	windowMargin    time.Duration
-	sendLag         time.Duration
+	provider     string
+	windowMargin time.Duration
+	sendLag      time.Duration
 	// workload is WorkloadDefault, WorkloadFairness or WorkloadCeiling.
 	workload string
 	// simSet and scaleSet: --duration and --scale were given (the
@@ -459,7 +459,7 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 	cfgFile := filepath.Join(b.out, "bench-config.yaml")
 	yb, _ := yaml.Marshal(map[string]any{"models": cfg.Models, "jobs": cfg.Jobs, "tiers": cfg.Tiers, "log": cfg.Log, "shutdown_timeout": cfg.ShutdownTimeout, "worker": cfg.Worker, "scheduler": cfg.Scheduler,
 		"github": map[string]any{"write_gap": cfg.GitHub.WriteGap}, // compressed like the fake GitHub's write limit
-		"batch": cfg.Batch, "providers": cfg.Providers})
+		"batch":  cfg.Batch, "providers": cfg.Providers})
 	if err := os.WriteFile(cfgFile, yb, 0o600); err != nil {
 		return res, err
 	}
