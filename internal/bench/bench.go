@@ -32,6 +32,7 @@ import (
 	"github.com/prq-dev/prq/internal/config"
 	"github.com/prq-dev/prq/internal/harness"
 	"github.com/prq-dev/prq/internal/logging"
+	"github.com/prq-dev/prq/internal/metrics"
 	"github.com/prq-dev/prq/internal/quantile"
 	"github.com/prq-dev/prq/internal/redisproc"
 	"github.com/prq-dev/prq/internal/server"
@@ -654,6 +655,11 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 	}
 	res.ChatWaitP50, res.ChatWaitP99 = quantile.Of(chatWaits, .5), quantile.Of(chatWaits, .99)
 	res.Bill = billOf(stats, res.PRsDone)
+	for _, byTier := range metrics.Costs(ctx, rdb) { // prq's own count, beside the provider's bill
+		for _, d := range byTier {
+			res.Bill.Counted += d
+		}
+	}
 	if b.provider == ProviderAnthropic {
 		res.InputPerLimit = inputPerLimit(fakes.OpenAI.Admissions(review), rm.InputTokensPerMinute, rm.Period.D())
 	}

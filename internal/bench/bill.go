@@ -23,6 +23,9 @@ type bill struct {
 	CachedShare float64 `json:"cached_share"`
 	// ByLane is Dollars by lane (sync, flex, batch).
 	ByLane map[string]float64 `json:"dollars_by_lane"`
+	// Counted is what prq itself counted the calls to cost
+	// (prq_llm_cost_dollars_total): Dollars, when its accounting is right.
+	Counted float64 `json:"dollars_counted_by_prq"`
 }
 
 // billOf prices the fake's bill of every model; prs is how many pull

@@ -113,8 +113,8 @@ func writeBench(out io.Writer, b Flags, results, scale []benchResult) error {
 		}
 		return fmt.Sprintf("%s / %s (%d windows)", pctf(r.TierShares["paid"]), pctf(r.TierShares["trial"]), r.ShareWindows)
 	})
-	row("dollars at list prices: per PR published / in all", func(r benchResult) string {
-		return fmt.Sprintf("%.4f / %.3f", r.Bill.PerPR, r.Bill.Dollars)
+	row("dollars at list prices: per PR published / in all (prq's own count)", func(r benchResult) string {
+		return fmt.Sprintf("%.4f / %.3f (%.3f)", r.Bill.PerPR, r.Bill.Dollars, r.Bill.Counted)
 	})
 	row("the same prompts without the prompt cache, in all (dollars) / with it, of that", func(r benchResult) string {
 		if r.Bill.NoCache == 0 {
