@@ -48,12 +48,55 @@ func EstimateOpenAI(messages []string, maxOutput int64) int64 {
 // Tokenizer counts tokens offline, exactly as the provider will.
 type Tokenizer struct {
 	codec tokenizer.Codec
+	memo  *countMemo
 }
 
 var (
 	codecs   = map[tokenizer.Encoding]tokenizer.Codec{}
+	memos    = map[tokenizer.Encoding]*countMemo{}
 	codecsMu sync.Mutex
 )
+
+// Long messages recur: every prompt of one head carries the same system
+// text and shared context (thousands of tokens), and the planner and
+// each file job count them again. A message of memoFrom bytes or more
+// is counted once and remembered, the memoSize most recent per encoding.
+const (
+	memoFrom = 1024
+	memoSize = 256
+)
+
+// countMemo remembers the token counts of long messages, oldest out
+// first.
+type countMemo struct {
+	mu    sync.Mutex
+	count map[string]int
+	order []string // insertion order, a ring of memoSize
+	next  int
+}
+
+func (m *countMemo) get(s string) (int, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n, ok := m.count[s]
+	return n, ok
+}
+
+func (m *countMemo) put(s string, n int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.count[s]; ok {
+		return
+	}
+	if len(m.order) < memoSize {
+		m.order = append(m.order, s)
+	} else {
+		delete(m.count, m.order[m.next])
+		m.order[m.next] = s
+		m.next = (m.next + 1) % memoSize
+	}
+	m.count[s] = n
+}
 
 // NewTokenizer returns the tokenizer of a model; models tiktoken does not
 // know use o200k_base, the encoding of current OpenAI models (OpenAI's
@@ -72,8 +115,9 @@ func NewTokenizer(model string) (*Tokenizer, error) {
 			return nil, fmt.Errorf("ratelimit: tokenizer %s: %w", enc, err)
 		}
 		codecs[enc] = c
+		memos[enc] = &countMemo{count: map[string]int{}}
 	}
-	return &Tokenizer{codec: c}, nil
+	return &Tokenizer{codec: c, memo: memos[enc]}, nil
 }
 
 // Per OpenAI's cookbook: every message costs 3 tokens of framing, every
@@ -87,11 +131,29 @@ const (
 func (t *Tokenizer) CountMessages(contents ...string) (int64, error) {
 	n := int64(tokensPerReply)
 	for _, c := range contents {
-		k, err := t.codec.Count(c)
+		k, err := t.count(c)
 		if err != nil {
-			return 0, fmt.Errorf("ratelimit: count tokens: %w", err)
+			return 0, err
 		}
 		n += int64(k) + tokensPerMessage + 1 // +1 for the role
 	}
 	return n, nil
+}
+
+// count is the tokens of one text, remembered when it is long.
+func (t *Tokenizer) count(s string) (int, error) {
+	long := len(s) >= memoFrom && t.memo != nil
+	if long {
+		if k, ok := t.memo.get(s); ok {
+			return k, nil
+		}
+	}
+	k, err := t.codec.Count(s)
+	if err != nil {
+		return 0, fmt.Errorf("ratelimit: count tokens: %w", err)
+	}
+	if long {
+		t.memo.put(s, k)
+	}
+	return k, nil
 }

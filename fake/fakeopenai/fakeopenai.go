@@ -482,7 +482,7 @@ func New(cfg Config) *Server {
 	if err != nil {
 		panic(fmt.Sprintf("fakeopenai: tokenizer: %v", err)) // embedded vocabulary
 	}
-	s := &Server{cfg: cfg, models: map[string]Model{}, codec: codec, rng: rand.New(rand.NewSource(cfg.Seed)),
+	s := &Server{cfg: cfg, models: map[string]Model{}, codec: memoize(codec), rng: rand.New(rand.NewSource(cfg.Seed)),
 		buckets: map[string]*bucket{}, msgBuckets: map[string]*msgBucket{}, stats: map[string]*modelStats{}, recorded: map[string][]Admission{},
 		answered: map[[32]byte]bool{}, prefixes: map[uint64]time.Time{}, msgCache: map[uint64]cacheEntry{}}
 	for _, m := range cfg.Models {
