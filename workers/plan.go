@@ -79,10 +79,13 @@ type PlannerConfig struct {
 	// MaxParts caps the calls one file's review may be split into; a file
 	// that needs more is listed as not reviewed. Defaults to 20.
 	MaxParts int
-	// ContextTokens is how many tokens of the pull request's diffs every
-	// prompt of a head carries for context (see sharedContext), at most
-	// a quarter of what the smaller model's context window and input
-	// limits take. 0: none (the title, description and file list only).
+	// ContextTokens is how many tokens of the pull request's file list
+	// and diffs every prompt of a head carries for context (see
+	// sharedContext), at most a quarter of what the smaller model's
+	// context window and input limits take. 0: none (the title and
+	// description only). Negative (ContextAuto): AutoContextTokens where
+	// every model of the head reads its prompt cache free of its input
+	// limit (Model.CachedInputFree), else 0.
 	ContextTokens int64
 	// Checks, when set, shows the planned head as a queued check run.
 	Checks *Checks
@@ -346,7 +349,7 @@ func (p *Planner) plan(ctx context.Context, pl jobs.Plan) error {
 	if len(reviews) > 0 {
 		in = append(in, cfg.Models[cfg.ReviewModel])
 	}
-	pc = pc.withShared(sharedContext(pc, data, contextBudget(cfg.ContextTokens, in...)))
+	pc = pc.withShared(sharedContext(pc, data, contextBudget(contextWanted(cfg.ContextTokens, in...), in...)))
 	// A review of a file too large for one call becomes several jobs,
 	// one per part; a file over the hard cap is not reviewed at all.
 	var split []jobs.File
@@ -459,6 +462,32 @@ func (p *Planner) plan(ctx context.Context, pl jobs.Plan) error {
 		return enqueueFinalize(ctx, cfg.Queue, jobs.Finalize{PR: pl.PR, HeadSHA: pl.HeadSHA, Tier: pl.Tier, Run: seq})
 	}
 	return nil
+}
+
+// ContextAuto asks for a head's shared context by its models
+// (contextWanted).
+const ContextAuto = -1
+
+// AutoContextTokens is the shared context ContextAuto gives a head
+// whose models read their prompt cache free of their input limits.
+const AutoContextTokens = 2000
+
+// contextWanted is the shared context a head asks for: want, or, for
+// ContextAuto, AutoContextTokens where every model reads its prompt
+// cache free of its input limit (Anthropic: a cache read costs a tenth
+// of the input price and none of the limit) and none elsewhere (OpenAI
+// counts cached tokens toward TPM: context there costs throughput, and
+// at gpt-4o's half price for cached input more dollars than it saves).
+func contextWanted(want int64, models ...Model) int64 {
+	if want >= 0 {
+		return want
+	}
+	for _, m := range models {
+		if !m.CachedInputFree {
+			return 0
+		}
+	}
+	return AutoContextTokens
 }
 
 // contextBudget is how many tokens of diffs a head's shared context

@@ -182,27 +182,44 @@ const maxInstructedPaths = 20
 const maxListedFiles = 300
 
 // sharedContext renders what every prompt of a head says of its pull
-// request: the title and description (pc), the files, and the diffs of
-// the files it summarises or reviews, in order, each whole while they
-// fit in budget tokens (counted as the providers' admission rule counts,
-// characters / 4); a diff that does not fit is left out and the next
-// tried. The same inputs give the same text.
+// request: the title and description (pc), then, within budget tokens
+// (counted as the providers' admission rule counts, characters / 4), the
+// list of its files while their lines fit and the diffs of the files it
+// summarises or reviews, in order, each whole where it fits (a diff that
+// does not is left out and the next tried). A budget of 0 gives the
+// title and description alone. The same inputs give the same text.
 func sharedContext(pc prContext, files []store.FileData, budget int64) string {
 	var b strings.Builder
 	b.WriteString(pc.header())
-	fmt.Fprintf(&b, "\nFiles changed (%d):\n", len(files))
+	left := budget * 4 // in characters
+	if left <= 0 || len(files) == 0 {
+		return b.String()
+	}
+	var list strings.Builder
+	listed := 0
 	for i, f := range files {
-		if i == maxListedFiles {
-			fmt.Fprintf(&b, "- and %d more\n", len(files)-maxListedFiles)
+		line := fmt.Sprintf("- %s (%s, +%d -%d)", f.Path, f.Status, f.Additions, f.Deletions)
+		if f.SkipReason != "" && !strings.HasPrefix(f.SkipReason, "unchanged since") {
+			line += ": not reviewed, " + f.SkipReason
+		}
+		line += "\n"
+		n := int64(utf8.RuneCountInString(line))
+		if i == maxListedFiles || n > left {
 			break
 		}
-		fmt.Fprintf(&b, "- %s (%s, +%d -%d)", f.Path, f.Status, f.Additions, f.Deletions)
-		if f.SkipReason != "" && !strings.HasPrefix(f.SkipReason, "unchanged since") {
-			b.WriteString(": not reviewed, " + f.SkipReason)
-		}
-		b.WriteString("\n")
+		list.WriteString(line)
+		left -= n
+		listed++
 	}
-	left, shown, omitted := budget*4, 0, 0 // in characters
+	if listed == 0 {
+		return b.String()
+	}
+	fmt.Fprintf(&b, "\nFiles changed (%d):\n", len(files))
+	b.WriteString(list.String())
+	if listed < len(files) {
+		fmt.Fprintf(&b, "- and %d more\n", len(files)-listed)
+	}
+	shown, omitted := 0, 0
 	var diffs strings.Builder
 	for _, f := range files {
 		if f.Patch == "" || f.SkipReason != "" && !strings.HasPrefix(f.SkipReason, "unchanged since") {

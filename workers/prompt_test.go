@@ -428,7 +428,7 @@ func TestSharedContext(t *testing.T) {
 		{Path: "d.go", Status: "modified", Patch: "+d", SkipReason: "unchanged since abcdef1"},  // context still
 	}
 	pc := contextOf("Title", "Body")
-	got := sharedContext(pc, files, 200) // 800 characters
+	got := sharedContext(pc, files, 210) // 840 characters: the list 163, a.go and c.go 630, d.go 18
 	for _, want := range []string{"Pull request: Title\nDescription:\nBody\n", "Files changed (5):\n", "- go.sum (modified, +0 -0): not reviewed, excluded by go.sum\n",
 		"- d.go (modified, +0 -0)\n", "Diff of a.go:\n", "Diff of c.go:\n", "Diff of d.go:\n+d", "(1 files' diffs are not shown here.)"} {
 		if !strings.Contains(got, want) {
@@ -438,10 +438,38 @@ func TestSharedContext(t *testing.T) {
 	if strings.Contains(got, "Diff of big.go") || strings.Contains(got, "Diff of go.sum") {
 		t.Errorf("a diff past the budget or of a file not reviewed:\n%s", got)
 	}
-	if again := sharedContext(pc, files, 200); again != got {
+	if again := sharedContext(pc, files, 210); again != got {
 		t.Error("the same inputs gave another context")
 	}
-	if none := sharedContext(pc, files, 0); strings.Contains(none, "Diff of") || !strings.Contains(none, "(4 files' diffs are not shown here.)") {
-		t.Errorf("budget 0:\n%s", none)
+	if none := sharedContext(pc, files, 0); none != pc.header() {
+		t.Errorf("budget 0: %q, want the title and description alone", none)
+	}
+	// a budget the list outgrows: the lines that fit, the rest counted,
+	// then the diffs that fit what is left (d.go's, 18 characters)
+	list := sharedContext(pc, files, 20) // 80 characters: 2 lines, 52
+	if !strings.Contains(list, "- a.go (modified, +1 -0)\n- big.go (modified, +1 -0)\n- and 3 more\n") || strings.Contains(list, "Diff of a.go") || !strings.Contains(list, "Diff of d.go") {
+		t.Errorf("budget 20:\n%s", list)
+	}
+}
+
+// TestContextWanted: unset (ContextAuto), a head gets shared context
+// only where every model of it reads its cache free of its input limit;
+// a set budget is kept.
+func TestContextWanted(t *testing.T) {
+	free, counted := Model{Name: "claude", CachedInputFree: true}, Model{Name: "gpt-4o"}
+	for _, tc := range []struct {
+		want   int64
+		models []Model
+		got    int64
+	}{
+		{ContextAuto, []Model{free, free}, AutoContextTokens},
+		{ContextAuto, []Model{free, counted}, 0},
+		{ContextAuto, []Model{counted}, 0},
+		{0, []Model{free}, 0},
+		{500, []Model{counted}, 500},
+	} {
+		if got := contextWanted(tc.want, tc.models...); got != tc.got {
+			t.Errorf("contextWanted(%d, %v) = %d, want %d", tc.want, tc.models, got, tc.got)
+		}
 	}
 }

@@ -22,7 +22,7 @@ var _ ReuseStore = (*store.Store)(nil)
 
 // promptLayout is the version of how prompts are laid out and replies
 // read: a change to either makes every kept result another prompt's.
-const promptLayout = 2
+const promptLayout = 3
 
 // promptKey names what determined a file job's result: its kind, the
 // model and what it is asked (system, context, user text, output format,

@@ -258,26 +258,28 @@ type JobsConfig struct {
 	// answered already (a head that replaced it, a run reopened) instead
 	// of paying for it again. Defaults to true.
 	ReuseResults *bool `yaml:"reuse_results"`
-	// ContextTokens is how many tokens of a pull request's diffs every
-	// prompt of it carries, beside the file it is about, so each file is
-	// summarised and reviewed with the whole change in view (a prefix
-	// the provider's prompt cache serves at its cached price). Defaults
-	// to DefaultContextTokens; 0 carries the title, description and file
-	// list only.
+	// ContextTokens is how many tokens of a pull request's file list and
+	// diffs every prompt of it carries, beside the file it is about, so
+	// each file is summarised and reviewed with the whole change in view
+	// (a prefix the provider's prompt cache serves at its cached price).
+	// Unset: 2000 where the summary and review models read their prompt
+	// cache free of their input limits (Anthropic; models[].
+	// cached_input_counts false), 0 elsewhere (OpenAI counts cached
+	// tokens toward TPM: context costs throughput there, and more dollars
+	// than its cache saves at half price). 0 carries the title and
+	// description only.
 	ContextTokens *int64 `yaml:"context_tokens"`
 }
-
-// DefaultContextTokens is jobs.context_tokens' default.
-const DefaultContextTokens = 2000
 
 // maxContextTokens bounds jobs.context_tokens (a model's whole context
 // window, past any model's).
 const maxContextTokens = 10_000_000
 
-// ContextTokensOr is jobs.context_tokens, its default when unset.
+// ContextTokensOr is jobs.context_tokens, or -1 when unset: chosen by
+// the head's models (workers.ContextAuto).
 func (j JobsConfig) ContextTokensOr() int64 {
 	if j.ContextTokens == nil {
-		return DefaultContextTokens
+		return -1
 	}
 	return *j.ContextTokens
 }

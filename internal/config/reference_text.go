@@ -118,7 +118,7 @@ var meanings = map[string]meaning{
 	"jobs.summary_model":  {Text: "The model of per-file summaries."},
 	"jobs.review_model":   {Text: "The model of per-file reviews."},
 	"jobs.chat_model":     {Text: "The model of chat replies."},
-	"jobs.context_tokens": {Text: "How many tokens of a pull request's diffs each of its prompts carries beside its own file, so the change is reviewed whole; they sit in the prefix the prompt cache serves: see [reviews](reviews.md#prompts-and-the-prompt-cache). 0: title, description and file list only.", Unset: "`2000`"},
+	"jobs.context_tokens": {Text: "How many tokens of a pull request's file list and diffs each of its prompts carries beside its own file, so the change is reviewed whole; they sit in the prefix the prompt cache serves: see [reviews](reviews.md#prompts-and-the-prompt-cache). 0: title and description only.", Unset: "`2000` where the summary and review models read their prompt cache free of their input limits (`cached_input_counts: false`, Anthropic's default), else `0` (OpenAI counts cached tokens toward TPM)"},
 	"jobs.reuse_results":  {Text: "Reuse a file's result, for 6 h, for any job whose prompt was answered already (a head that replaced it, a pull request reopened) instead of paying again: see [reviews](reviews.md#never-paid-twice).", Unset: "`true`"},
 
 	"tiers.<name>.weight":            {Text: "The tier's share under saturation. Required, positive.", Unset: "—"},

@@ -8,7 +8,9 @@ import (
 
 	"github.com/prq-dev/prq/fake/corpus"
 	"github.com/prq-dev/prq/fake/fakeopenai"
+	"github.com/prq-dev/prq/internal/config"
 	"github.com/prq-dev/prq/jobs"
+	"github.com/prq-dev/prq/workers"
 )
 
 // cachePR is a pull request of six files whose diffs together are over
@@ -36,7 +38,12 @@ func cachePR() corpus.PR {
 // cache.
 func TestPromptCacheEndToEnd(t *testing.T) {
 	t.Parallel()
-	s := startStack(t, stackOpts{record: true})
+	// OpenAI counts cached tokens toward TPM, so its heads carry no
+	// shared context unless asked: here it is asked for
+	s := startStack(t, stackOpts{record: true, tune: func(c *config.Config) {
+		n := int64(workers.AutoContextTokens)
+		c.Jobs.ContextTokens = &n
+	}})
 	pr := s.openPR(1, jobs.TierPaid, cachePR())
 	s.waitDone([]jobs.PR{pr}, 60*time.Second)
 	byModel := map[string][]fakeopenai.Call{}
