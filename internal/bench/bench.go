@@ -17,6 +17,7 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -64,6 +65,9 @@ type Flags struct {
 	provider     string
 	windowMargin time.Duration
 	sendLag      time.Duration
+	// contextTokens is jobs.context_tokens for every strategy (negative:
+	// the default)
+	contextTokens int64
 	// workload is WorkloadDefault, WorkloadFairness or WorkloadCeiling.
 	workload string
 	// simSet and scaleSet: --duration and --scale were given (the
@@ -77,7 +81,9 @@ type Flags struct {
 	upstream   string
 	rate       float64
 	chatsPerPR float64
-	exe        string
+	// exe is the prq binary the worker processes run (tests: one built
+	// for them); this process's own when empty
+	exe string
 }
 
 // The strategies that run prq's own admission: with each model's limiter
@@ -277,6 +283,7 @@ func (b *Flags) Register(fs *flag.FlagSet) {
 	fs.Float64Var(&b.chatsPerPR, "chats-per-pr", -1, "ceiling: chat comments sent with each pull request (negative: as many chat calls as review calls, so the chat model has work too)")
 	fs.StringVar(&b.provider, "provider", ProviderOpenAI, "the provider prq calls: openai (the bench's gpt-4o-mini and gpt-4o) or anthropic (claude-sonnet-4 and claude-sonnet-4-5 through the Messages API, input tokens per minute binding, settle: refund; the report adds the review model's input tokens per minute against its limit)")
 	fs.StringVar(&b.providerLimiter, "provider-limiter", fakeopenai.LimiterBucket, "how the fake provider counts its limits: bucket (OpenAI's continuous refill) or window (at most the limit in any sliding minute)")
+	fs.Int64Var(&b.contextTokens, "context-tokens", -1, "jobs.context_tokens for every strategy: tokens of a pull request's diffs in every prompt's shared context (negative: the default, 2000; 0: title, description and file list only)")
 	fs.DurationVar(&b.sendLag, "send-lag", -1, "scheduler.send_lag for every strategy, in real time (negative: the default, 250ms; 0: none)")
 	fs.DurationVar(&b.windowMargin, "window-margin", 0, "prq-window's window_margin, in real time (0: the default, measured from the calls, at most a sixtieth of the compressed window)")
 	fs.StringVar(&b.out, "out", "bench-out", "output directory (results.md, results.json, admitted.svg, logs)")
@@ -413,6 +420,10 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 		lag := config.Duration(b.sendLag)
 		cfg.Scheduler.SendLag = &lag
 	}
+	if b.contextTokens >= 0 {
+		n := b.contextTokens
+		cfg.Jobs.ContextTokens = &n
+	}
 	for i := range cfg.Models {
 		switch strategy {
 		case StrategyPrqWindow, StrategyPrqAuto:
@@ -453,6 +464,11 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 		cfg.Providers = []config.ProviderConfig{{Name: "claude", Kind: config.KindAnthropic, BaseURL: strings.TrimSuffix(fakes.OpenAIURL, "/v1"),
 			KeyEnv: config.EnvList{"ANTHROPIC_API_KEY"}, Keys: []config.Secret{config.Secret(fakes.APIKey)}}}
 		cfg.OpenAI.BaseURL = ""
+		// the implicit OpenAI provider's settings are refused beside
+		// providers: the workers get the Anthropic key alone
+		env = slices.DeleteFunc(env, func(kv string) bool {
+			return strings.HasPrefix(kv, "OPENAI_BASE_URL=") || strings.HasPrefix(kv, "OPENAI_API_KEY=")
+		})
 		env = append(env, "ANTHROPIC_API_KEY="+fakes.APIKey)
 	}
 	cfg.Addr = "127.0.0.1:0"
@@ -482,9 +498,11 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 	}
 	served := harness.Serve(sctx, s, io.Discard, server.Roles{HTTP: true}, opts)
 	// the worker processes
-	exe, err := os.Executable()
-	if err != nil {
-		return res, err
+	exe := b.exe
+	if exe == "" {
+		if exe, err = os.Executable(); err != nil {
+			return res, err
+		}
 	}
 	cost := newCostMeter(rdb, time.Duration(float64(b.sim)/b.compress), s.Inspector())
 	cost.serveIdle(ctx) // before the workers start
@@ -526,6 +544,15 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 				sent[e.pr.String()] = time.Now()
 			}
 			next++
+		}
+		for i, p := range procs {
+			if p.Exited() {
+				// a worker that stops (its configuration refused, a
+				// crash) ends the run: its log says why
+				logPath := filepath.Join(b.out, fmt.Sprintf("%s-%d-worker%d.log", strategy, processes, i))
+				out, _ := os.ReadFile(logPath)
+				return res, fmt.Errorf("bench: worker process %d of %s exited during the run (%s): %s", i, strategy, logPath, lastLines(string(out), 5))
+			}
 		}
 		done, answered := benchProgress(fakes, w)
 		if time.Since(lastReport) >= 5*time.Second {
@@ -852,4 +879,10 @@ func meanHold(calls []callRecord, model string, hold func(callRecord) time.Durat
 		return 0
 	}
 	return sum / time.Duration(n)
+}
+
+// lastLines is the last n lines of s, trimmed.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(lines[max(len(lines)-n, 0):], "\n")
 }

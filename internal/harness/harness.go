@@ -100,6 +100,16 @@ func StartProc(exe string, args, env []string, logPath string) (*Proc, error) {
 	return p, nil
 }
 
+// Exited says whether the process has exited.
+func (p *Proc) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // Pid is the process id.
 func (p *Proc) Pid() int { return p.Cmd.Process.Pid }
 
