@@ -60,10 +60,12 @@ var (
 // Long messages recur: every prompt of one head carries the same system
 // text and shared context (thousands of tokens), and the planner and
 // each file job count them again. A message of memoFrom bytes or more
-// is counted once and remembered, the memoSize most recent per encoding.
+// is counted once and remembered: the most recent, up to memoSize
+// messages and memoBytes of them.
 const (
-	memoFrom = 1024
-	memoSize = 256
+	memoFrom  = 1024
+	memoSize  = 256
+	memoBytes = 8 << 20
 )
 
 // countMemo remembers the token counts of long messages, oldest out
@@ -71,8 +73,8 @@ const (
 type countMemo struct {
 	mu    sync.Mutex
 	count map[string]int
-	order []string // insertion order, a ring of memoSize
-	next  int
+	order []string // oldest first
+	bytes int      // of the messages in order
 }
 
 func (m *countMemo) get(s string) (int, bool) {
@@ -83,18 +85,22 @@ func (m *countMemo) get(s string) (int, bool) {
 }
 
 func (m *countMemo) put(s string, n int) {
+	if len(s) > memoBytes {
+		return
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, ok := m.count[s]; ok {
 		return
 	}
-	if len(m.order) < memoSize {
-		m.order = append(m.order, s)
-	} else {
-		delete(m.count, m.order[m.next])
-		m.order[m.next] = s
-		m.next = (m.next + 1) % memoSize
+	for len(m.order) > 0 && (len(m.order) >= memoSize || m.bytes+len(s) > memoBytes) {
+		old := m.order[0]
+		m.order = m.order[1:]
+		m.bytes -= len(old)
+		delete(m.count, old)
 	}
+	m.order = append(m.order, s)
+	m.bytes += len(s)
 	m.count[s] = n
 }
 

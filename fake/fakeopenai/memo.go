@@ -12,8 +12,9 @@ import (
 // cached prefixes. memoCodec remembers long texts' tokens so the fake
 // does not take the CPU its clients are measured on.
 const (
-	memoFrom = 1024 // bytes
-	memoSize = 512  // texts remembered, oldest out first
+	memoFrom  = 1024     // bytes
+	memoSize  = 512      // texts remembered, oldest out first
+	memoBytes = 16 << 20 // of the texts remembered
 )
 
 // memoCodec is a tokenizer.Codec that remembers long texts' tokens.
@@ -21,8 +22,8 @@ type memoCodec struct {
 	tokenizer.Codec
 	mu    sync.Mutex
 	ids   map[string][]uint
-	order []string
-	next  int
+	order []string // oldest first
+	bytes int      // of the texts in order
 }
 
 func memoize(c tokenizer.Codec) *memoCodec {
@@ -45,16 +46,20 @@ func (m *memoCodec) Encode(s string) ([]uint, []string, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	if len(s) > memoBytes {
+		return ids, nil, nil
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, ok := m.ids[s]; !ok {
-		if len(m.order) < memoSize {
-			m.order = append(m.order, s)
-		} else {
-			delete(m.ids, m.order[m.next])
-			m.order[m.next] = s
-			m.next = (m.next + 1) % memoSize
+		for len(m.order) > 0 && (len(m.order) >= memoSize || m.bytes+len(s) > memoBytes) {
+			old := m.order[0]
+			m.order = m.order[1:]
+			m.bytes -= len(old)
+			delete(m.ids, old)
 		}
+		m.order = append(m.order, s)
+		m.bytes += len(s)
 		m.ids[s] = ids
 	}
 	return ids, nil, nil
