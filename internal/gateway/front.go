@@ -54,6 +54,16 @@ func (g *Gateway) quotaLeft(w http.ResponseWriter, r *http.Request, q *request) 
 		if u, err := quota.Used(ctx, tenantOf(k), "", k.QuotaTokens); err == nil {
 			tl := k.QuotaTokens - u.Used
 			if tl+held.tokens < 1+minOut {
+				// the key's use and its calls in flight are two reads: a
+				// call reserving between them looks like a spent quota.
+				// Before refusing, read both again, in flight last
+				if u2, err := quota.Used(ctx, tenantOf(k), "", k.QuotaTokens); err == nil {
+					if h2, err := g.held.held(ctx, k.ID); err == nil {
+						u, tl, held = u2, k.QuotaTokens-u2.Used, h2
+					}
+				}
+			}
+			if tl+held.tokens < 1+minOut {
 				g.refuseQuota(w, q, quotaShort{left: tl, needs: "less than the smallest request (" + what + ")"}, u.Reset)
 				return 0, false
 			}
