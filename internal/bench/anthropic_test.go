@@ -22,6 +22,24 @@ func smokeFlags(t *testing.T, bin string) Flags {
 		processes: 1, concurrency: 4, seed: 1, sendLag: -1, contextTokens: -1, out: t.TempDir(), exe: bin}
 }
 
+// smokeRun runs prq once on b's workload against a Redis of its own,
+// and returns its result and what it printed.
+func smokeRun(t *testing.T, b Flags) (benchResult, string, error) {
+	t.Helper()
+	srv, err := redisproc.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	prs, _, err := harness.LoadPRs(b.corpus, 200, b.seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	r, err := benchStrategy(context.Background(), &out, b, buildWorkload(prs, b), srv.URL(), StrategyPrq, 1)
+	return r, out.String(), err
+}
+
 func buildPrq(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "prq")
@@ -43,20 +61,9 @@ func TestBenchAnthropicSmoke(t *testing.T) {
 	}
 	b := smokeFlags(t, buildPrq(t))
 	b.provider = ProviderAnthropic
-	srv, err := redisproc.Start()
+	r, out, err := smokeRun(t, b)
 	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Stop()
-	prs, _, err := harness.LoadPRs(b.corpus, 200, b.seed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := buildWorkload(prs, b)
-	var out strings.Builder
-	r, err := benchStrategy(context.Background(), &out, b, w, srv.URL(), StrategyPrq, 1)
-	if err != nil {
-		t.Fatalf("bench: %v\n%s", err, out.String())
+		t.Fatalf("bench: %v\n%s", err, out)
 	}
 	t.Logf("%d/%d PRs, %d 429s, $%.4f (prq counted $%.4f), %.1f%% of input from the cache, input per minute %.2f× the limit",
 		r.PRsDone, r.PRs, r.Provider429s, r.Bill.Dollars, r.Bill.Counted, 100*r.Bill.CachedShare, r.InputPerLimit)
@@ -82,18 +89,7 @@ func TestBenchWorkerExit(t *testing.T) {
 	if err != nil {
 		t.Skip("no false(1) here")
 	}
-	b := smokeFlags(t, sh)
-	srv, err := redisproc.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Stop()
-	prs, _, err := harness.LoadPRs(b.corpus, 200, b.seed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out strings.Builder
-	_, err = benchStrategy(context.Background(), &out, b, buildWorkload(prs, b), srv.URL(), StrategyPrq, 1)
+	_, _, err = smokeRun(t, smokeFlags(t, sh))
 	if err == nil || !strings.Contains(err.Error(), "worker process 0 of prq exited") {
 		t.Fatalf("err = %v, want the worker's exit", err)
 	}
