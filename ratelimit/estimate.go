@@ -7,6 +7,7 @@ import (
 	"sync"
 	"unicode/utf8"
 
+	"github.com/prq-dev/prq/internal/fifo"
 	"github.com/tiktoken-go/tokenizer"
 )
 
@@ -48,12 +49,12 @@ func EstimateOpenAI(messages []string, maxOutput int64) int64 {
 // Tokenizer counts tokens offline, exactly as the provider will.
 type Tokenizer struct {
 	codec tokenizer.Codec
-	memo  *countMemo
+	memo  *fifo.Memo[int]
 }
 
 var (
 	codecs   = map[tokenizer.Encoding]tokenizer.Codec{}
-	memos    = map[tokenizer.Encoding]*countMemo{}
+	memos    = map[tokenizer.Encoding]*fifo.Memo[int]{}
 	codecsMu sync.Mutex
 )
 
@@ -67,42 +68,6 @@ const (
 	memoSize  = 256
 	memoBytes = 8 << 20
 )
-
-// countMemo remembers the token counts of long messages, oldest out
-// first.
-type countMemo struct {
-	mu    sync.Mutex
-	count map[string]int
-	order []string // oldest first
-	bytes int      // of the messages in order
-}
-
-func (m *countMemo) get(s string) (int, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	n, ok := m.count[s]
-	return n, ok
-}
-
-func (m *countMemo) put(s string, n int) {
-	if len(s) > memoBytes {
-		return
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if _, ok := m.count[s]; ok {
-		return
-	}
-	for len(m.order) > 0 && (len(m.order) >= memoSize || m.bytes+len(s) > memoBytes) {
-		old := m.order[0]
-		m.order = m.order[1:]
-		m.bytes -= len(old)
-		delete(m.count, old)
-	}
-	m.order = append(m.order, s)
-	m.bytes += len(s)
-	m.count[s] = n
-}
 
 // NewTokenizer returns the tokenizer of a model; models tiktoken does not
 // know use o200k_base, the encoding of current OpenAI models (OpenAI's
@@ -121,7 +86,7 @@ func NewTokenizer(model string) (*Tokenizer, error) {
 			return nil, fmt.Errorf("ratelimit: tokenizer %s: %w", enc, err)
 		}
 		codecs[enc] = c
-		memos[enc] = &countMemo{count: map[string]int{}}
+		memos[enc] = fifo.New[int](memoSize, memoBytes)
 	}
 	return &Tokenizer{codec: c, memo: memos[enc]}, nil
 }
@@ -150,7 +115,7 @@ func (t *Tokenizer) CountMessages(contents ...string) (int64, error) {
 func (t *Tokenizer) count(s string) (int, error) {
 	long := len(s) >= memoFrom && t.memo != nil
 	if long {
-		if k, ok := t.memo.get(s); ok {
+		if k, ok := t.memo.Get(s); ok {
 			return k, nil
 		}
 	}
@@ -159,7 +124,7 @@ func (t *Tokenizer) count(s string) (int, error) {
 		return 0, fmt.Errorf("ratelimit: count tokens: %w", err)
 	}
 	if long {
-		t.memo.put(s, k)
+		t.memo.Put(s, k)
 	}
 	return k, nil
 }

@@ -1,8 +1,7 @@
 package fakeopenai
 
 import (
-	"sync"
-
+	"github.com/prq-dev/prq/internal/fifo"
 	"github.com/tiktoken-go/tokenizer"
 )
 
@@ -20,14 +19,11 @@ const (
 // memoCodec is a tokenizer.Codec that remembers long texts' tokens.
 type memoCodec struct {
 	tokenizer.Codec
-	mu    sync.Mutex
-	ids   map[string][]uint
-	order []string // oldest first
-	bytes int      // of the texts in order
+	ids *fifo.Memo[[]uint]
 }
 
 func memoize(c tokenizer.Codec) *memoCodec {
-	return &memoCodec{Codec: c, ids: map[string][]uint{}}
+	return &memoCodec{Codec: c, ids: fifo.New[[]uint](memoSize, memoBytes)}
 }
 
 // Encode returns s's token IDs (remembered ones are shared: read only)
@@ -36,32 +32,14 @@ func (m *memoCodec) Encode(s string) ([]uint, []string, error) {
 	if len(s) < memoFrom {
 		return m.Codec.Encode(s)
 	}
-	m.mu.Lock()
-	ids, ok := m.ids[s]
-	m.mu.Unlock()
-	if ok {
+	if ids, ok := m.ids.Get(s); ok {
 		return ids, nil, nil
 	}
 	ids, _, err := m.Codec.Encode(s)
 	if err != nil {
 		return nil, nil, err
 	}
-	if len(s) > memoBytes {
-		return ids, nil, nil
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if _, ok := m.ids[s]; !ok {
-		for len(m.order) > 0 && (len(m.order) >= memoSize || m.bytes+len(s) > memoBytes) {
-			old := m.order[0]
-			m.order = m.order[1:]
-			m.bytes -= len(old)
-			delete(m.ids, old)
-		}
-		m.order = append(m.order, s)
-		m.bytes += len(s)
-		m.ids[s] = ids
-	}
+	m.ids.Put(s, ids)
 	return ids, nil, nil
 }
 
