@@ -10,8 +10,17 @@
 // remembers the queues whose last real dequeue found nothing and answers
 // asynq's next dequeues of them itself (redis.Nil) until a wake names the
 // queue, or until Recheck has passed since the last real look: a push by
-// a writer without the hook, or a wake lost with a dropped subscription,
-// costs at most Recheck of delay, never a job.
+// a writer without the hook (asynqmon's "run" button) costs at most
+// Recheck of delay, never a job. Wakes lost while the subscription was
+// down are made good when it is back: the resubscription wakes every
+// queue.
+//
+// The gate also answers asynq's forwarder for a queue's scheduled set
+// (every DelayedTaskCheckInterval, each queue): prq schedules nothing
+// there but held tasks, due ten years ahead, so that look is made for
+// real only once per Recheck. A scheduled task due sooner (a writer
+// other than prq) is forwarded at most Recheck late. The retry sets,
+// which prq's retries use, are forwarded as asynq does.
 package dispatch
 
 import (
@@ -31,7 +40,7 @@ const Channel = "prq:dispatch:wake"
 type Gate struct {
 	rdb redis.UniversalClient
 	// Recheck bounds how long a queue is answered locally without a real
-	// look. Defaults to 1s.
+	// look. Defaults to DefaultRecheck.
 	Recheck time.Duration
 	// Now is the clock (tests). Defaults to time.Now.
 	Now func() time.Time
@@ -40,18 +49,26 @@ type Gate struct {
 	queues    map[string]*queueState
 	listening atomic.Bool
 
-	local, real atomic.Int64 // dequeues answered locally / sent to Redis
+	local, real  atomic.Int64 // dequeues answered locally / sent to Redis
+	quiet        atomic.Int64 // forwards of a scheduled set answered locally
+	resubscribed atomic.Int64 // subscriptions after the first
 }
 
 type queueState struct {
-	empty   bool      // the last real dequeue found nothing, and no wake since
-	gen     uint64    // wakes seen
-	checked time.Time // the last real dequeue that found nothing
+	empty     bool      // the last real dequeue found nothing, and no wake since
+	gen       uint64    // wakes seen
+	checked   time.Time // the last real dequeue that found nothing
+	scheduled time.Time // the last real forward of the scheduled set that moved nothing
 }
+
+// DefaultRecheck is the gate's Recheck unless set: the delay a push that
+// nobody announced can cost, and how often an idle worker process looks
+// at each queue for real (one script per queue).
+const DefaultRecheck = 30 * time.Second
 
 // New returns a gate that publishes and listens through rdb.
 func New(rdb redis.UniversalClient) *Gate {
-	return &Gate{rdb: rdb, Recheck: time.Second, Now: time.Now, queues: map[string]*queueState{}}
+	return &Gate{rdb: rdb, Recheck: DefaultRecheck, Now: time.Now, queues: map[string]*queueState{}}
 }
 
 // Listen subscribes to the wakes and gates dequeues until ctx ends; it
@@ -63,7 +80,10 @@ func (g *Gate) Listen(ctx context.Context) error {
 		sub.Close()
 		return err
 	}
-	ch := sub.Channel()
+	// subscriptions as well as messages: a subscription after the first
+	// is go-redis resubscribing on a new connection, and what was
+	// published meanwhile is lost
+	ch := sub.ChannelWithSubscriptions()
 	g.listening.Store(true)
 	go func() {
 		defer sub.Close()
@@ -76,11 +96,27 @@ func (g *Gate) Listen(ctx context.Context) error {
 				if !ok {
 					return
 				}
-				g.Wake(strings.Split(msg.Payload, ",")...)
+				switch m := msg.(type) {
+				case *redis.Message:
+					g.Wake(strings.Split(m.Payload, ",")...)
+				case *redis.Subscription:
+					g.resubscribed.Add(1)
+					g.WakeAll()
+				}
 			}
 		}
 	}()
 	return nil
+}
+
+// WakeAll makes the next dequeue of every queue a real one.
+func (g *Gate) WakeAll() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, st := range g.queues {
+		st.empty = false
+		st.gen++
+	}
 }
 
 // Wake makes the next dequeue of each queue a real one.
@@ -137,6 +173,15 @@ func (g *Gate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if q, ok := dequeueOf(keys); ok {
 			return g.dequeue(ctx, next, cmd, q)
 		}
+		if q, ok := scheduledForwardOf(keys); ok && g.scheduledQuiet(q) {
+			if c, ok := cmd.(*redis.Cmd); ok {
+				g.quiet.Add(1)
+				c.SetVal(int64(0)) // asynq's answer: nothing moved
+				return nil
+			}
+		} else if ok {
+			defer g.forwarded(q, cmd)
+		}
 		err := next(ctx, cmd)
 		if err == nil && pushed(cmd) {
 			var qs []string
@@ -184,6 +229,30 @@ func (g *Gate) dequeue(ctx context.Context, next redis.ProcessHook, cmd redis.Cm
 	return err
 }
 
+// scheduledQuiet reports whether a forward of q's scheduled set may be
+// answered here (nothing moved): a real one found nothing due within
+// Recheck.
+func (g *Gate) scheduledQuiet(q string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	st := g.state(q)
+	return !st.scheduled.IsZero() && g.Now().Sub(st.scheduled) < g.Recheck
+}
+
+// forwarded learns from a real forward of q's scheduled set: one that
+// moved nothing starts a quiet Recheck.
+func (g *Gate) forwarded(q string, cmd redis.Cmder) {
+	c, ok := cmd.(*redis.Cmd)
+	if !ok || c.Err() != nil {
+		return
+	}
+	if n, ok := c.Val().(int64); ok && n == 0 {
+		g.mu.Lock()
+		g.state(q).scheduled = g.Now()
+		g.mu.Unlock()
+	}
+}
+
 // scriptKeys returns the keys of an EVAL or EVALSHA, else nil.
 func scriptKeys(cmd redis.Cmder) []string {
 	name := cmd.Name()
@@ -228,6 +297,21 @@ func dequeueOf(keys []string) (string, bool) {
 		return "", false
 	}
 	p, ok := queueOf(keys[1], ":paused")
+	return q, ok && p == q
+}
+
+// scheduledForwardOf recognises asynq's forward script run on a queue's
+// scheduled set by its keys: the scheduled set and the pending list of
+// one queue.
+func scheduledForwardOf(keys []string) (string, bool) {
+	if len(keys) != 2 {
+		return "", false
+	}
+	q, ok := queueOf(keys[0], ":scheduled")
+	if !ok {
+		return "", false
+	}
+	p, ok := queueOf(keys[1], ":pending")
 	return q, ok && p == q
 }
 

@@ -12,9 +12,10 @@ import (
 	"github.com/prq-dev/prq/internal/redistest"
 )
 
-// counter counts the dequeue scripts that reach Redis (installed after
-// the gate, so it sees only what the gate lets through).
-type counter struct{ n atomic.Int64 }
+// counter counts the dequeue scripts and the forwards of a scheduled
+// set that reach Redis (installed after the gate, so it sees only what
+// the gate lets through).
+type counter struct{ n, fwd atomic.Int64 }
 
 func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
@@ -25,6 +26,13 @@ func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if keys := scriptKeys(cmd); keys != nil {
 			if _, ok := dequeueOf(keys); ok {
 				c.n.Add(1)
+			}
+			if _, ok := scheduledForwardOf(keys); ok {
+				err := next(ctx, cmd)
+				if err == nil { // not the first EVALSHA's NOSCRIPT
+					c.fwd.Add(1)
+				}
+				return err
 			}
 		}
 		return next(ctx, cmd)
@@ -42,6 +50,13 @@ type worker struct {
 
 func startWorker(t *testing.T, r *redistest.Server, recheck time.Duration, ran chan<- string) *worker {
 	t.Helper()
+	return startWorkerWith(t, r, recheck, ran, asynq.Config{})
+}
+
+// startWorkerWith starts a worker whose asynq config is cfg with the
+// worker's queue, concurrency and fast polling.
+func startWorkerWith(t *testing.T, r *redistest.Server, recheck time.Duration, ran chan<- string, cfg asynq.Config) *worker {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	w := &worker{rdb: r.Client(t), cnt: &counter{}}
@@ -52,8 +67,8 @@ func startWorker(t *testing.T, r *redistest.Server, recheck time.Duration, ran c
 	if err := w.gate.Listen(ctx); err != nil {
 		t.Fatal(err)
 	}
-	w.srv = asynq.NewServerFromRedisClient(w.rdb, asynq.Config{Concurrency: 2, Queues: map[string]int{"q": 1},
-		TaskCheckInterval: 5 * time.Millisecond, LogLevel: asynq.FatalLevel})
+	cfg.Concurrency, cfg.Queues, cfg.TaskCheckInterval, cfg.LogLevel = 2, map[string]int{"q": 1}, 5*time.Millisecond, asynq.FatalLevel
+	w.srv = asynq.NewServerFromRedisClient(w.rdb, cfg)
 	if err := w.srv.Start(asynq.HandlerFunc(func(_ context.Context, task *asynq.Task) error {
 		ran <- string(task.Payload())
 		return nil
@@ -216,4 +231,81 @@ func TestWakeDuringLookKeepsQueueOpen(t *testing.T) {
 	if g.Empty("q") {
 		t.Fatal("a woken queue is still known empty")
 	}
+}
+
+// Wakes published while the subscription was down are lost; the
+// resubscription wakes every queue, so a push made meanwhile runs
+// without waiting for the re-check (an hour here).
+func TestResubscriptionWakesEveryQueue(t *testing.T) {
+	r := redistest.New(t)
+	ran := make(chan string, 1)
+	w := startWorker(t, r, time.Hour, ran)
+	waitGated(t, w, 1)
+	plain := r.Client(t)
+	// a push nobody announces, as if its wake went out while the
+	// subscription was down
+	if _, err := asynq.NewClientFromRedisClient(plain).Enqueue(asynq.NewTask("t", []byte("lost")), asynq.Queue("q")); err != nil {
+		t.Fatal(err)
+	}
+	l, _ := w.gate.Stats()
+	waitGated(t, w, l+50)
+	select {
+	case p := <-ran:
+		t.Fatalf("ran %q before the resubscription", p)
+	default:
+	}
+	if err := plain.Do(context.Background(), "CLIENT", "KILL", "TYPE", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitRan(t, ran, "lost")
+	if w.gate.resubscribed.Load() == 0 {
+		t.Fatal("the task ran, but not through a resubscription")
+	}
+}
+
+// prq's scheduled sets hold only held tasks, due years ahead: once a real
+// forward found nothing due, the forwarder's looks at the scheduled set
+// are answered locally until Recheck has passed; the retry set is
+// forwarded as asynq does, so a retry still runs when due.
+func TestScheduledForwardQuietUntilRecheck(t *testing.T) {
+	r := redistest.New(t)
+	ran := make(chan string, 2)
+	w := startWorkerWith(t, r, time.Hour, ran, asynq.Config{DelayedTaskCheckInterval: 5 * time.Millisecond})
+	deadline := time.Now().Add(30 * time.Second)
+	for w.gate.quiet.Load() < 50 {
+		if time.Now().After(deadline) {
+			t.Fatal("the gate never answered a forward of the scheduled set")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := w.cnt.fwd.Load(); n != 1 {
+		t.Fatalf("%d forwards of the scheduled set reached Redis, want the first only", n)
+	}
+	// a task in the retry set (a retry due now) is forwarded and runs
+	other := r.Client(t)
+	other.AddHook(New(other))
+	if _, err := asynq.NewClientFromRedisClient(other).Enqueue(asynq.NewTask("t", []byte("soon")), asynq.Queue("q"), asynq.TaskID("soon"), asynq.ProcessIn(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	pipe := other.TxPipeline()
+	pipe.ZRem(ctx, "asynq:{q}:scheduled", "soon")
+	pipe.ZAdd(ctx, "asynq:{q}:retry", redis.Z{Score: float64(time.Now().Unix() - 1), Member: "soon"})
+	pipe.HSet(ctx, "asynq:{q}:t:soon", "state", "retry")
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitRan(t, ran, "soon")
+
+	// with a short Recheck a scheduled task due now (a writer other than
+	// prq) is found by the next real look
+	r2 := redistest.New(t)
+	w2 := startWorkerWith(t, r2, 50*time.Millisecond, ran, asynq.Config{DelayedTaskCheckInterval: 5 * time.Millisecond})
+	for w2.gate.quiet.Load() < 1 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := asynq.NewClientFromRedisClient(r2.Client(t)).Enqueue(asynq.NewTask("t", []byte("due")), asynq.Queue("q"), asynq.ProcessIn(time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	waitRan(t, ran, "due")
 }
