@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 )
 
 // RunConfig tunes the admission loop.
@@ -34,7 +35,9 @@ type RunConfig struct {
 	// Defaults to 50ms.
 	ChatSleep time.Duration
 	// IdleSleep bounds the leader's sleep while no ticket waits: new
-	// tickets and delayed ones coming due wake it. Defaults to 2s.
+	// tickets and delayed ones coming due wake it, and so does the
+	// subscription coming back after a lost connection, so this only
+	// bounds what a wake lost otherwise costs. Defaults to 30s.
 	IdleSleep time.Duration
 	// Behind is how far behind the leading process (the last to attempt)
 	// the others' loops attempt, so its announcement reaches them first
@@ -77,7 +80,7 @@ func (s *Scheduler) Run(ctx context.Context, rc RunConfig) {
 		rc.ChatSleep = 50 * time.Millisecond
 	}
 	if rc.IdleSleep == 0 {
-		rc.IdleSleep = 2 * time.Second
+		rc.IdleSleep = 30 * time.Second
 	}
 	if rc.Behind == 0 {
 		rc.Behind = 10 * time.Millisecond
@@ -101,13 +104,31 @@ func (s *Scheduler) Run(ctx context.Context, rc RunConfig) {
 	sub := s.rdb.Subscribe(ctx, channels...)
 	defer sub.Close()
 	// subscribed before the first attempt: the loops hear each other's
-	if _, err := sub.Receive(ctx); err != nil && ctx.Err() == nil {
-		s.log.WarnContext(ctx, "admission wakes: subscribe failed", "err", err)
+	initial := len(channels) - 1 // confirmations still to come
+	if _, err := sub.Receive(ctx); err != nil {
+		initial++
+		if ctx.Err() == nil {
+			s.log.WarnContext(ctx, "admission wakes: subscribe failed", "err", err)
+		}
 	}
 	go func() {
-		for msg := range sub.Channel() {
-			if w, ok := wake[byChannel[msg.Channel]]; ok {
-				w.hear(msg.Payload)
+		// a subscription past the first ones is go-redis resubscribing on
+		// a new connection: what was published meanwhile is lost, so every
+		// loop looks again (as for a ticket it did not hear)
+		for msg := range sub.ChannelWithSubscriptions() {
+			switch m := msg.(type) {
+			case *redis.Message:
+				if w, ok := wake[byChannel[m.Channel]]; ok {
+					w.hear(m.Payload)
+				}
+			case *redis.Subscription:
+				if initial > 0 {
+					initial--
+					continue
+				}
+				if w, ok := wake[byChannel[m.Channel]]; ok {
+					w.hear("resubscribed")
+				}
 			}
 		}
 	}()

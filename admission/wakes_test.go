@@ -1,6 +1,15 @@
 package admission
 
-import "testing"
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/prq-dev/prq/internal/redistest"
+	"github.com/prq-dev/prq/ratelimit"
+)
 
 // The loops count the chat tickets that may still wait: a chat ticket
 // counts, an attempt that admitted chats takes them off, one that found
@@ -41,5 +50,67 @@ func TestWakesCountWaitingChats(t *testing.T) {
 	w.hear("t|chat|20")
 	if any, chat := w.uncovered(); !any || !chat {
 		t.Fatal("a chat ticket after the last attempt is not uncovered chat")
+	}
+}
+
+// An idle loop sleeps until a wake (IdleSleep, an hour here, only bounds
+// a lost one). A ticket whose wake was lost while the subscription was
+// down is admitted once the subscription is back: the resubscription
+// wakes every loop.
+func TestResubscriptionWakesIdleLoops(t *testing.T) {
+	r := redistest.New(t)
+	rdb := r.Client(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b, err := ratelimit.NewBucket(rdb, "m", "sk", ratelimit.Limits{RequestsPerPeriod: 1000, TokensPerPeriod: 1_000_000, Period: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(rdb, map[string]*ratelimit.Bucket{"m": b}, nil, nil, Config{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.Run(ctx, RunConfig{Capacity: func() int { return 8 }, IdleSleep: time.Hour, ReconcileEvery: time.Hour})
+	}()
+	defer func() { cancel(); <-done }()
+	waiting := func() int64 {
+		st, err := s.Stats(ctx, "m")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Backlog["paid"]
+	}
+	// the loop's first attempt, then idle: a ticket announced as usual is
+	// admitted
+	if _, err := s.Register(ctx, Ticket{ID: "heard", Queue: NotifyQueue, Model: "m", Class: "paid", Tenant: "a", Tokens: 10}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return waiting() == 0 }, "the announced ticket admitted")
+	// a ticket registered with its wake lost
+	keys, _, _ := s.keys("m")
+	silent := Ticket{ID: "silent", Queue: NotifyQueue, Model: "m", Class: "paid", Tenant: "a", Tokens: 10}
+	if err := registerScript.Run(ctx, rdb, keys.list(), s.now(), silent.ID, encodeTicket(silent.stored()), "").Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if waiting() != 1 {
+		t.Fatal("a ticket nobody announced was admitted by an idle loop: the test shows nothing")
+	}
+	if err := rdb.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return waiting() == 0 }, "the silent ticket admitted after the resubscription")
+}
+
+func waitFor(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("never: %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
