@@ -99,6 +99,22 @@ func (s *Scheduler) RecoverDead(ctx context.Context, rc RunConfig, ttl time.Dura
 	if err != nil {
 		return 0, fmt.Errorf("admission: find dead processes: %w", err)
 	}
+	return s.recoverFound(ctx, rc, ttl, res)
+}
+
+// beatFindDead beats for p and, in the same script, finds the processes
+// silent for longer than ttl (RecoverDead's first step): one call a beat.
+func (p *Process) beatFindDead(ctx context.Context, ttl time.Duration) ([]string, error) {
+	res, err := processScript.Run(ctx, p.s.rdb, []string{processesKey}, "beat", p.s.now(), p.id, ttl.Microseconds()).StringSlice()
+	if err != nil {
+		return nil, fmt.Errorf("admission: heartbeat: %w", err)
+	}
+	return res, nil
+}
+
+// recoverFound puts back the jobs of the dead processes found: process,
+// last beat µs, ...
+func (s *Scheduler) recoverFound(ctx context.Context, rc RunConfig, ttl time.Duration, res []string) (int, error) {
 	moved := 0
 	for i := 0; i+1 < len(res); i += 2 {
 		dead := res[i]
@@ -198,7 +214,16 @@ func (s *Scheduler) watchProcesses(ctx context.Context, rc RunConfig) {
 	defer t.Stop()
 	var beating time.Time // since when every beat succeeded
 	for {
-		if err := rc.Process.Beat(ctx); err != nil {
+		// once judging, the beat finds the dead too (one script a beat)
+		judging := !beating.IsZero() && time.Since(beating) >= rc.ProcessTTL
+		var dead []string
+		var err error
+		if judging {
+			dead, err = rc.Process.beatFindDead(ctx, rc.ProcessTTL)
+		} else {
+			err = rc.Process.Beat(ctx)
+		}
+		if err != nil {
 			beating = time.Time{}
 			if ctx.Err() == nil {
 				s.log.WarnContext(ctx, "heartbeat failed", "err", err)
@@ -206,8 +231,8 @@ func (s *Scheduler) watchProcesses(ctx context.Context, rc RunConfig) {
 		} else if beating.IsZero() {
 			beating = time.Now()
 		}
-		if !beating.IsZero() && time.Since(beating) >= rc.ProcessTTL {
-			if _, err := s.RecoverDead(ctx, rc, rc.ProcessTTL); err != nil && ctx.Err() == nil {
+		if len(dead) > 0 {
+			if _, err := s.recoverFound(ctx, rc, rc.ProcessTTL, dead); err != nil && ctx.Err() == nil {
 				s.log.WarnContext(ctx, "recovering a dead process's jobs failed", "err", err)
 			}
 		}

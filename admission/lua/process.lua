@@ -11,8 +11,10 @@ local op = ARGV[1]
 
 if op == 'beat' then
   -- KEYS[1] zset: process -> last beat µs  ARGV[3] process
+  -- ARGV[4] ttl µs (optional): the beat also answers 'dead' (below)
   redis.call('ZADD', KEYS[1], string.format('%d', now), ARGV[3])
-  return 0
+  if ARGV[4] == nil then return 0 end
+  return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%d', now - tonumber(ARGV[4])), 'WITHSCORES', 'LIMIT', 0, 100)
 
 elseif op == 'dead' then
   -- KEYS[1] zset of processes  ARGV[3] ttl µs
