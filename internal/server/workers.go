@@ -316,17 +316,26 @@ func (s *Server) startServers(ctx context.Context, handler asynq.Handler, retryD
 		}
 		handler = sl.process.Track(handler)
 	}
-	config := func(concurrency int, queues map[string]int, check time.Duration) asynq.Config {
+	// each asynq server forwards its queues' due retries every
+	// DelayedTaskCheckInterval (the chat server's queue is the batch
+	// server's too: its own forwarder is a slow second) and deletes
+	// completed tasks past their retention every JanitorInterval (up to
+	// JanitorBatchSize a queue: 80 a second for five queues, a million
+	// pull requests a day's plan tasks are 12)
+	config := func(concurrency int, queues map[string]int, check, delayed time.Duration) asynq.Config {
 		return asynq.Config{
-			Concurrency:       concurrency,
-			Queues:            queues,
-			StrictPriority:    true,
-			TaskCheckInterval: check,
-			ShutdownTimeout:   s.cfg.ShutdownTimeout.D(),
-			RetryDelayFunc:    retryDelay,
-			IsFailure:         isFailure,
-			Logger:            logging.Asynq{Log: s.log.With("component", "asynq")},
-			LogLevel:          asynq.WarnLevel,
+			Concurrency:              concurrency,
+			Queues:                   queues,
+			StrictPriority:           true,
+			TaskCheckInterval:        check,
+			DelayedTaskCheckInterval: delayed,
+			JanitorInterval:          30 * time.Second,
+			JanitorBatchSize:         500,
+			ShutdownTimeout:          s.cfg.ShutdownTimeout.D(),
+			RetryDelayFunc:           retryDelay,
+			IsFailure:                isFailure,
+			Logger:                   logging.Asynq{Log: s.log.With("component", "asynq")},
+			LogLevel:                 asynq.WarnLevel,
 			ErrorHandler: asynq.ErrorHandlerFunc(func(ctx context.Context, t *asynq.Task, err error) {
 				if !isFailure(err) {
 					s.log.DebugContext(ctx, "job rescheduled", "type", t.Type(), "reason", err)
@@ -342,7 +351,7 @@ func (s *Server) startServers(ctx context.Context, handler asynq.Handler, retryD
 	if err := s.gate.Listen(ctx); err != nil {
 		s.log.Warn("no dispatch wakes: the worker's asynq servers poll Redis", "err", err)
 	}
-	batch := asynq.NewServerFromRedisClient(s.rdb, config(sl.batch, jobs.QueuePriorities, 20*time.Millisecond))
+	batch := asynq.NewServerFromRedisClient(s.rdb, config(sl.batch, jobs.QueuePriorities, 20*time.Millisecond, 5*time.Second))
 	err := batch.Start(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 		sl.batchRunning.Add(1)
 		defer sl.batchRunning.Add(-1)
@@ -353,7 +362,7 @@ func (s *Server) startServers(ctx context.Context, handler asynq.Handler, retryD
 	}
 	// the batch server takes chat first whenever it has a slot: the chat
 	// server's slower idle polling (fewer Redis calls) costs chat little
-	chat := asynq.NewServerFromRedisClient(s.rdb, config(sl.chat, map[string]int{jobs.QueueChat: 1}, 50*time.Millisecond))
+	chat := asynq.NewServerFromRedisClient(s.rdb, config(sl.chat, map[string]int{jobs.QueueChat: 1}, 50*time.Millisecond, time.Minute))
 	err = chat.Start(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 		sl.chatRunning.Add(1)
 		defer sl.chatRunning.Add(-1)
