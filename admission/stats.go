@@ -37,6 +37,35 @@ type Stats struct {
 	LookAhead, StartLag, Prep time.Duration
 }
 
+// Tokens returns a model's incoming and admitted tokens per class: the
+// counters of Stats a rate is drawn from, in one read (Stats runs a
+// script and reads the waits: fourteen commands).
+func (s *Scheduler) Tokens(ctx context.Context, model string) (in, adm map[string]int64, err error) {
+	keys, _, err := s.keys(model)
+	if err != nil {
+		return nil, nil, err
+	}
+	fields := make([]string, 0, 2*len(Classes))
+	for _, c := range Classes {
+		fields = append(fields, "in_tok:"+c, "adm_tok:"+c)
+	}
+	vals, err := s.rdb.HMGet(ctx, keys.Stats, fields...).Result()
+	if err != nil {
+		return nil, nil, fmt.Errorf("admission: tokens: %w", err)
+	}
+	in, adm = map[string]int64{}, map[string]int64{}
+	put := func(m map[string]int64, c string, v any) {
+		if v != nil { // a class with nothing yet is absent, as in Stats
+			m[c], _ = strconv.ParseInt(fmt.Sprint(v), 10, 64)
+		}
+	}
+	for i, c := range Classes {
+		put(in, c, vals[2*i])
+		put(adm, c, vals[2*i+1])
+	}
+	return in, adm, nil
+}
+
 // Stats returns a model's admission counters.
 func (s *Scheduler) Stats(ctx context.Context, model string) (Stats, error) {
 	keys, b, err := s.keys(model)

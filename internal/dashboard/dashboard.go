@@ -30,6 +30,9 @@ import (
 type Source interface {
 	Models() []string
 	Stats(ctx context.Context, model string) (admission.Stats, error)
+	// Tokens are a model's incoming and admitted tokens per class, the
+	// counters in Stats, read alone (the sampler's every second).
+	Tokens(ctx context.Context, model string) (in, adm map[string]int64, err error)
 	Bucket(model string) (*ratelimit.Bucket, bool)
 	Paused(ctx context.Context) map[string]string
 	// PausedKeys are a model's paused API keys (by index) and why.
@@ -97,15 +100,18 @@ type sampler struct {
 	src    Source
 	mu     sync.Mutex
 	series map[string][]sample
-	last   map[string]admission.Stats
+	last   map[string]tokens
 	lastAt time.Time
 }
 
 const keepSamples = 600
 
 func newSampler(src Source) *sampler {
-	return &sampler{src: src, series: map[string][]sample{}, last: map[string]admission.Stats{}}
+	return &sampler{src: src, series: map[string][]sample{}, last: map[string]tokens{}}
 }
+
+// tokens are a model's incoming and admitted tokens per class.
+type tokens struct{ in, adm map[string]int64 }
 
 func sum(m map[string]int64) (t int64) {
 	for _, v := range m {
@@ -133,10 +139,11 @@ func (s *sampler) tick(ctx context.Context) {
 	defer s.mu.Unlock()
 	dt := now.Sub(s.lastAt).Seconds()
 	for _, model := range s.src.Models() {
-		st, err := s.src.Stats(ctx, model)
+		in, adm, err := s.src.Tokens(ctx, model)
 		if err != nil {
 			continue
 		}
+		st := tokens{in: in, adm: adm}
 		prev, ok := s.last[model]
 		s.last[model] = st
 		if !ok || dt <= 0 {
@@ -145,10 +152,10 @@ func (s *sampler) tick(ctx context.Context) {
 		b, _ := s.src.Bucket(model)
 		l := b.Limits()
 		sm := sample{T: now.UnixMilli(), Limit: float64(b.Keys()) * float64(l.TokensPerPeriod) / l.Period.Seconds(),
-			Incoming: float64(sum(st.InTokens)-sum(prev.InTokens)) / dt,
-			Admitted: float64(sum(st.AdmTokens)-sum(prev.AdmTokens)) / dt, ByClass: map[string]float64{}}
+			Incoming: float64(sum(st.in)-sum(prev.in)) / dt,
+			Admitted: float64(sum(st.adm)-sum(prev.adm)) / dt, ByClass: map[string]float64{}}
 		for _, c := range admission.Classes {
-			sm.ByClass[c] = float64(st.AdmTokens[c]-prev.AdmTokens[c]) / dt
+			sm.ByClass[c] = float64(st.adm[c]-prev.adm[c]) / dt
 		}
 		ser := append(s.series[model], sm)
 		if len(ser) > keepSamples {

@@ -90,6 +90,9 @@ func (d dashSource) Models() []string { return d.s.sched.Models() }
 func (d dashSource) Stats(ctx context.Context, model string) (admission.Stats, error) {
 	return d.s.sched.Stats(ctx, model)
 }
+func (d dashSource) Tokens(ctx context.Context, model string) (in, adm map[string]int64, err error) {
+	return d.s.sched.Tokens(ctx, model)
+}
 func (d dashSource) Bucket(model string) (*ratelimit.Bucket, bool) { return d.s.sched.Bucket(model) }
 func (d dashSource) Paused(ctx context.Context) map[string]string  { return d.s.sched.Paused(ctx) }
 func (d dashSource) PausedKeys(ctx context.Context, model string) map[int]string {
