@@ -124,7 +124,14 @@ func (s *Scheduler) adoptOrphans(ctx context.Context, rc RunConfig, now time.Tim
 		lists = append(lists, s.insp.ListScheduledTasks)
 	}
 	for _, q := range rc.Queues {
-		for _, list := range lists {
+		for i, list := range lists {
+			if i == 0 {
+				// the retry set is empty nearly always: one ZCARD, not the
+				// inspector's queue check and listing, every pass
+				if n, err := s.rdb.ZCard(ctx, "asynq:{"+q+"}:retry").Result(); err == nil && n == 0 {
+					continue
+				}
+			}
 			for page := 1; ; page++ {
 				tasks, err := list(q, asynq.Page(page), asynq.PageSize(500))
 				if err != nil {
