@@ -45,7 +45,7 @@ const WorkloadCeiling = "ceiling"
 // The ceiling's defaults, where --duration and --scale are left alone.
 const (
 	ceilingRun   = 10 * time.Second // each measured window
-	ceilingIdle  = 20 * time.Second // the idle worker's window
+	ceilingIdle  = 60 * time.Second // the idle worker's window: two of the dispatch gate's re-checks
 	ceilingScale = "1,2,4,8"
 )
 
