@@ -296,3 +296,66 @@ func TestMemoMatchesReference(t *testing.T) {
 		}
 	}
 }
+
+// TestAdmitCommandsPerTicket bounds the Redis commands admit's script
+// runs per admitted ticket (a fixed workload on a fresh Redis and a
+// fixed clock: the count is the same every run): the memos keep a
+// saturated admit from reading the same heads, tickets and virtual
+// times again for each ticket (39 commands per ticket before them).
+func TestAdmitCommandsPerTicket(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.New(t).Client(t)
+	ctx := context.Background()
+	clk := &memoClock{t: time.Unix(1_900_000_000, 0)}
+	b, err := ratelimit.NewBucket(rdb, "count", "sk", ratelimit.Limits{RequestsPerPeriod: 1 << 30, TokensPerPeriod: 1 << 34, Period: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.NowFunc = clk.now
+	s, err := New(rdb, map[string]*ratelimit.Bucket{"count": b}, nil, nil, Config{NowFunc: clk.now}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 1200
+	tiers := []string{"paid", "trial", "free"}
+	for i := range n {
+		tk := Ticket{ID: "t" + strconv.Itoa(i), Queue: tiers[i%3], Model: "count", Class: tiers[i%3],
+			Tenant: strconv.Itoa(i % 50), PRSeq: int64(i / 4), Index: i % 4, Total: 4, Tokens: 1500}
+		if _, err := s.Register(ctx, tk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := admitScript.Load(ctx, rdb).Err(); err != nil {
+		t.Fatal(err)
+	}
+	commands := func() int64 {
+		info := rdb.Info(ctx, "stats").Val()
+		for _, l := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(l), "total_commands_processed:"); ok {
+				c, _ := strconv.ParseInt(v, 10, 64)
+				return c
+			}
+		}
+		t.Fatal("no total_commands_processed in INFO")
+		return 0
+	}
+	before := commands()
+	admitted, calls := 0, 0
+	for admitted < n {
+		adm, _, err := s.Admit(ctx, "count", 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(adm) == 0 {
+			t.Fatalf("stalled at %d of %d", admitted, n)
+		}
+		admitted += len(adm)
+		calls++
+	}
+	// less the EVALSHAs and the INFO that read before
+	inside := float64(commands()-before-int64(calls)-1) / float64(n)
+	t.Logf("%.2f commands inside admit per admitted ticket (%d calls)", inside, calls)
+	if inside > 12 {
+		t.Errorf("admit ran %.2f commands per admitted ticket inside its script, want at most 12", inside)
+	}
+}

@@ -25,14 +25,19 @@ for k = 0, NKEYS - 1 do
   if why then paused = why else live[#live + 1] = k end
 end
 if #live == 0 then return {B.fmt(now), '0', {}, 'every key is paused: ' .. paused} end
+-- from here writes to the virtual times and stats hashes wait for the
+-- end (flushorder), the order's reads of the same values are memos
+DEFER.on = true
+vtload({'V', 't:paid', 't:trial', 't:free', 'V:paid', 'V:trial', 'V:free', 'V:chat', 'c:V', 'c:chat', 'c:batch', 'c:r'})
 local due = redis.call('ZRANGEBYSCORE', KEYS[14], '-inf', now, 'LIMIT', 0, 1000)
 for _, m in ipairs(due) do
   local id, enc = string.match(m, '^([^%z]*)%z(.*)$')
   redis.call('ZREM', KEYS[14], m)
-  if id and redis.call('HEXISTS', KEYS[2], id) == 0 then register(id, enc) end
+  if id and ticketenc(id) == nil then register(id, enc) end
 end
 
-local A = {live = live, sts = {}, out = {}, dirty = {}, nbatch = 0, V = vt('V')}
+local A = {live = live, sts = {}, out = {}, dirty = {}, nbatch = 0, V = vt('V'),
+  writes = {released = {}, res = {}, resage = {}, waits = {}}}
 local budget, bmax = string.match(ARGV[2], '^(%d+):(%d+)$')
 if budget then budget, bmax = tonumber(budget), tonumber(bmax) else budget = tonumber(ARGV[2]); bmax = budget end
 A.budget, A.bmax = budget, bmax
@@ -86,19 +91,19 @@ end
 -- batch ticket past the aging bound ('aged'), else the weighted (or
 -- strict) order of the tiers ('fair').
 local function batchnext()
-  local a = redis.call('ZRANGE', KEYS[18], 0, 0, 'WITHSCORES')
-  if #a > 0 and now - tonumber(a[2]) > aging then
-    local enc = redis.call('HGET', KEYS[2], a[1])
-    if enc then return decode(a[1], enc), 'aged' end
-    redis.call('ZREM', KEYS[18], a[1])
+  local oldest, enqd = zfirst(KEYS[18])
+  if oldest ~= nil and now - enqd > aging then
+    local enc = ticketenc(oldest)
+    if enc then return decode(oldest, enc), 'aged' end
+    zrem(KEYS[18], oldest)
   end
   local best, bestF = nil, nil
   for _, tier in ipairs(TIERS) do
-    local h = redis.call('ZRANGE', HEADS[tier], 0, 0)
-    if #h > 0 then
-      local t = flowhead(tier, h[1])
+    local h = zfirst(HEADS[tier])
+    if h ~= nil then
+      local t = flowhead(tier, h)
       if t == nil then
-        redis.call('ZREM', HEADS[tier], h[1])
+        zrem(HEADS[tier], h)
       else
         local f = vt('t:' .. tier) + t.tokens / A.weight[tier]
         if mode == 'strict' then return t, 'fair' end
@@ -112,18 +117,18 @@ end
 -- chatnext is chat's candidate: the tenant flow with the smallest
 -- finish tag.
 local function chatnext()
-  local h = redis.call('ZRANGE', HEADS.chat, 0, 0)
-  if #h > 0 then
-    local chat = flowhead('chat', h[1])
-    if chat == nil then redis.call('ZREM', HEADS.chat, h[1]) end
+  local h = zfirst(HEADS.chat)
+  if h ~= nil then
+    local chat = flowhead('chat', h)
+    if chat == nil then zrem(HEADS.chat, h) end
     return chat
   end
   -- a chat ticket registered before chat had flows (upgrade)
-  local c = redis.call('ZRANGE', KEYS[4], 0, 0)
-  if #c > 0 then
-    local enc = redis.call('HGET', KEYS[2], c[1])
-    if enc then return decode(c[1], enc) end
-    redis.call('ZREM', KEYS[4], c[1])
+  local c = zfirst(KEYS[4])
+  if c ~= nil then
+    local enc = ticketenc(c)
+    if enc then return decode(c, enc) end
+    zrem(KEYS[4], c)
   end
   return nil
 end
@@ -157,7 +162,7 @@ while #out < budget * 2 do
   if w < 0 then
     -- can never fit: drop the ticket and report it, never wait forever
     unlink(cand)
-    redis.call('HDEL', KEYS[2], cand.id)
+    ticketdel(cand.id)
     refresh(cand.class, cand.tenant, true)
     out[#out + 1] = cand.id
     out[#out + 1] = 'reject|' .. cand.queue .. '|' .. cand.class .. '|' .. cand.tenant .. '|' .. cand.tokens .. '|' .. B.fmt(cand.enq) .. '|' .. dim
@@ -189,19 +194,27 @@ while #out < budget * 2 do
       if backfills then backfill(A, cand, costs, w, dim) end
       break
     else
-      redis.call('HINCRBY', KEYS[8], 'c:r', chat.tokens)
+      vtincr('c:r', chat.tokens)
       -- chat's tag moves on (it pays for this in later turns); the
       -- classes' virtual time stays where waiting batch holds it
       local cv = vt('c:V')
       charge(A, chat, 'reserve', rcosts, rkey)
-      redis.call('HSET', KEYS[8], 'c:V', cv)
+      vtset('c:V', cv)
     end
   else
     if #out >= budget * 2 then break end
     charge(A, cand, via, costs, key)
   end
 end
-redis.call('HSET', KEYS[8], 'V', A.V)
+vtset('V', A.V)
+flushorder()
+local W = A.writes
+if #W.released > 0 then
+  callchunks('ZADD', KEYS[10], W.released)
+  callchunks('HSET', KEYS[12], W.res)
+  callchunks('ZADD', KEYS[13], W.resage)
+  callchunks('LPUSH', KEYS[16], W.waits)
+end
 if next(A.dirty) ~= nil then
   for k in pairs(A.dirty) do B.save(A.sts[k]) end
   redis.call('LTRIM', KEYS[16], 0, 1999)

@@ -94,11 +94,14 @@ local function backfill(A, head, headcosts, w, hk)
   for _, cls in ipairs({'chat', 'paid', 'trial', 'free'}) do
     for _, tenant in ipairs(redis.call('ZRANGE', HEADS[cls], 0, 7)) do
       local prefix = cls .. '|' .. tenant .. '|'
-      for _, m in ipairs(redis.call('ZRANGEBYLEX', KEYS[3], '[' .. prefix, '[' .. prefix .. '\255', 'LIMIT', 0, depth)) do
+      -- the flow's first depth members as they are now (fill changes it)
+      local l, first = flowlist(prefix, depth), {}
+      for i = 1, math.min(depth, #l) do first[i] = l[i] end
+      for _, m in ipairs(first) do
         if #A.out >= A.budget * 2 then return end
         local id = string.match(m, '([^|]*)$')
         local enc = nil
-        if id ~= head.id then enc = redis.call('HGET', KEYS[2], id) end
+        if id ~= head.id then enc = ticketenc(id) end
         if enc and (cls == 'chat' or A.nbatch < A.bmax) then fill(A, F, decode(id, enc), cls) end
       end
     end

@@ -9,6 +9,7 @@
 --   A.budget  jobs to admit at most   A.bmax  of them batch at most   A.nbatch  batch admitted
 --   A.out     the reply's {id, "via|queue|class|tenant|tokens|enq_us|key"} pairs
 --   A.dirty   the key indexes whose states were charged   A.V  the tiers' virtual time
+--   A.writes  the admitted tickets' released, res and resage entries and waits, written at the end
 
 -- roomof is the share of its limit a key's bucket has left in its
 -- fullest dimension.
@@ -55,33 +56,33 @@ end
 local function grant(A, cand, via, costs, key)
   if cand.class ~= 'chat' then
     A.nbatch = A.nbatch + 1
-    if A.cap < 1 then redis.call('HDEL', KEYS[8], 'c:r') end
+    if A.cap < 1 then vtdel('c:r') end
   end
   -- FIFO comparison: was someone older waiting?
-  local fifo = redis.call('ZRANGE', KEYS[9], 0, 0)
-  if #fifo > 0 and fifo[1] ~= cand.id then
-    local fenc = redis.call('HGET', KEYS[2], fifo[1])
-    redis.call('HINCRBY', KEYS[11], 'ahead_tok:' .. cand.class, cand.tokens)
-    if fenc then redis.call('HINCRBY', KEYS[11], 'behind_tok:' .. decode(fifo[1], fenc).class, cand.tokens) end
+  local fifo = zfirst(KEYS[9])
+  if fifo ~= nil and fifo ~= cand.id then
+    local fenc = ticketenc(fifo)
+    statadd('ahead_tok:' .. cand.class, cand.tokens)
+    if fenc then statadd('behind_tok:' .. decode(fifo, fenc).class, cand.tokens) end
   end
   unlink(cand)
   local cls = cand.class
   if cls ~= 'chat' then
     local s = vt('t:' .. cls)
-    redis.call('HSET', KEYS[8], 't:' .. cls, s + cand.tokens / A.weight[cls])
+    vtset('t:' .. cls, s + cand.tokens / A.weight[cls])
     if s > A.V then A.V = s end
   end
   if via ~= 'aged' then
-    local ff = tonumber(redis.call('ZSCORE', HEADS[cls], cand.tenant) or '')
+    local ff = zscore(HEADS[cls], cand.tenant)
     if ff and via == 'same_pr' then
       -- the flow's tag is its head's finish: it served cand instead
       local h = flowhead(cls, cand.tenant)
       if h then ff = ff - h.tokens / h.prio + cand.tokens / cand.prio end
     end
     if ff then
-      redis.call('HSET', KEYS[8], 'f:' .. cls .. ':' .. cand.tenant, ff)
+      vtset('f:' .. cls .. ':' .. cand.tenant, ff)
       local fs = ff - cand.tokens / cand.prio
-      if fs > vt('V:' .. cls) then redis.call('HSET', KEYS[8], 'V:' .. cls, fs) end
+      if fs > vt('V:' .. cls) then vtset('V:' .. cls, fs) end
     end
   end
   refresh(cls, cand.tenant, true)
@@ -90,18 +91,24 @@ local function grant(A, cand, via, costs, key)
     local k = 'batch'
     if cls == 'chat' then k = 'chat' end
     local s = math.max(vt('c:' .. k), vt('c:V'))
-    redis.call('HSET', KEYS[8], 'c:' .. k, s + math.max(cand.tokens, 1) / A.cweight[k], 'c:V', s)
+    vtset('c:' .. k, s + math.max(cand.tokens, 1) / A.cweight[k])
+    vtset('c:V', s)
   end
-  redis.call('ZADD', KEYS[10], now + A.release, cand.id)
+  -- written once per call (admit.lua): nothing here reads them
+  local W = A.writes
+  W.released[#W.released + 1] = now + A.release
+  W.released[#W.released + 1] = cand.id
   local rc = {}
   for i = 1, A.st.n do rc[i] = B.fmt(costs[i]) end
   if A.st.n > 0 then rc[#rc + 1] = B.dimsmark(A.st) end
   if NKEYS > 1 then rc[#rc + 1] = 'k' .. key end
-  redis.call('HSET', KEYS[12], cand.id, table.concat(rc, ' '))
-  redis.call('ZADD', KEYS[13], now, cand.id)
-  redis.call('HINCRBY', KEYS[11], 'adm_tok:' .. cand.class, cand.tokens)
-  redis.call('HINCRBY', KEYS[11], 'adm_n:' .. cand.class, 1)
-  redis.call('LPUSH', KEYS[16], cand.class .. ':' .. B.fmt(now - cand.enq))
+  W.res[#W.res + 1] = cand.id
+  W.res[#W.res + 1] = table.concat(rc, ' ')
+  W.resage[#W.resage + 1] = now
+  W.resage[#W.resage + 1] = cand.id
+  statadd('adm_tok:' .. cand.class, cand.tokens)
+  statadd('adm_n:' .. cand.class, 1)
+  W.waits[#W.waits + 1] = cand.class .. ':' .. B.fmt(now - cand.enq)
   A.out[#A.out + 1] = cand.id
   A.out[#A.out + 1] = via .. '|' .. cand.queue .. '|' .. cand.class .. '|' .. cand.tenant .. '|' .. cand.tokens .. '|' .. B.fmt(cand.enq) .. '|' .. key
 end
@@ -141,7 +148,7 @@ local function samepr(A, head)
   for _, m in ipairs(redis.call('ZRANGEBYLEX', KEYS[3], '[' .. prefix, '[' .. prefix .. '\255', 'LIMIT', 0, 8)) do
     local id = string.match(m, '([^|]*)$')
     local enc = nil
-    if id ~= head.id then enc = redis.call('HGET', KEYS[2], id) end
+    if id ~= head.id then enc = ticketenc(id) end
     if enc then
       local t = decode(id, enc)
       local c = costsof(A, t)
