@@ -8,9 +8,8 @@
 // Enterprise base path (/api/v3), and records every write. It serves
 // GitHub's App manifest flow too (manifest.go): the settings/apps/new
 // form and the code's conversion, after which the new App's JWTs are
-// accepted. It covers
-// only those calls (any other route answers 404) and sends no webhooks:
-// package traffic does.
+// accepted. It covers only those calls (any other route answers 404)
+// and sends no webhooks: package traffic does.
 package fakegithub
 
 import (
