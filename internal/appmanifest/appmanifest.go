@@ -98,12 +98,9 @@ const (
 // orgName is a GitHub account name.
 var orgName = regexp.MustCompile(`^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})$`)
 
-// defaults fills in defaults and reports the first bad setting, named
-// as the command's flag.
-func (c *Config) defaults() error {
-	if c.ReadyFunc == nil {
-		return errors.New("appmanifest: ReadyFunc is required")
-	}
+// Check fills in the defaults and reports the first bad setting, named
+// as prq setup github's flag. Run calls it.
+func (c *Config) Check() error {
 	if c.Manifest == nil {
 		c.Manifest = Template
 	}
@@ -221,7 +218,10 @@ func Fill(manifest []byte, name, webhookURL, redirectURL string) ([]byte, error)
 // ends when they are written, on a failure, when ctx ends, or after
 // Timeout; in the last two cases nothing is written.
 func Run(ctx context.Context, cfg Config) (*Result, error) {
-	if err := cfg.defaults(); err != nil {
+	if cfg.ReadyFunc == nil {
+		return nil, errors.New("appmanifest: ReadyFunc is required")
+	}
+	if err := cfg.Check(); err != nil {
 		return nil, err
 	}
 	if err := preflight(cfg); err != nil {
