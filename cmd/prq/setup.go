@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/prq-dev/prq/internal/appmanifest"
 )
@@ -75,6 +76,9 @@ func printSetup(env *cmdEnv, res *appmanifest.Result) {
 		verb, res.EnvFile, res.KeyPath, secret, res.KeyFile)
 	if !res.HasWebhookSecret {
 		fmt.Fprintf(w, "GitHub sent no webhook secret: set one in the App's settings on GitHub and as GITHUB_WEBHOOK_SECRET in %s.\n", res.EnvFile)
+	}
+	if strings.HasPrefix(res.KeyPath, "/secrets/") {
+		fmt.Fprintf(w, "docker compose runs prq as uid 65532 (the image's nonroot user): on Linux give it the key, keeping mode 0600:\n  sudo chown 65532 %s\n", res.KeyFile)
 	}
 	fmt.Fprintf(w, "Next: add OPENAI_API_KEY and PRQ_ADMIN_TOKEN to %s (docs/getting-started.md), start prq, and install the App:\n  %s\n",
 		res.EnvFile, res.InstallURL)
