@@ -271,6 +271,7 @@ func New(cfg Config) *Server {
 
 // ServeHTTP serves the API at / and under the Enterprise prefix /api/v3.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	sent := r.URL.Path
 	if p, ok := strings.CutPrefix(r.URL.Path, "/api/v3"); ok {
 		r2 := r.Clone(context.WithValue(r.Context(), enterpriseKey{}, true))
 		r2.URL.Path = p
@@ -283,6 +284,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rec := s.record(w, r)
+	rec.req.Path = sent // the Enterprise prefix included
 	s.mux.ServeHTTP(rec, r)
 	rec.done()
 }

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/prq-dev/prq/fake/fakegithub"
+	"github.com/prq-dev/prq/fake/fakegithub/openapi"
 	"github.com/prq-dev/prq/internal/appmanifest"
 	"github.com/prq-dev/prq/internal/config"
 	"github.com/prq-dev/prq/internal/doctor"
@@ -117,6 +118,7 @@ func mode(t *testing.T, path string) os.FileMode {
 // installed.
 func TestSetupGitHubAgainstTheFake(t *testing.T) {
 	fake := fakegithub.New(fakegithub.Config{})
+	fake.RecordRequests()
 	srv := httptest.NewServer(fake)
 	defer srv.Close()
 	dir := t.TempDir()
@@ -170,6 +172,33 @@ func TestSetupGitHubAgainstTheFake(t *testing.T) {
 	}
 	if strings.Contains(fmt.Sprintf("%+v", *r.res), env["GITHUB_WEBHOOK_SECRET"]) {
 		t.Error("the Result holds the webhook secret")
+	}
+	checkAPIRequests(t, fake.Requests(), "apps/create-from-manifest")
+}
+
+// checkAPIRequests checks every request made to the fake's Enterprise
+// API against the Enterprise Server's REST description, and that want
+// was among them.
+func checkAPIRequests(t *testing.T, reqs []fakegithub.Request, want string) {
+	t.Helper()
+	v, err := openapi.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := false
+	for _, r := range reqs {
+		if !r.Enterprise() {
+			continue // the browser's form, a web page
+		}
+		op, errs := v.Enterprise().Check(openapi.Request{Method: r.Method, Path: r.APIPath(), RawQuery: r.RawQuery, Accept: r.Accept,
+			ContentType: r.ContentType, Body: r.Body}, openapi.Strict)
+		for _, e := range errs {
+			t.Errorf("%s %s: not as GitHub's description has it: %s", r.Method, r.Path, e)
+		}
+		seen = seen || (op != nil && op.OperationID == want)
+	}
+	if !seen {
+		t.Errorf("no %s request among %d", want, len(reqs))
 	}
 }
 
