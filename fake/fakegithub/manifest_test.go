@@ -223,3 +223,24 @@ func TestManifestRefused(t *testing.T) {
 }
 
 func htmlEscaped(s string) string { return html.EscapeString(s) }
+
+// FuzzManifestForm: whatever the form's manifest holds, the page answers
+// a redirect or GitHub's list of problems, never a failure of its own.
+func FuzzManifestForm(f *testing.F) {
+	f.Add(`{"name":"a","url":"https://x.example","default_permissions":{"issues":"write"},"default_events":["issues"]}`)
+	f.Add(`{"name":7,"hook_attributes":{"url":null},"default_permissions":{"metadata":""},"callback_urls":["x"]}`)
+	f.Add(`{"name":"  ","url":"https://x.example","redirect_url":"http://[::1]:80/%zz"}`)
+	fake := fakegithub.New(fakegithub.Config{})
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+	f.Fuzz(func(t *testing.T, manifest string) {
+		resp, err := noRedirect.PostForm(srv.URL+"/settings/apps/new?state=s", url.Values{"manifest": {manifest}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusFound && resp.StatusCode != http.StatusUnprocessableEntity {
+			t.Fatalf("manifest %q: %d, want 302 or 422", manifest, resp.StatusCode)
+		}
+	})
+}
