@@ -216,7 +216,7 @@ func Fill(manifest []byte, name, webhookURL, redirectURL string) ([]byte, error)
 // Run runs the flow: it serves the page (ReadyFunc gets its URL), waits
 // for GitHub's redirect, exchanges the code and writes the files. It
 // ends when they are written, on a failure, when ctx ends, or after
-// Timeout; in the last two cases nothing is written.
+// Timeout; ended before GitHub's redirect arrived, it writes nothing.
 func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.ReadyFunc == nil {
 		return nil, errors.New("appmanifest: ReadyFunc is required")
@@ -250,12 +250,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	cfg.ReadyFunc(page)
 	select {
 	case out := <-f.done:
-		if out.err == nil {
-			// let the browser's success page arrive before the server closes
-			shut, stop := context.WithTimeout(context.Background(), 5*time.Second)
-			defer stop()
-			srv.Shutdown(shut)
-		}
+		// let the browser's last page arrive before the server closes
+		shut, stop := context.WithTimeout(context.Background(), 5*time.Second)
+		defer stop()
+		srv.Shutdown(shut)
 		return out.res, out.err
 	case <-ctx.Done():
 		if f.started.Load() { // the exchange ends with ctx; its files are written or not
