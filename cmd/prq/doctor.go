@@ -24,7 +24,7 @@ func runDoctor(ctx context.Context, env *cmdEnv, args []string) error {
 		config.ModeCheck, args, func(fs *flag.FlagSet) {
 			fs.StringVar(&only, "only", "", "run only this group of checks: ready (Redis, and serve at --url)")
 			fs.StringVar(&serveURL, "url", "", "serve's base URL: sends it a signed ping (and checks /readyz with --only ready)")
-		})
+		}, redisFlags...)
 	if help || err != nil {
 		return err
 	}

@@ -525,7 +525,7 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 }
 
 // MarshalYAML writes Go duration text.
-func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+func (d Duration) MarshalYAML() (any, error) { return shortDuration(d), nil }
 
 // D returns the duration.
 func (d Duration) D() time.Duration { return time.Duration(d) }
@@ -668,19 +668,19 @@ func (c *Config) Validate(m Mode) error {
 		bad("PRQ_ADDR", "%q is not host:port (for example :8080 or 127.0.0.1:8080)", c.Addr)
 	}
 	if f := c.Log.Format; f != "text" && f != "json" {
-		bad("log.format", "%q: want text or json", f)
+		bad(settingName("log.format"), "%q: want text or json", f)
 	}
 	if _, err := ParseLevel(c.Log.Level); err != nil {
-		bad("log.level", "%v", err)
+		bad(settingName("log.level"), "%v", err)
 	}
 	if c.Retention.D() < time.Hour {
 		bad("retention", "must be at least 1h, got %s", c.Retention.D())
 	}
 	if c.ShutdownTimeout.D() <= 0 {
-		bad("shutdown_timeout", "must be positive, got %s", c.ShutdownTimeout.D())
+		bad(settingName("shutdown_timeout"), "must be positive, got %s", c.ShutdownTimeout.D())
 	}
 	if c.Worker.Concurrency <= 0 || c.Worker.Concurrency > 10000 {
-		bad("worker.concurrency", "must be between 1 and 10000, got %d", c.Worker.Concurrency)
+		bad(settingName("worker.concurrency"), "must be between 1 and 10000, got %d", c.Worker.Concurrency)
 	}
 	if u, err := url.Parse(c.GitHub.APIURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		bad("GITHUB_API_URL", "%q is not an http(s) URL", c.GitHub.APIURL)

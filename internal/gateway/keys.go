@@ -185,16 +185,71 @@ func (ks *Keys) Create(ctx context.Context, s Spec) (string, Key, error) {
 	k := Key{ID: shortHash(secret), Name: s.Name, Tier: s.Tier, QuotaTokens: s.QuotaTokens, QuotaDollars: s.QuotaDollars, QuotaPeriod: s.QuotaPeriod,
 		TPM: s.TPM, Models: s.Models, Created: ks.now().UTC().Truncate(time.Second), Hash: digest(secret)}
 	rec, _ := json.Marshal(k)
-	_, err = ks.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.Set(ctx, recordKey(k.ID), rec, 0)
-		p.Set(ctx, hashKey(k.Hash), k.ID, 0)
-		p.SAdd(ctx, indexKey(), k.ID)
-		return nil
-	})
+	// the name is unique among the keys not revoked, so revoke and
+	// rotate by name are unambiguous: WATCH the index, which every
+	// create changes, and read the names under it
+	err = ks.rdb.Watch(ctx, func(tx *redis.Tx) error {
+		if id, err := ks.liveNamed(ctx, tx, k.Name); err != nil {
+			return err
+		} else if id != "" {
+			return fmt.Errorf("%w: a key named %q exists (id %s); names are unique among keys not revoked: pick another, or revoke that one first", ErrInvalidSpec, k.Name, id)
+		}
+		_, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Set(ctx, recordKey(k.ID), rec, 0)
+			p.Set(ctx, hashKey(k.Hash), k.ID, 0)
+			p.SAdd(ctx, indexKey(), k.ID)
+			return nil
+		})
+		return err
+	}, indexKey())
+	if errors.Is(err, ErrInvalidSpec) {
+		return "", Key{}, err
+	}
 	if err != nil {
 		return "", Key{}, fmt.Errorf("gateway: create key: %w", err)
 	}
 	return secret, k.Public(), nil
+}
+
+// liveNamed returns the id of the key not revoked that has name ("" when
+// none has).
+func (ks *Keys) liveNamed(ctx context.Context, c redis.Cmdable, name string) (string, error) {
+	ids, err := c.SMembers(ctx, indexKey()).Result()
+	if err != nil {
+		return "", err
+	}
+	for _, id := range ids {
+		raw, err := c.Get(ctx, recordKey(id)).Bytes()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		var k Key
+		if json.Unmarshal(raw, &k) == nil && k.Name == name && k.Revoked.IsZero() {
+			return id, nil
+		}
+	}
+	return "", nil
+}
+
+// Resolve returns the id of a key given its id or the name of a key not
+// revoked (names are unique among those); ErrUnknownKey when neither.
+func (ks *Keys) Resolve(ctx context.Context, idOrName string) (string, error) {
+	if n, err := ks.rdb.Exists(ctx, recordKey(idOrName)).Result(); err != nil {
+		return "", fmt.Errorf("gateway: resolve key: %w", err)
+	} else if n == 1 {
+		return idOrName, nil
+	}
+	id, err := ks.liveNamed(ctx, ks.rdb, idOrName)
+	if err != nil {
+		return "", fmt.Errorf("gateway: resolve key: %w", err)
+	}
+	if id == "" {
+		return "", fmt.Errorf("%w %q: neither an id nor the name of a key not revoked (prq keys list)", ErrUnknownKey, idOrName)
+	}
+	return id, nil
 }
 
 // get reads a record, hash included.
