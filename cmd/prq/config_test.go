@@ -27,6 +27,7 @@ func TestConfigCheck(t *testing.T) {
 	negative := write("neg.yaml", "models:\n  - {name: gpt-4o-mini, requests_per_minute: 10, tokens_per_minute: -5}\n  - {name: gpt-4o, requests_per_minute: 10, tokens_per_minute: 100}\n")
 	badTier := write("tier.yaml", "plans:\n  - {installation: 5, tier: platinum}\n")
 	unknownKey := write("key.yaml", "modles: []\n")
+	notPEM := write("key.pem", "ssh-rsa AAAAB3NzaC1yc2E not a pem\n")
 	badLimiter := write("limiter.yaml", "models:\n  - {name: gpt-4o-mini, requests_per_minute: 10, tokens_per_minute: 100, limiter: leaky}\n  - {name: gpt-4o, requests_per_minute: 10, tokens_per_minute: 100}\n")
 	badSub := write("sub.yaml", "models:\n  - {name: gpt-4o-mini, requests_per_minute: 10, tokens_per_minute: 100}\n  - {name: gpt-4o, requests_per_minute: 10, tokens_per_minute: 100, limiter: window, sub_window: 2m}\n")
 	tests := []struct {
@@ -41,9 +42,10 @@ func TestConfigCheck(t *testing.T) {
 		{"unknown tier in a plan", []string{"check"}, map[string]string{"PRQ_CONFIG": badTier}, "plans[0].tier"},
 		{"unknown limiter", []string{"check"}, map[string]string{"PRQ_CONFIG": badLimiter}, "models.gpt-4o-mini: limiter must be"},
 		{"sub-window longer than the window", []string{"check"}, map[string]string{"PRQ_CONFIG": badSub}, "models.gpt-4o: sub-window 2m0s must be shorter"},
-		{"unknown key", []string{"check"}, map[string]string{"PRQ_CONFIG": unknownKey}, "PRQ_CONFIG"},
+		{"unknown key", []string{"check"}, map[string]string{"PRQ_CONFIG": unknownKey}, "key.yaml:1: modles: unknown setting; did you mean models?"},
 		{"serve without webhook secret", []string{"check", "--for", "serve"}, map[string]string{"REDIS_URL": "redis://127.0.0.1:6379"}, "GITHUB_WEBHOOK_SECRET"},
 		{"serve without redis", []string{"check", "--for", "serve"}, map[string]string{"GITHUB_WEBHOOK_SECRET": "s"}, "REDIS_URL"},
+		{"key file without a PEM", []string{"check"}, map[string]string{"GITHUB_PRIVATE_KEY_PATH": notPEM}, "GITHUB_PRIVATE_KEY_PATH (from environment): " + notPEM + " holds no PEM key"},
 		{"bad app id", []string{"check"}, map[string]string{"GITHUB_APP_ID": "twelve"}, "GITHUB_APP_ID"},
 		{"bad log format", []string{"check", "--log-format", "xml"}, nil, "PRQ_LOG_FORMAT (from flag --log-format)"},
 	}
@@ -74,6 +76,25 @@ func TestConfigCheck(t *testing.T) {
 			}
 		})
 	}
+	t.Run("effective values and their differences from the defaults", func(t *testing.T) {
+		p := write("few.yaml", "worker: {concurrency: 7}\ngithub: {check_runs: false}\n")
+		var out bytes.Buffer
+		if err := run(context.Background(), []string{"config", "check"}, envOf(map[string]string{"PRQ_CONFIG": p}), &out, &out); err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{"max_review_parts: 20", "period: 1m", "concurrency: 7", "check_runs: false", "repo_config: true"} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("the effective configuration lacks %q:\n%s", want, out.String())
+			}
+		}
+		out.Reset()
+		if err := run(context.Background(), []string{"config", "check", "--diff-defaults", "--log-level", "debug"}, envOf(map[string]string{"PRQ_CONFIG": p}), &out, &out); err != nil {
+			t.Fatal(err)
+		}
+		if want := "github:\n    check_runs: false\nlog:\n    level: debug\nworker:\n    concurrency: 7\n"; out.String() != want {
+			t.Fatalf("--diff-defaults printed:\n%s\nwant:\n%s", out.String(), want)
+		}
+	})
 	t.Run("good config is printed redacted", func(t *testing.T) {
 		env := map[string]string{"REDIS_URL": "redis://:hunter2@127.0.0.1:6379/0", "GITHUB_WEBHOOK_SECRET": "webhook-secret-xyz",
 			"OPENAI_API_KEY": "sk-live-abcdef", "GITHUB_PRIVATE_KEY": "-----BEGIN RSA PRIVATE KEY-----\nabc", "GITHUB_APP_ID": "12", "PRQ_ADMIN_TOKEN": "tok-123-4f9a8b7c6d5e"}

@@ -6,9 +6,9 @@ package config
 
 import (
 	"cmp"
+	"encoding/pem"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net/url"
 	"os"
@@ -602,10 +602,8 @@ func Load(getenv func(string) string, fl *Flags) (*Config, error) {
 		}
 		fc := c
 		fc.Models, fc.Tiers, fc.Filters.Exclude = nil, nil, nil
-		dec := yaml.NewDecoder(strings.NewReader(string(b)))
-		dec.KnownFields(true)
-		if err := dec.Decode(&fc); err != nil && !errors.Is(err, io.EOF) {
-			return nil, &SettingError{Name: "PRQ_CONFIG", Source: file, Problem: err.Error()}
+		if err := decodeFile(file, b, &fc); err != nil {
+			return nil, err
 		}
 		if fc.Models == nil {
 			fc.Models = c.Models
@@ -764,9 +762,11 @@ func (c *Config) Validate(m Mode) error {
 			bad("OPENAI_API_KEY", "is required for worker (or providers with their key_env)")
 		}
 	}
-	if c.GitHub.PrivateKeyPath != "" {
-		if _, err := os.Stat(c.GitHub.PrivateKeyPath); err != nil {
+	if c.GitHub.PrivateKeyPath != "" && c.GitHub.PrivateKey == "" {
+		if b, err := os.ReadFile(c.GitHub.PrivateKeyPath); err != nil {
 			bad("GITHUB_PRIVATE_KEY_PATH", "%v", err)
+		} else if blk, _ := pem.Decode(b); blk == nil {
+			bad("GITHUB_PRIVATE_KEY_PATH", "%s holds no PEM key: want the .pem GitHub generated for the App (-----BEGIN RSA PRIVATE KEY-----, App settings → Private keys)", c.GitHub.PrivateKeyPath)
 		}
 	}
 	models := map[string]bool{}

@@ -104,7 +104,11 @@ func (s *Server) buildWorkers(tr http.RoundTripper, opt Options, handlers bool) 
 		// every process's GitHub requests are counted in Redis for serve's /metrics
 		app, err := ghapp.New(cfg.GitHub.AppID, key, cfg.GitHub.APIURL, metrics.GitHubCounter{Counts: s.rdb, Next: tr})
 		if err != nil {
-			return nil, &config.SettingError{Name: "GITHUB_PRIVATE_KEY", Problem: err.Error()}
+			name := "GITHUB_PRIVATE_KEY"
+			if cfg.GitHub.PrivateKey == "" {
+				name = "GITHUB_PRIVATE_KEY_PATH" // the key came from the file: name what to fix
+			}
+			return nil, &config.SettingError{Name: name, Problem: err.Error()}
 		}
 		app.SetBot(cfg.GitHub.AppSlug)
 		gh = app
