@@ -185,3 +185,35 @@ func TestServeRefusesRedisWithoutPersistence(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestServeWithoutTokenPrintsNoDeadURL: serve on loopback without
+// PRQ_ADMIN_TOKEN does not print a dashboard URL that would answer 401,
+// but how to open it; with a token it prints the URL.
+func TestServeWithoutTokenPrintsNoDeadURL(t *testing.T) {
+	srv := redistest.New(t, "--appendonly", "yes")
+	for _, token := range []string{"", harness.RandomHex(16)} {
+		env := map[string]string{"REDIS_URL": srv.URL(), "GITHUB_WEBHOOK_SECRET": harness.RandomHex(32), "PRQ_ADMIN_TOKEN": token}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		var out harness.SyncBuffer
+		go func() { done <- run(ctx, []string{"serve", "--addr", "127.0.0.1:0"}, envOf(env), &out, &out) }()
+		for !strings.Contains(out.String(), "metrics http://") {
+			select {
+			case err := <-done:
+				t.Fatalf("serve: %v\n%s", err, out.String())
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		printed := out.String()
+		if token == "" && (strings.Contains(printed, "dashboard http://") || !strings.Contains(printed, "need PRQ_ADMIN_TOKEN")) {
+			t.Errorf("without a token:\n%s", printed)
+		}
+		if token != "" && !strings.Contains(printed, "dashboard http://") {
+			t.Errorf("with a token:\n%s", printed)
+		}
+	}
+}

@@ -566,11 +566,12 @@ func (s *Server) getApp(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	created := time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC).Format(time.RFC3339)
+	slug := strings.TrimSuffix(s.Bot(), "[bot]") // SetAppSlug's, as the bot writes
 	writeJSON(w, 200, map[string]any{
-		"id": s.cfg.AppID, "slug": s.cfg.AppSlug, "node_id": "A_kwDOfake", "client_id": "Iv1.fake",
+		"id": s.cfg.AppID, "slug": slug, "node_id": "A_kwDOfake", "client_id": "Iv1.fake",
 		"owner": map[string]any{"login": "prq-dev", "id": 1, "type": "Organization"},
-		"name":  s.cfg.AppSlug, "description": "", "external_url": "https://github.com/prq-dev/prq",
-		"html_url":   "https://github.com/apps/" + s.cfg.AppSlug,
+		"name":  slug, "description": "", "external_url": "https://github.com/prq-dev/prq",
+		"html_url":   "https://github.com/apps/" + slug,
 		"created_at": created, "updated_at": created,
 		"permissions": s.cfg.Permissions, "events": s.cfg.Events,
 		"installations_count": len(s.installations()),

@@ -714,6 +714,9 @@ func (c *Config) Validate(m Mode) error {
 		if c.GitHub.WebhookSecret == "" {
 			bad("GITHUB_WEBHOOK_SECRET", "is required for serve: unsigned webhooks would be trusted")
 		}
+		if problem := c.AdminTokenProblem(); problem != "" {
+			bad("PRQ_ADMIN_TOKEN", "%s", problem)
+		}
 		if c.Metrics.RequireToken && c.Admin.Token == "" {
 			bad("metrics.require_token", "needs PRQ_ADMIN_TOKEN: without it nothing could scrape /metrics")
 		}
