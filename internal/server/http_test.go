@@ -42,4 +42,3 @@ func TestTokenAuth(t *testing.T) {
 		})
 	}
 }
-
