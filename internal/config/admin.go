@@ -1,8 +1,10 @@
 package config
 
 import (
+	"encoding/pem"
 	"fmt"
 	"net"
+	"os"
 )
 
 // AdminTokenProblem says why the HTTP surface may not run as configured
@@ -28,4 +30,20 @@ func IsLoopbackAddr(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// keyFileProblem says what is wrong with GITHUB_PRIVATE_KEY_PATH when
+// the key is read from it ("" when nothing is): unreadable, or no PEM.
+func (c *Config) keyFileProblem() string {
+	if c.GitHub.PrivateKeyPath == "" || c.GitHub.PrivateKey != "" {
+		return ""
+	}
+	b, err := os.ReadFile(c.GitHub.PrivateKeyPath)
+	if err != nil {
+		return err.Error()
+	}
+	if blk, _ := pem.Decode(b); blk == nil {
+		return c.GitHub.PrivateKeyPath + " holds no PEM key: want the .pem GitHub generated for the App (-----BEGIN RSA PRIVATE KEY-----, App settings → Private keys)"
+	}
+	return ""
 }

@@ -6,7 +6,6 @@ package config
 
 import (
 	"cmp"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"math"
@@ -765,12 +764,8 @@ func (c *Config) Validate(m Mode) error {
 			bad("OPENAI_API_KEY", "is required for worker (or providers with their key_env)")
 		}
 	}
-	if c.GitHub.PrivateKeyPath != "" && c.GitHub.PrivateKey == "" {
-		if b, err := os.ReadFile(c.GitHub.PrivateKeyPath); err != nil {
-			bad("GITHUB_PRIVATE_KEY_PATH", "%v", err)
-		} else if blk, _ := pem.Decode(b); blk == nil {
-			bad("GITHUB_PRIVATE_KEY_PATH", "%s holds no PEM key: want the .pem GitHub generated for the App (-----BEGIN RSA PRIVATE KEY-----, App settings → Private keys)", c.GitHub.PrivateKeyPath)
-		}
+	if problem := c.keyFileProblem(); problem != "" {
+		bad("GITHUB_PRIVATE_KEY_PATH", "%s", problem)
 	}
 	models := map[string]bool{}
 	for i, mc := range c.Models {

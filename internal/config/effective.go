@@ -56,14 +56,6 @@ func (c *Config) Effective() *Config {
 	return &out
 }
 
-func cmpOr[T comparable](a, b T) T {
-	var zero T
-	if a != zero {
-		return a
-	}
-	return b
-}
-
 // literalUnset matches a default written as code: `20`, or a list of
 // them: `OWNER`, `MEMBER`, `COLLABORATOR`.
 var literalUnset = regexp.MustCompile("^`[^`]+`(, `[^`]+`)*$")
