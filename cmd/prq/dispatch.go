@@ -186,8 +186,8 @@ func parseFlags(fs *flag.FlagSet, args []string) (help bool, err error) {
 		o.print(o.env.stdout, fs)
 		return true, nil
 	}
-	cmd, _, _ := strings.Cut(o.name, " [")
-	return false, &usageError{Msg: fmt.Sprintf("%s: %v; prq %s --help lists its flags", cmd, err, firstWords(cmd))}
+	cmd := firstWords(o.name)
+	return false, &usageError{Msg: fmt.Sprintf("%s: %v; prq %s --help lists its flags", cmd, err, cmd)}
 }
 
 // firstWords is a usage line's command: "keys create NAME" -> "keys create".

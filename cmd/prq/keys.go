@@ -37,7 +37,7 @@ func runKeys(ctx context.Context, env *cmdEnv, args []string) error {
 	}
 	sub, rest := args[0], args[1:]
 	if isHelp(args) {
-		sub, rest = "create|list|revoke|rotate", []string{"--help"}
+		sub, rest = strings.TrimPrefix(keysUsage, "prq keys "), []string{"--help"}
 	} else if sub != "create" && sub != "list" && sub != "revoke" && sub != "rotate" {
 		return &usageError{Msg: fmt.Sprintf("keys: unknown subcommand %q; usage: %s", sub, keysUsage)}
 	}
@@ -50,8 +50,8 @@ func runKeys(ctx context.Context, env *cmdEnv, args []string) error {
 	fl.Register(fs, redisFlags...)
 	var spec gateway.Spec
 	var period, models string
-	if sub == "create" || isHelp(args) {
-		fs.StringVar(&spec.Tier, "tier", "free", "admission class of the key's requests: chat, paid, trial or free")
+	if sub == "create" || isHelp(args) { // keys --help: every subcommand's flags
+		fs.StringVar(&spec.Tier, "tier", "free", "create: admission class of the key's requests: chat, paid, trial or free")
 		fs.Int64Var(&spec.QuotaTokens, "quota-tokens", 0, "create: tokens (input + output) per period; 0: no quota")
 		fs.Float64Var(&spec.QuotaDollars, "quota-dollars", 0, "create: US dollars per period at the models' prices (models[].prices); 0: no quota")
 		fs.StringVar(&period, "quota-period", "day", "create: hour, day, week or month (UTC calendar windows)")
@@ -87,7 +87,7 @@ func runKeys(ctx context.Context, env *cmdEnv, args []string) error {
 }
 
 // keysArgs are each subcommand's arguments, for its usage line.
-var keysArgs = map[string]string{"create": " NAME [flags]", "list": "", "revoke": " ID|NAME", "rotate": " ID|NAME", "create|list|revoke|rotate": " ..."}
+var keysArgs = map[string]string{"create": " NAME [flags]", "list": "", "revoke": " ID|NAME", "rotate": " ID|NAME"}
 
 // checkKeySpec refuses, before Redis is touched, a tier or a model a
 // key cannot have: a usage error (exit 2).

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prq-dev/prq/fake/fakegithub"
@@ -141,7 +142,7 @@ func runPlan(ctx context.Context, env *cmdEnv, args []string) error {
 	}
 	sub, rest := args[0], args[1:]
 	if isHelp(args) {
-		sub, rest = "set|get|list", []string{"--help"}
+		sub, rest = strings.TrimPrefix(planUsage, "prq plan "), []string{"--help"}
 	} else if sub != "set" && sub != "get" && sub != "list" {
 		return &usageError{Msg: fmt.Sprintf("plan: unknown subcommand %q; usage: %s", sub, planUsage)}
 	}
@@ -224,7 +225,7 @@ func runPlan(ctx context.Context, env *cmdEnv, args []string) error {
 }
 
 // planArgs are each subcommand's arguments, for its usage line.
-var planArgs = map[string]string{"set": " <installation> <tier> [reason]", "get": " <installation>", "list": "", "set|get|list": " ..."}
+var planArgs = map[string]string{"set": " <installation> <tier> [reason]", "get": " <installation>", "list": ""}
 
 func runFake(ctx context.Context, env *cmdEnv, args []string) error {
 	usage := "Runs a faithful fake of the GitHub API (github) or of an OpenAI-compatible provider (openai), for tests and demos."
