@@ -123,7 +123,7 @@ func keysDo(ctx context.Context, env *cmdEnv, ks *gateway.Keys, sub string, pos 
 	case "create":
 		spec.Name = pos[0]
 		spec.QuotaPeriod = ratelimit.Period(period)
-		secret, k, err := ks.Create(ctx, spec)
+		secret, k, err := ks.CreateUnique(ctx, spec)
 		if err != nil {
 			return err
 		}
