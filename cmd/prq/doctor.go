@@ -49,8 +49,10 @@ func runDoctor(ctx context.Context, env *cmdEnv, args []string) error {
 		return err
 	}
 	var rdb redis.UniversalClient
+	noRedis := doctor.Result{Name: "redis reachable", Detail: "REDIS_URL is not set", Fix: "set REDIS_URL to prq's Redis (redis://host:6379/0)"}
 	if cfg.RedisURL != "" {
-		if conn, err := config.ParseRedisURL(cfg.RedisURL); err == nil { // a bad one is a config line
+		noRedis.Detail = "REDIS_URL is not a Redis URL"
+		if conn, err := config.ParseRedisURL(cfg.RedisURL); err == nil { // a bad one is also a config line
 			c, ok := conn.MakeRedisClient().(redis.UniversalClient)
 			if !ok {
 				return fmt.Errorf("redis: unexpected client type")
@@ -64,13 +66,13 @@ func runDoctor(ctx context.Context, env *cmdEnv, args []string) error {
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		if rdb == nil {
-			rs = append(rs, doctor.Result{Name: "redis reachable", Detail: "REDIS_URL is not set", Fix: "set REDIS_URL"})
+			rs = append(rs, noRedis)
 		}
 		rs = append(rs, doctor.Ready(ctx, rdb, nil, serveURL)...)
 	} else {
 		rs = configResults(cfg, mode, forCmd)
 		if rdb == nil {
-			rs = append(rs, doctor.Result{Name: "redis reachable", Detail: "REDIS_URL is not set", Fix: "set REDIS_URL to prq's Redis (redis://host:6379/0)"})
+			rs = append(rs, noRedis)
 		}
 		in, err := doctorInput(cfg, rdb, serveURL)
 		if err != nil {
