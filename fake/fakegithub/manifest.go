@@ -104,7 +104,8 @@ type manifestCode struct {
 
 // configuredApp is the App of Config (AppID, PublicKey, AppSlug).
 func (s *Server) configuredApp() *appIdentity {
-	return &appIdentity{id: s.cfg.AppID, slug: s.cfg.AppSlug, name: s.cfg.AppSlug, clientID: "Iv1.fake",
+	slug := strings.TrimSuffix(s.Bot(), "[bot]") // SetAppSlug's, as the bot writes
+	return &appIdentity{id: s.cfg.AppID, slug: slug, name: slug, clientID: "Iv1.fake",
 		owner: "prq-dev", ownerType: "Organization", externalURL: "https://github.com/prq-dev/prq",
 		permissions: s.cfg.Permissions, events: s.cfg.Events, created: time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC), key: s.cfg.PublicKey}
 }

@@ -160,10 +160,10 @@ func TestSetupGitHubAgainstTheFake(t *testing.T) {
 		t.Errorf("serve and worker refuse the produced configuration: %v", err)
 	}
 	fake.AddInstallation(501, "acme") // the person follows the install link
-	checks := doctor.CheckGitHub(context.Background(), srv.Client(), time.Now(), doctor.GitHub{AppID: cfg.GitHub.AppID,
+	checks := doctor.CheckGitHub(context.Background(), srv.Client(), time.Now(), doctor.GitHub{AppID: cfg.GitHub.AppID, AppSlug: cfg.GitHub.AppSlug,
 		PrivateKey: []byte(cfg.GitHub.PrivateKey), PrivateKeyPath: cfg.GitHub.PrivateKeyPath, APIURL: cfg.GitHub.APIURL})
-	if len(checks) != 4 {
-		t.Errorf("doctor ran %d GitHub checks, want key, app, permissions, installations: %+v", len(checks), checks)
+	if len(checks) != 5 {
+		t.Errorf("doctor ran %d GitHub checks, want key, app, slug, permissions, installations: %+v", len(checks), checks)
 	}
 	for _, c := range checks {
 		if !c.OK {

@@ -51,7 +51,7 @@ func (d *Flags) Register(fs *flag.FlagSet) {
 	fs.Float64Var(&d.compress, "compress", 10, "time compression: provider limits per minute/compress, latencies /compress")
 	fs.IntVar(&d.tenants, "tenants", 12, "installations sending PRs")
 	fs.StringVar(&d.mix, "mix", "paid=3,trial=3,free=6", "how many tenants of each tier")
-	fs.IntVar(&d.concurrency, "workers", 40, "jobs the worker runs at once")
+	fs.IntVar(&d.concurrency, "concurrency", 40, "jobs the demo's worker runs at once")
 	fs.DurationVar(&d.duration, "duration", 0, "stop after this long (default: until interrupted)")
 	fs.Int64Var(&d.seed, "seed", 1, "seed of the traffic")
 	fs.StringVar(&d.corpus, "corpus", "", "prs.jsonl to replay (default: ../shared/fixtures/pr-corpus when present, else generated PRs)")
@@ -113,7 +113,7 @@ const Usage = "Runs prq end to end on an embedded default: an in-process Redis (
 // Run runs the demo until ctx ends (or --duration passes).
 func Run(ctx context.Context, cfg *config.Config, d Flags, stdout, stderr io.Writer) error {
 	if d.compress <= 0 || d.rate < 0 || d.chatRate < 0 || d.tenants <= 0 || d.concurrency <= 0 {
-		return &config.UsageError{Msg: "--compress, --tenants and --workers must be positive; --rate and --chat-rate not negative"}
+		return &config.UsageError{Msg: "--compress, --tenants and --concurrency must be positive; --rate and --chat-rate not negative"}
 	}
 	tiers, err := parseMix(d.mix, d.tenants)
 	if err != nil {

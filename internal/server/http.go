@@ -180,18 +180,6 @@ func loopbackHost(host string) bool {
 	return strings.EqualFold(host, "localhost") || host == "127.0.0.1" || host == "::1"
 }
 
-func isLoopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
 func hostPort(a net.Addr) string {
 	host, port, _ := net.SplitHostPort(a.String())
 	if host == "::" || host == "0.0.0.0" || host == "" {
