@@ -45,6 +45,16 @@ var (
 	}()
 )
 
+// FileCount is how many files a pull request changes (0 when unknown).
+func (s *Server) FileCount(owner, repo string, n int) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p, ok := s.prs[key(owner, repo, n)]; ok {
+		return len(p.files)
+	}
+	return 0
+}
+
 // pages adds the pull-request pages to m.
 func (s *Server) pages(m *http.ServeMux) {
 	m.HandleFunc("GET "+PagesPath, s.pullsPage)

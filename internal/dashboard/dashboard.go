@@ -11,6 +11,7 @@ import (
 	_ "embed"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -63,6 +64,10 @@ type Plans interface {
 
 // Dashboard serves the dashboard and the admin API.
 type Dashboard struct {
+	// PRPages, when set, is where the page of each pull request is
+	// (PRPages + "owner/repo/number"): the demo's fake GitHub.
+	PRPages string
+
 	src     Source
 	plans   Plans
 	demo    bool
@@ -194,6 +199,8 @@ type dashState struct {
 	Queues  map[string]map[string]int     `json:"queues"`
 	Tenants []tenantBacklog               `json:"tenants"`
 	Demo    bool                          `json:"demo"`
+	// PRPages is Dashboard.PRPages: where the PR rows link.
+	PRPages string `json:"pr_pages,omitempty"`
 }
 
 type tenantBacklog struct {
@@ -245,7 +252,9 @@ type classState struct {
 }
 
 type prState struct {
-	PR       string  `json:"pr"`
+	PR string `json:"pr"`
+	// Link is the pull request's page (with PRPages set).
+	Link     string  `json:"link,omitempty"`
 	Tier     string  `json:"tier"`
 	Done     int     `json:"done"`
 	Total    int     `json:"total"`
@@ -285,7 +294,7 @@ type quotaState struct {
 
 func (d *Dashboard) state(ctx context.Context, smp *sampler) dashState {
 	src := d.src
-	st := dashState{Now: time.Now().UnixMilli(), Classes: map[string]classState{}, Calls: src.CallCounts(ctx), GaveUp: src.GaveUpCounts(ctx), Queues: map[string]map[string]int{}, Demo: d.demo}
+	st := dashState{Now: time.Now().UnixMilli(), Classes: map[string]classState{}, Calls: src.CallCounts(ctx), GaveUp: src.GaveUpCounts(ctx), Queues: map[string]map[string]int{}, Demo: d.demo, PRPages: d.PRPages}
 	if smp != nil {
 		st.Series = smp.snapshot()
 	}
@@ -352,7 +361,11 @@ func (d *Dashboard) state(ctx context.Context, smp *sampler) dashState {
 		if total > 0 {
 			p = float64(done) / float64(total)
 		}
-		st.PRs = append(st.PRs, prState{PR: r.PR.String(), Tier: string(r.Tier), Done: done, Total: total, Progress: p, AgeSec: time.Since(r.CreatedAt).Seconds()})
+		ps := prState{PR: r.PR.String(), Tier: string(r.Tier), Done: done, Total: total, Progress: p, AgeSec: time.Since(r.CreatedAt).Seconds()}
+		if d.PRPages != "" {
+			ps.Link = d.PRPages + url.PathEscape(r.PR.Owner) + "/" + url.PathEscape(r.PR.Repo) + "/" + strconv.Itoa(r.PR.Number)
+		}
+		st.PRs = append(st.PRs, ps)
 		tenants[r.PR.Installation] = r.Tier
 	}
 	for inst, tier := range tenants {

@@ -29,7 +29,7 @@ async function refresh(){
     for(const k of tk){h+=`<tr><td>${esc(k)}</td><td><div class="bar"><i style="width:${(100*tb[k]/tmax).toFixed(0)}%"></i></div></td><td>${tb[k]}</td></tr>`}
     document.getElementById("tenants").innerHTML=tk.length?h:"<tr><td>no backlog</td></tr>";
     h="<tr><th>PR</th><th>tier</th><th style='width:40%'>progress</th><th>files</th><th>age</th></tr>";
-    for(const p of (d.prs||[])){h+=`<tr><td>${esc(p.pr)}</td><td>${esc(p.tier)}</td><td><div class="bar"><i style="width:${(100*p.progress).toFixed(0)}%"></i></div></td><td>${p.done}/${p.total}</td><td>${p.age_seconds.toFixed(0)}s</td></tr>`}
+    for(const p of (d.prs||[])){h+=`<tr><td>${p.link?`<a href="${esc(p.link)}">${esc(p.pr)}</a>`:esc(p.pr)}</td><td>${esc(p.tier)}</td><td><div class="bar"><i style="width:${(100*p.progress).toFixed(0)}%"></i></div></td><td>${p.done}/${p.total}</td><td>${p.age_seconds.toFixed(0)}s</td></tr>`}
     document.getElementById("prs").innerHTML=(d.prs||[]).length?h:"<tr><td>none right now</td></tr>";
     h="<tr><th>model</th><th>ok</th><th>429s</th><th>transient</th><th>quota</th><th>failed</th><th>unreadable replies</th><th>available now</th></tr>";
     for(const m of (d.models||[])){const c=(d.calls||{})[m.name]||{};const rl=c.rate_limited||0;h+=`<tr><td>${esc(m.name)}</td><td>${c.ok||0}</td><td class="${rl?"warn":"ok"}">${rl}</td><td>${c.transient||0}</td><td>${c.quota||0}</td><td>${(c.failed||0)+(c.account||0)}</td><td class="${(c.unusable||0)?"warn":"ok"}">${c.unusable||0}</td><td>${fmt(m.available)}</td></tr>`}

@@ -9,14 +9,16 @@ package demo
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	mrand "math/rand"
 	"net"
-	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -42,6 +44,7 @@ type Flags struct {
 	duration                 time.Duration
 	seed                     int64
 	corpus                   string
+	verbose                  bool
 }
 
 // Register adds the demo's flags to fs.
@@ -55,6 +58,7 @@ func (d *Flags) Register(fs *flag.FlagSet) {
 	fs.DurationVar(&d.duration, "duration", 0, "stop after this long (default: until interrupted)")
 	fs.Int64Var(&d.seed, "seed", 1, "seed of the traffic")
 	fs.StringVar(&d.corpus, "corpus", "", "prs.jsonl to replay (default: ../shared/fixtures/pr-corpus when present, else generated PRs)")
+	fs.BoolVar(&d.verbose, "verbose", false, "log at the configured level (a line per pull request); by default the demo logs warnings only, with a progress line every 10s")
 }
 
 // repoConfigs gives some of the demo's repositories a configuration of
@@ -123,12 +127,17 @@ func Run(ctx context.Context, cfg *config.Config, d Flags, stdout, stderr io.Wri
 		cfg.Addr = "127.0.0.1:8080"
 		if ln, err := net.Listen("tcp", cfg.Addr); err != nil {
 			cfg.Addr = "127.0.0.1:0" // 8080 is taken: any free port
+			fmt.Fprintf(stdout, "prq demo: 127.0.0.1:8080 is taken (%v), so the dashboard takes a free port (printed below; --addr or PRQ_ADDR chooses one)\n", errors.Unwrap(err))
 		} else {
 			ln.Close()
 		}
 	}
 	harness.Compress(cfg, d.compress, d.concurrency)
-	log := logging.New(stderr, cfg.Log)
+	logCfg := cfg.Log
+	if level, _ := config.ParseLevel(logCfg.Level); !d.verbose && level < slog.LevelWarn {
+		logCfg.Level = "warn" // the progress lines say what the INFO lines would
+	}
+	log := logging.New(stderr, logCfg)
 	if d.duration > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, d.duration)
@@ -146,7 +155,7 @@ func Run(ctx context.Context, cfg *config.Config, d Flags, stdout, stderr io.Wri
 			return fmt.Errorf("demo: in-process redis: %w", err)
 		}
 		defer mr.Close()
-		conn = asynq.RedisClientOpt{Addr: mr.Addr()}
+		conn = server.Embedded{RedisClientOpt: asynq.RedisClientOpt{Addr: mr.Addr()}}
 		cfg.AllowNoPersistence = true // said below: nothing is durable
 		fmt.Fprintln(stdout, "prq demo: using an in-process Redis: nothing is durable (set REDIS_URL to use a real one)")
 	}
@@ -177,7 +186,7 @@ func Run(ctx context.Context, cfg *config.Config, d Flags, stdout, stderr io.Wri
 		}
 	}
 	repoConfigs(fakes.GitHub, prs)
-	gen := &generator{d: d, tiers: tiers, prs: prs, fakes: fakes, secret: []byte(cfg.GitHub.WebhookSecret), out: stdout}
+	gen := &generator{d: d, tiers: tiers, prs: prs, fakes: fakes, secret: []byte(cfg.GitHub.WebhookSecret), out: stdout, s: s}
 	gen.url = func() string {
 		if s.ListenAddr() == "" {
 			return ""
@@ -185,7 +194,9 @@ func Run(ctx context.Context, cfg *config.Config, d Flags, stdout, stderr io.Wri
 		return "http://" + s.ListenAddr() + "/webhook"
 	}
 	go gen.run(ctx)
-	return s.Run(ctx, stdout, server.Roles{HTTP: true, Worker: true}, server.Options{Demo: true})
+	err = s.Run(ctx, stdout, server.Roles{HTTP: true, Worker: true}, server.Options{Demo: true, PRPages: gen.pagesURL() + "/"})
+	gen.summary(context.WithoutCancel(ctx))
+	return err
 }
 
 // generator sends signed webhooks for PRs and chat comments.
@@ -197,8 +208,14 @@ type generator struct {
 	secret []byte
 	url    func() string
 	out    io.Writer
+	s      *server.Server
 
 	sent, chats, refused atomic.Int64
+	start                time.Time
+	mu                   sync.Mutex
+	opened               []openPR // every PR opened, for the tallies
+	last                 map[string]int64
+	lastAt               time.Time
 }
 
 type openPR struct {
@@ -217,20 +234,24 @@ func (g *generator) run(ctx context.Context) {
 		}
 	}
 	s := &traffic.Sender{URL: g.url(), Secret: g.secret}
+	fmt.Fprintf(g.out, "prq demo: what prq posts on each pull request, as GitHub shows it: %s\n", g.pagesURL())
 	var open []openPR
 	next, nextChat := time.Now(), time.Now().Add(2*time.Second)
 	progress := time.NewTicker(10 * time.Second)
 	defer progress.Stop()
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
-	number, commentID := 1, int64(5_000_000)
-	start := time.Now()
+	number := 1
+	g.mu.Lock()
+	g.start = time.Now()
+	g.mu.Unlock()
+	g.flows(ctx) // the first progress line's rates start here
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-progress.C:
-			g.report(start)
+			g.progress(ctx)
 			continue
 		case <-tick.C:
 		}
@@ -251,6 +272,9 @@ func (g *generator) run(ctx context.Context) {
 			}
 			g.sent.Add(1)
 			open = append(open, openPR{inst, owner, p.Name(), p.Number})
+			g.mu.Lock()
+			g.opened = append(g.opened, open[len(open)-1])
+			g.mu.Unlock()
 			if len(open) > 50 {
 				open = open[1:]
 			}
@@ -258,31 +282,14 @@ func (g *generator) run(ctx context.Context) {
 		for g.d.chatRate > 0 && len(open) > 0 && !now.Before(nextChat) {
 			nextChat = nextChat.Add(time.Duration(rng.ExpFloat64() / g.d.chatRate * float64(time.Second)))
 			o := open[rng.Intn(len(open))]
-			commentID++
-			body := traffic.IssueCommentEvent(traffic.Comment{Installation: o.inst, Owner: o.owner, Repo: o.repo, Number: o.number, ID: commentID,
-				Author: "dev-" + strconv.Itoa(rng.Intn(20)), Body: "@prq-demo could you explain why this change is safe?"})
+			// the comment is on the pull request, as on GitHub, before its webhook
+			author, text := "dev-"+strconv.Itoa(rng.Intn(20)), "@prq-demo could you explain why this change is safe?"
+			id := g.fakes.GitHub.AddComment(o.owner, o.repo, o.number, text, author)
+			body := traffic.IssueCommentEvent(traffic.Comment{Installation: o.inst, Owner: o.owner, Repo: o.repo, Number: o.number, ID: id,
+				Author: author, Body: text})
 			if code, err := s.Send(ctx, "issue_comment", traffic.NewDelivery(), body); err == nil && code < 300 {
 				g.chats.Add(1)
 			}
 		}
 	}
-}
-
-func (g *generator) report(start time.Time) {
-	published := 0
-	for _, st := range g.fakes.GitHub.AllStats() {
-		if st.CommentsCreated > 0 {
-			published++
-		}
-	}
-	calls, limited := int64(0), int64(0)
-	var models []string
-	for name, st := range g.fakes.OpenAI.Stats() {
-		calls += st.Requests
-		limited += st.RateLimited
-		models = append(models, fmt.Sprintf("%s %d/%d tok (worst window %d of %d)", name, st.AdmittedTokens, st.Requests, st.MaxWindowTokens, st.TPM))
-	}
-	sort.Strings(models)
-	fmt.Fprintf(g.out, "demo %s: %d PRs opened, %d summaries published, %d chat comments, %d provider calls, %d provider 429s\n",
-		time.Since(start).Round(time.Second), g.sent.Load(), published, g.chats.Load(), calls, limited)
 }
