@@ -17,7 +17,7 @@ type counters struct {
 	in, adm int64
 }
 
-func (c *counters) Models() []string { return []string{"m"} }
+func (c *counters) Models() []string                        { return []string{"m"} }
 func (c *counters) Bucket(string) (*ratelimit.Bucket, bool) { return c.b, true }
 func (c *counters) Tokens(context.Context, string) (in, adm map[string]int64, err error) {
 	return map[string]int64{"paid": c.in}, map[string]int64{"paid": c.adm}, nil
