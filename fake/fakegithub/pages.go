@@ -309,7 +309,7 @@ h1{font-size:24px;font-weight:400;margin:8px 0}h2{font-size:18px;border-bottom:1
 .markdown code{background:#eff1f3;border-radius:4px;padding:1px 4px;font-size:85%}
 .markdown blockquote{border-left:4px solid #d1d9e0;margin:0;padding:0 12px;color:#59636e}
 .diff{width:100%;border-collapse:collapse;font:12px/20px ui-monospace,SFMono-Regular,Menlo,monospace}
-.diff td{padding:0 8px;white-space:pre-wrap;word-break:break-all}.diff td.n{color:#59636e;width:1%;text-align:right;user-select:none}
+.diff td{padding:0 8px;white-space:pre-wrap;word-break:break-all}.diff td.n{color:#59636e;width:1%;text-align:right;user-select:none;white-space:nowrap;word-break:normal}
 .diff tr.add{background:#dafbe1}.diff tr.del{background:#ffebe9}
 .thread{border-top:1px solid #d1d9e0}.reply{border-top:1px solid #eaeef2;margin-left:24px}
 .path{font:12px ui-monospace,monospace;padding:6px 16px;background:#f6f8fa;border-bottom:1px solid #d1d9e0}
@@ -327,7 +327,7 @@ var pullTmpl = template.Must(template.New("pull").Funcs(funcs).Parse(`{{define "
 <!doctype html><html><head><meta charset="utf-8"><title>{{.Title}} · {{.Key}}</title>` + pageStyle + `</head><body><main>
 <p><a href="` + PagesPath + `">all pull requests</a></p>
 <h1>{{.Title}} <span class="meta">{{.Key}}</span></h1>
-<p class="meta">{{.Author}} wants to merge <code>{{short .Head}}</code> into <code>{{short .Base}}</code> · {{.Files}} changed files</p>
+<p class="meta">{{.Author}} wants to merge <code>{{short .Head}}</code> into <code>{{short .Base}}</code> · {{.Files}} changed file{{if ne .Files 1}}s{{end}}</p>
 <h2>Conversation</h2>
 {{range .Conversation}}<div class="box conversation">{{template "comment" .}}</div>{{else}}<p class="meta">no comments yet</p>{{end}}
 <h2>Reviews</h2>

@@ -104,7 +104,7 @@ func checkPage(t *testing.T, url string) {
 	for what, re := range map[string]string{
 		"the summary comment":                 `<h2>prq summary</h2>`,
 		"a review":                            `<div class="box review"`,
-		"a line comment below its diff lines": `<table class="diff"><tr class="(add|del|)"><td class="n">\d*</td><td class="n">\d*</td>.*?</table>\s*<div class="linecomment">`,
+		"a line comment below its diff lines": `(?s)<table class="diff">(<tbody>)?<tr class="(add|del|)"><td class="n">\d*</td><td class="n">\d*</td>.*?</table>\s*<div class="linecomment">`,
 		"a chat question and prq's reply":     `<b>dev-\d+</b> commented</div><div class="body markdown"[^>]*><p>@prq-demo could you explain[\s\S]*<b>prq-demo\[bot\]</b><span class="bot">`,
 		"the check run's history":             `<ol class="history"><li>`,
 	} {
@@ -113,7 +113,7 @@ func checkPage(t *testing.T, url string) {
 		}
 	}
 	if shot := os.Getenv("PRQ_DEMO_SCREENSHOT"); shot != "" {
-		cmd := exec.Command(chromium, append(args, "--hide-scrollbars", "--window-size=1000,1400", "--screenshot="+shot, url)...)
+		cmd := exec.Command(chromium, append(args, "--hide-scrollbars", "--window-size=1000,1600", "--screenshot="+shot, url)...)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("chromium --screenshot: %v\n%s", err, out)
 		}
