@@ -94,10 +94,12 @@ var dashboardJS []byte
 // arriving and admitted, each averaged over the limit's last period (a
 // minute; the demo compresses it), against the limit and against what
 // the bucket allowed in that period — the limit plus the tokens it had
-// saved at the period's start. Admitted never exceeds Allowed: that is
-// the limiter's guarantee (a bucket spending its saving after a quiet
-// spell rides above Limit, under Allowed, as the provider's own bucket
-// allows).
+// saved at the period's start: what the limiter guarantees it lets
+// through (a bucket spending its saving after a quiet spell rides above
+// Limit, under Allowed, as the provider's own bucket allows). Admitted
+// counts every admission: a job sent back without a call (a spent
+// quota) has its tokens given back to the bucket and counts again when
+// admitted again, so Admitted may exceed Allowed by such tokens.
 type sample struct {
 	T        int64              `json:"t"` // unix ms
 	Incoming float64            `json:"incoming"`
@@ -163,11 +165,12 @@ func (s *sampler) tick(ctx context.Context) {
 		if !ok {
 			continue
 		}
-		in, adm, err := s.src.Tokens(ctx, model)
+		// the bucket first: what the counters add after it, it had to allow
+		avail, err := b.AvailableAll(ctx)
 		if err != nil {
 			continue
 		}
-		avail, err := b.AvailableAll(ctx)
+		in, adm, err := s.src.Tokens(ctx, model)
 		if err != nil {
 			continue
 		}

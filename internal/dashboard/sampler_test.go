@@ -25,8 +25,9 @@ func (c *counters) Tokens(context.Context, string) (in, adm map[string]int64, er
 
 // TestSamplerAveragesOverThePeriod: the chart's points are averages over
 // the limit's period, drawn only once a whole period is read; a full
-// bucket's saving raises Allowed above Limit, never Admitted above
-// Allowed; a steady flow at the limit reads as the limit.
+// bucket's saving raises Allowed above Limit (with no tokens given back,
+// Admitted stays under it); a steady flow at the limit reads as the
+// limit.
 func TestSamplerAveragesOverThePeriod(t *testing.T) {
 	rdb := redistest.New(t).Client(t)
 	b, err := ratelimit.NewBucket(rdb, "m", "k", ratelimit.Limits{RequestsPerPeriod: 1000, TokensPerPeriod: 600, Period: 6 * time.Second})

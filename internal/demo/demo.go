@@ -112,7 +112,7 @@ func parseMix(s string, tenants int) ([]jobs.Tier, error) {
 }
 
 // Usage describes the demo command.
-const Usage = "Runs prq end to end on an embedded default: an in-process Redis (or REDIS_URL), a fake GitHub and a fake OpenAI-compatible provider, serve and worker in one process, and traffic that saturates the provider. Prints the dashboard URL."
+const Usage = "Runs prq end to end on an embedded default: an in-process Redis (or REDIS_URL), a fake GitHub and a fake OpenAI-compatible provider, serve and worker in one process, and traffic that saturates the provider. Prints the dashboard's URL, the address of pages showing what prq posted on each pull request, a progress line every 10s and a summary at the end."
 
 // Run runs the demo until ctx ends (or --duration passes).
 func Run(ctx context.Context, cfg *config.Config, d Flags, stdout, stderr io.Writer) error {
@@ -193,8 +193,15 @@ func Run(ctx context.Context, cfg *config.Config, d Flags, stdout, stderr io.Wri
 		}
 		return "http://" + s.ListenAddr() + "/webhook"
 	}
-	go gen.run(ctx)
-	err = s.Run(ctx, stdout, server.Roles{HTTP: true, Worker: true}, server.Options{Demo: true, PRPages: gen.pagesURL() + "/"})
+	// the server stops after the traffic: a webhook in flight is answered
+	// rather than cut off (and logged as refused)
+	serveCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	defer stop()
+	go func() {
+		defer stop()
+		gen.run(ctx)
+	}()
+	err = s.Run(serveCtx, stdout, server.Roles{HTTP: true, Worker: true}, server.Options{Demo: true, PRPages: gen.pagesURL() + "/"})
 	gen.summary(context.WithoutCancel(ctx))
 	return err
 }
@@ -266,7 +273,7 @@ func (g *generator) run(ctx context.Context) {
 			number++
 			g.fakes.GitHub.AddPR(inst, owner, p.Name(), p)
 			body := traffic.PullRequestEvent("opened", traffic.PR{Installation: inst, Owner: owner, Repo: p.Name(), Number: p.Number, Title: p.Title, Head: p.HeadSHA, Base: p.BaseSHA})
-			if code, err := s.Send(ctx, "pull_request", traffic.NewDelivery(), body); err != nil || code >= 300 {
+			if code, err := s.Send(context.WithoutCancel(ctx), "pull_request", traffic.NewDelivery(), body); err != nil || code >= 300 {
 				g.refused.Add(1)
 				continue
 			}
@@ -287,7 +294,7 @@ func (g *generator) run(ctx context.Context) {
 			id := g.fakes.GitHub.AddComment(o.owner, o.repo, o.number, text, author)
 			body := traffic.IssueCommentEvent(traffic.Comment{Installation: o.inst, Owner: o.owner, Repo: o.repo, Number: o.number, ID: id,
 				Author: author, Body: text})
-			if code, err := s.Send(ctx, "issue_comment", traffic.NewDelivery(), body); err == nil && code < 300 {
+			if code, err := s.Send(context.WithoutCancel(ctx), "issue_comment", traffic.NewDelivery(), body); err == nil && code < 300 {
 				g.chats.Add(1)
 			}
 		}

@@ -113,21 +113,20 @@ func (g *generator) progress(ctx context.Context) {
 	var parts []string
 	over := false
 	for _, f := range g.flows(ctx) {
-		parts = append(parts, fmt.Sprintf("%s %s of %s", f.model, kilo(f.arriving), kilo(f.allowed)))
+		parts = append(parts, fmt.Sprintf("%s %s/%s", f.model, kilo(f.arriving), kilo(f.allowed)))
 		over = over || f.arriving > f.allowed
 	}
-	why := ""
+	why := fmt.Sprintf("%d jobs waiting", waiting)
+	if over {
+		why = fmt.Sprintf("%d jobs wait: more work arrives than the provider's limit admits", waiting)
+	}
 	if len(parts) > 0 {
-		why = "; tokens/s arriving of allowed: " + strings.Join(parts, ", ")
-		if over {
-			why += " (more arrives than the provider allows: the backlog grows; chat, then paid, trial and free are admitted in that order)"
-		}
+		why += " (tokens/s arriving/limit: " + strings.Join(parts, ", ") + ")"
 	}
 	g.mu.Lock()
 	since := time.Since(g.start).Round(time.Second)
 	g.mu.Unlock()
-	fmt.Fprintf(g.out, "demo %s: %d PRs opened, %d reviewed, %d chat replies; %d jobs waiting%s\n",
-		since, t.opened, t.reviewed, t.chats, waiting, why)
+	fmt.Fprintf(g.out, "demo %s: %d PRs opened, %d reviewed, %d chat replies; %s\n", since, t.opened, t.reviewed, t.chats, why)
 }
 
 // summary prints the demo's final table: what it sent, what prq posted
