@@ -534,15 +534,15 @@ func (c *Checks) Complete(ctx context.Context, pr jobs.PR, head string, rows []r
 			quota++
 		}
 	}
-	conclusion, title := "success", render.Count(len(rows), "file") + " summarised"
+	conclusion, title := "success", render.Count(len(rows), "file")+" summarised"
 	switch {
 	case failed > 0:
-		conclusion, title = "neutral", render.Count(failed, "file") + " could not be processed"
+		conclusion, title = "neutral", render.Count(failed, "file")+" could not be processed"
 	case quota > 0:
 		// skipped for a spent quota (quota.when_spent: skip): never green
-		conclusion, title = "neutral", render.Count(quota, "file") + " skipped: the quota is spent"
+		conclusion, title = "neutral", render.Count(quota, "file")+" skipped: the quota is spent"
 	case comments > 0:
-		conclusion, title = "neutral", render.Count(comments, "comment") + " on " + render.Count(reviewed, "reviewed file")
+		conclusion, title = "neutral", render.Count(comments, "comment")+" on "+render.Count(reviewed, "reviewed file")
 	case reviewed > 0:
 		title = "No problems found in " + render.Count(reviewed, "file")
 	}

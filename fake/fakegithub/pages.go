@@ -195,7 +195,6 @@ func (s *Server) pullView(owner, repo string, n int) (pullView, bool) {
 		v.Conversation = append(v.Conversation, view(c.ID, c.Author, c.Body))
 	}
 	threads := map[int64]*threadView{}
-	var order []int64
 	byReview := map[int64][]int64{}
 	for _, c := range s.ReviewComments(owner, repo, n) {
 		if t, ok := threads[c.InReplyTo]; ok && c.InReplyTo != 0 {
@@ -205,7 +204,6 @@ func (s *Server) pullView(owner, repo string, n int) (pullView, bool) {
 		}
 		threads[c.ID] = &threadView{Path: c.Path, Side: c.Side, Line: c.Line, Diff: diffAround(patches[c.Path], c.Side, c.StartLine, c.Line),
 			Comment: view(c.ID, c.Author, c.Body)}
-		order = append(order, c.ID)
 		byReview[c.ReviewID] = append(byReview[c.ReviewID], c.ID)
 	}
 	for _, rv := range s.Reviews(owner, repo, n) {
