@@ -124,19 +124,10 @@ func Run(ctx context.Context, cfg *config.Config, d Flags, stdout, stderr io.Wri
 		return &config.UsageError{Msg: err.Error()}
 	}
 	if cfg.SetBy("PRQ_ADDR") == "" {
-		cfg.Addr = "127.0.0.1:8080"
-		if ln, err := net.Listen("tcp", cfg.Addr); err != nil {
-			cfg.Addr = "127.0.0.1:0" // 8080 is taken: any free port
-			fmt.Fprintf(stdout, "prq demo: 127.0.0.1:8080 is taken (%v), so the dashboard takes a free port (printed below; --addr or PRQ_ADDR chooses one)\n", errors.Unwrap(err))
-		} else {
-			ln.Close()
-		}
+		cfg.Addr = defaultAddr(stdout)
 	}
 	harness.Compress(cfg, d.compress, d.concurrency)
-	logCfg := cfg.Log
-	if level, _ := config.ParseLevel(logCfg.Level); !d.verbose && level < slog.LevelWarn {
-		logCfg.Level = "warn" // the progress lines say what the INFO lines would
-	}
+	logCfg := quiet(cfg.Log, d.verbose)
 	log := logging.New(stderr, logCfg)
 	if d.duration > 0 {
 		var cancel context.CancelFunc
@@ -204,6 +195,28 @@ func Run(ctx context.Context, cfg *config.Config, d Flags, stdout, stderr io.Wri
 	err = s.Run(serveCtx, stdout, server.Roles{HTTP: true, Worker: true}, server.Options{Demo: true, PRPages: gen.pagesURL() + "/"})
 	gen.summary(context.WithoutCancel(ctx))
 	return err
+}
+
+// defaultAddr is the demo's listen address: 127.0.0.1:8080, or any free
+// port when 8080 is taken (saying so on out).
+func defaultAddr(out io.Writer) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:8080")
+	if err != nil {
+		fmt.Fprintf(out, "prq demo: 127.0.0.1:8080 is taken (%v), so the dashboard takes a free port (printed below; --addr or PRQ_ADDR chooses one)\n", errors.Unwrap(err))
+		return "127.0.0.1:0"
+	}
+	ln.Close()
+	return "127.0.0.1:8080"
+}
+
+// quiet is the demo's logging: warnings and errors only, unless verbose
+// (then the configured level): the progress lines say what the INFO
+// lines would.
+func quiet(c config.LogConfig, verbose bool) config.LogConfig {
+	if level, _ := config.ParseLevel(c.Level); !verbose && level < slog.LevelWarn {
+		c.Level = "warn"
+	}
+	return c
 }
 
 // generator sends signed webhooks for PRs and chat comments.

@@ -69,6 +69,11 @@ func TestDemo(t *testing.T) {
 		return pr != ""
 	}, &stdout)
 	t.Run("browser", func(t *testing.T) { checkPage(t, pr) })
+	// the dashboard links its pull requests in progress to their pages
+	link := regexp.MustCompile(`"link":"` + regexp.QuoteMeta(index) + `/tenant-\d+/[a-z-]+/\d+"`)
+	until(t, "a dashboard pull-request row linking to its page", func() bool {
+		return link.MatchString(fetch("http://" + addr + "/api/dashboard"))
+	}, &stdout)
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("demo: %v", err)

@@ -110,9 +110,19 @@ func (g *generator) progress(ctx context.Context) {
 			}
 		}
 	}
+	g.mu.Lock()
+	since := time.Since(g.start).Round(time.Second)
+	g.mu.Unlock()
+	fmt.Fprintln(g.out, progressLine(since, t, waiting, g.flows(ctx)))
+}
+
+// progressLine is the progress line: what was opened and posted, the
+// jobs waiting, and, per model, the tokens per second arriving against
+// the provider's limit — saying so when more arrives than it admits.
+func progressLine(since time.Duration, t tally, waiting int64, flows []flow) string {
 	var parts []string
 	over := false
-	for _, f := range g.flows(ctx) {
+	for _, f := range flows {
 		parts = append(parts, fmt.Sprintf("%s %s/%s", f.model, kilo(f.arriving), kilo(f.allowed)))
 		over = over || f.arriving > f.allowed
 	}
@@ -123,10 +133,7 @@ func (g *generator) progress(ctx context.Context) {
 	if len(parts) > 0 {
 		why += " (tokens/s arriving/limit: " + strings.Join(parts, ", ") + ")"
 	}
-	g.mu.Lock()
-	since := time.Since(g.start).Round(time.Second)
-	g.mu.Unlock()
-	fmt.Fprintf(g.out, "demo %s: %d PRs opened, %d reviewed, %d chat replies; %s\n", since, t.opened, t.reviewed, t.chats, why)
+	return fmt.Sprintf("demo %s: %d PRs opened, %d reviewed, %d chat replies; %s", since, t.opened, t.reviewed, t.chats, why)
 }
 
 // summary prints the demo's final table: what it sent, what prq posted
