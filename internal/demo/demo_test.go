@@ -70,7 +70,7 @@ func TestDemo(t *testing.T) {
 	}, &stdout)
 	t.Run("browser", func(t *testing.T) { checkPage(t, pr) })
 	// the dashboard links its pull requests in progress to their pages
-	link := regexp.MustCompile(`"link":"` + regexp.QuoteMeta(index) + `/tenant-\d+/[a-z-]+/\d+"`)
+	link := regexp.MustCompile(`"link":"` + regexp.QuoteMeta(index) + `/tenant-\d+/[^/"]+/\d+"`)
 	until(t, "a dashboard pull-request row linking to its page", func() bool {
 		return link.MatchString(fetch("http://" + addr + "/api/dashboard"))
 	}, &stdout)
