@@ -38,9 +38,9 @@ func (l Asynq) emit(level slog.Level, args []any) {
 // janitorWarning begins the warning asynq's NewServer gives for a
 // JanitorBatchSize over its default of 100. prq's worker chooses 500
 // every 30s (one script call a queue deleting up to 500 expired
-// completed tasks: well under a millisecond of Redis) over 100 every 6s,
-// to poll Redis a fifth as often; the warning, on every worker start,
-// says nothing an operator can act on.
+// completed tasks) over 100 every 6s, to poll Redis a fifth as often;
+// the warning, on every worker start, says nothing an operator can act
+// on.
 const janitorWarning = "Janitor batch size of "
 
 // Debug logs at debug level.
