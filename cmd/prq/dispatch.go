@@ -50,6 +50,7 @@ func commands() map[string]command {
 		"plan":         {"plan set|get|list: an installation's plan tier", runPlan},
 		"gateway":      {"serve only the OpenAI-compatible LLM gateway (/v1/chat/completions, /v1/models)", runGateway},
 		"keys":         {"keys create|list|revoke|rotate: the gateway's virtual keys", runKeys},
+		"setup":        {"setup github: register prq's GitHub App (GitHub's manifest flow) and write its env and key files", runSetup},
 		"version":      {"print the version", runVersion},
 		"bench":        {"prq against today's alternatives on the same workload, side by side: table, JSON, SVG", runBench},
 		"bench-worker": {"a worker process of prq bench (internal)", runBenchWorker},
