@@ -45,6 +45,16 @@ var (
 	}()
 )
 
+// EachComment calls fn with every conversation comment, in no order, in
+// one pass (fn must not call the Server).
+func (s *Server) EachComment(fn func(IssueComment)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.comments {
+		fn(*c)
+	}
+}
+
 // FileCount is how many files a pull request changes (0 when unknown).
 func (s *Server) FileCount(owner, repo string, n int) int {
 	s.mu.Lock()
@@ -75,19 +85,22 @@ type pullRow struct {
 func (s *Server) pullRows() []pullRow {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	latest := map[string]*CheckRun{} // repo@head -> its newest check run
+	for _, c := range s.checks {
+		if l, ok := latest[c.Repo+"@"+c.HeadSHA]; !ok || c.ID > l.ID {
+			latest[c.Repo+"@"+c.HeadSHA] = c
+		}
+	}
 	var rows []pullRow
 	for k, p := range s.prs {
 		r := pullRow{Key: k, Link: fmt.Sprintf("%s/%s/%s/%d", PagesPath, p.owner, p.repo, p.number), Title: p.title, Files: len(p.files), number: p.number}
 		if st, ok := s.stats[k]; ok {
 			r.Comments, r.LineCmts, r.Replies = st.CommentsCreated, st.ReviewComments, st.Replies
 		}
-		var latest int64
-		for id, c := range s.checks {
-			if c.Repo == p.owner+"/"+p.repo && c.HeadSHA == p.head && id > latest {
-				latest, r.Check = id, c.Status
-				if c.Conclusion != "" {
-					r.Check = c.Conclusion
-				}
+		if c, ok := latest[p.owner+"/"+p.repo+"@"+p.head]; ok {
+			r.Check = c.Status
+			if c.Conclusion != "" {
+				r.Check = c.Conclusion
 			}
 		}
 		rows = append(rows, r)

@@ -23,8 +23,10 @@ type tally struct {
 	summaries, lineComments, chats int
 }
 
-// posted counts, on every pull request the demo opened, the summaries,
-// reviews, line comments and chat replies prq posted (by its markers).
+// posted counts what prq posted on the demo's pull requests: the
+// summaries and chat replies (by their markers) in one pass over the
+// comments, the reviews, line comments and files from each pull
+// request's counts.
 func (g *generator) posted() tally {
 	g.mu.Lock()
 	prs := append([]openPR(nil), g.opened...)
@@ -32,20 +34,17 @@ func (g *generator) posted() tally {
 	gh := g.fakes.GitHub
 	bot := gh.Bot()
 	t := tally{opened: len(prs)}
+	gh.EachComment(func(c fakegithub.IssueComment) {
+		switch {
+		case c.Author != bot:
+		case strings.Contains(c.Body, "<!-- prq:summary part=1 "):
+			t.summaries++
+		case strings.Contains(c.Body, "<!-- prq:reply "):
+			t.chats++
+		}
+	})
 	for _, p := range prs {
 		st := gh.Stats(p.owner, p.repo, p.number)
-		if st.CommentsCreated == 0 && st.Reviews == 0 {
-			continue
-		}
-		for _, c := range gh.Comments(p.owner, p.repo, p.number) {
-			switch {
-			case c.Author != bot:
-			case strings.Contains(c.Body, "<!-- prq:summary part=1 "):
-				t.summaries++
-			case strings.Contains(c.Body, "<!-- prq:reply "):
-				t.chats++
-			}
-		}
 		t.chats += st.Replies
 		t.lineComments += st.ReviewComments
 		if st.Reviews > 0 {
