@@ -264,6 +264,7 @@ func New(cfg Config) *Server {
 		m.HandleFunc(rt.Method+" "+rt.Path, s.family(rt.Family, rt.h))
 	}
 	m.HandleFunc("GET /_fake/stats", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, s.AllStats()) })
+	s.pages(m)
 	s.webRoutes(m)
 	s.mux = m
 	return s

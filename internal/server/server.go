@@ -53,6 +53,10 @@ type Options struct {
 	// set, serves the HTTP surface without auth (on loopback only, like
 	// serve without a token).
 	Demo bool
+	// PRPages is where a page per pull request shows what was posted on
+	// it (the demo's fake GitHub): the dashboard links its pull-request
+	// rows to PRPages + "owner/repo/number". Empty: no links.
+	PRPages string
 }
 
 // Server is one prq process: what serve, worker, all and the demo share.
@@ -238,7 +242,7 @@ func (s *Server) Run(ctx context.Context, out io.Writer, roles Roles, opt Option
 		hctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		// the demo without a token is open, and only on loopback (above)
-		h, closeMon, err := s.handler(hctx, wh, opt.Demo && cfg.Admin.Token == "")
+		h, closeMon, err := s.handler(hctx, wh, opt.Demo && cfg.Admin.Token == "", opt.PRPages)
 		if err != nil {
 			ln.Close()
 			return err

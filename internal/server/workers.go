@@ -334,7 +334,7 @@ func (s *Server) startServers(ctx context.Context, handler asynq.Handler, retryD
 			ShutdownTimeout:          s.cfg.ShutdownTimeout.D(),
 			RetryDelayFunc:           retryDelay,
 			IsFailure:                isFailure,
-			Logger:                   logging.Asynq{Log: s.log.With("component", "asynq")},
+			Logger:                   logging.Asynq{Log: s.log},
 			LogLevel:                 asynq.WarnLevel,
 			ErrorHandler: asynq.ErrorHandlerFunc(func(ctx context.Context, t *asynq.Task, err error) {
 				if !isFailure(err) {
