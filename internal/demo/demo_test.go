@@ -33,7 +33,7 @@ func TestDemo(t *testing.T) {
 	}
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	var fl config.Flags
-	fl.Register(fs)
+	fl.Register(fs, "addr", "redis-url", "log-format", "log-level") // as prq demo does
 	var d Flags
 	d.Register(fs)
 	if err := fs.Parse([]string{"--addr", addr, "--duration", "5m", "--rate", "2", "--chat-rate", "1"}); err != nil {
