@@ -38,6 +38,13 @@ type Comment struct {
 	StartLine int    `json:"start_line,omitempty"`
 	Side      string `json:"side"`
 	Body      string `json:"body"`
+	// Key identifies the finding across the pull request's heads
+	// (review.Key): one already posted and still open is not posted
+	// again.
+	Key string `json:"key,omitempty"`
+	// Suggestion, when set, replaces the comment's lines: posted as a
+	// committable suggestion.
+	Suggestion *string `json:"suggestion,omitempty"`
 }
 
 // Result is a finished per-file job.
@@ -496,6 +503,55 @@ func (s *Store) SetPosted(ctx context.Context, pr jobs.PR, what string, id int64
 	pipe.Expire(ctx, postedKey(pr), s.RunTTL)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("store: set posted %s %s: %w", pr, what, err)
+	}
+	return nil
+}
+
+// findingField prefixes a posted finding's key in the posted hash.
+const findingField = "finding:"
+
+// MaxPostedFindings bounds the findings recorded per pull request; past
+// it, later ones are posted but not remembered (a review of a pull request
+// that large repeats rather than loses a finding).
+const MaxPostedFindings = 5000
+
+// PostedFindings returns the findings posted on the pull request and
+// still open, by key: the review each was posted in ("review:<head>
+// <round>").
+func (s *Store) PostedFindings(ctx context.Context, pr jobs.PR) (map[string]string, error) {
+	out := map[string]string{}
+	iter := s.rdb.HScan(ctx, postedKey(pr), 0, findingField+"*", 500).Iterator()
+	for iter.Next(ctx) {
+		k := iter.Val()
+		if !iter.Next(ctx) {
+			break
+		}
+		out[strings.TrimPrefix(k, findingField)] = iter.Val()
+	}
+	if err := iter.Err(); err != nil {
+		return nil, fmt.Errorf("store: posted findings %s: %w", pr, err)
+	}
+	return out, nil
+}
+
+// AddPostedFindings records findings posted in a review (what: as in
+// Posted). A finding recorded already keeps the review it was first
+// posted in.
+func (s *Store) AddPostedFindings(ctx context.Context, pr jobs.PR, what string, keys []string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	n, err := s.rdb.HLen(ctx, postedKey(pr)).Result()
+	if err != nil {
+		return fmt.Errorf("store: add posted findings %s: %w", pr, err)
+	}
+	pipe := s.rdb.TxPipeline()
+	for _, k := range keys[:min(len(keys), max(MaxPostedFindings-int(n), 0))] {
+		pipe.HSetNX(ctx, postedKey(pr), findingField+k, what)
+	}
+	pipe.Expire(ctx, postedKey(pr), s.RunTTL)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("store: add posted findings %s: %w", pr, err)
 	}
 	return nil
 }
