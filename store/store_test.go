@@ -107,3 +107,36 @@ func TestSupersedeAndPlans(t *testing.T) {
 		t.Fatal("unknown tier stored")
 	}
 }
+
+func TestPostedFindings(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := store.New(redistest.Shared(t).Client(t), jobs.TierFree)
+	pr := jobs.PR{Installation: 1, Owner: "o", Repo: "r", Number: 4901}
+	if got, err := s.PostedFindings(ctx, pr); err != nil || len(got) != 0 {
+		t.Fatalf("before any: %v %v", got, err)
+	}
+	if err := s.SetPosted(ctx, pr, "review:h1", 9); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddPostedFindings(ctx, pr, "review:h1", []string{"a", "b"}); err != nil {
+		t.Fatal(err)
+	}
+	// b again from a later review keeps the review it was first posted in
+	if err := s.AddPostedFindings(ctx, pr, "review:h2", []string{"b", "c"}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.PostedFindings(ctx, pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"a": "review:h1", "b": "review:h1", "c": "review:h2"}
+	if len(got) != len(want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Fatalf("got %v, want %v", got, want)
+		}
+	}
+}
