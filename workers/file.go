@@ -438,7 +438,7 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	comments, notes := review.Place(reply, pm.patch)
 	for _, c := range comments {
 		res.Comments = append(res.Comments, store.Comment{Path: fd.Path, Line: c.Line, StartLine: c.StartLine, Side: string(c.Side), Body: c.Body,
-			Key: review.Key(fd.Path, c.Side, c.Lines, c.Body), Suggestion: c.Suggestion})
+			Key: review.Key(fd.Path, c.Side, c.Lines, c.Body), Lines: c.Lines, Suggestion: c.Suggestion})
 	}
 	for _, n := range notes {
 		res.Notes = append(res.Notes, store.Note{Line: n.Line, Body: n.Body})

@@ -45,8 +45,9 @@ type Publications interface {
 	SetPosted(ctx context.Context, pr jobs.PR, what string, id int64) error
 	MarkFinalized(ctx context.Context, pr jobs.PR, head string) error
 	CarryResults(ctx context.Context, pr jobs.PR, head string, rs []store.Result) error
-	PostedFindings(ctx context.Context, pr jobs.PR) (map[string]string, error)
-	AddPostedFindings(ctx context.Context, pr jobs.PR, what string, keys []string) error
+	PostedFindings(ctx context.Context, pr jobs.PR) (map[string]store.PostedFinding, error)
+	AddPostedFindings(ctx context.Context, pr jobs.PR, fs map[string]store.PostedFinding) error
+	ClosePostedFinding(ctx context.Context, pr jobs.PR, key string) error
 	Lock(ctx context.Context, pr jobs.PR, what, owner string, ttl time.Duration) (release func(), ok bool, err error)
 }
 
@@ -232,8 +233,17 @@ func (p *Finalizer) publish(ctx context.Context, f jobs.Finalize, last bool) err
 	}
 	comments := 0
 	if run.ReviewTotal > 0 {
-		if comments, err = p.postReview(ctx, gh, f, run.Round, results, rows); err != nil {
+		// a head reviewed again on request (its round) gets a review of its own
+		what := "review:" + f.HeadSHA + run.Round
+		open, err := cfg.Publications.PostedFindings(ctx, f.PR)
+		if err != nil {
+			return err
+		}
+		if comments, err = p.postReview(ctx, gh, f, what, results, rows, open); err != nil {
 			return p.gate.refused(ctx, f.PR.Installation, ghFailed(ctx, log, f.PR, "review", err))
+		}
+		if err := p.resolveFixed(ctx, gh, f, what, files, results, open); err != nil {
+			return p.gate.refused(ctx, f.PR.Installation, ghFailed(ctx, log, f.PR, "resolving threads", err))
 		}
 	}
 	if err := cfg.Publications.MarkFinalized(ctx, f.PR, f.HeadSHA); err != nil {
@@ -306,14 +316,8 @@ func bodySum(body string) int64 {
 // review can be told from a missing one. A finding an earlier review of
 // the pull request posted and that is still open is not posted again: the
 // body counts it. It returns the comments made.
-func (p *Finalizer) postReview(ctx context.Context, gh ReviewWriter, f jobs.Finalize, round string, results []store.Result, rows []render.File) (int, error) {
+func (p *Finalizer) postReview(ctx context.Context, gh ReviewWriter, f jobs.Finalize, what string, results []store.Result, rows []render.File, open map[string]store.PostedFinding) (int, error) {
 	pub := p.cfg.Publications
-	// a head reviewed again on request (its round) gets a review of its own
-	what := "review:" + f.HeadSHA + round
-	open, err := pub.PostedFindings(ctx, f.PR)
-	if err != nil {
-		return 0, err
-	}
 	lc := p.lineComments(f.PR, what, results, open)
 	comments, findings := lc.comments, lc.findings
 	if len(comments) > MaxReviewComments {
@@ -339,10 +343,10 @@ func (p *Finalizer) postReview(ctx context.Context, gh ReviewWriter, f jobs.Fina
 			failed++
 		}
 	}
-	marker := p.cfg.Markers.Review(f.PR.Key(), f.HeadSHA+round)
+	marker := p.cfg.Markers.Review(f.PR.Key(), strings.TrimPrefix(what, "review:"))
 	repo := f.PR.Owner + "/" + f.PR.Repo
 	var id int64
-	err = p.cfg.Turns.Do(ctx, f.PR.Installation, PublishWrite, func() error {
+	err := p.cfg.Turns.Do(ctx, f.PR.Installation, PublishWrite, func() error {
 		var err error
 		// a crash after posting and before recording: find it by marker
 		if id, err = gh.HasReview(ctx, f.PR.Owner, f.PR.Repo, f.PR.Number, marker); err != nil || id != 0 {
@@ -368,7 +372,7 @@ func (p *Finalizer) postReview(ctx context.Context, gh ReviewWriter, f jobs.Fina
 	}
 	// the findings first: a crash between the two finds the review by
 	// its marker and records nothing twice
-	if err := pub.AddPostedFindings(ctx, f.PR, what, lc.keys); err != nil {
+	if err := pub.AddPostedFindings(ctx, f.PR, lc.posted); err != nil {
 		return 0, err
 	}
 	return len(comments), pub.SetPosted(ctx, f.PR, what, id)
@@ -381,9 +385,9 @@ type lineComments struct {
 	// for the review body when it cannot be a line comment.
 	prose    []string
 	findings []render.Finding // no line of the diff
-	// keys are the findings posted (in comments or the body); stillOpen
-	// counts those left out as posted and open already.
-	keys      []string
+	// posted are the findings posted (in comments or the body), by key;
+	// stillOpen counts those left out as posted and open already.
+	posted    map[string]store.PostedFinding
 	stillOpen int
 }
 
@@ -391,15 +395,15 @@ type lineComments struct {
 // made inert, each with its suggestion (if any) and its finding's marker;
 // a finding an earlier review posted (open holds it, from another review
 // than what) is left out.
-func (p *Finalizer) lineComments(pr jobs.PR, what string, results []store.Result, open map[string]string) lineComments {
-	var out lineComments
+func (p *Finalizer) lineComments(pr jobs.PR, what string, results []store.Result, open map[string]store.PostedFinding) lineComments {
+	out := lineComments{posted: map[string]store.PostedFinding{}}
 	var cs []store.Comment
 	for _, r := range results {
 		if r.Kind != jobs.KindReview {
 			continue
 		}
 		for _, c := range r.Comments {
-			if was, ok := open[c.Key]; ok && c.Key != "" && was != what {
+			if was, ok := open[c.Key]; ok && c.Key != "" && was.What != what {
 				out.stillOpen++
 				continue
 			}
@@ -424,7 +428,7 @@ func (p *Finalizer) lineComments(pr jobs.PR, what string, results []store.Result
 		}
 		if c.Key != "" {
 			body = strings.TrimRight(body, "\n") + "\n\n" + p.cfg.Markers.Finding(pr.Key(), c.Key) + "\n"
-			out.keys = append(out.keys, c.Key)
+			out.posted[c.Key] = store.PostedFinding{What: what, Path: c.Path, Lines: strings.Join(c.Lines, "\n")}
 		}
 		out.comments = append(out.comments, ghapp.ReviewComment{Path: c.Path, Line: c.Line, StartLine: c.StartLine, Side: c.Side, Body: body})
 		out.prose = append(out.prose, prose)

@@ -8,6 +8,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/prq-dev/prq/ghapp"
+	"github.com/prq-dev/prq/internal/render"
 	"github.com/prq-dev/prq/jobs"
 	"github.com/prq-dev/prq/store"
 )
@@ -71,7 +72,7 @@ func TestFinalizerPostsAFindingOnce(t *testing.T) {
 		t.Errorf("the review body does not count the open finding:\n%s", bodies[1])
 	}
 	open, err := st.PostedFindings(ctx, pr)
-	if err != nil || open["k-old"] != "review:h1" || open["k-new"] != "review:h2" || len(open) != 2 {
+	if err != nil || open["k-old"].What != "review:h1" || open["k-new"].What != "review:h2" || len(open) != 2 {
 		t.Fatalf("posted findings %v (%v), want k-old from h1 and k-new from h2", open, err)
 	}
 	// a rerun of h2's finalize: nothing more is posted, k-new is its own
@@ -80,5 +81,74 @@ func TestFinalizerPostsAFindingOnce(t *testing.T) {
 	}
 	if len(posted) != 2 {
 		t.Errorf("a rerun posted again: %d reviews", len(posted))
+	}
+}
+
+// TestFinalizerResolvesAddressedFindings: a push that rewrites the line a
+// posted finding was about, whose review does not raise it again,
+// resolves its thread with one reply; a reply found already (a retry after
+// a crash) is not posted again; a thread a person answered is left open,
+// and so is the finding of a line the push left alone.
+func TestFinalizerResolvesAddressedFindings(t *testing.T) {
+	t.Parallel()
+	for i, tc := range []struct {
+		name       string
+		patch      string // the file's patch at the second head
+		replied    bool   // prq's reply is in the thread already
+		person     bool   // a person answered in the thread
+		wantWrites []string
+		open       bool // the finding is still open after
+	}{
+		{"rewritten: replied to and resolved", "@@ -1,2 +1,3 @@\n a\n+b2\n c", false, false, []string{"reply 500 Addressed in `h2`.", "resolve T1"}, false},
+		{"rewritten, replied before a crash: resolved only", "@@ -1,2 +1,3 @@\n a\n+b2\n c", true, false, []string{"resolve T1"}, false},
+		{"rewritten, a person answered: left open", "@@ -1,2 +1,3 @@\n a\n+b2\n c", false, true, nil, true},
+		{"left alone: left open", "@@ -1,2 +1,4 @@\n a\n+b\n+z\n c", false, false, nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			st, gh := newStore(t), github()
+			pr := testPR(t, int64(440+i))
+			f := newFinalizer(t, st, gh)
+			cm := store.Comment{Path: "a.go", Line: 2, Side: "RIGHT", Body: "check `b`", Key: "k-old", Lines: []string{"b"}}
+			if err := f.ProcessTask(ctx, reviewedHead(t, st, pr, "h1", []store.Comment{cm})); err != nil {
+				t.Fatal(err)
+			}
+			marker := render.Markers{}.Finding(pr.Key(), "k-old")
+			thread := ghapp.ReviewThread{ID: "T1", Comments: []ghapp.ThreadComment{{ID: 500, Ours: true, Body: "check `b`\n\n" + marker}}}
+			if tc.replied {
+				thread.Comments = append(thread.Comments, ghapp.ThreadComment{ID: 501, Ours: true, Body: "Addressed in `h2`.\n\n" + render.Markers{}.Reply(pr.Key(), 500)})
+			}
+			if tc.person {
+				thread.Comments = append(thread.Comments, ghapp.ThreadComment{ID: 502, Body: "No, keep it."})
+			}
+			gh.ThreadsFunc = func() ([]ghapp.ReviewThread, error) { return []ghapp.ReviewThread{thread}, nil }
+			gh.ReplyFunc = func(int64, string) (int64, error) { return 600, nil }
+			before := len(gh.Writes())
+			if _, _, err := st.StartRun(ctx, store.Run{PR: pr, Head: "h2", Tier: jobs.TierPaid, SummaryTotal: 1, ReviewTotal: 1},
+				[]store.FileData{{Path: "a.go", Status: "modified", Patch: tc.patch}}); err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range []store.Result{{Kind: jobs.KindSummary, Path: "a.go", Text: "Adds b."}, {Kind: jobs.KindReview, Path: "a.go", Text: "fine"}} {
+				if _, err := st.CompleteFile(ctx, pr, "h2", r); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := f.ProcessTask(ctx, asynq.NewTask(jobs.TypeFinalize, jobs.Marshal(jobs.Finalize{PR: pr, HeadSHA: "h2", Tier: jobs.TierPaid}))); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, w := range gh.Writes()[before:] {
+				if strings.HasPrefix(w, "reply") || strings.HasPrefix(w, "resolve") {
+					got = append(got, strings.SplitN(w, "\n", 2)[0])
+				}
+			}
+			if strings.Join(got, "|") != strings.Join(tc.wantWrites, "|") {
+				t.Errorf("writes %q, want %q", got, tc.wantWrites)
+			}
+			open, err := st.PostedFindings(ctx, pr)
+			if _, ok := open["k-old"]; err != nil || ok != tc.open {
+				t.Errorf("the finding open: %v (%v), want %v", ok, err, tc.open)
+			}
+		})
 	}
 }

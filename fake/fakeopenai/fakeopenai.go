@@ -26,6 +26,7 @@ import (
 	"math/rand"
 	"net/http"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -1204,7 +1205,7 @@ var wordings = []string{
 
 // review answers a review prompt (asked: the system message and schema,
 // which say whether the model may propose replacement lines). It comments
-// on the two added lines whose (path, content) hash lowest, so a line
+// on the two added lines (blank ones aside) whose (path, content) hash lowest, so a line
 // keeps its finding, word for word, on every head it is in unchanged; the
 // finding on every other line it picks proposes a replacement (the line
 // with a note after it) when the prompt asks for one.
@@ -1214,7 +1215,7 @@ func (s *Server) review(user, path, format, asked string) (text, finish string) 
 	wording := s.cfg.Wording
 	s.mu.Unlock()
 	jsonAsked := format == "json_object" || format == "json_schema"
-	lines := annotated.FindAllStringSubmatch(user, -1)
+	lines := slices.DeleteFunc(annotated.FindAllStringSubmatch(user, -1), func(m []string) bool { return strings.TrimSpace(m[2]) == "" })
 	cs := []map[string]any{} // strict structured outputs send an empty array, never null
 	add := func(line int, body string, replacement any) {
 		c := map[string]any{"line": line, "body": body}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -99,6 +100,15 @@ func TestLivingReview(t *testing.T) {
 		})
 	}
 	done(heads[0])
+	// a person answers one finding whose line the next push rewrites:
+	// that thread is theirs, never resolved by prq
+	var answered int64
+	for _, c := range s.fakes.GitHub.ReviewComments(owner, repo, n) {
+		if ls := content[heads[0]][c.Path]; answered == 0 && !slices.Contains(livingFile(strings.TrimSuffix(strings.TrimPrefix(c.Path, "pkg/"), ".go"), 15, 2), ls[c.Line-1]) {
+			answered = c.ID
+			s.fakes.GitHub.AddReply(owner, repo, n, c.ID, "I would rather keep it.", "dev")
+		}
+	}
 	for v := 2; v <= 3; v++ {
 		if v == 3 {
 			s.fakes.OpenAI.SetWording(1) // the same findings in other words
@@ -125,11 +135,15 @@ func TestLivingReview(t *testing.T) {
 	if len(reviews) != 3 {
 		t.Fatalf("%d reviews, want one per head", len(reviews))
 	}
+	resolved, kept := checkThreads(t, s, owner, repo, n, content, heads[2], answered)
 	type identity struct{ path, lines, code string }
 	first := map[identity]string{} // the head a finding was first posted at
 	perHead := map[string]int{}
 	suggestions := 0
 	for _, c := range s.fakes.GitHub.ReviewComments(owner, repo, n) {
+		if c.InReplyTo != 0 {
+			continue
+		}
 		head := headOf[c.ReviewID]
 		ls := content[head][c.Path]
 		from := c.Line
@@ -172,8 +186,11 @@ func TestLivingReview(t *testing.T) {
 		t.Fatalf("comments per head %d, %d, %d; %d findings still open, %d suggestions: want new findings on every push, repeats left out and some suggestions",
 			perHead[heads[0]], perHead[heads[1]], perHead[heads[2]], stillOpen, suggestions)
 	}
-	t.Logf("3 heads: %d, %d and %d line comments, %d repeats left out as still open, %d suggestions, each applying to its head",
-		perHead[heads[0]], perHead[heads[1]], perHead[heads[2]], stillOpen, suggestions)
+	if resolved == 0 {
+		t.Fatal("no thread was resolved")
+	}
+	t.Logf("3 heads: %d, %d and %d line comments, %d repeats left out as still open, %d suggestions, each applying to its head; %d threads of addressed findings resolved, %d on lines still there left open, 1 a person answered left open",
+		perHead[heads[0]], perHead[heads[1]], perHead[heads[2]], stillOpen, suggestions, resolved, kept)
 	// the example in docs/reviews.md: the first two pushes
 	for i, r := range reviews[:2] {
 		t.Logf("--- review of push %d (%s) ---\n%s", i+1, r.CommitID[:7], r.Body)
@@ -181,7 +198,54 @@ func TestLivingReview(t *testing.T) {
 			if c.ReviewID == r.ID {
 				t.Logf("- line comment on %s:%d\n%s", c.Path, c.Line, c.Body)
 			}
+			if i == 1 && c.InReplyTo != 0 && strings.HasPrefix(c.Body, "Addressed in `"+r.CommitID[:7]) {
+				t.Logf("- reply in the thread of comment %d, then resolved\n%s", c.InReplyTo, c.Body)
+			}
 		}
 	}
 }
 
+
+// checkThreads checks the App's threads at the last head (content: each
+// head's files): a thread whose lines are gone from the file is resolved with
+// one "Addressed in" reply, unless a person answered it (answered); one
+// whose lines are still there is open and has no such reply. It returns
+// how many were resolved and kept open.
+func checkThreads(t *testing.T, s *stack, owner, repo string, n int, content map[string]map[string][]string, last string, answered int64) (resolved, kept int) {
+	t.Helper()
+	all := s.fakes.GitHub.ReviewComments(owner, repo, n)
+	replies := map[int64]int{}
+	for _, c := range all {
+		if c.InReplyTo != 0 && strings.HasPrefix(c.Body, "Addressed in `") {
+			replies[c.InReplyTo]++
+		}
+	}
+	reviews := map[int64]string{}
+	for _, r := range s.fakes.GitHub.Reviews(owner, repo, n) {
+		reviews[r.ID] = r.CommitID
+	}
+	for _, c := range all {
+		if c.InReplyTo != 0 || c.Author != s.fakes.GitHub.Bot() {
+			continue
+		}
+		there := slices.Contains(content[last][c.Path], content[reviews[c.ReviewID]][c.Path][c.Line-1])
+		done := s.fakes.GitHub.Resolved(c.ID)
+		switch {
+		case c.ID == answered:
+			if done || replies[c.ID] != 0 {
+				t.Errorf("comment %d: a thread a person answered was resolved (%v) or replied to (%d)", c.ID, done, replies[c.ID])
+			}
+		case there:
+			kept++
+			if done || replies[c.ID] != 0 {
+				t.Errorf("%s:%d: the finding's line is still there, yet its thread is resolved (%v) or replied to (%d)", c.Path, c.Line, done, replies[c.ID])
+			}
+		default:
+			resolved++
+			if !done || replies[c.ID] != 1 {
+				t.Errorf("%s:%d (%s): the finding's line is gone, its thread resolved %v with %d replies, want resolved with 1", c.Path, c.Line, reviews[c.ReviewID][:7], done, replies[c.ID])
+			}
+		}
+	}
+	return resolved, kept
+}
