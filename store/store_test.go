@@ -119,7 +119,9 @@ func TestPostedFindings(t *testing.T) {
 	if err := s.SetPosted(ctx, pr, "review:h1", 9); err != nil {
 		t.Fatal(err)
 	}
-	at := func(what, path string) store.PostedFinding { return store.PostedFinding{What: what, Path: path, Lines: "x := f()"} }
+	at := func(what, path string) store.PostedFinding {
+		return store.PostedFinding{What: what, Path: path, Lines: "x := f()"}
+	}
 	if err := s.AddPostedFindings(ctx, pr, map[string]store.PostedFinding{"a": at("review:h1", "a.go"), "b": at("review:h1", "b.go")}); err != nil {
 		t.Fatal(err)
 	}

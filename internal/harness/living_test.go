@@ -205,7 +205,6 @@ func TestLivingReview(t *testing.T) {
 	}
 }
 
-
 // checkThreads checks the App's threads at the last head (content: each
 // head's files): a thread whose lines are gone from the file is resolved with
 // one "Addressed in" reply, unless a person answered it (answered); one
