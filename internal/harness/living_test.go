@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prq-dev/prq/fake/corpus"
+	"github.com/prq-dev/prq/fake/fakegithub"
 	"github.com/prq-dev/prq/fake/traffic"
 	"github.com/prq-dev/prq/jobs"
 )
@@ -192,6 +193,10 @@ func TestLivingReview(t *testing.T) {
 	t.Logf("3 heads: %d, %d and %d line comments, %d repeats left out as still open, %d suggestions, each applying to its head; %d threads of addressed findings resolved, %d on lines still there left open, 1 a person answered left open",
 		perHead[heads[0]], perHead[heads[1]], perHead[heads[2]], stillOpen, suggestions, resolved, kept)
 	// the example in docs/reviews.md: the first two pushes
+	rootOf := map[int64]fakegithub.ReviewComment{}
+	for _, c := range s.fakes.GitHub.ReviewComments(owner, repo, n) {
+		rootOf[c.ID] = c
+	}
 	for i, r := range reviews[:2] {
 		t.Logf("--- review of push %d (%s) ---\n%s", i+1, r.CommitID[:7], r.Body)
 		for _, c := range s.fakes.GitHub.ReviewComments(owner, repo, n) {
@@ -199,7 +204,8 @@ func TestLivingReview(t *testing.T) {
 				t.Logf("- line comment on %s:%d\n%s", c.Path, c.Line, c.Body)
 			}
 			if i == 1 && c.InReplyTo != 0 && strings.HasPrefix(c.Body, "Addressed in `"+r.CommitID[:7]) {
-				t.Logf("- reply in the thread of comment %d, then resolved\n%s", c.InReplyTo, c.Body)
+				root := rootOf[c.InReplyTo]
+				t.Logf("- reply in the thread of %s:%d (%s), then resolved\n%s", root.Path, root.Line, root.Body[:strings.Index(root.Body, "`,")+2], c.Body)
 			}
 		}
 	}
