@@ -9,6 +9,7 @@ require (
 	github.com/golang-jwt/jwt/v4 v4.5.2
 	github.com/google/go-github/v56 v56.0.0
 	github.com/google/go-github/v88 v88.0.0
+	github.com/graph-gophers/graphql-go v1.5.0
 	github.com/hibiken/asynq v0.26.0
 	github.com/hibiken/asynqmon v0.7.2
 	github.com/microcosm-cc/bluemonday v1.0.27

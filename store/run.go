@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -38,6 +40,16 @@ type Comment struct {
 	StartLine int    `json:"start_line,omitempty"`
 	Side      string `json:"side"`
 	Body      string `json:"body"`
+	// Key identifies the finding across the pull request's heads
+	// (review.Key): one already posted and still open is not posted
+	// again.
+	Key string `json:"key,omitempty"`
+	// Lines is the content of the lines the comment is about (a push
+	// that changes them addresses the finding).
+	Lines []string `json:"lines,omitempty"`
+	// Suggestion, when set, replaces the comment's lines: posted as a
+	// committable suggestion.
+	Suggestion *string `json:"suggestion,omitempty"`
 }
 
 // Result is a finished per-file job.
@@ -496,6 +508,81 @@ func (s *Store) SetPosted(ctx context.Context, pr jobs.PR, what string, id int64
 	pipe.Expire(ctx, postedKey(pr), s.RunTTL)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("store: set posted %s %s: %w", pr, what, err)
+	}
+	return nil
+}
+
+// findingField prefixes a posted finding's key in the posted hash.
+const findingField = "finding:"
+
+// MaxPostedFindings bounds the findings recorded per pull request; past
+// it, later ones are posted but not remembered (a review of a pull request
+// that large repeats rather than loses a finding).
+const MaxPostedFindings = 5000
+
+// PostedFinding is a finding posted on a pull request and still open.
+type PostedFinding struct {
+	// What is the review it was posted in ("review:<head><round>").
+	What string `json:"what"`
+	Path string `json:"path"`
+	// Lines is the content of the lines it is about, as Comment.Lines
+	// of review.Comment had it, joined by newlines.
+	Lines string `json:"lines"`
+}
+
+// PostedFindings returns the findings posted on the pull request and
+// still open, by key.
+func (s *Store) PostedFindings(ctx context.Context, pr jobs.PR) (map[string]PostedFinding, error) {
+	out := map[string]PostedFinding{}
+	iter := s.rdb.HScan(ctx, postedKey(pr), 0, findingField+"*", 500).Iterator()
+	for iter.Next(ctx) {
+		k := iter.Val()
+		if !iter.Next(ctx) {
+			break
+		}
+		var f PostedFinding
+		if json.Unmarshal([]byte(iter.Val()), &f) != nil {
+			continue // not ours to read: never posted again, never resolved
+		}
+		out[strings.TrimPrefix(k, findingField)] = f
+	}
+	if err := iter.Err(); err != nil {
+		return nil, fmt.Errorf("store: posted findings %s: %w", pr, err)
+	}
+	return out, nil
+}
+
+// AddPostedFindings records findings posted, by key. A finding recorded
+// already keeps the review it was first posted in.
+func (s *Store) AddPostedFindings(ctx context.Context, pr jobs.PR, fs map[string]PostedFinding) error {
+	if len(fs) == 0 {
+		return nil
+	}
+	n, err := s.rdb.HLen(ctx, postedKey(pr)).Result()
+	if err != nil {
+		return fmt.Errorf("store: add posted findings %s: %w", pr, err)
+	}
+	room := MaxPostedFindings - int(n)
+	pipe := s.rdb.TxPipeline()
+	for _, k := range slices.Sorted(maps.Keys(fs)) {
+		if room <= 0 {
+			break
+		}
+		room--
+		b, _ := json.Marshal(fs[k])
+		pipe.HSetNX(ctx, postedKey(pr), findingField+k, b)
+	}
+	pipe.Expire(ctx, postedKey(pr), s.RunTTL)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("store: add posted findings %s: %w", pr, err)
+	}
+	return nil
+}
+
+// ClosePostedFinding forgets a posted finding: its thread was resolved.
+func (s *Store) ClosePostedFinding(ctx context.Context, pr jobs.PR, key string) error {
+	if err := s.rdb.HDel(ctx, postedKey(pr), findingField+key).Err(); err != nil {
+		return fmt.Errorf("store: close posted finding %s: %w", pr, err)
 	}
 	return nil
 }

@@ -107,3 +107,40 @@ func TestSupersedeAndPlans(t *testing.T) {
 		t.Fatal("unknown tier stored")
 	}
 }
+
+func TestPostedFindings(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := store.New(redistest.Shared(t).Client(t), jobs.TierFree)
+	pr := jobs.PR{Installation: 1, Owner: "o", Repo: "r", Number: 4901}
+	if got, err := s.PostedFindings(ctx, pr); err != nil || len(got) != 0 {
+		t.Fatalf("before any: %v %v", got, err)
+	}
+	if err := s.SetPosted(ctx, pr, "review:h1", 9); err != nil {
+		t.Fatal(err)
+	}
+	at := func(what, path string) store.PostedFinding {
+		return store.PostedFinding{What: what, Path: path, Lines: "x := f()"}
+	}
+	if err := s.AddPostedFindings(ctx, pr, map[string]store.PostedFinding{"a": at("review:h1", "a.go"), "b": at("review:h1", "b.go")}); err != nil {
+		t.Fatal(err)
+	}
+	// b again from a later review keeps the review it was first posted in
+	if err := s.AddPostedFindings(ctx, pr, map[string]store.PostedFinding{"b": at("review:h2", "b.go"), "c": at("review:h2", "c.go")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ClosePostedFinding(ctx, pr, "a"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.PostedFindings(ctx, pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]store.PostedFinding{"b": at("review:h1", "b.go"), "c": at("review:h2", "c.go")}
+	if len(got) != len(want) || got["b"] != want["b"] || got["c"] != want["c"] {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	if n, err := s.Posted(ctx, pr, "review:h1"); err != nil || n != 9 {
+		t.Fatalf("the review's own record: %d %v", n, err)
+	}
+}

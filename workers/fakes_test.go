@@ -217,6 +217,9 @@ type fakeGitHub struct {
 	CreateReviewFunc  func(body string, comments []ghapp.ReviewComment) (int64, error)
 	ReplyFunc         func(commentID int64, body string) (int64, error)
 	CommentFunc       func(body string) (int64, error)
+	// ThreadsFunc and ResolveFunc: nil is a pull request without threads.
+	ThreadsFunc func() ([]ghapp.ReviewThread, error)
+	ResolveFunc func(threadID string) error
 }
 
 var (
@@ -283,6 +286,21 @@ func (g *fakeGitHub) Reply(_ context.Context, _, _ string, _ int, commentID int6
 	id, err := g.ReplyFunc(commentID, body)
 	g.keep(err, id, "reply", body)
 	return id, err
+}
+
+func (g *fakeGitHub) ReviewThreads(context.Context, string, string, int) ([]ghapp.ReviewThread, error) {
+	if g.ThreadsFunc == nil {
+		return nil, nil
+	}
+	return g.ThreadsFunc()
+}
+
+func (g *fakeGitHub) ResolveThread(_ context.Context, id string) error {
+	g.write("resolve %s", id)
+	if g.ResolveFunc == nil {
+		return nil
+	}
+	return g.ResolveFunc(id)
 }
 
 func (g *fakeGitHub) Comment(_ context.Context, _, _ string, _ int, body string) (int64, error) {

@@ -11,6 +11,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/prq-dev/prq/admission"
+	"github.com/prq-dev/prq/diff"
 	"github.com/prq-dev/prq/internal/review"
 	"github.com/prq-dev/prq/jobs"
 	"github.com/prq-dev/prq/llm"
@@ -434,16 +435,24 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		}
 		log.DebugContext(ctx, "review reply carried fields prq does not use", "model", f.Model, "fields", reply.Ignored)
 	}
+	placeFindings(&res, fd.Path, reply, pm.patch)
+	w.keep(ctx, reuse, res)
+	return w.complete(ctx, f, res)
+}
+
+// placeFindings records a file's review in res: its summary, its
+// findings placed on the diff, each with its identity (review.Key) and
+// its checked suggestion, and the findings on no line of the diff.
+func placeFindings(res *store.Result, path string, reply review.Reply, patch *diff.Patch) {
 	res.Text = reply.Summary
-	comments, notes := review.Place(reply, pm.patch)
+	comments, notes := review.Place(reply, patch)
 	for _, c := range comments {
-		res.Comments = append(res.Comments, store.Comment{Path: fd.Path, Line: c.Line, StartLine: c.StartLine, Side: string(c.Side), Body: c.Body})
+		res.Comments = append(res.Comments, store.Comment{Path: path, Line: c.Line, StartLine: c.StartLine, Side: string(c.Side), Body: c.Body,
+			Key: review.Key(path, c.Side, c.Lines, c.Body), Lines: c.Lines, Suggestion: c.Suggestion})
 	}
 	for _, n := range notes {
 		res.Notes = append(res.Notes, store.Note{Line: n.Line, Body: n.Body})
 	}
-	w.keep(ctx, reuse, res)
-	return w.complete(ctx, f, res)
 }
 
 // waitForQuota sends a job whose tenant's quota is spent back to

@@ -45,6 +45,9 @@ type Publications interface {
 	SetPosted(ctx context.Context, pr jobs.PR, what string, id int64) error
 	MarkFinalized(ctx context.Context, pr jobs.PR, head string) error
 	CarryResults(ctx context.Context, pr jobs.PR, head string, rs []store.Result) error
+	PostedFindings(ctx context.Context, pr jobs.PR) (map[string]store.PostedFinding, error)
+	AddPostedFindings(ctx context.Context, pr jobs.PR, fs map[string]store.PostedFinding) error
+	ClosePostedFinding(ctx context.Context, pr jobs.PR, key string) error
 	Lock(ctx context.Context, pr jobs.PR, what, owner string, ttl time.Duration) (release func(), ok bool, err error)
 }
 
@@ -230,8 +233,17 @@ func (p *Finalizer) publish(ctx context.Context, f jobs.Finalize, last bool) err
 	}
 	comments := 0
 	if run.ReviewTotal > 0 {
-		if comments, err = p.postReview(ctx, gh, f, run.Round, results, rows); err != nil {
+		// a head reviewed again on request (its round) gets a review of its own
+		what := "review:" + f.HeadSHA + run.Round
+		open, err := cfg.Publications.PostedFindings(ctx, f.PR)
+		if err != nil {
+			return err
+		}
+		if comments, err = p.postReview(ctx, gh, f, what, results, rows, open); err != nil {
 			return p.gate.refused(ctx, f.PR.Installation, ghFailed(ctx, log, f.PR, "review", err))
+		}
+		if err := p.resolveFixed(ctx, gh, f, what, files, results, open); err != nil {
+			return p.gate.refused(ctx, f.PR.Installation, ghFailed(ctx, log, f.PR, "resolving threads", err))
 		}
 	}
 	if err := cfg.Publications.MarkFinalized(ctx, f.PR, f.HeadSHA); err != nil {
@@ -301,36 +313,16 @@ func bodySum(body string) int64 {
 // postReview posts the head's one review, whatever it found: line
 // comments (up to MaxReviewComments), findings that sit on no line in its
 // body, and "no problems found" when there is nothing to say, so a clean
-// review can be told from a missing one. It returns the comments made.
-func (p *Finalizer) postReview(ctx context.Context, gh ReviewWriter, f jobs.Finalize, round string, results []store.Result, rows []render.File) (int, error) {
+// review can be told from a missing one. A finding an earlier review of
+// the pull request posted and that is still open is not posted again: the
+// body counts it. It returns the comments made.
+func (p *Finalizer) postReview(ctx context.Context, gh ReviewWriter, f jobs.Finalize, what string, results []store.Result, rows []render.File, open map[string]store.PostedFinding) (int, error) {
 	pub := p.cfg.Publications
-	// a head reviewed again on request (its round) gets a review of its own
-	what := "review:" + f.HeadSHA + round
-	var comments []ghapp.ReviewComment
-	var findings []render.Finding
-	for _, r := range results {
-		if r.Kind != jobs.KindReview {
-			continue
-		}
-		for _, c := range r.Comments {
-			comments = append(comments, ghapp.ReviewComment{Path: c.Path, Line: c.Line, StartLine: c.StartLine, Side: c.Side, Body: c.Body})
-		}
-		for _, n := range r.Notes {
-			findings = append(findings, render.Finding{Path: r.Path, Line: n.Line, Body: n.Body})
-		}
-	}
-	sort.Slice(comments, func(i, j int) bool {
-		if comments[i].Path != comments[j].Path {
-			return comments[i].Path < comments[j].Path
-		}
-		return comments[i].Line < comments[j].Line
-	})
-	for i := range comments {
-		comments[i].Body = safemd.Text(comments[i].Body, f.PR.Owner+"/"+f.PR.Repo)
-	}
+	lc := p.lineComments(f.PR, what, results, open)
+	comments, findings := lc.comments, lc.findings
 	if len(comments) > MaxReviewComments {
-		for _, c := range comments[MaxReviewComments:] {
-			findings = append(findings, render.Finding{Path: c.Path, Line: c.Line, Body: c.Body})
+		for i := MaxReviewComments; i < len(comments); i++ {
+			findings = append(findings, render.Finding{Path: comments[i].Path, Line: comments[i].Line, Body: lc.prose[i]})
 		}
 		comments = comments[:MaxReviewComments]
 	}
@@ -351,7 +343,7 @@ func (p *Finalizer) postReview(ctx context.Context, gh ReviewWriter, f jobs.Fina
 			failed++
 		}
 	}
-	marker := p.cfg.Markers.Review(f.PR.Key(), f.HeadSHA+round)
+	marker := p.cfg.Markers.Review(f.PR.Key(), strings.TrimPrefix(what, "review:"))
 	repo := f.PR.Owner + "/" + f.PR.Repo
 	var id int64
 	err := p.cfg.Turns.Do(ctx, f.PR.Installation, PublishWrite, func() error {
@@ -360,16 +352,16 @@ func (p *Finalizer) postReview(ctx context.Context, gh ReviewWriter, f jobs.Fina
 		if id, err = gh.HasReview(ctx, f.PR.Owner, f.PR.Repo, f.PR.Number, marker); err != nil || id != 0 {
 			return err
 		}
-		body := render.Review{Repo: repo, Head: f.HeadSHA, Files: reviewed, Failed: failed, Comments: len(comments), Findings: findings, Marker: marker}.Body(0)
+		body := render.Review{Repo: repo, Head: f.HeadSHA, Files: reviewed, Failed: failed, Comments: len(comments), Findings: findings, Marker: marker, StillOpen: lc.stillOpen}.Body(0)
 		id, err = gh.CreateReview(ctx, f.PR.Owner, f.PR.Repo, f.PR.Number, f.HeadSHA, body, comments)
 		if errors.Is(err, ghapp.ErrUnprocessable) && len(comments) > 0 {
 			// A line GitHub will not take: the review without line
 			// comments, and the comments in its body.
 			all := findings
-			for _, c := range comments {
-				all = append(all, render.Finding{Path: c.Path, Line: c.Line, Body: c.Body})
+			for i, c := range comments {
+				all = append(all, render.Finding{Path: c.Path, Line: c.Line, Body: lc.prose[i]})
 			}
-			body = render.Review{Repo: repo, Head: f.HeadSHA, Files: reviewed, Failed: failed, Findings: all, Marker: marker}.Body(0)
+			body = render.Review{Repo: repo, Head: f.HeadSHA, Files: reviewed, Failed: failed, Findings: all, Marker: marker, StillOpen: lc.stillOpen}.Body(0)
 			id, err = gh.CreateReview(ctx, f.PR.Owner, f.PR.Repo, f.PR.Number, f.HeadSHA, body, nil)
 			comments = nil
 		}
@@ -378,7 +370,70 @@ func (p *Finalizer) postReview(ctx context.Context, gh ReviewWriter, f jobs.Fina
 	if err != nil {
 		return 0, err
 	}
+	// the findings first: a crash between the two finds the review by
+	// its marker and records nothing twice
+	if err := pub.AddPostedFindings(ctx, f.PR, lc.posted); err != nil {
+		return 0, err
+	}
 	return len(comments), pub.SetPosted(ctx, f.PR, what, id)
+}
+
+// lineComments are a head's findings as its review posts them.
+type lineComments struct {
+	comments []ghapp.ReviewComment
+	// prose is each comment's text without its suggestion and marker,
+	// for the review body when it cannot be a line comment.
+	prose    []string
+	findings []render.Finding // no line of the diff
+	// posted are the findings posted (in comments or the body), by key;
+	// stillOpen counts those left out as posted and open already.
+	posted    map[string]store.PostedFinding
+	stillOpen int
+}
+
+// lineComments gathers the head's findings, sorted by path and line,
+// made inert, each with its suggestion (if any) and its finding's marker;
+// a finding an earlier review posted (open holds it, from another review
+// than what) is left out.
+func (p *Finalizer) lineComments(pr jobs.PR, what string, results []store.Result, open map[string]store.PostedFinding) lineComments {
+	out := lineComments{posted: map[string]store.PostedFinding{}}
+	var cs []store.Comment
+	for _, r := range results {
+		if r.Kind != jobs.KindReview {
+			continue
+		}
+		for _, c := range r.Comments {
+			if was, ok := open[c.Key]; ok && c.Key != "" && was.What != what {
+				out.stillOpen++
+				continue
+			}
+			cs = append(cs, c)
+		}
+		for _, n := range r.Notes {
+			out.findings = append(out.findings, render.Finding{Path: r.Path, Line: n.Line, Body: n.Body})
+		}
+	}
+	sort.SliceStable(cs, func(i, j int) bool {
+		if cs[i].Path != cs[j].Path {
+			return cs[i].Path < cs[j].Path
+		}
+		return cs[i].Line < cs[j].Line
+	})
+	repo := pr.Owner + "/" + pr.Repo
+	for _, c := range cs {
+		prose := safemd.Text(c.Body, repo)
+		body := prose
+		if c.Suggestion != nil {
+			body = strings.TrimRight(body, "\n") + "\n\n" + render.Suggestion(*c.Suggestion)
+		}
+		if c.Key != "" {
+			body = strings.TrimRight(body, "\n") + "\n\n" + p.cfg.Markers.Finding(pr.Key(), c.Key) + "\n"
+			out.posted[c.Key] = store.PostedFinding{What: what, Path: c.Path, Lines: strings.Join(c.Lines, "\n")}
+		}
+		out.comments = append(out.comments, ghapp.ReviewComment{Path: c.Path, Line: c.Line, StartLine: c.StartLine, Side: c.Side, Body: body})
+		out.prose = append(out.prose, prose)
+	}
+	return out
 }
 
 // summaryOf gathers a head's files for its summary comment: each file's

@@ -34,6 +34,11 @@ type ReviewWriter interface {
 	UpsertComment(ctx context.Context, owner, repo string, n int, knownID int64, marker, body string) (int64, error)
 	HasReview(ctx context.Context, owner, repo string, n int, marker string) (int64, error)
 	CreateReview(ctx context.Context, owner, repo string, n int, commit, body string, comments []ghapp.ReviewComment) (int64, error)
+	// ReviewThreads, Reply and ResolveThread resolve the threads of
+	// findings a push addressed.
+	ReviewThreads(ctx context.Context, owner, repo string, n int) ([]ghapp.ReviewThread, error)
+	Reply(ctx context.Context, owner, repo string, n int, commentID int64, body string) (int64, error)
+	ResolveThread(ctx context.Context, threadID string) error
 }
 
 // ReviewWriters hands out an installation's ReviewWriter.

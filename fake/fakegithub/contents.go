@@ -165,6 +165,15 @@ func (s *Server) filesAt(owner, repo, ref string) map[string]string {
 	return nil
 }
 
+// File returns a file's content at ref, as the contents API serves it
+// (ok false: no such file there).
+func (s *Server) File(owner, repo, ref, file string) (content string, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	content, ok = s.filesAt(owner, repo, ref)[file]
+	return content, ok
+}
+
 // SetLabels sets a pull request's labels.
 func (s *Server) SetLabels(owner, repo string, n int, labels ...string) {
 	s.mu.Lock()

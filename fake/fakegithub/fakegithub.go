@@ -106,6 +106,7 @@ type Server struct {
 	repos        map[string]*repository
 	contentReads map[string]int
 	reactions    map[int64][]string // comment id -> the App's reactions
+	resolved     map[int64]bool     // root review comment id -> its thread resolved (graphql.go)
 	// Apps registered from a manifest (manifest.go)
 	manifests manifestApps
 }
@@ -263,6 +264,8 @@ func New(cfg Config) *Server {
 	for _, rt := range s.routes() {
 		m.HandleFunc(rt.Method+" "+rt.Path, s.family(rt.Family, rt.h))
 	}
+	m.HandleFunc("POST /graphql", s.graphql)     // GitHub's GraphQL API (not a REST route)
+	m.HandleFunc("POST /api/graphql", s.graphql) // an Enterprise Server's
 	m.HandleFunc("GET /_fake/stats", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, s.AllStats()) })
 	s.pages(m)
 	s.webRoutes(m)

@@ -20,11 +20,13 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"math"
 	"math/rand"
 	"net/http"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -135,6 +137,11 @@ type Config struct {
 	// Replies is how the fake model formats review replies: one of the
 	// Reply* styles. Defaults to ReplyJSON.
 	Replies ReplyStyle
+	// Wording picks one of the ways the fake words its findings (any
+	// number; they cycle): a review's findings are deterministic in each
+	// line's path and content, so the same line gets the same finding on
+	// every head, and another Wording says the same thing in other words.
+	Wording int
 	// Limiter is how the limits are counted: "bucket" (continuous refill,
 	// OpenAI's) or "window" (at most the limits in any sliding Period; the
 	// reset headers say when the window empties, a 429's retry when enough
@@ -1165,7 +1172,7 @@ func (s *Server) answer(req chatRequest) (text, finish string) {
 	}
 	switch kindOf(req) {
 	case "review":
-		return s.review(user, path, format, schema)
+		return s.review(user, path, format, schema+"\n"+req.Messages[0].Content)
 	case "chat":
 		text = "Thanks for the question. Looking at " + path + ", the change keeps the existing behaviour and adds the new path guarded by its own checks; the tests in this PR cover the main case."
 		if s.style() == ReplyInject {
@@ -1188,41 +1195,77 @@ func (s *Server) style() ReplyStyle {
 	return s.cfg.Replies
 }
 
-func (s *Server) review(user, path, format, schema string) (text, finish string) {
+// wordings are the ways the fake words a finding about the code in %s:
+// each names the code, so its substance stays the same.
+var wordings = []string{
+	"Consider whether `%s` handles the error and edge cases here; a test for this line would make the intent clear.",
+	"Does `%s` cope with errors and edge cases? A test covering this line would show the intent.",
+	"Check the error and edge-case handling around `%s`, and add a test for this line.",
+}
+
+// review answers a review prompt (asked: the system message and schema,
+// which say whether the model may propose replacement lines). It comments
+// on the two added lines (blank ones aside) whose (path, content) hash lowest, so a line
+// keeps its finding, word for word, on every head it is in unchanged; the
+// finding on every other line it picks proposes a replacement (the line
+// with a note after it) when the prompt asks for one.
+func (s *Server) review(user, path, format, asked string) (text, finish string) {
 	style := s.style()
-	asked := format == "json_object" || format == "json_schema"
-	lines := annotated.FindAllStringSubmatch(user, -1)
-	cs := []map[string]any{} // strict structured outputs send an empty array, never null
 	s.mu.Lock()
-	pick := s.rng.Perm(len(lines))
+	wording := s.cfg.Wording
 	s.mu.Unlock()
-	add := func(line int, body string) {
+	jsonAsked := format == "json_object" || format == "json_schema"
+	lines := slices.DeleteFunc(annotated.FindAllStringSubmatch(user, -1), func(m []string) bool { return strings.TrimSpace(m[2]) == "" })
+	cs := []map[string]any{} // strict structured outputs send an empty array, never null
+	add := func(line int, body string, replacement any) {
 		c := map[string]any{"line": line, "body": body}
 		// Strict structured outputs send every property the schema has;
 		// an optional one comes as null.
-		if strings.Contains(schema, `"side"`) {
+		if strings.Contains(asked, `"side"`) {
 			c["side"] = "RIGHT"
 		}
-		if strings.Contains(schema, `"start_line"`) {
+		if strings.Contains(asked, `"start_line"`) {
 			c["start_line"] = nil
+		}
+		if strings.Contains(asked, `"replacement"`) {
+			c["replacement"] = replacement
 		}
 		cs = append(cs, c)
 	}
+	hashOf := func(i int) uint64 {
+		h := fnv.New64a()
+		h.Write([]byte(path + "\x00" + lines[i][2]))
+		return h.Sum64()
+	}
+	pick := make([]int, len(lines))
+	for i := range pick {
+		pick[i] = i
+	}
+	sort.SliceStable(pick, func(a, b int) bool { return hashOf(pick[a]) < hashOf(pick[b]) })
 	for _, i := range pick[:min(2, len(pick))] {
 		n, _ := strconv.Atoi(lines[i][1])
 		code := strings.TrimSpace(lines[i][2])
 		if len(code) > 60 {
 			code = code[:60]
 		}
-		body := fmt.Sprintf("Consider whether `%s` handles the error and edge cases here; a test for this line would make the intent clear.", code)
+		h := hashOf(i)
+		body := fmt.Sprintf(wordings[(int(h%97)+wording)%len(wordings)], code)
+		var replacement any
+		if h%2 == 0 {
+			r := strings.TrimRight(lines[i][2], " \t") + " // TODO: handle the error"
+			if style == ReplyInject {
+				r += "\n```\n" + Injection + "\n````"
+			}
+			replacement = r
+		}
 		if style == ReplyInject {
 			body += " " + Injection
 		}
-		add(n, body)
+		add(n, body, replacement)
 	}
 	if style == ReplyOutside && len(lines) > 0 {
 		last, _ := strconv.Atoi(lines[len(lines)-1][1])
-		add(last+500, "This line, far outside the diff, deserves a look as well.")
+		add(last+500, "This line, far outside the diff, deserves a look as well.", nil)
 	}
 	sort.Slice(cs, func(i, j int) bool { return cs[i]["line"].(int) < cs[j]["line"].(int) })
 	summary := "Reviewed " + path + "."
@@ -1242,7 +1285,7 @@ func (s *Server) review(user, path, format, schema string) (text, finish string)
 	switch {
 	case style == ReplyCut:
 		return js[:len(js)/2], "length"
-	case asked:
+	case jsonAsked:
 		return js, "stop"
 	case style == ReplyProse:
 		var p strings.Builder
@@ -1269,6 +1312,14 @@ func (s *Server) lengthen(text string, n int64) string {
 		return text
 	}
 	return strings.Repeat(text+" ", int(n)/k+1)
+}
+
+// SetWording changes how later reviews word their findings
+// (Config.Wording).
+func (s *Server) SetWording(n int) {
+	s.mu.Lock()
+	s.cfg.Wording = n
+	s.mu.Unlock()
 }
 
 // SetReplies changes the reply style of later requests.

@@ -20,7 +20,7 @@ var (
 	inertTag     = regexp.MustCompile(`<[^>]*>`)
 	inertComment = regexp.MustCompile(`(?s)<!--.*?-->`)
 	// prq's own markers, the only HTML comments a body may carry
-	inertMarker  = regexp.MustCompile(`^<!-- prq:(summary part=\d+ tag=|review head=|reply to=\d+ tag=|reviewed=)[^<>]*-->$`)
+	inertMarker  = regexp.MustCompile(`^<!-- prq:(summary part=\d+ tag=|review head=|reply to=\d+ tag=|finding key=[0-9a-f]+ tag=|reviewed=)[^<>]*-->$`)
 	inertMention = regexp.MustCompile(`(^|[^A-Za-z0-9_` + "`" + `])@(acme|octocat)`)
 )
 

@@ -1,14 +1,17 @@
 package harness
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/yuin/goldmark"
+	"github.com/yuin/goldmark/extension"
 
 	"github.com/prq-dev/prq/fake/corpus"
 	"github.com/prq-dev/prq/fake/fakeopenai"
@@ -222,10 +225,18 @@ instructions: |
 		bodies = append(bodies, rc.Body)
 	}
 	for _, body := range bodies {
-		if m := inertMention.FindString(codeSpan.ReplaceAllString(body, " ")); m != "" {
+		if m := inertMention.FindString(liveText(t, body)); m != "" {
 			t.Errorf("A: a live mention %q reached GitHub:\n%s", m, body)
 		}
 	}
 }
 
-var codeSpan = regexp.MustCompile("`[^`]*`")
+// liveText is what of a body GitHub renders as live text: not its code
+// spans and code blocks (a suggestion block included), not its tags.
+func liveText(t *testing.T, body string) string {
+	var b bytes.Buffer
+	if err := goldmark.New(goldmark.WithExtensions(extension.GFM)).Convert([]byte(body), &b); err != nil {
+		t.Fatalf("render: %v", err)
+	}
+	return inertTag.ReplaceAllString(inertCode.ReplaceAllString(b.String(), " "), " ")
+}

@@ -42,6 +42,12 @@ func (m Markers) Review(pr, head string) string {
 	return fmt.Sprintf("<!-- prq:review head=%s tag=%s -->", head, m.tag("review", pr, head))
 }
 
+// Finding marks a line comment with the key of its finding
+// (review.Key): the finding's identity, found again on GitHub.
+func (m Markers) Finding(pr, key string) string {
+	return fmt.Sprintf("<!-- prq:finding key=%s tag=%s -->", key, m.tag("finding", pr, key))
+}
+
 // Reply marks the reply to one comment.
 func (m Markers) Reply(pr string, comment int64) string {
 	return fmt.Sprintf("<!-- prq:reply to=%d tag=%s -->", comment, m.tag("reply", pr, fmt.Sprint(comment)))

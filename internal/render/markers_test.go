@@ -18,6 +18,8 @@ func TestMarkersAreKeyedAndDistinct(t *testing.T) {
 		"review":            m.Review("7/acme/w#5", "abc"),
 		"review other head": m.Review("7/acme/w#5", "abd"),
 		"reply":             m.Reply("7/acme/w#5", 11),
+		"finding":           m.Finding("7/acme/w#5", "0123abcd"),
+		"finding other PR":  m.Finding("7/acme/w#6", "0123abcd"),
 		"check":             m.CheckRun("7/acme/w#5", "abc"),
 	} {
 		if prev, dup := seen[got]; dup {

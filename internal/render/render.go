@@ -354,6 +354,10 @@ type Review struct {
 	Comments int // line comments in the review
 	Findings []Finding
 	Marker   string
+	// StillOpen counts the findings this head's review raised again that
+	// an earlier review of the pull request posted and that are still
+	// open: they are not posted twice.
+	StillOpen int
 }
 
 // Body renders the review body within limit characters (MaxBody when 0):
@@ -374,6 +378,8 @@ func (r Review) Body(limit int) string {
 	case r.Comments == 0 && len(r.Findings) == 0 && r.Files == 0 && r.Failed > 0:
 		// nothing was reviewed: not a clean review
 		fmt.Fprintf(&b, "prq could not review the %s at %s: see the summary comment.\n", Count(r.Failed, "file"), safemd.Code(short(r.Head)))
+	case r.Comments == 0 && len(r.Findings) == 0 && r.StillOpen > 0:
+		fmt.Fprintf(&b, "prq reviewed %s at %s: no new problems found.%s\n", Count(r.Files, "file"), safemd.Code(short(r.Head)), failed)
 	case r.Comments == 0 && len(r.Findings) == 0:
 		fmt.Fprintf(&b, "prq reviewed %s at %s: no problems found.%s\n", Count(r.Files, "file"), safemd.Code(short(r.Head)), failed)
 	default:
@@ -382,6 +388,9 @@ func (r Review) Body(limit int) string {
 			fmt.Fprintf(&b, " and %s below", Count(len(r.Findings), "finding"))
 		}
 		b.WriteString("." + failed + "\n")
+	}
+	if r.StillOpen > 0 {
+		fmt.Fprintf(&b, "\n%s\n", stillOpen(r.StillOpen))
 	}
 	tail := "\n" + r.Marker + "\n"
 	if len(r.Findings) > 0 {
@@ -408,4 +417,13 @@ func (r Review) Body(limit int) string {
 	}
 	b.WriteString(tail)
 	return b.String()
+}
+
+// stillOpen says how many findings an earlier review posted and this one
+// did not repeat.
+func stillOpen(n int) string {
+	if n == 1 {
+		return "1 finding of an earlier review is still open and is not repeated."
+	}
+	return fmt.Sprintf("%d findings of earlier reviews are still open and are not repeated.", n)
 }

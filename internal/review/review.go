@@ -13,9 +13,13 @@ package review
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -41,12 +45,13 @@ var Schema = json.RawMessage(`{
       "items": {
         "type": "object",
         "additionalProperties": false,
-        "required": ["line", "start_line", "side", "body"],
+        "required": ["line", "start_line", "side", "body", "replacement"],
         "properties": {
           "line": {"type": "integer", "description": "the line the problem is on (the last line of a range)"},
           "start_line": {"type": ["integer", "null"], "description": "the first line of a range in the same hunk, or null"},
           "side": {"type": "string", "enum": ["RIGHT", "LEFT"], "description": "RIGHT for a head line (numbered), LEFT for a deleted line (L-numbered)"},
-          "body": {"type": "string", "description": "the problem and a fix"}
+          "body": {"type": "string", "description": "the problem and a fix"},
+          "replacement": {"type": ["string", "null"], "description": "the new text of the RIGHT lines start_line..line when the fix is to replace them, or null"}
         }
       }
     }
@@ -70,7 +75,7 @@ func Guide(format llm.FormatType) string {
 }
 
 const guide = `## Reviews
-Report only real problems: bugs, missing error handling, leaked resources, races, security holes, broken callers, untested behaviour; not style or taste. Comment only on lines of the task's diff, each problem once with its fix, on the line it is about: "side" is RIGHT for a numbered head line and LEFT for an L-numbered deleted line; for a problem spanning several lines of one hunk, give the first as "start_line" and the last as "line", else "start_line" is null. Use an empty list when the file is fine.`
+Report only real problems: bugs, missing error handling, leaked resources, races, security holes, broken callers, untested behaviour; not style or taste. Comment only on lines of the task's diff, each problem once with its fix, on the line it is about: "side" is RIGHT for a numbered head line and LEFT for an L-numbered deleted line; for a problem spanning several lines of one hunk, give the first as "start_line" and the last as "line", else "start_line" is null. When the fix is to replace those head lines, "replacement" is their exact new text (all of them, indented as in the file), else null. Use an empty list when the file is fine.`
 
 // answerIn is how a review's reply is written, by output format.
 func answerIn(t llm.FormatType) string {
@@ -83,7 +88,7 @@ func answerIn(t llm.FormatType) string {
 	return "Answer a review task with the JSON object below and nothing else, on its own lines between a line " + Begin + " and a line " + End + ":\n" + Begin + "\n" + jsonShape + "\n" + End
 }
 
-const jsonShape = `{"summary": "<one sentence>", "comments": [{"line": <line number>, "start_line": <first line or null>, "side": "RIGHT" or "LEFT", "body": "<the problem and a fix>"}]}`
+const jsonShape = `{"summary": "<one sentence>", "comments": [{"line": <line number>, "start_line": <first line or null>, "side": "RIGHT" or "LEFT", "body": "<the problem and a fix>", "replacement": "<new text of the lines>" or null}]}`
 
 // Format returns the response_format of a format type.
 func Format(t llm.FormatType) llm.Format {
@@ -121,6 +126,10 @@ type Finding struct {
 	StartLine *int   `json:"start_line"`
 	Side      string `json:"side"`
 	Body      string `json:"body"`
+	// Replacement, when set, is the new text the model proposes for the
+	// head lines StartLine..Line (a committable suggestion once Place
+	// has checked it against the diff).
+	Replacement *string `json:"replacement"`
 }
 
 // Reply is a model's review of one file.
@@ -275,6 +284,18 @@ func decodeFinding(b json.RawMessage, ignored map[string]bool) (Finding, error) 
 			if json.Unmarshal(v, &c.Body) != nil {
 				err = fmt.Errorf("body is not a string: %s", clip(v))
 			}
+		case "replacement":
+			// optional: a model that omits it or sends something else
+			// still gives a review, in prose
+			var r string
+			if isNull(v) {
+				continue
+			}
+			if json.Unmarshal(v, &r) != nil {
+				ignored["comments[].replacement"] = true
+				continue
+			}
+			c.Replacement = &r
 		default:
 			ignored["comments[]."+k] = true
 		}
@@ -340,6 +361,15 @@ type Comment struct {
 	Side            diff.Side
 	Body            string
 	Moved           bool // placed near, not on, the line the model named
+	// Lines is the content of the lines the comment sits on (StartLine
+	// to Line, on Side), as the diff shows them: with the path and the
+	// body, what identifies the finding across pushes (Key).
+	Lines []string
+	// Suggestion, when set, is a replacement for exactly Lines that
+	// differs from them: the model proposed it for a range of head lines
+	// inside one hunk, so it applies to the head as a committable
+	// suggestion.
+	Suggestion *string
 }
 
 // Note is a finding that sits on no line of the diff: it goes into the
@@ -354,7 +384,10 @@ type Note struct {
 // there; a range stays a range when both ends are in one hunk on one
 // side; a finding a few lines off moves to the nearest line of the hunk
 // it is next to (and says so); anything else becomes a Note. Two
-// findings on the same line are merged into one comment.
+// findings on the same line are merged into one comment (without
+// suggestions: neither applies alone). A replacement becomes a
+// Suggestion only on the head side, on the lines the model named, when it
+// differs from them.
 func Place(r Reply, d *diff.Patch) (comments []Comment, notes []Note) {
 	at := map[string]int{}
 	for _, f := range r.Comments {
@@ -376,11 +409,19 @@ func Place(r Reply, d *diff.Patch) (comments []Comment, notes []Note) {
 			d.Has(side, *f.StartLine) && d.HunkOf(side, *f.StartLine) == d.HunkOf(side, f.Line) {
 			c.StartLine = *f.StartLine
 		}
+		c.Lines = linesOf(d, side, c.StartLine, c.Line)
+		named := f.StartLine == nil || *f.StartLine == f.Line || *f.StartLine == c.StartLine // the range placed is the one the model named
+		if !c.Moved && named && side == diff.Right && f.Replacement != nil && len(c.Lines) == lineCount(c) {
+			c.Suggestion = suggestion(*f.Replacement, c.Lines)
+		}
 		k := fmt.Sprintf("%s:%d", c.Side, c.Line)
 		if i, dup := at[k]; dup {
-			comments[i].Body += "\n\n" + c.Body
-			if comments[i].StartLine != c.StartLine {
-				comments[i].StartLine = 0 // different ranges: keep the line they share
+			m := &comments[i]
+			m.Body += "\n\n" + c.Body
+			m.Suggestion = nil
+			if m.StartLine != c.StartLine {
+				m.StartLine = 0 // different ranges: keep the line they share
+				m.Lines = linesOf(d, side, 0, m.Line)
 			}
 			continue
 		}
@@ -388,6 +429,87 @@ func Place(r Reply, d *diff.Patch) (comments []Comment, notes []Note) {
 		comments = append(comments, c)
 	}
 	return comments, notes
+}
+
+// lineCount is how many lines a comment spans.
+func lineCount(c Comment) int {
+	if c.StartLine == 0 {
+		return 1
+	}
+	return c.Line - c.StartLine + 1
+}
+
+// linesOf returns the text of lines from..to (from 0: to alone) on side,
+// in order; every one is in the diff (Place checked the ends, and a
+// hunk's lines on one side are consecutive).
+func linesOf(d *diff.Patch, side diff.Side, from, to int) []string {
+	if from == 0 {
+		from = to
+	}
+	var out []string
+	for _, h := range d.Hunks {
+		for _, l := range h.Lines {
+			n := l.New
+			if side == diff.Left {
+				n = l.Old
+			}
+			if n >= from && n <= to && (l.Op == ' ' || (side == diff.Right) == (l.Op == '+')) {
+				out = append(out, l.Text)
+			}
+		}
+	}
+	return out
+}
+
+// suggestion returns the replacement as a suggestion for lines, or nil
+// when it would change nothing or the lines are not all known.
+func suggestion(replacement string, lines []string) *string {
+	if len(lines) == 0 {
+		return nil
+	}
+	s := strings.TrimSuffix(strings.ReplaceAll(replacement, "\r\n", "\n"), "\n")
+	if strings.ContainsRune(s, '\r') || s == strings.Join(lines, "\n") {
+		return nil
+	}
+	return &s
+}
+
+// Key identifies a finding across the heads of a pull request: its file,
+// its side, the content of the lines it is about (not their numbers,
+// which a push above them shifts; surrounding spaces ignored) and its
+// substance. The substance is the set of code spans its body quotes (the
+// identifiers and expressions a rewording keeps), or, in a body without
+// any, the set of its words of four letters or more, numbers left out.
+func Key(path string, side diff.Side, lines []string, body string) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%s\x00", path, side)
+	for _, l := range lines {
+		h.Write([]byte(strings.TrimSpace(l) + "\n"))
+	}
+	h.Write([]byte{0})
+	for _, w := range substance(body) {
+		h.Write([]byte(w + "\x00"))
+	}
+	return hex.EncodeToString(h.Sum(nil))[:24]
+}
+
+var (
+	codeSpan = regexp.MustCompile("`([^`\n]+)`")
+	word     = regexp.MustCompile(`[\p{L}_][\p{L}\p{N}_]{3,}`)
+)
+
+// substance is a body's code spans, or its long words, lower-cased,
+// sorted and each once.
+func substance(body string) []string {
+	var ws []string
+	for _, m := range codeSpan.FindAllStringSubmatch(body, -1) {
+		ws = append(ws, strings.TrimSpace(m[1]))
+	}
+	if len(ws) == 0 {
+		ws = word.FindAllString(strings.ToLower(body), -1)
+	}
+	sort.Strings(ws)
+	return slices.Compact(ws)
 }
 
 // nearInHunk returns the commentable line of side closest to line within

@@ -176,11 +176,14 @@ func fenceClose(line string, ch byte, n int) bool {
 
 var infoWord = regexp.MustCompile(`^[A-Za-z0-9_+#.-]{1,30}$`)
 
-// infoString keeps a fence's language word when it is a plain word.
+// infoString keeps a fence's language word when it is a plain word, but
+// not "suggestion": on a review comment GitHub would offer the block as a
+// change to commit, and prq posts only suggestions it has checked against
+// the head (render.Suggestion), never one written into the model's text.
 func infoString(line string, ch byte, n int) string {
 	t := strings.TrimSpace(strings.TrimRight(line, "\n"))
 	t = strings.TrimSpace(strings.TrimLeft(t, string(ch)))
-	if f := strings.Fields(t); len(f) > 0 && infoWord.MatchString(f[0]) {
+	if f := strings.Fields(t); len(f) > 0 && infoWord.MatchString(f[0]) && !strings.EqualFold(f[0], "suggestion") {
 		return f[0]
 	}
 	return ""

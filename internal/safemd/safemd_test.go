@@ -145,6 +145,8 @@ func TestTextKeepsWhatIsSafe(t *testing.T) {
 		{"code span", "use `fmt.Errorf` here", "use `fmt.Errorf` here"},
 		{"fence kept", "```go\nx := 1\n```\n", "```go\nx := 1\n```\n"},
 		{"fence closed", "```\nx := 1\n", "```\nx := 1\n```\n"},
+		{"a suggestion of the model's own is plain code", "```suggestion\nx := 1\n```\n", "```\nx := 1\n```\n"},
+		{"in any case", "~~~ Suggestion\nx := 1\n~~~\n", "~~~\nx := 1\n~~~\n"},
 		{"mention as code", "ask @octocat", "ask `@octocat`"},
 		{"repo link kept", "see https://github.com/acme/widgets/blob/main/a.go", "see https://github.com/acme/widgets/blob/main/a.go"},
 		{"other link as code", "see https://evil.example/x", "see `https://evil.example/x`"},
