@@ -318,7 +318,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 var ErrBusy = errors.New("webhook: too many bytes in flight; retry shortly")
 
 // readBody reads the whole body within the size cap, the read deadline
-// and the in-flight budget. release gives the body's bytes back to the
+// and the in-flight budget. The budget is charged as bytes arrive, never
+// for a declared Content-Length alone: a connection that declares a
+// large body and sends nothing holds nothing, so idle peers cannot
+// starve signed deliveries. release gives the body's bytes back to the
 // budget; call it when the body is no longer needed (always safe).
 func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) (body []byte, release func(), err error) {
 	var held int64
@@ -330,32 +333,28 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) (body []byte,
 	// (httptest's recorder) keeps its own limits.
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(h.cfg.ReadTimeout))
 	rd := http.MaxBytesReader(w, r.Body, h.cfg.MaxBytes)
-	if r.ContentLength > 0 {
-		// Known size: take it all from the budget up front and read into a
-		// buffer of exactly that size (io.ReadAll would double it as it grows).
-		if !h.budget.acquire(r.ContentLength) {
-			return nil, release, ErrBusy
-		}
-		held = r.ContentLength
-		body = make([]byte, r.ContentLength)
-		if _, err := io.ReadFull(rd, body); err != nil {
-			return nil, release, err
-		}
-		// Nothing may follow the declared length.
-		if n, _ := rd.Read(make([]byte, 1)); n > 0 {
-			return nil, release, errors.New("body longer than Content-Length")
-		}
-		return body, release, nil
+	// The buffer never grows past limit: the declared length (so a known
+	// size ends in a buffer of exactly that size), else the cap plus the
+	// byte that shows a body over it.
+	limit := h.cfg.MaxBytes + 1
+	if r.ContentLength >= 0 {
+		limit = r.ContentLength
 	}
-	// Unknown size (chunked): take from the budget as the body grows.
-	var buf []byte
-	for {
+	// The first byte is awaited before anything is taken from the budget.
+	var first [1]byte
+	if _, err := io.ReadFull(rd, first[:]); err != nil {
+		if errors.Is(err, io.EOF) && r.ContentLength <= 0 {
+			return []byte{}, release, nil
+		}
+		return nil, release, err
+	}
+	if limit == 0 {
+		return nil, release, errors.New("body longer than Content-Length")
+	}
+	buf := first[:]
+	for int64(len(buf)) < limit {
 		if len(buf) == cap(buf) {
-			grow := max(int64(cap(buf)), 64<<10)
-			grow = min(grow, h.cfg.MaxBytes+1-int64(cap(buf))) // MaxBytesReader stops at MaxBytes+1
-			if grow <= 0 {
-				return nil, release, &http.MaxBytesError{Limit: h.cfg.MaxBytes}
-			}
+			grow := min(max(int64(cap(buf)), 64<<10), limit-int64(cap(buf)))
 			if !h.budget.acquire(grow) {
 				return nil, release, ErrBusy
 			}
@@ -366,13 +365,23 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) (body []byte,
 		}
 		n, err := rd.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
-		if errors.Is(err, io.EOF) {
+		switch {
+		case errors.Is(err, io.EOF) && r.ContentLength < 0:
 			return buf, release, nil
-		}
-		if err != nil {
+		case errors.Is(err, io.EOF) && int64(len(buf)) < limit:
+			return nil, release, io.ErrUnexpectedEOF
+		case err != nil && !errors.Is(err, io.EOF):
 			return nil, release, err
 		}
 	}
+	if r.ContentLength < 0 {
+		return nil, release, &http.MaxBytesError{Limit: h.cfg.MaxBytes}
+	}
+	// Nothing may follow the declared length.
+	if n, _ := rd.Read(first[:]); n > 0 {
+		return nil, release, errors.New("body longer than Content-Length")
+	}
+	return buf, release, nil
 }
 
 // byteBudget is a counting limit on bytes held at once.
