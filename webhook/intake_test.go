@@ -367,3 +367,34 @@ func TestIntakeHoldByDeclaringPeers(t *testing.T) {
 		t.Fatalf("signed deliveries while two peers hold declared %d-byte bodies: answers %v, want 25 x 200", declared, codes)
 	}
 }
+
+// TestRefusalLogBounded: 20 unsigned requests with a 900 KB
+// X-GitHub-Delivery grow the log by a line or so, not by 19 MB; signed
+// refusals are logged each, with their fields cut.
+func TestRefusalLogBounded(t *testing.T) {
+	var logs bytes.Buffer
+	rec := &recorder{}
+	h, err := webhook.New(webhook.Config{Secret: secret}, rec, rec, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	huge := strings.Repeat("d", 900<<10)
+	for range 20 {
+		w := send(h, "ping", huge, []byte(`{}`), func(r *http.Request) { r.Header.Set("X-Hub-Signature-256", "sha256=00") })
+		if w.Code != http.StatusUnauthorized {
+			t.Fatalf("unsigned: %d, want 401", w.Code)
+		}
+	}
+	if logs.Len() >= 200<<10 || strings.Count(logs.String(), "webhook refused unsigned") != 1 {
+		t.Fatalf("20 unsigned requests with 900 KB headers logged %d bytes (want < 200 KB, one line):\n%.2000s", logs.Len(), logs.String())
+	}
+	logs.Reset()
+	for range 3 {
+		if w := send(h, "pull_request", huge, []byte(`{}`), nil); w.Code != http.StatusBadRequest {
+			t.Fatalf("signed, huge delivery id: %d, want 400", w.Code)
+		}
+	}
+	if n := strings.Count(logs.String(), "webhook refused"); n != 3 || logs.Len() > 3*1024 {
+		t.Fatalf("3 signed refusals: %d lines, %d bytes; want 3 lines of bounded fields:\n%.2000s", n, logs.Len(), logs.String())
+	}
+}

@@ -110,6 +110,27 @@ type Config struct {
 	// ChatLimiter, when set, caps chat per user and per pull request
 	// before a chat job is enqueued. Defaults to no limits.
 	ChatLimiter ChatLimiter
+	// Replays, when set, refuses replays: X-GitHub-Delivery is not
+	// signed, so a captured delivery could be sent again under a new id.
+	// A signed body (with its event) taken under another id within
+	// ReplayWindow is answered 200 duplicate, and one whose own time
+	// (its pull request's or comment's updated_at) is older than the
+	// window 200 stale. Unset, only the delivery id dedupes.
+	Replays Replays
+	// ReplayWindow is how long a taken body is remembered. Defaults to
+	// 72h, the time GitHub lets a delivery be redelivered.
+	ReplayWindow time.Duration
+	// NowFunc is the clock of the stale check. Defaults to time.Now.
+	NowFunc func() time.Time
+}
+
+// Replays remembers which delivery id took a signed body (a
+// *store.Store). ClaimDelivery returns the id that holds digest, taking
+// it for delivery when free; ReleaseDelivery frees it if delivery holds
+// it (work not saved stays takeable).
+type Replays interface {
+	ClaimDelivery(ctx context.Context, digest, delivery string, window time.Duration) (string, error)
+	ReleaseDelivery(ctx context.Context, digest, delivery string) error
 }
 
 // DefaultChatAssociations are who can talk to the bot by default.
@@ -124,15 +145,18 @@ type Handler struct {
 	log    *slog.Logger
 	// Count, when set, is told of each delivery's event and outcome.
 	Count func(event, outcome string)
-	busy  busyLog
+	// busy and unsigned are refusals an unauthenticated peer can cause
+	// at will: logged once per interval each.
+	busy, unsigned floodLog
 }
 
-// busyInterval is how often a flood of deliveries refused for the
-// in-flight budget is logged (once, with how many); each is counted.
-const busyInterval = 10 * time.Second
+// floodInterval is how often a flood of refusals anyone can cause
+// (deliveries refused for the in-flight budget, unsigned requests) is
+// logged: once, with how many; each is counted.
+const floodInterval = 10 * time.Second
 
-// busyLog logs refusals for the in-flight budget once per interval.
-type busyLog struct {
+// floodLog logs one kind of refusal once per interval.
+type floodLog struct {
 	mu      sync.Mutex
 	now     func() time.Time
 	last    time.Time
@@ -141,17 +165,33 @@ type busyLog struct {
 
 // note counts a refusal and reports whether to log now, with how many
 // were refused since the last line.
-func (b *busyLog) note() (int, bool) {
+func (b *floodLog) note() (int, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.refused++
 	now := b.now()
-	if !b.last.IsZero() && now.Sub(b.last) < busyInterval {
+	if !b.last.IsZero() && now.Sub(b.last) < floodInterval {
 		return 0, false
 	}
 	n := b.refused
 	b.last, b.refused = now, 0
 	return n, true
+}
+
+// maxLogField is how much of a header or an error a log line keeps.
+const maxLogField = 200
+
+// clip cuts s to maxLogField bytes (at a rune boundary), saying how long
+// it was: what a sender puts in a header must not grow the log.
+func clip(s string) string {
+	if len(s) <= maxLogField {
+		return s
+	}
+	cut := maxLogField
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s…(%d bytes)", s[:cut], len(s))
 }
 
 // New returns the receiver; it refuses an empty secret.
@@ -171,6 +211,12 @@ func New(cfg Config, q Queue, plans Plans, log *slog.Logger) (*Handler, error) {
 	if cfg.ReadTimeout <= 0 {
 		cfg.ReadTimeout = 10 * time.Second
 	}
+	if cfg.ReplayWindow <= 0 {
+		cfg.ReplayWindow = 72 * time.Hour
+	}
+	if cfg.NowFunc == nil {
+		cfg.NowFunc = time.Now
+	}
 	if cfg.ChatAssociations == nil {
 		cfg.ChatAssociations = DefaultChatAssociations
 	}
@@ -183,7 +229,8 @@ func New(cfg Config, q Queue, plans Plans, log *slog.Logger) (*Handler, error) {
 		}
 		cfg.ChatAssociations[i] = a
 	}
-	return &Handler{cfg: cfg, budget: &byteBudget{max: cfg.MaxInFlightBytes}, queue: q, plans: plans, log: log, busy: busyLog{now: time.Now}}, nil
+	return &Handler{cfg: cfg, budget: &byteBudget{max: cfg.MaxInFlightBytes}, queue: q, plans: plans, log: log,
+		busy: floodLog{now: time.Now}, unsigned: floodLog{now: time.Now}}, nil
 }
 
 // Errors of verification.
@@ -230,46 +277,55 @@ type outcome struct {
 	what   string
 }
 
-func (h *Handler) reply(w http.ResponseWriter, r *http.Request, event string, o outcome, err error) {
+// reply answers a request and logs a refusal with bounded fields.
+// signed says the body's signature was verified: refusals before that
+// are anyone's to cause, so they are logged once per interval with how
+// many, like the busy ones; a signed one is logged each time.
+func (h *Handler) reply(w http.ResponseWriter, r *http.Request, event string, o outcome, err error, signed bool) {
 	if h.Count != nil {
 		h.Count(event, o.what)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(o.status)
 	body := map[string]string{"result": o.what}
-	if errors.Is(err, ErrBusy) {
-		// a flood: one line per interval, each refusal counted (Count)
-		body["error"] = err.Error()
-		if n, ok := h.busy.note(); ok {
-			h.log.WarnContext(r.Context(), "webhook busy: deliveries refused for the in-flight budget", "refused", n,
-				"max_in_flight_bytes", h.cfg.MaxInFlightBytes, "logged_every", busyInterval)
-		}
-		err = nil
-	}
 	if err != nil {
 		body["error"] = err.Error()
+	}
+	json.NewEncoder(w).Encode(body)
+	switch {
+	case errors.Is(err, ErrBusy):
+		if n, ok := h.busy.note(); ok {
+			h.log.WarnContext(r.Context(), "webhook busy: deliveries refused for the in-flight budget", "refused", n,
+				"max_in_flight_bytes", h.cfg.MaxInFlightBytes, "logged_every", floodInterval)
+		}
+	case err != nil && !signed:
+		if n, ok := h.unsigned.note(); ok {
+			h.log.InfoContext(r.Context(), "webhook refused unsigned requests", "refused", n, "logged_every", floodInterval,
+				"last_status", o.status, "last_event", clip(event), "last_delivery", clip(r.Header.Get("X-GitHub-Delivery")),
+				"last_err", clip(err.Error()))
+		}
+	case err != nil:
 		level := slog.LevelInfo
 		if o.status >= 500 {
 			level = slog.LevelError
 		}
-		h.log.Log(r.Context(), level, "webhook refused", "status", o.status, "event", event,
-			"delivery", r.Header.Get("X-GitHub-Delivery"), "err", err)
+		h.log.Log(r.Context(), level, "webhook refused", "status", o.status, "event", clip(event),
+			"delivery", clip(r.Header.Get("X-GitHub-Delivery")), "err", clip(err.Error()))
 	}
-	json.NewEncoder(w).Encode(body)
 }
 
 // ServeHTTP handles POST /webhook.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer func() {
 		if p := recover(); p != nil { // a bug, not the sender's fault: say so, keep serving
-			h.log.ErrorContext(r.Context(), "webhook handler panicked", "panic", fmt.Sprint(p), "event", r.Header.Get("X-GitHub-Event"))
+			h.log.ErrorContext(r.Context(), "webhook handler panicked", "panic", fmt.Sprint(p), "event", clip(r.Header.Get("X-GitHub-Event")))
 			http.Error(w, `{"result":"internal error"}`, http.StatusInternalServerError)
 		}
 	}()
 	event := r.Header.Get("X-GitHub-Event")
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", "POST")
-		h.reply(w, r, event, outcome{http.StatusMethodNotAllowed, "method not allowed"}, errors.New("webhooks are POSTed"))
+		h.reply(w, r, event, outcome{http.StatusMethodNotAllowed, "method not allowed"}, errors.New("webhooks are POSTed"), false)
 		return
 	}
 	body, release, err := h.readBody(w, r)
@@ -278,26 +334,26 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		var mbe *http.MaxBytesError
 		switch {
 		case errors.As(err, &mbe):
-			h.reply(w, r, event, outcome{http.StatusRequestEntityTooLarge, "too large"}, fmt.Errorf("body over %d bytes", h.cfg.MaxBytes))
+			h.reply(w, r, event, outcome{http.StatusRequestEntityTooLarge, "too large"}, fmt.Errorf("body over %d bytes", h.cfg.MaxBytes), false)
 		case errors.Is(err, ErrBusy):
 			w.Header().Set("Retry-After", "1")
-			h.reply(w, r, event, outcome{http.StatusServiceUnavailable, "busy"}, err)
+			h.reply(w, r, event, outcome{http.StatusServiceUnavailable, "busy"}, err, false)
 		default:
-			h.reply(w, r, event, outcome{http.StatusBadRequest, "unreadable"}, fmt.Errorf("read body: %v", err))
+			h.reply(w, r, event, outcome{http.StatusBadRequest, "unreadable"}, fmt.Errorf("read body: %v", err), false)
 		}
 		return
 	}
 	if err := VerifySignature(h.cfg.Secret, body, r.Header.Get("X-Hub-Signature-256")); err != nil {
-		h.reply(w, r, event, outcome{http.StatusUnauthorized, "bad signature"}, err)
+		h.reply(w, r, event, outcome{http.StatusUnauthorized, "bad signature"}, err, false)
 		return
 	}
 	delivery := r.Header.Get("X-GitHub-Delivery")
 	switch {
 	case event == "":
-		h.reply(w, r, event, outcome{http.StatusBadRequest, "malformed"}, errors.New("missing X-GitHub-Event"))
+		h.reply(w, r, event, outcome{http.StatusBadRequest, "malformed"}, errors.New("missing X-GitHub-Event"), true)
 		return
 	case delivery == "" || len(delivery) > 100 || strings.ContainsAny(delivery, "{}|:\x00 "):
-		h.reply(w, r, event, outcome{http.StatusBadRequest, "malformed"}, errors.New("missing or malformed X-GitHub-Delivery"))
+		h.reply(w, r, event, outcome{http.StatusBadRequest, "malformed"}, errors.New("missing or malformed X-GitHub-Delivery"), true)
 		return
 	}
 	payload, err := jsonPayload(r.Header.Get("Content-Type"), body)
@@ -306,11 +362,70 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if errors.Is(err, errContentType) {
 			status = http.StatusUnsupportedMediaType
 		}
-		h.reply(w, r, event, outcome{status, "malformed"}, err)
+		h.reply(w, r, event, outcome{status, "malformed"}, err, true)
 		return
 	}
-	o, err := h.dispatch(r.Context(), event, delivery, payload)
-	h.reply(w, r, event, o, err)
+	o, err := h.accept(r.Context(), event, delivery, body, payload)
+	h.reply(w, r, event, o, err, true)
+}
+
+// stale is a signed delivery older than the replay window.
+var stale = outcome{http.StatusOK, "stale"}
+
+// accept dispatches a signed delivery once per body: the same body (and
+// event) taken under another delivery id within the window is a replay.
+func (h *Handler) accept(ctx context.Context, event, delivery string, body, payload []byte) (outcome, error) {
+	if h.cfg.Replays == nil || event == "ping" {
+		return h.dispatch(ctx, event, delivery, payload)
+	}
+	if h.stale(payload) {
+		return stale, nil
+	}
+	mac := sha256.New()
+	mac.Write([]byte(event))
+	mac.Write([]byte{0})
+	mac.Write(body)
+	digest := hex.EncodeToString(mac.Sum(nil))
+	held, err := h.cfg.Replays.ClaimDelivery(ctx, digest, delivery, h.cfg.ReplayWindow)
+	if err != nil {
+		return unavailable(err)
+	}
+	if held != delivery {
+		return duplicate, nil
+	}
+	o, err := h.dispatch(ctx, event, delivery, payload)
+	if o.status >= 300 {
+		if rerr := h.cfg.Replays.ReleaseDelivery(context.WithoutCancel(ctx), digest, delivery); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+	}
+	return o, err
+}
+
+// stale reports whether a payload's own time, its pull request's or
+// comment's updated_at, is older than the replay window: a replay the
+// claims no longer remember. A payload without one is not stale.
+func (h *Handler) stale(payload []byte) bool {
+	type stamped struct {
+		UpdatedAt string `json:"updated_at"`
+	}
+	var p struct {
+		PullRequest *stamped `json:"pull_request"`
+		Comment     *stamped `json:"comment"`
+	}
+	if json.Unmarshal(payload, &p) != nil {
+		return false
+	}
+	var last time.Time
+	for _, s := range []*stamped{p.PullRequest, p.Comment} {
+		if s == nil {
+			continue
+		}
+		if t, err := time.Parse(time.RFC3339, s.UpdatedAt); err == nil && t.After(last) {
+			last = t
+		}
+	}
+	return !last.IsZero() && h.cfg.NowFunc().Sub(last) > h.cfg.ReplayWindow
 }
 
 // ErrBusy is returned when bodies already being read use up
