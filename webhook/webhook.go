@@ -17,7 +17,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"mime"
 	"net/http"
@@ -29,6 +28,7 @@ import (
 
 	"github.com/google/go-github/v56/github"
 
+	"github.com/prq-dev/prq/internal/bodybudget"
 	"github.com/prq-dev/prq/jobs"
 )
 
@@ -139,7 +139,7 @@ var DefaultChatAssociations = []string{"OWNER", "MEMBER", "COLLABORATOR"}
 // Handler is the webhook receiver.
 type Handler struct {
 	cfg    Config
-	budget *byteBudget
+	budget *bodybudget.Budget
 	queue  Queue
 	plans  Plans
 	log    *slog.Logger
@@ -229,7 +229,7 @@ func New(cfg Config, q Queue, plans Plans, log *slog.Logger) (*Handler, error) {
 		}
 		cfg.ChatAssociations[i] = a
 	}
-	return &Handler{cfg: cfg, budget: &byteBudget{max: cfg.MaxInFlightBytes}, queue: q, plans: plans, log: log,
+	return &Handler{cfg: cfg, budget: bodybudget.New(cfg.MaxInFlightBytes), queue: q, plans: plans, log: log,
 		busy: floodLog{now: time.Now}, unsigned: floodLog{now: time.Now}}, nil
 }
 
@@ -433,92 +433,22 @@ func (h *Handler) stale(payload []byte) bool {
 var ErrBusy = errors.New("webhook: too many bytes in flight; retry shortly")
 
 // readBody reads the whole body within the size cap, the read deadline
-// and the in-flight budget. The budget is charged as bytes arrive, never
-// for a declared Content-Length alone: a connection that declares a
-// large body and sends nothing holds nothing, so idle peers cannot
-// starve signed deliveries. release gives the body's bytes back to the
-// budget; call it when the body is no longer needed (always safe).
+// and the in-flight budget, charged as bytes arrive (never for a
+// declared Content-Length alone: a connection that declares a large body
+// and sends nothing holds nothing). release gives the body's bytes back
+// to the budget; call it when the body is no longer needed (always safe).
 func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) (body []byte, release func(), err error) {
-	var held int64
-	release = func() { h.budget.release(held); held = 0 }
-	if r.ContentLength > h.cfg.MaxBytes {
-		return nil, release, &http.MaxBytesError{Limit: h.cfg.MaxBytes}
-	}
 	// A deadline for this body alone; a server without deadline support
 	// (httptest's recorder) keeps its own limits.
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(h.cfg.ReadTimeout))
-	rd := http.MaxBytesReader(w, r.Body, h.cfg.MaxBytes)
-	// The buffer never grows past limit: the declared length (so a known
-	// size ends in a buffer of exactly that size), else the cap plus the
-	// byte that shows a body over it.
-	limit := h.cfg.MaxBytes + 1
-	if r.ContentLength >= 0 {
-		limit = r.ContentLength
+	body, release, err = h.budget.Read(http.MaxBytesReader(w, r.Body, h.cfg.MaxBytes), r.ContentLength, h.cfg.MaxBytes)
+	switch {
+	case errors.Is(err, bodybudget.ErrTooLarge):
+		err = &http.MaxBytesError{Limit: h.cfg.MaxBytes}
+	case errors.Is(err, bodybudget.ErrFull):
+		err = ErrBusy
 	}
-	// The first byte is awaited before anything is taken from the budget.
-	var first [1]byte
-	if _, err := io.ReadFull(rd, first[:]); err != nil {
-		if errors.Is(err, io.EOF) && r.ContentLength <= 0 {
-			return []byte{}, release, nil
-		}
-		return nil, release, err
-	}
-	if limit == 0 {
-		return nil, release, errors.New("body longer than Content-Length")
-	}
-	buf := first[:]
-	for int64(len(buf)) < limit {
-		if len(buf) == cap(buf) {
-			grow := min(max(int64(cap(buf)), 64<<10), limit-int64(cap(buf)))
-			if !h.budget.acquire(grow) {
-				return nil, release, ErrBusy
-			}
-			held += grow
-			next := make([]byte, len(buf), int64(cap(buf))+grow)
-			copy(next, buf)
-			buf = next
-		}
-		n, err := rd.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		switch {
-		case errors.Is(err, io.EOF) && r.ContentLength < 0:
-			return buf, release, nil
-		case errors.Is(err, io.EOF) && int64(len(buf)) < limit:
-			return nil, release, io.ErrUnexpectedEOF
-		case err != nil && !errors.Is(err, io.EOF):
-			return nil, release, err
-		}
-	}
-	if r.ContentLength < 0 {
-		return nil, release, &http.MaxBytesError{Limit: h.cfg.MaxBytes}
-	}
-	// Nothing may follow the declared length.
-	if n, _ := rd.Read(first[:]); n > 0 {
-		return nil, release, errors.New("body longer than Content-Length")
-	}
-	return buf, release, nil
-}
-
-// byteBudget is a counting limit on bytes held at once.
-type byteBudget struct {
-	mu        sync.Mutex
-	max, used int64
-}
-
-func (b *byteBudget) acquire(n int64) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.used+n > b.max {
-		return false
-	}
-	b.used += n
-	return true
-}
-
-func (b *byteBudget) release(n int64) {
-	b.mu.Lock()
-	b.used -= n
-	b.mu.Unlock()
+	return body, release, err
 }
 
 var errContentType = errors.New("content type must be application/json or application/x-www-form-urlencoded")
