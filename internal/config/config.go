@@ -454,6 +454,10 @@ type GatewayConfig struct {
 	// FallbackWait is the longest a request waits for admission on a
 	// model with fallbacks before it moves to the next. Defaults to 10s.
 	FallbackWait Duration `yaml:"fallback_wait"`
+	// MaxBodyBytesInFlight caps the request-body bytes held at once
+	// across all keys, charged as they arrive; past it a request is
+	// answered 429 with Retry-After. Defaults to 64 MiB.
+	MaxBodyBytesInFlight int64 `yaml:"max_body_bytes_in_flight"`
 }
 
 // QuotaSettings configures tenant quotas.
@@ -752,6 +756,9 @@ func (c *Config) Validate(m Mode) error {
 	}
 	if c.Gateway.MinOutput < 0 {
 		bad("gateway.min_output", "must not be negative, got %d", c.Gateway.MinOutput)
+	}
+	if c.Gateway.MaxBodyBytesInFlight < 0 {
+		bad("gateway.max_body_bytes_in_flight", "must not be negative, got %d", c.Gateway.MaxBodyBytesInFlight)
 	}
 	if m == ModeWorker || m == ModeAll {
 		if c.GitHub.AppID == 0 {

@@ -181,4 +181,6 @@ var meanings = map[string]meaning{
 	"gateway.header_timeout": {Text: "The longest wait for the provider's reply headers (then 504).", Unset: "`openai.timeout`"},
 	"gateway.stream_idle":    {Text: "The longest a stream may go without a line from the provider before the gateway ends it.", Unset: "`60s`"},
 	"gateway.fallback_wait":  {Text: "The longest a request waits for admission on a model with `fallbacks` before it moves to the next.", Unset: "`10s`"},
+
+	"gateway.max_body_bytes_in_flight": {Text: "The request-body bytes held at once across all keys, charged as they arrive; past it a request is answered 429 with `Retry-After`.", Unset: "64 MiB"},
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/prq-dev/prq/admission"
+	"github.com/prq-dev/prq/internal/bodybudget"
 	"github.com/prq-dev/prq/llm"
 	"github.com/prq-dev/prq/ratelimit"
 )
@@ -106,6 +107,14 @@ type Config struct {
 	// ever pay for: 256 bytes per token it has left (twice the longest
 	// token) plus 64 KiB.
 	MaxBody int64
+	// MaxBodyBytesInFlight caps the request-body bytes held at once
+	// across all keys, charged as the bytes arrive; a body that does not
+	// fit is answered 429 with Retry-After. Defaults to 64 MiB; never
+	// less than MaxBody.
+	MaxBodyBytesInFlight int64
+	// BodyTimeout bounds reading one request body; a body that stalls
+	// past it is answered 408. Defaults to 60s.
+	BodyTimeout time.Duration
 	// MaxDepth bounds the nesting of a body's arrays and objects.
 	// Defaults to 64.
 	MaxDepth int
@@ -168,6 +177,7 @@ type Gateway struct {
 	held     *ledger
 	tpmMu    sync.Mutex
 	tpm      map[string]*ratelimit.Bucket // key id → its tokens-per-minute bucket
+	bodies   *bodybudget.Budget           // request-body bytes in flight
 }
 
 // New returns a gateway. metrics may be nil.
@@ -207,6 +217,13 @@ func New(cfg Config, keys *Keys, adm Admission, waiter Waiter, rdb redis.Univers
 	}
 	if cfg.MaxBody == 0 {
 		cfg.MaxBody = 8 << 20
+	}
+	if cfg.MaxBodyBytesInFlight <= 0 {
+		cfg.MaxBodyBytesInFlight = 64 << 20
+	}
+	cfg.MaxBodyBytesInFlight = max(cfg.MaxBodyBytesInFlight, cfg.MaxBody)
+	if cfg.BodyTimeout <= 0 {
+		cfg.BodyTimeout = 60 * time.Second
 	}
 	if cfg.FallbackWait <= 0 {
 		cfg.FallbackWait = 10 * time.Second
@@ -259,7 +276,8 @@ func New(cfg Config, keys *Keys, adm Admission, waiter Waiter, rdb redis.Univers
 	}
 	cfg.Models = models // the caller's map is left as it was
 	g := &Gateway{cfg: cfg, keys: keys, adm: adm, waiter: waiter, rdb: rdb, metrics: metrics, log: cfg.Log,
-		counters: map[string]*counter{}, held: newLedger(rdb, quotaReservationTTL), quotas: map[ratelimit.Period]*ratelimit.Quota{}, tpm: map[string]*ratelimit.Bucket{}}
+		counters: map[string]*counter{}, held: newLedger(rdb, quotaReservationTTL), quotas: map[ratelimit.Period]*ratelimit.Quota{}, tpm: map[string]*ratelimit.Bucket{},
+		bodies: bodybudget.New(cfg.MaxBodyBytesInFlight)}
 	for name, m := range cfg.Models {
 		if _, ok := adm.Bucket(name); !ok {
 			return nil, fmt.Errorf("gateway: model %s has no admission bucket", name)
@@ -325,7 +343,12 @@ func (g *Gateway) serve(a api, h func(w http.ResponseWriter, r *http.Request, q 
 		_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
 		sw := &statusWriter{ResponseWriter: w}
 		q := &request{started: time.Now(), api: a}
-		defer func() { g.metrics.request(q.key.ID, sw.status) }()
+		defer func() {
+			g.metrics.request(q.key.ID, sw.status)
+			if q.release != nil {
+				q.release()
+			}
+		}()
 		h(sw, r, q)
 	}
 }
@@ -455,6 +478,9 @@ type request struct {
 	anth *anthropicRequest
 	// api is the client API the request speaks
 	api api
+	// release gives the body's bytes back to the budget of bodies in
+	// flight, when the request ends
+	release func()
 	// upHeader are headers the upstream call carries besides the
 	// provider's (a Messages client's anthropic-version and -beta)
 	upHeader http.Header
