@@ -380,6 +380,8 @@ func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
 	req.Key = key
 	if s.flex {
 		req.ServiceTier = llm.ServiceTierFlex
+	} else {
+		req.FirstByte = s.model.FirstByte
 	}
 	callingStart := time.Now()
 	var sent, arrived func(time.Duration)

@@ -129,11 +129,21 @@ type OpenAIConfig struct {
 	BaseURL string `yaml:"base_url"`
 	// Timeout bounds one call. Defaults to 120s.
 	Timeout Duration `yaml:"timeout"`
+	// FirstByteTimeout abandons a job's call (a transient failure,
+	// retried through admission) when no byte of the reply arrived
+	// within it: a hung provider costs this, not Timeout. A non-streamed
+	// reply's headers come when it is done, so it must exceed the
+	// longest reply. Models may set their own; reasoning models default
+	// to none. Defaults to 30s.
+	FirstByteTimeout Duration `yaml:"first_byte_timeout"`
 }
 
 // ModelConfig is one model and its provider limits.
 type ModelConfig struct {
 	Name string `yaml:"name"`
+	// FirstByteTimeout is openai.first_byte_timeout for this model's
+	// calls. Defaults to it (to none for a reasoning model).
+	FirstByteTimeout Duration `yaml:"first_byte_timeout"`
 	// Provider names the entry of providers that serves the model.
 	// Defaults to the only provider when there is one (the implicit
 	// OpenAI provider when providers is empty); required with several.
@@ -545,7 +555,7 @@ func Default() Config {
 		ShutdownTimeout: Duration(30 * time.Second),
 		Log:             LogConfig{Format: "text", Level: "info"},
 		GitHub:          GitHubConfig{APIURL: "https://api.github.com/", SkipBotPRs: BoolPtr(true), WebhookMaxBytes: 25 << 20, WriteGap: Duration(time.Second), CheckRunEvery: Duration(5 * time.Second)},
-		OpenAI:          OpenAIConfig{Timeout: Duration(120 * time.Second)},
+		OpenAI:          OpenAIConfig{Timeout: Duration(120 * time.Second), FirstByteTimeout: Duration(30 * time.Second)},
 		Models: []ModelConfig{
 			{Name: "gpt-4o-mini", RequestsPerMinute: 500, TokensPerMinute: 200000, MaxOutputTokens: 512},
 			{Name: "gpt-4o", RequestsPerMinute: 500, TokensPerMinute: 30000, MaxOutputTokens: 1024},
@@ -756,6 +766,14 @@ func (c *Config) Validate(m Mode) error {
 	}
 	if c.Gateway.MinOutput < 0 {
 		bad("gateway.min_output", "must not be negative, got %d", c.Gateway.MinOutput)
+	}
+	if c.OpenAI.FirstByteTimeout.D() < 0 {
+		bad("openai.first_byte_timeout", "must not be negative, got %s", c.OpenAI.FirstByteTimeout.D())
+	}
+	for _, m := range c.Models {
+		if m.FirstByteTimeout.D() < 0 {
+			bad("models."+m.Name+".first_byte_timeout", "must not be negative, got %s", m.FirstByteTimeout.D())
+		}
 	}
 	if c.Gateway.MaxBodyBytesInFlight < 0 {
 		bad("gateway.max_body_bytes_in_flight", "must not be negative, got %d", c.Gateway.MaxBodyBytesInFlight)
