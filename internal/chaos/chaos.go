@@ -27,6 +27,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/prq-dev/prq/fake/corpus"
+	"github.com/prq-dev/prq/fake/fakeopenai"
 	"github.com/prq-dev/prq/fake/traffic"
 	"github.com/prq-dev/prq/internal/config"
 	"github.com/prq-dev/prq/internal/harness"
@@ -66,6 +67,9 @@ type Flags struct {
 	sequences   int
 	steps       int
 	killPercent int
+	// providerHang is the share of provider calls that hang: the fake
+	// takes them and sends nothing, not even headers
+	providerHang float64
 }
 
 // Register adds the chaos run's flags to fs.
@@ -90,23 +94,30 @@ func (c *Flags) Register(fs *flag.FlagSet) {
 	fs.IntVar(&c.sequences, "sequences", 20, "lifecycle: seeded sequences to play (seeds --seed, --seed+1, ...)")
 	fs.IntVar(&c.steps, "steps", 20, "lifecycle: life-cycle events per sequence")
 	fs.IntVar(&c.killPercent, "kill-percent", 3, "lifecycle: percent of events that kill -9 a worker (each waits out asynq's lease, about 90 s)")
+	fs.Float64Var(&c.providerHang, "provider-hang", 0, "share (0..1) of provider calls that hang: taken, then nothing sent, not even headers")
 }
 
 // chaosReport is what one scenario found.
 type chaosReport struct {
-	Scenario        string
-	PRs, Published  int
-	Reviews         int
-	WantReviews     int
-	Duplicates      int
-	Lost            int
-	Archived        int
-	Accepted        int
-	Kills           int
-	Recovery        []time.Duration
-	Unavailable503  int
-	ReadyzDown      bool
-	Elapsed         time.Duration
+	Scenario       string
+	PRs, Published int
+	Reviews        int
+	WantReviews    int
+	Duplicates     int
+	Lost           int
+	Archived       int
+	Accepted       int
+	Kills          int
+	Recovery       []time.Duration
+	Unavailable503 int
+	ReadyzDown     bool
+	Elapsed        time.Duration
+	// LastFault is when the scenario's last fault (a kill, say) was
+	// injected; Drain how long after it every accepted PR was published
+	// and no job was left queued
+	LastFault       time.Time
+	Drain           time.Duration
+	Hung            int64 // provider calls the fake hung
 	Problems        []string
 	ProviderLimited int64
 	Checked         []string
@@ -194,6 +205,9 @@ func Run(ctx context.Context, c Flags, stdout io.Writer) error {
 	if c.prs <= 0 || c.processes <= 0 || c.compress <= 0 || !(c.soakKB > 0) {
 		return &config.UsageError{Msg: "--prs, --processes, --compress and --soak-kb-per-pr must be positive"}
 	}
+	if !(c.providerHang >= 0 && c.providerHang <= 1) {
+		return &config.UsageError{Msg: "--provider-hang must be within 0..1"}
+	}
 	if err := os.MkdirAll(c.out, 0o755); err != nil {
 		return err
 	}
@@ -227,6 +241,9 @@ func Run(ctx context.Context, c Flags, stdout io.Writer) error {
 func printChaos(w io.Writer, r chaosReport) {
 	fmt.Fprintf(w, "chaos %s: %d/%d PRs published, %d/%d reviews, %d duplicates, %d jobs lost, %d archived, %d deliveries accepted, %s\n",
 		r.Scenario, r.Published, r.PRs, r.Reviews, r.WantReviews, r.Duplicates, r.Lost, r.Archived, r.Accepted, r.Elapsed.Round(time.Second))
+	if !r.LastFault.IsZero() {
+		fmt.Fprintf(w, "  drain after the last fault: %s (provider calls hung: %d)\n", r.Drain.Round(time.Second), r.Hung)
+	}
 	if r.Kills > 0 {
 		p50, p99, mx := quantile.Of(r.Recovery, .5), quantile.Of(r.Recovery, .99), quantile.Of(r.Recovery, 1)
 		fmt.Fprintf(w, "  %d kill -9; %d jobs were running in killed workers; recovery (kill to the job running again or done): p50 %s, p99 %s, max %s\n",
@@ -328,6 +345,10 @@ func chaosScenario(ctx context.Context, c Flags, scenario string) (chaosReport, 
 	}
 	defer fakes.Close()
 	fakes.OpenAI.SetLatencyScale(c.latency)
+	if c.providerHang > 0 {
+		// the hang outlasts the run: only the caller's limits end it
+		fakes.OpenAI.SetFaults(fakeopenai.Faults{Timeout: c.providerHang, TimeoutAfter: "1h"})
+	}
 	fakes.Configure(&cfg, "prq-chaos")
 	cfg.Addr = "127.0.0.1:0"
 	cfgFile := filepath.Join(c.out, "chaos-config.yaml")
@@ -457,6 +478,9 @@ func chaosScenario(ctx context.Context, c Flags, scenario string) (chaosReport, 
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+	if !rep.LastFault.IsZero() {
+		rep.Drain = time.Since(rep.LastFault)
+	}
 	time.Sleep(2 * time.Second) // a late duplicate would show now
 	rep.Elapsed = time.Since(start)
 	if scenario == "soak" {
@@ -470,6 +494,7 @@ func chaosScenario(ctx context.Context, c Flags, scenario string) (chaosReport, 
 	rep.ProviderLimited = 0
 	for _, st := range fakes.OpenAI.Stats() {
 		rep.ProviderLimited += st.RateLimited
+		rep.Hung += st.Faults
 	}
 	for _, s := range sent {
 		if s.ok {
@@ -571,6 +596,9 @@ func (r *chaosRun) inject(ctx context.Context, scenario string, srv *redisproc.S
 			killed := time.Now()
 			victim.Kill()
 			rep.Kills++
+			r.mu.Lock()
+			rep.LastFault = killed
+			r.mu.Unlock()
 			r.spawn(i)
 			for _, t := range running {
 				wg.Add(1)
