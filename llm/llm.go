@@ -109,7 +109,8 @@ type Request struct {
 	// FirstByte, when positive, abandons the call (ErrTransient) when no
 	// byte of the reply arrived within it: a hung provider is noticed
 	// before the call timeout. A non-streamed reply's headers come when
-	// it is done, so it must exceed the longest reply. 0: none.
+	// it is done, so it must exceed the longest reply. 0: none; a flex
+	// call has none.
 	FirstByte time.Duration
 }
 
@@ -266,6 +267,7 @@ func (c *Client) Complete(ctx context.Context, r Request) (Response, error) {
 	timeout := c.timeout
 	if r.ServiceTier == ServiceTierFlex {
 		timeout = max(timeout, FlexTimeout)
+		r.FirstByte = 0 // flex queues before it answers
 	}
 	ctx, cancel := context.WithTimeout(withCacheKey(ctx, r.CacheKey), timeout)
 	defer cancel()

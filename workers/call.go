@@ -377,11 +377,9 @@ func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
 		bucket = bucket.ForKey(key) // nil: a key this process does not have
 	}
 	req := s.prompt.request(s.model, maxOut)
-	req.Key = key
+	req.Key, req.FirstByte = key, s.model.FirstByte // a flex call has none (llm)
 	if s.flex {
 		req.ServiceTier = llm.ServiceTierFlex
-	} else {
-		req.FirstByte = s.model.FirstByte
 	}
 	callingStart := time.Now()
 	var sent, arrived func(time.Duration)

@@ -70,6 +70,9 @@ type Flags struct {
 	// providerHang is the share of provider calls that hang: the fake
 	// takes them and sends nothing, not even headers
 	providerHang float64
+	// firstByte is the workers' openai.first_byte_timeout (0: the
+	// default scaled by latency, as the provider's latencies are)
+	firstByte time.Duration
 }
 
 // Register adds the chaos run's flags to fs.
@@ -95,6 +98,7 @@ func (c *Flags) Register(fs *flag.FlagSet) {
 	fs.IntVar(&c.steps, "steps", 20, "lifecycle: life-cycle events per sequence")
 	fs.IntVar(&c.killPercent, "kill-percent", 3, "lifecycle: percent of events that kill -9 a worker (each waits out asynq's lease, about 90 s)")
 	fs.Float64Var(&c.providerHang, "provider-hang", 0, "share (0..1) of provider calls that hang: taken, then nothing sent, not even headers")
+	fs.DurationVar(&c.firstByte, "first-byte-timeout", 0, "the workers' openai.first_byte_timeout (default: its default times --latency-scale, as the provider's latencies are scaled)")
 }
 
 // chaosReport is what one scenario found.
@@ -352,7 +356,11 @@ func chaosScenario(ctx context.Context, c Flags, scenario string) (chaosReport, 
 	fakes.Configure(&cfg, "prq-chaos")
 	cfg.Addr = "127.0.0.1:0"
 	cfgFile := filepath.Join(c.out, "chaos-config.yaml")
+	if cfg.OpenAI.FirstByteTimeout = config.Duration(c.firstByte); c.firstByte <= 0 {
+		cfg.OpenAI.FirstByteTimeout = config.Duration(float64(config.Default().OpenAI.FirstByteTimeout) * c.latency)
+	}
 	yb, _ := yaml.Marshal(map[string]any{"models": cfg.Models, "jobs": cfg.Jobs, "tiers": cfg.Tiers, "log": config.LogConfig{Format: "json", Level: "info"},
+		"openai":           map[string]any{"first_byte_timeout": cfg.OpenAI.FirstByteTimeout},
 		"shutdown_timeout": cfg.ShutdownTimeout, "worker": cfg.Worker, "github": map[string]any{"write_gap": cfg.GitHub.WriteGap}})
 	if err := os.WriteFile(cfgFile, yb, 0o600); err != nil {
 		return rep, err

@@ -767,17 +767,7 @@ func (c *Config) Validate(m Mode) error {
 	if c.Gateway.MinOutput < 0 {
 		bad("gateway.min_output", "must not be negative, got %d", c.Gateway.MinOutput)
 	}
-	if c.OpenAI.FirstByteTimeout.D() < 0 {
-		bad("openai.first_byte_timeout", "must not be negative, got %s", c.OpenAI.FirstByteTimeout.D())
-	}
-	for _, m := range c.Models {
-		if m.FirstByteTimeout.D() < 0 {
-			bad("models."+m.Name+".first_byte_timeout", "must not be negative, got %s", m.FirstByteTimeout.D())
-		}
-	}
-	if c.Gateway.MaxBodyBytesInFlight < 0 {
-		bad("gateway.max_body_bytes_in_flight", "must not be negative, got %d", c.Gateway.MaxBodyBytesInFlight)
-	}
+	c.validateFrontDoor(bad)
 	if m == ModeWorker || m == ModeAll {
 		if c.GitHub.AppID == 0 {
 			bad("GITHUB_APP_ID", "is required for worker (the GitHub App's numeric id)")
@@ -952,6 +942,22 @@ func (c *Config) Validate(m Mode) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// validateFrontDoor checks the limits on hung providers and request
+// bodies in flight.
+func (c *Config) validateFrontDoor(bad func(name, format string, a ...any)) {
+	if c.OpenAI.FirstByteTimeout.D() < 0 {
+		bad("openai.first_byte_timeout", "must not be negative, got %s", c.OpenAI.FirstByteTimeout.D())
+	}
+	for _, m := range c.Models {
+		if m.FirstByteTimeout.D() < 0 {
+			bad("models."+m.Name+".first_byte_timeout", "must not be negative, got %s", m.FirstByteTimeout.D())
+		}
+	}
+	if c.Gateway.MaxBodyBytesInFlight < 0 {
+		bad("gateway.max_body_bytes_in_flight", "must not be negative, got %d", c.Gateway.MaxBodyBytesInFlight)
+	}
 }
 
 // Limits returns the model's bucket limits.

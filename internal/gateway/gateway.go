@@ -180,6 +180,58 @@ type Gateway struct {
 	bodies   *bodybudget.Budget           // request-body bytes in flight
 }
 
+// setDefaults fills in the settings left zero.
+func (c *Config) setDefaults() {
+	if c.Timeout == 0 {
+		c.Timeout = 120 * time.Second
+	}
+	if c.HeaderTimeout == 0 {
+		c.HeaderTimeout = c.Timeout
+	}
+	if c.StreamIdle == 0 {
+		c.StreamIdle = 60 * time.Second
+	}
+	if c.MaxLine == 0 {
+		c.MaxLine = 1 << 20
+	}
+	if c.Client == nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.ResponseHeaderTimeout = c.HeaderTimeout
+		c.Client = &http.Client{Transport: tr}
+	}
+	if c.MaxWait == 0 {
+		c.MaxWait = 60 * time.Second
+	}
+	if c.MinOutput == 0 {
+		c.MinOutput = 16
+	}
+	if c.MaxBody == 0 {
+		c.MaxBody = 8 << 20
+	}
+	if c.MaxBodyBytesInFlight <= 0 {
+		c.MaxBodyBytesInFlight = 64 << 20
+	}
+	c.MaxBodyBytesInFlight = max(c.MaxBodyBytesInFlight, c.MaxBody)
+	if c.BodyTimeout <= 0 {
+		c.BodyTimeout = 60 * time.Second
+	}
+	if c.FallbackWait <= 0 {
+		c.FallbackWait = 10 * time.Second
+	}
+	if c.MaxDepth == 0 {
+		c.MaxDepth = 64
+	}
+	if c.MaxItems == 0 {
+		c.MaxItems = 10000
+	}
+	if c.MaxValues == 0 {
+		c.MaxValues = 1 << 19
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+}
+
 // New returns a gateway. metrics may be nil.
 func New(cfg Config, keys *Keys, adm Admission, waiter Waiter, rdb redis.UniversalClient, metrics *Metrics) (*Gateway, error) {
 	switch {
@@ -192,54 +244,7 @@ func New(cfg Config, keys *Keys, adm Admission, waiter Waiter, rdb redis.Univers
 	case cfg.MaxBody < 0 || cfg.MaxDepth < 0 || cfg.MaxItems < 0 || cfg.MaxValues < 0:
 		return nil, errors.New("gateway: MaxBody, MaxDepth, MaxItems and MaxValues must not be negative")
 	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = 120 * time.Second
-	}
-	if cfg.HeaderTimeout == 0 {
-		cfg.HeaderTimeout = cfg.Timeout
-	}
-	if cfg.StreamIdle == 0 {
-		cfg.StreamIdle = 60 * time.Second
-	}
-	if cfg.MaxLine == 0 {
-		cfg.MaxLine = 1 << 20
-	}
-	if cfg.Client == nil {
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.ResponseHeaderTimeout = cfg.HeaderTimeout
-		cfg.Client = &http.Client{Transport: tr}
-	}
-	if cfg.MaxWait == 0 {
-		cfg.MaxWait = 60 * time.Second
-	}
-	if cfg.MinOutput == 0 {
-		cfg.MinOutput = 16
-	}
-	if cfg.MaxBody == 0 {
-		cfg.MaxBody = 8 << 20
-	}
-	if cfg.MaxBodyBytesInFlight <= 0 {
-		cfg.MaxBodyBytesInFlight = 64 << 20
-	}
-	cfg.MaxBodyBytesInFlight = max(cfg.MaxBodyBytesInFlight, cfg.MaxBody)
-	if cfg.BodyTimeout <= 0 {
-		cfg.BodyTimeout = 60 * time.Second
-	}
-	if cfg.FallbackWait <= 0 {
-		cfg.FallbackWait = 10 * time.Second
-	}
-	if cfg.MaxDepth == 0 {
-		cfg.MaxDepth = 64
-	}
-	if cfg.MaxItems == 0 {
-		cfg.MaxItems = 10000
-	}
-	if cfg.MaxValues == 0 {
-		cfg.MaxValues = 1 << 19
-	}
-	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.DiscardHandler)
-	}
+	cfg.setDefaults()
 	// the models without a provider of their own share the implicit one
 	var implicit *Provider
 	checked := map[*Provider]*Provider{} // the caller's → a checked copy
