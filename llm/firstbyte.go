@@ -14,6 +14,9 @@ import (
 // is abandoned as a transient failure, which the workers retry through
 // admission. A reply that has begun is bounded by the call timeout alone.
 
+// CodeFirstByte is the Code of a call abandoned for want of a first byte.
+const CodeFirstByte = "first_byte_timeout"
+
 // firstByteError is the cause of a call abandoned for want of a first byte.
 type firstByteError struct{ limit time.Duration }
 
@@ -38,7 +41,7 @@ func withFirstByte(ctx context.Context, limit time.Duration) (_ context.Context,
 func noFirstByte(ctx context.Context, err error) error {
 	var fb *firstByteError
 	if err != nil && errors.As(context.Cause(ctx), &fb) {
-		return &Error{Kind: ErrTransient, Code: "first_byte_timeout", Message: fb.Error()}
+		return &Error{Kind: ErrTransient, Code: CodeFirstByte, Message: fb.Error()}
 	}
 	return nil
 }

@@ -18,7 +18,7 @@ import (
 // failure, long before the call timeout; on both clients. A reply whose
 // headers came in time is not cut, however long its body takes.
 func TestFirstByteLimit(t *testing.T) {
-	fake := fakeopenai.New(fakeopenai.Config{Models: []fakeopenai.Model{{Name: "m", RPM: 1000, TPM: 1000000}}, Keys: []string{"good"}})
+	fake := fakeopenai.New(fakeopenai.Config{Models: []fakeopenai.Model{{Name: "m", RPM: 1000, TPM: 1000000, Flex: true}}, Keys: []string{"good"}})
 	// the hang outlasts the test: only the first-byte limit ends the call
 	fake.SetFaults(fakeopenai.Faults{Timeout: 1, TimeoutAfter: "1h"})
 	srv := httptest.NewServer(fake)
@@ -35,6 +35,16 @@ func TestFirstByteLimit(t *testing.T) {
 				t.Fatalf("a call the provider never answers: %v, want a transient first_byte_timeout", err)
 			}
 		})
+	}
+
+	// a flex call queues before it answers: no first-byte limit (the
+	// fake's hang, shortened, ends it with its 504)
+	fake.SetFaults(fakeopenai.Faults{Timeout: 1, TimeoutAfter: "600ms"})
+	flex := req
+	flex.ServiceTier = llm.ServiceTierFlex
+	_, err := llm.New("good", srv.URL+"/v1", time.Hour, nil).Complete(context.Background(), flex)
+	if e := (*llm.Error)(nil); !errors.As(err, &e) || e.Code == llm.CodeFirstByte || e.Status != http.StatusGatewayTimeout {
+		t.Fatalf("a flex call the provider answers late: %v, want the provider's 504, not the first-byte limit", err)
 	}
 
 	// headers at once, the body later: not cut

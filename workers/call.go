@@ -550,6 +550,9 @@ func (c *Caller) retryTransient(ctx context.Context, s callSpec, err error) erro
 		return c.giveUp(ctx, s, GaveUpTransient, err)
 	}
 	delay := c.cfg.Backoff * time.Duration(1<<min(s.retried, 8))
+	if le := (*llm.Error)(nil); errors.As(err, &le) && le.Code == llm.CodeFirstByte {
+		delay = 0 // the call waited out its first-byte limit already
+	}
 	if err := backToAdmission(ctx, c.cfg.Requeue, s.ticket, delay, err); !errors.Is(err, errBackToAdmission) {
 		return err
 	}
