@@ -116,15 +116,14 @@ type chaosReport struct {
 	Unavailable503 int
 	ReadyzDown     bool
 	Elapsed        time.Duration
-	// LastFault is when the scenario's last fault (a kill, say) was
-	// injected; Drain how long after it every accepted PR was published
-	// and no job was left queued
-	LastFault       time.Time
-	Drain           time.Duration
-	Hung            int64 // provider calls the fake hung
-	Problems        []string
-	ProviderLimited int64
-	Checked         []string
+	// LastKill is when the scenario's last worker was killed, LastHang
+	// when the provider last hung a call; Drained when every accepted PR
+	// was published and no job was left queued
+	LastKill, LastHang, Drained time.Time
+	Hung                        int64 // provider calls the fake hung
+	Problems                    []string
+	ProviderLimited             int64
+	Checked                     []string
 	// soak: samples during the arrivals, Redis memory before and after,
 	// the bound per retained PR (bytes), and the prq keys found without
 	// a TTL after the drain (the documented permanent ones aside)
@@ -245,8 +244,12 @@ func Run(ctx context.Context, c Flags, stdout io.Writer) error {
 func printChaos(w io.Writer, r chaosReport) {
 	fmt.Fprintf(w, "chaos %s: %d/%d PRs published, %d/%d reviews, %d duplicates, %d jobs lost, %d archived, %d deliveries accepted, %s\n",
 		r.Scenario, r.Published, r.PRs, r.Reviews, r.WantReviews, r.Duplicates, r.Lost, r.Archived, r.Accepted, r.Elapsed.Round(time.Second))
-	if !r.LastFault.IsZero() {
-		fmt.Fprintf(w, "  drain after the last fault: %s (provider calls hung: %d)\n", r.Drain.Round(time.Second), r.Hung)
+	if !r.LastKill.IsZero() {
+		fmt.Fprintf(w, "  drain after the last kill: %s", r.Drained.Sub(r.LastKill).Round(time.Second))
+		if r.Hung > 0 {
+			fmt.Fprintf(w, "; after the last fault (a kill or a hang): %s; provider calls hung: %d", r.Drained.Sub(latest(r.LastKill, r.LastHang)).Round(time.Second), r.Hung)
+		}
+		fmt.Fprintln(w)
 	}
 	if r.Kills > 0 {
 		p50, p99, mx := quantile.Of(r.Recovery, .5), quantile.Of(r.Recovery, .99), quantile.Of(r.Recovery, 1)
@@ -486,9 +489,7 @@ func chaosScenario(ctx context.Context, c Flags, scenario string) (chaosReport, 
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	if !rep.LastFault.IsZero() {
-		rep.Drain = time.Since(rep.LastFault)
-	}
+	rep.Drained = time.Now()
 	time.Sleep(2 * time.Second) // a late duplicate would show now
 	rep.Elapsed = time.Since(start)
 	if scenario == "soak" {
@@ -503,6 +504,7 @@ func chaosScenario(ctx context.Context, c Flags, scenario string) (chaosReport, 
 	for _, st := range fakes.OpenAI.Stats() {
 		rep.ProviderLimited += st.RateLimited
 		rep.Hung += st.Faults
+		rep.LastHang = latest(rep.LastHang, st.LastFault)
 	}
 	for _, s := range sent {
 		if s.ok {
@@ -556,6 +558,14 @@ func chaosScenario(ctx context.Context, c Flags, scenario string) (chaosReport, 
 	return rep, nil
 }
 
+// latest is the later of a and b.
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
 func reviewable(p corpus.PR, exclude []string) bool {
 	for _, f := range p.Files {
 		if f.Patch == nil || f.Status == "removed" {
@@ -605,7 +615,7 @@ func (r *chaosRun) inject(ctx context.Context, scenario string, srv *redisproc.S
 			victim.Kill()
 			rep.Kills++
 			r.mu.Lock()
-			rep.LastFault = killed
+			rep.LastKill = killed
 			r.mu.Unlock()
 			r.spawn(i)
 			for _, t := range running {
