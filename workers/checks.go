@@ -534,17 +534,17 @@ func (c *Checks) Complete(ctx context.Context, pr jobs.PR, head string, rows []r
 			quota++
 		}
 	}
-	conclusion, title := "success", fmt.Sprintf("%d files summarised", len(rows))
+	conclusion, title := "success", render.Count(len(rows), "file")+" summarised"
 	switch {
 	case failed > 0:
-		conclusion, title = "neutral", fmt.Sprintf("%d files could not be processed", failed)
+		conclusion, title = "neutral", render.Count(failed, "file")+" could not be processed"
 	case quota > 0:
 		// skipped for a spent quota (quota.when_spent: skip): never green
-		conclusion, title = "neutral", fmt.Sprintf("%d files skipped: the quota is spent", quota)
+		conclusion, title = "neutral", render.Count(quota, "file")+" skipped: the quota is spent"
 	case comments > 0:
-		conclusion, title = "neutral", fmt.Sprintf("%d comments on %d reviewed files", comments, reviewed)
+		conclusion, title = "neutral", render.Count(comments, "comment")+" on "+render.Count(reviewed, "reviewed file")
 	case reviewed > 0:
-		title = fmt.Sprintf("No problems found in %d files", reviewed)
+		title = "No problems found in " + render.Count(reviewed, "file")
 	}
 	link := ""
 	if summaryID > 0 {

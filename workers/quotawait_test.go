@@ -182,7 +182,7 @@ func TestCheckRunQuotaWaitAndSkip(t *testing.T) {
 		t.Fatal(err)
 	}
 	cs = rig.fake.CheckRuns(pr.Owner, pr.Repo, "h1")
-	if len(cs) != 1 || cs[0].Status != "completed" || cs[0].Conclusion != "neutral" || cs[0].Title != "1 files skipped: the quota is spent" {
+	if len(cs) != 1 || cs[0].Status != "completed" || cs[0].Conclusion != "neutral" || cs[0].Title != "1 file skipped: the quota is spent" {
 		t.Fatalf("check runs %+v, want one completed neutral: files skipped for the quota", cs)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -71,6 +72,15 @@ func TestDashboardInBrowser(t *testing.T) {
 		if n, _ := strconv.Atoi(p[1]); n < 2 {
 			t.Fatalf("a chart has %d data points", n)
 		}
+	}
+	// each chart draws the limiter's guarantee beside the limit
+	for _, series := range []string{"incoming", "admitted", "limit", "allowed"} {
+		if n := strings.Count(page, `data-series="`+series+`"`); n != len(points) {
+			t.Errorf("%d of %d charts draw the %s series", n, len(points), series)
+		}
+	}
+	if !strings.Contains(page, "tokens let in before older work") {
+		t.Errorf("the admission table's columns are not in plain words")
 	}
 	if !regexp.MustCompile(`<td>[0-9]+/[0-9]+</td>`).MatchString(page) && !bytes.Contains([]byte(page), []byte("none right now")) {
 		t.Errorf("the PR table did not render")

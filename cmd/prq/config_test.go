@@ -27,6 +27,7 @@ func TestConfigCheck(t *testing.T) {
 	negative := write("neg.yaml", "models:\n  - {name: gpt-4o-mini, requests_per_minute: 10, tokens_per_minute: -5}\n  - {name: gpt-4o, requests_per_minute: 10, tokens_per_minute: 100}\n")
 	badTier := write("tier.yaml", "plans:\n  - {installation: 5, tier: platinum}\n")
 	unknownKey := write("key.yaml", "modles: []\n")
+	notPEM := write("key.pem", "ssh-rsa AAAAB3NzaC1yc2E not a pem\n")
 	badLimiter := write("limiter.yaml", "models:\n  - {name: gpt-4o-mini, requests_per_minute: 10, tokens_per_minute: 100, limiter: leaky}\n  - {name: gpt-4o, requests_per_minute: 10, tokens_per_minute: 100}\n")
 	badSub := write("sub.yaml", "models:\n  - {name: gpt-4o-mini, requests_per_minute: 10, tokens_per_minute: 100}\n  - {name: gpt-4o, requests_per_minute: 10, tokens_per_minute: 100, limiter: window, sub_window: 2m}\n")
 	tests := []struct {
@@ -41,11 +42,12 @@ func TestConfigCheck(t *testing.T) {
 		{"unknown tier in a plan", []string{"check"}, map[string]string{"PRQ_CONFIG": badTier}, "plans[0].tier"},
 		{"unknown limiter", []string{"check"}, map[string]string{"PRQ_CONFIG": badLimiter}, "models.gpt-4o-mini: limiter must be"},
 		{"sub-window longer than the window", []string{"check"}, map[string]string{"PRQ_CONFIG": badSub}, "models.gpt-4o: sub-window 2m0s must be shorter"},
-		{"unknown key", []string{"check"}, map[string]string{"PRQ_CONFIG": unknownKey}, "PRQ_CONFIG"},
+		{"unknown key", []string{"check"}, map[string]string{"PRQ_CONFIG": unknownKey}, "key.yaml:1: modles: unknown setting; did you mean models?"},
 		{"serve without webhook secret", []string{"check", "--for", "serve"}, map[string]string{"REDIS_URL": "redis://127.0.0.1:6379"}, "GITHUB_WEBHOOK_SECRET"},
 		{"serve without redis", []string{"check", "--for", "serve"}, map[string]string{"GITHUB_WEBHOOK_SECRET": "s"}, "REDIS_URL"},
+		{"key file without a PEM", []string{"check"}, map[string]string{"GITHUB_PRIVATE_KEY_PATH": notPEM}, "GITHUB_PRIVATE_KEY_PATH (from environment): " + notPEM + " holds no PEM key"},
 		{"bad app id", []string{"check"}, map[string]string{"GITHUB_APP_ID": "twelve"}, "GITHUB_APP_ID"},
-		{"bad log format", []string{"check", "--log-format", "xml"}, nil, "log.format"},
+		{"bad log format", []string{"check", "--log-format", "xml"}, nil, "PRQ_LOG_FORMAT (from flag --log-format)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -74,6 +76,25 @@ func TestConfigCheck(t *testing.T) {
 			}
 		})
 	}
+	t.Run("effective values and their differences from the defaults", func(t *testing.T) {
+		p := write("few.yaml", "worker: {concurrency: 7}\ngithub: {check_runs: false}\n")
+		var out bytes.Buffer
+		if err := run(context.Background(), []string{"config", "check"}, envOf(map[string]string{"PRQ_CONFIG": p}), &out, &out); err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{"max_review_parts: 20", "period: 1m", "concurrency: 7", "check_runs: false", "repo_config: true"} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("the effective configuration lacks %q:\n%s", want, out.String())
+			}
+		}
+		out.Reset()
+		if err := run(context.Background(), []string{"config", "check", "--diff-defaults", "--log-level", "debug"}, envOf(map[string]string{"PRQ_CONFIG": p}), &out, &out); err != nil {
+			t.Fatal(err)
+		}
+		if want := "github:\n    check_runs: false\nlog:\n    level: debug\nworker:\n    concurrency: 7\n"; out.String() != want {
+			t.Fatalf("--diff-defaults printed:\n%s\nwant:\n%s", out.String(), want)
+		}
+	})
 	t.Run("good config is printed redacted", func(t *testing.T) {
 		env := map[string]string{"REDIS_URL": "redis://:hunter2@127.0.0.1:6379/0", "GITHUB_WEBHOOK_SECRET": "webhook-secret-xyz",
 			"OPENAI_API_KEY": "sk-live-abcdef", "GITHUB_PRIVATE_KEY": "-----BEGIN RSA PRIVATE KEY-----\nabc", "GITHUB_APP_ID": "12", "PRQ_ADMIN_TOKEN": "tok-123-4f9a8b7c6d5e"}
@@ -93,15 +114,6 @@ func TestConfigCheck(t *testing.T) {
 }
 
 func TestCommandsHelp(t *testing.T) {
-	for _, cmd := range []string{"serve", "worker", "all", "demo", "bench", "bench-worker"} {
-		var out bytes.Buffer
-		if err := run(context.Background(), []string{cmd, "--help"}, envOf(nil), &out, &out); err != nil {
-			t.Errorf("%s --help: %v", cmd, err)
-		}
-		if !strings.Contains(out.String(), "-redis-url") {
-			t.Errorf("%s --help lists no flags:\n%s", cmd, out.String())
-		}
-	}
 	var out bytes.Buffer
 	if err := run(context.Background(), []string{"nope"}, envOf(nil), &out, &out); exitCode(err) != 2 {
 		t.Errorf("unknown command: %v", err)
@@ -171,5 +183,37 @@ func TestServeRefusesRedisWithoutPersistence(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestServeWithoutTokenPrintsNoDeadURL: serve on loopback without
+// PRQ_ADMIN_TOKEN does not print a dashboard URL that would answer 401,
+// but how to open it; with a token it prints the URL.
+func TestServeWithoutTokenPrintsNoDeadURL(t *testing.T) {
+	srv := redistest.New(t, "--appendonly", "yes")
+	for _, token := range []string{"", harness.RandomHex(16)} {
+		env := map[string]string{"REDIS_URL": srv.URL(), "GITHUB_WEBHOOK_SECRET": harness.RandomHex(32), "PRQ_ADMIN_TOKEN": token}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		var out harness.SyncBuffer
+		go func() { done <- run(ctx, []string{"serve", "--addr", "127.0.0.1:0"}, envOf(env), &out, &out) }()
+		for !strings.Contains(out.String(), "metrics http://") {
+			select {
+			case err := <-done:
+				t.Fatalf("serve: %v\n%s", err, out.String())
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		printed := out.String()
+		if token == "" && (strings.Contains(printed, "dashboard http://") || !strings.Contains(printed, "need PRQ_ADMIN_TOKEN")) {
+			t.Errorf("without a token:\n%s", printed)
+		}
+		if token != "" && !strings.Contains(printed, "dashboard http://") {
+			t.Errorf("with a token:\n%s", printed)
+		}
 	}
 }

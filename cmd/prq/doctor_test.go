@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -27,11 +28,13 @@ func TestDoctor(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(f.Close)
+	f.OpenAI.SetLatencyScale(0.01) // doctor's 1-token calls: their latency is not under test
 	f.GitHub.AddInstallation(7, "acme")
 	rdb := redistest.New(t, "--appendonly", "yes")
 	env := map[string]string{
 		"REDIS_URL": rdb.URL(), "GITHUB_APP_ID": "1", "GITHUB_PRIVATE_KEY": string(f.KeyPEM), "GITHUB_API_URL": f.GitHubURL,
 		"OPENAI_BASE_URL": f.OpenAIURL, "OPENAI_API_KEY": apiKey, "GITHUB_WEBHOOK_SECRET": "doctor-secret-6f1e2a9b7c3d",
+		"GITHUB_APP_SLUG": "prq-bot", "PRQ_ADMIN_TOKEN": "doctor-admin-token-8c2d4e6f",
 	}
 	getenv := func(k string) string { return env[k] }
 
@@ -122,5 +125,75 @@ func TestDoctor(t *testing.T) {
 	}
 	if _, err := doctor(nil, "--only", "everything"); err == nil || exitCode(err) != 2 {
 		t.Errorf("--only everything: want a usage error, got %v", err)
+	}
+}
+
+// TestDoctorFailsWhatServeRefuses: each configuration serve refuses to
+// start with, and a slug that is not the App's, fails doctor (exit 1)
+// on its own line with a fix; the healthy one passes, also as JSON.
+func TestDoctorFailsWhatServeRefuses(t *testing.T) {
+	cfg := config.Default()
+	const apiKey = "sk-doctor-refusals-key"
+	f, err := harness.StartFakes(&cfg, 1, apiKey, 1, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Close)
+	f.OpenAI.SetLatencyScale(0.01) // doctor's 1-token calls: their latency is not under test
+	f.GitHub.AddInstallation(7, "acme")
+	healthy := map[string]string{
+		"REDIS_URL": redistest.New(t, "--appendonly", "yes").URL(), "GITHUB_APP_ID": "1", "GITHUB_PRIVATE_KEY": string(f.KeyPEM),
+		"GITHUB_API_URL": f.GitHubURL, "GITHUB_APP_SLUG": "prq-bot", "OPENAI_BASE_URL": f.OpenAIURL, "OPENAI_API_KEY": apiKey,
+		"GITHUB_WEBHOOK_SECRET": "whsec-5b1d9e7f3a2c4b6d", "PRQ_ADMIN_TOKEN": "admin-7e3f1a9c5b2d4e6f",
+	}
+	doctor := func(override map[string]string, args ...string) (string, error) {
+		var out, errb bytes.Buffer
+		err := run(context.Background(), append([]string{"doctor"}, args...), func(k string) string {
+			if v, ok := override[k]; ok {
+				return v
+			}
+			return healthy[k]
+		}, &out, &errb)
+		return out.String(), err
+	}
+	if out, err := doctor(nil); err != nil || !strings.Contains(out, "ok    config ") || !strings.Contains(out, "ok    github app slug") {
+		t.Fatalf("healthy: %v\n%s", err, out)
+	}
+	if out, err := doctor(nil, "--json"); err != nil || !strings.Contains(out, `"ok": true`) || !strings.Contains(out, `"failed": 0`) {
+		t.Fatalf("healthy --json: %v\n%s", err, out)
+	}
+	for _, c := range []struct {
+		name     string
+		override map[string]string
+		check    string // the failing line's name
+		detail   string // a phrase of its detail
+	}{
+		{".env.example's webhook secret", map[string]string{"GITHUB_WEBHOOK_SECRET": "change-me"}, "config GITHUB_WEBHOOK_SECRET", "serve would not start: GITHUB_WEBHOOK_SECRET (from environment) is a placeholder"},
+		{".env.example's admin token", map[string]string{"PRQ_ADMIN_TOKEN": "change-me-too"}, "config PRQ_ADMIN_TOKEN", "serve would not start: PRQ_ADMIN_TOKEN (from environment) is a placeholder"},
+		{"short webhook secret", map[string]string{"GITHUB_WEBHOOK_SECRET": "s3cr3t-9"}, "config GITHUB_WEBHOOK_SECRET", "shorter than 16"},
+		{"no admin token off loopback", map[string]string{"PRQ_ADMIN_TOKEN": ""}, "config PRQ_ADMIN_TOKEN", "serve would not start: PRQ_ADMIN_TOKEN is required to expose the dashboard"},
+		{"no webhook secret", map[string]string{"GITHUB_WEBHOOK_SECRET": ""}, "config GITHUB_WEBHOOK_SECRET", "is required for serve"},
+		{"Redis without persistence", map[string]string{"REDIS_URL": redistest.New(t).URL()}, "redis persistence", "neither AOF nor RDB"},
+		{"Redis that evicts", map[string]string{"REDIS_URL": redistest.New(t, "--appendonly", "yes", "--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru").URL()}, "redis eviction", "allkeys-lru"},
+		{"slug not the App's", map[string]string{"GITHUB_APP_SLUG": "my-prq-bot"}, "github app slug", `GITHUB_APP_SLUG is "my-prq-bot" but the App is "prq-bot"`},
+		{"no App id", map[string]string{"GITHUB_APP_ID": "", "GITHUB_PRIVATE_KEY": ""}, "github app", "GITHUB_APP_ID is not set"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out, err := doctor(c.override)
+			failing := regexp.MustCompile(`(?m)^FAIL  ` + regexp.QuoteMeta(c.check) + ` {2,}.*` + regexp.QuoteMeta(c.detail))
+			if exitCode(err) != 1 || !failing.MatchString(out) {
+				t.Fatalf("exit %d (%v), want 1 and a failed %q saying %q:\n%s", exitCode(err), err, c.check, c.detail, out)
+			}
+			for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+				if strings.HasPrefix(line, "FAIL") && !strings.Contains(line, "; fix: ") {
+					t.Errorf("a failure without a fix: %s", line)
+				}
+			}
+			for _, v := range c.override {
+				if len(v) > 0 && strings.Contains(v, "change-me") && strings.Contains(out, v) {
+					t.Errorf("prints the secret %q", v)
+				}
+			}
+		})
 	}
 }

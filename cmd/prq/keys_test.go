@@ -53,8 +53,24 @@ func TestKeysCommand(t *testing.T) {
 	if out, err := prq("keys", "rotate", r.ID); err != nil || !strings.Contains(out, "prq-sk-") || strings.Contains(out, created.Key) {
 		t.Fatalf("rotate (%v): %s", err, out)
 	}
+	// a name is unique among the keys not revoked: revoke and rotate take it
+	if _, err := prq("keys", "create", "docs-bot"); err == nil || exitCode(err) != 1 || !strings.Contains(err.Error(), `a key named "docs-bot" exists (id `+r.ID+")") {
+		t.Fatalf("a second docs-bot: %v", err)
+	}
+	if out, err := prq("keys", "rotate", "docs-bot"); err != nil || !strings.Contains(out, r.ID) {
+		t.Fatalf("rotate by name (%v): %s", err, out)
+	}
+	if out, err := prq("keys", "revoke", "docs-bot"); err != nil || !strings.Contains(out, `"revoked"`) || !strings.Contains(out, r.ID) {
+		t.Fatalf("revoke by name (%v): %s", err, out)
+	}
+	if _, err := prq("keys", "revoke", "docs-bot"); err == nil || !strings.Contains(err.Error(), "neither an id nor the name of a key not revoked") {
+		t.Fatalf("revoke a revoked key's name: %v", err)
+	}
 	if out, err := prq("keys", "revoke", r.ID); err != nil || !strings.Contains(out, `"revoked"`) {
 		t.Fatalf("revoke (%v): %s", err, out)
+	}
+	if _, err := prq("keys", "create", "docs-bot"); err != nil { // the name is free again
+		t.Fatalf("docs-bot after its revocation: %v", err)
 	}
 	for _, args := range [][]string{{"keys"}, {"keys", "create"}, {"keys", "revoke"}, {"keys", "frob"}, {"keys", "create", "x", "--tier", "gold"}} {
 		if _, err := prq(args...); err == nil {
@@ -111,5 +127,31 @@ func TestGatewayCommand(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("gateway stopped with %v", err)
+	}
+}
+
+// TestPlanCommand: plan list prints [] when there is none (as keys list
+// does), set and get round-trip, an unknown tier is a usage error.
+func TestPlanCommand(t *testing.T) {
+	env := envOf(map[string]string{"REDIS_URL": redistest.New(t).URL()})
+	prq := func(args ...string) (string, error) {
+		var out, errb bytes.Buffer
+		err := run(context.Background(), args, env, &out, &errb)
+		return out.String(), err
+	}
+	if out, err := prq("plan", "list"); err != nil || strings.TrimSpace(out) != "[]" {
+		t.Fatalf("empty plan list (%v): %q", err, out)
+	}
+	if out, err := prq("plan", "set", "42", "paid", "upgraded"); err != nil || !strings.Contains(out, `"paid"`) {
+		t.Fatalf("plan set (%v): %s", err, out)
+	}
+	if out, err := prq("plan", "get", "42"); err != nil || !strings.Contains(out, `"paid"`) || !strings.Contains(out, "upgraded") {
+		t.Fatalf("plan get (%v): %s", err, out)
+	}
+	if out, err := prq("plan", "list"); err != nil || !strings.Contains(out, `"paid"`) {
+		t.Fatalf("plan list (%v): %s", err, out)
+	}
+	if _, err := prq("plan", "set", "42", "gold"); exitCode(err) != 2 {
+		t.Fatalf("an unknown tier: %v (exit %d), want exit 2", err, exitCode(err))
 	}
 }

@@ -54,8 +54,8 @@ func TestConfigReferenceUsage(t *testing.T) {
 	if err := run(context.Background(), []string{"config", "reference", "extra"}, envOf(nil), &out, &errb); exitCode(err) != 2 {
 		t.Fatalf("an argument: %v (exit %d)", err, exitCode(err))
 	}
-	if err := run(context.Background(), []string{"config", "reference", "--help"}, envOf(nil), &out, &errb); err != nil || !strings.Contains(errb.String(), config.ReferenceCommand) {
-		t.Fatalf("--help: %v\n%s", err, errb.String())
+	if err := run(context.Background(), []string{"config", "reference", "--help"}, envOf(nil), &out, &errb); err != nil || !strings.Contains(out.String(), config.ReferenceCommand) {
+		t.Fatalf("--help: %v\n%s", err, out.String())
 	}
 	if err := run(context.Background(), []string{"config"}, envOf(nil), &out, &errb); err == nil || !strings.Contains(err.Error(), "check|reference") {
 		t.Fatalf("no subcommand: %v", err)

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prq-dev/prq/fake/fakegithub"
@@ -24,11 +25,24 @@ import (
 	"github.com/prq-dev/prq/store"
 )
 
-// setup parses a running command's flags and configuration.
-func setup(env *cmdEnv, name, usage string, m config.Mode, args []string, extra func(*flag.FlagSet)) (*config.Config, bool, error) {
+// The shared flags (config.Flags) each command reads, besides --config:
+// its help lists only these.
+var (
+	serveFlags   = []string{"addr", "redis-url", "log-format", "log-level", "allow-eviction", "allow-no-persistence"}
+	workerFlags  = []string{"redis-url", "log-format", "log-level", "concurrency", "shutdown-timeout", "allow-eviction", "allow-no-persistence"}
+	allFlags     = []string{"addr", "redis-url", "log-format", "log-level", "concurrency", "shutdown-timeout", "allow-eviction", "allow-no-persistence"}
+	demoFlags    = []string{"addr", "redis-url", "log-format", "log-level"}
+	benchFlags   = []string{"redis-url", "log-format", "log-level", "concurrency", "shutdown-timeout"}
+	gatewayFlags = []string{"addr", "redis-url", "log-format", "log-level", "allow-eviction", "allow-no-persistence"}
+	redisFlags   = []string{"redis-url"} // doctor, plan and keys
+)
+
+// setup parses a running command's flags (extra's, and the shared flags
+// named) and its configuration.
+func setup(env *cmdEnv, name, usage string, m config.Mode, args []string, extra func(*flag.FlagSet), flags ...string) (*config.Config, bool, error) {
 	fs := newFlagSet(env, name, usage)
 	var fl config.Flags
-	fl.Register(fs)
+	fl.Register(fs, flags...)
 	if extra != nil {
 		extra(fs)
 	}
@@ -57,7 +71,7 @@ func indent(s string) string {
 }
 
 func runServe(ctx context.Context, env *cmdEnv, args []string) error {
-	cfg, help, err := setup(env, "serve", "Runs the webhook receiver, dashboard, asynq web UI, metrics and admin API.", config.ModeServe, args, nil)
+	cfg, help, err := setup(env, "serve", "Runs the webhook receiver, dashboard, asynq web UI, metrics and admin API.", config.ModeServe, args, nil, serveFlags...)
 	if help || err != nil {
 		return err
 	}
@@ -65,7 +79,7 @@ func runServe(ctx context.Context, env *cmdEnv, args []string) error {
 }
 
 func runWorker(ctx context.Context, env *cmdEnv, args []string) error {
-	cfg, help, err := setup(env, "worker", "Runs jobs: admission, planning, summaries, reviews, chat and publishing. Scale by running more.", config.ModeWorker, args, nil)
+	cfg, help, err := setup(env, "worker", "Runs jobs: admission, planning, summaries, reviews, chat and publishing. Scale by running more.", config.ModeWorker, args, nil, workerFlags...)
 	if help || err != nil {
 		return err
 	}
@@ -73,7 +87,7 @@ func runWorker(ctx context.Context, env *cmdEnv, args []string) error {
 }
 
 func runAll(ctx context.Context, env *cmdEnv, args []string) error {
-	cfg, help, err := setup(env, "all", "Runs serve and worker in one process.", config.ModeAll, args, nil)
+	cfg, help, err := setup(env, "all", "Runs serve and worker in one process.", config.ModeAll, args, nil, allFlags...)
 	if help || err != nil {
 		return err
 	}
@@ -82,7 +96,7 @@ func runAll(ctx context.Context, env *cmdEnv, args []string) error {
 
 func runDemo(ctx context.Context, env *cmdEnv, args []string) error {
 	var d demo.Flags
-	cfg, help, err := setup(env, "demo", demo.Usage, config.ModeDemo, args, d.Register)
+	cfg, help, err := setup(env, "demo", demo.Usage, config.ModeDemo, args, d.Register, demoFlags...)
 	if help || err != nil {
 		return err
 	}
@@ -91,7 +105,7 @@ func runDemo(ctx context.Context, env *cmdEnv, args []string) error {
 
 func runBench(ctx context.Context, env *cmdEnv, args []string) error {
 	var b bench.Flags
-	cfg, help, err := setup(env, "bench", bench.Usage, config.ModeCheck, args, b.Register)
+	cfg, help, err := setup(env, "bench", bench.Usage, config.ModeCheck, args, b.Register, benchFlags...)
 	if help || err != nil {
 		return err
 	}
@@ -100,7 +114,7 @@ func runBench(ctx context.Context, env *cmdEnv, args []string) error {
 
 func runBenchWorker(ctx context.Context, env *cmdEnv, args []string) error {
 	var w bench.WorkerFlags
-	cfg, help, err := setup(env, "bench-worker", "A worker process of prq bench (internal).", config.ModeWorker, args, w.Register)
+	cfg, help, err := setup(env, "bench-worker", "A worker process of prq bench (internal).", config.ModeWorker, args, w.Register, benchFlags...)
 	if help || err != nil {
 		return err
 	}
@@ -109,24 +123,54 @@ func runBenchWorker(ctx context.Context, env *cmdEnv, args []string) error {
 
 func runChaos(ctx context.Context, env *cmdEnv, args []string) error {
 	var c chaos.Flags
-	_, help, err := setup(env, "chaos", chaos.Usage, config.ModeCheck, args, c.Register)
-	if help || err != nil {
+	fs := newFlagSet(env, "chaos", chaos.Usage) // it runs its own Redis and workers: no configuration
+	c.Register(fs)
+	if help, err := parseFlags(fs, args); help || err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		return &usageError{Msg: "chaos: takes no arguments; prq chaos --help lists its flags"}
 	}
 	return chaos.Run(ctx, c, env.stdout)
 }
 
+const planUsage = "prq plan set <installation> <tier> [reason] | get <installation> | list"
+
 func runPlan(ctx context.Context, env *cmdEnv, args []string) error {
-	usage := "prq plan set <installation> <tier> [reason] | get <installation> | list"
 	if len(args) == 0 {
-		return &usageError{Msg: usage}
+		return &usageError{Msg: "usage: " + planUsage}
 	}
 	sub, rest := args[0], args[1:]
-	fs := newFlagSet(env, "plan "+sub, usage)
+	if isHelp(args) {
+		sub, rest = strings.TrimPrefix(planUsage, "prq plan "), []string{"--help"}
+	} else if sub != "set" && sub != "get" && sub != "list" {
+		return &usageError{Msg: fmt.Sprintf("plan: unknown subcommand %q; usage: %s", sub, planUsage)}
+	}
+	fs := newFlagSet(env, "plan "+sub+planArgs[sub], "Sets, shows or lists installations' plan tiers in Redis (REDIS_URL), as PUT /api/plans/{installation} does. Tiers: paid, trial, free.")
 	var fl config.Flags
-	fl.Register(fs)
+	fl.Register(fs, redisFlags...)
 	if help, err := parseFlags(fs, rest); help || err != nil {
 		return err
+	}
+	pos := fs.Args()
+	var id int64
+	var tier jobs.Tier
+	switch {
+	case sub == "set" && (len(pos) < 2 || len(pos) > 3), sub == "get" && len(pos) != 1, sub == "list" && len(pos) != 0:
+		return &usageError{Msg: "usage: " + planUsage}
+	case sub != "list":
+		n, err := strconv.ParseInt(pos[0], 10, 64)
+		if err != nil || n <= 0 {
+			return &usageError{Msg: fmt.Sprintf("installation %q: want a positive integer", pos[0])}
+		}
+		id = n
+	}
+	if sub == "set" {
+		t, err := jobs.ParseTier(pos[1])
+		if err != nil {
+			return &usageError{Msg: err.Error()}
+		}
+		tier = t
 	}
 	cfg, err := config.Load(env.getenv, &fl)
 	if err != nil {
@@ -147,22 +191,10 @@ func runPlan(ctx context.Context, env *cmdEnv, args []string) error {
 	defer rdb.Close()
 	def, _ := jobs.ParseTier(cfg.DefaultTier)
 	st := store.New(rdb, def)
-	pos := fs.Args()
 	enc := json.NewEncoder(env.stdout)
 	enc.SetIndent("", "  ")
 	switch sub {
 	case "set":
-		if len(pos) < 2 {
-			return &usageError{Msg: usage}
-		}
-		id, err := strconv.ParseInt(pos[0], 10, 64)
-		if err != nil || id <= 0 {
-			return &usageError{Msg: "installation must be a positive integer"}
-		}
-		tier, err := jobs.ParseTier(pos[1])
-		if err != nil {
-			return &usageError{Msg: err.Error()}
-		}
 		reason := ""
 		if len(pos) > 2 {
 			reason = pos[2]
@@ -170,38 +202,43 @@ func runPlan(ctx context.Context, env *cmdEnv, args []string) error {
 		if err := st.UpdatePlan(ctx, id, func(p *store.Plan) { p.Tier, p.Reason, p.Explicit = tier, reason, true }); err != nil {
 			return err
 		}
-		p, _ := st.GetPlan(ctx, id)
-		return enc.Encode(p)
-	case "get":
-		if len(pos) != 1 {
-			return &usageError{Msg: usage}
-		}
-		id, err := strconv.ParseInt(pos[0], 10, 64)
-		if err != nil || id <= 0 {
-			return &usageError{Msg: "installation must be a positive integer"}
-		}
 		p, err := st.GetPlan(ctx, id)
 		if err != nil {
 			return err
 		}
 		return enc.Encode(p)
-	case "list":
-		ps, err := st.ListPlans(ctx)
+	case "get":
+		p, err := st.GetPlan(ctx, id)
 		if err != nil {
 			return err
 		}
-		return enc.Encode(ps)
+		return enc.Encode(p)
 	}
-	return &usageError{Msg: usage}
+	ps, err := st.ListPlans(ctx)
+	if err != nil {
+		return err
+	}
+	if ps == nil {
+		ps = []store.Plan{} // [] as keys list prints, not null
+	}
+	return enc.Encode(ps)
 }
 
+// planArgs are each subcommand's arguments, for its usage line.
+var planArgs = map[string]string{"set": " <installation> <tier> [reason]", "get": " <installation>", "list": ""}
+
 func runFake(ctx context.Context, env *cmdEnv, args []string) error {
-	usage := "prq fake github|openai [--addr 127.0.0.1:9100] — a faithful fake of the GitHub API or an OpenAI-compatible provider"
-	if len(args) == 0 || (args[0] != "github" && args[0] != "openai") {
-		return &usageError{Msg: usage}
+	usage := "Runs a faithful fake of the GitHub API (github) or of an OpenAI-compatible provider (openai), for tests and demos."
+	which, rest := "", args
+	switch {
+	case isHelp(args):
+		which, rest = "github|openai", []string{"--help"}
+	case len(args) == 0 || (args[0] != "github" && args[0] != "openai"):
+		return &usageError{Msg: "usage: prq fake github|openai [flags]; prq fake --help lists the flags"}
+	default:
+		which, rest = args[0], args[1:]
 	}
-	which := args[0]
-	fs := newFlagSet(env, "fake "+which, usage)
+	fs := newFlagSet(env, "fake "+which+" [flags]", usage)
 	addr := fs.String("addr", "127.0.0.1:9100", "listen address")
 	compress := fs.Float64("compress", 1, "time compression: limits per minute/compress")
 	keyPath := fs.String("app-public-key", "", "github: PEM of the App's RSA key (private or public) to verify JWTs")
@@ -211,7 +248,7 @@ func runFake(ctx context.Context, env *cmdEnv, args []string) error {
 	apiKey := fs.String("api-key", "", "openai: the only API key accepted (default: any)")
 	replies := fs.String("replies", "json", "openai: how the fake model answers reviews: json, prose (unless response_format asks for JSON), fenced, outside (lines outside the diff) or cut")
 	limiter := fs.String("limiter", fakeopenai.LimiterBucket, "openai: how the limits are counted: bucket (OpenAI's continuous refill) or window (at most the limit in any sliding period)")
-	if help, err := parseFlags(fs, args[1:]); help || err != nil {
+	if help, err := parseFlags(fs, rest); help || err != nil {
 		return err
 	}
 	if *compress <= 0 {

@@ -27,7 +27,7 @@ func TestEveryRouteIsInGitHubsDescription(t *testing.T) {
 		}
 		for _, rt := range routes {
 			// a path with a value in each parameter's place
-			path := strings.NewReplacer("{owner}", "o", "{repo}", "r", "{n}", "7", "{id}", "7", "{basehead}", "a...b", "{ref}", "abc").Replace(rt.Path)
+			path := strings.NewReplacer("{owner}", "o", "{repo}", "r", "{n}", "7", "{id}", "7", "{basehead}", "a...b", "{ref}", "abc", "{code}", "c0de").Replace(rt.Path)
 			if op, _ := d.Find(rt.Method, path); op == nil {
 				t.Errorf("%s: %s %s (%s) is not in the description", d.Name, rt.Method, rt.Path, path)
 			}

@@ -5,9 +5,11 @@
 // Link headers (3,000-file cap, nil patches for binaries), validates that
 // review comments sit inside a hunk on the chosen side (422 otherwise),
 // enforces the secondary limit on content-creating requests, honours an
-// Enterprise base path (/api/v3), and records every write. It covers
-// only those calls (any other route answers 404) and sends no webhooks:
-// package traffic does.
+// Enterprise base path (/api/v3), and records every write. It serves
+// GitHub's App manifest flow too (manifest.go): the settings/apps/new
+// form and the code's conversion, after which the new App's JWTs are
+// accepted. It covers only those calls (any other route answers 404)
+// and sends no webhooks: package traffic does.
 package fakegithub
 
 import (
@@ -104,6 +106,8 @@ type Server struct {
 	repos        map[string]*repository
 	contentReads map[string]int
 	reactions    map[int64][]string // comment id -> the App's reactions
+	// Apps registered from a manifest (manifest.go)
+	manifests manifestApps
 }
 
 type token struct {
@@ -260,12 +264,15 @@ func New(cfg Config) *Server {
 		m.HandleFunc(rt.Method+" "+rt.Path, s.family(rt.Family, rt.h))
 	}
 	m.HandleFunc("GET /_fake/stats", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, s.AllStats()) })
+	s.pages(m)
+	s.webRoutes(m)
 	s.mux = m
 	return s
 }
 
 // ServeHTTP serves the API at / and under the Enterprise prefix /api/v3.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	sent := r.URL.Path
 	if p, ok := strings.CutPrefix(r.URL.Path, "/api/v3"); ok {
 		r2 := r.Clone(context.WithValue(r.Context(), enterpriseKey{}, true))
 		r2.URL.Path = p
@@ -278,6 +285,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rec := s.record(w, r)
+	rec.req.Path = sent // the Enterprise prefix included
 	s.mux.ServeHTTP(rec, r)
 	rec.done()
 }
@@ -471,7 +479,8 @@ func (s *Server) accessToken(w http.ResponseWriter, r *http.Request) {
 		ghError(w, 404, "Not Found")
 		return
 	}
-	if msg := s.verifyJWT(r); msg != "" {
+	app, msg := s.jwtApp(r)
+	if msg != "" {
 		ghError(w, 401, msg)
 		return
 	}
@@ -494,40 +503,46 @@ func (s *Server) accessToken(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.tokens[tok] = token{inst: inst, expires: exp}
 	s.mu.Unlock()
-	writeJSON(w, 201, map[string]any{"token": tok, "expires_at": exp.UTC().Format(time.RFC3339), "permissions": s.cfg.Permissions})
+	writeJSON(w, 201, map[string]any{"token": tok, "expires_at": exp.UTC().Format(time.RFC3339), "permissions": app.permissions})
 }
 
-// verifyJWT checks the App's JWT as GitHub does; it returns GitHub's
-// message when the token is refused, "" when it is accepted.
-func (s *Server) verifyJWT(r *http.Request) string {
+// jwtApp checks the App's JWT as GitHub does and returns the App it is
+// for: the configured App, or one registered from a manifest (its
+// issuer). The message is GitHub's when the token is refused.
+func (s *Server) jwtApp(r *http.Request) (*appIdentity, string) {
 	raw, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok {
-		return "A JSON web token could not be decoded"
+		return nil, "A JSON web token could not be decoded"
 	}
 	now := s.cfg.NowFunc()
 	claims := jwt.RegisteredClaims{}
 	parser := jwt.NewParser(jwt.WithoutClaimsValidation())
+	var app *appIdentity
 	_, err := parser.ParseWithClaims(raw, &claims, func(t *jwt.Token) (any, error) {
 		if t.Method.Alg() != "RS256" {
 			return nil, fmt.Errorf("unexpected alg %s", t.Method.Alg())
 		}
-		return s.cfg.PublicKey, nil
+		app = s.appByIssuer(claims.Issuer)
+		if app == nil { // the configured key still decides "could not be decoded"
+			return s.cfg.PublicKey, nil
+		}
+		return app.key, nil
 	})
 	switch {
 	case err != nil:
-		return "A JSON web token could not be decoded"
-	case claims.Issuer != strconv.FormatInt(s.cfg.AppID, 10):
-		return "'Issuer' claim ('iss') must be an Integer"
+		return nil, "A JSON web token could not be decoded"
+	case app == nil:
+		return nil, "'Issuer' claim ('iss') must be an Integer"
 	case claims.IssuedAt == nil || claims.ExpiresAt == nil:
-		return "Missing 'issued at' or 'expiration time' claim"
+		return nil, "Missing 'issued at' or 'expiration time' claim"
 	case claims.IssuedAt.After(now.Add(60 * time.Second)):
-		return "'Issued at' claim ('iat') must be an Integer representing a time in the past"
+		return nil, "'Issued at' claim ('iat') must be an Integer representing a time in the past"
 	case !claims.ExpiresAt.After(now):
-		return "'Expiration time' claim ('exp') must be a numeric value representing the future time at which the assertion expires"
+		return nil, "'Expiration time' claim ('exp') must be a numeric value representing the future time at which the assertion expires"
 	case claims.ExpiresAt.Sub(claims.IssuedAt.Time) > 10*time.Minute+time.Second:
-		return "'Expiration time' claim ('exp') is too far in the future"
+		return nil, "'Expiration time' claim ('exp') is too far in the future"
 	}
-	return ""
+	return app, ""
 }
 
 // Uninstall removes an installation as GitHub does when the App is
@@ -561,20 +576,14 @@ func (s *Server) AddInstallation(id int64, account string) {
 
 // getApp answers GET /app (authenticated as the App) in GitHub's shape.
 func (s *Server) getApp(w http.ResponseWriter, r *http.Request) {
-	if msg := s.verifyJWT(r); msg != "" {
+	app, msg := s.jwtApp(r)
+	if msg != "" {
 		ghError(w, 401, msg)
 		return
 	}
-	created := time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC).Format(time.RFC3339)
-	writeJSON(w, 200, map[string]any{
-		"id": s.cfg.AppID, "slug": s.cfg.AppSlug, "node_id": "A_kwDOfake", "client_id": "Iv1.fake",
-		"owner": map[string]any{"login": "prq-dev", "id": 1, "type": "Organization"},
-		"name":  s.cfg.AppSlug, "description": "", "external_url": "https://github.com/prq-dev/prq",
-		"html_url":   "https://github.com/apps/" + s.cfg.AppSlug,
-		"created_at": created, "updated_at": created,
-		"permissions": s.cfg.Permissions, "events": s.cfg.Events,
-		"installations_count": len(s.installations()),
-	})
+	body := app.apiJSON(r)
+	body["installations_count"] = len(s.installations())
+	writeJSON(w, 200, body)
 }
 
 // installations returns every installation id with its account, by id.
@@ -599,7 +608,8 @@ func (s *Server) installations() [][2]any {
 // listInstallations answers GET /app/installations (authenticated as the
 // App), paginated with per_page and page as on GitHub.
 func (s *Server) listInstallations(w http.ResponseWriter, r *http.Request) {
-	if msg := s.verifyJWT(r); msg != "" {
+	app, msg := s.jwtApp(r)
+	if msg != "" {
 		ghError(w, 401, msg)
 		return
 	}
@@ -611,9 +621,9 @@ func (s *Server) listInstallations(w http.ResponseWriter, r *http.Request) {
 	for _, in := range all[lo:hi] {
 		id, acct := in[0].(int64), in[1].(string)
 		out = append(out, map[string]any{
-			"id": id, "app_id": s.cfg.AppID, "app_slug": s.cfg.AppSlug, "target_id": id, "target_type": "Organization",
+			"id": id, "app_id": app.id, "app_slug": app.slug, "target_id": id, "target_type": "Organization",
 			"account":              map[string]any{"login": acct, "id": id, "type": "Organization"},
-			"repository_selection": "all", "permissions": s.cfg.Permissions, "events": s.cfg.Events,
+			"repository_selection": "all", "permissions": app.permissions, "events": app.events,
 			"html_url":   fmt.Sprintf("https://github.com/organizations/%s/settings/installations/%d", acct, id),
 			"created_at": created, "updated_at": created, "suspended_at": nil,
 		})

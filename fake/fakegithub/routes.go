@@ -48,6 +48,7 @@ func (s *Server) routes() []Route {
 		{"POST", "/app/installations/{id}/access_tokens", FamilyApp, s.accessToken},
 		{"GET", "/app", FamilyApp, s.getApp},
 		{"GET", "/app/installations", FamilyApp, s.listInstallations},
+		{"POST", "/app-manifests/{code}/conversions", FamilyApp, s.convertManifest},
 		{"GET", "/repos/{owner}/{repo}/pulls/{n}", FamilyPulls, s.auth(s.getPR)},
 		{"GET", "/repos/{owner}/{repo}/pulls/{n}/files", FamilyPulls, s.auth(s.listFiles)},
 		{"GET", "/repos/{owner}/{repo}/compare/{basehead}", FamilyPulls, s.auth(s.compare)},

@@ -8,7 +8,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net/url"
 	"os"
@@ -539,7 +538,7 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 }
 
 // MarshalYAML writes Go duration text.
-func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+func (d Duration) MarshalYAML() (any, error) { return shortDuration(d), nil }
 
 // D returns the duration.
 func (d Duration) D() time.Duration { return time.Duration(d) }
@@ -616,10 +615,8 @@ func Load(getenv func(string) string, fl *Flags) (*Config, error) {
 		}
 		fc := c
 		fc.Models, fc.Tiers, fc.Filters.Exclude = nil, nil, nil
-		dec := yaml.NewDecoder(strings.NewReader(string(b)))
-		dec.KnownFields(true)
-		if err := dec.Decode(&fc); err != nil && !errors.Is(err, io.EOF) {
-			return nil, &SettingError{Name: "PRQ_CONFIG", Source: file, Problem: err.Error()}
+		if err := decodeFile(file, b, &fc); err != nil {
+			return nil, err
 		}
 		if fc.Models == nil {
 			fc.Models = c.Models
@@ -682,19 +679,19 @@ func (c *Config) Validate(m Mode) error {
 		bad("PRQ_ADDR", "%q is not host:port (for example :8080 or 127.0.0.1:8080)", c.Addr)
 	}
 	if f := c.Log.Format; f != "text" && f != "json" {
-		bad("log.format", "%q: want text or json", f)
+		bad(settingName("log.format"), "%q: want text or json", f)
 	}
 	if _, err := ParseLevel(c.Log.Level); err != nil {
-		bad("log.level", "%v", err)
+		bad(settingName("log.level"), "%v", err)
 	}
 	if c.Retention.D() < time.Hour {
 		bad("retention", "must be at least 1h, got %s", c.Retention.D())
 	}
 	if c.ShutdownTimeout.D() <= 0 {
-		bad("shutdown_timeout", "must be positive, got %s", c.ShutdownTimeout.D())
+		bad(settingName("shutdown_timeout"), "must be positive, got %s", c.ShutdownTimeout.D())
 	}
 	if c.Worker.Concurrency <= 0 || c.Worker.Concurrency > 10000 {
-		bad("worker.concurrency", "must be between 1 and 10000, got %d", c.Worker.Concurrency)
+		bad(settingName("worker.concurrency"), "must be between 1 and 10000, got %d", c.Worker.Concurrency)
 	}
 	if u, err := url.Parse(c.GitHub.APIURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		bad("GITHUB_API_URL", "%q is not an http(s) URL", c.GitHub.APIURL)
@@ -729,6 +726,9 @@ func (c *Config) Validate(m Mode) error {
 	if m == ModeServe || m == ModeAll {
 		if c.GitHub.WebhookSecret == "" {
 			bad("GITHUB_WEBHOOK_SECRET", "is required for serve: unsigned webhooks would be trusted")
+		}
+		if problem := c.AdminTokenProblem(); problem != "" {
+			bad("PRQ_ADMIN_TOKEN", "%s", problem)
 		}
 		if c.Metrics.RequireToken && c.Admin.Token == "" {
 			bad("metrics.require_token", "needs PRQ_ADMIN_TOKEN: without it nothing could scrape /metrics")
@@ -779,10 +779,8 @@ func (c *Config) Validate(m Mode) error {
 			bad("OPENAI_API_KEY", "is required for worker (or providers with their key_env)")
 		}
 	}
-	if c.GitHub.PrivateKeyPath != "" {
-		if _, err := os.Stat(c.GitHub.PrivateKeyPath); err != nil {
-			bad("GITHUB_PRIVATE_KEY_PATH", "%v", err)
-		}
+	if problem := c.keyFileProblem(); problem != "" {
+		bad("GITHUB_PRIVATE_KEY_PATH", "%s", problem)
 	}
 	models := map[string]bool{}
 	for i, mc := range c.Models {

@@ -11,7 +11,12 @@ type envSetting struct{ Name, Path string }
 var envSettings = []envSetting{
 	{"REDIS_URL", "redis_url"},
 	{"PRQ_ADDR", "addr"},
+	{"PRQ_ALLOW_EVICTION", "allow_eviction"},
 	{"PRQ_ALLOW_NO_PERSISTENCE", "allow_no_persistence"},
+	{"PRQ_SHUTDOWN_TIMEOUT", "shutdown_timeout"},
+	{"PRQ_LOG_FORMAT", "log.format"},
+	{"PRQ_LOG_LEVEL", "log.level"},
+	{"PRQ_CONCURRENCY", "worker.concurrency"},
 	{"GITHUB_APP_ID", "github.app_id"},
 	{"GITHUB_APP_SLUG", "github.app_slug"},
 	{"GITHUB_PRIVATE_KEY_PATH", "github.private_key_path"},

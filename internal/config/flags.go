@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 )
@@ -31,13 +32,23 @@ type Flags struct {
 	fs     *flag.FlagSet // where the flags were registered: Visit tells which were given
 }
 
-// Register adds the flags to fs. Each usage names the setting's
-// environment variable and default, taken from the definitions.
-func (f *Flags) Register(fs *flag.FlagSet) {
+// Register adds --config and the named flags to fs (every flag of
+// flagSettings when none is named): a command lists only the flags it
+// reads. Each usage names the setting's environment variable and
+// default, taken from the definitions.
+func (f *Flags) Register(fs *flag.FlagSet, names ...string) {
 	f.fs = fs
 	fs.StringVar(&f.config, "config", "", "YAML configuration file (env PRQ_CONFIG)")
 	def := Default()
+	for _, n := range names {
+		if !slices.ContainsFunc(flagSettings, func(s flagSetting) bool { return s.Name == n }) {
+			panic("config: no flag --" + n) // a command names a flag that does not exist: its help test fails first
+		}
+	}
 	for _, s := range flagSettings {
+		if len(names) > 0 && !slices.Contains(names, s.Name) {
+			continue
+		}
 		v, err := field(&def, s.Path)
 		if err != nil {
 			panic(err) // a definition names no setting: TestFlagSettings fails first

@@ -51,7 +51,7 @@ func Reference(w io.Writer) error {
 	}
 	b.WriteString("| the variables named in [`providers[].key_env`](#" + anchor("providers[].key_env") + ") | the providers' keys (secret) |\n")
 
-	b.WriteString("\n## Flags\n\nEvery command that reads the configuration takes these flags; one given on the command line wins over the file and the environment.\n\n| Flag | Sets | Help |\n|---|---|---|\n")
+	b.WriteString("\n## Flags\n\nEach command takes those it reads (`prq <command> --help` lists them); one given on the command line wins over the file and the environment.\n\n| Flag | Sets | Help |\n|---|---|---|\n")
 	fs.VisitAll(func(f *flag.Flag) {
 		kind, usage := flag.UnquoteUsage(f)
 		sets := "the YAML file to read"
@@ -134,9 +134,11 @@ prq reads its settings in layers, each overriding the one before:
 3. the [environment variables](#environment-variables);
 4. the [flags](#flags).
 
-` + "`prq config check`" + ` validates the result and prints the effective configuration with every secret
-redacted; ` + "`--for serve|worker|all|demo`" + ` also checks what that command needs. A bad value stops a
-command at start with an error naming the setting and the accepted form. Secrets are never printed:
+` + "`prq config check`" + ` validates the result and prints the effective configuration, the defaults applied
+where a setting is used filled in, with every secret redacted; ` + "`--diff-defaults`" + ` prints only the settings
+that differ from the defaults, and ` + "`--for serve|worker|all|demo`" + ` also checks what that command needs. A
+bad value stops a command at start with an error naming the setting and the accepted form; a mistake
+in the file names the file, the line and the setting's path (` + "`prq.yaml:12: models[1].token_per_minute: unknown setting; did you mean tokens_per_minute?`" + `). Secrets are never printed:
 not here, not by ` + "`config check`" + `, not in logs or errors. Keys of the providers are read only
 from the environment variables ` + "`providers[].key_env`" + ` names, never from the file.
 `

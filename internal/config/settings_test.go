@@ -12,7 +12,7 @@ import (
 // TestEnvSettings: each variable of the loader's list sets its setting
 // and is named as its source; a bad value is refused naming the variable.
 func TestEnvSettings(t *testing.T) {
-	samples := map[reflect.Kind]string{reflect.String: "https://sample.example/x", reflect.Bool: "true", reflect.Int64: "42"}
+	samples := map[reflect.Kind]string{reflect.String: "https://sample.example/x", reflect.Bool: "true", reflect.Int64: "42", reflect.Int: "42"}
 	for _, e := range envSettings {
 		t.Run(e.Name, func(t *testing.T) {
 			c := Default()
@@ -22,6 +22,9 @@ func TestEnvSettings(t *testing.T) {
 			}
 			kind := v.Kind()
 			sample, ok := samples[kind]
+			if v.Type() == durationType {
+				sample = "42s"
+			}
 			if !ok {
 				t.Fatalf("no sample for a %s", kind)
 			}
@@ -30,7 +33,11 @@ func TestEnvSettings(t *testing.T) {
 				t.Fatal(err)
 			}
 			v, _ = field(got, e.Path)
-			if fmt.Sprint(v.Interface()) != sample && !(v.Type() == secretType && string(v.Interface().(Secret)) == sample) {
+			val := fmt.Sprint(v.Interface())
+			if v.Type() == durationType {
+				val = shortDuration(Duration(v.Int()))
+			}
+			if val != sample && !(v.Type() == secretType && string(v.Interface().(Secret)) == sample) {
 				t.Fatalf("%s=%q left %s = %v", e.Name, sample, e.Path, v.Interface())
 			}
 			if got.SetBy(e.Name) != "environment" {
@@ -94,14 +101,14 @@ func TestFlagSettings(t *testing.T) {
 	if u := fs.Lookup("addr").Usage; u != "HTTP listen address (env PRQ_ADDR; default :8080)" {
 		t.Errorf("--addr usage %q", u)
 	}
-	if u := fs.Lookup("shutdown-timeout").Usage; !strings.HasSuffix(u, "(default 30s)") {
+	if u := fs.Lookup("shutdown-timeout").Usage; !strings.HasSuffix(u, "(env PRQ_SHUTDOWN_TIMEOUT; default 30s)") {
 		t.Errorf("--shutdown-timeout usage %q", u)
 	}
 	var fl Flags
 	fs = flag.NewFlagSet("x", flag.ContinueOnError)
 	fl.Register(fs)
 	_ = fs.Parse([]string{"--concurrency=-3"})
-	if _, err := Load(func(string) string { return "" }, &fl); err == nil || !strings.Contains(err.Error(), "worker.concurrency (from flag --concurrency)") {
+	if _, err := Load(func(string) string { return "" }, &fl); err == nil || !strings.Contains(err.Error(), "PRQ_CONCURRENCY (from flag --concurrency)") {
 		t.Errorf("--concurrency=-3: %v", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	_ "embed"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -63,6 +64,10 @@ type Plans interface {
 
 // Dashboard serves the dashboard and the admin API.
 type Dashboard struct {
+	// PRPages, when set, is where the page of each pull request is
+	// (PRPages + "owner/repo/number"): the demo's fake GitHub.
+	PRPages string
+
 	src     Source
 	plans   Plans
 	demo    bool
@@ -85,33 +90,51 @@ var dashboardHTML []byte
 //go:embed dashboard.js
 var dashboardJS []byte
 
-// sample is one second of a model's token flow.
+// sample is a model's token flow at one second: tokens per second
+// arriving and admitted, each averaged over the limit's last period (a
+// minute; the demo compresses it), against the limit and against what
+// the bucket allowed in that period — the limit plus the tokens it had
+// saved at the period's start: what the limiter guarantees it lets
+// through (a bucket spending its saving after a quiet spell rides above
+// Limit, under Allowed, as the provider's own bucket allows). Admitted
+// counts every admission: a job sent back without a call (a spent
+// quota) has its tokens given back to the bucket and counts again when
+// admitted again, so Admitted may exceed Allowed by such tokens.
 type sample struct {
 	T        int64              `json:"t"` // unix ms
 	Incoming float64            `json:"incoming"`
 	Admitted float64            `json:"admitted"`
 	Limit    float64            `json:"limit"`
-	ByClass  map[string]float64 `json:"by_class"`
+	Allowed  float64            `json:"allowed"`
+	Window   float64            `json:"window_seconds"` // the period averaged over
+	ByClass  map[string]float64 `json:"by_class"`       // admitted per second, this second
 }
 
 // sampler keeps the last minutes of token rates per model, read from the
-// shared admission counters (so it shows every worker's work).
+// shared admission counters (so it shows every worker's work) and the
+// buckets.
 type sampler struct {
-	src    Source
-	mu     sync.Mutex
-	series map[string][]sample
-	last   map[string]tokens
-	lastAt time.Time
+	src     Source
+	nowFunc func() time.Time
+	mu      sync.Mutex
+	series  map[string][]sample
+	reads   map[string][]reading
 }
 
 const keepSamples = 600
 
 func newSampler(src Source) *sampler {
-	return &sampler{src: src, series: map[string][]sample{}, last: map[string]tokens{}}
+	return &sampler{src: src, nowFunc: time.Now, series: map[string][]sample{}, reads: map[string][]reading{}}
 }
 
-// tokens are a model's incoming and admitted tokens per class.
-type tokens struct{ in, adm map[string]int64 }
+// reading is one second's counters of a model: incoming and admitted
+// tokens per class (totals since the start), and the tokens its bucket
+// had then.
+type reading struct {
+	at      time.Time
+	in, adm map[string]int64
+	saved   int64
+}
 
 func sum(m map[string]int64) (t int64) {
 	for _, v := range m {
@@ -134,36 +157,60 @@ func (s *sampler) run(ctx context.Context, every time.Duration) {
 }
 
 func (s *sampler) tick(ctx context.Context) {
-	now := time.Now()
+	now := s.nowFunc()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	dt := now.Sub(s.lastAt).Seconds()
 	for _, model := range s.src.Models() {
+		b, ok := s.src.Bucket(model)
+		if !ok {
+			continue
+		}
+		// the bucket first: what the counters add after it, it had to allow
+		avail, err := b.AvailableAll(ctx)
+		if err != nil {
+			continue
+		}
 		in, adm, err := s.src.Tokens(ctx, model)
 		if err != nil {
 			continue
 		}
-		st := tokens{in: in, adm: adm}
-		prev, ok := s.last[model]
-		s.last[model] = st
-		if !ok || dt <= 0 {
-			continue
-		}
-		b, _ := s.src.Bucket(model)
 		l := b.Limits()
-		sm := sample{T: now.UnixMilli(), Limit: float64(b.Keys()) * float64(l.TokensPerPeriod) / l.Period.Seconds(),
-			Incoming: float64(sum(st.in)-sum(prev.in)) / dt,
-			Admitted: float64(sum(st.adm)-sum(prev.adm)) / dt, ByClass: map[string]float64{}}
-		for _, c := range admission.Classes {
-			sm.ByClass[c] = float64(st.adm[c]-prev.adm[c]) / dt
+		rd := reading{at: now, in: in, adm: adm, saved: avail.Tokens}
+		reads := append(s.reads[model], rd)
+		// keep one reading at or before the period's start: the base
+		for len(reads) > 2 && !reads[1].at.After(now.Add(-l.Period)) {
+			reads = reads[1:]
 		}
-		ser := append(s.series[model], sm)
-		if len(ser) > keepSamples {
-			ser = ser[len(ser)-keepSamples:]
+		s.reads[model] = reads
+		if len(reads) < 2 || now.Sub(reads[0].at) < l.Period*19/20 {
+			continue // averages over a whole period only: a shorter one shows the saving spent as a spike
 		}
-		s.series[model] = ser
+		s.add(model, flowOf(reads[0], reads[len(reads)-2], rd, float64(b.Keys())*float64(l.TokensPerPeriod)/l.Period.Seconds()))
 	}
-	s.lastAt = now
+}
+
+// flowOf is the sample at now: the averages since base, and this
+// second's admissions per class (since prev).
+func flowOf(base, prev, now reading, limit float64) sample {
+	dt := now.at.Sub(base.at).Seconds()
+	sm := sample{T: now.at.UnixMilli(), Limit: limit, ByClass: map[string]float64{},
+		Incoming: float64(sum(now.in)-sum(base.in)) / dt,
+		Admitted: float64(sum(now.adm)-sum(base.adm)) / dt,
+		Allowed:  limit + float64(base.saved)/dt, Window: dt}
+	if d := now.at.Sub(prev.at).Seconds(); d > 0 {
+		for _, c := range admission.Classes {
+			sm.ByClass[c] = float64(now.adm[c]-prev.adm[c]) / d
+		}
+	}
+	return sm
+}
+
+func (s *sampler) add(model string, sm sample) {
+	ser := append(s.series[model], sm)
+	if len(ser) > keepSamples {
+		ser = ser[len(ser)-keepSamples:]
+	}
+	s.series[model] = ser
 }
 
 func (s *sampler) snapshot() map[string][]sample {
@@ -194,6 +241,8 @@ type dashState struct {
 	Queues  map[string]map[string]int     `json:"queues"`
 	Tenants []tenantBacklog               `json:"tenants"`
 	Demo    bool                          `json:"demo"`
+	// PRPages is Dashboard.PRPages: where the PR rows link.
+	PRPages string `json:"pr_pages,omitempty"`
 }
 
 type tenantBacklog struct {
@@ -245,7 +294,9 @@ type classState struct {
 }
 
 type prState struct {
-	PR       string  `json:"pr"`
+	PR string `json:"pr"`
+	// Link is the pull request's page (with PRPages set).
+	Link     string  `json:"link,omitempty"`
 	Tier     string  `json:"tier"`
 	Done     int     `json:"done"`
 	Total    int     `json:"total"`
@@ -285,7 +336,7 @@ type quotaState struct {
 
 func (d *Dashboard) state(ctx context.Context, smp *sampler) dashState {
 	src := d.src
-	st := dashState{Now: time.Now().UnixMilli(), Classes: map[string]classState{}, Calls: src.CallCounts(ctx), GaveUp: src.GaveUpCounts(ctx), Queues: map[string]map[string]int{}, Demo: d.demo}
+	st := dashState{Now: time.Now().UnixMilli(), Classes: map[string]classState{}, Calls: src.CallCounts(ctx), GaveUp: src.GaveUpCounts(ctx), Queues: map[string]map[string]int{}, Demo: d.demo, PRPages: d.PRPages}
 	if smp != nil {
 		st.Series = smp.snapshot()
 	}
@@ -352,7 +403,11 @@ func (d *Dashboard) state(ctx context.Context, smp *sampler) dashState {
 		if total > 0 {
 			p = float64(done) / float64(total)
 		}
-		st.PRs = append(st.PRs, prState{PR: r.PR.String(), Tier: string(r.Tier), Done: done, Total: total, Progress: p, AgeSec: time.Since(r.CreatedAt).Seconds()})
+		ps := prState{PR: r.PR.String(), Tier: string(r.Tier), Done: done, Total: total, Progress: p, AgeSec: time.Since(r.CreatedAt).Seconds()}
+		if d.PRPages != "" {
+			ps.Link = d.PRPages + url.PathEscape(r.PR.Owner) + "/" + url.PathEscape(r.PR.Repo) + "/" + strconv.Itoa(r.PR.Number)
+		}
+		st.PRs = append(st.PRs, ps)
 		tenants[r.PR.Installation] = r.Tier
 	}
 	for inst, tier := range tenants {

@@ -1,23 +1,24 @@
 const classes=["chat","paid","trial","free"];
-const colors={incoming:"#f59e0b",admitted:"#2563eb",limit:"#b42318",chat:"#7c3aed",paid:"#059669",trial:"#0ea5e9",free:"#94a3b8"};
+const colors={incoming:"#f59e0b",admitted:"#2563eb",limit:"#b42318",allowed:"#f4a7a0",chat:"#7c3aed",paid:"#059669",trial:"#0ea5e9",free:"#94a3b8"};
 function esc(s){return String(s).replace(/[&<>"]/g,c=>({"&":"&amp;","<":"&lt;",">":"&gt;",'"':"&quot;"}[c]))}
 function fmt(n){return n>=1e6?(n/1e6).toFixed(1)+"M":n>=1e3?(n/1e3).toFixed(1)+"k":(+n).toFixed(n<10?2:0)}
 function chart(model,ser){
   const W=900,H=190,P=34; if(!ser||ser.length<2)return `<p>${esc(model)}: collecting samples…</p>`;
   const t0=ser[0].t,t1=ser[ser.length-1].t;
   const ymax=Math.max(...ser.map(s=>Math.max(s.incoming,s.admitted,s.limit)))*1.1||1;
+  const win=Math.round(ser[ser.length-1].window_seconds||0);
   const x=t=>P+(W-P-5)*(t-t0)/Math.max(1,t1-t0), y=v=>H-18-(H-28)*v/ymax;
-  const line=(k,dash)=>`<polyline data-series="${k}" fill="none" stroke="${colors[k]}" stroke-width="2" ${dash?'stroke-dasharray="6 4"':''} points="${ser.map(s=>x(s.t).toFixed(1)+","+y(s[k]).toFixed(1)).join(" ")}"/>`;
+  const line=(k,dash)=>`<polyline data-series="${k}" fill="none" stroke="${colors[k]}" stroke-width="2" ${dash?'stroke-dasharray="6 4"':''} points="${ser.map(s=>x(s.t).toFixed(1)+","+y(Math.min(s[k]||0,ymax)).toFixed(1)).join(" ")}"/>`;
   let ticks=""; for(let i=0;i<=4;i++){const v=ymax*i/4;ticks+=`<text x="2" y="${y(v)+4}" font-size="10">${fmt(v)}</text><line x1="${P}" x2="${W}" y1="${y(v)}" y2="${y(v)}" stroke="#eef0f3"/>`}
-  return `<div><b>${esc(model)}</b> <span class="legend"><span><i class="sw" style="background:${colors.incoming}"></i>incoming</span><span><i class="sw" style="background:${colors.admitted}"></i>admitted</span><span><i class="sw" style="background:${colors.limit}"></i>limit</span> last ${Math.round((t1-t0)/1000)}s</span>
-  <svg viewBox="0 0 ${W} ${H}" preserveAspectRatio="none" data-points="${ser.length}">${ticks}${line("limit",true)}${line("incoming")}${line("admitted")}</svg></div>`;
+  return `<div><b>${esc(model)}</b> <span class="legend"><span><i class="sw" style="background:${colors.incoming}"></i>incoming</span><span><i class="sw" style="background:${colors.admitted}"></i>admitted</span><span><i class="sw" style="background:${colors.limit}"></i>limit</span><span title="the limit plus the tokens the bucket had saved ${win}s before: what the limiter lets through (admitted counts a job sent back unused, with its tokens, each time it is admitted)"><i class="sw" style="background:${colors.allowed}"></i>allowed (limit + saved tokens)</span> each point the average over ${win}s · last ${Math.round((t1-t0)/1000)}s</span>
+  <svg viewBox="0 0 ${W} ${H}" preserveAspectRatio="none" data-points="${ser.length}">${ticks}${line("allowed",true)}${line("limit",true)}${line("incoming")}${line("admitted")}</svg></div>`;
 }
 async function refresh(){
   try{
     const r=await fetch("/api/dashboard"); if(!r.ok)throw new Error(r.status); const d=await r.json();
     document.getElementById("status").textContent=(d.demo?"demo · ":"")+"updated "+new Date(d.now).toLocaleTimeString();
     document.getElementById("flows").innerHTML=(d.models||[]).map(m=>chart(m.name,(d.series||{})[m.name])).join("");
-    let h="<tr><th>class</th><th>backlog</th><th>wait p50</th><th>wait p95</th><th>admitted</th><th>tokens ahead of FIFO</th><th>tokens behind FIFO</th></tr>";
+    let h="<tr><th>class</th><th>backlog</th><th>wait p50</th><th>wait p95</th><th>admitted</th><th title='tokens of jobs of this class admitted before older jobs of other classes (priority at work)'>tokens let in before older work</th><th title='tokens of newer jobs of other classes admitted while the oldest job of this class waited'>tokens of newer work let in first</th></tr>";
     for(const c of classes){const s=(d.classes||{})[c]||{};h+=`<tr><td><i class="sw" style="background:${colors[c]}"></i>${c}</td><td>${s.backlog||0}</td><td>${(s.wait_p50_seconds||0).toFixed(2)}s</td><td>${(s.wait_p95_seconds||0).toFixed(2)}s</td><td>${s.admitted_jobs||0}</td><td>${fmt(s.ahead_tokens||0)}</td><td>${fmt(s.behind_tokens||0)}</td></tr>`}
     document.getElementById("classes").innerHTML=h;
     h="<tr><th>queue</th><th>held</th><th>pending</th><th>active</th><th>retry</th><th>archived</th><th>completed</th></tr>";
@@ -29,7 +30,7 @@ async function refresh(){
     for(const k of tk){h+=`<tr><td>${esc(k)}</td><td><div class="bar"><i style="width:${(100*tb[k]/tmax).toFixed(0)}%"></i></div></td><td>${tb[k]}</td></tr>`}
     document.getElementById("tenants").innerHTML=tk.length?h:"<tr><td>no backlog</td></tr>";
     h="<tr><th>PR</th><th>tier</th><th style='width:40%'>progress</th><th>files</th><th>age</th></tr>";
-    for(const p of (d.prs||[])){h+=`<tr><td>${esc(p.pr)}</td><td>${esc(p.tier)}</td><td><div class="bar"><i style="width:${(100*p.progress).toFixed(0)}%"></i></div></td><td>${p.done}/${p.total}</td><td>${p.age_seconds.toFixed(0)}s</td></tr>`}
+    for(const p of (d.prs||[])){h+=`<tr><td>${p.link?`<a href="${esc(p.link)}">${esc(p.pr)}</a>`:esc(p.pr)}</td><td>${esc(p.tier)}</td><td><div class="bar"><i style="width:${(100*p.progress).toFixed(0)}%"></i></div></td><td>${p.done}/${p.total}</td><td>${p.age_seconds.toFixed(0)}s</td></tr>`}
     document.getElementById("prs").innerHTML=(d.prs||[]).length?h:"<tr><td>none right now</td></tr>";
     h="<tr><th>model</th><th>ok</th><th>429s</th><th>transient</th><th>quota</th><th>failed</th><th>unreadable replies</th><th>available now</th></tr>";
     for(const m of (d.models||[])){const c=(d.calls||{})[m.name]||{};const rl=c.rate_limited||0;h+=`<tr><td>${esc(m.name)}</td><td>${c.ok||0}</td><td class="${rl?"warn":"ok"}">${rl}</td><td>${c.transient||0}</td><td>${c.quota||0}</td><td>${(c.failed||0)+(c.account||0)}</td><td class="${(c.unusable||0)?"warn":"ok"}">${c.unusable||0}</td><td>${fmt(m.available)}</td></tr>`}

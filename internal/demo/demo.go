@@ -9,14 +9,16 @@ package demo
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	mrand "math/rand"
 	"net"
-	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -42,6 +44,7 @@ type Flags struct {
 	duration                 time.Duration
 	seed                     int64
 	corpus                   string
+	verbose                  bool
 }
 
 // Register adds the demo's flags to fs.
@@ -51,10 +54,11 @@ func (d *Flags) Register(fs *flag.FlagSet) {
 	fs.Float64Var(&d.compress, "compress", 10, "time compression: provider limits per minute/compress, latencies /compress")
 	fs.IntVar(&d.tenants, "tenants", 12, "installations sending PRs")
 	fs.StringVar(&d.mix, "mix", "paid=3,trial=3,free=6", "how many tenants of each tier")
-	fs.IntVar(&d.concurrency, "workers", 40, "jobs the worker runs at once")
+	fs.IntVar(&d.concurrency, "concurrency", 40, "jobs the demo's worker runs at once")
 	fs.DurationVar(&d.duration, "duration", 0, "stop after this long (default: until interrupted)")
 	fs.Int64Var(&d.seed, "seed", 1, "seed of the traffic")
 	fs.StringVar(&d.corpus, "corpus", "", "prs.jsonl to replay (default: ../shared/fixtures/pr-corpus when present, else generated PRs)")
+	fs.BoolVar(&d.verbose, "verbose", false, "log at the configured level (a line per pull request); by default the demo logs warnings only, with a progress line every 10s")
 }
 
 // repoConfigs gives some of the demo's repositories a configuration of
@@ -108,27 +112,23 @@ func parseMix(s string, tenants int) ([]jobs.Tier, error) {
 }
 
 // Usage describes the demo command.
-const Usage = "Runs prq end to end on an embedded default: an in-process Redis (or REDIS_URL), a fake GitHub and a fake OpenAI-compatible provider, serve and worker in one process, and traffic that saturates the provider. Prints the dashboard URL."
+const Usage = "Runs prq end to end on an embedded default: an in-process Redis (or REDIS_URL), a fake GitHub and a fake OpenAI-compatible provider, serve and worker in one process, and traffic that saturates the provider. Prints the dashboard's URL, the address of pages showing what prq posted on each pull request, a progress line every 10s and a summary at the end."
 
 // Run runs the demo until ctx ends (or --duration passes).
 func Run(ctx context.Context, cfg *config.Config, d Flags, stdout, stderr io.Writer) error {
 	if d.compress <= 0 || d.rate < 0 || d.chatRate < 0 || d.tenants <= 0 || d.concurrency <= 0 {
-		return &config.UsageError{Msg: "--compress, --tenants and --workers must be positive; --rate and --chat-rate not negative"}
+		return &config.UsageError{Msg: "--compress, --tenants and --concurrency must be positive; --rate and --chat-rate not negative"}
 	}
 	tiers, err := parseMix(d.mix, d.tenants)
 	if err != nil {
 		return &config.UsageError{Msg: err.Error()}
 	}
 	if cfg.SetBy("PRQ_ADDR") == "" {
-		cfg.Addr = "127.0.0.1:8080"
-		if ln, err := net.Listen("tcp", cfg.Addr); err != nil {
-			cfg.Addr = "127.0.0.1:0" // 8080 is taken: any free port
-		} else {
-			ln.Close()
-		}
+		cfg.Addr = defaultAddr(stdout)
 	}
 	harness.Compress(cfg, d.compress, d.concurrency)
-	log := logging.New(stderr, cfg.Log)
+	logCfg := quiet(cfg.Log, d.verbose)
+	log := logging.New(stderr, logCfg)
 	if d.duration > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, d.duration)
@@ -146,7 +146,7 @@ func Run(ctx context.Context, cfg *config.Config, d Flags, stdout, stderr io.Wri
 			return fmt.Errorf("demo: in-process redis: %w", err)
 		}
 		defer mr.Close()
-		conn = asynq.RedisClientOpt{Addr: mr.Addr()}
+		conn = server.Embedded{RedisClientOpt: asynq.RedisClientOpt{Addr: mr.Addr()}}
 		cfg.AllowNoPersistence = true // said below: nothing is durable
 		fmt.Fprintln(stdout, "prq demo: using an in-process Redis: nothing is durable (set REDIS_URL to use a real one)")
 	}
@@ -177,15 +177,46 @@ func Run(ctx context.Context, cfg *config.Config, d Flags, stdout, stderr io.Wri
 		}
 	}
 	repoConfigs(fakes.GitHub, prs)
-	gen := &generator{d: d, tiers: tiers, prs: prs, fakes: fakes, secret: []byte(cfg.GitHub.WebhookSecret), out: stdout}
+	gen := &generator{d: d, tiers: tiers, prs: prs, fakes: fakes, secret: []byte(cfg.GitHub.WebhookSecret), out: stdout, s: s}
 	gen.url = func() string {
 		if s.ListenAddr() == "" {
 			return ""
 		}
 		return "http://" + s.ListenAddr() + "/webhook"
 	}
-	go gen.run(ctx)
-	return s.Run(ctx, stdout, server.Roles{HTTP: true, Worker: true}, server.Options{Demo: true})
+	// the server stops after the traffic: a webhook in flight is answered
+	// rather than cut off (and logged as refused)
+	serveCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	defer stop()
+	go func() {
+		defer stop()
+		gen.run(ctx)
+	}()
+	err = s.Run(serveCtx, stdout, server.Roles{HTTP: true, Worker: true}, server.Options{Demo: true, PRPages: gen.pagesURL() + "/"})
+	gen.summary(context.WithoutCancel(ctx))
+	return err
+}
+
+// defaultAddr is the demo's listen address: 127.0.0.1:8080, or any free
+// port when 8080 is taken (saying so on out).
+func defaultAddr(out io.Writer) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:8080")
+	if err != nil {
+		fmt.Fprintf(out, "prq demo: 127.0.0.1:8080 is taken (%v), so the dashboard takes a free port (printed below; --addr or PRQ_ADDR chooses one)\n", errors.Unwrap(err))
+		return "127.0.0.1:0"
+	}
+	ln.Close()
+	return "127.0.0.1:8080"
+}
+
+// quiet is the demo's logging: warnings and errors only, unless verbose
+// (then the configured level): the progress lines say what the INFO
+// lines would.
+func quiet(c config.LogConfig, verbose bool) config.LogConfig {
+	if level, _ := config.ParseLevel(c.Level); !verbose && level < slog.LevelWarn {
+		c.Level = "warn"
+	}
+	return c
 }
 
 // generator sends signed webhooks for PRs and chat comments.
@@ -197,8 +228,14 @@ type generator struct {
 	secret []byte
 	url    func() string
 	out    io.Writer
+	s      *server.Server
 
 	sent, chats, refused atomic.Int64
+	start                time.Time
+	mu                   sync.Mutex
+	opened               []openPR // every PR opened, for the tallies
+	last                 map[string]int64
+	lastAt               time.Time
 }
 
 type openPR struct {
@@ -217,20 +254,24 @@ func (g *generator) run(ctx context.Context) {
 		}
 	}
 	s := &traffic.Sender{URL: g.url(), Secret: g.secret}
+	fmt.Fprintf(g.out, "prq demo: what prq posts on each pull request, as GitHub shows it: %s\n", g.pagesURL())
 	var open []openPR
 	next, nextChat := time.Now(), time.Now().Add(2*time.Second)
 	progress := time.NewTicker(10 * time.Second)
 	defer progress.Stop()
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
-	number, commentID := 1, int64(5_000_000)
-	start := time.Now()
+	number := 1
+	g.mu.Lock()
+	g.start = time.Now()
+	g.mu.Unlock()
+	g.flows(ctx) // the first progress line's rates start here
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-progress.C:
-			g.report(start)
+			g.progress(ctx)
 			continue
 		case <-tick.C:
 		}
@@ -245,12 +286,15 @@ func (g *generator) run(ctx context.Context) {
 			number++
 			g.fakes.GitHub.AddPR(inst, owner, p.Name(), p)
 			body := traffic.PullRequestEvent("opened", traffic.PR{Installation: inst, Owner: owner, Repo: p.Name(), Number: p.Number, Title: p.Title, Head: p.HeadSHA, Base: p.BaseSHA})
-			if code, err := s.Send(ctx, "pull_request", traffic.NewDelivery(), body); err != nil || code >= 300 {
+			if code, err := s.Send(context.WithoutCancel(ctx), "pull_request", traffic.NewDelivery(), body); err != nil || code >= 300 {
 				g.refused.Add(1)
 				continue
 			}
 			g.sent.Add(1)
 			open = append(open, openPR{inst, owner, p.Name(), p.Number})
+			g.mu.Lock()
+			g.opened = append(g.opened, open[len(open)-1])
+			g.mu.Unlock()
 			if len(open) > 50 {
 				open = open[1:]
 			}
@@ -258,31 +302,14 @@ func (g *generator) run(ctx context.Context) {
 		for g.d.chatRate > 0 && len(open) > 0 && !now.Before(nextChat) {
 			nextChat = nextChat.Add(time.Duration(rng.ExpFloat64() / g.d.chatRate * float64(time.Second)))
 			o := open[rng.Intn(len(open))]
-			commentID++
-			body := traffic.IssueCommentEvent(traffic.Comment{Installation: o.inst, Owner: o.owner, Repo: o.repo, Number: o.number, ID: commentID,
-				Author: "dev-" + strconv.Itoa(rng.Intn(20)), Body: "@prq-demo could you explain why this change is safe?"})
-			if code, err := s.Send(ctx, "issue_comment", traffic.NewDelivery(), body); err == nil && code < 300 {
+			// the comment is on the pull request, as on GitHub, before its webhook
+			author, text := "dev-"+strconv.Itoa(rng.Intn(20)), "@prq-demo could you explain why this change is safe?"
+			id := g.fakes.GitHub.AddComment(o.owner, o.repo, o.number, text, author)
+			body := traffic.IssueCommentEvent(traffic.Comment{Installation: o.inst, Owner: o.owner, Repo: o.repo, Number: o.number, ID: id,
+				Author: author, Body: text})
+			if code, err := s.Send(context.WithoutCancel(ctx), "issue_comment", traffic.NewDelivery(), body); err == nil && code < 300 {
 				g.chats.Add(1)
 			}
 		}
 	}
-}
-
-func (g *generator) report(start time.Time) {
-	published := 0
-	for _, st := range g.fakes.GitHub.AllStats() {
-		if st.CommentsCreated > 0 {
-			published++
-		}
-	}
-	calls, limited := int64(0), int64(0)
-	var models []string
-	for name, st := range g.fakes.OpenAI.Stats() {
-		calls += st.Requests
-		limited += st.RateLimited
-		models = append(models, fmt.Sprintf("%s %d/%d tok (worst window %d of %d)", name, st.AdmittedTokens, st.Requests, st.MaxWindowTokens, st.TPM))
-	}
-	sort.Strings(models)
-	fmt.Fprintf(g.out, "demo %s: %d PRs opened, %d summaries published, %d chat comments, %d provider calls, %d provider 429s\n",
-		time.Since(start).Round(time.Second), g.sent.Load(), published, g.chats.Load(), calls, limited)
 }

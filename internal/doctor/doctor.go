@@ -11,6 +11,7 @@ package doctor
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -24,18 +25,19 @@ import (
 
 // Result is the outcome of one check. Detail and Fix never hold a secret.
 type Result struct {
-	Name   string
-	OK     bool
-	Detail string
+	Name   string `json:"name"`
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail"`
 	// Fix says what to do when the check fails ("" when it passes).
-	Fix string
+	Fix string `json:"fix,omitempty"`
 }
 
 // Input is what the checks need. A zero section is skipped.
 type Input struct {
 	// Redis is prq's Redis; nil skips the Redis checks.
 	Redis redis.UniversalClient
-	// GitHub is the App; an AppID of 0 skips the GitHub checks.
+	// GitHub is the App; with neither an AppID nor a key, one failed
+	// line says so.
 	GitHub GitHub
 	// Provider is the LLM provider; no Models skips the provider checks.
 	Provider Provider
@@ -58,6 +60,9 @@ type GitHub struct {
 	PrivateKeyPath string
 	// APIURL defaults to https://api.github.com/ (Enterprise: .../api/v3/).
 	APIURL string
+	// AppSlug is the configured slug (GITHUB_APP_SLUG): people mention
+	// @slug to chat, so it must be the App's real one (GET /app).
+	AppSlug string
 	// Permissions and Events the App needs. Default to
 	// RequiredPermissions and RequiredEvents.
 	Permissions map[string]string
@@ -122,6 +127,9 @@ func Run(ctx context.Context, in Input) []Result {
 	}
 	if in.GitHub.AppID != 0 || len(in.GitHub.PrivateKey) > 0 || in.GitHub.PrivateKeyPath != "" {
 		out = append(out, CheckGitHub(ctx, in.HTTPClient, in.NowFunc(), in.GitHub)...)
+	} else {
+		out = append(out, Result{Name: "github app", Detail: "GITHUB_APP_ID is not set, nor a private key: workers cannot act as a GitHub App",
+			Fix: "create the App (docs/getting-started.md), then set GITHUB_APP_ID, GITHUB_APP_SLUG and GITHUB_PRIVATE_KEY_PATH"})
 	}
 	if len(in.Provider.Models) > 0 {
 		out = append(out, CheckProvider(ctx, in.HTTPClient, in.Provider)...)
@@ -209,6 +217,27 @@ func Write(w io.Writer, rs []Result) error {
 		}
 	}
 	return nil
+}
+
+// WriteJSON prints the results as one JSON object, for automation:
+// {"ok": false, "failed": 1, "checks": [{"name", "ok", "detail", "fix"}]}.
+func WriteJSON(w io.Writer, rs []Result) error {
+	failed := 0
+	for _, r := range rs {
+		if !r.OK {
+			failed++
+		}
+	}
+	if rs == nil {
+		rs = []Result{}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(struct {
+		OK     bool     `json:"ok"`
+		Failed int      `json:"failed"`
+		Checks []Result `json:"checks"`
+	}{failed == 0, failed, rs})
 }
 
 // secrets returns every secret value that must not appear in results.

@@ -75,7 +75,7 @@ func newEnv(t *testing.T, ghCfg fakegithub.Config) *env {
 	rdb := redistest.New(t, "--appendonly", "yes").Client(t)
 	return &env{github: gh, in: doctor.Input{
 		Redis:  rdb,
-		GitHub: doctor.GitHub{AppID: appID, PrivateKey: pemBytes, APIURL: ghSrv.URL + "/api/v3/"},
+		GitHub: doctor.GitHub{AppID: appID, PrivateKey: pemBytes, APIURL: ghSrv.URL + "/api/v3/", AppSlug: "prq-bot"}, // the fake's slug
 		Provider: doctor.Provider{BaseURL: aiSrv.URL + "/v1", APIKey: apiKey, Models: []doctor.Model{
 			{Name: "gpt-4o-mini", RequestsPerMinute: 500, TokensPerMinute: 200000},
 			{Name: "gpt-4o", RequestsPerMinute: 500, TokensPerMinute: 30000}}},
@@ -119,7 +119,7 @@ func TestHealthyInstallationPasses(t *testing.T) {
 	e := newEnv(t, fakegithub.Config{})
 	rs := doctor.Run(context.Background(), e.in)
 	want := []string{"redis reachable", "redis version", "redis persistence", "redis eviction",
-		"github key", "github app", "github permissions", "github installations",
+		"github key", "github app", "github app slug", "github permissions", "github installations",
 		"provider key", "provider model gpt-4o-mini", "provider limits gpt-4o-mini", "provider model gpt-4o", "provider limits gpt-4o",
 		"webhook secret"}
 	if got := names(rs); !reflect.DeepEqual(want, got) {
@@ -150,6 +150,10 @@ func TestFailuresNamedWithFix(t *testing.T) {
 		also   string // another check this break must fail too
 	}{
 		{"wrong App id", func(t *testing.T, in *doctor.Input) { in.GitHub.AppID = 43 }, "github app", "refused the JWT for App id 43", ""},
+		{"no App configured", func(t *testing.T, in *doctor.Input) { in.GitHub = doctor.GitHub{} }, "github app", "GITHUB_APP_ID is not set", ""},
+		{"slug not the App's", func(t *testing.T, in *doctor.Input) { in.GitHub.AppSlug = "prq-review" },
+			"github app slug", `GITHUB_APP_SLUG is "prq-review" but the App is "prq-bot": comments mentioning @prq-bot will never start chat`, ""},
+		{"slug unset", func(t *testing.T, in *doctor.Input) { in.GitHub.AppSlug = "" }, "github app slug", "GITHUB_APP_SLUG is not set", ""},
 		{"unreadable key file", func(t *testing.T, in *doctor.Input) {
 			in.GitHub.PrivateKey, in.GitHub.PrivateKeyPath = nil, filepath.Join(dir, "missing.pem")
 		}, "github key", "unreadable key", ""},
@@ -218,6 +222,26 @@ func TestFailuresNamedWithFix(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestWriteJSON: --json is one object automation can read.
+func TestWriteJSON(t *testing.T) {
+	rs := []doctor.Result{{Name: "redis reachable", OK: true, Detail: "PING answered"}, {Name: "github app slug", Detail: "differs", Fix: "set it"}}
+	var out bytes.Buffer
+	if err := doctor.WriteJSON(&out, rs); err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		OK     bool
+		Failed int
+		Checks []doctor.Result
+	}
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+		t.Fatalf("%v:\n%s", err, out.String())
+	}
+	if got.OK || got.Failed != 1 || !reflect.DeepEqual(got.Checks, rs) || !strings.Contains(out.String(), `"fix": "set it"`) {
+		t.Fatalf("decoded %+v from:\n%s", got, out.String())
 	}
 }
 

@@ -61,8 +61,25 @@ func CheckGitHub(ctx context.Context, client *http.Client, now time.Time, gh Git
 		return []Result{keyRes, appRes}
 	}
 	appRes.OK, appRes.Detail = true, fmt.Sprintf("JWT accepted: App %q (id %d)", app.Slug, app.ID)
-	out := []Result{keyRes, appRes, permissionsResult("github permissions", app.Permissions, app.Events, gh, "edit the App (App settings → Permissions & events) to grant them")}
+	out := []Result{keyRes, appRes, slugResult(gh.AppSlug, app.Slug), permissionsResult("github permissions", app.Permissions, app.Events, gh, "edit the App (App settings → Permissions & events) to grant them")}
 	return append(out, installations(ctx, client, base, tok, gh))
+}
+
+// slugResult compares GITHUB_APP_SLUG with the App's real slug: chat
+// starts when a comment mentions @slug, so a wrong or missing one means
+// chat silently never triggers.
+func slugResult(configured, real string) Result {
+	r := Result{Name: "github app slug"}
+	fix := fmt.Sprintf("set GITHUB_APP_SLUG=%s (the App's slug, as in https://github.com/apps/%s)", real, real)
+	switch {
+	case configured == "":
+		r.Detail, r.Fix = fmt.Sprintf("GITHUB_APP_SLUG is not set: comments mentioning @%s will never start chat", real), fix
+	case !strings.EqualFold(configured, real):
+		r.Detail, r.Fix = fmt.Sprintf("GITHUB_APP_SLUG is %q but the App is %q: comments mentioning @%s will never start chat", configured, real, real), fix
+	default:
+		r.OK, r.Detail = true, fmt.Sprintf("GITHUB_APP_SLUG %q is the App's: @%s starts chat", configured, real)
+	}
+	return r
 }
 
 type appInfo struct {

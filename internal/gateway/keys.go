@@ -175,6 +175,17 @@ func newSecret() (string, error) {
 
 // Create makes a key and returns its secret (shown once) and record.
 func (ks *Keys) Create(ctx context.Context, s Spec) (string, Key, error) {
+	return ks.create(ctx, s, false)
+}
+
+// CreateUnique is Create refusing (ErrInvalidSpec) a name a key not
+// revoked has, atomically, so the name picks one key (Resolve): prq keys
+// create uses it.
+func (ks *Keys) CreateUnique(ctx context.Context, s Spec) (string, Key, error) {
+	return ks.create(ctx, s, true)
+}
+
+func (ks *Keys) create(ctx context.Context, s Spec, unique bool) (string, Key, error) {
 	if err := s.validate(); err != nil {
 		return "", Key{}, err
 	}
@@ -185,16 +196,84 @@ func (ks *Keys) Create(ctx context.Context, s Spec) (string, Key, error) {
 	k := Key{ID: shortHash(secret), Name: s.Name, Tier: s.Tier, QuotaTokens: s.QuotaTokens, QuotaDollars: s.QuotaDollars, QuotaPeriod: s.QuotaPeriod,
 		TPM: s.TPM, Models: s.Models, Created: ks.now().UTC().Truncate(time.Second), Hash: digest(secret)}
 	rec, _ := json.Marshal(k)
-	_, err = ks.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	write := func(p redis.Pipeliner) error {
 		p.Set(ctx, recordKey(k.ID), rec, 0)
 		p.Set(ctx, hashKey(k.Hash), k.ID, 0)
 		p.SAdd(ctx, indexKey(), k.ID)
 		return nil
-	})
+	}
+	if !unique {
+		_, err = ks.rdb.TxPipelined(ctx, write)
+	} else {
+		// WATCH the index, which every create changes, and read the
+		// names under it; a concurrent create makes it try again
+		for range 10 {
+			err = ks.rdb.Watch(ctx, func(tx *redis.Tx) error {
+				if ids, err := ks.liveNamed(ctx, tx, k.Name); err != nil {
+					return err
+				} else if len(ids) > 0 {
+					return fmt.Errorf("%w: a key named %q exists (id %s); names are unique among keys not revoked: pick another, or revoke that one first", ErrInvalidSpec, k.Name, ids[0])
+				}
+				_, err := tx.TxPipelined(ctx, write)
+				return err
+			}, indexKey())
+			if !errors.Is(err, redis.TxFailedErr) {
+				break
+			}
+		}
+	}
+	if errors.Is(err, ErrInvalidSpec) {
+		return "", Key{}, err
+	}
 	if err != nil {
 		return "", Key{}, fmt.Errorf("gateway: create key: %w", err)
 	}
 	return secret, k.Public(), nil
+}
+
+// liveNamed returns the ids of the keys not revoked that have name.
+func (ks *Keys) liveNamed(ctx context.Context, c redis.Cmdable, name string) ([]string, error) {
+	ids, err := c.SMembers(ctx, indexKey()).Result()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, id := range ids {
+		raw, err := c.Get(ctx, recordKey(id)).Bytes()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		var k Key
+		if json.Unmarshal(raw, &k) == nil && k.Name == name && k.Revoked.IsZero() {
+			out = append(out, id)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// Resolve returns the id of a key given its id or the name of a key not
+// revoked; ErrUnknownKey when neither, or when several keys not revoked
+// share the name (the admin API does not keep names unique).
+func (ks *Keys) Resolve(ctx context.Context, idOrName string) (string, error) {
+	if n, err := ks.rdb.Exists(ctx, recordKey(idOrName)).Result(); err != nil {
+		return "", fmt.Errorf("gateway: resolve key: %w", err)
+	} else if n == 1 {
+		return idOrName, nil
+	}
+	ids, err := ks.liveNamed(ctx, ks.rdb, idOrName)
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("gateway: resolve key: %w", err)
+	case len(ids) == 0:
+		return "", fmt.Errorf("%w %q: neither an id nor the name of a key not revoked (prq keys list)", ErrUnknownKey, idOrName)
+	case len(ids) > 1:
+		return "", fmt.Errorf("%w %q: %d keys not revoked have that name (ids %s): give the id", ErrUnknownKey, idOrName, len(ids), strings.Join(ids, ", "))
+	}
+	return ids[0], nil
 }
 
 // get reads a record, hash included.

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/prq-dev/prq/internal/gateway"
@@ -241,5 +242,59 @@ func TestKeyLimitsBounded(t *testing.T) {
 		rec[tt.field] = orig
 		raw, _ = json.Marshal(rec)
 		r.rdb.Set(ctx, "{prq:gw}:key:"+k.ID, raw, 0)
+	}
+}
+
+// TestCreateUnique: of concurrent creates of one name exactly one wins;
+// a revoked key frees its name; Resolve takes an id or a unique name and
+// refuses a name several keys (made through Create) share.
+func TestCreateUnique(t *testing.T) {
+	ctx := context.Background()
+	ks := gateway.NewKeys(redistest.New(t).Client(t))
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var won []string
+	var refused int
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, k, err := ks.CreateUnique(ctx, gateway.Spec{Name: "ci"})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				won = append(won, k.ID)
+			case errors.Is(err, gateway.ErrInvalidSpec) && strings.Contains(err.Error(), `a key named "ci" exists`):
+				refused++
+			default:
+				t.Errorf("create: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if len(won) != 1 || refused != 7 {
+		t.Fatalf("%d created, %d refused; want 1 and 7", len(won), refused)
+	}
+	if id, err := ks.Resolve(ctx, "ci"); err != nil || id != won[0] {
+		t.Fatalf("Resolve(ci) = %q, %v; want %s", id, err, won[0])
+	}
+	if id, err := ks.Resolve(ctx, won[0]); err != nil || id != won[0] {
+		t.Fatalf("Resolve(id) = %q, %v", id, err)
+	}
+	if _, err := ks.Revoke(ctx, won[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ks.Resolve(ctx, "ci"); !errors.Is(err, gateway.ErrUnknownKey) {
+		t.Fatalf("Resolve of a revoked key's name: %v", err)
+	}
+	if _, _, err := ks.CreateUnique(ctx, gateway.Spec{Name: "ci"}); err != nil {
+		t.Fatalf("the name after its key's revocation: %v", err)
+	}
+	if _, _, err := ks.Create(ctx, gateway.Spec{Name: "ci"}); err != nil { // the admin API's way: no check
+		t.Fatal(err)
+	}
+	if _, err := ks.Resolve(ctx, "ci"); !errors.Is(err, gateway.ErrUnknownKey) || !strings.Contains(err.Error(), "2 keys not revoked have that name") {
+		t.Fatalf("Resolve of a shared name: %v", err)
 	}
 }

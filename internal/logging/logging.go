@@ -28,8 +28,20 @@ func New(w io.Writer, c config.LogConfig) *slog.Logger {
 type Asynq struct{ Log *slog.Logger }
 
 func (l Asynq) emit(level slog.Level, args []any) {
-	l.Log.Log(context.Background(), level, strings.TrimSpace(fmt.Sprint(args...)), "component", "asynq")
+	msg := strings.TrimSpace(fmt.Sprint(args...))
+	if level == slog.LevelWarn && strings.HasPrefix(msg, janitorWarning) {
+		return
+	}
+	l.Log.Log(context.Background(), level, msg, "component", "asynq")
 }
+
+// janitorWarning begins the warning asynq's NewServer gives for a
+// JanitorBatchSize over its default of 100. prq's worker chooses 500
+// every 30s (one script call a queue deleting up to 500 expired
+// completed tasks) over 100 every 6s, to poll Redis a fifth as often;
+// the warning, on every worker start, says nothing an operator can act
+// on.
+const janitorWarning = "Janitor batch size of "
 
 // Debug logs at debug level.
 func (l Asynq) Debug(args ...any) { l.emit(slog.LevelDebug, args) }

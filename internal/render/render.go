@@ -18,6 +18,15 @@ import (
 	"github.com/prq-dev/prq/internal/safemd"
 )
 
+// Count is n and noun, the noun plural unless n is 1: "1 file",
+// "2 files", "0 line comments". Nouns here take an s.
+func Count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
 // MaxBody is GitHub's limit on comment and review bodies, in characters.
 const MaxBody = 65536
 
@@ -133,9 +142,9 @@ func (s Summary) headline() string {
 		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "## prq summary\n\n%d files at %s", files, safemd.Code(short(s.Head)))
+	fmt.Fprintf(&b, "## prq summary\n\n%s at %s", Count(files, "file"), safemd.Code(short(s.Head)))
 	if reviewed > 0 {
-		fmt.Fprintf(&b, "; reviewed %d with %d line comments", reviewed, comments)
+		fmt.Fprintf(&b, "; reviewed %d with %s", reviewed, Count(comments, "line comment"))
 	}
 	b.WriteString(".")
 	if failed > 0 {
@@ -175,7 +184,7 @@ func (s Summary) row(f File, maxText int) (string, bool) {
 	case f.Reviewed && f.Comments == 0:
 		review = "no problems found"
 	case f.Reviewed:
-		review = fmt.Sprintf("%d comments", f.Comments)
+		review = Count(f.Comments, "comment")
 	}
 	if f.Note != "" && !f.Failed {
 		review += " (" + f.Note + ")"
@@ -200,7 +209,7 @@ func (s Summary) assemble(head string, rows, other []string, collapse bool) stri
 	if len(rows) > 0 {
 		b.WriteString("\n")
 		if collapse {
-			fmt.Fprintf(&b, "<details><summary>Per-file summaries (%d files)</summary>\n\n", len(rows))
+			fmt.Fprintf(&b, "<details><summary>Per-file summaries (%s)</summary>\n\n", Count(len(rows), "file"))
 		}
 		b.WriteString(tableHead)
 		for _, r := range rows {
@@ -359,18 +368,18 @@ func (r Review) Body(limit int) string {
 	var b strings.Builder
 	failed := ""
 	if r.Failed > 0 {
-		failed = fmt.Sprintf(" **%d files could not be reviewed** (see the summary comment).", r.Failed)
+		failed = fmt.Sprintf(" **%s could not be reviewed** (see the summary comment).", Count(r.Failed, "file"))
 	}
 	switch {
 	case r.Comments == 0 && len(r.Findings) == 0 && r.Files == 0 && r.Failed > 0:
 		// nothing was reviewed: not a clean review
-		fmt.Fprintf(&b, "prq could not review the %d files at %s: see the summary comment.\n", r.Failed, safemd.Code(short(r.Head)))
+		fmt.Fprintf(&b, "prq could not review the %s at %s: see the summary comment.\n", Count(r.Failed, "file"), safemd.Code(short(r.Head)))
 	case r.Comments == 0 && len(r.Findings) == 0:
-		fmt.Fprintf(&b, "prq reviewed %d files at %s: no problems found.%s\n", r.Files, safemd.Code(short(r.Head)), failed)
+		fmt.Fprintf(&b, "prq reviewed %s at %s: no problems found.%s\n", Count(r.Files, "file"), safemd.Code(short(r.Head)), failed)
 	default:
-		fmt.Fprintf(&b, "prq reviewed %d files at %s: %d line comments", r.Files, safemd.Code(short(r.Head)), r.Comments)
+		fmt.Fprintf(&b, "prq reviewed %s at %s: %s", Count(r.Files, "file"), safemd.Code(short(r.Head)), Count(r.Comments, "line comment"))
 		if len(r.Findings) > 0 {
-			fmt.Fprintf(&b, " and %d findings below", len(r.Findings))
+			fmt.Fprintf(&b, " and %s below", Count(len(r.Findings), "finding"))
 		}
 		b.WriteString("." + failed + "\n")
 	}
@@ -389,7 +398,7 @@ func (r Review) Body(limit int) string {
 				where = fmt.Sprintf("line %d: ", f.Line)
 			}
 			line.WriteString("- " + where + safemd.Line(f.Body, r.Repo) + "\n")
-			note := fmt.Sprintf("\n_%d more findings did not fit GitHub's limit._\n", len(r.Findings)-i)
+			note := "\n_" + Count(len(r.Findings)-i, "more finding") + " did not fit GitHub's limit._\n"
 			if chars(b.String())+chars(line.String())+chars(note)+chars(tail) > limit {
 				b.WriteString(note)
 				break

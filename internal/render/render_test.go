@@ -111,7 +111,7 @@ func TestReviewBody(t *testing.T) {
 		t.Errorf("a review whose files all failed: %q", failed)
 	}
 	some := Review{Repo: "acme/w", Head: "abcdef0123", Files: 2, Failed: 1, Marker: "<!-- prq:review -->"}.Body(0)
-	if !strings.Contains(some, "reviewed 2 files") || !strings.Contains(some, "**1 files could not be reviewed**") {
+	if !strings.Contains(some, "reviewed 2 files") || !strings.Contains(some, "**1 file could not be reviewed**") {
 		t.Errorf("a review with one file failed: %q", some)
 	}
 	var fs []Finding
@@ -158,5 +158,34 @@ func TestSummaryCost(t *testing.T) {
 	}
 	if Dollars(12.345) != "$12.35" || Dollars(0.00001) != "$0.0000" {
 		t.Errorf("Dollars: %s %s", Dollars(12.345), Dollars(0.00001))
+	}
+}
+
+// TestCountsAgreeWithTheirNumber: one file, one line comment, one
+// finding read in the singular; other counts in the plural.
+func TestCountsAgreeWithTheirNumber(t *testing.T) {
+	one := Review{Repo: "acme/w", Head: "abcdef0123", Files: 1, Comments: 1, Findings: []Finding{{Path: "a.go", Body: "x"}}, Marker: "<!-- m -->"}.Body(0)
+	if want := "prq reviewed 1 file at `abcdef0`: 1 line comment and 1 finding below."; !strings.Contains(one, want) {
+		t.Errorf("review of one file:\n%s\nwant %q", one, want)
+	}
+	failed := Review{Repo: "acme/w", Head: "abcdef0123", Failed: 1, Marker: "<!-- m -->"}.Body(0)
+	if want := "prq could not review the 1 file at"; !strings.Contains(failed, want) {
+		t.Errorf("review of one failed file:\n%s\nwant %q", failed, want)
+	}
+	two := Review{Repo: "acme/w", Head: "abcdef0123", Files: 2, Comments: 0, Findings: []Finding{{Path: "a.go", Body: "x"}, {Path: "b.go", Body: "y"}}, Marker: "<!-- m -->"}.Body(0)
+	if want := "prq reviewed 2 files at `abcdef0`: 0 line comments and 2 findings below."; !strings.Contains(two, want) {
+		t.Errorf("review of two files:\n%s\nwant %q", two, want)
+	}
+	sum := Summary{Repo: "acme/w", Head: "abcdef0123", Files: []File{{Path: "a.go", Summary: "adds a", Reviewed: true, Comments: 1}}}.Parts(0)
+	if want := "1 file at `abcdef0`; reviewed 1 with 1 line comment."; !strings.Contains(sum[0], want) {
+		t.Errorf("summary of one file:\n%s\nwant %q", sum[0], want)
+	}
+	if !strings.Contains(sum[0], "| 1 comment |") {
+		t.Errorf("summary row of a file with one comment:\n%s", sum[0])
+	}
+	for n, want := range map[int]string{0: "0 files", 1: "1 file", 2: "2 files"} {
+		if got := Count(n, "file"); got != want {
+			t.Errorf("Count(%d, file) = %q, want %q", n, got, want)
+		}
 	}
 }

@@ -90,7 +90,7 @@ func TestCrossSiteRequestsChangeNothingInBrowser(t *testing.T) {
 	s, _ := newTestServer(t, func(c *config.Config) { c.Admin.UIWrites = true })
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	h, closeMon, err := s.handler(ctx, nil, true)
+	h, closeMon, err := s.handler(ctx, nil, true, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ const testToken = "3f9c1e0b7a5d42c8e6f1a9b0c7d2e4f6"
 func startHTTP(t *testing.T, s *Server, open bool) *httptest.Server {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	h, closeMon, err := s.handler(ctx, nil, open)
+	h, closeMon, err := s.handler(ctx, nil, open, "")
 	if err != nil {
 		cancel()
 		t.Fatal(err)

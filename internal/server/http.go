@@ -32,7 +32,7 @@ import (
 // and the asynq web UI must come from the same origin (sameOrigin); the
 // asynq web UI changes nothing unless admin.ui_writes. Every response
 // carries the security headers.
-func (s *Server) handler(ctx context.Context, wh http.Handler, open bool) (http.Handler, func(), error) {
+func (s *Server) handler(ctx context.Context, wh http.Handler, open bool, prPages string) (http.Handler, func(), error) {
 	auth := tokenAuth(string(s.cfg.Admin.Token), open)
 	mux := http.NewServeMux()
 	if wh != nil {
@@ -63,6 +63,7 @@ func (s *Server) handler(ctx context.Context, wh http.Handler, open bool) (http.
 	mux.Handle(monitoringRoot+"/", auth(sameOrigin(ui)))
 	mux.Handle("GET "+csrfScriptPath, ui.script())
 	dash := dashboard.New(dashSource{s}, s.store, open)
+	dash.PRPages = prPages
 	withDashboard := !s.cfg.Dashboard.Disabled
 	mux.Handle("/api/", auth(sameOrigin(dash.AdminAPI(withDashboard))))
 	keysAPI := auth(sameOrigin(gateway.KeysAPI(gateway.NewKeys(s.rdb))))
@@ -178,18 +179,6 @@ func loopbackHost(host string) bool {
 	}
 	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
 	return strings.EqualFold(host, "localhost") || host == "127.0.0.1" || host == "::1"
-}
-
-func isLoopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 func hostPort(a net.Addr) string {

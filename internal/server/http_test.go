@@ -42,14 +42,3 @@ func TestTokenAuth(t *testing.T) {
 		})
 	}
 }
-
-func TestIsLoopback(t *testing.T) {
-	for addr, want := range map[string]bool{
-		"127.0.0.1:8080": true, "localhost:8080": true, "[::1]:8080": true,
-		":8080": false, "0.0.0.0:8080": false, "10.0.0.5:80": false, "example.com:80": false, "nonsense": false,
-	} {
-		if got := isLoopback(addr); got != want {
-			t.Errorf("isLoopback(%q) = %v, want %v", addr, got, want)
-		}
-	}
-}

@@ -18,6 +18,12 @@ type RedisChecks struct {
 	AllowNoPersistence bool
 }
 
+// Embedded is the connection to a Redis the process runs itself, in
+// memory (the demo's): Open does not check its eviction or persistence
+// — whoever starts one knows it is neither durable nor shared, and says
+// so — where every other Redis is checked and warned about.
+type Embedded struct{ asynq.RedisClientOpt }
+
 // Open connects prq's own client (the one shared by the store,
 // limiter, scheduler and asynq) and checks it is safe for jobs.
 func Open(ctx context.Context, opt asynq.RedisConnOpt, checks RedisChecks, log *slog.Logger) (redis.UniversalClient, error) {
@@ -28,6 +34,9 @@ func Open(ctx context.Context, opt asynq.RedisConnOpt, checks RedisChecks, log *
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		rdb.Close()
 		return nil, fmt.Errorf("redis: ping: %w", err)
+	}
+	if _, ok := opt.(Embedded); ok {
+		return rdb, nil
 	}
 	if err := checkEviction(ctx, rdb, checks.AllowEviction, log); err != nil {
 		rdb.Close()

@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/alicebob/miniredis/v2"
+	"github.com/hibiken/asynq"
+
 	"github.com/prq-dev/prq/internal/config"
 	"github.com/prq-dev/prq/internal/redistest"
 )
@@ -68,6 +71,33 @@ func TestRedisWithoutPersistenceRefused(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("the error does not say how to proceed (%q): %v", tt.want, err)
+			}
+		})
+	}
+}
+
+// TestEmbeddedRedisNotWarnedAbout: the demo's in-process Redis answers
+// no CONFIG GET; Open warns about that for any Redis but the one the
+// process says it embeds.
+func TestEmbeddedRedisNotWarnedAbout(t *testing.T) {
+	mr := miniredis.RunT(t)
+	for _, tt := range []struct {
+		name string
+		opt  asynq.RedisConnOpt
+		warn bool
+	}{
+		{"a Redis of the deployment", asynq.RedisClientOpt{Addr: mr.Addr()}, true},
+		{"the process's own", Embedded{asynq.RedisClientOpt{Addr: mr.Addr()}}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var out strings.Builder
+			rdb, err := Open(context.Background(), tt.opt, RedisChecks{}, slog.New(slog.NewTextHandler(&out, nil)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rdb.Close()
+			if got := strings.Contains(out.String(), "level=WARN"); got != tt.warn {
+				t.Errorf("warned %v, want %v:\n%s", got, tt.warn, out.String())
 			}
 		})
 	}

@@ -53,6 +53,10 @@ type Options struct {
 	// set, serves the HTTP surface without auth (on loopback only, like
 	// serve without a token).
 	Demo bool
+	// PRPages is where a page per pull request shows what was posted on
+	// it (the demo's fake GitHub): the dashboard links its pull-request
+	// rows to PRPages + "owner/repo/number". Empty: no links.
+	PRPages string
 }
 
 // Server is one prq process: what serve, worker, all and the demo share.
@@ -219,8 +223,8 @@ func (s *Server) Run(ctx context.Context, out io.Writer, roles Roles, opt Option
 	s.jobs = js
 	var waitHTTP func() error
 	if roles.HTTP {
-		if cfg.Admin.Token == "" && !isLoopback(cfg.Addr) {
-			return &config.SettingError{Name: "PRQ_ADMIN_TOKEN", Problem: fmt.Sprintf("is required to expose the dashboard, admin API and asynq web UI on %s; set it, or bind to loopback (--addr 127.0.0.1:8080)", cfg.Addr)}
+		if problem := cfg.AdminTokenProblem(); problem != "" {
+			return &config.SettingError{Name: "PRQ_ADMIN_TOKEN", Problem: problem}
 		}
 		ln, err := net.Listen("tcp", cfg.Addr)
 		if err != nil {
@@ -238,7 +242,7 @@ func (s *Server) Run(ctx context.Context, out io.Writer, roles Roles, opt Option
 		hctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		// the demo without a token is open, and only on loopback (above)
-		h, closeMon, err := s.handler(hctx, wh, opt.Demo && cfg.Admin.Token == "")
+		h, closeMon, err := s.handler(hctx, wh, opt.Demo && cfg.Admin.Token == "", opt.PRPages)
 		if err != nil {
 			ln.Close()
 			return err
@@ -248,7 +252,11 @@ func (s *Server) Run(ctx context.Context, out io.Writer, roles Roles, opt Option
 		waitHTTP = serveHTTP(ctx, ln, h, log)
 		log.InfoContext(ctx, "serving", "addr", ln.Addr().String(), "webhook", wh != nil, "dashboard", !cfg.Dashboard.Disabled)
 		at := hostPort(ln.Addr())
-		if cfg.Dashboard.Disabled {
+		if cfg.Admin.Token == "" && !opt.Demo {
+			// serve without a token: every admin surface answers 401, so
+			// no URL of them is printed, only how to open them
+			fmt.Fprintf(out, "prq: metrics http://%s/metrics; the dashboard, admin API and asynq web UI need PRQ_ADMIN_TOKEN (openssl rand -hex 32): set it, restart, and open http://%s/ with it as the password\n", at, at)
+		} else if cfg.Dashboard.Disabled {
 			fmt.Fprintf(out, "prq: asynq web UI http://%s/monitoring/  metrics http://%s/metrics\n", at, at)
 		} else {
 			fmt.Fprintf(out, "prq: dashboard http://%s/  asynq web UI http://%s/monitoring/  metrics http://%s/metrics\n", at, at, at)

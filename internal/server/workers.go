@@ -104,7 +104,7 @@ func (s *Server) buildWorkers(tr http.RoundTripper, opt Options, handlers bool) 
 		// every process's GitHub requests are counted in Redis for serve's /metrics
 		app, err := ghapp.New(cfg.GitHub.AppID, key, cfg.GitHub.APIURL, metrics.GitHubCounter{Counts: s.rdb, Next: tr})
 		if err != nil {
-			return nil, &config.SettingError{Name: "GITHUB_PRIVATE_KEY", Problem: err.Error()}
+			return nil, &config.SettingError{Name: keySetting(cfg), Problem: err.Error()}
 		}
 		app.SetBot(cfg.GitHub.AppSlug)
 		gh = app
@@ -334,7 +334,7 @@ func (s *Server) startServers(ctx context.Context, handler asynq.Handler, retryD
 			ShutdownTimeout:          s.cfg.ShutdownTimeout.D(),
 			RetryDelayFunc:           retryDelay,
 			IsFailure:                isFailure,
-			Logger:                   logging.Asynq{Log: s.log.With("component", "asynq")},
+			Logger:                   logging.Asynq{Log: s.log},
 			LogLevel:                 asynq.WarnLevel,
 			ErrorHandler: asynq.ErrorHandlerFunc(func(ctx context.Context, t *asynq.Task, err error) {
 				if !isFailure(err) {
@@ -401,4 +401,13 @@ func firstByte(cfg *config.Config, m config.ModelConfig) time.Duration {
 		return 0
 	}
 	return d
+}
+
+// keySetting names where the App's key came from, for an error about
+// it: GITHUB_PRIVATE_KEY, else the file of GITHUB_PRIVATE_KEY_PATH.
+func keySetting(cfg *config.Config) string {
+	if cfg.GitHub.PrivateKey == "" {
+		return "GITHUB_PRIVATE_KEY_PATH"
+	}
+	return "GITHUB_PRIVATE_KEY"
 }
