@@ -109,6 +109,8 @@ func anthropicParams(r Request) (anthropic.MessageNewParams, string, error) {
 func (a *Anthropic) Complete(ctx context.Context, r Request) (Response, error) {
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
+	ctx, stop := withFirstByte(ctx, r.FirstByte)
+	defer stop()
 	p, tool, err := anthropicParams(r)
 	if err != nil {
 		return Response{}, &Error{Kind: ErrPermanent, Message: err.Error()}
@@ -118,6 +120,9 @@ func (a *Anthropic) Complete(ctx context.Context, r Request) (Response, error) {
 	var h http.Header
 	if hr != nil {
 		h = hr.Header
+	}
+	if fb := noFirstByte(ctx, err); fb != nil {
+		return Response{}, fb
 	}
 	if err != nil {
 		return Response{}, classifyAnthropic(err, h)

@@ -106,6 +106,12 @@ type Request struct {
 	// sells one (Anthropic's 1-hour cache_control, for batches), else
 	// its default (5 minutes).
 	CacheLong bool
+	// FirstByte, when positive, abandons the call (ErrTransient) when no
+	// byte of the reply arrived within it: a hung provider is noticed
+	// before the call timeout. A non-streamed reply's headers come when
+	// it is done, so it must exceed the longest reply. 0: none; a flex
+	// call has none.
+	FirstByte time.Duration
 }
 
 // ServiceTierFlex is OpenAI's flex processing.
@@ -261,11 +267,17 @@ func (c *Client) Complete(ctx context.Context, r Request) (Response, error) {
 	timeout := c.timeout
 	if r.ServiceTier == ServiceTierFlex {
 		timeout = max(timeout, FlexTimeout)
+		r.FirstByte = 0 // flex queues before it answers
 	}
 	ctx, cancel := context.WithTimeout(withCacheKey(ctx, r.CacheKey), timeout)
 	defer cancel()
+	ctx, stop := withFirstByte(ctx, r.FirstByte)
+	defer stop()
 	resp, err := c.c.CreateChatCompletion(ctx, chatRequest(r))
 	h := resp.Header()
+	if fb := noFirstByte(ctx, err); fb != nil {
+		return Response{}, fb
+	}
 	if err != nil {
 		err = classify(err, h)
 		if r.ServiceTier == ServiceTierFlex {

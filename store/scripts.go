@@ -4,5 +4,6 @@ package store
 // a client sends), so a measurement can say which script Redis ran.
 func ScriptHashes() map[string]string {
 	return map[string]string{chatLimitScript.Hash(): "store.chatlimit", completeScript.Hash(): "store.complete", startScript.Hash(): "store.start",
-		finalizedScript.Hash(): "store.finalized", markStuckScript.Hash(): "store.stuck", unlockScript.Hash(): "store.unlock", lockScript.Hash(): "store.lock"}
+		finalizedScript.Hash(): "store.finalized", markStuckScript.Hash(): "store.stuck", unlockScript.Hash(): "store.unlock", lockScript.Hash(): "store.lock",
+		replayScript.Hash(): "store.replay"}
 }

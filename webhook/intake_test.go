@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -19,8 +20,9 @@ import (
 	"github.com/prq-dev/prq/webhook"
 )
 
-// gatedReader yields n bytes of x, announcing its first Read and then
-// blocking until released, so a test knows the handler holds its budget.
+// gatedReader yields n bytes of x: all but the last freely, then it
+// announces that and blocks until released, so a test knows the handler
+// holds the budget for the bytes that arrived.
 type gatedReader struct {
 	n       int
 	started chan struct{}
@@ -33,11 +35,16 @@ func newGated(n int) *gatedReader {
 }
 
 func (g *gatedReader) Read(p []byte) (int, error) {
-	g.once.Do(func() { close(g.started); <-g.release })
+	if g.n == 1 {
+		g.once.Do(func() { close(g.started); <-g.release })
+	}
 	if g.n == 0 {
 		return 0, io.EOF
 	}
-	k := min(len(p), g.n)
+	k := min(len(p), g.n-1)
+	if g.n == 1 {
+		k = 1
+	}
 	for i := range p[:k] {
 		p[i] = 'x'
 	}
@@ -293,5 +300,101 @@ func TestBusyFloodLoggedOnce(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), "webhook busy"); n != 1 || strings.Contains(logs.String(), "level=ERROR") {
 		t.Fatalf("%d busy lines for 50 refusals (want 1, not an ERROR each):\n%s", n, logs.String())
+	}
+}
+
+// signalBody announces its first Read, which comes after the handler
+// took from the budget whatever it takes before the body arrives.
+type signalBody struct {
+	io.ReadCloser
+	once sync.Once
+	read chan struct{}
+}
+
+func (s *signalBody) Read(p []byte) (int, error) {
+	s.once.Do(func() { close(s.read) })
+	return s.ReadCloser.Read(p)
+}
+
+// TestIntakeHoldByDeclaringPeers: two unauthenticated connections that
+// declare 15,204,352-byte bodies (together the whole default in-flight
+// budget) and send one byte hold nothing a signed delivery needs: 25
+// signed deliveries sent while they stay open are all taken.
+func TestIntakeHoldByDeclaringPeers(t *testing.T) {
+	h, err := webhook.New(webhook.Config{Secret: secret}, &recorder{}, &recorder{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	holding := make(chan struct{}, 2)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-GitHub-Delivery") == "hold" {
+			sb := &signalBody{ReadCloser: r.Body, read: make(chan struct{})}
+			r.Body = sb
+			go func() { <-sb.read; holding <- struct{}{} }()
+		}
+		h.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	const declared = 15_204_352 // (25 MiB + 4 MiB) / 2
+	for range 2 {
+		c, err := net.Dial("tcp", srv.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "POST /webhook HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-GitHub-Event: push\r\n"+
+			"X-GitHub-Delivery: hold\r\nContent-Length: %d\r\n\r\n{", declared)
+	}
+	<-holding
+	<-holding
+	body := []byte(`{"zen":"Keep it logically awesome.","hook_id":1}`)
+	codes := map[int]int{}
+	for i := range 25 {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/webhook", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-GitHub-Event", "ping")
+		req.Header.Set("X-GitHub-Delivery", fmt.Sprintf("signed-%d", i))
+		req.Header.Set("X-Hub-Signature-256", webhook.Sign(secret, body))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		codes[resp.StatusCode]++
+	}
+	if codes[http.StatusOK] != 25 {
+		t.Fatalf("signed deliveries while two peers hold declared %d-byte bodies: answers %v, want 25 x 200", declared, codes)
+	}
+}
+
+// TestRefusalLogBounded: 20 unsigned requests with a 900 KB
+// X-GitHub-Delivery grow the log by a line or so, not by 19 MB; signed
+// refusals are logged each, with their fields cut.
+func TestRefusalLogBounded(t *testing.T) {
+	var logs bytes.Buffer
+	rec := &recorder{}
+	h, err := webhook.New(webhook.Config{Secret: secret}, rec, rec, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	huge := strings.Repeat("d", 900<<10)
+	for range 20 {
+		w := send(h, "ping", huge, []byte(`{}`), func(r *http.Request) { r.Header.Set("X-Hub-Signature-256", "sha256=00") })
+		if w.Code != http.StatusUnauthorized {
+			t.Fatalf("unsigned: %d, want 401", w.Code)
+		}
+	}
+	if logs.Len() >= 200<<10 || strings.Count(logs.String(), "webhook refused unsigned") != 1 {
+		t.Fatalf("20 unsigned requests with 900 KB headers logged %d bytes (want < 200 KB, one line):\n%.2000s", logs.Len(), logs.String())
+	}
+	logs.Reset()
+	for range 3 {
+		if w := send(h, "pull_request", huge, []byte(`{}`), nil); w.Code != http.StatusBadRequest {
+			t.Fatalf("signed, huge delivery id: %d, want 400", w.Code)
+		}
+	}
+	if n := strings.Count(logs.String(), "webhook refused"); n != 3 || logs.Len() > 3*1024 {
+		t.Fatalf("3 signed refusals: %d lines, %d bytes; want 3 lines of bounded fields:\n%.2000s", n, logs.Len(), logs.String())
 	}
 }

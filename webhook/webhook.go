@@ -17,7 +17,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"mime"
 	"net/http"
@@ -29,6 +28,7 @@ import (
 
 	"github.com/google/go-github/v56/github"
 
+	"github.com/prq-dev/prq/internal/bodybudget"
 	"github.com/prq-dev/prq/jobs"
 )
 
@@ -110,6 +110,27 @@ type Config struct {
 	// ChatLimiter, when set, caps chat per user and per pull request
 	// before a chat job is enqueued. Defaults to no limits.
 	ChatLimiter ChatLimiter
+	// Replays, when set, refuses replays: X-GitHub-Delivery is not
+	// signed, so a captured delivery could be sent again under a new id.
+	// A signed body (with its event) taken under another id within
+	// ReplayWindow is answered 200 duplicate, and one whose own time
+	// (its pull request's or comment's updated_at) is older than the
+	// window 200 stale. Unset, only the delivery id dedupes.
+	Replays Replays
+	// ReplayWindow is how long a taken body is remembered. Defaults to
+	// 72h, the time GitHub lets a delivery be redelivered.
+	ReplayWindow time.Duration
+	// NowFunc is the clock of the stale check. Defaults to time.Now.
+	NowFunc func() time.Time
+}
+
+// Replays remembers which delivery id took a signed body (a
+// *store.Store). ClaimDelivery returns the id that holds digest, taking
+// it for delivery when free; ReleaseDelivery frees it if delivery holds
+// it (work not saved stays takeable).
+type Replays interface {
+	ClaimDelivery(ctx context.Context, digest, delivery string, window time.Duration) (string, error)
+	ReleaseDelivery(ctx context.Context, digest, delivery string) error
 }
 
 // DefaultChatAssociations are who can talk to the bot by default.
@@ -118,21 +139,24 @@ var DefaultChatAssociations = []string{"OWNER", "MEMBER", "COLLABORATOR"}
 // Handler is the webhook receiver.
 type Handler struct {
 	cfg    Config
-	budget *byteBudget
+	budget *bodybudget.Budget
 	queue  Queue
 	plans  Plans
 	log    *slog.Logger
 	// Count, when set, is told of each delivery's event and outcome.
 	Count func(event, outcome string)
-	busy  busyLog
+	// busy and unsigned are refusals an unauthenticated peer can cause
+	// at will: logged once per interval each.
+	busy, unsigned floodLog
 }
 
-// busyInterval is how often a flood of deliveries refused for the
-// in-flight budget is logged (once, with how many); each is counted.
-const busyInterval = 10 * time.Second
+// floodInterval is how often a flood of refusals anyone can cause
+// (deliveries refused for the in-flight budget, unsigned requests) is
+// logged: once, with how many; each is counted.
+const floodInterval = 10 * time.Second
 
-// busyLog logs refusals for the in-flight budget once per interval.
-type busyLog struct {
+// floodLog logs one kind of refusal once per interval.
+type floodLog struct {
 	mu      sync.Mutex
 	now     func() time.Time
 	last    time.Time
@@ -141,17 +165,33 @@ type busyLog struct {
 
 // note counts a refusal and reports whether to log now, with how many
 // were refused since the last line.
-func (b *busyLog) note() (int, bool) {
+func (b *floodLog) note() (int, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.refused++
 	now := b.now()
-	if !b.last.IsZero() && now.Sub(b.last) < busyInterval {
+	if !b.last.IsZero() && now.Sub(b.last) < floodInterval {
 		return 0, false
 	}
 	n := b.refused
 	b.last, b.refused = now, 0
 	return n, true
+}
+
+// maxLogField is how much of a header or an error a log line keeps.
+const maxLogField = 200
+
+// clip cuts s to maxLogField bytes (at a rune boundary), saying how long
+// it was: what a sender puts in a header must not grow the log.
+func clip(s string) string {
+	if len(s) <= maxLogField {
+		return s
+	}
+	cut := maxLogField
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s…(%d bytes)", s[:cut], len(s))
 }
 
 // New returns the receiver; it refuses an empty secret.
@@ -171,6 +211,12 @@ func New(cfg Config, q Queue, plans Plans, log *slog.Logger) (*Handler, error) {
 	if cfg.ReadTimeout <= 0 {
 		cfg.ReadTimeout = 10 * time.Second
 	}
+	if cfg.ReplayWindow <= 0 {
+		cfg.ReplayWindow = 72 * time.Hour
+	}
+	if cfg.NowFunc == nil {
+		cfg.NowFunc = time.Now
+	}
 	if cfg.ChatAssociations == nil {
 		cfg.ChatAssociations = DefaultChatAssociations
 	}
@@ -183,7 +229,8 @@ func New(cfg Config, q Queue, plans Plans, log *slog.Logger) (*Handler, error) {
 		}
 		cfg.ChatAssociations[i] = a
 	}
-	return &Handler{cfg: cfg, budget: &byteBudget{max: cfg.MaxInFlightBytes}, queue: q, plans: plans, log: log, busy: busyLog{now: time.Now}}, nil
+	return &Handler{cfg: cfg, budget: bodybudget.New(cfg.MaxInFlightBytes), queue: q, plans: plans, log: log,
+		busy: floodLog{now: time.Now}, unsigned: floodLog{now: time.Now}}, nil
 }
 
 // Errors of verification.
@@ -230,46 +277,55 @@ type outcome struct {
 	what   string
 }
 
-func (h *Handler) reply(w http.ResponseWriter, r *http.Request, event string, o outcome, err error) {
+// reply answers a request and logs a refusal with bounded fields.
+// signed says the body's signature was verified: refusals before that
+// are anyone's to cause, so they are logged once per interval with how
+// many, like the busy ones; a signed one is logged each time.
+func (h *Handler) reply(w http.ResponseWriter, r *http.Request, event string, o outcome, err error, signed bool) {
 	if h.Count != nil {
 		h.Count(event, o.what)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(o.status)
 	body := map[string]string{"result": o.what}
-	if errors.Is(err, ErrBusy) {
-		// a flood: one line per interval, each refusal counted (Count)
-		body["error"] = err.Error()
-		if n, ok := h.busy.note(); ok {
-			h.log.WarnContext(r.Context(), "webhook busy: deliveries refused for the in-flight budget", "refused", n,
-				"max_in_flight_bytes", h.cfg.MaxInFlightBytes, "logged_every", busyInterval)
-		}
-		err = nil
-	}
 	if err != nil {
 		body["error"] = err.Error()
+	}
+	json.NewEncoder(w).Encode(body)
+	switch {
+	case errors.Is(err, ErrBusy):
+		if n, ok := h.busy.note(); ok {
+			h.log.WarnContext(r.Context(), "webhook busy: deliveries refused for the in-flight budget", "refused", n,
+				"max_in_flight_bytes", h.cfg.MaxInFlightBytes, "logged_every", floodInterval)
+		}
+	case err != nil && !signed:
+		if n, ok := h.unsigned.note(); ok {
+			h.log.InfoContext(r.Context(), "webhook refused unsigned requests", "refused", n, "logged_every", floodInterval,
+				"last_status", o.status, "last_event", clip(event), "last_delivery", clip(r.Header.Get("X-GitHub-Delivery")),
+				"last_err", clip(err.Error()))
+		}
+	case err != nil:
 		level := slog.LevelInfo
 		if o.status >= 500 {
 			level = slog.LevelError
 		}
-		h.log.Log(r.Context(), level, "webhook refused", "status", o.status, "event", event,
-			"delivery", r.Header.Get("X-GitHub-Delivery"), "err", err)
+		h.log.Log(r.Context(), level, "webhook refused", "status", o.status, "event", clip(event),
+			"delivery", clip(r.Header.Get("X-GitHub-Delivery")), "err", clip(err.Error()))
 	}
-	json.NewEncoder(w).Encode(body)
 }
 
 // ServeHTTP handles POST /webhook.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer func() {
 		if p := recover(); p != nil { // a bug, not the sender's fault: say so, keep serving
-			h.log.ErrorContext(r.Context(), "webhook handler panicked", "panic", fmt.Sprint(p), "event", r.Header.Get("X-GitHub-Event"))
+			h.log.ErrorContext(r.Context(), "webhook handler panicked", "panic", fmt.Sprint(p), "event", clip(r.Header.Get("X-GitHub-Event")))
 			http.Error(w, `{"result":"internal error"}`, http.StatusInternalServerError)
 		}
 	}()
 	event := r.Header.Get("X-GitHub-Event")
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", "POST")
-		h.reply(w, r, event, outcome{http.StatusMethodNotAllowed, "method not allowed"}, errors.New("webhooks are POSTed"))
+		h.reply(w, r, event, outcome{http.StatusMethodNotAllowed, "method not allowed"}, errors.New("webhooks are POSTed"), false)
 		return
 	}
 	body, release, err := h.readBody(w, r)
@@ -278,26 +334,26 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		var mbe *http.MaxBytesError
 		switch {
 		case errors.As(err, &mbe):
-			h.reply(w, r, event, outcome{http.StatusRequestEntityTooLarge, "too large"}, fmt.Errorf("body over %d bytes", h.cfg.MaxBytes))
+			h.reply(w, r, event, outcome{http.StatusRequestEntityTooLarge, "too large"}, fmt.Errorf("body over %d bytes", h.cfg.MaxBytes), false)
 		case errors.Is(err, ErrBusy):
 			w.Header().Set("Retry-After", "1")
-			h.reply(w, r, event, outcome{http.StatusServiceUnavailable, "busy"}, err)
+			h.reply(w, r, event, outcome{http.StatusServiceUnavailable, "busy"}, err, false)
 		default:
-			h.reply(w, r, event, outcome{http.StatusBadRequest, "unreadable"}, fmt.Errorf("read body: %v", err))
+			h.reply(w, r, event, outcome{http.StatusBadRequest, "unreadable"}, fmt.Errorf("read body: %v", err), false)
 		}
 		return
 	}
 	if err := VerifySignature(h.cfg.Secret, body, r.Header.Get("X-Hub-Signature-256")); err != nil {
-		h.reply(w, r, event, outcome{http.StatusUnauthorized, "bad signature"}, err)
+		h.reply(w, r, event, outcome{http.StatusUnauthorized, "bad signature"}, err, false)
 		return
 	}
 	delivery := r.Header.Get("X-GitHub-Delivery")
 	switch {
 	case event == "":
-		h.reply(w, r, event, outcome{http.StatusBadRequest, "malformed"}, errors.New("missing X-GitHub-Event"))
+		h.reply(w, r, event, outcome{http.StatusBadRequest, "malformed"}, errors.New("missing X-GitHub-Event"), true)
 		return
 	case delivery == "" || len(delivery) > 100 || strings.ContainsAny(delivery, "{}|:\x00 "):
-		h.reply(w, r, event, outcome{http.StatusBadRequest, "malformed"}, errors.New("missing or malformed X-GitHub-Delivery"))
+		h.reply(w, r, event, outcome{http.StatusBadRequest, "malformed"}, errors.New("missing or malformed X-GitHub-Delivery"), true)
 		return
 	}
 	payload, err := jsonPayload(r.Header.Get("Content-Type"), body)
@@ -306,11 +362,70 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if errors.Is(err, errContentType) {
 			status = http.StatusUnsupportedMediaType
 		}
-		h.reply(w, r, event, outcome{status, "malformed"}, err)
+		h.reply(w, r, event, outcome{status, "malformed"}, err, true)
 		return
 	}
-	o, err := h.dispatch(r.Context(), event, delivery, payload)
-	h.reply(w, r, event, o, err)
+	o, err := h.accept(r.Context(), event, delivery, body, payload)
+	h.reply(w, r, event, o, err, true)
+}
+
+// stale is a signed delivery older than the replay window.
+var stale = outcome{http.StatusOK, "stale"}
+
+// accept dispatches a signed delivery once per body: the same body (and
+// event) taken under another delivery id within the window is a replay.
+func (h *Handler) accept(ctx context.Context, event, delivery string, body, payload []byte) (outcome, error) {
+	if h.cfg.Replays == nil || event == "ping" {
+		return h.dispatch(ctx, event, delivery, payload)
+	}
+	if h.stale(payload) {
+		return stale, nil
+	}
+	mac := sha256.New()
+	mac.Write([]byte(event))
+	mac.Write([]byte{0})
+	mac.Write(body)
+	digest := hex.EncodeToString(mac.Sum(nil))
+	held, err := h.cfg.Replays.ClaimDelivery(ctx, digest, delivery, h.cfg.ReplayWindow)
+	if err != nil {
+		return unavailable(err)
+	}
+	if held != delivery {
+		return duplicate, nil
+	}
+	o, err := h.dispatch(ctx, event, delivery, payload)
+	if o.status >= 300 {
+		if rerr := h.cfg.Replays.ReleaseDelivery(context.WithoutCancel(ctx), digest, delivery); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+	}
+	return o, err
+}
+
+// stale reports whether a payload's own time, its pull request's or
+// comment's updated_at, is older than the replay window: a replay the
+// claims no longer remember. A payload without one is not stale.
+func (h *Handler) stale(payload []byte) bool {
+	type stamped struct {
+		UpdatedAt string `json:"updated_at"`
+	}
+	var p struct {
+		PullRequest *stamped `json:"pull_request"`
+		Comment     *stamped `json:"comment"`
+	}
+	if json.Unmarshal(payload, &p) != nil {
+		return false
+	}
+	var last time.Time
+	for _, s := range []*stamped{p.PullRequest, p.Comment} {
+		if s == nil {
+			continue
+		}
+		if t, err := time.Parse(time.RFC3339, s.UpdatedAt); err == nil && t.After(last) {
+			last = t
+		}
+	}
+	return !last.IsZero() && h.cfg.NowFunc().Sub(last) > h.cfg.ReplayWindow
 }
 
 // ErrBusy is returned when bodies already being read use up
@@ -318,83 +433,22 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 var ErrBusy = errors.New("webhook: too many bytes in flight; retry shortly")
 
 // readBody reads the whole body within the size cap, the read deadline
-// and the in-flight budget. release gives the body's bytes back to the
-// budget; call it when the body is no longer needed (always safe).
+// and the in-flight budget, charged as bytes arrive (never for a
+// declared Content-Length alone: a connection that declares a large body
+// and sends nothing holds nothing). release gives the body's bytes back
+// to the budget; call it when the body is no longer needed (always safe).
 func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) (body []byte, release func(), err error) {
-	var held int64
-	release = func() { h.budget.release(held); held = 0 }
-	if r.ContentLength > h.cfg.MaxBytes {
-		return nil, release, &http.MaxBytesError{Limit: h.cfg.MaxBytes}
-	}
 	// A deadline for this body alone; a server without deadline support
 	// (httptest's recorder) keeps its own limits.
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(h.cfg.ReadTimeout))
-	rd := http.MaxBytesReader(w, r.Body, h.cfg.MaxBytes)
-	if r.ContentLength > 0 {
-		// Known size: take it all from the budget up front and read into a
-		// buffer of exactly that size (io.ReadAll would double it as it grows).
-		if !h.budget.acquire(r.ContentLength) {
-			return nil, release, ErrBusy
-		}
-		held = r.ContentLength
-		body = make([]byte, r.ContentLength)
-		if _, err := io.ReadFull(rd, body); err != nil {
-			return nil, release, err
-		}
-		// Nothing may follow the declared length.
-		if n, _ := rd.Read(make([]byte, 1)); n > 0 {
-			return nil, release, errors.New("body longer than Content-Length")
-		}
-		return body, release, nil
+	body, release, err = h.budget.Read(http.MaxBytesReader(w, r.Body, h.cfg.MaxBytes), r.ContentLength, h.cfg.MaxBytes)
+	switch {
+	case errors.Is(err, bodybudget.ErrTooLarge):
+		err = &http.MaxBytesError{Limit: h.cfg.MaxBytes}
+	case errors.Is(err, bodybudget.ErrFull):
+		err = ErrBusy
 	}
-	// Unknown size (chunked): take from the budget as the body grows.
-	var buf []byte
-	for {
-		if len(buf) == cap(buf) {
-			grow := max(int64(cap(buf)), 64<<10)
-			grow = min(grow, h.cfg.MaxBytes+1-int64(cap(buf))) // MaxBytesReader stops at MaxBytes+1
-			if grow <= 0 {
-				return nil, release, &http.MaxBytesError{Limit: h.cfg.MaxBytes}
-			}
-			if !h.budget.acquire(grow) {
-				return nil, release, ErrBusy
-			}
-			held += grow
-			next := make([]byte, len(buf), int64(cap(buf))+grow)
-			copy(next, buf)
-			buf = next
-		}
-		n, err := rd.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if errors.Is(err, io.EOF) {
-			return buf, release, nil
-		}
-		if err != nil {
-			return nil, release, err
-		}
-	}
-}
-
-// byteBudget is a counting limit on bytes held at once.
-type byteBudget struct {
-	mu        sync.Mutex
-	max, used int64
-}
-
-func (b *byteBudget) acquire(n int64) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.used+n > b.max {
-		return false
-	}
-	b.used += n
-	return true
-}
-
-func (b *byteBudget) release(n int64) {
-	b.mu.Lock()
-	b.used -= n
-	b.mu.Unlock()
+	return body, release, err
 }
 
 var errContentType = errors.New("content type must be application/json or application/x-www-form-urlencoded")

@@ -377,7 +377,7 @@ func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
 		bucket = bucket.ForKey(key) // nil: a key this process does not have
 	}
 	req := s.prompt.request(s.model, maxOut)
-	req.Key = key
+	req.Key, req.FirstByte = key, s.model.FirstByte // a flex call has none (llm)
 	if s.flex {
 		req.ServiceTier = llm.ServiceTierFlex
 	}
@@ -550,6 +550,9 @@ func (c *Caller) retryTransient(ctx context.Context, s callSpec, err error) erro
 		return c.giveUp(ctx, s, GaveUpTransient, err)
 	}
 	delay := c.cfg.Backoff * time.Duration(1<<min(s.retried, 8))
+	if le := (*llm.Error)(nil); errors.As(err, &le) && le.Code == llm.CodeFirstByte {
+		delay = 0 // the call waited out its first-byte limit already
+	}
 	if err := backToAdmission(ctx, c.cfg.Requeue, s.ticket, delay, err); !errors.Is(err, errBackToAdmission) {
 		return err
 	}

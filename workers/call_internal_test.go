@@ -15,6 +15,7 @@ import (
 // requeueAt records when a ticket comes back; the other sides succeed.
 type requeueAt struct {
 	at       []time.Time
+	now      int // registered at once
 	settled  int
 	failWith error
 }
@@ -30,7 +31,10 @@ func (r *requeueAt) Settle(context.Context, string, string, ratelimit.Cost) erro
 	r.settled++
 	return nil
 }
-func (r *requeueAt) Register(context.Context, admission.Ticket) (bool, error) { return true, nil }
+func (r *requeueAt) Register(context.Context, admission.Ticket) (bool, error) {
+	r.now++
+	return true, nil
+}
 func (r *requeueAt) RegisterAt(_ context.Context, _ admission.Ticket, at time.Time) error {
 	r.at = append(r.at, at)
 	return r.failWith
@@ -115,5 +119,33 @@ func TestCallTransientWithinBudgetOnly(t *testing.T) {
 	}
 	if len(adm.at) != 0 {
 		t.Errorf("went back to admission at %v after giving up", adm.at)
+	}
+}
+
+// A call abandoned at the model's first-byte limit goes back through
+// admission at once: it waited out the limit already. The limit is the
+// model's.
+func TestCallFirstByteRetriedAtOnce(t *testing.T) {
+	t.Parallel()
+	var sent time.Duration
+	hung := llmFunc(func(_ context.Context, r llm.Request) (llm.Response, error) {
+		sent = r.FirstByte
+		return llm.Response{}, &llm.Error{Kind: llm.ErrTransient, Code: llm.CodeFirstByte}
+	})
+	adm := &requeueAt{}
+	c, err := NewCaller(CallerConfig{LLM: hung, Ledger: adm, Requeue: adm, Provider: adm, Backoff: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.call(context.Background(), callSpec{ticket: admission.Ticket{ID: "summary-x", Model: "gpt-4o-mini"},
+		model: Model{Name: "gpt-4o-mini", FirstByte: 7 * time.Second}.withDefaults(), retried: 2, maxRetry: 8})
+	if !errors.Is(err, llm.ErrTransient) || !IsFailure(err) {
+		t.Fatalf("call = %v, want the transient failure, counted", err)
+	}
+	if sent != 7*time.Second {
+		t.Errorf("the call was sent with a first-byte limit of %s, want the model's 7s", sent)
+	}
+	if adm.now != 1 || len(adm.at) != 0 {
+		t.Fatalf("registered at once %d times, later at %v; want once at once", adm.now, adm.at)
 	}
 }

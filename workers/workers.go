@@ -108,6 +108,10 @@ type Model struct {
 	Flex bool
 	// Batch: a provider's batch API serves the model (the batch lane).
 	Batch bool
+	// FirstByte, when positive, abandons a call (a transient failure,
+	// retried through admission) whose reply sent no byte within it; a
+	// flex call has none (flex queues). 0: none.
+	FirstByte time.Duration
 	// CachedInputFree: the provider does not count input read from its
 	// prompt cache toward the model's limits (Anthropic's ITPM): a call's
 	// cache reads are settled back to the limiter.

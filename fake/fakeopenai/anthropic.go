@@ -375,7 +375,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	f := s.faults
 	roll := s.rng.Float64()
 	latency := time.Duration(float64(m.Latency+time.Duration((s.rng.Float64()*2-1)*float64(m.Jitter))) * s.cfg.LatencyScale)
-	if faulted := (f.TooMany > 0 && roll < f.TooMany) || (roll-f.TooMany >= 0 && roll-f.TooMany < f.ServerError); !faulted {
+	if faulted := (f.TooMany > 0 && roll < f.TooMany) || (roll-f.TooMany >= 0 && roll-f.TooMany < f.ServerError+f.Timeout); !faulted {
 		s.storeCache(p.blocks, pc, now, now.Add(max(latency, 0)))
 		st.PromptTokens += prompt
 		st.CachedTokens += pc.usage.read
@@ -393,6 +393,22 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	if roll >= 0 && roll < f.ServerError {
 		s.countFault(m.Name)
 		writeAnthropicError(w, 529, "overloaded_error", "Overloaded")
+		return
+	}
+	roll -= f.ServerError
+	if roll >= 0 && roll < f.Timeout {
+		// a hang: nothing is sent, not even the headers, until the
+		// client gives up or TimeoutAfter passes
+		s.countFault(m.Name)
+		d, err := time.ParseDuration(f.TimeoutAfter)
+		if err != nil || d <= 0 {
+			d = time.Minute
+		}
+		select {
+		case <-r.Context().Done():
+		case <-time.After(d):
+		}
+		writeAnthropicError(w, http.StatusGatewayTimeout, "api_error", "Gateway timeout.")
 		return
 	}
 	if latency > 0 {

@@ -396,6 +396,7 @@ type modelStats struct {
 	Requests         int64 `json:"requests"`
 	RateLimited      int64 `json:"rate_limited"`
 	Faults           int64 `json:"faults"`
+	LastFault        time.Time
 	AdmittedTokens   int64 `json:"admitted_tokens"`
 	CompletionToks   int64 `json:"completion_tokens"`
 	Answered         int64
@@ -971,7 +972,9 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, key, deploy
 
 func (s *Server) countFault(model string) {
 	s.mu.Lock()
-	s.statsOf(model).Faults++
+	st := s.statsOf(model)
+	st.Faults++
+	st.LastFault = time.Now()
 	s.mu.Unlock()
 }
 
@@ -1339,11 +1342,13 @@ func (s *Server) SetBatchWindow(d time.Duration) {
 
 // ModelStats are the counters of one model.
 type ModelStats struct {
-	Requests         int64 `json:"requests"`
-	RateLimited      int64 `json:"rate_limited"`
-	Faults           int64 `json:"faults"`
-	AdmittedTokens   int64 `json:"admitted_tokens"`
-	CompletionTokens int64 `json:"completion_tokens"`
+	Requests    int64 `json:"requests"`
+	RateLimited int64 `json:"rate_limited"`
+	Faults      int64 `json:"faults"`
+	// LastFault is when the latest fault was injected (zero: none).
+	LastFault        time.Time `json:"last_fault"`
+	AdmittedTokens   int64     `json:"admitted_tokens"`
+	CompletionTokens int64     `json:"completion_tokens"`
 	// MaxWindowTokens is the largest admitted cost in any window of one
 	// period; a provider that is never over its limit keeps it ≤ TPM + the
 	// bucket's refill, which is what prq's bench compares to the limit.
@@ -1393,7 +1398,7 @@ func (s *Server) Stats() map[string]ModelStats {
 		for k, v := range st.formats {
 			formats[k] = v
 		}
-		out[name] = ModelStats{ResponseFormats: formats, Requests: st.Requests, RateLimited: st.RateLimited, Faults: st.Faults,
+		out[name] = ModelStats{ResponseFormats: formats, Requests: st.Requests, RateLimited: st.RateLimited, Faults: st.Faults, LastFault: st.LastFault,
 			AdmittedTokens: st.AdmittedTokens, CompletionTokens: st.CompletionToks,
 			MaxWindowTokens: st.maxWindow, TPM: m.TPM, RPM: m.RPM, Answered: st.Answered, Repeats: st.Repeats,
 			PromptTokens: st.PromptTokens, CachedTokens: st.CachedTokens, CacheWriteTokens: st.CacheWriteTokens,

@@ -55,8 +55,11 @@ func PullRequestEvent(action string, p PR) []byte {
 		"action": action, "number": p.Number,
 		"pull_request": map[string]any{
 			"number": p.Number, "state": "open", "draft": p.Draft, "title": p.Title, "user": user(author, p.Bot),
-			"head": map[string]any{"sha": p.Head, "ref": "feature", "repo": repoJSON(p.Owner, p.Repo)},
-			"base": map[string]any{"sha": p.Base, "ref": "main", "repo": repoJSON(p.Owner, p.Repo)},
+			// as on GitHub, each event stamps the pull request, so no two
+			// deliveries' bodies are the same (prq refuses a body replayed)
+			"updated_at": time.Now().UTC().Format(time.RFC3339Nano),
+			"head":       map[string]any{"sha": p.Head, "ref": "feature", "repo": repoJSON(p.Owner, p.Repo)},
+			"base":       map[string]any{"sha": p.Base, "ref": "main", "repo": repoJSON(p.Owner, p.Repo)},
 		},
 		"repository":   repoJSON(p.Owner, p.Repo),
 		"installation": map[string]any{"id": p.Installation},

@@ -27,6 +27,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/prq-dev/prq/fake/corpus"
+	"github.com/prq-dev/prq/fake/fakeopenai"
 	"github.com/prq-dev/prq/fake/traffic"
 	"github.com/prq-dev/prq/internal/config"
 	"github.com/prq-dev/prq/internal/harness"
@@ -66,6 +67,12 @@ type Flags struct {
 	sequences   int
 	steps       int
 	killPercent int
+	// providerHang is the share of provider calls that hang: the fake
+	// takes them and sends nothing, not even headers
+	providerHang float64
+	// firstByte is the workers' openai.first_byte_timeout (0: the
+	// default scaled by latency, as the provider's latencies are)
+	firstByte time.Duration
 }
 
 // Register adds the chaos run's flags to fs.
@@ -90,26 +97,33 @@ func (c *Flags) Register(fs *flag.FlagSet) {
 	fs.IntVar(&c.sequences, "sequences", 20, "lifecycle: seeded sequences to play (seeds --seed, --seed+1, ...)")
 	fs.IntVar(&c.steps, "steps", 20, "lifecycle: life-cycle events per sequence")
 	fs.IntVar(&c.killPercent, "kill-percent", 3, "lifecycle: percent of events that kill -9 a worker (each waits out asynq's lease, about 90 s)")
+	fs.Float64Var(&c.providerHang, "provider-hang", 0, "share (0..1) of provider calls that hang: taken, then nothing sent, not even headers")
+	fs.DurationVar(&c.firstByte, "first-byte-timeout", 0, "the workers' openai.first_byte_timeout (default: its default times --latency-scale, as the provider's latencies are scaled)")
 }
 
 // chaosReport is what one scenario found.
 type chaosReport struct {
-	Scenario        string
-	PRs, Published  int
-	Reviews         int
-	WantReviews     int
-	Duplicates      int
-	Lost            int
-	Archived        int
-	Accepted        int
-	Kills           int
-	Recovery        []time.Duration
-	Unavailable503  int
-	ReadyzDown      bool
-	Elapsed         time.Duration
-	Problems        []string
-	ProviderLimited int64
-	Checked         []string
+	Scenario       string
+	PRs, Published int
+	Reviews        int
+	WantReviews    int
+	Duplicates     int
+	Lost           int
+	Archived       int
+	Accepted       int
+	Kills          int
+	Recovery       []time.Duration
+	Unavailable503 int
+	ReadyzDown     bool
+	Elapsed        time.Duration
+	// LastKill is when the scenario's last worker was killed, LastHang
+	// when the provider last hung a call; Drained when every accepted PR
+	// was published and no job was left queued
+	LastKill, LastHang, Drained time.Time
+	Hung                        int64 // provider calls the fake hung
+	Problems                    []string
+	ProviderLimited             int64
+	Checked                     []string
 	// soak: samples during the arrivals, Redis memory before and after,
 	// the bound per retained PR (bytes), and the prq keys found without
 	// a TTL after the drain (the documented permanent ones aside)
@@ -194,6 +208,9 @@ func Run(ctx context.Context, c Flags, stdout io.Writer) error {
 	if c.prs <= 0 || c.processes <= 0 || c.compress <= 0 || !(c.soakKB > 0) {
 		return &config.UsageError{Msg: "--prs, --processes, --compress and --soak-kb-per-pr must be positive"}
 	}
+	if !(c.providerHang >= 0 && c.providerHang <= 1) {
+		return &config.UsageError{Msg: "--provider-hang must be within 0..1"}
+	}
 	if err := os.MkdirAll(c.out, 0o755); err != nil {
 		return err
 	}
@@ -227,6 +244,13 @@ func Run(ctx context.Context, c Flags, stdout io.Writer) error {
 func printChaos(w io.Writer, r chaosReport) {
 	fmt.Fprintf(w, "chaos %s: %d/%d PRs published, %d/%d reviews, %d duplicates, %d jobs lost, %d archived, %d deliveries accepted, %s\n",
 		r.Scenario, r.Published, r.PRs, r.Reviews, r.WantReviews, r.Duplicates, r.Lost, r.Archived, r.Accepted, r.Elapsed.Round(time.Second))
+	if !r.LastKill.IsZero() {
+		fmt.Fprintf(w, "  drain after the last kill: %s", r.Drained.Sub(r.LastKill).Round(time.Second))
+		if r.Hung > 0 {
+			fmt.Fprintf(w, "; after the last fault (a kill or a hang): %s; provider calls hung: %d", r.Drained.Sub(latest(r.LastKill, r.LastHang)).Round(time.Second), r.Hung)
+		}
+		fmt.Fprintln(w)
+	}
 	if r.Kills > 0 {
 		p50, p99, mx := quantile.Of(r.Recovery, .5), quantile.Of(r.Recovery, .99), quantile.Of(r.Recovery, 1)
 		fmt.Fprintf(w, "  %d kill -9; %d jobs were running in killed workers; recovery (kill to the job running again or done): p50 %s, p99 %s, max %s\n",
@@ -328,10 +352,18 @@ func chaosScenario(ctx context.Context, c Flags, scenario string) (chaosReport, 
 	}
 	defer fakes.Close()
 	fakes.OpenAI.SetLatencyScale(c.latency)
+	if c.providerHang > 0 {
+		// the hang outlasts the run: only the caller's limits end it
+		fakes.OpenAI.SetFaults(fakeopenai.Faults{Timeout: c.providerHang, TimeoutAfter: "1h"})
+	}
 	fakes.Configure(&cfg, "prq-chaos")
 	cfg.Addr = "127.0.0.1:0"
 	cfgFile := filepath.Join(c.out, "chaos-config.yaml")
+	if cfg.OpenAI.FirstByteTimeout = config.Duration(c.firstByte); c.firstByte <= 0 {
+		cfg.OpenAI.FirstByteTimeout = config.Duration(float64(config.Default().OpenAI.FirstByteTimeout) * c.latency)
+	}
 	yb, _ := yaml.Marshal(map[string]any{"models": cfg.Models, "jobs": cfg.Jobs, "tiers": cfg.Tiers, "log": config.LogConfig{Format: "json", Level: "info"},
+		"openai":           map[string]any{"first_byte_timeout": cfg.OpenAI.FirstByteTimeout},
 		"shutdown_timeout": cfg.ShutdownTimeout, "worker": cfg.Worker, "github": map[string]any{"write_gap": cfg.GitHub.WriteGap}})
 	if err := os.WriteFile(cfgFile, yb, 0o600); err != nil {
 		return rep, err
@@ -457,6 +489,7 @@ func chaosScenario(ctx context.Context, c Flags, scenario string) (chaosReport, 
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+	rep.Drained = time.Now()
 	time.Sleep(2 * time.Second) // a late duplicate would show now
 	rep.Elapsed = time.Since(start)
 	if scenario == "soak" {
@@ -470,6 +503,8 @@ func chaosScenario(ctx context.Context, c Flags, scenario string) (chaosReport, 
 	rep.ProviderLimited = 0
 	for _, st := range fakes.OpenAI.Stats() {
 		rep.ProviderLimited += st.RateLimited
+		rep.Hung += st.Faults
+		rep.LastHang = latest(rep.LastHang, st.LastFault)
 	}
 	for _, s := range sent {
 		if s.ok {
@@ -523,6 +558,14 @@ func chaosScenario(ctx context.Context, c Flags, scenario string) (chaosReport, 
 	return rep, nil
 }
 
+// latest is the later of a and b.
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
 func reviewable(p corpus.PR, exclude []string) bool {
 	for _, f := range p.Files {
 		if f.Patch == nil || f.Status == "removed" {
@@ -571,6 +614,9 @@ func (r *chaosRun) inject(ctx context.Context, scenario string, srv *redisproc.S
 			killed := time.Now()
 			victim.Kill()
 			rep.Kills++
+			r.mu.Lock()
+			rep.LastKill = killed
+			r.mu.Unlock()
 			r.spawn(i)
 			for _, t := range running {
 				wg.Add(1)

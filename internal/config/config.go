@@ -128,11 +128,21 @@ type OpenAIConfig struct {
 	BaseURL string `yaml:"base_url"`
 	// Timeout bounds one call. Defaults to 120s.
 	Timeout Duration `yaml:"timeout"`
+	// FirstByteTimeout abandons a job's call (a transient failure,
+	// retried through admission) when no byte of the reply arrived
+	// within it: a hung provider costs this, not Timeout. A non-streamed
+	// reply's headers come when it is done, so it must exceed the
+	// longest reply. Models may set their own; reasoning models default
+	// to none. Defaults to 30s.
+	FirstByteTimeout Duration `yaml:"first_byte_timeout"`
 }
 
 // ModelConfig is one model and its provider limits.
 type ModelConfig struct {
 	Name string `yaml:"name"`
+	// FirstByteTimeout is openai.first_byte_timeout for this model's
+	// calls. Defaults to it (to none for a reasoning model).
+	FirstByteTimeout Duration `yaml:"first_byte_timeout"`
 	// Provider names the entry of providers that serves the model.
 	// Defaults to the only provider when there is one (the implicit
 	// OpenAI provider when providers is empty); required with several.
@@ -453,6 +463,10 @@ type GatewayConfig struct {
 	// FallbackWait is the longest a request waits for admission on a
 	// model with fallbacks before it moves to the next. Defaults to 10s.
 	FallbackWait Duration `yaml:"fallback_wait"`
+	// MaxBodyBytesInFlight caps the request-body bytes held at once
+	// across all keys, charged as they arrive; past it a request is
+	// answered 429 with Retry-After. Defaults to 64 MiB.
+	MaxBodyBytesInFlight int64 `yaml:"max_body_bytes_in_flight"`
 }
 
 // QuotaSettings configures tenant quotas.
@@ -540,7 +554,7 @@ func Default() Config {
 		ShutdownTimeout: Duration(30 * time.Second),
 		Log:             LogConfig{Format: "text", Level: "info"},
 		GitHub:          GitHubConfig{APIURL: "https://api.github.com/", SkipBotPRs: BoolPtr(true), WebhookMaxBytes: 25 << 20, WriteGap: Duration(time.Second), CheckRunEvery: Duration(5 * time.Second)},
-		OpenAI:          OpenAIConfig{Timeout: Duration(120 * time.Second)},
+		OpenAI:          OpenAIConfig{Timeout: Duration(120 * time.Second), FirstByteTimeout: Duration(30 * time.Second)},
 		Models: []ModelConfig{
 			{Name: "gpt-4o-mini", RequestsPerMinute: 500, TokensPerMinute: 200000, MaxOutputTokens: 512},
 			{Name: "gpt-4o", RequestsPerMinute: 500, TokensPerMinute: 30000, MaxOutputTokens: 1024},
@@ -753,6 +767,7 @@ func (c *Config) Validate(m Mode) error {
 	if c.Gateway.MinOutput < 0 {
 		bad("gateway.min_output", "must not be negative, got %d", c.Gateway.MinOutput)
 	}
+	c.validateFrontDoor(bad)
 	if m == ModeWorker || m == ModeAll {
 		if c.GitHub.AppID == 0 {
 			bad("GITHUB_APP_ID", "is required for worker (the GitHub App's numeric id)")
@@ -925,6 +940,22 @@ func (c *Config) Validate(m Mode) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// validateFrontDoor checks the limits on hung providers and request
+// bodies in flight.
+func (c *Config) validateFrontDoor(bad func(name, format string, a ...any)) {
+	if c.OpenAI.FirstByteTimeout.D() < 0 {
+		bad("openai.first_byte_timeout", "must not be negative, got %s", c.OpenAI.FirstByteTimeout.D())
+	}
+	for _, m := range c.Models {
+		if m.FirstByteTimeout.D() < 0 {
+			bad("models."+m.Name+".first_byte_timeout", "must not be negative, got %s", m.FirstByteTimeout.D())
+		}
+	}
+	if c.Gateway.MaxBodyBytesInFlight < 0 {
+		bad("gateway.max_body_bytes_in_flight", "must not be negative, got %d", c.Gateway.MaxBodyBytesInFlight)
+	}
 }
 
 // Limits returns the model's bucket limits.

@@ -30,6 +30,11 @@ func TestGatewaySettings(t *testing.T) {
 		{"fallback to itself", fallbackModels("[a]"), "models.a.fallbacks"},
 		{"fallback twice", fallbackModels("[b, b]"), "models.a.fallbacks"},
 		{"fallback unknown", fallbackModels("[c]"), `"c" is not a configured model`},
+		{"bodies in flight", "gateway:\n  max_body_bytes_in_flight: 1048576\n", ""},
+		{"negative bodies in flight", "gateway:\n  max_body_bytes_in_flight: -1\n", "gateway.max_body_bytes_in_flight"},
+		{"first byte", "openai:\n  first_byte_timeout: 10s\n", ""},
+		{"negative first byte", "openai:\n  first_byte_timeout: -1s\n", "openai.first_byte_timeout"},
+		{"negative model first byte", strings.Replace(fallbackModels("[b]"), "  - name: b\n", "  - name: b\n    first_byte_timeout: -2s\n", 1), "models.b.first_byte_timeout"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

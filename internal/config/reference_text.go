@@ -79,6 +79,8 @@ var meanings = map[string]meaning{
 	"openai.base_url": {Text: "The implicit provider's API: any OpenAI-compatible one. With `providers` set, use `providers[].base_url`.", Unset: "OpenAI's API"},
 	"openai.timeout":  {Text: "The longest one provider call may take, for every provider."},
 
+	"openai.first_byte_timeout": {Text: "A job's call with no byte of its reply within this is abandoned and retried through admission (a hung provider costs this, not `timeout`). A non-streamed reply's headers come when it is done: keep it above the longest reply."},
+
 	"providers[].name":        {Text: "What `models[].provider` refers to: lower-case letters, digits, `-` and `_`."},
 	"providers[].kind":        {Text: "`openai` (OpenAI or any compatible API), `azure` (Azure OpenAI) or `anthropic` (Anthropic's Messages API)."},
 	"providers[].base_url":    {Text: "The API's address, without credentials; required for `azure` (`https://RESOURCE.openai.azure.com`).", Unset: "the kind's public API"},
@@ -181,4 +183,7 @@ var meanings = map[string]meaning{
 	"gateway.header_timeout": {Text: "The longest wait for the provider's reply headers (then 504).", Unset: "`openai.timeout`"},
 	"gateway.stream_idle":    {Text: "The longest a stream may go without a line from the provider before the gateway ends it.", Unset: "`60s`"},
 	"gateway.fallback_wait":  {Text: "The longest a request waits for admission on a model with `fallbacks` before it moves to the next.", Unset: "`10s`"},
+
+	"gateway.max_body_bytes_in_flight": {Text: "The request-body bytes held at once across all keys, charged as they arrive; past it a request is answered 429 with `Retry-After`.", Unset: "64 MiB"},
+	"models[].first_byte_timeout":      {Text: "`openai.first_byte_timeout` for this model's calls.", Unset: "`openai.first_byte_timeout`; none for a `reasoning` model"},
 }

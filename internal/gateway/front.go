@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
+	"os"
 	"time"
 
+	"github.com/prq-dev/prq/internal/bodybudget"
 	"github.com/prq-dev/prq/ratelimit"
 )
 
@@ -138,18 +141,22 @@ func (g *Gateway) bodyLimit(q *request, left int64) int64 {
 	return b*2*maxTokenBytes + bodySlack
 }
 
-// errBodyTooLarge is a body over its limit.
-var errBodyTooLarge = errors.New("gateway: body too large")
-
-// readBody reads the body, at most bodyLimit(left) bytes: a larger one
-// (by its Content-Length, before it is read) is refused, 403 when the
-// key's quota is what bounds it, else 413. False: answered (or the
-// client left).
+// readBody reads the body, at most bodyLimit(left) bytes, within
+// BodyTimeout and the budget of body bytes in flight: a larger one (by
+// its Content-Length, before it is read) is refused, 403 when the key's
+// quota is what bounds it, else 413; one that does not fit the budget
+// 429 with Retry-After; one that stalls past the timeout 408. A client
+// that has gone gets its connection closed, no status. False: answered.
 func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, q *request, left int64) ([]byte, bool) {
 	limit := g.bodyLimit(q, left)
-	body, err := readLimited(r, limit)
+	// A deadline for this body alone; a server without deadline support
+	// (httptest's recorder) keeps its own.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(g.cfg.BodyTimeout))
+	body, release, err := g.bodies.Read(r.Body, r.ContentLength, limit)
+	q.release = release
+	var ne net.Error
 	switch {
-	case errors.Is(err, errBodyTooLarge) && limit < g.cfg.MaxBody:
+	case errors.Is(err, bodybudget.ErrTooLarge) && limit < g.cfg.MaxBody:
 		size := "over " + fmt.Sprint(limit)
 		if r.ContentLength > 0 {
 			size = fmt.Sprint(r.ContentLength)
@@ -157,44 +164,36 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, q *request, l
 		g.refuseQuota(w, q, q.bound.needing(fmt.Sprintf(
 			"and a body of %s bytes is more than it could pay for (a token is at most %d bytes: at most %d bytes with the JSON around it)", size, maxTokenBytes, limit)), g.quotaReset(q.key))
 		return nil, false
-	case errors.Is(err, errBodyTooLarge):
+	case errors.Is(err, bodybudget.ErrTooLarge):
 		q.fail(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large", fmt.Sprintf("The request body is larger than %d bytes.", g.cfg.MaxBody))
 		return nil, false
-	case errors.Is(err, io.ErrUnexpectedEOF):
+	case errors.Is(err, bodybudget.ErrFull):
+		retryHeaders(w.Header(), time.Second)
+		q.fail(w, http.StatusTooManyRequests, "requests", "bodies_in_flight", fmt.Sprintf(
+			"The gateway holds %d bytes of request bodies, its limit; retry shortly.", g.cfg.MaxBodyBytesInFlight))
+		return nil, false
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, bodybudget.ErrLonger):
 		// the client stopped sending (closed its side, or its chunked
 		// body broke off): what came is not the request it meant. The
 		// server has cancelled the request's context (its connection
 		// read EOF), but a client that only closed its side still reads.
 		q.fail(w, http.StatusBadRequest, "invalid_request_error", "", fmt.Sprintf(
-			"The request body was cut short (%v): it ended before its Content-Length or its last chunk.", err))
+			"The request body was cut short or overran (%v): it did not match its Content-Length or end with its last chunk.", err))
 		return nil, false
+	case errors.Is(err, os.ErrDeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		w.Header().Set("Connection", "close")
+		q.fail(w, http.StatusRequestTimeout, "invalid_request_error", "request_timeout", fmt.Sprintf(
+			"The request body did not arrive within %s.", g.cfg.BodyTimeout))
+		return nil, false
+	case err != nil && r.Context().Err() != nil:
+		// the client left: close the connection without a status (an
+		// empty 200 would look like success)
+		panic(http.ErrAbortHandler)
 	case err != nil:
-		return nil, false // the client left
+		q.fail(w, http.StatusBadRequest, "invalid_request_error", "", fmt.Sprintf("The request body could not be read (%v).", err))
+		return nil, false
 	}
 	return body, true
-}
-
-// readLimited reads at most limit bytes of the body, all at once when
-// its length is known.
-func readLimited(r *http.Request, limit int64) ([]byte, error) {
-	if r.ContentLength > limit {
-		return nil, errBodyTooLarge
-	}
-	if r.ContentLength >= 0 {
-		body := make([]byte, r.ContentLength)
-		if _, err := io.ReadFull(r.Body, body); err != nil {
-			return nil, err
-		}
-		return body, nil
-	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(body)) > limit {
-		return nil, errBodyTooLarge
-	}
-	return body, nil
 }
 
 // quotaReset is when the key's quota window ends.

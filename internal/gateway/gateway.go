@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/prq-dev/prq/admission"
+	"github.com/prq-dev/prq/internal/bodybudget"
 	"github.com/prq-dev/prq/llm"
 	"github.com/prq-dev/prq/ratelimit"
 )
@@ -106,6 +107,14 @@ type Config struct {
 	// ever pay for: 256 bytes per token it has left (twice the longest
 	// token) plus 64 KiB.
 	MaxBody int64
+	// MaxBodyBytesInFlight caps the request-body bytes held at once
+	// across all keys, charged as the bytes arrive; a body that does not
+	// fit is answered 429 with Retry-After. Defaults to 64 MiB; never
+	// less than MaxBody.
+	MaxBodyBytesInFlight int64
+	// BodyTimeout bounds reading one request body; a body that stalls
+	// past it is answered 408. Defaults to 60s.
+	BodyTimeout time.Duration
 	// MaxDepth bounds the nesting of a body's arrays and objects.
 	// Defaults to 64.
 	MaxDepth int
@@ -168,6 +177,59 @@ type Gateway struct {
 	held     *ledger
 	tpmMu    sync.Mutex
 	tpm      map[string]*ratelimit.Bucket // key id → its tokens-per-minute bucket
+	bodies   *bodybudget.Budget           // request-body bytes in flight
+}
+
+// setDefaults fills in the settings left zero.
+func (c *Config) setDefaults() {
+	if c.Timeout == 0 {
+		c.Timeout = 120 * time.Second
+	}
+	if c.HeaderTimeout == 0 {
+		c.HeaderTimeout = c.Timeout
+	}
+	if c.StreamIdle == 0 {
+		c.StreamIdle = 60 * time.Second
+	}
+	if c.MaxLine == 0 {
+		c.MaxLine = 1 << 20
+	}
+	if c.Client == nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.ResponseHeaderTimeout = c.HeaderTimeout
+		c.Client = &http.Client{Transport: tr}
+	}
+	if c.MaxWait == 0 {
+		c.MaxWait = 60 * time.Second
+	}
+	if c.MinOutput == 0 {
+		c.MinOutput = 16
+	}
+	if c.MaxBody == 0 {
+		c.MaxBody = 8 << 20
+	}
+	if c.MaxBodyBytesInFlight <= 0 {
+		c.MaxBodyBytesInFlight = 64 << 20
+	}
+	c.MaxBodyBytesInFlight = max(c.MaxBodyBytesInFlight, c.MaxBody)
+	if c.BodyTimeout <= 0 {
+		c.BodyTimeout = 60 * time.Second
+	}
+	if c.FallbackWait <= 0 {
+		c.FallbackWait = 10 * time.Second
+	}
+	if c.MaxDepth == 0 {
+		c.MaxDepth = 64
+	}
+	if c.MaxItems == 0 {
+		c.MaxItems = 10000
+	}
+	if c.MaxValues == 0 {
+		c.MaxValues = 1 << 19
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
 }
 
 // New returns a gateway. metrics may be nil.
@@ -182,47 +244,7 @@ func New(cfg Config, keys *Keys, adm Admission, waiter Waiter, rdb redis.Univers
 	case cfg.MaxBody < 0 || cfg.MaxDepth < 0 || cfg.MaxItems < 0 || cfg.MaxValues < 0:
 		return nil, errors.New("gateway: MaxBody, MaxDepth, MaxItems and MaxValues must not be negative")
 	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = 120 * time.Second
-	}
-	if cfg.HeaderTimeout == 0 {
-		cfg.HeaderTimeout = cfg.Timeout
-	}
-	if cfg.StreamIdle == 0 {
-		cfg.StreamIdle = 60 * time.Second
-	}
-	if cfg.MaxLine == 0 {
-		cfg.MaxLine = 1 << 20
-	}
-	if cfg.Client == nil {
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.ResponseHeaderTimeout = cfg.HeaderTimeout
-		cfg.Client = &http.Client{Transport: tr}
-	}
-	if cfg.MaxWait == 0 {
-		cfg.MaxWait = 60 * time.Second
-	}
-	if cfg.MinOutput == 0 {
-		cfg.MinOutput = 16
-	}
-	if cfg.MaxBody == 0 {
-		cfg.MaxBody = 8 << 20
-	}
-	if cfg.FallbackWait <= 0 {
-		cfg.FallbackWait = 10 * time.Second
-	}
-	if cfg.MaxDepth == 0 {
-		cfg.MaxDepth = 64
-	}
-	if cfg.MaxItems == 0 {
-		cfg.MaxItems = 10000
-	}
-	if cfg.MaxValues == 0 {
-		cfg.MaxValues = 1 << 19
-	}
-	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.DiscardHandler)
-	}
+	cfg.setDefaults()
 	// the models without a provider of their own share the implicit one
 	var implicit *Provider
 	checked := map[*Provider]*Provider{} // the caller's → a checked copy
@@ -259,7 +281,8 @@ func New(cfg Config, keys *Keys, adm Admission, waiter Waiter, rdb redis.Univers
 	}
 	cfg.Models = models // the caller's map is left as it was
 	g := &Gateway{cfg: cfg, keys: keys, adm: adm, waiter: waiter, rdb: rdb, metrics: metrics, log: cfg.Log,
-		counters: map[string]*counter{}, held: newLedger(rdb, quotaReservationTTL), quotas: map[ratelimit.Period]*ratelimit.Quota{}, tpm: map[string]*ratelimit.Bucket{}}
+		counters: map[string]*counter{}, held: newLedger(rdb, quotaReservationTTL), quotas: map[ratelimit.Period]*ratelimit.Quota{}, tpm: map[string]*ratelimit.Bucket{},
+		bodies: bodybudget.New(cfg.MaxBodyBytesInFlight)}
 	for name, m := range cfg.Models {
 		if _, ok := adm.Bucket(name); !ok {
 			return nil, fmt.Errorf("gateway: model %s has no admission bucket", name)
@@ -325,7 +348,12 @@ func (g *Gateway) serve(a api, h func(w http.ResponseWriter, r *http.Request, q 
 		_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
 		sw := &statusWriter{ResponseWriter: w}
 		q := &request{started: time.Now(), api: a}
-		defer func() { g.metrics.request(q.key.ID, sw.status) }()
+		defer func() {
+			g.metrics.request(q.key.ID, sw.status)
+			if q.release != nil {
+				q.release()
+			}
+		}()
 		h(sw, r, q)
 	}
 }
@@ -455,6 +483,9 @@ type request struct {
 	anth *anthropicRequest
 	// api is the client API the request speaks
 	api api
+	// release gives the body's bytes back to the budget of bodies in
+	// flight, when the request ends
+	release func()
 	// upHeader are headers the upstream call carries besides the
 	// provider's (a Messages client's anthropic-version and -beta)
 	upHeader http.Header

@@ -220,6 +220,7 @@ func (g *Gateway) call(ctx, cctx context.Context, q *request, op string, body []
 		}
 		return nil, err
 	}
+	g.scrubError(resp)
 	if b, ok := g.adm.Bucket(q.model); ok {
 		// the request's way to the provider, for a window's margin
 		if way, ok := trace.Way(resp.Header); ok {

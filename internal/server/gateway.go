@@ -70,7 +70,8 @@ func (s *Server) gateway(ctx context.Context) (http.Handler, error) {
 	g, err := gateway.New(gateway.Config{Models: models,
 		Timeout: cfg.OpenAI.Timeout.D(), MaxWait: cfg.Gateway.MaxWait.D(), MinOutput: cfg.Gateway.MinOutput,
 		HeaderTimeout: cfg.Gateway.HeaderTimeout.D(), StreamIdle: cfg.Gateway.StreamIdle.D(), FallbackWait: cfg.Gateway.FallbackWait.D(),
-		CostFunc: s.metrics.CountGatewayCost, Log: s.log.With("component", "gateway")}, gateway.NewKeys(s.rdb), s.sched, waiter, s.rdb, gm)
+		MaxBodyBytesInFlight: cfg.Gateway.MaxBodyBytesInFlight,
+		CostFunc:             s.metrics.CountGatewayCost, Log: s.log.With("component", "gateway")}, gateway.NewKeys(s.rdb), s.sched, waiter, s.rdb, gm)
 	if err != nil {
 		waiter.Close()
 		return nil, err

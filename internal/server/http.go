@@ -231,7 +231,8 @@ func (s *Server) webhookHandler() (*webhook.Handler, error) {
 	}
 	h, err := webhook.New(webhook.Config{Secret: []byte(s.cfg.GitHub.WebhookSecret), MaxBytes: s.cfg.GitHub.WebhookMaxBytes, Repos: repos,
 		MaxInFlightBytes: s.cfg.GitHub.WebhookMaxInFlightBytes, ChatAssociations: s.cfg.GitHub.ChatAssociations,
-		AppSlug: s.cfg.GitHub.AppSlug, SkipBotPRs: s.cfg.GitHub.SkipBotPRs == nil || *s.cfg.GitHub.SkipBotPRs, ChatLimiter: chatLimits},
+		AppSlug: s.cfg.GitHub.AppSlug, SkipBotPRs: s.cfg.GitHub.SkipBotPRs == nil || *s.cfg.GitHub.SkipBotPRs, ChatLimiter: chatLimits,
+		Replays: s.store},
 		s.jobs.enqueuer, s.store, s.log.With("component", "webhook"))
 	if err != nil {
 		return nil, err

@@ -70,7 +70,7 @@ func (s *Server) buildWorkers(tr http.RoundTripper, opt Options, handlers bool) 
 		prices, _ := m.PricesOf() // none: the model's calls are not priced
 		models[m.Name] = workers.Model{Name: m.Name, MaxOutput: m.MaxOutputTokens, ContextTokens: m.ContextTokens, Reasoning: m.Reasoning,
 			Output: llm.FormatType(m.OutputFormat), SchemaIsInput: p.Kind == config.KindAnthropic, Limits: &limits, Prices: prices, Fallbacks: m.Fallbacks, Flex: m.Flex, Kinds: kinds[m.Name],
-			CachedInputFree: !m.CachedInputCountsOr(p.Kind), Batch: m.Batch}
+			CachedInputFree: !m.CachedInputCountsOr(p.Kind), Batch: m.Batch, FirstByte: firstByte(cfg, m)}
 	}
 	enq, err := workers.NewEnqueuer(workers.EnqueuerConfig{Queue: s.client, Tickets: adm, Store: s.store,
 		ChatModel: models[cfg.Jobs.ChatModel], Log: s.log.With("component", "webhook")})
@@ -386,6 +386,21 @@ func (s *Server) startServers(ctx context.Context, handler asynq.Handler, retryD
 			}
 		}
 	}, nil
+}
+
+// firstByte is a model's first-byte limit: its own, else
+// openai.first_byte_timeout but for a reasoning model (which thinks
+// before its first byte); none when it would not come before the call's
+// timeout anyway.
+func firstByte(cfg *config.Config, m config.ModelConfig) time.Duration {
+	d := m.FirstByteTimeout.D()
+	if d == 0 && !m.Reasoning {
+		d = cfg.OpenAI.FirstByteTimeout.D()
+	}
+	if d >= cfg.OpenAI.Timeout.D() {
+		return 0
+	}
+	return d
 }
 
 // keySetting names where the App's key came from, for an error about

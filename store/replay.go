@@ -1,0 +1,39 @@
+package store
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed replay.lua
+var replaySource string
+
+var replayScript = redis.NewScript(replaySource)
+
+func replayKey(digest string) string { return "prq:wh:replay:" + digest }
+
+// ClaimDelivery records that the signed delivery body whose digest is
+// digest came as delivery, for window, unless it is already recorded: it
+// returns the delivery id that holds the digest (delivery itself when it
+// was free, or when GitHub redelivers under the same id). A replay of a
+// captured body under a new id finds the first id (webhook.Replays).
+func (s *Store) ClaimDelivery(ctx context.Context, digest, delivery string, window time.Duration) (string, error) {
+	held, err := replayScript.Run(ctx, s.rdb, []string{replayKey(digest)}, delivery, window.Milliseconds()).Text()
+	if err != nil {
+		return "", fmt.Errorf("store: claim delivery %s: %w", delivery, err)
+	}
+	return held, nil
+}
+
+// ReleaseDelivery frees digest if delivery still holds it: work that was
+// not saved must be takeable again when GitHub redelivers it.
+func (s *Store) ReleaseDelivery(ctx context.Context, digest, delivery string) error {
+	if err := unlockScript.Run(ctx, s.rdb, []string{replayKey(digest)}, delivery).Err(); err != nil {
+		return fmt.Errorf("store: release delivery %s: %w", delivery, err)
+	}
+	return nil
+}
