@@ -49,11 +49,14 @@ func TestLuaKeysMatchTable(t *testing.T) {
 		}
 	}
 	fixed := regexp.MustCompile(`KEYS\[(\d+)\]`)
-	entries, _ := luaFiles.ReadDir("lua")
-	for _, e := range entries {
-		for _, m := range fixed.FindAllStringSubmatch(stripLua(lua(e.Name())), -1) {
+	files := slices.Clone(sharedFiles)
+	for _, fs := range opFiles {
+		files = append(files, fs...)
+	}
+	for _, f := range files {
+		for _, m := range fixed.FindAllStringSubmatch(stripLua(lua(f)), -1) {
 			if n, _ := strconv.Atoi(m[1]); n < 1 || n > len(keyTable) {
-				t.Errorf("%s reads KEYS[%d], outside keyTable", e.Name(), n)
+				t.Errorf("%s reads KEYS[%d], outside keyTable", f, n)
 			}
 		}
 	}
@@ -176,6 +179,26 @@ func TestLuaLayout(t *testing.T) {
 		}
 		if !strings.HasPrefix(src, "-- ") {
 			t.Errorf("%s opens with no header comment", e.Name())
+		}
+	}
+	// a script's own file (the last of its files) names its KEYS, ARGV
+	// and reply in its header
+	heads := []string{"process.lua"}
+	for _, fs := range opFiles {
+		heads = append(heads, fs[len(fs)-1])
+	}
+	for _, f := range heads {
+		var h strings.Builder
+		for l := range strings.SplitSeq(lua(f), "\n") {
+			if !strings.HasPrefix(l, "--") {
+				break
+			}
+			h.WriteString(l + "\n")
+		}
+		for _, w := range []string{"KEYS", "ARGV", "Reply"} {
+			if !strings.Contains(h.String(), w) {
+				t.Errorf("%s's header names no %s", f, w)
+			}
 		}
 	}
 	for op, files := range opFiles {
