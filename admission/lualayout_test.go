@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/prq-dev/prq/internal/lualayout"
 	"github.com/prq-dev/prq/internal/redistest"
 	"github.com/prq-dev/prq/ratelimit"
 )
@@ -54,7 +55,7 @@ func TestLuaKeysMatchTable(t *testing.T) {
 		files = append(files, fs...)
 	}
 	for _, f := range files {
-		for _, m := range fixed.FindAllStringSubmatch(stripLua(lua(f)), -1) {
+		for _, m := range fixed.FindAllStringSubmatch(lualayout.Strip(lua(f)), -1) {
 			if n, _ := strconv.Atoi(m[1]); n < 1 || n > len(keyTable) {
 				t.Errorf("%s reads KEYS[%d], outside keyTable", f, n)
 			}
@@ -69,98 +70,6 @@ func mustBucket(t *testing.T) *ratelimit.Bucket {
 		t.Fatal(err)
 	}
 	return b
-}
-
-// stripLua drops comments and string literals, leaving the code.
-func stripLua(src string) string {
-	var b strings.Builder
-	for i := 0; i < len(src); i++ {
-		switch c := src[i]; {
-		case c == '-' && strings.HasPrefix(src[i:], "--"):
-			for i < len(src) && src[i] != '\n' {
-				i++
-			}
-			b.WriteByte('\n')
-		case c == '\'' || c == '"':
-			for i++; i < len(src) && src[i] != c; i++ {
-				if src[i] == '\\' {
-					i++
-				}
-			}
-			b.WriteString(`""`)
-		default:
-			b.WriteByte(c)
-		}
-	}
-	return b.String()
-}
-
-var (
-	topLocal  = regexp.MustCompile(`(?m)^local (?:function )?([A-Za-z_][\w, ]*?)\s*(?:=|\(|$)`)
-	luaIdent  = regexp.MustCompile(`[A-Za-z_]\w*`)
-	headerSet = regexp.MustCompile(`^-- (Uses|Defines): ?(.*)$`)
-)
-
-// luaDefines returns the locals a file declares at its top level.
-func luaDefines(src string) []string {
-	var out []string
-	for _, m := range topLocal.FindAllStringSubmatch(stripLua(src), -1) {
-		for n := range strings.SplitSeq(m[1], ",") {
-			out = append(out, strings.TrimSpace(n))
-		}
-	}
-	return out
-}
-
-// luaUses returns the names of given (an earlier file's locals) that
-// src uses and does not declare itself at its top level.
-func luaUses(src string, given map[string]bool) []string {
-	own := map[string]bool{}
-	for _, n := range luaDefines(src) {
-		own[n] = true
-	}
-	code := stripLua(src)
-	seen := map[string]bool{}
-	var out []string
-	for _, ix := range luaIdent.FindAllStringIndex(code, -1) {
-		n := code[ix[0]:ix[1]]
-		if ix[0] > 0 && (code[ix[0]-1] == '.' || code[ix[0]-1] == ':') {
-			continue // a field
-		}
-		if given[n] && !own[n] && !seen[n] {
-			seen[n] = true
-			out = append(out, n)
-		}
-	}
-	return out
-}
-
-// luaHeader returns a file's "Uses:" and "Defines:" lists (continued on
-// lines that start "--   ").
-func luaHeader(src string) (uses, defines []string, ok bool) {
-	lists := map[string]*[]string{"Uses": &uses, "Defines": &defines}
-	var cur *[]string
-	for l := range strings.SplitSeq(src, "\n") {
-		if !strings.HasPrefix(l, "--") {
-			break
-		}
-		if m := headerSet.FindStringSubmatch(l); m != nil {
-			ok = true
-			cur = lists[m[1]]
-			l = m[2]
-		} else if cur == nil || !strings.HasPrefix(l, "--   ") {
-			cur = nil
-			continue
-		} else {
-			l = strings.TrimPrefix(l, "--")
-		}
-		for n := range strings.SplitSeq(l, ",") {
-			if n = strings.TrimSpace(n); n != "" && !strings.HasPrefix(n, "(") {
-				*cur = append(*cur, n)
-			}
-		}
-	}
-	return uses, defines, ok
 }
 
 // TestLuaLayout: every admission Lua file is at most 300 lines and
@@ -201,50 +110,16 @@ func TestLuaLayout(t *testing.T) {
 			}
 		}
 	}
+	// ratelimit's library is one file here: of its locals it gives B
+	// (its parts' own layout: ratelimit's TestLuaLayout)
+	lib := lualayout.File{Name: "ratelimit.LuaLibrary", Src: "-- Uses: (nothing)\n-- Defines: B\n\n" + ratelimit.LuaLibrary}
 	for op, files := range opFiles {
-		// given: every local of the files before (to find uses);
-		// exported: those a file gives the next in its header
-		given := map[string]bool{"OP": true}
-		exported := map[string]bool{"OP": true, "B": true}
-		for _, n := range luaDefines(ratelimit.LuaLibrary) {
-			given[n] = true
+		chain := []lualayout.File{lib}
+		for _, f := range append(slices.Clone(sharedFiles), files...) {
+			chain = append(chain, lualayout.File{Name: f, Src: lua(f)})
 		}
-		all := append(slices.Clone(sharedFiles), files...)
-		for _, f := range all {
-			src := lua(f)
-			uses, defines, ok := luaHeader(src)
-			if !ok && f != "ticket.lua" {
-				t.Errorf("%s (%s): no Uses: in its header", f, op)
-			}
-			got := luaUses(src, given)
-			if f == "ticket.lua" {
-				uses = nil // takes nothing
-			}
-			slices.Sort(got)
-			slices.Sort(uses)
-			if !slices.Equal(got, uses) {
-				t.Errorf("%s (%s): uses %q of the files before it, its header says %q", f, op, got, uses)
-			}
-			for _, n := range got {
-				if !exported[n] {
-					t.Errorf("%s (%s) uses %s, which the file declaring it keeps to itself (no Defines:)", f, op, n)
-				}
-			}
-			own := luaDefines(src)
-			for _, n := range defines {
-				if !slices.Contains(own, n) {
-					t.Errorf("%s's header Defines: %s, which it does not declare", f, n)
-				}
-			}
-			if f == "ticket.lua" {
-				defines = own // the ticket codec gives all it declares
-			}
-			for _, n := range own {
-				given[n] = true
-			}
-			for _, n := range defines {
-				exported[n] = true
-			}
+		for _, p := range lualayout.Check(chain, "OP") {
+			t.Errorf("%s: %s", op, p)
 		}
 	}
 }
