@@ -7,11 +7,10 @@
 -- Uses: B, NKEYS
 -- Defines: reservation, resmark, resstartat, resway, retimed, resdecode
 
--- reservation reads a stored reservation "cost cost ... d<id>,<id>...[
--- k<key>][ s][ c]": its costs, its key's index (nil: a key no longer
--- configured), whether its job has started, and the ids of the
--- dimensions the costs were charged to, in order (nil: not named, by
--- position). Read the costs through B.ondims.
+-- reservation reads a stored reservation: its costs, its key's index
+-- (nil: a key no longer configured), whether its job has started, and
+-- the ids of the dimensions the costs were charged to, in order (nil:
+-- not named, by position). Read the costs through B.ondims.
 local function reservation(r)
   local costs, key, started, ids = {}, 0, false, nil
   for c in string.gmatch(r, '%S+') do
