@@ -49,6 +49,17 @@ func TestLuaKeysMatchTable(t *testing.T) {
 			t.Fatalf("list()[%d] = %q, the table's %q", i, k, keyTable[i].of(ks))
 		}
 	}
+	// the per-key pairs start after the table: the prelude's count and
+	// offsets name its length
+	code := lualayout.Strip(lua("prelude.lua"))
+	for _, want := range []string{
+		fmt.Sprintf("#KEYS - %d", len(keyTable)), fmt.Sprintf("#KEYS >= %d", len(keyTable)+1),
+		fmt.Sprintf("KEYS[%d + 2 * i]", len(keyTable)+1), fmt.Sprintf("KEYS[%d + 2 * i]", len(keyTable)+2),
+	} {
+		if !strings.Contains(code, want) {
+			t.Errorf("prelude.lua has no %q: the key pairs do not start after keyTable's %d keys", want, len(keyTable))
+		}
+	}
 	fixed := regexp.MustCompile(`KEYS\[(\d+)\]`)
 	files := slices.Clone(sharedFiles)
 	for _, fs := range opFiles {
