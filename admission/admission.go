@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -575,20 +574,6 @@ func (s *Scheduler) KeyOf(ctx context.Context, model, id string) (int, error) {
 		return 0, fmt.Errorf("admission: key of %s: %w", id, err)
 	}
 	return reservationKey(r, b.Keys()), nil
-}
-
-// reservationKey reads the key index of a stored reservation, "cost
-// cost ... k<i>" (admit writes it); 0 without one or out of the
-// model's n keys.
-func reservationKey(r string, n int) int {
-	for _, f := range strings.Fields(r) {
-		if k, ok := strings.CutPrefix(f, "k"); ok {
-			if i, err := strconv.Atoi(k); err == nil && i >= 0 && i < n {
-				return i
-			}
-		}
-	}
-	return 0
 }
 
 // Cancel removes a waiting ticket (superseded work).

@@ -24,8 +24,11 @@
 // key with an account problem is paused alone (PauseKey).
 //
 // Files: admission.go (the scheduler and its calls), scripts.go and
-// lua/ (one Lua script per operation, on the shared lua/order.lua),
-// keys.go (the Redis keys of a model), ticket.go and lua/ticket.lua (the
+// lua/ (one Lua script per operation, on the shared lua/prelude.lua,
+// lua/reservation.lua, lua/memo.lua and lua/order.lua; the prelude's
+// header says the layout), keys.go (the Redis keys of a model and
+// keyTable, their order in KEYS), reservation.go and lua/reservation.lua
+// (a reservation's codec, Go's and Lua's), ticket.go and lua/ticket.lua (the
 // ticket and its stored
 // form, encoded in Go and decoded in both Go and Lua), loop.go (the
 // admission loop), reconcile.go (crash repair), notify.go (notify

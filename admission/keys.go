@@ -8,28 +8,28 @@ import (
 
 // keySet names every Redis key of one model's admission state. All share
 // the bucket's hash tag, so one script call works on Redis Cluster.
-// list gives them in the order admission's scripts read KEYS[1..18] (lua/order.lua), then,
-// for a model with several API keys, per key (KeyStates[i],
+// list gives them in the order admission's scripts read KEYS (keyTable),
+// then, for a model with several API keys, per key (KeyStates[i],
 // KeyPaused[i]) from KEYS[19].
 type keySet struct {
-	State          string // K[1] the model bucket's state (ratelimit)
-	Tickets        string // K[2] hash: id -> encoded ticket
-	Lex            string // K[3] zset of flows, members "class|tenant|rank|id"
-	Chat           string // K[4] chat zset: id by arrival sequence
-	HeadsPaid      string // K[5] flow heads of paid: tenant by finish tag
-	HeadsTrial     string // K[6] flow heads of trial
-	HeadsFree      string // K[7] flow heads of free
-	VirtualTimes   string // K[8] hash of virtual times, the chat sequence and backfill's due
-	Age            string // K[9] zset: id by enqueue µs
-	Released       string // K[10] zset: id by release deadline µs
-	Stats          string // K[11] hash of counters
-	Reservations   string // K[12] hash: id -> "<cost> ... <cost> d<id>,...[ k<key>][ s[<µs>]][ c][ t][ w][ a<µs>]", a cost per dimension (docs/limiter.md)
-	ReservationAge string // K[13] zset: id by its charge's time µs (admission, moved by started, calling, sent)
-	Delayed        string // K[14] zset: "id NUL ticket" by due µs
-	Paused         string // K[15] string: why admissions are paused
-	Waits          string // K[16] list: recent waits "class:µs", newest first
-	HeadsChat      string // K[17] flow heads of chat: tenant by finish tag
-	BatchAge       string // K[18] zset: batch id by enqueue µs (aging order)
+	State          string // the model bucket's state (ratelimit)
+	Tickets        string // hash: id -> encoded ticket
+	Lex            string // zset of flows, members "class|tenant|rank|id"
+	Chat           string // chat zset: id by arrival sequence
+	HeadsPaid      string // flow heads of paid: tenant by finish tag
+	HeadsTrial     string // flow heads of trial
+	HeadsFree      string // flow heads of free
+	VirtualTimes   string // hash of virtual times, the chat sequence and backfill's due
+	Age            string // zset: id by enqueue µs
+	Released       string // zset: id by release deadline µs
+	Stats          string // hash of counters
+	Reservations   string // hash: id -> reservation (format: docs/limiter.md; codec: reservation.go)
+	ReservationAge string // zset: id by its charge's time µs (admission, moved by started, calling, sent)
+	Delayed        string // zset: "id NUL ticket" by due µs
+	Paused         string // string: why admissions are paused
+	Waits          string // list: recent waits "class:µs", newest first
+	HeadsChat      string // flow heads of chat: tenant by finish tag
+	BatchAge       string // zset: batch id by enqueue µs (aging order)
 	// KeyStates are the bucket states of the model's API keys (the
 	// first is State); KeyPaused say why a key is paused (a string with
 	// a TTL, like Paused). Keys are named by their short hash only.
@@ -67,11 +67,40 @@ func newKeySet(b *ratelimit.Bucket) keySet {
 	return ks
 }
 
+// keyTable is the order of the KEYS every admission script reads, the
+// one table of it: KEYS[i+1] is keyTable[i]. lua/prelude.lua's header
+// names them in the same order (TestLuaKeysMatchTable), and the scripts
+// read them by that position.
+var keyTable = []struct {
+	name string // as prelude.lua's header names it
+	of   func(keySet) string
+}{
+	{"state", func(k keySet) string { return k.State }},
+	{"tickets", func(k keySet) string { return k.Tickets }},
+	{"lex", func(k keySet) string { return k.Lex }},
+	{"chat", func(k keySet) string { return k.Chat }},
+	{"heads:paid", func(k keySet) string { return k.HeadsPaid }},
+	{"heads:trial", func(k keySet) string { return k.HeadsTrial }},
+	{"heads:free", func(k keySet) string { return k.HeadsFree }},
+	{"vt", func(k keySet) string { return k.VirtualTimes }},
+	{"age", func(k keySet) string { return k.Age }},
+	{"released", func(k keySet) string { return k.Released }},
+	{"stats", func(k keySet) string { return k.Stats }},
+	{"res", func(k keySet) string { return k.Reservations }},
+	{"resage", func(k keySet) string { return k.ReservationAge }},
+	{"delayed", func(k keySet) string { return k.Delayed }},
+	{"paused", func(k keySet) string { return k.Paused }},
+	{"waits", func(k keySet) string { return k.Waits }},
+	{"heads:chat", func(k keySet) string { return k.HeadsChat }},
+	{"bage", func(k keySet) string { return k.BatchAge }},
+}
+
 // list returns the keys in the order admission's scripts read KEYS.
 func (k keySet) list() []string {
-	out := []string{k.State, k.Tickets, k.Lex, k.Chat, k.HeadsPaid, k.HeadsTrial, k.HeadsFree,
-		k.VirtualTimes, k.Age, k.Released, k.Stats, k.Reservations, k.ReservationAge, k.Delayed, k.Paused, k.Waits,
-		k.HeadsChat, k.BatchAge}
+	out := make([]string, len(keyTable), len(keyTable)+2*len(k.KeyStates))
+	for i, e := range keyTable {
+		out[i] = e.of(k)
+	}
 	if len(k.KeyStates) > 1 { // one key: State, paused with the model
 		for i := range k.KeyStates {
 			out = append(out, k.KeyStates[i], k.KeyPaused[i])

@@ -23,8 +23,12 @@ import (
 // records once per call): a reference that reads Redis again for every
 // value. TestMemoMatchesReference runs both on the same operations.
 // When an operation's decisions change on purpose, change the copy too.
-// Only the files the memos changed are copied; the others are read from
-// lua/, as the scripts themselves read them.
+// Only the files the memos changed are copied, and start, sent and
+// arrived as they were before they read reservations through
+// reservation.lua's codec (TestMemoMatchesReference checks that move
+// too); the others are read from lua/, as the scripts themselves read
+// them. The copied order.lua is the old single file the prelude,
+// reservation.lua, memo.lua and order.lua were split from.
 //
 //go:embed testdata/unmemoized/*.lua
 var unmemoized embed.FS

@@ -23,10 +23,21 @@ func lua(name string) string {
 
 var (
 	ticketLua = lua("ticket.lua")
-	// shared is what every operation's script starts with: the bucket
-	// library, the ticket codec and what the operations share.
-	shared = ratelimit.LuaLibrary + "\n" + ticketLua + "\n" + lua("order.lua")
+	// sharedFiles are admission's files every operation's script starts
+	// with, after the bucket library, in order (prelude.lua's header
+	// says what each gives the next; TestLuaLayout checks it).
+	sharedFiles = []string{"ticket.lua", "prelude.lua", "reservation.lua", "memo.lua", "order.lua"}
+	// shared is what every operation's script starts with.
+	shared = ratelimit.LuaLibrary + "\n" + strings.Join(sharedParts(), "\n")
 )
+
+func sharedParts() []string {
+	parts := make([]string, len(sharedFiles))
+	for i, f := range sharedFiles {
+		parts[i] = lua(f)
+	}
+	return parts
+}
 
 // opScript builds one operation's script: the shared part, OP (the
 // operation's name, for a file serving two) and the operation's files,
@@ -39,20 +50,28 @@ func opScript(op string, files ...string) *redis.Script {
 	return redis.NewScript(strings.Join(parts, "\n"))
 }
 
-// One script per operation (each file's header says its ARGV and reply;
-// order.lua's, the KEYS they all take: keySet.list).
+// opFiles are each operation's own files, after the shared ones: one
+// script per operation (each file's header says its ARGV and reply;
+// prelude.lua's, the KEYS they all take: keyTable).
+var opFiles = map[string][]string{
+	"register": {"register.lua"}, "cancel": {"cancel.lua"}, "delay": {"delay.lua"},
+	"started": {"start.lua"}, "calling": {"start.lua"}, "sent": {"sent.lua"}, "arrived": {"arrived.lua"},
+	"settle": {"settle.lua"}, "admit": {"admit_pick.lua", "admit_backfill.lua", "admit.lua"},
+	"position": {"position.lua"}, "stats": {"stats.lua"},
+}
+
 var (
-	registerScript = opScript("register", "register.lua")
-	cancelScript   = opScript("cancel", "cancel.lua")
-	delayScript    = opScript("delay", "delay.lua")
-	startedScript  = opScript("started", "start.lua")
-	callingScript  = opScript("calling", "start.lua")
-	sentScript     = opScript("sent", "sent.lua")
-	arrivedScript  = opScript("arrived", "arrived.lua")
-	settleScript   = opScript("settle", "settle.lua")
-	admitScript    = opScript("admit", "admit_pick.lua", "admit_backfill.lua", "admit.lua")
-	positionScript = opScript("position", "position.lua")
-	statsScript    = opScript("stats", "stats.lua")
+	registerScript = opScript("register", opFiles["register"]...)
+	cancelScript   = opScript("cancel", opFiles["cancel"]...)
+	delayScript    = opScript("delay", opFiles["delay"]...)
+	startedScript  = opScript("started", opFiles["started"]...)
+	callingScript  = opScript("calling", opFiles["calling"]...)
+	sentScript     = opScript("sent", opFiles["sent"]...)
+	arrivedScript  = opScript("arrived", opFiles["arrived"]...)
+	settleScript   = opScript("settle", opFiles["settle"]...)
+	admitScript    = opScript("admit", opFiles["admit"]...)
+	positionScript = opScript("position", opFiles["position"]...)
+	statsScript    = opScript("stats", opFiles["stats"]...)
 )
 
 // ScriptHashes names admission's Lua scripts by their SHA-1 (the EVALSHA

@@ -302,3 +302,30 @@ func TestWaitingKeepsTheRun(t *testing.T) {
 		}
 	}
 }
+
+// TestUnlockReleasesOnlyTheHoldersLock: Unlock deletes a lock that
+// still holds the caller's value and leaves another holder's alone (the
+// batch lane releases its model lock with it).
+func TestUnlockReleasesOnlyTheHoldersLock(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Shared(t).Client(t)
+	key := "{unlock-test}:lock"
+	if err := rdb.Set(ctx, key, "owner-b", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if released, err := store.Unlock(ctx, rdb, key, "owner-a"); err != nil || released {
+		t.Fatalf("another owner's unlock: released=%v %v", released, err)
+	}
+	if v, _ := rdb.Get(ctx, key).Result(); v != "owner-b" {
+		t.Fatalf("the holder's lock is %q after another's unlock", v)
+	}
+	if released, err := store.Unlock(ctx, rdb, key, "owner-b"); err != nil || !released {
+		t.Fatalf("the holder's unlock: released=%v %v", released, err)
+	}
+	if n, _ := rdb.Exists(ctx, key).Result(); n != 0 {
+		t.Fatal("the lock is still there after its holder's unlock")
+	}
+	if released, err := store.Unlock(ctx, rdb, key, "owner-b"); err != nil || released {
+		t.Fatalf("unlock of no lock: released=%v %v", released, err)
+	}
+}

@@ -461,6 +461,17 @@ var unlockSource string
 
 var unlockScript = redis.NewScript(unlockSource)
 
+// Unlock deletes the lock key if it still holds value (the caller's
+// token), atomically (unlock.lua): a lock taken over since, or expired,
+// is left alone. released says whether it was deleted.
+func Unlock(ctx context.Context, rdb redis.Scripter, key, value string) (released bool, err error) {
+	n, err := unlockScript.Run(ctx, rdb, []string{key}, value).Int()
+	if err != nil {
+		return false, fmt.Errorf("store: unlock %s: %w", key, err)
+	}
+	return n == 1, nil
+}
+
 //go:embed lock.lua
 var lockSource string
 
@@ -485,7 +496,7 @@ func (s *Store) Lock(ctx context.Context, pr jobs.PR, what, owner string, ttl ti
 	value := owner + "|" + token
 	return func() {
 		// an unreleased lock expires by itself
-		_ = unlockScript.Run(context.WithoutCancel(ctx), s.rdb, []string{key}, value).Err()
+		_, _ = Unlock(context.WithoutCancel(ctx), s.rdb, key, value)
 	}, true, nil
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/prq-dev/prq/llm"
 	"github.com/prq-dev/prq/ratelimit"
+	"github.com/prq-dev/prq/store"
 )
 
 // The batch lane. The summaries and reviews of a tier whose lane is
@@ -278,14 +279,11 @@ func (l *BatchLane) Pass(ctx context.Context) {
 		if err := l.submit(ctx, m); err != nil {
 			l.cfg.Log.WarnContext(ctx, "batch lane: submit failed", "model", m, "err", err)
 		}
-		if err := unlockScript.Run(ctx, l.cfg.Redis, []string{k.lock}, l.owner).Err(); err != nil {
+		if _, err := store.Unlock(ctx, l.cfg.Redis, k.lock, l.owner); err != nil {
 			l.cfg.Log.WarnContext(ctx, "batch lane: could not release the model's lock; it expires", "model", m, "err", err)
 		}
 	}
 }
-
-// unlockScript deletes a lock its owner holds.
-var unlockScript = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
 
 // items reads handed jobs (a job no longer there is left out).
 func (l *BatchLane) items(ctx context.Context, model string, ids []string) (map[string]batchItem, error) {

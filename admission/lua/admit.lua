@@ -1,7 +1,7 @@
 -- admission admit: admits, in the model's order, as many waiting tickets
 -- as its keys' buckets admit now (at most a budget), charging them in
 -- the same step. Read after order.lua, admit_pick.lua, admit_backfill.lua.
--- KEYS: order.lua's.
+-- KEYS: prelude.lua's.
 -- ARGV[1] now µs, ARGV[2] budget: "n" jobs of any class, or "n:b": n
 -- jobs, at most b of them batch (the rest of the process's free slots
 -- only chat may use), ARGV[3] mode (strict|weighted), ARGV[4] chat's
@@ -13,6 +13,10 @@
 -- Reply: {now, wait µs (when the head waits: when to come back), {id,
 -- "via|queue|class|tenant|tokens|enq_us|key", ...}} ("reject|...|dim"
 -- for a ticket that can never fit); paused: {now, '0', {}, why}.
+-- Uses: B, DEFER, HEADS, NKEYS, TIERS, backfill, callchunks, charge,
+--   costsof, decode, flowhead, flushorder, keepfor, keypaused, keystate,
+--   now, pick, refresh, register, samepr, ticketdel, ticketenc, unlink,
+--   vt, vtincr, vtload, vtset, zfirst, zrem
 
 local paused = redis.call('GET', KEYS[15])
 if paused then return {B.fmt(now), '0', {}, paused} end

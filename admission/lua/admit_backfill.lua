@@ -17,6 +17,9 @@
 -- what lets a chat in at once. With several keys the waiting ticket
 -- waits for key hk (the soonest); another key's room now is taken by
 -- whatever fits it.
+-- Uses: B, HEADS, charge, costsof, decode, flowlist, grant, keepfor, now,
+--   ticketenc
+-- Defines: headdue, fill, backfill
 
 -- headdue is how long the waiting head may be put off (its due less
 -- now, the due kept in the virtual times hash field bf); 0 where chat

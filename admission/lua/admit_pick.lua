@@ -10,6 +10,9 @@
 --   A.out     the reply's {id, "via|queue|class|tenant|tokens|enq_us|key"} pairs
 --   A.dirty   the key indexes whose states were charged   A.V  the tiers' virtual time
 --   A.writes  the admitted tickets' released, res and resage entries and waits, written at the end
+-- Uses: B, HEADS, NKEYS, decode, flowhead, now, refresh, statadd,
+--   ticketenc, unlink, vt, vtdel, vtset, zfirst, zscore
+-- Defines: roomof, pick, keepfor, grant, charge, costsof, samepr
 
 -- roomof is the share of its limit a key's bucket has left in its
 -- fullest dimension.

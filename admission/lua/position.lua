@@ -1,12 +1,13 @@
 -- admission position: where the first (in its flow's order) of some
 -- tickets waiting here stands.
--- KEYS: order.lua's.  ARGV[1] now µs, ARGV[2] mode (strict|weighted),
+-- KEYS: prelude.lua's.  ARGV[1] now µs, ARGV[2] mode (strict|weighted),
 -- ARGV[3..5] the weights of paid, trial and free, ARGV[6..] the ids.
 -- Reply: {now, found, ahead, class, rate (admissions/s, "" unknown)}.
 -- An estimate of admission's order, not a replay of it: the ticket's
 -- own flow ahead of it; each other tenant of its class up to as many
 -- turns (fair queuing); chat; and the other tiers, all of a higher
 -- one when strict, by weight when weighted.
+-- Uses: B, HEADS, TIERS, decode, lexmember, now
 local mode = ARGV[2]
 local weight = {paid = tonumber(ARGV[3]), trial = tonumber(ARGV[4]), free = tonumber(ARGV[5])}
 local found, first, firstm = 0, nil, nil

@@ -1,5 +1,12 @@
--- Worker processes' liveness, and putting a dead process's jobs back.
--- ARGV[1] op  ARGV[2] now µs ('' = Redis TIME)
+-- admission process: worker processes' liveness, and putting a dead
+-- process's jobs back. A script of its own (not on the prelude).
+-- KEYS: beat, dead, alive: KEYS[1] the processes zset (process -> last
+--   beat µs); requeue: KEYS[1] asynq's active list, KEYS[2] its lease
+--   zset, KEYS[3] the task hash, KEYS[4] the retry zset (held) or the
+--   pending list
+-- ARGV[1] op (beat|dead|alive|requeue)  ARGV[2] now µs ('' = Redis
+--   TIME); the rest per op, below
+-- Reply: per op, below; an unknown op is an error reply.
 local now
 if ARGV[2] == '' then
   local t = redis.call('TIME')

@@ -1,5 +1,5 @@
 -- admission sent: the call's request was written.
--- KEYS: order.lua's.  ARGV[1] now µs, ARGV[2] the id, ARGV[3..] the
+-- KEYS: prelude.lua's.  ARGV[1] now µs, ARGV[2] the id, ARGV[3..] the
 -- model's dimensions (B.load, values unused), then after µs.
 -- Reply: 1 the charge moved, 0 nothing to move.
 -- The job's request was written
@@ -13,9 +13,10 @@
 -- The call's slot still counts (it stops counting a window later), so
 -- the move needs no room. Only after 'calling' (" c"), whose time the
 -- bound starts from; a token bucket has nothing to move.
+-- Uses: B, keystate, now, reservation, resmark
 local r = redis.call('HGET', KEYS[12], ARGV[2])
 local at = tonumber(redis.call('ZSCORE', KEYS[13], ARGV[2]) or '')
-if not r or not at or not string.find(r, ' c', 1, true) then return 0 end
+if not r or not at or not resmark(r, 'c') then return 0 end
 local charged, key, _, ids = reservation(r)
 if key == nil then return 0 end
 local st, last = B.load(keystate(key), ARGV, 2, now)
@@ -31,5 +32,5 @@ redis.call('ZADD', KEYS[13], to, ARGV[2])
 -- marked written (" w"): the charge's time now bounds the write, which
 -- the call's way (arrived) extends to its arrival; only from a time
 -- a window's call set (" t": not a bucket's, whose call kept its start's)
-if string.find(r, ' t', 1, true) and not string.find(r, ' w', 1, true) then redis.call('HSET', KEYS[12], ARGV[2], r .. ' w') end
+if resmark(r, 't') and not resmark(r, 'w') then redis.call('HSET', KEYS[12], ARGV[2], r .. ' w') end
 return 1

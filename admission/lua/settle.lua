@@ -1,10 +1,11 @@
 -- admission settle: a call's usage replaces (or adds to) its charge and
 -- its reservation ends.
--- KEYS: order.lua's.  ARGV[1] now µs, ARGV[2] the id, ARGV[3] policy:
+-- KEYS: prelude.lua's.  ARGV[1] now µs, ARGV[2] the id, ARGV[3] policy:
 -- refund (usage replaces the estimate), debt (usage beyond the estimate
 -- is added) or estimate (the estimate stays); ARGV[4..] the model's
 -- dimensions (B.load), their values the actual usage (-1 unknown).
 -- Reply: 1 settled, 0 no reservation.
+-- Uses: B, keystate, now, reservation
 local r = redis.call('HGET', KEYS[12], ARGV[2])
 if not r then return 0 end
 local charged, key, _, ids = reservation(r)

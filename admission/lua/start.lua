@@ -1,6 +1,6 @@
 -- admission started and calling (one source, two scripts: OP names
 -- which): the released task reached a handler, or is about to send.
--- KEYS: order.lua's.  ARGV[1] now µs, ARGV[2] the id, then optionally
+-- KEYS: prelude.lua's.  ARGV[1] now µs, ARGV[2] the id, then optionally
 -- ARGV[3..] the model's dimensions (B.load, values unused) and the send
 -- lag µs.
 -- Reply: 0; calling on a window: the µs to wait before calling again
@@ -33,6 +33,8 @@
 -- the reply is the µs to wait before calling again. The first call
 -- samples the time from the start (prep_us) and drops the start's
 -- time from the mark.
+-- Uses: B, OP, keystate, now, reservation, resmark, resstartat, retimed,
+--   smooth
 redis.call('ZREM', KEYS[10], ARGV[2])
 redis.call('HDEL', KEYS[2], ARGV[2])
 if ARGV[3] == nil then return 0 end
@@ -63,7 +65,7 @@ if st.n > 0 and st.kind[1] == 'b' then
     local c, k, started, cids = reservation(v)
     c = B.ondims(c, cids, st)
     local pending = not started
-    if OP == 'calling' then pending = not string.find(v, ' c', 1, true) end
+    if OP == 'calling' then pending = not resmark(v, 'c') end
     if k == key and pending then
       for j = 1, st.n do unseen[j] = unseen[j] + (c[j] or 0) end
     end
@@ -80,7 +82,7 @@ if st.n > 0 and st.kind[1] == 'b' then
   end
   if moved then B.save(st) end
   if OP == 'calling' then
-    if not string.find(r, ' c', 1, true) then redis.call('HSET', KEYS[12], ARGV[2], r .. ' c') end
+    if not resmark(r, 'c') then redis.call('HSET', KEYS[12], ARGV[2], r .. ' c') end
     return 0
   end
   local mark = retimed(r)
@@ -98,7 +100,7 @@ if OP == 'started' and not wasStarted then
   smooth('lag', math.min(now - at, cap))
   mark = r .. ' s' .. B.fmt(now)
 elseif OP == 'calling' then
-  local s0 = tonumber(string.match(r, ' s(%d+)') or '')
+  local s0 = resstartat(r)
   if s0 ~= nil then
     smooth('prep', math.min(math.max(now - s0, 0), cap))
     mark = string.gsub(r, ' s%d+', ' s', 1)
@@ -123,7 +125,7 @@ redis.call('ZADD', KEYS[13], now, ARGV[2])
 -- at the call (" t"): 'sent' moves the charge on from here
 mark = retimed(mark)
 if OP == 'calling' then
-  if not string.find(mark, ' c', 1, true) then mark = mark .. ' c' end
+  if not resmark(mark, 'c') then mark = mark .. ' c' end
   mark = mark .. ' t'
 end
 if mark ~= r then redis.call('HSET', KEYS[12], ARGV[2], mark) end

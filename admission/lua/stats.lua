@@ -1,8 +1,9 @@
 -- admission stats: what waits and what was admitted, for metrics.
--- KEYS: order.lua's.  ARGV[1] now µs.
+-- KEYS: prelude.lua's.  ARGV[1] now µs.
 -- Reply: {now, chat waiting, paid, trial and free waiting, released,
 -- the stats hash (HGETALL), {tier|tenant, waiting, ...} (active flows,
 -- at most 50 a tier)}.
+-- Uses: B, HEADS, TIERS, now
 local out = {B.fmt(now)}
 out[#out + 1] = redis.call('ZCARD', KEYS[4])
 for _, tier in ipairs(TIERS) do

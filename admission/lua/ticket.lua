@@ -9,6 +9,8 @@
 -- tokens that is the call's output allowance, the rest its input; a
 -- ticket without it charges all its tokens to each of the input and
 -- output dimensions.
+-- Uses: (nothing)
+-- Defines: decode, stamp, rerank
 
 local function split(s)
   local out = {}

@@ -3,6 +3,13 @@
 -- ARGV[2] now in µs, or "" for Redis TIME
 -- ARGV[3..] dimensions (see B.load), then reserve: ttl_ms; settle: policy;
 -- sync: age_us
+-- Reply: {code, value, now µs}: reserve 1 reserved, 2 a duplicate (the
+-- job's reservation is there), 0 value µs to wait, < 0 never fits (value
+-- the dimension); settle 1 settled, 0 no reservation; sync 1 lowered, 0
+-- not; penalize 1; window 1 switched to a window, 0 not; peek {now µs,
+-- available per dimension, ...}
+-- Run after LuaLibrary.
+-- Uses: B
 local now = B.clock(ARGV[2])
 local op = ARGV[1]
 local st, tail = B.load(KEYS[1], ARGV, 2, now)

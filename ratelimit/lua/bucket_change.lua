@@ -1,6 +1,9 @@
 -- prq limiter library, part 4 of 4: changes to a loaded state (give
 -- back, exact arrival, move, lower to a provider's count, block) and
 -- B.save, which writes it back. Needs the three parts before it.
+-- Uses: B, addslot, exactfield, readslots, refreshlevel, slotfield,
+--   timefield
+-- Defines: (nothing but B's functions)
 
 -- B.give gives amount back to dimension i (negative: charges more, as
 -- for usage beyond an estimate). at, when known, is when the amount was

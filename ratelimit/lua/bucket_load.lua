@@ -1,6 +1,8 @@
 -- prq limiter library, part 2 of 4: B.load, which reads a limiter's
 -- dimensions from the script's arguments and its state from Redis and
 -- brings the state up to now. Needs bucket_slots.lua (before it).
+-- Uses: B, credits, exactfield, readslots, recount, slotfield, timefield
+-- Defines: (nothing but B's functions)
 
 -- B.load reads n dimensions from argv at base+1 (count) and then per
 -- dimension its kind and values: 'b', limit, period_us, burst, value; or

@@ -33,6 +33,10 @@
 -- provider's report of some seconds ago can be compared with ours then.
 --
 -- Numbers are written with %.0f: tostring keeps only 14 significant digits.
+--
+-- Uses: (nothing)
+-- Defines: B, readslots, addslot, eend, recount, credits, slotfield,
+--   timefield, exactfield
 
 local B = {}
 

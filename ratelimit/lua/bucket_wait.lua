@@ -1,6 +1,8 @@
 -- prq limiter library, part 3 of 4: how long a cost waits (B.wait),
 -- the room a waiting cost leaves others (B.slack), and charging it
 -- (B.take). Needs bucket_slots.lua and bucket_load.lua (before it).
+-- Uses: B, addslot, eend, readslots
+-- Defines: refreshlevel
 
 -- slotwait returns the µs until need more has stopped counting in one
 -- check of window dimension i (its limit's span from slot from), oldest
