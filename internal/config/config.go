@@ -654,6 +654,17 @@ const (
 	ModeDemo
 )
 
+// A model's defaults applied where its settings are used; the
+// reference (reference_text.go) shows them from here, and Effective
+// fills them from the reference.
+const (
+	// defaultMaxOutputTokens is the output cap a call asks for when
+	// models[].max_output_tokens is unset (as the workers ask).
+	defaultMaxOutputTokens = 1024
+	// defaultPeriod is the period of a model's limits.
+	defaultPeriod = Duration(time.Minute)
+)
+
 // Limits returns the model's bucket limits.
 func (m ModelConfig) Limits() (ratelimit.Limits, error) {
 	l := ratelimit.Limits{
@@ -666,7 +677,7 @@ func (m ModelConfig) Limits() (ratelimit.Limits, error) {
 		WindowMargin: m.WindowMargin.D(), Policy: ratelimit.Policy(m.Settle),
 	}
 	if l.Period == 0 {
-		l.Period = time.Minute
+		l.Period = defaultPeriod.D()
 	}
 	if l.TokensPerPeriod == 0 && l.InputTokensPerPeriod > 0 && l.OutputTokensPerPeriod > 0 {
 		l.TokensPerPeriod = l.InputTokensPerPeriod + l.OutputTokensPerPeriod

@@ -260,7 +260,7 @@ func validateModel(bad report, mc ModelConfig) {
 	if p, ok := mc.PricesOf(); ok && mc.Prices != nil && (!p.Valid() || p.Input == 0 && p.Output == 0) {
 		bad("models."+mc.Name+".prices", "want dollars per million tokens, none negative, input or output above 0; got %+v", *mc.Prices)
 	}
-	if out := cmp.Or(mc.MaxOutputTokens, 1024); mc.OutputTokensPerMinute > 0 && out > mc.OutputTokensPerMinute {
+	if out := cmp.Or(mc.MaxOutputTokens, defaultMaxOutputTokens); mc.OutputTokensPerMinute > 0 && out > mc.OutputTokensPerMinute {
 		bad("models."+mc.Name, "max_output_tokens %d exceeds output_tokens_per_minute %d: every call asks for that much output, so none could ever be admitted", out, mc.OutputTokensPerMinute)
 	}
 	if mc.OutputFormat != "" {
