@@ -2,11 +2,14 @@ package config
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/prq-dev/prq/webhook"
 )
 
 // TestEffectiveFillsDocumentedDefaults: every setting whose reference
@@ -101,5 +104,31 @@ func TestDiffDefaults(t *testing.T) {
 	want := "github:\n    check_runs: false\n    webhook_secret: '[redacted]'\nworker:\n    concurrency: 5\n"
 	if d != want {
 		t.Fatalf("diff:\n%s\nwant:\n%s", d, want)
+	}
+}
+
+// TestEffectiveDefaultsFollowTheirCode: the defaults the reference
+// takes from the code that applies them are what that code applies: a
+// model's period (Limits), its output cap (as Validate counts it) and
+// who may talk to the bot (the webhook handler's).
+func TestEffectiveDefaultsFollowTheirCode(t *testing.T) {
+	c := Default()
+	c.Models = []ModelConfig{{Name: "m", RequestsPerMinute: 10, TokensPerMinute: 100000, OutputTokensPerMinute: 1000}}
+	c.Jobs = JobsConfig{SummaryModel: "m", ReviewModel: "m", ChatModel: "m"}
+	eff := c.Effective()
+	l, err := c.Models[0].Limits()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := eff.Models[0].Period.D(); got != l.Period || got == 0 {
+		t.Errorf("effective period %s, Limits applies %s", got, l.Period)
+	}
+	out := eff.Models[0].MaxOutputTokens
+	err = c.Validate(ModeCheck)
+	if want := fmt.Sprintf("max_output_tokens %d exceeds output_tokens_per_minute 1000", out); out == 0 || err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("effective max_output_tokens %d; Validate: %v", out, err)
+	}
+	if got := eff.GitHub.ChatAssociations; !slices.Equal(got, webhook.DefaultChatAssociations) {
+		t.Errorf("effective chat_associations %q, the webhook handler's %q", got, webhook.DefaultChatAssociations)
 	}
 }

@@ -6,6 +6,17 @@ package config
 // from the definitions themselves. TestMeanings fails when a setting has
 // no meaning here, or a meaning names no setting.
 
+import (
+	"reflect"
+
+	"github.com/prq-dev/prq/webhook"
+)
+
+// literal writes a default owned by the code that applies it as the
+// reference shows a value (`1024`, `1m`, `OWNER`, `MEMBER`), so the
+// reference, and Effective which reads it back, follow that code.
+func literal(v any) string { return formatValue(reflect.ValueOf(v)) }
+
 // meaning is what one setting is for.
 type meaning struct {
 	// Text: one or two sentences; depth belongs in the docs pages, linked.
@@ -68,7 +79,7 @@ var meanings = map[string]meaning{
 	"github.webhook_max_bytes":           {Text: "The largest webhook body read, in bytes (25 MiB, GitHub's maximum)."},
 	"github.write_gap":                   {Text: "The least time between two content-creating calls of one installation (GitHub's advice against secondary rate limits)."},
 	"github.webhook_max_in_flight_bytes": {Text: "The webhook bodies being read at once, across requests, in bytes; past it `serve` answers 503 with `Retry-After`.", Unset: "`webhook_max_bytes` + 4 MiB"},
-	"github.chat_associations":           {Text: "Who may talk to the bot besides the pull request's author (GitHub's `author_association`); anyone else's mention costs nothing.", Unset: "`OWNER`, `MEMBER`, `COLLABORATOR`"},
+	"github.chat_associations":           {Text: "Who may talk to the bot besides the pull request's author (GitHub's `author_association`); anyone else's mention costs nothing.", Unset: literal(webhook.DefaultChatAssociations)},
 	"github.repo_config":                 {Text: "Read each repository's `.prq.yaml` from the base branch (the App needs `contents: read`): see [repository configuration](repository.md).", Unset: "`true`"},
 	"github.check_runs":                  {Text: "Show each head's progress as a check run (the App needs `checks: write`); its failures never hold back a result: see [check runs](reviews.md#check-runs-never-hold-back-a-result).", Unset: "`true`"},
 	"github.check_run_every":             {Text: "The least time between two progress updates of a head's check run."},
@@ -105,9 +116,9 @@ var meanings = map[string]meaning{
 	"models[].batch":                    {Text: "The provider's batch API serves the model (OpenAI's Batch API, Azure's global batch deployments, Anthropic's Message Batches): used by the jobs of a tier with `lane: batch`. See [lanes](reviews.md#discounted-lanes)."},
 	"models[].batch_queue_tokens":       {Text: "The input tokens the model's batches not yet over may hold (OpenAI's enqueued-token limit); 0: the provider's refusal alone bounds them."},
 	"models[].cached_input_counts":      {Text: "The provider counts input read from its prompt cache toward the input and token limits: prq settles a call's cache reads back to the limiter where it does not. See [prompts and the prompt cache](reviews.md#prompts-and-the-prompt-cache).", Unset: "`false` for Anthropic models, `true` otherwise"},
-	"models[].max_output_tokens":        {Text: "The output cap each call asks for.", Unset: "`1024`"},
+	"models[].max_output_tokens":        {Text: "The output cap each call asks for.", Unset: literal(defaultMaxOutputTokens)},
 	"models[].context_tokens":           {Text: "The model's context window.", Unset: "`128000`"},
-	"models[].period":                   {Text: "The period of the per-minute limits; the demo compresses it.", Unset: "`1m`"},
+	"models[].period":                   {Text: "The period of the per-minute limits; the demo compresses it.", Unset: literal(defaultPeriod)},
 	"models[].limiter":                  {Text: "How the provider counts: `bucket` (continuous refill, OpenAI's), `window` (at most the limits in any sliding window) or `auto`. See [providers that count in windows](providers.md#providers-that-count-in-windows).", Unset: "`bucket`"},
 	"models[].window":                   {Text: "A window limiter's span.", Unset: "the period"},
 	"models[].sub_window":               {Text: "Window limiter only: also cap any shorter sub-window at `sub_window_share` of the limits."},
