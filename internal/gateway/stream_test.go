@@ -164,3 +164,45 @@ func TestAnthropicStopReasons(t *testing.T) {
 		}
 	}
 }
+
+// TestAnthropicStreamLineCapEveryAPI: an Anthropic stream that sends a
+// line over Config.MaxLine is ended by the gateway with the same words
+// on every API, each in its own error event.
+func TestAnthropicStreamLineCapEveryAPI(t *testing.T) {
+	t.Parallel()
+	up := stalling(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "event: message_start\ndata: ")
+		chunk := strings.Repeat("x", 32<<10)
+		for r.Context().Err() == nil {
+			if _, err := fmt.Fprint(w, chunk); err != nil {
+				return
+			}
+		}
+	})
+	r := newRigWith(t, rigOpts{cfg: func(c *gateway.Config) {
+		c.MaxLine = 64 << 10
+		for name := range c.Models {
+			c.Models[name] = gateway.Model{Provider: &gateway.Provider{Kind: gateway.KindAnthropic, BaseURL: strings.TrimSuffix(up, "/v1"), Keys: []string{"sk-up"}}}
+		}
+	}})
+	secret, _ := r.key(t, gateway.Spec{Name: "cap", Tier: "paid", QuotaTokens: 100000})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, c := range []struct{ path, body, event string }{
+		{"/v1/chat/completions", `{"model":%q,"stream":true,"max_tokens":20,"messages":[{"role":"user","content":"hello"}]}`, `data: {"error":`},
+		{"/v1/responses", `{"model":%q,"stream":true,"max_output_tokens":20,"input":"hello"}`, `"type":"error"`},
+		{"/v1/messages", `{"model":%q,"stream":true,"max_tokens":20,"messages":[{"role":"user","content":"hello"}]}`, "event: error\n"},
+	} {
+		res, err := r.postTo(ctx, c.path, secret, fmt.Sprintf(c.body, r.model))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		b := string(body)
+		if err != nil || res.StatusCode != http.StatusOK || !strings.Contains(b, c.event) || !strings.Contains(b, "The provider's stream sent a line longer than 65536 bytes; the gateway ended it.") {
+			t.Errorf("%s: %d %v, want an error event (%q) about the line cap: %.400q", c.path, res.StatusCode, err, c.event, b)
+		}
+	}
+}
