@@ -35,16 +35,13 @@ package gateway
 // other refusals keep their status and Anthropic's message.
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"regexp"
 	"strings"
-	"sync/atomic"
 	"time"
 )
 
@@ -375,21 +372,20 @@ func (u anthropicUsage) of(out anthropicUsage) *usage {
 	return &usage{PromptTokens: in.input(), CompletionTokens: out.OutputTokens, cacheRead: in.CacheReadInputTokens, cacheWrite: in.CacheCreationInputTokens}
 }
 
-// finishReason is OpenAI's name of Anthropic's stop reason; the forced
-// tool of a json_schema reply (tool) ends it as a stop.
+// finishReason is OpenAI's name of Anthropic's stop reason (the one
+// map, anthropicFinish); the forced tool of a json_schema reply (tool)
+// ends it as a stop.
 func finishReason(stop, tool string) string {
-	switch stop {
-	case "max_tokens", "model_context_window_exceeded":
-		return "length"
-	case "refusal":
-		return "content_filter"
-	case "tool_use":
-		if tool != "" {
-			return "stop"
-		}
-		return "tool_calls"
+	return forcedFinish(anthropicFinish(stop), tool)
+}
+
+// forcedFinish is a finish as the client sees it: a reply that called
+// the forced tool of a json_schema request (tool) ended as a stop.
+func forcedFinish(finish, tool string) string {
+	if finish == finishTools && tool != "" {
+		return finishStop
 	}
-	return "stop" // end_turn, stop_sequence, pause_turn
+	return finish
 }
 
 // text is the reply's content: the input of the forced tool when there
@@ -459,12 +455,8 @@ func (g *Gateway) forwardAnthropic(w http.ResponseWriter, r *http.Request, q *re
 		g.forwardAnthropicStream(w, r, q, resp, clientUsage, cancel)
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		g.settle(bg, q, nil, true)
-		if ctx.Err() == nil {
-			q.fail(w, http.StatusBadGateway, "server_error", "", "The provider's reply was cut off.")
-		}
+	body, ok := g.readReply(w, r, q, resp)
+	if !ok {
 		return
 	}
 	if resp.StatusCode != http.StatusOK {
@@ -486,31 +478,6 @@ func (g *Gateway) forwardAnthropic(w http.ResponseWriter, r *http.Request, q *re
 	w.Write(b)
 }
 
-// anthropicEvent is what the gateway reads of a Messages stream's event.
-type anthropicEvent struct {
-	Type    string `json:"type"`
-	Index   int    `json:"index"`
-	Message *struct {
-		ID    string         `json:"id"`
-		Usage anthropicUsage `json:"usage"`
-	} `json:"message"`
-	ContentBlock *struct {
-		Type string `json:"type"`
-		Name string `json:"name"`
-	} `json:"content_block"`
-	Delta *struct {
-		Type        string `json:"type"`
-		Text        string `json:"text"`
-		PartialJSON string `json:"partial_json"`
-		StopReason  string `json:"stop_reason"`
-	} `json:"delta"`
-	Usage *anthropicUsage `json:"usage"`
-	Error *struct {
-		Type    string `json:"type"`
-		Message string `json:"message"`
-	} `json:"error"`
-}
-
 // forwardAnthropicStream translates a Messages stream into OpenAI's
 // chunks as its events come: message_start → the role chunk; a text
 // block's text_delta (or the forced tool's input_json_delta, for a
@@ -528,12 +495,11 @@ func (g *Gateway) forwardAnthropicStream(w http.ResponseWriter, r *http.Request,
 	w.WriteHeader(http.StatusOK)
 	flusher, _ := w.(http.Flusher)
 	tool := q.anth.tool
-	id, created := "", time.Now().Unix()
-	var in, out anthropicUsage
-	finish, toolBlock := "", -1
-	sawDelta, settled, ended := false, false, false
+	created := time.Now().Unix()
+	in := &anthropicStreamIn{}
+	finish, toolCall, settled := "", -1, false
 	emit := func(choices []completionChoice, u *completionUsage) bool {
-		c := chatCompletion{ID: id, Object: "chat.completion.chunk", Created: created, Model: q.model, Choices: choices}
+		c := chatCompletion{ID: in.id, Object: "chat.completion.chunk", Created: created, Model: q.model, Choices: choices}
 		var b []byte
 		if clientUsage { // every chunk has a usage field, null but the last's
 			b, _ = json.Marshal(struct {
@@ -554,84 +520,68 @@ func (g *Gateway) forwardAnthropicStream(w http.ResponseWriter, r *http.Request,
 	content := func(text string) bool {
 		return text == "" || emit([]completionChoice{{Delta: &completionMessage{Content: &text}}}, nil)
 	}
-	rd := bufio.NewReaderSize(resp.Body, 64<<10)
-	var idle atomic.Bool
-	timer := time.AfterFunc(g.cfg.StreamIdle, func() { idle.Store(true); cancel() })
-	defer timer.Stop()
-	for !ended {
-		line, err := readLine(rd, g.cfg.MaxLine)
-		timer.Reset(g.cfg.StreamIdle)
-		ok := true
-		if data, isData := bytes.CutPrefix(bytes.TrimRight(line, "\r\n"), []byte("data:")); isData {
-			var ev anthropicEvent
-			if json.Unmarshal(bytes.TrimSpace(data), &ev) != nil {
-				ev.Type = ""
+	// chunk writes what one event says; false: the client left
+	chunk := func(ev streamEvent) bool {
+		switch ev.kind {
+		case "start":
+			empty := ""
+			return emit([]completionChoice{{Delta: &completionMessage{Role: "assistant", Content: &empty}}}, nil)
+		case "call":
+			if tool != "" && ev.name == tool {
+				toolCall = ev.index
 			}
-			switch ev.Type {
-			case "message_start":
-				if ev.Message != nil {
-					id, in = ev.Message.ID, ev.Message.Usage
-				}
-				empty := ""
-				ok = emit([]completionChoice{{Delta: &completionMessage{Role: "assistant", Content: &empty}}}, nil)
-			case "content_block_start":
-				if b := ev.ContentBlock; b != nil && tool != "" && b.Type == "tool_use" && b.Name == tool {
-					toolBlock = ev.Index
-				}
-			case "content_block_delta":
-				switch d := ev.Delta; {
-				case d == nil:
-				case d.Type == "text_delta" && toolBlock < 0:
-					ok = content(d.Text)
-				case d.Type == "input_json_delta" && ev.Index == toolBlock:
-					ok = content(d.PartialJSON)
-				}
-			case "message_delta":
-				if ev.Delta != nil {
-					finish = finishReason(ev.Delta.StopReason, tool)
-				}
-				if ev.Usage != nil {
-					out, sawDelta = *ev.Usage, true
-				}
-			case "message_stop":
-				u := in.of(out)
-				if !sawDelta {
-					u = nil
-				}
-				g.settle(bg, q, u, true) // before the client sees the end
-				settled = true
-				if finish == "" {
-					finish = "stop"
-				}
-				ok = emit([]completionChoice{{Delta: &completionMessage{}, FinishReason: &finish}}, nil)
-				if ok && clientUsage && u != nil {
-					ok = emit([]completionChoice{}, usageOf(u))
-				}
-				if ok {
-					_, werr := fmt.Fprint(w, "data: [DONE]\n\n")
-					ok = werr == nil
-					if flusher != nil {
-						flusher.Flush()
-					}
-				}
-				ended = true
-			case "error":
-				typ := ""
-				if ev.Error != nil {
-					typ = ev.Error.Type
-				}
-				g.log.WarnContext(bg, "gateway: Anthropic's stream ended with an error", "key", q.key.ID, "model", q.model, "type", typ)
-				streamError(w, fmt.Sprintf("The provider's stream failed (%s).", typ))
-				ended = true
+		case "text":
+			if toolCall < 0 {
+				return content(ev.text)
+			}
+		case "args":
+			if ev.index == toolCall {
+				return content(ev.text)
+			}
+		case "finish":
+			finish = forcedFinish(ev.finish, tool)
+		}
+		return true
+	}
+	idle, err := g.relay(resp, cancel, func(line []byte) bool {
+		data, isData := bytes.CutPrefix(line, []byte("data:"))
+		if !isData {
+			return true
+		}
+		evs, done, failure := in.read("", data)
+		for _, ev := range evs {
+			if !chunk(ev) {
+				return false
 			}
 		}
-		if !ok {
-			break // the client left
+		switch {
+		case failure != "":
+			g.log.WarnContext(bg, "gateway: Anthropic's stream ended with an error", "key", q.key.ID, "model", q.model, "type", in.errType)
+			streamError(w, fmt.Sprintf("The provider's stream failed (%s).", in.errType))
+			return false
+		case done:
+			u := in.usage()
+			g.settle(bg, q, u, true) // before the client sees the end
+			settled = true
+			if finish == "" {
+				finish = finishStop
+			}
+			ok := emit([]completionChoice{{Delta: &completionMessage{}, FinishReason: &finish}}, nil)
+			if ok && clientUsage && u != nil {
+				ok = emit([]completionChoice{}, usageOf(u))
+			}
+			if ok {
+				fmt.Fprint(w, "data: [DONE]\n\n")
+				if flusher != nil {
+					flusher.Flush()
+				}
+			}
+			return false
 		}
-		if err != nil && !ended {
-			g.streamBrokeOff(bg, w, r, q, idle.Load(), err)
-			break
-		}
+		return true
+	})
+	if err != nil {
+		g.streamBrokeOff(bg, w, r, q, idle, err)
 	}
 	if !settled {
 		// the provider may have generated up to the cap: the reservation stands

@@ -396,7 +396,7 @@ func completionFromAnthropic(body []byte) (completion, error) {
 
 // streamEvent is one step of a reply as it streams.
 type streamEvent struct {
-	kind   string // "text", "call" (a tool call begins), "args", "finish"
+	kind   string // "start" (the reply begins), "text", "call" (a tool call begins), "args", "finish"
 	index  int    // a call's index among the reply's calls
 	text   string // text, or a call's arguments, delta
 	id     string // a call's
@@ -489,8 +489,41 @@ func (s *chatStreamIn) read(_ string, data []byte) ([]streamEvent, bool, string)
 	return evs, false, ""
 }
 
-// anthropicStreamIn reads a Messages API stream.
+// anthropicEvent is what the gateway reads of a Messages stream's event.
+type anthropicEvent struct {
+	Type    string `json:"type"`
+	Index   int    `json:"index"`
+	Message *struct {
+		ID    string         `json:"id"`
+		Usage anthropicUsage `json:"usage"`
+	} `json:"message"`
+	ContentBlock *struct {
+		Type string `json:"type"`
+		ID   string `json:"id"`
+		Name string `json:"name"`
+	} `json:"content_block"`
+	Delta *struct {
+		Type        string `json:"type"`
+		Text        string `json:"text"`
+		PartialJSON string `json:"partial_json"`
+		StopReason  string `json:"stop_reason"`
+	} `json:"delta"`
+	Usage *anthropicUsage `json:"usage"`
+	Error *struct {
+		Type    string `json:"type"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// anthropicStreamIn is the gateway's one reader of a Messages API
+// stream, whatever API the client speaks: message_start → a "start"
+// event (the message's id and input usage kept), a tool block's start →
+// a call, text and input JSON deltas → text and args, message_delta →
+// the finish (anthropicFinish) and the output usage, message_stop → done,
+// an error event → a failure (its type kept).
 type anthropicStreamIn struct {
+	id       string // the message's
+	errType  string // an error event's
 	in, out  anthropicUsage
 	sawDelta bool
 	tools    map[int]int // content block index → call index
@@ -505,22 +538,16 @@ func (s *anthropicStreamIn) usage() *usage {
 }
 
 func (s *anthropicStreamIn) read(_ string, data []byte) ([]streamEvent, bool, string) {
-	var ev struct {
-		anthropicEvent
-		ContentBlock *struct {
-			Type string `json:"type"`
-			ID   string `json:"id"`
-			Name string `json:"name"`
-		} `json:"content_block"`
-	}
+	var ev anthropicEvent
 	if json.Unmarshal(bytes.TrimSpace(data), &ev) != nil {
 		return nil, false, ""
 	}
 	switch ev.Type {
 	case "message_start":
 		if ev.Message != nil {
-			s.in = ev.Message.Usage
+			s.id, s.in = ev.Message.ID, ev.Message.Usage
 		}
+		return []streamEvent{{kind: "start"}}, false, ""
 	case "content_block_start":
 		if b := ev.ContentBlock; b != nil && (b.Type == "tool_use" || b.Type == "server_tool_use") {
 			if s.tools == nil {
@@ -552,7 +579,7 @@ func (s *anthropicStreamIn) read(_ string, data []byte) ([]streamEvent, bool, st
 	case "error":
 		msg := "the provider's stream failed"
 		if ev.Error != nil {
-			msg = ev.Error.Type + ": " + ev.Error.Message
+			s.errType, msg = ev.Error.Type, ev.Error.Type+": "+ev.Error.Message
 		}
 		return nil, false, msg
 	}

@@ -22,7 +22,11 @@
 // Anthropic gets the Messages API natively, and chat completions by
 // translation (anthropic.go). Responses, and Messages for OpenAI-kind
 // models, are translated through a conversation (conv.go) to either
-// wire and back, streams included (pump.go).
+// wire and back, streams included (pump.go). Every provider stream, of
+// every API, is read by one loop (relay, pump.go) with one idle limit,
+// line cap and wording of an early end; every Anthropic stream by one
+// reader and one stop-reason map (anthropicStreamIn, anthropicFinish in
+// conv.go).
 //
 // Files: keys.go (virtual keys in Redis), api.go (their admin API),
 // gateway.go (routes, admission, headers), chat.go, embeddings.go,

@@ -25,7 +25,6 @@ package gateway
 // reserves), charging nothing.
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -33,8 +32,6 @@ import (
 	"net/http"
 	"sort"
 	"strings"
-	"sync/atomic"
-	"time"
 
 	"github.com/prq-dev/prq/ratelimit"
 )
@@ -660,17 +657,18 @@ func (g *Gateway) relayAnthropic(w http.ResponseWriter, r *http.Request, q *requ
 			g.settle(bg, q, nil, true)
 		}
 	}()
-	rd := bufio.NewReaderSize(resp.Body, 64<<10)
-	var idle atomic.Bool
-	timer := time.AfterFunc(g.cfg.StreamIdle, func() { idle.Store(true); cancel() })
-	defer timer.Stop()
-	out := &messagesOut{q: q}
 	var ev bytes.Buffer
-	for {
-		line, err := readLine(rd, g.cfg.MaxLine)
-		timer.Reset(g.cfg.StreamIdle)
-		trimmed := bytes.TrimRight(line, "\r\n")
-		if data, ok := bytes.CutPrefix(trimmed, []byte("data:")); ok {
+	flush := func() error { // the event, with its blank line
+		ev.WriteByte('\n')
+		_, err := w.Write(ev.Bytes())
+		ev.Reset()
+		if flusher != nil {
+			flusher.Flush()
+		}
+		return err
+	}
+	idle, err := g.relay(resp, cancel, func(line []byte) bool {
+		if data, ok := bytes.CutPrefix(line, []byte("data:")); ok {
 			_, done, failure := in.read("", data)
 			if failure != "" {
 				g.log.WarnContext(bg, "gateway: the provider's stream ended with an error", "key", q.key.ID, "model", q.model, "err", failure)
@@ -680,37 +678,24 @@ func (g *Gateway) relayAnthropic(w http.ResponseWriter, r *http.Request, q *requ
 				settled = true
 			}
 		}
-		if len(trimmed) > 0 {
-			ev.Write(trimmed)
+		if len(line) > 0 {
+			ev.Write(line)
 			ev.WriteByte('\n')
 		} else if ev.Len() > 0 {
-			ev.WriteByte('\n')
-			if _, werr := w.Write(ev.Bytes()); werr != nil {
-				return
-			}
-			ev.Reset()
-			if flusher != nil {
-				flusher.Flush()
-			}
+			return flush() == nil
 		}
-		if err != nil {
-			if ev.Len() > 0 { // the last event, without its blank line
-				ev.WriteByte('\n')
-				w.Write(ev.Bytes())
-				if flusher != nil {
-					flusher.Flush()
-				}
-			}
-			if settled || r.Context().Err() != nil {
-				return
-			}
-			msg := "The provider's stream broke off."
-			if idle.Load() {
-				msg = fmt.Sprintf("The provider's stream was idle for %s; the gateway ended it.", g.cfg.StreamIdle)
-			}
-			g.log.WarnContext(bg, "gateway: stream ended early", "key", q.key.ID, "model", q.model, "idle", idle.Load(), "err", err)
-			out.fail(w, msg)
-			return
-		}
+		return true
+	})
+	if err == nil {
+		return // the client left
+	}
+	if ev.Len() > 0 { // the last event, without its blank line
+		flush()
+	}
+	if settled {
+		return
+	}
+	if msg, ok := g.brokeOff(bg, r, q, idle, err); ok {
+		(&messagesOut{q: q}).fail(w, msg)
 	}
 }

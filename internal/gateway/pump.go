@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -62,56 +63,83 @@ func (g *Gateway) pump(w http.ResponseWriter, r *http.Request, q *request, resp 
 	if out.begin(w) != nil {
 		return
 	}
-	rd := bufio.NewReaderSize(resp.Body, 64<<10)
-	var idle atomic.Bool
-	timer := time.AfterFunc(g.cfg.StreamIdle, func() { idle.Store(true); cancel() })
-	defer timer.Stop()
 	event := ""
-	for {
-		line, err := readLine(rd, g.cfg.MaxLine)
-		timer.Reset(g.cfg.StreamIdle)
-		trimmed := bytes.TrimRight(line, "\r\n")
-		if name, ok := bytes.CutPrefix(trimmed, []byte("event:")); ok {
+	idle, err := g.relay(resp, cancel, func(line []byte) bool {
+		if name, ok := bytes.CutPrefix(line, []byte("event:")); ok {
 			event = string(bytes.TrimSpace(name))
-		} else if data, ok := bytes.CutPrefix(trimmed, []byte("data:")); ok {
+		} else if data, ok := bytes.CutPrefix(line, []byte("data:")); ok {
 			evs, done, failure := in.read(event, data)
 			for _, ev := range evs {
 				if out.event(w, ev) != nil {
 					g.log.InfoContext(bg, "gateway: stream ended early", "key", q.key.ID, "model", q.model, "client_gone", true)
-					return
+					return false
 				}
 			}
 			switch {
 			case failure != "":
 				g.log.WarnContext(bg, "gateway: the provider's stream ended with an error", "key", q.key.ID, "model", q.model, "err", failure)
 				out.fail(w, "The provider's stream failed: "+failure)
-				return
+				return false
 			case done:
 				u := in.usage()
 				g.settle(bg, q, u, true) // before the client sees the end
 				settled = true
 				out.end(w, u)
-				return
+				return false
 			}
-		} else if len(trimmed) == 0 {
+		} else if len(line) == 0 {
 			event = ""
 		}
-		if err != nil {
-			if r.Context().Err() != nil {
-				return
-			}
-			msg := "The provider's stream broke off."
-			switch {
-			case idle.Load():
-				msg = fmt.Sprintf("The provider's stream was idle for %s; the gateway ended it.", g.cfg.StreamIdle)
-			case err == errLineTooLong:
-				msg = fmt.Sprintf("The provider's stream sent a line longer than %d bytes; the gateway ended it.", g.cfg.MaxLine)
-			}
-			g.log.WarnContext(bg, "gateway: stream ended early", "key", q.key.ID, "model", q.model, "idle", idle.Load(), "err", err)
+		return true
+	})
+	if err != nil {
+		if msg, ok := g.brokeOff(bg, r, q, idle, err); ok {
 			out.fail(w, msg)
-			return
 		}
 	}
+}
+
+// relay is the gateway's one reader of a provider's server-sent events:
+// it reads the stream line by line, each at most Config.MaxLine bytes,
+// ends it (cancel) when it is idle for Config.StreamIdle, and hands each
+// line to line without its line end (an empty one ends an event), until
+// line answers false (err nil) or the stream ends (io.EOF,
+// errLineTooLong, the read's error: a last line without its line end is
+// handed over first); idle says whether the idle limit ended it.
+func (g *Gateway) relay(resp *http.Response, cancel context.CancelFunc, line func([]byte) bool) (idle bool, err error) {
+	rd := bufio.NewReaderSize(resp.Body, 64<<10)
+	var idled atomic.Bool
+	timer := time.AfterFunc(g.cfg.StreamIdle, func() { idled.Store(true); cancel() })
+	defer timer.Stop()
+	for {
+		l, err := readLine(rd, g.cfg.MaxLine)
+		timer.Reset(g.cfg.StreamIdle)
+		if len(l) > 0 && !line(bytes.TrimRight(l, "\r\n")) {
+			return idled.Load(), nil
+		}
+		if err != nil {
+			return idled.Load(), err
+		}
+	}
+}
+
+// brokeOff logs a provider's stream that ended early (err: why, idle:
+// the idle limit ended it) and is the client's message of it, every API
+// the same; ok false when the client left first (it gets nothing).
+func (g *Gateway) brokeOff(ctx context.Context, r *http.Request, q *request, idle bool, err error) (msg string, ok bool) {
+	if r.Context().Err() != nil {
+		g.log.InfoContext(ctx, "gateway: stream ended early", "key", q.key.ID, "model", q.model, "client_gone", true)
+		return "", false
+	}
+	msg = "The provider's stream broke off."
+	switch {
+	case idle:
+		msg = fmt.Sprintf("The provider's stream was idle for %s; the gateway ended it.", g.cfg.StreamIdle)
+	case errors.Is(err, errLineTooLong):
+		msg = fmt.Sprintf("The provider's stream sent a line longer than %d bytes; the gateway ended it.", g.cfg.MaxLine)
+	}
+	g.log.WarnContext(ctx, "gateway: stream ended early", "key", q.key.ID, "model", q.model, "idle", idle, "err", err)
+	return msg, true
 }
 
 // providerFailure answers a provider's refusal or failure (any non-200)

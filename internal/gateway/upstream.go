@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/prq-dev/prq/admission"
@@ -258,19 +257,9 @@ func (e *notSentError) Unwrap() error { return e.err }
 // (idle, a line too long, a read error) with OpenAI's error event, and
 // logs why; a client that left first gets nothing.
 func (g *Gateway) streamBrokeOff(ctx context.Context, w http.ResponseWriter, r *http.Request, q *request, idle bool, err error) {
-	if r.Context().Err() != nil {
-		g.log.InfoContext(ctx, "gateway: stream ended early", "key", q.key.ID, "model", q.model, "client_gone", true)
-		return
+	if msg, ok := g.brokeOff(ctx, r, q, idle, err); ok {
+		streamError(w, msg)
 	}
-	msg := "The provider's stream broke off."
-	switch {
-	case idle:
-		msg = fmt.Sprintf("The provider's stream was idle for %s; the gateway ended it.", g.cfg.StreamIdle)
-	case errors.Is(err, errLineTooLong):
-		msg = fmt.Sprintf("The provider's stream sent a line longer than %d bytes; the gateway ended it.", g.cfg.MaxLine)
-	}
-	g.log.WarnContext(ctx, "gateway: stream ended early", "key", q.key.ID, "model", q.model, "idle", idle, "err", err)
-	streamError(w, msg)
 }
 
 // settleNothing books a call the provider never saw: the bucket, the
@@ -296,12 +285,8 @@ func replay(resp *http.Response, body []byte) *http.Response {
 func (g *Gateway) forwardWhole(w http.ResponseWriter, r *http.Request, q *request, resp *http.Response) {
 	ctx := r.Context()
 	bg := context.WithoutCancel(ctx)
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		g.settle(bg, q, nil, true)
-		if ctx.Err() == nil {
-			q.fail(w, http.StatusBadGateway, "server_error", "", "The provider's reply was cut off.")
-		}
+	body, ok := g.readReply(w, r, q, resp)
+	if !ok {
 		return
 	}
 	switch {
@@ -350,10 +335,6 @@ func (g *Gateway) forwardStream(w http.ResponseWriter, r *http.Request, q *reque
 	flusher, _ := w.(http.Flusher)
 	var got *usage
 	settled := false
-	rd := bufio.NewReaderSize(resp.Body, 64<<10)
-	var idle atomic.Bool
-	timer := time.AfterFunc(g.cfg.StreamIdle, func() { idle.Store(true); cancel() })
-	defer timer.Stop()
 	var event bytes.Buffer
 	write := func() bool {
 		defer event.Reset()
@@ -368,48 +349,40 @@ func (g *Gateway) forwardStream(w http.ResponseWriter, r *http.Request, q *reque
 		}
 		return true
 	}
-	for {
-		line, err := readLine(rd, g.cfg.MaxLine)
-		timer.Reset(g.cfg.StreamIdle)
-		if len(line) > 0 {
-			trimmed := bytes.TrimRight(line, "\r\n")
-			if len(trimmed) == 0 {
-				if !write() {
-					break
+	idle, err := g.relay(resp, cancel, func(line []byte) bool {
+		if len(line) == 0 {
+			return write()
+		}
+		keep := true
+		if data, ok := bytes.CutPrefix(line, []byte("data:")); ok {
+			data = bytes.TrimSpace(data)
+			var chunk struct {
+				Choices     []json.RawMessage `json:"choices"`
+				Usage       *usage            `json:"usage"`
+				ServiceTier string            `json:"service_tier"`
+			}
+			switch {
+			case bytes.Equal(data, []byte("[DONE]")):
+				if !settled { // settled before the client sees the end
+					g.settle(bg, q, got, true)
+					settled = true
 				}
-			} else {
-				keep := true
-				if data, ok := bytes.CutPrefix(trimmed, []byte("data:")); ok {
-					data = bytes.TrimSpace(data)
-					var chunk struct {
-						Choices     []json.RawMessage `json:"choices"`
-						Usage       *usage            `json:"usage"`
-						ServiceTier string            `json:"service_tier"`
-					}
-					switch {
-					case bytes.Equal(data, []byte("[DONE]")):
-						if !settled { // settled before the client sees the end
-							g.settle(bg, q, got, true)
-							settled = true
-						}
-					case json.Unmarshal(data, &chunk) == nil && chunk.Usage != nil:
-						got = chunk.Usage
-						got.serviceTier = chunk.ServiceTier
-						keep = clientUsage || len(chunk.Choices) > 0
-					}
-				}
-				if keep {
-					event.Write(trimmed)
-					event.WriteByte('\n')
-				}
+			case json.Unmarshal(data, &chunk) == nil && chunk.Usage != nil:
+				got = chunk.Usage
+				got.serviceTier = chunk.ServiceTier
+				keep = clientUsage || len(chunk.Choices) > 0
 			}
 		}
-		if err != nil {
-			write()
-			if !errors.Is(err, io.EOF) {
-				g.streamBrokeOff(bg, w, r, q, idle.Load(), err)
-			}
-			break
+		if keep {
+			event.Write(line)
+			event.WriteByte('\n')
+		}
+		return true
+	})
+	if err != nil {
+		write()
+		if !errors.Is(err, io.EOF) {
+			g.streamBrokeOff(bg, w, r, q, idle, err)
 		}
 	}
 	if !settled {
