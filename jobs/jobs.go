@@ -188,6 +188,8 @@ type Command struct {
 	// Path is the file of a diff comment's thread (a learning from it
 	// names the file).
 	Path string `json:"path,omitempty"`
+	// Link is the comment's web address as GitHub sent it (html_url).
+	Link string `json:"link,omitempty"`
 	// Refused says why the command is not run (the author may not give
 	// commands, or is over the chat limits): it is only acknowledged.
 	Refused string `json:"refused,omitempty"`

@@ -738,7 +738,7 @@ func (h *Handler) issueComment(ctx context.Context, delivery string, e *github.I
 		return malformed("issue_comment without comment id")
 	}
 	if isCommand {
-		return h.runCommand(ctx, jobs.Command{PR: ref, CommentID: c.GetID(), Author: c.GetUser().GetLogin(), Name: name, Args: args, Delivery: delivery}, allowed)
+		return h.runCommand(ctx, jobs.Command{PR: ref, CommentID: c.GetID(), Author: c.GetUser().GetLogin(), Name: name, Args: args, Link: c.GetHTMLURL(), Delivery: delivery}, allowed)
 	}
 	return h.chat(ctx, jobs.Chat{PR: ref, CommentID: c.GetID(), Author: c.GetUser().GetLogin(), Body: c.GetBody(), Delivery: delivery})
 }
@@ -781,7 +781,7 @@ func (h *Handler) reviewComment(ctx context.Context, delivery string, e *github.
 		return malformed("pull_request_review_comment without comment id")
 	}
 	if isCommand {
-		return h.runCommand(ctx, jobs.Command{PR: ref, CommentID: c.GetID(), Review: true, Author: c.GetUser().GetLogin(), Name: name, Args: args, Path: c.GetPath(), Delivery: delivery}, allowed)
+		return h.runCommand(ctx, jobs.Command{PR: ref, CommentID: c.GetID(), Review: true, Author: c.GetUser().GetLogin(), Name: name, Args: args, Path: c.GetPath(), Link: c.GetHTMLURL(), Delivery: delivery}, allowed)
 	}
 	return h.chat(ctx, jobs.Chat{PR: ref, CommentID: c.GetID(), InReplyTo: c.GetInReplyTo(), Review: true, Author: c.GetUser().GetLogin(),
 		Body: c.GetBody(), Path: c.GetPath(), DiffHunk: c.GetDiffHunk(), Line: c.GetLine(), Delivery: delivery})

@@ -147,8 +147,12 @@ func learningText(args, path string) string {
 	return text
 }
 
-// sourceLink is the command's comment on GitHub.
+// sourceLink is the command's comment on GitHub: its html_url when
+// GitHub sent a plain https address, else its address on github.com.
 func sourceLink(c jobs.Command) string {
+	if strings.HasPrefix(c.Link, "https://") && !strings.ContainsAny(c.Link, " \t\n()<>[]\"'`") {
+		return c.Link
+	}
 	anchor := "#issuecomment-"
 	if c.Review {
 		anchor = "#discussion_r"

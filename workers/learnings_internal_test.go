@@ -41,4 +41,12 @@ func TestLearningText(t *testing.T) {
 	if got := sourceLink(c); got != "https://github.com/o/r/pull/3#discussion_r9" {
 		t.Errorf("%s", got)
 	}
+	c.Link = "https://ghe.example.com/o/r/pull/3#discussion_r9"
+	if got := sourceLink(c); got != c.Link {
+		t.Errorf("%s", got)
+	}
+	c.Link = "https://x.example/a) [evil](https://e.example"
+	if got := sourceLink(c); got != "https://github.com/o/r/pull/3#discussion_r9" {
+		t.Errorf("%s", got)
+	}
 }

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -77,7 +78,7 @@ func TestCommandLearnings(t *testing.T) {
 
 	list := r.command(pr, author, author, "NONE", "@prq-test learnings", 1)
 	r.done(list, "rocket")
-	if a := r.answers(pr, list); len(a) != 1 || !strings.Contains(a[0], "1. "+rule+" — maintainer") || strings.Contains(a[0], evil) {
+	if a := r.answers(pr, list); len(a) != 1 || !strings.Contains(a[0], "1. "+rule+" — maintainer") || !strings.Contains(a[0], fmt.Sprintf("[source](https://github.com/%s/%s/pull/%d#issuecomment-%d)", pr.Owner, pr.Repo, pr.Number, learn)) || strings.Contains(a[0], evil) {
 		t.Errorf("learnings: %q", a)
 	}
 	forget := r.command(pr, author, "maintainer", "MEMBER", "@prq-test forget 1", 2)
