@@ -163,6 +163,11 @@ const (
 	CommandStatus     = "status"
 	CommandConfig     = "config"
 	CommandHelp       = "help"
+	// CommandLearn, CommandLearnings and CommandForget take arguments
+	// ("@prq learn [--org] <text>", "@prq forget [--org] <n>"): Args.
+	CommandLearn     = "learn"
+	CommandLearnings = "learnings"
+	CommandForget    = "forget"
 )
 
 // Commands lists every command, in the order help shows them.
@@ -177,9 +182,26 @@ type Command struct {
 	Name      string `json:"name"`
 	Delivery  string `json:"delivery"`
 	Tier      Tier   `json:"tier"`
+	// Args are what follows a command that takes arguments (learn,
+	// forget), as written.
+	Args string `json:"args,omitempty"`
+	// Path is the file of a diff comment's thread (a learning from it
+	// names the file).
+	Path string `json:"path,omitempty"`
+	// Link is the comment's web address as GitHub sent it (html_url).
+	Link string `json:"link,omitempty"`
 	// Refused says why the command is not run (the author may not give
 	// commands, or is over the chat limits): it is only acknowledged.
 	Refused string `json:"refused,omitempty"`
+}
+
+// OrgArgs splits a leading --org off a learn or forget command's
+// arguments.
+func OrgArgs(args string) (org bool, rest string) {
+	if r, ok := strings.CutPrefix(strings.TrimSpace(args), "--org"); ok && (r == "" || r[0] == ' ' || r[0] == '\t' || r[0] == '\n') {
+		return true, strings.TrimSpace(r)
+	}
+	return false, strings.TrimSpace(args)
 }
 
 // CommandTaskID is the deterministic task id of a comment's command: a

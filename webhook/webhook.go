@@ -725,7 +725,8 @@ func (h *Handler) issueComment(ctx context.Context, delivery string, e *github.I
 		return ignored, nil
 	}
 	allowed := h.mayChat(c.GetUser(), c.GetAuthorAssociation(), e.GetIssue().GetUser())
-	name, isCommand := h.command(c.GetBody())
+	name, args, isCommand := h.commandOf(c.GetBody())
+	allowed = allowed && mayChange(name, args, c.GetAuthorAssociation())
 	if !allowed && !isCommand {
 		return notAllowed, nil
 	}
@@ -737,7 +738,7 @@ func (h *Handler) issueComment(ctx context.Context, delivery string, e *github.I
 		return malformed("issue_comment without comment id")
 	}
 	if isCommand {
-		return h.runCommand(ctx, jobs.Command{PR: ref, CommentID: c.GetID(), Author: c.GetUser().GetLogin(), Name: name, Delivery: delivery}, allowed)
+		return h.runCommand(ctx, jobs.Command{PR: ref, CommentID: c.GetID(), Author: c.GetUser().GetLogin(), Name: name, Args: args, Link: c.GetHTMLURL(), Delivery: delivery}, allowed)
 	}
 	return h.chat(ctx, jobs.Chat{PR: ref, CommentID: c.GetID(), Author: c.GetUser().GetLogin(), Body: c.GetBody(), Delivery: delivery})
 }
@@ -764,10 +765,11 @@ func (h *Handler) reviewComment(ctx context.Context, delivery string, e *github.
 		}
 	}
 	allowed := h.mayChat(c.GetUser(), c.GetAuthorAssociation(), e.GetPullRequest().GetUser())
-	name, isCommand := "", false
+	name, args, isCommand := "", "", false
 	if h.mentions(c.GetBody()) {
-		name, isCommand = h.command(c.GetBody())
+		name, args, isCommand = h.commandOf(c.GetBody())
 	}
+	allowed = allowed && mayChange(name, args, c.GetAuthorAssociation())
 	if !allowed && !isCommand {
 		return notAllowed, nil
 	}
@@ -779,7 +781,7 @@ func (h *Handler) reviewComment(ctx context.Context, delivery string, e *github.
 		return malformed("pull_request_review_comment without comment id")
 	}
 	if isCommand {
-		return h.runCommand(ctx, jobs.Command{PR: ref, CommentID: c.GetID(), Review: true, Author: c.GetUser().GetLogin(), Name: name, Delivery: delivery}, allowed)
+		return h.runCommand(ctx, jobs.Command{PR: ref, CommentID: c.GetID(), Review: true, Author: c.GetUser().GetLogin(), Name: name, Args: args, Path: c.GetPath(), Link: c.GetHTMLURL(), Delivery: delivery}, allowed)
 	}
 	return h.chat(ctx, jobs.Chat{PR: ref, CommentID: c.GetID(), InReplyTo: c.GetInReplyTo(), Review: true, Author: c.GetUser().GetLogin(),
 		Body: c.GetBody(), Path: c.GetPath(), DiffHunk: c.GetDiffHunk(), Line: c.GetLine(), Delivery: delivery})

@@ -78,6 +78,8 @@ type CommandRunnerConfig struct {
 	// Line, when set, tells where a waiting pull request stands
 	// (`status`).
 	Line *QueueReporter
+	// Learnings, when set, keeps what learn and forget change.
+	Learnings LearningStore
 	// Retention keeps an enqueued plan's id (a retried command enqueues
 	// it once). Defaults to 24h.
 	Retention time.Duration
@@ -195,6 +197,8 @@ func (r *CommandRunner) run(ctx context.Context, c jobs.Command, done string) (s
 		return r.summary(ctx, c)
 	case jobs.CommandConfig:
 		return r.config(ctx, c)
+	case jobs.CommandLearn, jobs.CommandLearnings, jobs.CommandForget:
+		return r.learningCommand(ctx, c, done)
 	}
 	// the commands that review: they read the pull request's head
 	gh, err := cfg.GitHub.PRReader(c.PR.Installation)
@@ -276,6 +280,7 @@ func help(slug string) string {
 		"- `summary`: the summary of the last reviewed head again, here.",
 		"- `status`: where its review stands.",
 		"- `config`: the repository configuration in effect (`.prq.yaml`).",
+		"- `learn <text>`, `learn --org <text>`: tell later reviews of this repository (or of every repository of the organisation) something; `learnings` lists what they are told, `forget N` removes one.",
 		"- `help`: this list.",
 		"",
 		"Anything else that mentions me is a question, and I answer it.",

@@ -108,6 +108,8 @@ type PlannerConfig struct {
 	// Controls, when set, tells pull requests whose automatic reviews
 	// were paused or ignored by a command (a *store.Store).
 	Controls Controls
+	// Learnings, when set, are added to every review's instructions.
+	Learnings LearningStore
 	// AppSlug is the App's name: a line "@slug ignore" in a pull
 	// request's description keeps it from automatic reviews.
 	AppSlug string
@@ -344,7 +346,7 @@ func (p *Planner) plan(ctx context.Context, pl jobs.Plan) error {
 	}
 	// What every prompt of the head shares: the maintainers'
 	// instructions for all its files, and the pull request's context.
-	pc := contextOf(pr.Title, pr.Body).withRepo(headInstructions(rc.RepoInstructions(), data), rc.Language)
+	pc := contextOf(pr.Title, pr.Body).withRepo(withLearnings(headInstructions(rc.RepoInstructions(), data), p.learnings(ctx, pl.PR)), rc.Language)
 	in := []Model{cfg.Models[cfg.SummaryModel]}
 	if len(reviews) > 0 {
 		in = append(in, cfg.Models[cfg.ReviewModel])

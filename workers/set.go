@@ -181,7 +181,7 @@ func New(cfg Config, d Deps) (*Set, error) {
 	}
 	if s.Planner, err = NewPlanner(PlannerConfig{Store: d.Store, Plans: d.Store, Tickets: d.Admitter, GitHub: gh, Queue: d.Queue,
 		Models: cfg.Models, SummaryModel: cfg.SummaryModel, ReviewModel: cfg.ReviewModel, Tiers: cfg.Tiers,
-		Exclude: cfg.Exclude, SkipBotPRs: cfg.SkipBotPRs, RepoConfig: !cfg.NoRepoConfig, Settings: d.Store, LastConfigs: d.Store, Controls: d.Store, AppSlug: cfg.AppSlug, MaxParts: cfg.MaxReviewParts, ContextTokens: cfg.ContextTokens, Checks: checks,
+		Exclude: cfg.Exclude, SkipBotPRs: cfg.SkipBotPRs, RepoConfig: !cfg.NoRepoConfig, Settings: d.Store, LastConfigs: d.Store, Controls: d.Store, Learnings: d.Store, AppSlug: cfg.AppSlug, MaxParts: cfg.MaxReviewParts, ContextTokens: cfg.ContextTokens, Checks: checks,
 		Attempts: d.Attempts, Budget: cfg.BatchBudget, GaveUpFunc: cfg.GaveUpFunc, Installs: d.Store, LifecycleFunc: cfg.LifecycleFunc, Log: d.Log}); err != nil {
 		return nil, err
 	}
@@ -217,7 +217,7 @@ func New(cfg Config, d Deps) (*Set, error) {
 		}
 	}
 	if s.Commands, err = NewCommandRunner(CommandRunnerConfig{Store: d.Store, GitHub: gh, Queue: d.Queue, Turns: d.Pacer, Line: s.Line,
-		Markers: cfg.Markers, AppSlug: cfg.AppSlug, Planner: s.Planner, ErrorFunc: cfg.DecorationErrorFunc, Log: d.Log}); err != nil {
+		Markers: cfg.Markers, AppSlug: cfg.AppSlug, Planner: s.Planner, Learnings: d.Store, ErrorFunc: cfg.DecorationErrorFunc, Log: d.Log}); err != nil {
 		return nil, err
 	}
 	if s.Finalizer, err = NewFinalizer(FinalizerConfig{Results: d.Store, Publications: d.Store, GitHub: gh, Turns: d.Pacer, ShowCost: cfg.SummaryCost,

@@ -37,6 +37,15 @@ func TestEveryKeyHasATTL(t *testing.T) {
 		t.Fatalf("chat: %d %v", code, err)
 	}
 	s.waitFor("the reply", 60*time.Second, func() bool { n, _ := s.app.Store().Posted(ctx, a, "reply:"+itoa(id)); return n != 0 })
+	// a maintainer's learnings, of the repository and of the organisation
+	for _, body := range []string{"@prq-test learn Tabs, never spaces.", "@prq-test learn --org Errors are wrapped."} {
+		lid := s.fakes.GitHub.AddComment(a.Owner, a.Repo, a.Number, body, "owner")
+		ev := traffic.IssueCommentEvent(traffic.Comment{Installation: a.Installation, Owner: a.Owner, Repo: a.Repo, Number: a.Number, ID: lid, Author: "owner", Body: body, Association: "OWNER"})
+		if code, err := s.sender.Send(ctx, "issue_comment", traffic.NewDelivery(), ev); err != nil || code != 202 {
+			t.Fatalf("learn: %d %v", code, err)
+		}
+		s.waitFor("the learning", 60*time.Second, func() bool { rs := s.fakes.GitHub.Reactions(lid); return len(rs) > 0 && rs[len(rs)-1] == "rocket" })
+	}
 	newHead := RandomHex(40)
 	if err := s.fakes.GitHub.Push(a.Owner, a.Repo, a.Number, newHead, prs[0].Files[:1]); err != nil {
 		t.Fatal(err)
