@@ -162,11 +162,12 @@ const (
 	CommandSummary    = "summary"
 	CommandStatus     = "status"
 	CommandConfig     = "config"
+	CommandResolve    = "resolve"
 	CommandHelp       = "help"
 )
 
 // Commands lists every command, in the order help shows them.
-var Commands = []string{CommandReview, CommandFullReview, CommandPause, CommandResume, CommandIgnore, CommandSummary, CommandStatus, CommandConfig, CommandHelp}
+var Commands = []string{CommandReview, CommandFullReview, CommandPause, CommandResume, CommandIgnore, CommandSummary, CommandStatus, CommandConfig, CommandResolve, CommandHelp}
 
 // Command is a command given in a comment: run once per comment.
 type Command struct {

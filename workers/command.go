@@ -29,6 +29,8 @@ type CommandStore interface {
 	SetPosted(ctx context.Context, pr jobs.PR, what string, id int64) error
 	Files(ctx context.Context, pr jobs.PR, head string) (map[int]store.FileData, error)
 	Results(ctx context.Context, pr jobs.PR, head string) ([]store.Result, error)
+	PostedFindings(ctx context.Context, pr jobs.PR) (map[string]store.PostedFinding, error)
+	ClosePostedFinding(ctx context.Context, pr jobs.PR, key string) error
 }
 
 // Reactor reacts to comments (a *ghapp.Client).
@@ -40,6 +42,7 @@ type Reactor interface {
 type Commanders interface {
 	PRReaders
 	Repliers
+	ReviewWriters
 	Reactor(installation int64) (Reactor, error)
 }
 
@@ -195,6 +198,8 @@ func (r *CommandRunner) run(ctx context.Context, c jobs.Command, done string) (s
 		return r.summary(ctx, c)
 	case jobs.CommandConfig:
 		return r.config(ctx, c)
+	case jobs.CommandResolve:
+		return r.resolve(ctx, c)
 	}
 	// the commands that review: they read the pull request's head
 	gh, err := cfg.GitHub.PRReader(c.PR.Installation)
@@ -276,6 +281,7 @@ func help(slug string) string {
 		"- `summary`: the summary of the last reviewed head again, here.",
 		"- `status`: where its review stands.",
 		"- `config`: the repository configuration in effect (`.prq.yaml`).",
+		"- `resolve`: resolve my open review threads on this pull request (not those a person answered in).",
 		"- `help`: this list.",
 		"",
 		"Anything else that mentions me is a question, and I answer it.",
