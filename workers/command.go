@@ -405,6 +405,11 @@ func (r *CommandRunner) config(ctx context.Context, c jobs.Command) (string, err
 		y = firstBytes(y, maxConfigAnswer) + "\n# … cut here: the rest does not fit a comment\n"
 	}
 	b.WriteString(fence(y, "yaml"))
+	g, err := r.guidelinesAnswer(ctx, gh, c.PR, pr.BaseSHA, rc)
+	if err != nil {
+		return "", err
+	}
+	b.WriteString("\n" + g)
 	if skip := rc.Skip(repoconfig.PR{Draft: pr.Draft, Title: pr.Title, Author: pr.Author, BaseRef: pr.BaseRef, Labels: pr.Labels}); skip != "" {
 		fmt.Fprintf(&b, "\nThis pull request is not reviewed automatically: %s.\n", skip)
 	}
