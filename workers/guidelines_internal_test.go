@@ -8,6 +8,9 @@ import (
 
 	"github.com/prq-dev/prq/ghapp"
 	"github.com/prq-dev/prq/internal/repoconfig"
+	"github.com/prq-dev/prq/jobs"
+	"github.com/prq-dev/prq/ratelimit"
+	"github.com/prq-dev/prq/store"
 )
 
 // TestGuidelinesReadOncePerBase: the guidelines files are read at the
@@ -67,5 +70,32 @@ func TestRenderGuidelines(t *testing.T) {
 	}
 	if renderGuidelines([]guideline{{path: "AGENTS.md"}}) != "" {
 		t.Errorf("no file found renders text")
+	}
+}
+
+// TestGuidelinesCountInTheEstimate: the guidelines are part of the
+// head's instructions, so the estimate admission charges a job counts
+// their tokens.
+func TestGuidelinesCountInTheEstimate(t *testing.T) {
+	tok, _ := ratelimit.NewTokenizer("gpt-4o")
+	m := Model{Name: "gpt-4o", MaxOutput: 500, ContextTokens: 128000}
+	f := store.FileData{Path: "a.go", Status: "modified", Patch: "@@ -1,1 +1,2 @@\n a\n+b"}
+	pc := contextOf("Add b", "")
+	guide := renderGuidelines([]guideline{{path: "CONTRIBUTING.md", found: true, text: strings.Repeat("Every exported name is documented. ", 100), size: 3500}})
+	without, err := buildFilePrompt(jobs.KindReview, pc.withRepo("Payments code.", ""), f, m, tok, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	with, err := buildFilePrompt(jobs.KindReview, pc.withRepo(withGuidelines("Payments code.", guide), ""), f, m, tok, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	least, err := tok.CountMessages(guide)
+	if err != nil {
+		t.Fatal(err)
+	}
+	least -= 10 // CountMessages' framing of a message of its own
+	if grown := with.estimate - without.estimate; grown < least {
+		t.Errorf("the estimate grew by %d tokens with the guidelines, want at least their %d", grown, least)
 	}
 }
