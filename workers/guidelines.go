@@ -42,7 +42,7 @@ func (rc *repoConfigs) guidelines(ctx context.Context, gh PRReader, owner, repo,
 			}
 			if ok {
 				rc.mu.Lock()
-				if len(rc.guides) >= maxCached {
+				if len(rc.guides) >= maxCachedGuides {
 					rc.guides = map[string]guideline{}
 				}
 				rc.guides[k] = g
@@ -53,6 +53,10 @@ func (rc *repoConfigs) guidelines(ctx context.Context, gh PRReader, owner, repo,
 	}
 	return out, nil
 }
+
+// maxCachedGuides bounds the guidelines files kept (each at most
+// repoconfig.GuidelinesBudget characters); a full cache starts over.
+const maxCachedGuides = 1024
 
 // readGuideline reads one file; keep is false for an answer not to keep
 // (GitHub refused the App: a permission may be granted).
