@@ -162,6 +162,7 @@ const (
 	CommandSummary    = "summary"
 	CommandStatus     = "status"
 	CommandConfig     = "config"
+	CommandResolve    = "resolve"
 	CommandHelp       = "help"
 	// CommandLearn, CommandLearnings and CommandForget take arguments
 	// ("@prq learn [--org] <text>", "@prq forget [--org] <n>"): Args.
@@ -171,7 +172,7 @@ const (
 )
 
 // Commands lists every command, in the order help shows them.
-var Commands = []string{CommandReview, CommandFullReview, CommandPause, CommandResume, CommandIgnore, CommandSummary, CommandStatus, CommandConfig, CommandHelp}
+var Commands = []string{CommandReview, CommandFullReview, CommandPause, CommandResume, CommandIgnore, CommandSummary, CommandStatus, CommandConfig, CommandResolve, CommandHelp}
 
 // Command is a command given in a comment: run once per comment.
 type Command struct {

@@ -29,6 +29,8 @@ type CommandStore interface {
 	SetPosted(ctx context.Context, pr jobs.PR, what string, id int64) error
 	Files(ctx context.Context, pr jobs.PR, head string) (map[int]store.FileData, error)
 	Results(ctx context.Context, pr jobs.PR, head string) ([]store.Result, error)
+	PostedFindings(ctx context.Context, pr jobs.PR) (map[string]store.PostedFinding, error)
+	ClosePostedFinding(ctx context.Context, pr jobs.PR, key string) error
 }
 
 // Reactor reacts to comments (a *ghapp.Client).
@@ -40,6 +42,7 @@ type Reactor interface {
 type Commanders interface {
 	PRReaders
 	Repliers
+	ReviewWriters
 	Reactor(installation int64) (Reactor, error)
 }
 
@@ -199,6 +202,8 @@ func (r *CommandRunner) run(ctx context.Context, c jobs.Command, done string) (s
 		return r.config(ctx, c)
 	case jobs.CommandLearn, jobs.CommandLearnings, jobs.CommandForget:
 		return r.learningCommand(ctx, c, done)
+	case jobs.CommandResolve:
+		return r.resolve(ctx, c)
 	}
 	// the commands that review: they read the pull request's head
 	gh, err := cfg.GitHub.PRReader(c.PR.Installation)
@@ -281,6 +286,7 @@ func help(slug string) string {
 		"- `status`: where its review stands.",
 		"- `config`: the repository configuration in effect (`.prq.yaml`).",
 		"- `learn <text>`, `learn --org <text>`: tell later reviews of this repository (or of every repository of the organisation) something; `learnings` lists what they are told, `forget N` removes one.",
+		"- `resolve`: resolve my open review threads on this pull request (not those a person answered in).",
 		"- `help`: this list.",
 		"",
 		"Anything else that mentions me is a question, and I answer it.",
@@ -404,6 +410,11 @@ func (r *CommandRunner) config(ctx context.Context, c jobs.Command) (string, err
 		y = firstBytes(y, maxConfigAnswer) + "\n# … cut here: the rest does not fit a comment\n"
 	}
 	b.WriteString(fence(y, "yaml"))
+	g, err := r.guidelinesAnswer(ctx, gh, c.PR, pr.BaseSHA, rc)
+	if err != nil {
+		return "", err
+	}
+	b.WriteString("\n" + g)
 	if skip := rc.Skip(repoconfig.PR{Draft: pr.Draft, Title: pr.Title, Author: pr.Author, BaseRef: pr.BaseRef, Labels: pr.Labels}); skip != "" {
 		fmt.Fprintf(&b, "\nThis pull request is not reviewed automatically: %s.\n", skip)
 	}

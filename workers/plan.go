@@ -232,9 +232,12 @@ func (p *Planner) plan(ctx context.Context, pl jobs.Plan) error {
 	if err != nil {
 		return p.gate.refused(ctx, pl.PR.Installation, ghRetry(err))
 	}
-	rc, notice := repoconfig.Default(), ""
+	rc, notice, guide := repoconfig.Default(), "", ""
 	if cfg.RepoConfig && pr.State == "open" && pr.HeadSHA == pl.HeadSHA {
 		if rc, notice, err = p.repos.effective(ctx, gh, pl.PR.Installation, pl.PR.Owner, pl.PR.Repo, pr.BaseSHA); err != nil {
+			return p.gate.refused(ctx, pl.PR.Installation, ghRetry(err))
+		}
+		if guide, err = p.repos.guidelinesOf(ctx, gh, pl.PR.Owner, pl.PR.Repo, pr.BaseSHA, rc); err != nil {
 			return p.gate.refused(ctx, pl.PR.Installation, ghRetry(err))
 		}
 		if notice != "" {
@@ -242,7 +245,7 @@ func (p *Planner) plan(ctx context.Context, pl jobs.Plan) error {
 		}
 		if cfg.Settings != nil {
 			if err := cfg.Settings.SetRepoSettings(ctx, pl.PR, jobs.RepoSettings{ChatOff: !rc.Chat, Drafts: rc.Drafts,
-				Instructions: rc.RepoInstructions(), Language: rc.Language}); err != nil {
+				Instructions: withGuidelines(rc.RepoInstructions(), guide), Language: rc.Language}); err != nil {
 				return err
 			}
 		}
@@ -346,7 +349,7 @@ func (p *Planner) plan(ctx context.Context, pl jobs.Plan) error {
 	}
 	// What every prompt of the head shares: the maintainers'
 	// instructions for all its files, and the pull request's context.
-	pc := contextOf(pr.Title, pr.Body).withRepo(withLearnings(headInstructions(rc.RepoInstructions(), data), p.learnings(ctx, pl.PR)), rc.Language)
+	pc := contextOf(pr.Title, pr.Body).withRepo(withLearnings(withGuidelines(headInstructions(rc.RepoInstructions(), data), guide), p.learnings(ctx, pl.PR)), rc.Language)
 	in := []Model{cfg.Models[cfg.SummaryModel]}
 	if len(reviews) > 0 {
 		in = append(in, cfg.Models[cfg.ReviewModel])

@@ -23,10 +23,11 @@ type repoConfigs struct {
 	// is which blob was last kept per layer, so it is written once.
 	last   LastConfigs
 	mu     sync.Mutex
-	saved  map[string]kept    // "inst|owner/repo" -> the blob kept, and when
-	atBase map[string]layer   // "owner/repo@sha" -> the repository's layer
-	org    map[string]orgRead // owner -> its layer, when read
-	parsed map[string]parse   // blob sha -> the parse
+	saved  map[string]kept      // "inst|owner/repo" -> the blob kept, and when
+	atBase map[string]layer     // "owner/repo@sha" -> the repository's layer
+	org    map[string]orgRead   // owner -> its layer, when read
+	parsed map[string]parse     // blob sha -> the parse
+	guides map[string]guideline // "owner/repo@sha:path" -> the guidelines file there
 }
 
 // orgTTL is how long an organisation's defaults are used before they
@@ -65,7 +66,7 @@ type layer struct {
 }
 
 func newRepoConfigs(now func() time.Time, last LastConfigs) *repoConfigs {
-	return &repoConfigs{now: now, last: last, saved: map[string]kept{}, atBase: map[string]layer{}, org: map[string]orgRead{}, parsed: map[string]parse{}}
+	return &repoConfigs{now: now, last: last, saved: map[string]kept{}, atBase: map[string]layer{}, org: map[string]orgRead{}, parsed: map[string]parse{}, guides: map[string]guideline{}}
 }
 
 // LastConfigs keeps each repository's last valid configuration file (a

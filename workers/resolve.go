@@ -155,10 +155,17 @@ func (p *Finalizer) resolveThread(ctx context.Context, gh ReviewWriter, f jobs.F
 // graphqlRefused ends resolving for this head when GitHub refuses it for
 // good (logged); any other error is returned for a retry.
 func (p *Finalizer) graphqlRefused(ctx context.Context, pr jobs.PR, err error) error {
-	var gq *ghapp.GraphQLError
-	if errors.Is(err, ghapp.ErrForbidden) || errors.Is(err, ghapp.ErrNotFound) || errors.Is(err, ghapp.ErrUnprocessable) || (errors.As(err, &gq) && gq.Unwrap() == nil && gq.Type != "RATE_LIMITED") {
+	if graphqlForGood(err) {
 		p.cfg.Log.WarnContext(ctx, "resolving addressed findings' threads refused by GitHub: they stay open", "pr", pr.String(), "err", err)
 		return nil
 	}
 	return err
+}
+
+// graphqlForGood reports whether GitHub refused a threads request for
+// good: no permission, no such thread, or a GraphQL error other than a
+// rate limit (an Enterprise Server without the API).
+func graphqlForGood(err error) bool {
+	var gq *ghapp.GraphQLError
+	return errors.Is(err, ghapp.ErrForbidden) || errors.Is(err, ghapp.ErrNotFound) || errors.Is(err, ghapp.ErrUnprocessable) || (errors.As(err, &gq) && gq.Unwrap() == nil && gq.Type != "RATE_LIMITED")
 }

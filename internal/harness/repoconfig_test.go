@@ -16,6 +16,7 @@ import (
 	"github.com/prq-dev/prq/fake/corpus"
 	"github.com/prq-dev/prq/fake/fakeopenai"
 	"github.com/prq-dev/prq/fake/traffic"
+	"github.com/prq-dev/prq/internal/repoconfig"
 	"github.com/prq-dev/prq/jobs"
 	"github.com/prq-dev/prq/store"
 )
@@ -197,8 +198,8 @@ instructions: |
 	}
 	// each repository's file read once for its base commit (plus the
 	// organisation's, kept a minute)
-	if n := gh.ContentReads(owner, a.Name()); n != 1 {
-		t.Errorf("A's repository: %d contents reads, want 1", n)
+	if n, want := gh.ContentReads(owner, a.Name()), 1+len(repoconfig.DefaultGuidelines); n != want {
+		t.Errorf("A's repository: %d contents reads, want %d (.prq.yaml and each guidelines file)", n, want)
 	}
 	if n := gh.ContentReads(owner, ".github"); n < 1 || n > len(prs) {
 		t.Errorf("the organisation's .github: %d contents reads, want 1 to %d (plans running at once may each read it)", n, len(prs))

@@ -72,6 +72,7 @@ type File struct {
 	Instructions           *string
 	Language               *string
 	Chat                   *bool
+	Guidelines             *[]string
 }
 
 // PathInstruction is an instruction for the files a glob matches.
@@ -97,6 +98,9 @@ type Config struct {
 	// Language is the language prq writes in ("" for English).
 	Language string
 	Chat     bool
+	// Guidelines are the files read as the repository's guidelines, in
+	// order (none: off).
+	Guidelines []string
 	// Sources say where it came from, beneath first ("defaults",
 	// "acme/.github:prq.yaml", …).
 	Sources []string
@@ -104,7 +108,7 @@ type Config struct {
 
 // Default is the configuration where no file says otherwise.
 func Default() Config {
-	return Config{Auto: true, Chat: true, Sources: []string{"defaults"}}
+	return Config{Auto: true, Chat: true, Guidelines: slices.Clone(DefaultGuidelines), Sources: []string{"defaults"}}
 }
 
 // Error is a file prq could not use: where, and why.
@@ -204,6 +208,7 @@ func Parse(source string, data []byte) (File, error) {
 		"instructions": func(n *yaml.Node, key string) { f.Instructions = r.text(n, key, MaxInstructions) },
 		"language":     func(n *yaml.Node, key string) { f.Language = r.language(n, key) },
 		"chat":         func(n *yaml.Node, key string) { f.Chat = r.boolean(n, key) },
+		"guidelines":   func(n *yaml.Node, key string) { f.Guidelines = r.guidelines(n, key) },
 	})
 	if r.err != nil {
 		return File{}, r.err
@@ -515,6 +520,7 @@ func (c Config) Apply(source string, f File) Config {
 	if f.Chat != nil {
 		c.Chat = *f.Chat
 	}
+	set(&c.Guidelines, f.Guidelines)
 	c.Sources = append(append([]string(nil), c.Sources...), source)
 	return c
 }
@@ -657,11 +663,12 @@ func (c Config) YAML() string {
 		Instructions []PathInstruction `yaml:"instructions"`
 	}
 	type file struct {
-		Reviews      reviews `yaml:"reviews"`
-		Paths        paths   `yaml:"paths"`
-		Instructions string  `yaml:"instructions"`
-		Language     string  `yaml:"language"`
-		Chat         bool    `yaml:"chat"`
+		Reviews      reviews  `yaml:"reviews"`
+		Paths        paths    `yaml:"paths"`
+		Instructions string   `yaml:"instructions"`
+		Language     string   `yaml:"language"`
+		Chat         bool     `yaml:"chat"`
+		Guidelines   []string `yaml:"guidelines"`
 	}
 	nz := func(s []string) []string {
 		if s == nil {
@@ -681,7 +688,7 @@ func (c Config) YAML() string {
 		Reviews: reviews{Auto: c.Auto, Drafts: c.Drafts, BaseBranches: nz(c.BaseBranches), SkipTitle: nz(c.SkipTitle), SkipAuthors: nz(c.SkipAuthors),
 			Labels: labels{Include: nz(c.LabelsInclude), Exclude: nz(c.LabelsExclude)}, MaxFiles: c.MaxFiles},
 		Paths:        paths{Exclude: nz(c.PathsExclude), Include: nz(c.PathsInclude), Instructions: pis},
-		Instructions: c.Instructions, Language: lang, Chat: c.Chat,
+		Instructions: c.Instructions, Language: lang, Chat: c.Chat, Guidelines: nz(c.Guidelines),
 	})
 	if err != nil {
 		return fmt.Sprintf("# could not render: %v\n", err) // unreachable: plain values

@@ -36,7 +36,7 @@ func TestParseExample(t *testing.T) {
 		SkipAuthors: []string{"renovate[bot]"}, LabelsInclude: []string{}, LabelsExclude: []string{"no-review"}, MaxFiles: 100,
 		PathsExclude: []string{"docs/**", "**/*.snap"}, PathsInclude: []string{},
 		PathInstructions: []PathInstruction{{Path: "**/*_test.go", Instructions: "Focus on missing assertions."}},
-		Instructions:     "This service handles payments; flag any logging of card numbers.", Language: "en", Chat: true,
+		Instructions:     "This service handles payments; flag any logging of card numbers.", Language: "en", Chat: true, Guidelines: DefaultGuidelines,
 		Sources: []string{"defaults", "acme/api:.prq.yaml"}}
 	if !reflect.DeepEqual(want, c) {
 		t.Errorf("effective configuration:\n got %+v\nwant %+v", c, want)
