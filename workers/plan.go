@@ -204,15 +204,41 @@ func (p *Planner) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	return p.budget.run(ctx, "plan", jobs.PlanTaskID(pl), func() error { return p.plan(ctx, pl) })
 }
 
+// planning is what the phases of one plan learn and hand on, in the
+// order plan runs them.
+type planning struct {
+	pl            jobs.Plan
+	gh            PRReader
+	pr            ghapp.PullRequest
+	rc            repoconfig.Config
+	notice, guide string
+	files         []ghapp.File
+	prev          store.Run
+	changed       map[string]bool // nil: review every file
+	tier          TierSpec
+	data          []store.FileData
+	summaries     []jobs.File
+	reviews       []jobs.File
+	pc            prContext
+	previous      string // the head the run superseded
+	started       bool   // this plan started the run (not a retry)
+	seq           int64
+	ids           []string
+}
+
+// plan runs the phases of planning a pull request's head, in order: read
+// the pull request and its configuration, decide whether to review it,
+// list the files and pick those to summarize and review, build the
+// context the head's prompts share, record the run (superseding the
+// previous head), then submit its jobs.
 func (p *Planner) plan(ctx context.Context, pl jobs.Plan) error {
-	cfg, log := &p.cfg, p.cfg.Log
 	if err := p.gate.check(ctx, pl.PR.Installation, "plan"); err != nil {
 		return err
 	}
 	// one plan of a pull request at a time: a plan reads the head from
 	// GitHub, then starts its run; an older event's plan whose read came
 	// before a push must not start its run after the newer event's
-	release, ok, err := cfg.Store.Lock(ctx, pl.PR, "plan", jobs.PlanTaskID(pl), planLockTTL)
+	release, ok, err := p.cfg.Store.Lock(ctx, pl.PR, "plan", jobs.PlanTaskID(pl), planLockTTL)
 	if err != nil {
 		return err
 	}
@@ -220,100 +246,167 @@ func (p *Planner) plan(ctx context.Context, pl jobs.Plan) error {
 		return &RetryAfterError{After: planLockWait, Err: errors.New("another plan of the pull request is running")}
 	}
 	defer release()
-	gh, err := cfg.GitHub.PRReader(pl.PR.Installation)
-	if err != nil {
-		return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
+	s := &planning{pl: pl}
+	if gone, err := p.readPR(ctx, s); gone || err != nil {
+		return err
 	}
-	pr, err := gh.PR(ctx, pl.PR.Owner, pl.PR.Repo, pl.PR.Number)
+	if err := p.readConfig(ctx, s); err != nil {
+		return err
+	}
+	if review, err := p.decide(ctx, s); !review || err != nil {
+		return err
+	}
+	if err := p.listFiles(ctx, s); err != nil {
+		return err
+	}
+	p.tierOf(ctx, s)
+	p.selectFiles(s)
+	p.promptContext(ctx, s)
+	p.splitReviews(s)
+	if done, err := p.recordRun(ctx, s); done || err != nil {
+		return err
+	}
+	if err := p.submit(ctx, s); err != nil {
+		return err
+	}
+	p.queued(ctx, s)
+	p.cfg.Log.InfoContext(ctx, "pull request planned", "pr", pl.PR.String(), "head", short(pl.HeadSHA), "tier", pl.Tier,
+		"files", len(s.files), "summaries", len(s.summaries), "reviews", len(s.reviews), "superseded", short(s.previous))
+	if len(s.summaries)+len(s.reviews) == 0 {
+		return enqueueFinalize(ctx, p.cfg.Queue, jobs.Finalize{PR: pl.PR, HeadSHA: pl.HeadSHA, Tier: pl.Tier, Run: s.seq})
+	}
+	return nil
+}
+
+// readPR reads the pull request from GitHub; gone reports that it no
+// longer exists (nothing to plan).
+func (p *Planner) readPR(ctx context.Context, s *planning) (gone bool, err error) {
+	pl := s.pl
+	if s.gh, err = p.cfg.GitHub.PRReader(pl.PR.Installation); err != nil {
+		return false, fmt.Errorf("%w: %v", asynq.SkipRetry, err)
+	}
+	s.pr, err = s.gh.PR(ctx, pl.PR.Owner, pl.PR.Repo, pl.PR.Number)
 	if errors.Is(err, ghapp.ErrNotFound) {
-		log.InfoContext(ctx, "pull request is gone; nothing to plan", "pr", pl.PR.String())
+		p.cfg.Log.InfoContext(ctx, "pull request is gone; nothing to plan", "pr", pl.PR.String())
+		return true, nil
+	}
+	if err != nil {
+		return false, p.gate.refused(ctx, pl.PR.Installation, ghRetry(err))
+	}
+	return false, nil
+}
+
+// readConfig reads the repository's configuration and guidelines at the
+// base of an open pull request still at the event's head, and records
+// the repository's settings; otherwise the defaults hold.
+func (p *Planner) readConfig(ctx context.Context, s *planning) error {
+	cfg, pl, pr := &p.cfg, s.pl, s.pr
+	s.rc = repoconfig.Default()
+	if !cfg.RepoConfig || pr.State != "open" || pr.HeadSHA != pl.HeadSHA {
 		return nil
 	}
-	if err != nil {
+	var err error
+	if s.rc, s.notice, err = p.repos.effective(ctx, s.gh, pl.PR.Installation, pl.PR.Owner, pl.PR.Repo, pr.BaseSHA); err != nil {
 		return p.gate.refused(ctx, pl.PR.Installation, ghRetry(err))
 	}
-	rc, notice, guide := repoconfig.Default(), "", ""
-	if cfg.RepoConfig && pr.State == "open" && pr.HeadSHA == pl.HeadSHA {
-		if rc, notice, err = p.repos.effective(ctx, gh, pl.PR.Installation, pl.PR.Owner, pl.PR.Repo, pr.BaseSHA); err != nil {
-			return p.gate.refused(ctx, pl.PR.Installation, ghRetry(err))
-		}
-		if guide, err = p.repos.guidelinesOf(ctx, gh, pl.PR.Owner, pl.PR.Repo, pr.BaseSHA, rc); err != nil {
-			return p.gate.refused(ctx, pl.PR.Installation, ghRetry(err))
-		}
-		if notice != "" {
-			log.WarnContext(ctx, "repository configuration could not be used", "pr", pl.PR.String(), "problem", notice)
-		}
-		if cfg.Settings != nil {
-			if err := cfg.Settings.SetRepoSettings(ctx, pl.PR, jobs.RepoSettings{ChatOff: !rc.Chat, Drafts: rc.Drafts,
-				Instructions: withGuidelines(rc.RepoInstructions(), guide), Language: rc.Language}); err != nil {
-				return err
-			}
-		}
+	if s.guide, err = p.repos.guidelinesOf(ctx, s.gh, pl.PR.Owner, pl.PR.Repo, pr.BaseSHA, s.rc); err != nil {
+		return p.gate.refused(ctx, pl.PR.Installation, ghRetry(err))
 	}
+	if s.notice != "" {
+		cfg.Log.WarnContext(ctx, "repository configuration could not be used", "pr", pl.PR.String(), "problem", s.notice)
+	}
+	if cfg.Settings != nil {
+		return cfg.Settings.SetRepoSettings(ctx, pl.PR, jobs.RepoSettings{ChatOff: !s.rc.Chat, Drafts: s.rc.Drafts,
+			Instructions: withGuidelines(s.rc.RepoInstructions(), s.guide), Language: s.rc.Language})
+	}
+	return nil
+}
+
+// decide reports whether the head is to be reviewed, logging why not.
+func (p *Planner) decide(ctx context.Context, s *planning) (bool, error) {
+	cfg, log, pl, pr := &p.cfg, p.cfg.Log, s.pl, s.pr
 	// a command asks for a review whatever the rules for automatic ones
 	asked := pl.Action == jobs.ActionReview || pl.Action == jobs.ActionFullReview
 	skip := ""
 	if !asked {
-		if skip, err = p.automaticSkip(ctx, pl.PR, pr, rc); err != nil {
-			return err
+		var err error
+		if skip, err = p.automaticSkip(ctx, pl.PR, pr, s.rc); err != nil {
+			return false, err
 		}
 	}
 	switch {
 	case pr.State != "open":
 		log.InfoContext(ctx, "pull request is closed; skipped", "pr", pl.PR.String())
-		return nil
+		return false, nil
 	case skip != "":
-		log.InfoContext(ctx, "automatic review skipped", "pr", pl.PR.String(), "reason", skip, "config", describe(rc.Sources))
-		return nil
+		log.InfoContext(ctx, "automatic review skipped", "pr", pl.PR.String(), "reason", skip, "config", describe(s.rc.Sources))
+		return false, nil
 	case pr.HeadSHA != pl.HeadSHA:
 		log.InfoContext(ctx, "pull request moved on; a newer event plans it", "pr", pl.PR.String(), "event_head", pl.HeadSHA, "head", pr.HeadSHA)
-		return nil
+		return false, nil
 	case pr.AuthorIsBot && cfg.SkipBotPRs && !asked:
 		log.InfoContext(ctx, "pull request opened by a bot; skipped", "pr", pl.PR.String(), "author", pr.Author)
-		return nil
+		return false, nil
 	}
-	files, err := gh.Files(ctx, pl.PR.Owner, pl.PR.Repo, pl.PR.Number)
-	if err != nil {
+	return true, nil
+}
+
+// listFiles lists the pull request's files, reads the previous run and,
+// for an incremental review, which files changed since its last
+// reviewed commit.
+func (p *Planner) listFiles(ctx context.Context, s *planning) error {
+	pl := s.pl
+	var err error
+	if s.files, err = s.gh.Files(ctx, pl.PR.Owner, pl.PR.Repo, pl.PR.Number); err != nil {
 		return p.gate.refused(ctx, pl.PR.Installation, ghRetry(err))
 	}
-	prev, err := cfg.Store.GetRun(ctx, pl.PR)
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
+	if s.prev, err = p.cfg.Store.GetRun(ctx, pl.PR); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return err
 	}
 	// Incremental: on a new push, review only what changed since the
 	// last reviewed commit.
-	var changed map[string]bool
 	incremental := pl.Action == "synchronize" || pl.Action == jobs.ActionReview || pl.Action == jobs.ActionResume
-	if prev.LastReviewed != "" && prev.LastReviewed != pl.HeadSHA && incremental {
-		cmp, err := gh.Compare(ctx, pl.PR.Owner, pl.PR.Repo, prev.LastReviewed, pl.HeadSHA)
-		switch {
-		case err == nil:
-			changed = map[string]bool{}
-			for _, f := range cmp {
-				changed[f.Filename] = true
-			}
-		case errors.Is(err, ghapp.ErrNotFound): // force-push: review everything
-		case errors.Is(err, ghapp.ErrCompareTruncated):
-			// files past GitHub's cap would pass as unchanged: review everything
-			log.InfoContext(ctx, "comparison truncated by GitHub; reviewing every file", "pr", pl.PR.String(), "err", err)
-		default:
-			return p.gate.refused(ctx, pl.PR.Installation, ghRetry(err))
-		}
+	if s.prev.LastReviewed == "" || s.prev.LastReviewed == pl.HeadSHA || !incremental {
+		return nil
 	}
-	tierSpec := cfg.Tiers[pl.Tier]
-	plan, err := cfg.Plans.GetPlan(ctx, pl.PR.Installation)
+	cmp, err := s.gh.Compare(ctx, pl.PR.Owner, pl.PR.Repo, s.prev.LastReviewed, pl.HeadSHA)
+	switch {
+	case err == nil:
+		s.changed = map[string]bool{}
+		for _, f := range cmp {
+			s.changed[f.Filename] = true
+		}
+	case errors.Is(err, ghapp.ErrNotFound): // force-push: review everything
+	case errors.Is(err, ghapp.ErrCompareTruncated):
+		// files past GitHub's cap would pass as unchanged: review everything
+		p.cfg.Log.InfoContext(ctx, "comparison truncated by GitHub; reviewing every file", "pr", pl.PR.String(), "err", err)
+	default:
+		return p.gate.refused(ctx, pl.PR.Installation, ghRetry(err))
+	}
+	return nil
+}
+
+// tierOf sets what the plan's tier does, as the installation's plan
+// adjusts it.
+func (p *Planner) tierOf(ctx context.Context, s *planning) {
+	s.tier = p.cfg.Tiers[s.pl.Tier]
+	plan, err := p.cfg.Plans.GetPlan(ctx, s.pl.PR.Installation)
 	switch {
 	case err == nil:
 		if plan.Reason == "open_source_user" {
-			tierSpec.Review = true // open-source plans include reviews whatever their tier
+			s.tier.Review = true // open-source plans include reviews whatever their tier
 		}
 	default:
-		log.WarnContext(ctx, "could not read the installation's plan; planned by its tier", "pr", pl.PR.String(), "err", err)
+		p.cfg.Log.WarnContext(ctx, "could not read the installation's plan; planned by its tier", "pr", s.pl.PR.String(), "err", err)
 	}
-	var data []store.FileData
-	var summaries, reviews []jobs.File
+}
+
+// selectFiles records every file of the pull request, with why it is
+// skipped if it is, and lists the summary and review jobs of the rest.
+func (p *Planner) selectFiles(s *planning) {
+	cfg, pl, rc := &p.cfg, s.pl, s.rc
 	taken := 0 // files reviewed, for reviews.max_files
-	for i, f := range files {
+	for i, f := range s.files {
 		fd := store.FileData{Path: f.Filename, Status: f.Status, Additions: f.Additions, Deletions: f.Deletions, Index: i}
 		if f.Patch != nil {
 			fd.Patch = *f.Patch
@@ -331,41 +424,50 @@ func (p *Planner) plan(ctx context.Context, pl jobs.Plan) error {
 			fd.SkipReason = repoEx
 		case rc.MaxFiles > 0 && taken >= rc.MaxFiles:
 			fd.SkipReason = fmt.Sprintf("not reviewed: over the %d files of .prq.yaml reviews.max_files", rc.MaxFiles)
-		case changed != nil && !changed[f.Filename]:
-			fd.SkipReason = "unchanged since " + short(prev.LastReviewed)
+		case s.changed != nil && !s.changed[f.Filename]:
+			fd.SkipReason = "unchanged since " + short(s.prev.LastReviewed)
 		}
 		if fd.SkipReason == "" || strings.HasPrefix(fd.SkipReason, "unchanged since") {
 			taken++
 		}
 		fd.Instructions = rc.InstructionsFor(f.Filename)
-		data = append(data, fd)
+		s.data = append(s.data, fd)
 		if fd.SkipReason != "" {
 			continue
 		}
-		summaries = append(summaries, jobs.File{PR: pl.PR, HeadSHA: pl.HeadSHA, Kind: jobs.KindSummary, Tier: pl.Tier, Path: f.Filename, Index: i, Model: cfg.SummaryModel})
-		if tierSpec.Review {
-			reviews = append(reviews, jobs.File{PR: pl.PR, HeadSHA: pl.HeadSHA, Kind: jobs.KindReview, Tier: pl.Tier, Path: f.Filename, Index: i, Model: cfg.ReviewModel})
+		s.summaries = append(s.summaries, jobs.File{PR: pl.PR, HeadSHA: pl.HeadSHA, Kind: jobs.KindSummary, Tier: pl.Tier, Path: f.Filename, Index: i, Model: cfg.SummaryModel})
+		if s.tier.Review {
+			s.reviews = append(s.reviews, jobs.File{PR: pl.PR, HeadSHA: pl.HeadSHA, Kind: jobs.KindReview, Tier: pl.Tier, Path: f.Filename, Index: i, Model: cfg.ReviewModel})
 		}
 	}
-	// What every prompt of the head shares: the maintainers'
-	// instructions for all its files, and the pull request's context.
-	pc := contextOf(pr.Title, pr.Body).withRepo(withLearnings(withGuidelines(headInstructions(rc.RepoInstructions(), data), guide), p.learnings(ctx, pl.PR)), rc.Language)
+}
+
+// promptContext builds what every prompt of the head shares: the
+// maintainers' instructions for all its files (with the repository's
+// guidelines and learnings), and the pull request's context.
+func (p *Planner) promptContext(ctx context.Context, s *planning) {
+	cfg := &p.cfg
+	s.pc = contextOf(s.pr.Title, s.pr.Body).withRepo(withLearnings(withGuidelines(headInstructions(s.rc.RepoInstructions(), s.data), s.guide), p.learnings(ctx, s.pl.PR)), s.rc.Language)
 	in := []Model{cfg.Models[cfg.SummaryModel]}
-	if len(reviews) > 0 {
+	if len(s.reviews) > 0 {
 		in = append(in, cfg.Models[cfg.ReviewModel])
 	}
-	pc = pc.withShared(sharedContext(pc, data, contextBudget(contextWanted(cfg.ContextTokens, in...), in...)))
-	// A review of a file too large for one call becomes several jobs,
-	// one per part; a file over the hard cap is not reviewed at all.
+	s.pc = s.pc.withShared(sharedContext(s.pc, s.data, contextBudget(contextWanted(cfg.ContextTokens, in...), in...)))
+}
+
+// splitReviews makes a review of a file too large for one call several
+// jobs, one per part; a file over the hard cap is not reviewed at all.
+func (p *Planner) splitReviews(s *planning) {
+	cfg := &p.cfg
 	var split []jobs.File
-	for _, f := range reviews {
-		fd := &data[f.Index]
+	for _, f := range s.reviews {
+		fd := &s.data[f.Index]
 		d, err := diff.Parse(fd.Patch)
 		if err != nil {
 			split = append(split, f) // the job records that the patch could not be read
 			continue
 		}
-		parts, err := reviewParts(pc, *fd, d, cfg.Models[f.Model], p.tok[f.Model])
+		parts, err := reviewParts(s.pc, *fd, d, cfg.Models[f.Model], p.tok[f.Model])
 		switch {
 		case err != nil:
 			split = append(split, f)
@@ -381,92 +483,106 @@ func (p *Planner) plan(ctx context.Context, pl jobs.Plan) error {
 			}
 		}
 	}
-	reviews = split
-	run := store.Run{PR: pl.PR, Head: pl.HeadSHA, Base: pr.BaseSHA, Tier: pl.Tier, SummaryTotal: len(summaries), ReviewTotal: len(reviews),
-		Title: pc.title, Body: pc.body, Instructions: pc.instructions, Language: pc.language, ConfigNotice: notice, Round: pl.Round, Context: pc.shared}
-	previous, startedRun, err := cfg.Store.StartRun(ctx, run, data)
-	if err != nil {
-		return err
+	s.reviews = split
+}
+
+// recordRun starts the head's run, supersedes the previous head's and
+// reads the run's sequence; done reports a retried plan whose jobs exist
+// already (or that has none), so there is nothing to submit.
+func (p *Planner) recordRun(ctx context.Context, s *planning) (done bool, err error) {
+	cfg, pl, pc := &p.cfg, s.pl, s.pc
+	run := store.Run{PR: pl.PR, Head: pl.HeadSHA, Base: s.pr.BaseSHA, Tier: pl.Tier, SummaryTotal: len(s.summaries), ReviewTotal: len(s.reviews),
+		Title: pc.title, Body: pc.body, Instructions: pc.instructions, Language: pc.language, ConfigNotice: s.notice, Round: pl.Round, Context: pc.shared}
+	if s.previous, s.started, err = cfg.Store.StartRun(ctx, run, s.data); err != nil {
+		return false, err
 	}
-	if !startedRun {
+	if !s.started {
 		// planned already (a retried plan): make sure its jobs exist
 		ids, err := cfg.Store.TaskIDs(ctx, pl.PR, pl.HeadSHA)
-		if err != nil || len(ids) > 0 || len(summaries)+len(reviews) == 0 {
-			return err
+		if err != nil || len(ids) > 0 || len(s.summaries)+len(s.reviews) == 0 {
+			return true, err
 		}
 	}
-	if previous != "" {
-		supersede(ctx, cfg.Store, cfg.Tickets, log, pl.PR, previous)
+	if s.previous != "" {
+		supersede(ctx, cfg.Store, cfg.Tickets, cfg.Log, pl.PR, s.previous)
 	}
 	cur, err := cfg.Store.GetRun(ctx, pl.PR)
 	if err != nil {
+		return false, err
+	}
+	s.seq = cur.CreatedAt.UnixMilli()
+	return false, nil
+}
+
+// submit submits the head's summary jobs, then its review jobs, and
+// records their ids.
+func (p *Planner) submit(ctx context.Context, s *planning) error {
+	if err := p.submitFiles(ctx, s, s.summaries, jobs.TypeSummary); err != nil {
 		return err
 	}
-	seq := cur.CreatedAt.UnixMilli()
-	var ids []string
-	submit := func(list []jobs.File, typ string) error {
-		for k := range list {
-			f := &list[k]
-			f.Total, f.PRSeq, f.Created = len(list), seq, time.Now().UnixMilli()
-			fd := data[f.Index]
-			pm, err := buildFilePrompt(f.Kind, pc, fd, cfg.Models[f.Model], p.tok[f.Model], f.Part)
-			if err != nil {
-				// the job records why it could not run; estimate little
-				pm.estimate = 1
-			}
-			f.Estimate, f.EstimateOutput = pm.estimate, pm.output
-			f.Index = k
-			ticket := fileTicket(*f)
-			ids = append(ids, ticket.ID)
-			payload := jobs.Marshal(fileRef{File: *f, FileIndex: fd.Index})
-			task, opts := asynq.NewTask(typ, payload), []asynq.Option{asynq.MaxRetry(8), asynq.Timeout(fileTaskTimeout(tierSpec))}
-			if tierSpec.Batch && cfg.Models[f.Model].Batch {
-				// the batch lane: not admitted; it runs at once and hands
-				// its request over (FileWorker.viaBatch)
-				opts = append(opts, asynq.TaskID(ticket.ID), asynq.Queue(ticket.Queue))
-				if _, err := cfg.Queue.EnqueueContext(ctx, task, opts...); err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
-					return err
-				}
-				continue
-			}
-			if _, err := cfg.Tickets.Submit(ctx, task, ticket, opts...); err != nil {
+	if err := p.submitFiles(ctx, s, s.reviews, jobs.TypeReview); err != nil {
+		return err
+	}
+	return p.cfg.Store.SetTaskIDs(ctx, s.pl.PR, s.pl.HeadSHA, s.ids)
+}
+
+// submitFiles submits one kind's jobs: each admitted through a ticket,
+// or on the batch lane enqueued at once.
+func (p *Planner) submitFiles(ctx context.Context, s *planning, list []jobs.File, typ string) error {
+	cfg := &p.cfg
+	for k := range list {
+		f := &list[k]
+		f.Total, f.PRSeq, f.Created = len(list), s.seq, time.Now().UnixMilli()
+		fd := s.data[f.Index]
+		pm, err := buildFilePrompt(f.Kind, s.pc, fd, cfg.Models[f.Model], p.tok[f.Model], f.Part)
+		if err != nil {
+			// the job records why it could not run; estimate little
+			pm.estimate = 1
+		}
+		f.Estimate, f.EstimateOutput = pm.estimate, pm.output
+		f.Index = k
+		ticket := fileTicket(*f)
+		s.ids = append(s.ids, ticket.ID)
+		payload := jobs.Marshal(fileRef{File: *f, FileIndex: fd.Index})
+		task, opts := asynq.NewTask(typ, payload), []asynq.Option{asynq.MaxRetry(8), asynq.Timeout(fileTaskTimeout(s.tier))}
+		if s.tier.Batch && cfg.Models[f.Model].Batch {
+			// the batch lane: not admitted; it runs at once and hands
+			// its request over (FileWorker.viaBatch)
+			opts = append(opts, asynq.TaskID(ticket.ID), asynq.Queue(ticket.Queue))
+			if _, err := cfg.Queue.EnqueueContext(ctx, task, opts...); err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
 				return err
 			}
+			continue
 		}
-		return nil
-	}
-	if err := submit(summaries, jobs.TypeSummary); err != nil {
-		return err
-	}
-	if err := submit(reviews, jobs.TypeReview); err != nil {
-		return err
-	}
-	if err := cfg.Store.SetTaskIDs(ctx, pl.PR, pl.HeadSHA, ids); err != nil {
-		return err
-	}
-	if cfg.Checks != nil && startedRun && len(summaries)+len(reviews) > 0 {
-		lane := ""
-		for _, m := range []Model{cfg.Models[cfg.SummaryModel], cfg.Models[cfg.ReviewModel]} {
-			switch {
-			case m.Name == cfg.ReviewModel && len(reviews) == 0:
-			case tierSpec.Batch && m.Batch:
-				lane = LaneBatch
-			case tierSpec.Flex && m.Flex && lane == "":
-				lane = LaneFlex
-			}
+		if _, err := cfg.Tickets.Submit(ctx, task, ticket, opts...); err != nil {
+			return err
 		}
-		var due time.Time
-		if lane != "" {
-			due = cfg.NowFunc().Add(tierSpec.laneWait())
-		}
-		cfg.Checks.Queued(ctx, pl.PR, pl.HeadSHA, len(summaries)+len(reviews), lane, due)
-	}
-	log.InfoContext(ctx, "pull request planned", "pr", pl.PR.String(), "head", short(pl.HeadSHA), "tier", pl.Tier,
-		"files", len(files), "summaries", len(summaries), "reviews", len(reviews), "superseded", short(previous))
-	if len(summaries)+len(reviews) == 0 {
-		return enqueueFinalize(ctx, cfg.Queue, jobs.Finalize{PR: pl.PR, HeadSHA: pl.HeadSHA, Tier: pl.Tier, Run: seq})
 	}
 	return nil
+}
+
+// queued tells the checks a run this plan started has jobs queued, with
+// the slow lane they wait in and when they are due, if any.
+func (p *Planner) queued(ctx context.Context, s *planning) {
+	cfg, n := &p.cfg, len(s.summaries)+len(s.reviews)
+	if cfg.Checks == nil || !s.started || n == 0 {
+		return
+	}
+	lane := ""
+	for _, m := range []Model{cfg.Models[cfg.SummaryModel], cfg.Models[cfg.ReviewModel]} {
+		switch {
+		case m.Name == cfg.ReviewModel && len(s.reviews) == 0:
+		case s.tier.Batch && m.Batch:
+			lane = LaneBatch
+		case s.tier.Flex && m.Flex && lane == "":
+			lane = LaneFlex
+		}
+	}
+	var due time.Time
+	if lane != "" {
+		due = cfg.NowFunc().Add(s.tier.laneWait())
+	}
+	cfg.Checks.Queued(ctx, s.pl.PR, s.pl.HeadSHA, n, lane, due)
 }
 
 // ContextAuto asks for a head's shared context by its models
