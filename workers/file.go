@@ -152,205 +152,312 @@ func NewFileWorker(cfg FileWorkerConfig) (*FileWorker, error) {
 
 // ProcessTask runs one admitted file job. Whatever happens, it records a
 // result (or a reason it has none) exactly once, and the last file of the
-// head triggers finalize.
+// head triggers finalize. It reads as its phases, in order: the job as
+// admitted, the checks before its call, its prompt, the reuse of an
+// answer already bought, then the call and its result. A phase before
+// the call either fails (the reservation stays: asynq's retry calls
+// under it) or ends the job early, and then leave — the one place that
+// does it — gives the whole reservation back: an early return cannot
+// forget to.
 func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
-	cfg, log := &w.cfg, w.cfg.Log
 	var ref fileRef
 	if err := jobs.Unmarshal(t.Type(), t.Payload(), &ref); err != nil {
 		return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
 	}
-	f := ref.File
-	// a job that moved to a fallback model was admitted under it
-	origin := f.Model
-	var mv Move
-	flex := cfg.Caller.flexFor(f.Tier, cfg.Models[origin])
-	batch := w.batchFor(f.Tier, cfg.Models[origin])
-	if len(cfg.Models[origin].Fallbacks) > 0 || flex || batch {
-		var err error
-		if mv, err = cfg.Attempts.Moved(ctx, jobs.FileTaskID(f)); err != nil {
-			return err
-		}
-		if mv.Model != "" {
-			f.Model = mv.Model
-		}
-	}
-	ticket := fileTicket(f)
-	if mv.Model != "" {
-		ticket.Tokens, ticket.Output = mv.Tokens, splitOf(mv.Tokens, mv.Output)
-	}
-	// a job of the batch lane is not admitted: it hands its request to
-	// the lane, and its result run brings the answer back
-	inBatch := batch && !mv.Standard && mv.Model == ""
-	if !inBatch {
-		started(ctx, cfg.Ledger, log, ticket)
-	}
-	if err := w.gate.check(ctx, f.PR.Installation, string(f.Kind)); err != nil {
-		settle(ctx, cfg.Ledger, log, ticket, ratelimit.Cost{}) // no call: all refunded
-		w.leftover(ctx, inBatch, f, ticket, true)
-		return err
-	}
-	current, err := cfg.Store.Current(ctx, f.PR, f.HeadSHA)
+	j, err := w.admitted(ctx, t, ref)
 	if err != nil {
 		return err
 	}
-	if !current {
-		settle(ctx, cfg.Ledger, log, ticket, ratelimit.Cost{}) // no call: all refunded
-		w.leftover(ctx, inBatch, f, ticket, true)
-		return fmt.Errorf("stale job of a superseded head: %w", asynq.RevokeTask)
-	}
-	if done, err := cfg.Store.HasResult(ctx, f.PR, f.HeadSHA, f.Kind, f.Index); err != nil {
-		return err
-	} else if done {
-		// a retry after the result was recorded (finalize's enqueue
-		// failed, or a crash came between): no second call; finalize
-		// when the head is all done
-		settle(ctx, cfg.Ledger, log, ticket, ratelimit.Cost{})
-		w.leftover(ctx, inBatch, f, ticket, false) // booked by the run that recorded it
-		run, err := cfg.Store.GetRun(ctx, f.PR)
+	for _, phase := range []func(context.Context, *fileJob) (*early, error){w.checks, w.compose, w.reuseOrWait} {
+		ex, err := phase(ctx, j)
 		if err != nil {
 			return err
 		}
-		if run.Head == f.HeadSHA && run.State == store.StateRunning && run.AllDone() {
-			return enqueueFinalize(ctx, cfg.Queue, jobs.Finalize{PR: f.PR, HeadSHA: f.HeadSHA, Tier: f.Tier, Run: f.PRSeq})
+		if ex != nil {
+			return w.leave(ctx, j, *ex)
 		}
-		return nil
 	}
-	at, err := budgeted(ctx, cfg.Attempts, ticket.ID, f.Created, cfg.Budget, cfg.NowFunc())
+	return w.callModel(ctx, j)
+}
+
+// fileJob is what a file job's phases learn and hand on.
+type fileJob struct {
+	t   *asynq.Task
+	ref fileRef
+	f   jobs.File
+	// origin is the model the job was planned for; a job that moved to
+	// a fallback (f.Model) was admitted under it
+	origin  string
+	mv      Move
+	ticket  admission.Ticket
+	inBatch bool
+	at      attempt
+	fd      store.FileData
+	shared  string
+	res     store.Result
+	m       Model
+	run     store.Run
+	build   func(Model) (prompt, error)
+	pm      prompt
+	// repairKey keeps a review's unreadable reply for its one repair
+	repairKey string
+	repair    struct{ Reply, Err string }
+	reuse     string
+}
+
+// early ends a job before its call: leave gives the reservation back,
+// then books (book) or only forgets a batch job's leftover outcome when
+// leftover is set, then runs then.
+type early struct {
+	leftover, book bool
+	then           func() error
+}
+
+// leave ends a job early: no call was made, so all of its reservation is
+// refunded, before anything else the exit does.
+func (w *FileWorker) leave(ctx context.Context, j *fileJob, ex early) error {
+	settle(ctx, w.cfg.Ledger, w.cfg.Log, j.ticket, ratelimit.Cost{}) // no call: all refunded
+	if ex.leftover {
+		w.leftover(ctx, j.inBatch, j.f, j.ticket, ex.book)
+	}
+	return ex.then()
+}
+
+// admitted reads the job as admission holds it: under the model it moved
+// to, if it moved, and in which lane; a job admitted is recorded started.
+func (w *FileWorker) admitted(ctx context.Context, t *asynq.Task, ref fileRef) (*fileJob, error) {
+	cfg := &w.cfg
+	j := &fileJob{t: t, ref: ref, f: ref.File, origin: ref.Model}
+	flex := cfg.Caller.flexFor(j.f.Tier, cfg.Models[j.origin])
+	batch := w.batchFor(j.f.Tier, cfg.Models[j.origin])
+	if len(cfg.Models[j.origin].Fallbacks) > 0 || flex || batch {
+		var err error
+		if j.mv, err = cfg.Attempts.Moved(ctx, jobs.FileTaskID(j.f)); err != nil {
+			return nil, err
+		}
+		if j.mv.Model != "" {
+			j.f.Model = j.mv.Model
+		}
+	}
+	j.ticket = fileTicket(j.f)
+	if j.mv.Model != "" {
+		j.ticket.Tokens, j.ticket.Output = j.mv.Tokens, splitOf(j.mv.Tokens, j.mv.Output)
+	}
+	// a job of the batch lane is not admitted: it hands its request to
+	// the lane, and its result run brings the answer back
+	j.inBatch = batch && !j.mv.Standard && j.mv.Model == ""
+	if !j.inBatch {
+		started(ctx, cfg.Ledger, cfg.Log, j.ticket)
+	}
+	return j, nil
+}
+
+// revoked is the early exit of a job whose head was superseded.
+var revoked = early{leftover: true, book: true, then: func() error {
+	return fmt.Errorf("stale job of a superseded head: %w", asynq.RevokeTask)
+}}
+
+// checks runs what decides whether the job calls at all: its
+// installation's gate, its head still current, no result recorded yet,
+// its retry budget, its file, its model and its run.
+func (w *FileWorker) checks(ctx context.Context, j *fileJob) (*early, error) {
+	cfg, f := &w.cfg, j.f
+	if err := w.gate.check(ctx, f.PR.Installation, string(f.Kind)); err != nil {
+		return &early{leftover: true, book: true, then: func() error { return err }}, nil
+	}
+	current, err := cfg.Store.Current(ctx, f.PR, f.HeadSHA)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	fd, shared, err := cfg.Store.FileAndContext(ctx, f.PR, f.HeadSHA, ref.FileIndex)
-	if err != nil {
-		return err
+	if !current {
+		return &revoked, nil
 	}
-	res := store.Result{Kind: f.Kind, Path: fd.Path, Index: f.Index, Run: f.PRSeq}
-	m, ok := cfg.Models[f.Model]
-	if !ok {
-		settle(ctx, cfg.Ledger, log, ticket, ratelimit.Cost{}) // no call: all refunded
-		res.Skipped = "model " + f.Model + " is not configured"
-		return w.complete(ctx, f, res)
+	if done, err := cfg.Store.HasResult(ctx, f.PR, f.HeadSHA, f.Kind, f.Index); err != nil {
+		return nil, err
+	} else if done {
+		// a retry after the result was recorded (finalize's enqueue
+		// failed, or a crash came between): no second call; finalize
+		// when the head is all done; the leftover is booked by the run
+		// that recorded it
+		return &early{leftover: true, then: func() error {
+			run, err := cfg.Store.GetRun(ctx, f.PR)
+			if err != nil {
+				return err
+			}
+			if run.Head == f.HeadSHA && run.State == store.StateRunning && run.AllDone() {
+				return enqueueFinalize(ctx, cfg.Queue, jobs.Finalize{PR: f.PR, HeadSHA: f.HeadSHA, Tier: f.Tier, Run: f.PRSeq})
+			}
+			return nil
+		}}, nil
 	}
-	run, err := cfg.Store.GetRun(ctx, f.PR)
-	if err != nil {
-		return err
+	if j.at, err = budgeted(ctx, cfg.Attempts, j.ticket.ID, f.Created, cfg.Budget, cfg.NowFunc()); err != nil {
+		return nil, err
 	}
-	if run.Head != f.HeadSHA || run.State == store.StateCancelled {
+	if j.fd, j.shared, err = cfg.Store.FileAndContext(ctx, f.PR, f.HeadSHA, j.ref.FileIndex); err != nil {
+		return nil, err
+	}
+	j.res = store.Result{Kind: f.Kind, Path: j.fd.Path, Index: f.Index, Run: f.PRSeq}
+	var ok bool
+	if j.m, ok = cfg.Models[f.Model]; !ok {
+		return &early{then: func() error {
+			j.res.Skipped = "model " + f.Model + " is not configured"
+			return w.complete(ctx, f, j.res)
+		}}, nil
+	}
+	if j.run, err = cfg.Store.GetRun(ctx, f.PR); err != nil {
+		return nil, err
+	}
+	if j.run.Head != f.HeadSHA || j.run.State == store.StateCancelled {
 		// superseded since the check above: the run's title and body are
 		// another head's now
-		settle(ctx, cfg.Ledger, log, ticket, ratelimit.Cost{}) // no call: all refunded
-		w.leftover(ctx, inBatch, f, ticket, true)
-		return fmt.Errorf("stale job of a superseded head: %w", asynq.RevokeTask)
+		return &revoked, nil
 	}
-	title := run.Title
+	return nil, nil
+}
+
+// compose builds the job's prompt for its model, and reads a review's
+// unreadable reply to repair, if it has one.
+func (w *FileWorker) compose(ctx context.Context, j *fileJob) (*early, error) {
+	cfg, f := &w.cfg, j.f
+	title := j.run.Title
 	if title == "" {
 		title = f.PR.String()
 	}
-	build := func(m Model) (prompt, error) {
-		return buildMovedPrompt(f.Kind, contextOf(title, run.Body).withRepo(run.Instructions, run.Language).withShared(shared), fd, cfg.Models[origin], w.tok[origin], m, w.tok[m.Name], f.Part)
+	j.build = func(m Model) (prompt, error) {
+		return buildMovedPrompt(f.Kind, contextOf(title, j.run.Body).withRepo(j.run.Instructions, j.run.Language).withShared(j.shared), j.fd, cfg.Models[j.origin], w.tok[j.origin], m, w.tok[m.Name], f.Part)
 	}
-	pm, perr := build(m)
-	pm.cacheKey = cacheKeyOf(f.PR)
+	var perr error
+	j.pm, perr = j.build(j.m)
+	j.pm.cacheKey = cacheKeyOf(f.PR)
 	if perr != nil {
-		settle(ctx, cfg.Ledger, log, ticket, ratelimit.Cost{}) // no call: all refunded
-		if f.Model != origin && errors.Is(perr, errTooLarge) {
-			return w.outgrown(ctx, f, fileTicket(ref.File), ticket, build, perr)
-		}
-		res.Skipped = "too large for " + f.Model
-		var ce *ratelimit.CostError
-		if errors.As(perr, &ce) {
-			res.Skipped += fmt.Sprintf("'s rate limits (its call needs %d %s; one call may take %d)", ce.Cost, ce.Dimension, ce.Burst)
-		}
-		if !errors.Is(perr, errTooLarge) {
-			res.Skipped, res.Failed = "the patch could not be read", true
-			log.WarnContext(ctx, "patch could not be read", "pr", f.PR.String(), "path", fd.Path, "err", perr)
-		}
-		return w.complete(ctx, f, res)
+		return &early{then: func() error { return w.unbuilt(ctx, j, perr) }}, nil
 	}
-	res.Part, res.Parts = f.Part, f.Parts
-	if f.Model != origin {
-		res.Fallback = f.Model
-		if pm.estimate > ticket.Tokens {
+	j.res.Part, j.res.Parts = f.Part, f.Parts
+	if f.Model != j.origin {
+		j.res.Fallback = f.Model
+		if j.pm.estimate > j.ticket.Tokens {
 			// moved under its first model's estimate (FallbackMover):
 			// admitted again under this model's own, so its bucket is
 			// charged no less than the call takes
-			settle(ctx, cfg.Ledger, log, ticket, ratelimit.Cost{}) // no call: all refunded
-			ticket.Tokens, ticket.Output = pm.estimate, pm.output
-			if err := cfg.Attempts.SetMoved(ctx, ticket.ID, Move{Model: f.Model, Tokens: pm.estimate, Output: pm.output}, moveKeep(cfg.Budget)); err != nil {
-				return err
-			}
-			return backToAdmission(ctx, cfg.Requeue, ticket, 0, errors.New("estimate of the fallback model is larger than the one the job was moved with"))
+			return &early{then: func() error {
+				j.ticket.Tokens, j.ticket.Output = j.pm.estimate, j.pm.output
+				if err := cfg.Attempts.SetMoved(ctx, j.ticket.ID, Move{Model: f.Model, Tokens: j.pm.estimate, Output: j.pm.output}, moveKeep(cfg.Budget)); err != nil {
+					return err
+				}
+				return backToAdmission(ctx, cfg.Requeue, j.ticket, 0, errors.New("estimate of the fallback model is larger than the one the job was moved with"))
+			}}, nil
 		}
 	}
 	// A repair attempt: the unreadable reply and what was wrong with it
 	// follow the prompt.
-	repairKey := "repair:" + ticket.ID
-	var repair struct{ Reply, Err string }
+	j.repairKey = "repair:" + j.ticket.ID
 	if f.Kind == jobs.KindReview {
-		if raw, err := cfg.Repairs.Draft(ctx, f.PR, repairKey); err != nil {
-			return err
-		} else if raw != "" && json.Unmarshal([]byte(raw), &repair) != nil {
-			repair.Reply = ""
+		if raw, err := cfg.Repairs.Draft(ctx, f.PR, j.repairKey); err != nil {
+			return nil, err
+		} else if raw != "" && json.Unmarshal([]byte(raw), &j.repair) != nil {
+			j.repair.Reply = ""
 		}
 	}
-	// Never pay twice for the same work: a prompt answered already (for
-	// a head this one replaced, a run reopened) is reused; one being
-	// answered by another job now is waited for, a few times.
-	var reuse string
-	if cfg.Reuse != nil && repair.Reply == "" {
-		reuse = promptKey(f, m, pm)
+	return nil, nil
+}
+
+// unbuilt ends a job whose prompt could not be built: one moved to a
+// fallback too small for it goes back to its planned model; another is
+// recorded skipped (too large) or failed (its patch unreadable).
+func (w *FileWorker) unbuilt(ctx context.Context, j *fileJob, perr error) error {
+	f, res := j.f, j.res
+	if f.Model != j.origin && errors.Is(perr, errTooLarge) {
+		return w.outgrown(ctx, f, fileTicket(j.ref.File), j.ticket, j.build, perr)
+	}
+	res.Skipped = "too large for " + f.Model
+	var ce *ratelimit.CostError
+	if errors.As(perr, &ce) {
+		res.Skipped += fmt.Sprintf("'s rate limits (its call needs %d %s; one call may take %d)", ce.Cost, ce.Dimension, ce.Burst)
+	}
+	if !errors.Is(perr, errTooLarge) {
+		res.Skipped, res.Failed = "the patch could not be read", true
+		w.cfg.Log.WarnContext(ctx, "patch could not be read", "pr", f.PR.String(), "path", j.fd.Path, "err", perr)
+	}
+	return w.complete(ctx, f, res)
+}
+
+// reuseOrWait never pays twice for the same work: a prompt answered
+// already (for a head this one replaced, a run reopened) is reused; one
+// being answered by another job now is waited for, a few times.
+func (w *FileWorker) reuseOrWait(ctx context.Context, j *fileJob) (*early, error) {
+	cfg, f := &w.cfg, j.f
+	if cfg.Reuse != nil && j.repair.Reply == "" {
+		j.reuse = promptKey(f, j.m, j.pm)
 	}
 	// a review asked for again ("full review", its round) buys new work
-	if reuse != "" && run.Round == "" {
-		if r, ok, err := cfg.Reuse.Reusable(ctx, reuse); err != nil {
-			return err
-		} else if ok {
-			settle(ctx, cfg.Ledger, log, ticket, ratelimit.Cost{}) // no call: all refunded
-			w.leftover(ctx, inBatch, f, ticket, true)
-			r.Kind, r.Path, r.Index, r.Run, r.Part, r.Parts, r.Fallback = res.Kind, res.Path, res.Index, res.Run, res.Part, res.Parts, res.Fallback
-			r.Cost = 0 // nothing bought for it
-			for i := range r.Comments {
-				r.Comments[i].Path = fd.Path
-			}
-			if cfg.ReusedFunc != nil {
-				cfg.ReusedFunc(f.Model, string(f.Kind))
-			}
-			log.DebugContext(ctx, "result reused: the same prompt was answered already", "pr", f.PR.String(), "path", fd.Path, "kind", f.Kind)
-			return w.complete(ctx, f, r)
-		}
-		mine := true
-		if !inBatch { // a batch's twin is not waited for: it may take hours
-			if mine, err = cfg.Reuse.ClaimReuse(ctx, reuse, ticket.ID); err != nil {
-				return err
-			}
-		}
-		if !mine {
-			n, err := cfg.Attempts.ReuseWait(ctx, ticket.ID, moveKeep(cfg.Budget))
-			if err != nil {
-				return err
-			}
-			if n <= maxReuseWaits {
-				settle(ctx, cfg.Ledger, log, ticket, ratelimit.Cost{}) // no call: all refunded
-				wait := reuseWait
-				if !mv.Standard && cfg.Caller.flexFor(f.Tier, m) {
-					wait = reuseWaitFlex // its twin is as slow
-				}
-				return backToAdmission(ctx, cfg.Requeue, ticket, wait, errTwinInFlight)
-			}
+	if j.reuse == "" || j.run.Round != "" {
+		return nil, nil
+	}
+	if r, ok, err := cfg.Reuse.Reusable(ctx, j.reuse); err != nil {
+		return nil, err
+	} else if ok {
+		return &early{leftover: true, book: true, then: func() error { return w.reused(ctx, j, r) }}, nil
+	}
+	mine := true
+	if !j.inBatch { // a batch's twin is not waited for: it may take hours
+		var err error
+		if mine, err = cfg.Reuse.ClaimReuse(ctx, j.reuse, j.ticket.ID); err != nil {
+			return nil, err
 		}
 	}
-	if repair.Reply != "" {
-		pm.turns = review.RepairTurns(repair.Reply, errors.New(repair.Err))
-		if err := pm.measure(m, w.tok[f.Model]); err != nil {
+	if mine {
+		return nil, nil
+	}
+	n, err := cfg.Attempts.ReuseWait(ctx, j.ticket.ID, moveKeep(cfg.Budget))
+	if err != nil {
+		return nil, err
+	}
+	if n > maxReuseWaits {
+		return nil, nil
+	}
+	return &early{then: func() error {
+		wait := reuseWait
+		if !j.mv.Standard && cfg.Caller.flexFor(f.Tier, j.m) {
+			wait = reuseWaitFlex // its twin is as slow
+		}
+		return backToAdmission(ctx, cfg.Requeue, j.ticket, wait, errTwinInFlight)
+	}}, nil
+}
+
+// reused records the answer of the same prompt bought already as the
+// job's result, at no cost.
+func (w *FileWorker) reused(ctx context.Context, j *fileJob, r store.Result) error {
+	cfg, f, res := &w.cfg, j.f, j.res
+	r.Kind, r.Path, r.Index, r.Run, r.Part, r.Parts, r.Fallback = res.Kind, res.Path, res.Index, res.Run, res.Part, res.Parts, res.Fallback
+	r.Cost = 0 // nothing bought for it
+	for i := range r.Comments {
+		r.Comments[i].Path = j.fd.Path
+	}
+	if cfg.ReusedFunc != nil {
+		cfg.ReusedFunc(f.Model, string(f.Kind))
+	}
+	cfg.Log.DebugContext(ctx, "result reused: the same prompt was answered already", "pr", f.PR.String(), "path", j.fd.Path, "kind", f.Kind)
+	return w.complete(ctx, f, r)
+}
+
+// callModel makes the job's call (or hands it to the batch lane); the
+// call settles the reservation on its own path.
+func (w *FileWorker) callModel(ctx context.Context, j *fileJob) error {
+	cfg, f, m := &w.cfg, j.f, j.m
+	if j.repair.Reply != "" {
+		j.pm.turns = review.RepairTurns(j.repair.Reply, errors.New(j.repair.Err))
+		if err := j.pm.measure(m, w.tok[f.Model]); err != nil {
 			return err
 		}
 	}
-	next := after(cfg.Models, origin, f.Model)
-	spec := callSpec{ticket: ticket, kind: f.Kind, tier: f.Tier, inst: f.PR.Installation, prompt: pm, model: m, retried: retried(ctx), maxRetry: maxRetry(ctx), attempt: at, fallback: len(next) > 0,
-		flex: !mv.Standard && cfg.Caller.flexFor(f.Tier, m)}
+	next := after(cfg.Models, j.origin, f.Model)
+	spec := callSpec{ticket: j.ticket, kind: f.Kind, tier: f.Tier, inst: f.PR.Installation, prompt: j.pm, model: m, retried: retried(ctx), maxRetry: maxRetry(ctx), attempt: j.at, fallback: len(next) > 0,
+		flex: !j.mv.Standard && cfg.Caller.flexFor(f.Tier, m)}
 	var out llm.Response
-	if inBatch {
+	var err error
+	if j.inBatch {
 		spec.lane, spec.fallback = LaneBatch, false
-		out, err = w.viaBatch(ctx, t, f, spec)
+		out, err = w.viaBatch(ctx, j.t, f, spec)
 		if errors.Is(err, errHanded) {
 			return nil // its result run records it
 		}
@@ -358,49 +465,64 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		out, err = cfg.Caller.call(ctx, spec)
 	}
 	if err != nil {
-		var sl *standardLaneError
-		if errors.As(err, &sl) {
-			return w.toStandard(ctx, t, f, ticket, sl.err)
-		}
-		var skip *skipError
-		var wait *quotaWaitError
-		var fb *fallbackError
-		var fr *flexRefusedError
-		if errors.As(err, &fr) {
-			// the standard lane from now on: it waits its turn again
-			if serr := cfg.Attempts.SetStandard(ctx, ticket.ID, moveKeep(cfg.Budget)); serr != nil {
-				return fmt.Errorf("%w (and recording the standard lane failed: %v)", fr.err, serr)
-			}
-			log.InfoContext(ctx, "flex processing refused the call: back to admission for the standard lane", "pr", f.PR.String(), "task", ticket.ID, "model", f.Model, "err", fr.err)
-			return backToAdmission(ctx, cfg.Requeue, ticket, 0, fr.err)
-		}
-		if errors.As(err, &fb) {
-			moved, merr := w.fallBack(ctx, f, ticket, next, fb, build)
-			if moved {
-				return merr
-			}
-			err = fb.otherwise() // no fallback can take it
-		}
-		if errors.As(err, &wait) {
-			return w.waitForQuota(ctx, f, ticket, wait.until)
-		}
-		if errors.As(err, &skip) {
-			res.Skipped, res.Failed = skip.reason, skip.failed
-			if skip.gaveUp != "" && cfg.GaveUpFunc != nil {
-				cfg.GaveUpFunc(string(f.Kind), skip.gaveUp)
-			}
-			return w.complete(ctx, f, res)
-		}
-		return err
+		return w.callFailed(ctx, j, next, err)
 	}
+	return w.answered(ctx, j, out)
+}
+
+// callFailed ends a job whose call failed: to the standard lane, back to
+// admission, to a fallback model, waiting for the quota, recorded
+// skipped, or the error for asynq to retry.
+func (w *FileWorker) callFailed(ctx context.Context, j *fileJob, next []string, err error) error {
+	cfg, f, ticket, res := &w.cfg, j.f, j.ticket, j.res
+	var sl *standardLaneError
+	if errors.As(err, &sl) {
+		return w.toStandard(ctx, j.t, f, ticket, sl.err)
+	}
+	var skip *skipError
+	var wait *quotaWaitError
+	var fb *fallbackError
+	var fr *flexRefusedError
+	if errors.As(err, &fr) {
+		// the standard lane from now on: it waits its turn again
+		if serr := cfg.Attempts.SetStandard(ctx, ticket.ID, moveKeep(cfg.Budget)); serr != nil {
+			return fmt.Errorf("%w (and recording the standard lane failed: %v)", fr.err, serr)
+		}
+		cfg.Log.InfoContext(ctx, "flex processing refused the call: back to admission for the standard lane", "pr", f.PR.String(), "task", ticket.ID, "model", f.Model, "err", fr.err)
+		return backToAdmission(ctx, cfg.Requeue, ticket, 0, fr.err)
+	}
+	if errors.As(err, &fb) {
+		moved, merr := w.fallBack(ctx, f, ticket, next, fb, j.build)
+		if moved {
+			return merr
+		}
+		err = fb.otherwise() // no fallback can take it
+	}
+	if errors.As(err, &wait) {
+		return w.waitForQuota(ctx, f, ticket, wait.until)
+	}
+	if errors.As(err, &skip) {
+		res.Skipped, res.Failed = skip.reason, skip.failed
+		if skip.gaveUp != "" && cfg.GaveUpFunc != nil {
+			cfg.GaveUpFunc(string(f.Kind), skip.gaveUp)
+		}
+		return w.complete(ctx, f, res)
+	}
+	return err
+}
+
+// answered records the call's answer: a summary's text, or a review's
+// findings; a review reply that cannot be read is repaired once.
+func (w *FileWorker) answered(ctx context.Context, j *fileJob, out llm.Response) error {
+	cfg, f, m, res := &w.cfg, j.f, j.m, j.res
 	res.Tokens = out.PromptTokens + out.OutputTokens
 	res.Cost = m.Prices.Of(out).Cost(out)
-	if pm.truncated > 0 {
-		res.Skipped = fmt.Sprintf("partial: %d hunks did not fit the model", pm.truncated)
+	if j.pm.truncated > 0 {
+		res.Skipped = fmt.Sprintf("partial: %d hunks did not fit the model", j.pm.truncated)
 	}
 	if f.Kind != jobs.KindReview {
 		res.Text = out.Text
-		w.keep(ctx, reuse, res)
+		w.keep(ctx, j.reuse, res)
 		return w.complete(ctx, f, res)
 	}
 	reply, perr := review.Parse(out.Text)
@@ -408,24 +530,10 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		if cfg.UnusableFunc != nil {
 			cfg.UnusableFunc(f.Model, string(f.Kind))
 		}
-		if repair.Reply == "" {
-			// One repair attempt, through admission like any call.
-			b, _ := json.Marshal(struct{ Reply, Err string }{out.Text, perr.Error()})
-			if err := cfg.Repairs.SetDraft(ctx, f.PR, repairKey, string(b)); err != nil {
-				return err
-			}
-			pm.turns = review.RepairTurns(out.Text, perr)
-			if err := pm.measure(m, w.tok[f.Model]); err == nil {
-				ticket.Tokens = pm.estimate
-			}
-			log.WarnContext(ctx, "review reply unusable; asking the model once more", "pr", f.PR.String(), "path", fd.Path, "model", f.Model, "err", perr)
-			if inBatch {
-				// the repair is a call of its own, in the standard lane
-				return w.toStandard(ctx, t, f, ticket, perr)
-			}
-			return backToAdmission(ctx, cfg.Requeue, ticket, 0, perr)
+		if j.repair.Reply == "" {
+			return w.repairOnce(ctx, j, out.Text, perr)
 		}
-		log.WarnContext(ctx, "review reply unusable after a repair attempt; the file is shown as failed", "pr", f.PR.String(), "path", fd.Path, "model", f.Model, "err", perr)
+		cfg.Log.WarnContext(ctx, "review reply unusable after a repair attempt; the file is shown as failed", "pr", f.PR.String(), "path", j.fd.Path, "model", f.Model, "err", perr)
 		res.Skipped, res.Failed = "review failed: the model's reply could not be read", true
 		return w.complete(ctx, f, res)
 	}
@@ -433,11 +541,31 @@ func (w *FileWorker) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		if cfg.IgnoredFunc != nil {
 			cfg.IgnoredFunc(f.Model, string(f.Kind), reply.Ignored)
 		}
-		log.DebugContext(ctx, "review reply carried fields prq does not use", "model", f.Model, "fields", reply.Ignored)
+		cfg.Log.DebugContext(ctx, "review reply carried fields prq does not use", "model", f.Model, "fields", reply.Ignored)
 	}
-	placeFindings(&res, fd.Path, reply, pm.patch)
-	w.keep(ctx, reuse, res)
+	placeFindings(&res, j.fd.Path, reply, j.pm.patch)
+	w.keep(ctx, j.reuse, res)
 	return w.complete(ctx, f, res)
+}
+
+// repairOnce keeps a review's unreadable reply and sends the job for one
+// repair attempt, through admission like any call.
+func (w *FileWorker) repairOnce(ctx context.Context, j *fileJob, text string, perr error) error {
+	cfg, f, ticket := &w.cfg, j.f, j.ticket
+	b, _ := json.Marshal(struct{ Reply, Err string }{text, perr.Error()})
+	if err := cfg.Repairs.SetDraft(ctx, f.PR, j.repairKey, string(b)); err != nil {
+		return err
+	}
+	j.pm.turns = review.RepairTurns(text, perr)
+	if err := j.pm.measure(j.m, w.tok[f.Model]); err == nil {
+		ticket.Tokens = j.pm.estimate
+	}
+	cfg.Log.WarnContext(ctx, "review reply unusable; asking the model once more", "pr", f.PR.String(), "path", j.fd.Path, "model", f.Model, "err", perr)
+	if j.inBatch {
+		// the repair is a call of its own, in the standard lane
+		return w.toStandard(ctx, j.t, f, ticket, perr)
+	}
+	return backToAdmission(ctx, cfg.Requeue, ticket, 0, perr)
 }
 
 // placeFindings records a file's review in res: its summary, its
