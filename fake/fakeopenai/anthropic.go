@@ -397,17 +397,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	}
 	roll -= f.ServerError
 	if roll >= 0 && roll < f.Timeout {
-		// a hang: nothing is sent, not even the headers, until the
-		// client gives up or TimeoutAfter passes
-		s.countFault(m.Name)
-		d, err := time.ParseDuration(f.TimeoutAfter)
-		if err != nil || d <= 0 {
-			d = time.Minute
-		}
-		select {
-		case <-r.Context().Done():
-		case <-time.After(d):
-		}
+		s.hang(r, m.Name, f)
 		writeAnthropicError(w, http.StatusGatewayTimeout, "api_error", "Gateway timeout.")
 		return
 	}

@@ -890,15 +890,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, key, deploy
 	}
 	roll -= f.ServerError
 	if roll >= 0 && roll < f.Timeout {
-		s.countFault(m.Name)
-		d, err := time.ParseDuration(f.TimeoutAfter)
-		if err != nil || d <= 0 {
-			d = time.Minute
-		}
-		select {
-		case <-r.Context().Done():
-		case <-time.After(d):
-		}
+		s.hang(r, m.Name, f)
 		writeError(w, http.StatusGatewayTimeout, "server_error", "", "Gateway timeout.")
 		return
 	}
@@ -968,6 +960,21 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, key, deploy
 	w.Header().Set("openai-processing-ms", strconv.FormatInt(latency.Milliseconds(), 10))
 	_, err = w.Write(out)
 	complete = !faulted && err == nil
+}
+
+// hang is the Timeout fault on every dialect: it counts the fault and
+// sends nothing, not even the headers, until the client gives up or
+// TimeoutAfter (default a minute) passes.
+func (s *Server) hang(r *http.Request, model string, f Faults) {
+	s.countFault(model)
+	d, err := time.ParseDuration(f.TimeoutAfter)
+	if err != nil || d <= 0 {
+		d = time.Minute
+	}
+	select {
+	case <-r.Context().Done():
+	case <-time.After(d):
+	}
 }
 
 func (s *Server) countFault(model string) {
