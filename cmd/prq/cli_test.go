@@ -28,7 +28,7 @@ func TestEveryCommandHelp(t *testing.T) {
 		"gateway":          {"addr", "redis-url", "log-format", "log-level", "allow-eviction", "allow-no-persistence"},
 		"bench":            {"redis-url", "log-format", "log-level", "concurrency", "shutdown-timeout"},
 		"bench-worker":     {"redis-url", "log-format", "log-level", "concurrency", "shutdown-timeout"},
-		"doctor":           {"redis-url"},
+		"doctor":           {"redis-url", "allow-eviction", "allow-no-persistence"},
 		"plan":             {"redis-url"},
 		"plan set":         {"redis-url"},
 		"plan get":         {"redis-url"},

@@ -26,7 +26,7 @@ func runDoctor(ctx context.Context, env *cmdEnv, args []string) error {
 		"Checks what serve (or --for's command) would refuse to start with, Redis, the GitHub App (its key, id and slug), the LLM provider and the webhook secret, one line each with a fix for what fails; exit 1 if any fails.\n"+
 			"--only ready checks Redis and serve's /readyz only: a container healthcheck.")
 	var fl config.Flags
-	fl.Register(fs, redisFlags...)
+	fl.Register(fs, doctorFlags...)
 	fs.StringVar(&only, "only", "", "run only this group of checks: ready (Redis, and serve at --url)")
 	fs.StringVar(&serveURL, "url", "", "serve's base URL: sends it a signed ping (and checks /readyz with --only ready)")
 	fs.StringVar(&forCmd, "for", "serve", "whose refusals to check: serve, worker or all")
@@ -133,7 +133,7 @@ func configResults(cfg *config.Config, mode config.Mode, forCmd string) []doctor
 
 // doctorInput maps the configuration to the checks' input.
 func doctorInput(cfg *config.Config, rdb redis.UniversalClient, serveURL string) (doctor.Input, error) {
-	in := doctor.Input{Redis: rdb,
+	in := doctor.Input{Redis: rdb, RedisAllow: doctor.RedisAllow{Eviction: cfg.AllowEviction, NoPersistence: cfg.AllowNoPersistence},
 		GitHub: doctor.GitHub{AppID: cfg.GitHub.AppID, PrivateKey: []byte(cfg.GitHub.PrivateKey),
 			PrivateKeyPath: cfg.GitHub.PrivateKeyPath, APIURL: cfg.GitHub.APIURL, AppSlug: cfg.GitHub.AppSlug},
 		Webhook: doctor.Webhook{Secret: []byte(cfg.GitHub.WebhookSecret), ServeURL: serveURL},

@@ -196,4 +196,16 @@ func TestDoctorFailsWhatServeRefuses(t *testing.T) {
 			}
 		})
 	}
+	// a risk serve would accept (--allow-*) passes doctor too, the risk
+	// still named on its line
+	risky := map[string]string{"REDIS_URL": redistest.New(t, "--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru").URL()}
+	if out, err := doctor(risky); exitCode(err) != 1 {
+		t.Fatalf("a Redis that neither persists nor keeps its keys: exit %d (%v), want 1\n%s", exitCode(err), err, out)
+	}
+	out, err := doctor(risky, "--allow-no-persistence", "--allow-eviction")
+	for _, want := range []string{"ok    redis persistence  ", "accepted by allow_no_persistence: neither AOF nor RDB", "ok    redis eviction  ", "accepted by allow_eviction: maxmemory-policy is allkeys-lru"} {
+		if err != nil || !strings.Contains(out, want) {
+			t.Fatalf("with --allow-no-persistence --allow-eviction: %v, want a line with %q:\n%s", err, want, out)
+		}
+	}
 }

@@ -34,7 +34,8 @@ var (
 	demoFlags    = []string{"addr", "redis-url", "log-format", "log-level"}
 	benchFlags   = []string{"redis-url", "log-format", "log-level", "concurrency", "shutdown-timeout"}
 	gatewayFlags = []string{"addr", "redis-url", "log-format", "log-level", "allow-eviction", "allow-no-persistence"}
-	redisFlags   = []string{"redis-url"} // doctor, plan and keys
+	redisFlags   = []string{"redis-url"} // plan and keys
+	doctorFlags  = []string{"redis-url", "allow-eviction", "allow-no-persistence"}
 )
 
 // setup parses a running command's flags (extra's, and the shared flags

@@ -36,6 +36,10 @@ type Result struct {
 type Input struct {
 	// Redis is prq's Redis; nil skips the Redis checks.
 	Redis redis.UniversalClient
+	// RedisAllow is what the operator accepts of Redis knowingly
+	// (allow_eviction, allow_no_persistence): those checks pass with a
+	// warning instead of failing.
+	RedisAllow RedisAllow
 	// GitHub is the App; with neither an AppID nor a key, one failed
 	// line says so.
 	GitHub GitHub
@@ -123,7 +127,7 @@ func Run(ctx context.Context, in Input) []Result {
 	in.defaults()
 	var out []Result
 	if in.Redis != nil {
-		out = append(out, Redis(ctx, in.Redis)...)
+		out = append(out, Redis(ctx, in.Redis, in.RedisAllow)...)
 	}
 	if in.GitHub.AppID != 0 || len(in.GitHub.PrivateKey) > 0 || in.GitHub.PrivateKeyPath != "" {
 		out = append(out, CheckGitHub(ctx, in.HTTPClient, in.NowFunc(), in.GitHub)...)

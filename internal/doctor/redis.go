@@ -14,9 +14,16 @@ import (
 // the script effects replication prq's Lua relies on are 6.0's.
 const MinRedis = "6.0.0"
 
+// RedisAllow names the Redis risks the operator accepts, as serve's
+// --allow-eviction and --allow-no-persistence do.
+type RedisAllow struct {
+	Eviction, NoPersistence bool
+}
+
 // Redis checks that Redis answers, is recent enough, persists its data
-// and never evicts keys.
-func Redis(ctx context.Context, rdb redis.UniversalClient) []Result {
+// and never evicts keys. A risk allow accepts passes, its detail saying
+// what it costs.
+func Redis(ctx context.Context, rdb redis.UniversalClient, allow RedisAllow) []Result {
 	reach := redisReachable(ctx, rdb)
 	if !reach.OK {
 		return []Result{reach}
@@ -29,7 +36,19 @@ func Redis(ctx context.Context, rdb redis.UniversalClient) []Result {
 			}
 		}
 	}
-	return []Result{reach, redisVersion(info), redisPersistence(ctx, rdb, info), redisEviction(ctx, rdb, info)}
+	return []Result{reach, redisVersion(info),
+		accepted(redisPersistence(ctx, rdb, info), allow.NoPersistence, "allow_no_persistence"),
+		accepted(redisEviction(ctx, rdb, info), allow.Eviction, "allow_eviction")}
+}
+
+// accepted passes a failed check the operator accepted by setting, its
+// detail kept (the risk is real) and prefixed with the setting.
+func accepted(r Result, allowed bool, setting string) Result {
+	if r.OK || !allowed {
+		return r
+	}
+	r.OK, r.Detail, r.Fix = true, "accepted by "+setting+": "+r.Detail, ""
+	return r
 }
 
 func redisReachable(ctx context.Context, rdb redis.UniversalClient) Result {
