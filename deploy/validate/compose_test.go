@@ -11,7 +11,8 @@ import (
 
 // TestCompose checks docker-compose.yml's wiring of the observability
 // profile and the healthchecks: every file it mounts exists, serve and
-// worker are checked by prq doctor, Prometheus loads the alert rules.
+// worker are checked by prq doctor and stamped with the version build
+// args, Prometheus loads the alert rules.
 func TestCompose(t *testing.T) {
 	b, err := os.ReadFile("../../docker-compose.yml")
 	if err != nil {
@@ -19,7 +20,10 @@ func TestCompose(t *testing.T) {
 	}
 	var c struct {
 		Services map[string]struct {
-			Profiles    []string `json:"profiles"`
+			Profiles []string `json:"profiles"`
+			Build    struct {
+				Args map[string]string `json:"args"`
+			} `json:"build"`
 			Volumes     []string `json:"volumes"`
 			Healthcheck struct {
 				Test []string `json:"test"`
@@ -42,6 +46,13 @@ func TestCompose(t *testing.T) {
 	for _, name := range []string{"serve", "worker"} {
 		if test := strings.Join(c.Services[name].Healthcheck.Test, " "); !strings.Contains(test, "/prq doctor --only ready") {
 			t.Errorf("%s healthcheck %q does not run prq doctor --only ready", name, test)
+		}
+	}
+	for _, name := range []string{"serve", "worker"} { // prq --version says what was built
+		for arg, env := range map[string]string{"VERSION": "PRQ_VERSION", "COMMIT": "PRQ_COMMIT", "DATE": "PRQ_DATE"} {
+			if got := c.Services[name].Build.Args[arg]; got != "${"+env+":-}" {
+				t.Errorf("%s: build arg %s is %q, want ${%s:-}", name, arg, got, env)
+			}
 		}
 	}
 	for _, name := range []string{"prometheus", "grafana"} {
