@@ -95,10 +95,7 @@ func checkKeySpec(cfg *config.Config, spec *gateway.Spec, models string) error {
 	if !slices.Contains(gateway.Tiers, spec.Tier) {
 		return &usageError{Msg: fmt.Sprintf("--tier %q: want chat, paid, trial or free", spec.Tier)}
 	}
-	var names []string
-	for _, m := range cfg.Models {
-		names = append(names, m.Name)
-	}
+	names := cfg.ModelNames()
 	for _, m := range config.SplitList(models) {
 		if !slices.Contains(names, m) {
 			hint := ""

@@ -106,6 +106,15 @@ func (c *Config) ProviderList() []ProviderConfig {
 	return []ProviderConfig{p}
 }
 
+// ModelNames are the configured models' names, in configuration order.
+func (c *Config) ModelNames() []string {
+	names := make([]string, 0, len(c.Models))
+	for _, m := range c.Models {
+		names = append(names, m.Name)
+	}
+	return names
+}
+
 // ProviderOf returns the provider that serves the named model.
 func (c *Config) ProviderOf(model string) (ProviderConfig, bool) {
 	m, ok := c.Model(model)

@@ -4,8 +4,11 @@ import (
 	"cmp"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/prq-dev/prq/ratelimit"
@@ -18,7 +21,10 @@ import (
 //	POST /api/keys               create from a Spec; the reply has the secret, once
 //	POST /api/keys/{id}/revoke   revoke
 //	POST /api/keys/{id}/rotate   a new secret, once
-func KeysAPI(ks *Keys) http.Handler {
+//
+// A new key's name must be unique among keys not revoked (as prq keys
+// create's), and each of its models one of models, the configured ones.
+func KeysAPI(ks *Keys, models []string) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api/keys", func(w http.ResponseWriter, r *http.Request) {
 		keys, err := ks.List(r.Context())
@@ -63,7 +69,13 @@ func KeysAPI(ks *Keys) http.Handler {
 			http.Error(w, "a key spec as JSON: "+err.Error(), http.StatusBadRequest)
 			return
 		}
-		secret, k, err := ks.Create(r.Context(), s)
+		for _, m := range s.Models {
+			if !slices.Contains(models, m) {
+				http.Error(w, fmt.Sprintf("%v: model %q is not a configured model (configured: %s)", ErrInvalidSpec, m, strings.Join(models, ", ")), http.StatusBadRequest)
+				return
+			}
+		}
+		secret, k, err := ks.CreateUnique(r.Context(), s)
 		if err != nil {
 			http.Error(w, err.Error(), statusOf(err))
 			return

@@ -254,7 +254,7 @@ func TestDollarQuotaCapsOutput(t *testing.T) {
 	if got := usedDollars(t, r.rdb, k); got != used {
 		t.Fatalf("the refused request changed the quota: %d, was %d", got, used)
 	}
-	srv := httptest.NewServer(gateway.KeysAPI(r.keys))
+	srv := httptest.NewServer(gateway.KeysAPI(r.keys, []string{r.model}))
 	defer srv.Close()
 	lres, err := http.Get(srv.URL + "/api/keys")
 	if err != nil {

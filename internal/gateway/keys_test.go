@@ -132,7 +132,7 @@ func TestSpecValidation(t *testing.T) {
 func TestKeysAPI(t *testing.T) {
 	t.Parallel()
 	ks := gateway.NewKeys(redistest.Shared(t).Client(t))
-	srv := httptest.NewServer(gateway.KeysAPI(ks))
+	srv := httptest.NewServer(gateway.KeysAPI(ks, []string{"gpt-4o", "gpt-4o-mini"}))
 	defer srv.Close()
 	do := func(method, path, body string) (int, map[string]json.RawMessage, string) {
 		req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
@@ -191,6 +191,9 @@ func TestKeysAPI(t *testing.T) {
 		{"POST", "/api/keys/unknown/revoke", "", http.StatusNotFound},
 		{"POST", "/api/keys", `{"name":"x","tier":"gold"}`, http.StatusBadRequest},
 		{"POST", "/api/keys", `not json`, http.StatusBadRequest},
+		{"POST", "/api/keys", `{"name":"typo-bot","tier":"paid","models":["gpt-4o-mni"]}`, http.StatusBadRequest},
+		{"POST", "/api/keys", `{"name":"dollar-bot","tier":"paid"}`, http.StatusBadRequest},                     // a live key has the name
+		{"POST", "/api/keys", `{"name":"docs-bot","tier":"paid","models":["gpt-4o-mini"]}`, http.StatusCreated}, // its key was revoked
 	} {
 		if code, _, body := do(tt.method, tt.path, tt.body); code != tt.want {
 			t.Errorf("%s %s: %d %s, want %d", tt.method, tt.path, code, body, tt.want)

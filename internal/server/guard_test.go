@@ -215,7 +215,7 @@ func TestDemoRefusesReboundHost(t *testing.T) {
 			r.Header.Set("Origin", "http://"+tt.host)
 			r.Header.Set(CSRFHeader, "1")
 		}
-		code, body, _ := do(t, "POST", ts.URL+"/api/keys", set, `{"name":"x"}`)
+		code, body, _ := do(t, "POST", ts.URL+"/api/keys", set, `{"name":"`+tt.host+`"}`) // names are unique
 		if code != tt.want || (code == 403 && strings.Contains(body, "prq-sk-")) {
 			t.Fatalf("Host %s: %d %s, want %d", tt.host, code, body, tt.want)
 		}

@@ -66,7 +66,7 @@ func (s *Server) handler(ctx context.Context, wh http.Handler, open bool, prPage
 	dash.PRPages = prPages
 	withDashboard := !s.cfg.Dashboard.Disabled
 	mux.Handle("/api/", auth(sameOrigin(dash.AdminAPI(withDashboard))))
-	keysAPI := auth(sameOrigin(gateway.KeysAPI(gateway.NewKeys(s.rdb))))
+	keysAPI := auth(sameOrigin(gateway.KeysAPI(gateway.NewKeys(s.rdb), s.cfg.ModelNames())))
 	mux.Handle("/api/keys", keysAPI)
 	mux.Handle("/api/keys/", keysAPI)
 	gw, err := s.gateway(ctx)
