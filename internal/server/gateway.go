@@ -45,7 +45,8 @@ func (s *Server) gateway(ctx context.Context) (http.Handler, error) {
 			providers[p.Name] = up
 		}
 		prices, _ := m.PricesOf() // none: the model's calls are not priced
-		gm := gateway.Model{MaxOutput: m.MaxOutputTokens, Reasoning: m.Reasoning, Context: m.ContextTokens, Provider: up, Fallbacks: m.Fallbacks, Prices: prices}
+		gm := gateway.Model{MaxOutput: m.MaxOutputTokens, Reasoning: m.Reasoning, Context: m.ContextTokens, Provider: up, Fallbacks: m.Fallbacks, Prices: prices,
+			CachedInputFree: !m.CachedInputCountsOr(p.Kind)}
 		if p.Kind == config.KindAzure {
 			gm.Deployment = p.Deployment(m.Name)
 		}
