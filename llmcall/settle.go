@@ -77,3 +77,15 @@ func (m Model) Settle(o Outcome, r *llm.Response, est int64, batch bool) Settlem
 	}
 	return Settlement{Bucket: kept}
 }
+
+// QuotaPrices are m's prices under a dollar quota, in nano-dollars per
+// token, rounded up: the input at its dearest (a cache write may cost
+// more than the input), and the output; batch: at batch prices. A
+// reservation at these never holds too little.
+func (m Model) QuotaPrices(batch bool) (in, out int64) {
+	pr := m.Prices
+	if batch {
+		pr = pr.Batch()
+	}
+	return ratelimit.NanoPerToken(max(pr.Input, pr.CachedInput, pr.CacheWrite)), ratelimit.NanoPerToken(pr.Output)
+}

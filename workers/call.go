@@ -260,12 +260,7 @@ func (c *Caller) reserveQuota(ctx context.Context, s callSpec, q Quota) (quotaHo
 	// prices, the cap cut to what is left
 	if dl := cfg.Tiers[s.tier].QuotaDollars; dl > 0 && q != nil {
 		dq, ok := q.(DollarQuota)
-		// the input at its dearest price (a cache write may cost more)
-		pr := s.model.Prices
-		if s.lane == LaneBatch {
-			pr = pr.Batch()
-		}
-		inPrice, outPrice := ratelimit.NanoPerToken(max(pr.Input, pr.CachedInput, pr.CacheWrite)), ratelimit.NanoPerToken(pr.Output)
+		inPrice, outPrice := s.model.call().QuotaPrices(s.lane == LaneBatch)
 		if !ok || outPrice <= 0 {
 			settle(ctx, cfg.Ledger, log, s.ticket, ratelimit.Cost{})
 			c.settleQuota(ctx, s, q, h, 0, 0)

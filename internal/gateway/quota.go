@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prq-dev/prq/llmcall"
 	"github.com/prq-dev/prq/ratelimit"
 )
 
@@ -61,11 +62,10 @@ func (p dollarPrice) of(input, output int64) amounts {
 // reports that m's calls can be counted in dollars: an output price for
 // a call with output, an input price for one without (embeddings).
 func nanoPrices(m Model, output bool) (p dollarPrice, ok bool) {
-	pr := m.Prices
-	if !pr.Valid() {
+	if !m.Prices.Valid() {
 		return dollarPrice{}, false
 	}
-	p = dollarPrice{in: ratelimit.NanoPerToken(max(pr.Input, pr.CachedInput, pr.CacheWrite)), out: ratelimit.NanoPerToken(pr.Output)}
+	p.in, p.out = llmcall.Model{Prices: m.Prices}.QuotaPrices(false)
 	if output {
 		return p, p.out > 0
 	}
