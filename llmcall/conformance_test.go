@@ -108,6 +108,7 @@ type row struct {
 	name       string
 	keys       []string
 	cachedFree bool // the model's provider does not count cache reads
+	flex       bool // the call asks for flex processing
 	// serve answers the call (stream: the gateway's client asked for a
 	// stream)
 	serve func(w http.ResponseWriter, r *http.Request, stream bool)
@@ -196,6 +197,9 @@ func rows() []row {
 		{name: "5xx", serve: reply(500, nil, apiError("server_error", "", "The server had an error")), outcome: llmcall.Transient, bucket: kept, quota: kept, status: 500},
 		{name: "timeout", serve: hang, outcome: llmcall.Transient, bucket: kept, quota: kept, status: 504},
 		{name: "streamed and cut", serve: cut, outcome: llmcall.Transient, bucket: kept, quota: kept, status: 200},
+		{name: "flex refused", flex: true, serve: func(w http.ResponseWriter, r *http.Request, stream bool) {
+			reply(429, nil, apiError("resource_unavailable", "resource_unavailable", "Resource Unavailable: flex processing does not have the capacity for this request now."))(w, r, stream)
+		}, outcome: llmcall.FlexRefused, bucket: refunded, quota: refunded, status: 429},
 	}
 }
 
@@ -314,7 +318,7 @@ func workersPath(t *testing.T, rdb *redis.Client, url string, keys []string, rw 
 	var mu sync.Mutex
 	var g got
 	caller, err := workers.NewCaller(workers.CallerConfig{LLM: llm.NewRouter(map[string][]llm.Completer{model: clients}), Ledger: adm, Requeue: adm, Provider: adm,
-		Quota: quota, Tiers: map[jobs.Tier]workers.TierSpec{jobs.TierPaid: {QuotaTokens: 1_000_000}},
+		Quota: quota, Tiers: map[jobs.Tier]workers.TierSpec{jobs.TierPaid: {QuotaTokens: 1_000_000, Flex: rw.flex}},
 		CountFunc: func(_, outcome string) { mu.Lock(); g.outcome = outcome; mu.Unlock() },
 		CostFunc:  func(_, _, _ string, _ int64, d float64) { mu.Lock(); g.dollars += d; mu.Unlock() }})
 	if err != nil {
@@ -332,7 +336,7 @@ func workersPath(t *testing.T, rdb *redis.Client, url string, keys []string, rw 
 		FileIndex int `json:"file_index"`
 	}{File: f}))
 	fw, err := workers.NewFileWorker(workers.FileWorkerConfig{Attempts: workers.NewAttempts(rdb), Store: st, Ledger: adm, Caller: caller, Queue: noQueue{},
-		Models: map[string]workers.Model{model: {Name: model, Prices: prices, CachedInputFree: rw.cachedFree, Output: llm.FormatText}}, Repairs: st, Requeue: adm})
+		Models: map[string]workers.Model{model: {Name: model, Prices: prices, CachedInputFree: rw.cachedFree, Flex: rw.flex, Output: llm.FormatText}}, Repairs: st, Requeue: adm})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -391,6 +395,9 @@ func gatewayPath(t *testing.T, rdb *redis.Client, url string, keys []string, rw 
 	stream := ""
 	if rw.name == "streamed and cut" {
 		stream = `,"stream":true`
+	}
+	if rw.flex {
+		stream += `,"service_tier":"flex"`
 	}
 	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat/completions",
 		strings.NewReader(`{"model":"`+model+`","max_tokens":200,"messages":[{"role":"user","content":"Summarise a.go"}]`+stream+`}`))

@@ -511,8 +511,10 @@ type request struct {
 	// upHeader are headers the upstream call carries besides the
 	// provider's (a Messages client's anthropic-version and -beta)
 	upHeader http.Header
-	// call is the current attempt's upstream call
-	call *llmcall.Call
+	// call is the current attempt's upstream call; outcome how its
+	// reply reads (by status, and a 429's body)
+	call    *llmcall.Call
+	outcome llmcall.Outcome
 }
 
 // takeTPM charges the key's tokens-per-minute bucket; over it, the

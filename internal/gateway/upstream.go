@@ -93,19 +93,11 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, q *request, ex
 	}
 	defer cancel()
 	resp, err := g.call(ctx, cctx, q, op, body)
-	for attempt := 1; err == nil && attempt <= maxRequeues && resp.StatusCode == http.StatusTooManyRequests && time.Now().Before(q.deadline); attempt++ {
+	for attempt := 1; err == nil && attempt <= maxRequeues && q.outcome == llmcall.RateLimited && time.Now().Before(q.deadline); attempt++ {
 		// the provider's limit was reached before ours (its clock runs on
 		// a little after admission): the bucket is penalized until its
 		// retry time; wait in the order again, within the deadline
-		reason, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
 		resp.Body.Close()
-		if o := llmcall.ReplyOutcome(resp.StatusCode, reason, false); o.Account() {
-			// insufficient_quota: the account's, not a limit's (answered
-			// as the provider's reply, settled as an account problem)
-			q.call.Resolve(ctx, o, errors.New("the provider's account has no quota left (insufficient_quota)"))
-			resp, err = replay(resp, reason), nil
-			break
-		}
 		g.settleBucket(bg, q, g.calls[q.model].Settle(llmcall.RateLimited, nil, q.est, false).Bucket)
 		g.log.InfoContext(ctx, "gateway: provider 429; back through admission", "key", q.key.ID, "model", q.model, "attempt", attempt)
 		q.ticket = fmt.Sprintf("%s-r%d", q.id, attempt)
@@ -121,7 +113,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, q *request, ex
 		// never sent: the bucket gets its charge back, the quota's stays
 		g.settleBucket(bg, q, ratelimit.Cost{})
 		return true
-	case err == nil && (resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests):
+	case err == nil && (q.outcome == llmcall.Transient || q.outcome == llmcall.RateLimited):
 		// the provider failed it (an error is not billed) or kept
 		// refusing it: the provider counted the request
 		resp.Body.Close()
@@ -192,9 +184,20 @@ func (g *Gateway) call(ctx, cctx context.Context, q *request, op string, body []
 		return nil, err
 	}
 	g.scrubError(resp)
-	c.Observe(ctx, resp.StatusCode, resp.Header)
-	if o := llmcall.ReplyOutcome(resp.StatusCode, nil, false); o.Account() {
-		c.Resolve(ctx, o, fmt.Errorf("the provider refused the gateway's key: status %d", resp.StatusCode))
+	q.outcome = llmcall.ReplyOutcome(resp.StatusCode, nil, false)
+	if resp.StatusCode == http.StatusTooManyRequests {
+		// a 429 is read: a limit's, the account's (insufficient_quota),
+		// or flex processing's refusal (which hit no limit)
+		reason, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+		resp.Body.Close()
+		resp = replay(resp, reason)
+		q.outcome = llmcall.ReplyOutcome(resp.StatusCode, reason, true)
+	}
+	if q.outcome != llmcall.FlexRefused {
+		c.Observe(ctx, resp.StatusCode, resp.Header)
+	}
+	if q.outcome.Account() {
+		q.outcome = c.Resolve(ctx, q.outcome, fmt.Errorf("the provider refused the gateway's key: status %d", resp.StatusCode))
 	}
 	return resp, nil
 }
@@ -260,10 +263,10 @@ func (g *Gateway) forwardWhole(w http.ResponseWriter, r *http.Request, q *reques
 	if !ok {
 		return
 	}
-	switch o := llmcall.ReplyOutcome(resp.StatusCode, body, false); {
-	case o.Account() && resp.StatusCode == http.StatusTooManyRequests:
-		// insufficient_quota: paused (forward), the reply relayed as
-		// the provider's
+	switch o := q.outcome; {
+	case o == llmcall.FlexRefused || o.Account() && resp.StatusCode == http.StatusTooManyRequests:
+		// flex refused, or insufficient_quota (paused: call): not
+		// counted; the reply relayed as the provider's
 		g.settleNothing(bg, q)
 	case o.Account():
 		// the gateway's own key was refused: not the client's fault, and
