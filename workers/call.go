@@ -144,39 +144,74 @@ type callSpec struct {
 	attempt attempt
 	// fallback: another model may take the job when this one fails it
 	// (the provider failing, the model paused); the caller then gets a
-	// *fallbackError instead of a retry.
+	// fallback ending instead of a retry.
 	fallback bool
 	// flex: the job may be called at flex processing (its tier's lane is
-	// flex and the model serves it); a refusal is a *flexRefusedError.
+	// flex and the model serves it); a refusal is a flex ending.
 	flex bool
 	// lane is LaneBatch for a job of the batch lane (priced at batch
 	// prices), else "".
 	lane string
 }
 
-// flexRefusedError: flex processing refused the call (no capacity, or
-// not for this model); nothing was billed, and the job goes back to
-// admission for the standard lane.
-type flexRefusedError struct{ err error }
-
-func (e *flexRefusedError) Error() string { return e.err.Error() }
-func (e *flexRefusedError) Unwrap() error { return e.err }
-
 // flexFor says whether a job of tier on model m may be called at flex.
 func (c *Caller) flexFor(tier jobs.Tier, m Model) bool {
 	return c.cfg.Tiers[tier].Flex && m.Flex
 }
 
-// skipError ends a job with a recorded reason instead of a result;
-// failed: the call failed (shown as a failure), rather than a file that
-// was skipped for a reason of its own (quota, size).
-type skipError struct {
+// ended is how a job's call ended when it brought no answer, as a value
+// the handler switches on (by step); its Error is what asynq or the log
+// reads.
+type ended struct {
+	step step
+	// err is the provider's failure (a skip or a wait has none).
+	err error
+	// endSkip: the job ends with reason recorded instead of a result;
+	// failed: the call failed (shown as a failure), rather than a file
+	// skipped for a reason of its own (quota, size); gaveUp, when set,
+	// is why it spent its retry budget (GaveUpRateLimited ...).
 	reason string
 	failed bool
-	// gaveUp, when set, is why the job spent its retry budget
-	// (GaveUpRateLimited ...).
 	gaveUp string
+	// endWait: the tenant's quota is spent until it resets at until.
+	until time.Time
+	// endFallback: another model may serve the job (why: FallbackPaused,
+	// FallbackProvider); otherwise ends the call as it would have ended
+	// without fallbacks, when none takes it.
+	fallback  string
+	otherwise func() error
 }
+
+// step is what a job does after a call that brought no answer.
+type step int
+
+const (
+	// endSkip: recorded skipped (or failed); no retry.
+	endSkip step = iota + 1
+	// endWait: waits for the tenant's quota to reset (nothing was
+	// called, the bucket refunded).
+	endWait
+	// endFallback: moves to a fallback model, if one can take it.
+	endFallback
+	// endFlex: flex processing refused the call (nothing billed); back to
+	// admission for the standard lane.
+	endFlex
+	// endStandardLane: the batch lane did not answer (its batch expired,
+	// was cancelled or failed); nothing billed; to the standard lane.
+	endStandardLane
+)
+
+func (e *ended) Error() string {
+	switch e.step {
+	case endSkip:
+		return e.reason
+	case endWait:
+		return "the tenant's quota is spent; waiting until it resets at " + e.until.UTC().Format(time.RFC3339)
+	}
+	return e.err.Error()
+}
+
+func (e *ended) Unwrap() error { return e.err }
 
 // publicFailure is what a pull request may read of a provider failure:
 // a generic sentence and a reference; the details (which can carry
@@ -193,16 +228,6 @@ func newRef() string {
 		return "unknown"
 	}
 	return hex.EncodeToString(b[:])
-}
-
-func (e *skipError) Error() string { return e.reason }
-
-// quotaWaitError: the tenant's quota is spent until it resets at until;
-// the job waits for it (nothing was called, the bucket refunded).
-type quotaWaitError struct{ until time.Time }
-
-func (e *quotaWaitError) Error() string {
-	return "the tenant's quota is spent; waiting until it resets at " + e.until.UTC().Format(time.RFC3339)
 }
 
 // quotaHold is what a call holds of its tenant's quotas: a reservation
@@ -238,11 +263,11 @@ func (c *Caller) reserveQuota(ctx context.Context, s callSpec, q Quota) (quotaHo
 		if !cfg.QuotaSkip && s.kind != jobs.KindChat {
 			if qe.Never() {
 				// no reset lets it through: waiting would last for ever
-				return quotaHold{}, &skipError{reason: "too large for the tier's quota (its call needs more than a whole period's)", failed: true}
+				return quotaHold{}, &ended{step: endSkip, reason: "too large for the tier's quota (its call needs more than a whole period's)", failed: true}
 			}
-			return quotaHold{}, &quotaWaitError{until: qe.Reset}
+			return quotaHold{}, &ended{step: endWait, until: qe.Reset}
 		}
-		return quotaHold{}, &skipError{reason: quotaSkip + ", resets at " + qe.Reset.UTC().Format("2006-01-02 15:04 UTC")}
+		return quotaHold{}, &ended{step: endSkip, reason: quotaSkip + ", resets at " + qe.Reset.UTC().Format("2006-01-02 15:04 UTC")}
 	}
 	if limit > 0 && q != nil {
 		g, err := q.Reserve(ctx, tenant, agent, s.ticket.ID, limit, s.prompt.input, h.maxOut)
@@ -264,7 +289,7 @@ func (c *Caller) reserveQuota(ctx context.Context, s callSpec, q Quota) (quotaHo
 		if !ok || outPrice <= 0 {
 			settle(ctx, cfg.Ledger, log, s.ticket, ratelimit.Cost{})
 			c.settleQuota(ctx, s, q, h, 0, 0)
-			return quotaHold{}, &skipError{reason: "model " + model + " has no prices for the tier's dollar quota", failed: true}
+			return quotaHold{}, &ended{step: endSkip, reason: "model " + model + " has no prices for the tier's dollar quota", failed: true}
 		}
 		dagent := ""
 		if cfg.QuotaPerKind {
@@ -383,7 +408,7 @@ func (c *Caller) conclude(ctx context.Context, s callSpec, o llmcall.Outcome, er
 	case llmcall.OK:
 		return nil
 	case llmcall.FlexRefused:
-		return &flexRefusedError{err: err}
+		return &ended{step: endFlex, err: err}
 	case llmcall.RateLimited:
 		if s.attempt.spent() {
 			return c.giveUp(ctx, s, GaveUpRateLimited, err)
@@ -393,7 +418,7 @@ func (c *Caller) conclude(ctx context.Context, s callSpec, o llmcall.Outcome, er
 	case llmcall.AccountModel, llmcall.AccountKey:
 		if o == llmcall.AccountModel && s.fallback && !s.attempt.spent() {
 			// the model serves nobody until the pause ends
-			return &fallbackError{reason: FallbackPaused, err: err,
+			return &ended{step: endFallback, fallback: FallbackPaused, err: err,
 				otherwise: func() error { return backToAdmission(ctx, c.cfg.Requeue, s.ticket, 0, err) }}
 		}
 		if s.attempt.spent() {
@@ -401,29 +426,21 @@ func (c *Caller) conclude(ctx context.Context, s callSpec, o llmcall.Outcome, er
 		}
 		return backToAdmission(ctx, c.cfg.Requeue, s.ticket, 0, err)
 	case llmcall.ContextLength:
-		return &skipError{reason: "too large for " + s.model.Name}
+		return &ended{step: endSkip, reason: "too large for " + s.model.Name}
 	case llmcall.Permanent:
-		return &skipError{reason: publicFailure(ctx, c.cfg.Log, "the model provider refused the request", err), failed: true}
+		return &ended{step: endSkip, reason: publicFailure(ctx, c.cfg.Log, "the model provider refused the request", err), failed: true}
 	}
 	// transient: retry with backoff, through admission, bounded
 	if s.fallback && !s.attempt.spent() {
-		return &fallbackError{reason: FallbackProvider, err: err, otherwise: func() error { return c.retryTransient(ctx, s, err) }}
+		return &ended{step: endFallback, fallback: FallbackProvider, err: err, otherwise: func() error { return c.retryTransient(ctx, s, err) }}
 	}
 	return c.retryTransient(ctx, s, err)
 }
 
-// standardLaneError: the batch lane did not answer the job (its batch
-// expired, was cancelled or failed, or the provider failed the
-// request); nothing was billed for it, and it goes to the standard lane.
-type standardLaneError struct{ err error }
-
-func (e *standardLaneError) Error() string { return e.err.Error() }
-func (e *standardLaneError) Unwrap() error { return e.err }
-
 // fromBatch books a job's outcome in the batch lane as call books a
 // synchronous reply: an answer settles the quotas with its usage and
 // its cost at the batch prices; a request the batch did not answer is
-// a *standardLaneError (its quotas released: not billed); one the
+// a standard-lane ending (its quotas released: not billed); one the
 // provider refused is a skip.
 func (c *Caller) fromBatch(ctx context.Context, s callSpec, o batchOutcome) (llm.Response, error) {
 	h := o.Hold.hold()
@@ -436,12 +453,12 @@ func (c *Caller) fromBatch(ctx context.Context, s callSpec, o batchOutcome) (llm
 	switch o.Kind {
 	case "context_length":
 		c.count(s.model.Name, "context_length")
-		return llm.Response{}, &skipError{reason: "too large for " + s.model.Name}
+		return llm.Response{}, &ended{step: endSkip, reason: "too large for " + s.model.Name}
 	case "permanent":
 		c.count(s.model.Name, "failed")
-		return llm.Response{}, &skipError{reason: publicFailure(ctx, c.cfg.Log, "the model provider refused the request", err), failed: true}
+		return llm.Response{}, &ended{step: endSkip, reason: publicFailure(ctx, c.cfg.Log, "the model provider refused the request", err), failed: true}
 	}
-	return llm.Response{}, &standardLaneError{err: err}
+	return llm.Response{}, &ended{step: endStandardLane, err: err}
 }
 
 // retryTransient ends a call the provider failed: retried with backoff
@@ -449,7 +466,7 @@ func (c *Caller) fromBatch(ctx context.Context, s callSpec, o batchOutcome) (llm
 // its budget.
 func (c *Caller) retryTransient(ctx context.Context, s callSpec, err error) error {
 	if s.retried >= s.maxRetry {
-		return &skipError{reason: publicFailure(ctx, c.cfg.Log, fmt.Sprintf("the model provider failed %d times", s.retried+1), err), failed: true}
+		return &ended{step: endSkip, reason: publicFailure(ctx, c.cfg.Log, fmt.Sprintf("the model provider failed %d times", s.retried+1), err), failed: true}
 	}
 	if s.attempt.spent() {
 		return c.giveUp(ctx, s, GaveUpTransient, err)
@@ -470,7 +487,7 @@ func (c *Caller) giveUp(ctx context.Context, s callSpec, reason string, err erro
 	text := s.attempt.gaveUp(whyPublic(reason))
 	c.cfg.Log.WarnContext(ctx, "job gave up: its retry budget is spent", "task", s.ticket.ID, "model", s.model.Name,
 		"reason", reason, "attempts", s.attempt.n, "since", s.attempt.since, "err", err)
-	return &skipError{reason: text, failed: true, gaveUp: reason}
+	return &ended{step: endSkip, reason: text, failed: true, gaveUp: reason}
 }
 
 func (c *Caller) count(model, outcome string) {

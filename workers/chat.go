@@ -243,9 +243,9 @@ func (r *ChatResponder) reply(ctx context.Context, c jobs.Chat, at attempt) (bod
 		return "", "", fmt.Errorf("%w: %v", asynq.SkipRetry, err)
 	}
 	out, err := cfg.Caller.call(ctx, callSpec{ticket: ChatTicket(c), kind: jobs.KindChat, tier: c.Tier, inst: c.PR.Installation, prompt: pm, model: m, retried: retried(ctx), maxRetry: maxRetry(ctx), attempt: at})
-	var skip *skipError
+	var skip *ended
 	switch {
-	case errors.As(err, &skip):
+	case errors.As(err, &skip) && skip.step == endSkip:
 		if skip.gaveUp != "" && cfg.GaveUpFunc != nil {
 			cfg.GaveUpFunc(string(jobs.KindChat), skip.gaveUp)
 		}
