@@ -8,13 +8,18 @@
 //
 // A call runs in explicit steps:
 //
-//	c := llmcall.Begin(ctx, adm, log, model, ticket) // key choice
-//	ctx = c.Calling(ctx, ctx)                        // the charge moves to the call; its write is traced
-//	...                                              // the provider's client sends it
-//	c.Observe(ctx, status, header)                   // way to the provider, arrival, key bucket sync
+//	p := llmcall.New(adm, log, pause)                // once: the admission, the account pause
+//	c := p.Begin(ctx, model, ticket)                 // begin: the key admission charged
+//	rctx := c.Calling(ctx, ctx)                      // the charge moves to the call; its write is traced
+//	...                                              // the provider's client sends it with rctx
+//	c.Observe(ctx, status, header)                   // observe: way, arrival, the key's bucket synced
 //	o := c.Resolve(ctx, llmcall.OutcomeOf(err), err) // an account problem pauses the key or the model
-//	s := model.Settle(o, usage, estimate)            // the one settle rule
-//	c.Settle(ctx, s.Bucket)                          // and the bucket settles
+//	st := model.Settle(o, usage, estimate, batch)    // settle: the one rule
+//	c.Settle(ctx, st.Bucket)                         // the bucket; st says what the quotas keep, the price, the lane
+//
+// The workers' Caller runs these around package llm's client; the
+// gateway runs them around its relay of the raw reply, read with
+// ReplyOutcome. FromConfig builds the Model from the configuration.
 //
 // It does not own admission (the order, the buckets' scripts: package
 // admission and ratelimit), the provider's client (package llm, or the
