@@ -288,7 +288,7 @@ func (c *Caller) reserveQuota(ctx context.Context, s callSpec, q Quota) (quotaHo
 		inPrice, outPrice := s.model.call().QuotaPrices(s.lane == LaneBatch)
 		if !ok || outPrice <= 0 {
 			settle(ctx, cfg.Ledger, log, s.ticket, ratelimit.Cost{})
-			c.settleQuota(ctx, s, q, h, 0, 0)
+			c.settleQuota(ctx, s, q, h, llmcall.Settlement{})
 			return quotaHold{}, &ended{step: endSkip, reason: "model " + model + " has no prices for the tier's dollar quota", failed: true}
 		}
 		dagent := ""
@@ -314,35 +314,18 @@ func (c *Caller) reserveQuota(ctx context.Context, s callSpec, q Quota) (quotaHo
 	return h, nil
 }
 
-// settleQuota settles a call's quotas with its usage: tokens, and its
-// cost in nano-dollars; -1 counts a reservation in full (the provider
-// may have run the call).
-func (c *Caller) settleQuota(ctx context.Context, s callSpec, q Quota, h quotaHold, tokens, nano int64) {
-	for _, sg := range []struct {
-		g      *ratelimit.Grant
-		actual int64
-	}{{h.tokens, tokens}, {h.dollars, nano}} {
-		if sg.g == nil {
-			continue
-		}
-		actual := sg.actual
-		if actual < 0 {
-			actual = sg.g.Reserved
-		}
-		if err := q.Settle(ctx, *sg.g, actual); err != nil && !errors.Is(err, ratelimit.ErrNotReserved) {
-			c.cfg.Log.WarnContext(ctx, "could not settle the quota; the reservation counts in full until it expires", "task", s.ticket.ID, "err", err)
-		}
+// settleQuota settles a call's quotas as st says (the zero Settlement:
+// all given back), by llmcall's one rule.
+func (c *Caller) settleQuota(ctx context.Context, s callSpec, q Quota, h quotaHold, st llmcall.Settlement) {
+	if err := llmcall.SettleQuotas(ctx, q, h.tokens, h.dollars, st); err != nil {
+		c.cfg.Log.WarnContext(ctx, "could not settle the quota; the reservation counts in full until it expires", "task", s.ticket.ID, "err", err)
 	}
 }
 
 // booked books a call's settlement: its quotas settled, the call
 // counted by its outcome, a priced answer's cost added up by its lane.
 func (c *Caller) booked(ctx context.Context, s callSpec, q Quota, h quotaHold, o llmcall.Outcome, st llmcall.Settlement) {
-	tokens, nano := st.Tokens, st.Nano
-	if st.InFull {
-		tokens, nano = -1, -1
-	}
-	c.settleQuota(ctx, s, q, h, tokens, nano)
+	c.settleQuota(ctx, s, q, h, st)
 	c.count(s.model.Name, o.String())
 	if c.cfg.CostFunc != nil && st.Dollars > 0 {
 		c.cfg.CostFunc(s.model.Name, string(s.tier), st.Lane, s.inst, st.Dollars)
@@ -448,7 +431,7 @@ func (c *Caller) fromBatch(ctx context.Context, s callSpec, o batchOutcome) (llm
 		c.booked(ctx, s, c.cfg.BatchQuota, h, llmcall.OK, s.model.call().Settle(llmcall.OK, o.Response, s.ticket.Tokens, true))
 		return *o.Response, nil
 	}
-	c.settleQuota(ctx, s, c.cfg.BatchQuota, h, 0, 0)
+	c.settleQuota(ctx, s, c.cfg.BatchQuota, h, llmcall.Settlement{})
 	err := fmt.Errorf("batch %s: %s", o.Batch, o.Message)
 	switch o.Kind {
 	case "context_length":

@@ -624,7 +624,7 @@ func (g *Gateway) admitUntil(w http.ResponseWriter, r *http.Request, q *request,
 	}
 	// nothing was sent: the key's quota and tpm get their reservations
 	// back before the reply describes them
-	g.settleQuota(bg, q, amounts{})
+	g.settleQuota(bg, q, llmcall.Settlement{})
 	if q.tpm != nil {
 		g.settleTPM(bg, q, 0)
 	}

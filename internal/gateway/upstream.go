@@ -222,7 +222,7 @@ func (g *Gateway) streamBrokeOff(ctx context.Context, w http.ResponseWriter, r *
 // quota and the key's tpm get their whole reservations back.
 func (g *Gateway) settleNothing(ctx context.Context, q *request) {
 	g.settleBucket(ctx, q, ratelimit.Cost{})
-	g.settleQuota(ctx, q, amounts{})
+	g.settleQuota(ctx, q, llmcall.Settlement{})
 	if q.tpm != nil {
 		g.settleTPM(ctx, q, 0)
 	}
@@ -437,12 +437,8 @@ func (g *Gateway) settle(ctx context.Context, q *request, u *usage, ran bool) {
 		o = llmcall.Transient
 	}
 	st := g.calls[q.model].Settle(o, r, q.est, false)
-	spent := amounts{tokens: st.Tokens, nano: st.Nano}
-	if st.InFull {
-		spent = q.holds()
-	}
 	g.settleBucket(ctx, q, st.Bucket)
-	g.settleQuota(ctx, q, spent)
+	g.settleQuota(ctx, q, st)
 	if r != nil {
 		g.price(ctx, q, st)
 	}
