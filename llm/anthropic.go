@@ -167,17 +167,6 @@ func classifyAnthropic(err error, h http.Header) error {
 		h = ae.Response.Header
 	}
 	e := &Error{Status: ae.StatusCode, Code: string(ae.Type()), Message: ae.Message, Header: h}
-	switch {
-	case e.Status == 401 || e.Status == 403 || e.Status == 402:
-		e.Kind = ErrAccount
-	case e.Status == http.StatusTooManyRequests:
-		e.Kind = ErrRateLimited
-	case e.Status == http.StatusRequestEntityTooLarge || strings.Contains(strings.ToLower(e.Message), "prompt is too long"):
-		e.Kind = ErrContextLength
-	case e.Status >= 500 || e.Status == http.StatusRequestTimeout || e.Status == 0:
-		e.Kind = ErrTransient
-	default:
-		e.Kind = ErrPermanent
-	}
+	e.Kind = KindOf(e.Status, e.Code, "", e.Message, false)
 	return e
 }

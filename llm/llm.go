@@ -332,23 +332,45 @@ func chatResponse(resp openai.ChatCompletionResponse, h http.Header) (Response, 
 		ServiceTier: string(resp.ServiceTier), Header: h}, nil
 }
 
-// flexRefusal reads a flex call's failure: a 429 saying flex has no
-// capacity (OpenAI's "Resource Unavailable"), or a 400 naming the
-// service tier (a model flex does not serve), is ErrFlexUnavailable; a
-// 429 for a rate limit stays ErrRateLimited (the provider counted it),
-// and anything else is as classified.
+// flexRefusal reads a flex call's failure by KindOf's flex rule: a 429
+// saying flex has no capacity, or a 400 naming the service tier, is
+// ErrFlexUnavailable; anything else is as classified.
 func flexRefusal(err error) error {
 	var e *Error
-	if !errors.As(err, &e) {
-		return err
-	}
-	text := strings.ToLower(e.Code + " " + e.Message)
-	switch {
-	case errors.Is(e.Kind, ErrRateLimited) && (strings.Contains(text, "resource_unavailable") || strings.Contains(text, "resource unavailable")),
-		errors.Is(e.Kind, ErrPermanent) && e.Status == http.StatusBadRequest && strings.Contains(text, "service_tier"):
+	if errors.As(err, &e) && KindOf(e.Status, e.Code, "", e.Message, true) == ErrFlexUnavailable {
 		e.Kind = ErrFlexUnavailable
 	}
 	return err
+}
+
+// KindOf sorts a provider's failure by its HTTP status and its error's
+// code, type and message: the one rule every path that calls a provider
+// (this package's clients, the gateway's relay) goes by. flex: the call
+// asked for flex processing, whose refusals (a 429 "resource
+// unavailable", a 400 naming the service tier) are not billed.
+//
+// 401, 402 and 403 (a refused, unpaid or unpermitted credential) and
+// insufficient_quota are the account's; 429 goes back to admission; 413
+// and a prompt over the context window do not fit; 5xx, 408 and no
+// status are transient; any other 4xx is permanent.
+func KindOf(status int, code, typ, message string, flex bool) error {
+	text := strings.ToLower(code + " " + typ + " " + message)
+	switch {
+	case flex && status == http.StatusTooManyRequests && (strings.Contains(text, "resource_unavailable") || strings.Contains(text, "resource unavailable")),
+		flex && status == http.StatusBadRequest && strings.Contains(text, "service_tier"):
+		return ErrFlexUnavailable
+	case code == "insufficient_quota" || typ == "insufficient_quota" || code == "invalid_api_key" ||
+		status == http.StatusUnauthorized || status == http.StatusPaymentRequired || status == http.StatusForbidden:
+		return ErrAccount
+	case status == http.StatusTooManyRequests:
+		return ErrRateLimited
+	case status == http.StatusRequestEntityTooLarge || code == "context_length_exceeded" ||
+		strings.Contains(text, "maximum context length") || strings.Contains(text, "prompt is too long"):
+		return ErrContextLength
+	case status >= 500 || status == http.StatusRequestTimeout || status == 0:
+		return ErrTransient
+	}
+	return ErrPermanent
 }
 
 func classify(err error, h http.Header) error {
@@ -369,31 +391,11 @@ func classify(err error, h http.Header) error {
 		default:
 			e.Code = fmt.Sprint(c)
 		}
-		switch {
-		case e.Code == "insufficient_quota" || apiErr.Type == "insufficient_quota" || e.Code == "invalid_api_key" || e.Status == 401:
-			e.Kind = ErrAccount
-		case e.Status == http.StatusTooManyRequests:
-			e.Kind = ErrRateLimited
-		case e.Code == "context_length_exceeded" || strings.Contains(e.Message, "maximum context length"):
-			e.Kind = ErrContextLength
-		case e.Status >= 500 || e.Status == http.StatusRequestTimeout || e.Status == 0:
-			e.Kind = ErrTransient
-		default:
-			e.Kind = ErrPermanent
-		}
+		e.Kind = KindOf(e.Status, e.Code, apiErr.Type, e.Message, false)
 		return e
 	case errors.As(err, &reqErr):
 		e := &Error{Status: reqErr.HTTPStatusCode, Message: reqErr.Error(), Header: h}
-		switch {
-		case reqErr.HTTPStatusCode == http.StatusTooManyRequests:
-			e.Kind = ErrRateLimited
-		case reqErr.HTTPStatusCode == 401 || reqErr.HTTPStatusCode == 403:
-			e.Kind = ErrAccount
-		case reqErr.HTTPStatusCode >= 400 && reqErr.HTTPStatusCode < 500:
-			e.Kind = ErrPermanent
-		default:
-			e.Kind = ErrTransient
-		}
+		e.Kind = KindOf(e.Status, "", "", e.Message, false)
 		return e
 	}
 	// timeouts, connection errors, truncated JSON

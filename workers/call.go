@@ -14,6 +14,7 @@ import (
 	"github.com/prq-dev/prq/admission"
 	"github.com/prq-dev/prq/jobs"
 	"github.com/prq-dev/prq/llm"
+	"github.com/prq-dev/prq/llmcall"
 	"github.com/prq-dev/prq/ratelimit"
 )
 
@@ -81,14 +82,14 @@ type CallerConfig struct {
 // LaneSync is the lane of a call made on the provider's ordinary,
 // synchronous API at its standard price (the lane label of
 // prq_llm_cost_dollars_total).
-const LaneSync = "sync"
+const LaneSync = llmcall.LaneSync
 
 // LaneFlex is the cost lane of calls served by OpenAI's flex processing.
-const LaneFlex = "flex"
+const LaneFlex = llmcall.LaneFlex
 
 // LaneBatch is the cost lane of calls answered through a provider's
 // batch API (OpenAI's Batch API, Anthropic's Message Batches).
-const LaneBatch = "batch"
+const LaneBatch = llmcall.LaneBatch
 
 // chatAgent is the quota agent of chat when its tier has a chat quota.
 const chatAgent = "chat"
@@ -96,7 +97,10 @@ const chatAgent = "chat"
 // Caller makes one admitted LLM call under the tenant's quota and
 // settles the bucket and the quota with what it really used. The file
 // worker and the chat responder share it.
-type Caller struct{ cfg CallerConfig }
+type Caller struct {
+	cfg   CallerConfig
+	proto *llmcall.Protocol
+}
 
 // NewCaller returns a Caller.
 func NewCaller(cfg CallerConfig) (*Caller, error) {
@@ -124,7 +128,7 @@ func NewCaller(cfg CallerConfig) (*Caller, error) {
 		cfg.BatchQuota = cfg.Quota
 	}
 	cfg.Log = logOrDiscard(cfg.Log)
-	return &Caller{cfg: cfg}, nil
+	return &Caller{cfg: cfg, proto: llmcall.New(callAdmission(cfg.Ledger, cfg.Provider), cfg.Log, cfg.PauseFor)}, nil
 }
 
 type callSpec struct {
@@ -140,39 +144,74 @@ type callSpec struct {
 	attempt attempt
 	// fallback: another model may take the job when this one fails it
 	// (the provider failing, the model paused); the caller then gets a
-	// *fallbackError instead of a retry.
+	// fallback ending instead of a retry.
 	fallback bool
 	// flex: the job may be called at flex processing (its tier's lane is
-	// flex and the model serves it); a refusal is a *flexRefusedError.
+	// flex and the model serves it); a refusal is a flex ending.
 	flex bool
 	// lane is LaneBatch for a job of the batch lane (priced at batch
 	// prices), else "".
 	lane string
 }
 
-// flexRefusedError: flex processing refused the call (no capacity, or
-// not for this model); nothing was billed, and the job goes back to
-// admission for the standard lane.
-type flexRefusedError struct{ err error }
-
-func (e *flexRefusedError) Error() string { return e.err.Error() }
-func (e *flexRefusedError) Unwrap() error { return e.err }
-
 // flexFor says whether a job of tier on model m may be called at flex.
 func (c *Caller) flexFor(tier jobs.Tier, m Model) bool {
 	return c.cfg.Tiers[tier].Flex && m.Flex
 }
 
-// skipError ends a job with a recorded reason instead of a result;
-// failed: the call failed (shown as a failure), rather than a file that
-// was skipped for a reason of its own (quota, size).
-type skipError struct {
+// ended is how a job's call ended when it brought no answer, as a value
+// the handler switches on (by step); its Error is what asynq or the log
+// reads.
+type ended struct {
+	step step
+	// err is the provider's failure (a skip or a wait has none).
+	err error
+	// endSkip: the job ends with reason recorded instead of a result;
+	// failed: the call failed (shown as a failure), rather than a file
+	// skipped for a reason of its own (quota, size); gaveUp, when set,
+	// is why it spent its retry budget (GaveUpRateLimited ...).
 	reason string
 	failed bool
-	// gaveUp, when set, is why the job spent its retry budget
-	// (GaveUpRateLimited ...).
 	gaveUp string
+	// endWait: the tenant's quota is spent until it resets at until.
+	until time.Time
+	// endFallback: another model may serve the job (why: FallbackPaused,
+	// FallbackProvider); otherwise ends the call as it would have ended
+	// without fallbacks, when none takes it.
+	fallback  string
+	otherwise func() error
 }
+
+// step is what a job does after a call that brought no answer.
+type step int
+
+const (
+	// endSkip: recorded skipped (or failed); no retry.
+	endSkip step = iota + 1
+	// endWait: waits for the tenant's quota to reset (nothing was
+	// called, the bucket refunded).
+	endWait
+	// endFallback: moves to a fallback model, if one can take it.
+	endFallback
+	// endFlex: flex processing refused the call (nothing billed); back to
+	// admission for the standard lane.
+	endFlex
+	// endStandardLane: the batch lane did not answer (its batch expired,
+	// was cancelled or failed); nothing billed; to the standard lane.
+	endStandardLane
+)
+
+func (e *ended) Error() string {
+	switch e.step {
+	case endSkip:
+		return e.reason
+	case endWait:
+		return "the tenant's quota is spent; waiting until it resets at " + e.until.UTC().Format(time.RFC3339)
+	}
+	return e.err.Error()
+}
+
+func (e *ended) Unwrap() error { return e.err }
 
 // publicFailure is what a pull request may read of a provider failure:
 // a generic sentence and a reference; the details (which can carry
@@ -189,36 +228,6 @@ func newRef() string {
 		return "unknown"
 	}
 	return hex.EncodeToString(b[:])
-}
-
-func (e *skipError) Error() string { return e.reason }
-
-// quotaWaitError: the tenant's quota is spent until it resets at until;
-// the job waits for it (nothing was called, the bucket refunded).
-type quotaWaitError struct{ until time.Time }
-
-func (e *quotaWaitError) Error() string {
-	return "the tenant's quota is spent; waiting until it resets at " + e.until.UTC().Format(time.RFC3339)
-}
-
-// callMover is a Ledger that moves a job's charge to its call (admission's
-// Scheduler: with a window limiter).
-type callMover interface {
-	Calling(ctx context.Context, model, id string) error
-	// Sent moves it to the request's write, at most after past the
-	// start of Calling (see admission.Scheduler.Sent).
-	Sent(ctx context.Context, model, id string, after time.Duration) error
-	// Arrived bounds the call's way to the provider by way, from its
-	// reply (see admission.Scheduler.Arrived).
-	Arrived(ctx context.Context, model, id string, way time.Duration) error
-}
-
-// wayUnknown holds a model's window margin at its default for a while: a
-// charge stayed short of its call's write.
-func wayUnknown(p Provider, model string) {
-	if b, _ := p.Bucket(model); b != nil {
-		b.WayUnknown()
-	}
 }
 
 // quotaHold is what a call holds of its tenant's quotas: a reservation
@@ -254,11 +263,11 @@ func (c *Caller) reserveQuota(ctx context.Context, s callSpec, q Quota) (quotaHo
 		if !cfg.QuotaSkip && s.kind != jobs.KindChat {
 			if qe.Never() {
 				// no reset lets it through: waiting would last for ever
-				return quotaHold{}, &skipError{reason: "too large for the tier's quota (its call needs more than a whole period's)", failed: true}
+				return quotaHold{}, &ended{step: endSkip, reason: "too large for the tier's quota (its call needs more than a whole period's)", failed: true}
 			}
-			return quotaHold{}, &quotaWaitError{until: qe.Reset}
+			return quotaHold{}, &ended{step: endWait, until: qe.Reset}
 		}
-		return quotaHold{}, &skipError{reason: quotaSkip + ", resets at " + qe.Reset.UTC().Format("2006-01-02 15:04 UTC")}
+		return quotaHold{}, &ended{step: endSkip, reason: quotaSkip + ", resets at " + qe.Reset.UTC().Format("2006-01-02 15:04 UTC")}
 	}
 	if limit > 0 && q != nil {
 		g, err := q.Reserve(ctx, tenant, agent, s.ticket.ID, limit, s.prompt.input, h.maxOut)
@@ -276,16 +285,11 @@ func (c *Caller) reserveQuota(ctx context.Context, s callSpec, q Quota) (quotaHo
 	// prices, the cap cut to what is left
 	if dl := cfg.Tiers[s.tier].QuotaDollars; dl > 0 && q != nil {
 		dq, ok := q.(DollarQuota)
-		// the input at its dearest price (a cache write may cost more)
-		pr := s.model.Prices
-		if s.lane == LaneBatch {
-			pr = pr.Batch()
-		}
-		inPrice, outPrice := ratelimit.NanoPerToken(max(pr.Input, pr.CachedInput, pr.CacheWrite)), ratelimit.NanoPerToken(pr.Output)
+		inPrice, outPrice := s.model.call().QuotaPrices(s.lane == LaneBatch)
 		if !ok || outPrice <= 0 {
 			settle(ctx, cfg.Ledger, log, s.ticket, ratelimit.Cost{})
-			c.settleQuota(ctx, s, q, h, 0, 0)
-			return quotaHold{}, &skipError{reason: "model " + model + " has no prices for the tier's dollar quota", failed: true}
+			c.settleQuota(ctx, s, q, h, llmcall.Settlement{})
+			return quotaHold{}, &ended{step: endSkip, reason: "model " + model + " has no prices for the tier's dollar quota", failed: true}
 		}
 		dagent := ""
 		if cfg.QuotaPerKind {
@@ -310,233 +314,134 @@ func (c *Caller) reserveQuota(ctx context.Context, s callSpec, q Quota) (quotaHo
 	return h, nil
 }
 
-// settleQuota settles a call's quotas with its usage: tokens, and its
-// cost in nano-dollars; -1 counts a reservation in full (the provider
-// may have run the call).
-func (c *Caller) settleQuota(ctx context.Context, s callSpec, q Quota, h quotaHold, tokens, nano int64) {
-	for _, sg := range []struct {
-		g      *ratelimit.Grant
-		actual int64
-	}{{h.tokens, tokens}, {h.dollars, nano}} {
-		if sg.g == nil {
-			continue
-		}
-		actual := sg.actual
-		if actual < 0 {
-			actual = sg.g.Reserved
-		}
-		if err := q.Settle(ctx, *sg.g, actual); err != nil && !errors.Is(err, ratelimit.ErrNotReserved) {
-			c.cfg.Log.WarnContext(ctx, "could not settle the quota; the reservation counts in full until it expires", "task", s.ticket.ID, "err", err)
-		}
+// settleQuota settles a call's quotas as st says (the zero Settlement:
+// all given back), by llmcall's one rule.
+func (c *Caller) settleQuota(ctx context.Context, s callSpec, q Quota, h quotaHold, st llmcall.Settlement) {
+	if err := llmcall.SettleQuotas(ctx, q, h.tokens, h.dollars, st); err != nil {
+		c.cfg.Log.WarnContext(ctx, "could not settle the quota; the reservation counts in full until it expires", "task", s.ticket.ID, "err", err)
 	}
 }
 
-// booked books a call the provider answered: its quotas settled with
-// its usage and cost, the call counted, its cost added up at the prices
-// of the lane that served it.
-func (c *Caller) booked(ctx context.Context, s callSpec, q Quota, h quotaHold, resp llm.Response) {
-	prices, lane := s.model.Prices.Of(resp), LaneSync
-	switch {
-	case s.lane == LaneBatch:
-		prices, lane = s.model.Prices.Batch(), LaneBatch
-	case resp.ServiceTier == llm.ServiceTierFlex:
-		lane = LaneFlex
-	}
-	c.settleQuota(ctx, s, q, h, resp.PromptTokens+resp.OutputTokens, ratelimit.NanoCost(prices.Cost(resp)))
-	c.count(s.model.Name, "ok")
-	if c.cfg.CostFunc != nil && !prices.Zero() {
-		c.cfg.CostFunc(s.model.Name, string(s.tier), lane, s.inst, prices.Cost(resp))
+// booked books a call's settlement: its quotas settled, the call
+// counted by its outcome, a priced answer's cost added up by its lane.
+func (c *Caller) booked(ctx context.Context, s callSpec, q Quota, h quotaHold, o llmcall.Outcome, st llmcall.Settlement) {
+	c.settleQuota(ctx, s, q, h, st)
+	c.count(s.model.Name, o.String())
+	if c.cfg.CostFunc != nil && st.Dollars > 0 {
+		c.cfg.CostFunc(s.model.Name, string(s.tier), st.Lane, s.inst, st.Dollars)
 	}
 }
 
-// call makes the call. Failures come back classified: a skip (quota, too
-// large, permanent), a return to admission (429, account problems,
-// transient failures with backoff).
+// call makes the call: the tenant's quota reserved, the call sent and
+// settled by llmcall's protocol, its outcome concluded (conclude).
 func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
-	cfg, log := &c.cfg, c.cfg.Log
-	model := s.model.Name
-	if cfg.Gate != nil {
-		if err := cfg.Gate(ctx, s.ticket); err != nil {
+	if c.cfg.Gate != nil {
+		if err := c.cfg.Gate(ctx, s.ticket); err != nil {
 			return llm.Response{}, err
 		}
 	}
-	hold, err := c.reserveQuota(ctx, s, cfg.Quota)
+	hold, err := c.reserveQuota(ctx, s, c.cfg.Quota)
 	if err != nil {
 		return llm.Response{}, err
 	}
-	maxOut := hold.maxOut
-	// the key admission charged: the call uses it, and its bucket takes
-	// the provider's headers
-	key, err := cfg.Ledger.KeyOf(ctx, model, s.ticket.ID)
-	if err != nil {
-		key = 0
-		log.WarnContext(ctx, "could not read which key the job was admitted on; calling with the first", "task", s.ticket.ID, "model", model, "err", err)
+	resp, o, err := c.send(ctx, s, hold.maxOut)
+	var r *llm.Response
+	if o == llmcall.OK {
+		r = &resp
 	}
-	bucket, _ := cfg.Provider.Bucket(model)
-	if bucket != nil {
-		bucket = bucket.ForKey(key) // nil: a key this process does not have
-	}
+	c.booked(ctx, s, c.cfg.Quota, hold, o, s.model.call().Settle(o, r, s.ticket.Tokens, false))
+	return resp, c.conclude(ctx, s, o, err)
+}
+
+// send makes the admitted call in llmcall's steps (the key, the charge
+// moved to the call, the reply observed, the pause policy) and settles
+// its bucket; the outcome is what the handler goes by.
+func (c *Caller) send(ctx context.Context, s callSpec, maxOut int64) (llm.Response, llmcall.Outcome, error) {
+	m := s.model.call()
+	call := c.proto.Begin(ctx, m, s.ticket.ID)
 	req := s.prompt.request(s.model, maxOut)
-	req.Key, req.FirstByte = key, s.model.FirstByte // a flex call has none (llm)
+	req.Key, req.FirstByte = call.Key(), s.model.FirstByte // a flex call has none (llm)
 	if s.flex {
 		req.ServiceTier = llm.ServiceTierFlex
 	}
-	callingStart := time.Now()
-	var sent, arrived func(time.Duration)
-	if cl, ok := cfg.Ledger.(callMover); ok {
-		// the charge moves to the call: a window counts it from now, a
-		// bucket counts what the provider has not seen yet
-		if err := cl.Calling(ctx, model, s.ticket.ID); err != nil {
-			wayUnknown(cfg.Provider, model)
-			log.WarnContext(ctx, "could not move the job's charge to its call; the window margin, at its default for two windows (a bucket: the start's correction), covers the difference", "task", s.ticket.ID, "model", model, "err", err)
-		}
-		// and a window's, again, to the request's write
-		sent = func(after time.Duration) {
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			if err := cl.Sent(sctx, model, s.ticket.ID, after); err != nil {
-				wayUnknown(cfg.Provider, model)
-				log.WarnContext(ctx, "could not move the job's charge to its request's write; the window margin, at its default for two windows, covers the difference", "task", s.ticket.ID, "model", model, "err", err)
-			}
-		}
-		// and the reply bounds when the provider counted it
-		arrived = func(way time.Duration) {
-			if err := cl.Arrived(ctx, model, s.ticket.ID, way); err != nil {
-				log.WarnContext(ctx, "could not record the call's way to the provider; its charge counts the window margin past its write", "task", s.ticket.ID, "model", model, "err", err)
-			}
-		}
-	}
-	cctx, trace := admission.TraceCall(ctx, callingStart, sent)
-	callStart := time.Now()
-	resp, err := cfg.LLM.Complete(cctx, req)
-	sync := func(status int, h http.Header) {
-		if mb, _ := cfg.Provider.Bucket(model); mb != nil {
-			// the request's way to the provider, for a window's margin
-			if way, ok := trace.Way(h); ok {
-				mb.ObserveWay(way)
-				if arrived != nil {
-					arrived(way)
-				}
-			}
-		}
-		if bucket == nil {
-			return
-		}
-		if _, err := bucket.Sync(ctx, status, h, time.Since(callStart)); err != nil {
-			log.WarnContext(ctx, "could not sync the key's bucket with the provider's headers; admission goes by its own count", "model", model, "key", key, "err", err)
-		}
-	}
-	settleQuota := func(tokens, nano int64) { c.settleQuota(ctx, s, cfg.Quota, hold, tokens, nano) }
-	if err == nil {
-		sync(http.StatusOK, resp.Header)
-		settle(ctx, cfg.Ledger, log, s.ticket, limitedUsage(s.model, resp))
-		c.booked(ctx, s, cfg.Quota, hold, resp)
-		return resp, nil
-	}
+	resp, err := c.cfg.LLM.Complete(call.Calling(ctx, ctx), req)
+	o := llmcall.OutcomeOf(err)
 	var le *llm.Error
-	if errors.As(err, &le) && le.Header != nil && !errors.Is(err, llm.ErrFlexUnavailable) {
-		// (a flex refusal hit no limit: its 429 must not empty the bucket)
-		sync(le.Status, le.Header)
-	}
 	switch {
-	case errors.Is(err, llm.ErrFlexUnavailable):
-		// not billed, not counted by the provider: all refunded
-		settleQuota(0, 0)
-		settle(ctx, cfg.Ledger, log, s.ticket, ratelimit.Cost{})
-		c.count(model, "flex_unavailable")
-		return llm.Response{}, &flexRefusedError{err: err}
-	case errors.Is(err, llm.ErrRateLimited):
-		settleQuota(0, 0)
-		c.count(model, "rate_limited")
+	case err == nil:
+		call.Observe(ctx, http.StatusOK, resp.Header)
+	case o != llmcall.FlexRefused && errors.As(err, &le):
+		call.Observe(ctx, le.Status, le.Header)
+	}
+	o = call.Resolve(ctx, o, err)
+	var r *llm.Response
+	if o == llmcall.OK {
+		r = &resp
+	}
+	call.Settle(ctx, m.Settle(o, r, s.ticket.Tokens, false).Bucket)
+	return resp, o, err
+}
+
+// conclude turns a call's outcome into the job's next step: done, a
+// skip (too large, permanent), a return to admission (429, account
+// problems, transient failures with backoff), a fallback, the standard
+// lane (a flex refusal), or giving up past the retry budget.
+func (c *Caller) conclude(ctx context.Context, s callSpec, o llmcall.Outcome, err error) error {
+	switch o {
+	case llmcall.OK:
+		return nil
+	case llmcall.FlexRefused:
+		return &ended{step: endFlex, err: err}
+	case llmcall.RateLimited:
 		if s.attempt.spent() {
-			return llm.Response{}, c.giveUp(ctx, s, GaveUpRateLimited, err)
+			return c.giveUp(ctx, s, GaveUpRateLimited, err)
 		}
 		// the bucket is empty until the provider's retry time: wait there
-		return llm.Response{}, backToAdmission(ctx, cfg.Requeue, s.ticket, 0, err)
-	case errors.Is(err, llm.ErrAccount):
-		settleQuota(0, 0)
-		c.count(model, "account")
-		if bucket != nil && bucket.Keys() > 1 {
-			// one key's account: its jobs go to the others meanwhile
-			log.ErrorContext(ctx, "provider account problem: pausing the key's admissions", "model", model, "key", key, "key_hash", bucket.KeyLabel(key), "pause", cfg.PauseFor, "err", err)
-			if perr := cfg.Provider.PauseKey(ctx, model, key, err.Error(), cfg.PauseFor); perr != nil {
-				log.ErrorContext(ctx, "could not pause the key's admissions; its jobs keep failing until the account is fixed", "model", model, "key", key, "err", perr)
-			}
-		} else {
-			log.ErrorContext(ctx, "provider account problem: pausing the model's admissions", "model", model, "pause", cfg.PauseFor, "err", err)
-			if perr := cfg.Provider.Pause(ctx, model, err.Error(), cfg.PauseFor); perr != nil {
-				log.ErrorContext(ctx, "could not pause the model's admissions; its jobs keep failing until the account is fixed", "model", model, "err", perr)
-			}
-			if s.fallback && !s.attempt.spent() {
-				// the model serves nobody until the pause ends
-				return llm.Response{}, &fallbackError{reason: FallbackPaused, err: err,
-					otherwise: func() error { return backToAdmission(ctx, cfg.Requeue, s.ticket, 0, err) }}
-			}
+		return backToAdmission(ctx, c.cfg.Requeue, s.ticket, 0, err)
+	case llmcall.AccountModel, llmcall.AccountKey:
+		if o == llmcall.AccountModel && s.fallback && !s.attempt.spent() {
+			// the model serves nobody until the pause ends
+			return &ended{step: endFallback, fallback: FallbackPaused, err: err,
+				otherwise: func() error { return backToAdmission(ctx, c.cfg.Requeue, s.ticket, 0, err) }}
 		}
 		if s.attempt.spent() {
-			return llm.Response{}, c.giveUp(ctx, s, GaveUpAccount, err)
+			return c.giveUp(ctx, s, GaveUpAccount, err)
 		}
-		return llm.Response{}, backToAdmission(ctx, cfg.Requeue, s.ticket, 0, err)
-	case errors.Is(err, llm.ErrContextLength):
-		settleQuota(0, 0)
-		c.count(model, "context_length")
-		return llm.Response{}, &skipError{reason: "too large for " + model}
-	case errors.Is(err, llm.ErrPermanent):
-		settleQuota(0, 0)
-		c.count(model, "failed")
-		return llm.Response{}, &skipError{reason: publicFailure(ctx, log, "the model provider refused the request", err), failed: true}
-	default: // transient: retry with backoff, through admission, bounded
-		// the provider may have run it: count it all, never overshoot
-		settleQuota(-1, -1)
-		c.count(model, "transient")
-		if s.fallback && !s.attempt.spent() {
-			return llm.Response{}, &fallbackError{reason: FallbackProvider, err: err, otherwise: func() error { return c.retryTransient(ctx, s, err) }}
-		}
-		return llm.Response{}, c.retryTransient(ctx, s, err)
+		return backToAdmission(ctx, c.cfg.Requeue, s.ticket, 0, err)
+	case llmcall.ContextLength:
+		return &ended{step: endSkip, reason: "too large for " + s.model.Name}
+	case llmcall.Permanent:
+		return &ended{step: endSkip, reason: publicFailure(ctx, c.cfg.Log, "the model provider refused the request", err), failed: true}
 	}
-}
-
-// limitedUsage is what a call's usage counts toward its model's limits:
-// all of it, but the input read from the prompt cache where the provider
-// does not count that (Model.CachedInputFree).
-func limitedUsage(m Model, r llm.Response) ratelimit.Cost {
-	in, out := max(r.PromptTokens, 0), max(r.OutputTokens, 0)
-	if m.CachedInputFree {
-		in = max(in-max(r.CachedTokens, 0), 0)
+	// transient: retry with backoff, through admission, bounded
+	if s.fallback && !s.attempt.spent() {
+		return &ended{step: endFallback, fallback: FallbackProvider, err: err, otherwise: func() error { return c.retryTransient(ctx, s, err) }}
 	}
-	return ratelimit.Cost{Requests: 1, Tokens: in + out, Input: in, Output: out}
+	return c.retryTransient(ctx, s, err)
 }
-
-// standardLaneError: the batch lane did not answer the job (its batch
-// expired, was cancelled or failed, or the provider failed the
-// request); nothing was billed for it, and it goes to the standard lane.
-type standardLaneError struct{ err error }
-
-func (e *standardLaneError) Error() string { return e.err.Error() }
-func (e *standardLaneError) Unwrap() error { return e.err }
 
 // fromBatch books a job's outcome in the batch lane as call books a
 // synchronous reply: an answer settles the quotas with its usage and
 // its cost at the batch prices; a request the batch did not answer is
-// a *standardLaneError (its quotas released: not billed); one the
+// a standard-lane ending (its quotas released: not billed); one the
 // provider refused is a skip.
 func (c *Caller) fromBatch(ctx context.Context, s callSpec, o batchOutcome) (llm.Response, error) {
 	h := o.Hold.hold()
 	if o.Response != nil {
-		c.booked(ctx, s, c.cfg.BatchQuota, h, *o.Response)
+		c.booked(ctx, s, c.cfg.BatchQuota, h, llmcall.OK, s.model.call().Settle(llmcall.OK, o.Response, s.ticket.Tokens, true))
 		return *o.Response, nil
 	}
-	c.settleQuota(ctx, s, c.cfg.BatchQuota, h, 0, 0)
+	c.settleQuota(ctx, s, c.cfg.BatchQuota, h, llmcall.Settlement{})
 	err := fmt.Errorf("batch %s: %s", o.Batch, o.Message)
 	switch o.Kind {
 	case "context_length":
 		c.count(s.model.Name, "context_length")
-		return llm.Response{}, &skipError{reason: "too large for " + s.model.Name}
+		return llm.Response{}, &ended{step: endSkip, reason: "too large for " + s.model.Name}
 	case "permanent":
 		c.count(s.model.Name, "failed")
-		return llm.Response{}, &skipError{reason: publicFailure(ctx, c.cfg.Log, "the model provider refused the request", err), failed: true}
+		return llm.Response{}, &ended{step: endSkip, reason: publicFailure(ctx, c.cfg.Log, "the model provider refused the request", err), failed: true}
 	}
-	return llm.Response{}, &standardLaneError{err: err}
+	return llm.Response{}, &ended{step: endStandardLane, err: err}
 }
 
 // retryTransient ends a call the provider failed: retried with backoff
@@ -544,7 +449,7 @@ func (c *Caller) fromBatch(ctx context.Context, s callSpec, o batchOutcome) (llm
 // its budget.
 func (c *Caller) retryTransient(ctx context.Context, s callSpec, err error) error {
 	if s.retried >= s.maxRetry {
-		return &skipError{reason: publicFailure(ctx, c.cfg.Log, fmt.Sprintf("the model provider failed %d times", s.retried+1), err), failed: true}
+		return &ended{step: endSkip, reason: publicFailure(ctx, c.cfg.Log, fmt.Sprintf("the model provider failed %d times", s.retried+1), err), failed: true}
 	}
 	if s.attempt.spent() {
 		return c.giveUp(ctx, s, GaveUpTransient, err)
@@ -565,11 +470,39 @@ func (c *Caller) giveUp(ctx context.Context, s callSpec, reason string, err erro
 	text := s.attempt.gaveUp(whyPublic(reason))
 	c.cfg.Log.WarnContext(ctx, "job gave up: its retry budget is spent", "task", s.ticket.ID, "model", s.model.Name,
 		"reason", reason, "attempts", s.attempt.n, "since", s.attempt.since, "err", err)
-	return &skipError{reason: text, failed: true, gaveUp: reason}
+	return &ended{step: endSkip, reason: text, failed: true, gaveUp: reason}
 }
 
 func (c *Caller) count(model, outcome string) {
 	if c.cfg.CountFunc != nil {
 		c.cfg.CountFunc(model, outcome)
 	}
+}
+
+// ledgerAdmission is admission as llmcall sees it, from the Caller's
+// Ledger and Provider.
+type ledgerAdmission struct {
+	Ledger
+	Provider
+}
+
+// moverAdmission is one whose Ledger also moves a charge to its call
+// (admission's Scheduler).
+type moverAdmission struct {
+	ledgerAdmission
+	llmcall.Mover
+}
+
+// callAdmission is l and p as one llmcall.Admission, a Mover when l is.
+func callAdmission(l Ledger, p Provider) llmcall.Admission {
+	a := ledgerAdmission{Ledger: l, Provider: p}
+	if mv, ok := l.(llmcall.Mover); ok {
+		return moverAdmission{ledgerAdmission: a, Mover: mv}
+	}
+	return a
+}
+
+// call is what llmcall needs of m.
+func (m Model) call() llmcall.Model {
+	return llmcall.Model{Name: m.Name, Prices: m.Prices, CachedInputFree: m.CachedInputFree}
 }

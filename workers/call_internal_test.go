@@ -80,8 +80,8 @@ func TestCallTransientBacksOffThroughAdmission(t *testing.T) {
 			if !errors.Is(err, llm.ErrTransient) || !IsFailure(err) {
 				t.Fatalf("call = %v, want the transient failure, counted", err)
 			}
-			var skip *skipError
-			if errors.As(err, &skip) {
+			var skip *ended
+			if errors.As(err, &skip) && skip.step == endSkip {
 				t.Fatalf("a transient failure with retries left was recorded as final: %v", err)
 			}
 			if len(adm.at) != 1 || adm.at[0].Before(before.Add(4*time.Hour)) {
@@ -110,8 +110,8 @@ func TestCallTransientWithinBudgetOnly(t *testing.T) {
 	_, err = c.call(context.Background(), callSpec{ticket: admission.Ticket{ID: "summary-x", Model: "gpt-4o-mini"},
 		model: Model{Name: "gpt-4o-mini"}.withDefaults(), retried: 2, maxRetry: 8,
 		attempt: attempt{n: 5, since: now.Add(-time.Minute), now: now, budget: RetryBudget{MaxAttempts: 5, MaxAge: time.Hour}}})
-	var skip *skipError
-	if !errors.As(err, &skip) || skip.gaveUp != GaveUpTransient || !skip.failed {
+	var skip *ended
+	if !errors.As(err, &skip) || skip.step != endSkip || skip.gaveUp != GaveUpTransient || !skip.failed {
 		t.Fatalf("call = %v, want a failed result that gave up (transient)", err)
 	}
 	if want := "gave up after 5 attempts over 1m0s: the provider kept failing"; skip.reason != want {

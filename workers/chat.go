@@ -176,85 +176,117 @@ func (r *ChatResponder) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	return err
 }
 
+// answer answers a comment once: its reply drafted (called, or
+// refused), posted, and recorded as posted.
 func (r *ChatResponder) answer(ctx context.Context, c jobs.Chat, at attempt) error {
-	cfg, log := &r.cfg, r.cfg.Log
-	ticket := ChatTicket(c)
 	what := "reply:" + strconv.FormatInt(c.CommentID, 10)
-	if id, err := cfg.Replies.Posted(ctx, c.PR, what); err != nil {
+	if id, err := r.cfg.Replies.Posted(ctx, c.PR, what); err != nil {
 		return err
 	} else if id != 0 {
 		return nil // answered already
 	}
-	body, err := cfg.Drafts.Draft(ctx, c.PR, what)
-	if err != nil {
+	body, apology, err := r.draft(ctx, c, at, what)
+	if err != nil || body == "" {
 		return err
 	}
-	apology := "" // the PR's one apology for a spent quota, once posted
+	id, posted, err := r.post(ctx, c, at, body)
+	if !posted {
+		return err
+	}
+	return r.recordPosted(ctx, c, what, apology, id)
+}
+
+// draft is the reply to post, kept as a draft so that a retried post
+// makes no second call: the one drafted already, a refusal, or the
+// model's answer (or an apology for a skipped call: apology names it).
+// An empty body with no error: nothing to post (the PR was told).
+func (r *ChatResponder) draft(ctx context.Context, c jobs.Chat, at attempt, what string) (body, apology string, err error) {
+	cfg := &r.cfg
+	body, err = cfg.Drafts.Draft(ctx, c.PR, what)
 	switch {
+	case err != nil:
+		return "", "", err
 	case body != "" && !c.Refusal:
 		// a retry posting the reply drafted already: it came back through
 		// admission but makes no call, so its reservation is all refunded
-		settle(ctx, cfg.Ledger, log, ticket, ratelimit.Cost{})
+		settle(ctx, cfg.Ledger, cfg.Log, ChatTicket(c), ratelimit.Cost{})
+		return body, "", nil
 	case body != "":
+		return body, "", nil
 	case c.Refusal:
 		body = refusal(c)
-		if !c.Review {
-			body = fmt.Sprintf("@%s %s", c.Author, body)
-		}
-		if err := cfg.Drafts.SetDraft(ctx, c.PR, what, body); err != nil {
-			return err
-		}
 	default:
-		m, ok := cfg.Models[c.Model]
-		if !ok {
-			return fmt.Errorf("%w: model %q is not configured", asynq.SkipRetry, c.Model)
-		}
-		pm, err := buildChatPrompt(c, m, r.tok[c.Model])
-		if err != nil {
-			return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
-		}
-		out, err := cfg.Caller.call(ctx, callSpec{ticket: ticket, kind: jobs.KindChat, tier: c.Tier, inst: c.PR.Installation, prompt: pm, model: m, retried: retried(ctx), maxRetry: maxRetry(ctx), attempt: at})
-		var skip *skipError
-		switch {
-		case errors.As(err, &skip):
-			if skip.gaveUp != "" && cfg.GaveUpFunc != nil {
-				cfg.GaveUpFunc(string(jobs.KindChat), skip.gaveUp)
-			}
-			if strings.HasPrefix(skip.reason, quotaSkip) {
-				// one apology per PR and quota window, not one per comment
-				apology = "chat-quota:" + skip.reason
-				if id, err := cfg.Replies.Posted(ctx, c.PR, apology); err != nil {
-					return err
-				} else if id != 0 {
-					log.InfoContext(ctx, "chat over quota; the PR was told already", "pr", c.PR.String(), "comment", c.CommentID)
-					return nil
-				}
-			}
-			body = "Sorry, I can't answer right now: " + skip.reason + "."
-		case err != nil:
-			return err
-		default:
-			// the model's text, inert: no live mention, image, HTML or
-			// outside link (the asker's mention below is prq's own)
-			body = safemd.Text(out.Text, c.PR.Owner+"/"+c.PR.Repo)
-		}
-		if !c.Review {
-			body = fmt.Sprintf("@%s %s", c.Author, body)
-		}
-		if err := cfg.Drafts.SetDraft(ctx, c.PR, what, body); err != nil {
-			return err
+		if body, apology, err = r.reply(ctx, c, at); err != nil || body == "" {
+			return "", "", err
 		}
 	}
+	if !c.Review {
+		body = fmt.Sprintf("@%s %s", c.Author, body)
+	}
+	if err := cfg.Drafts.SetDraft(ctx, c.PR, what, body); err != nil {
+		return "", "", err
+	}
+	return body, apology, nil
+}
+
+// reply calls the model: its text, made inert, or an apology for a
+// skipped call (once per PR and quota window: apology names it; an
+// empty body when the PR was told already).
+func (r *ChatResponder) reply(ctx context.Context, c jobs.Chat, at attempt) (body, apology string, err error) {
+	cfg := &r.cfg
+	m, ok := cfg.Models[c.Model]
+	if !ok {
+		return "", "", fmt.Errorf("%w: model %q is not configured", asynq.SkipRetry, c.Model)
+	}
+	pm, err := buildChatPrompt(c, m, r.tok[c.Model])
+	if err != nil {
+		return "", "", fmt.Errorf("%w: %v", asynq.SkipRetry, err)
+	}
+	out, err := cfg.Caller.call(ctx, callSpec{ticket: ChatTicket(c), kind: jobs.KindChat, tier: c.Tier, inst: c.PR.Installation, prompt: pm, model: m, retried: retried(ctx), maxRetry: maxRetry(ctx), attempt: at})
+	var skip *ended
+	switch {
+	case errors.As(err, &skip) && skip.step == endSkip:
+		if skip.gaveUp != "" && cfg.GaveUpFunc != nil {
+			cfg.GaveUpFunc(string(jobs.KindChat), skip.gaveUp)
+		}
+		if strings.HasPrefix(skip.reason, quotaSkip) {
+			// one apology per PR and quota window, not one per comment
+			apology = "chat-quota:" + skip.reason
+			if id, err := cfg.Replies.Posted(ctx, c.PR, apology); err != nil {
+				return "", "", err
+			} else if id != 0 {
+				cfg.Log.InfoContext(ctx, "chat over quota; the PR was told already", "pr", c.PR.String(), "comment", c.CommentID)
+				return "", "", nil
+			}
+		}
+		return "Sorry, I can't answer right now: " + skip.reason + ".", apology, nil
+	case err != nil:
+		return "", "", err
+	}
+	// the model's text, inert: no live mention, image, HTML or outside
+	// link (the asker's mention is prq's own)
+	return safemd.Text(out.Text, c.PR.Owner+"/"+c.PR.Repo), "", nil
+}
+
+// threadRoot is the comment a reply to c answers in its thread.
+func threadRoot(c jobs.Chat) int64 {
+	if c.InReplyTo != 0 {
+		return c.InReplyTo
+	}
+	return c.CommentID
+}
+
+// post posts body, paced among the installation's writes, once: a run
+// that posted and crashed before recording is found by its marker.
+// Not posted: the job ends with err (GitHub said wait: back through
+// admission; a failure: retried, the draft kept).
+func (r *ChatResponder) post(ctx context.Context, c jobs.Chat, at attempt, body string) (id int64, posted bool, err error) {
+	cfg := &r.cfg
 	gh, err := cfg.GitHub.Replier(c.PR.Installation)
 	if err != nil {
-		return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
-	}
-	root := c.CommentID
-	if c.InReplyTo != 0 {
-		root = c.InReplyTo
+		return 0, false, fmt.Errorf("%w: %v", asynq.SkipRetry, err)
 	}
 	marker := cfg.Markers.Reply(c.PR.Key(), c.CommentID)
-	var id int64
 	err = cfg.Turns.Do(ctx, c.PR.Installation, ChatWrite, func() error {
 		var err error
 		// a run before this one may have posted and crashed before
@@ -265,39 +297,52 @@ func (r *ChatResponder) answer(ctx context.Context, c jobs.Chat, at attempt) err
 			}
 		}
 		if c.Review {
-			id, err = gh.Reply(ctx, c.PR.Owner, c.PR.Repo, c.PR.Number, root, body+"\n\n"+marker)
+			id, err = gh.Reply(ctx, c.PR.Owner, c.PR.Repo, c.PR.Number, threadRoot(c), body+"\n\n"+marker)
 		} else {
 			id, err = gh.Comment(ctx, c.PR.Owner, c.PR.Repo, c.PR.Number, body+"\n\n"+marker)
 		}
 		return err
 	})
+	if err == nil {
+		return id, true, nil
+	}
+	return 0, false, r.postFailed(ctx, c, at, err)
+}
+
+// postFailed is how a job whose post failed ends: waiting as GitHub
+// said, through admission (the draft is kept, so no second LLM call),
+// stopped for a refused installation, or retried with backoff.
+func (r *ChatResponder) postFailed(ctx context.Context, c jobs.Chat, at attempt, err error) error {
+	cfg, ticket := &r.cfg, ChatTicket(c)
 	var ra *RetryAfterError
 	if errors.As(err, &ra) && c.Refusal && !at.spent() {
 		return err // asynq waits as told (RetryDelay): no admission
 	}
 	if errors.As(err, &ra) && !at.spent() {
-		// GitHub said wait: come back through admission then (the draft
-		// is kept, so no second LLM call)
 		return backToAdmission(ctx, cfg.Requeue, ticket, ra.After, err)
 	}
 	if rerr := r.gate.refused(ctx, c.PR.Installation, err); rerr != err {
 		return rerr
 	}
-	if err != nil {
-		gerr := ghFailed(ctx, log, c.PR, "chat reply", err)
-		if gerr == nil {
-			return nil
-		}
-		if n := retried(ctx); n < maxRetry(ctx) && !at.spent() && !c.Refusal {
-			// asynq holds the task again; its ticket comes back after the backoff
-			if rerr := cfg.Requeue.RegisterAt(ctx, ticket, time.Now().Add(cfg.Backoff*time.Duration(1<<min(n, 8)))); rerr != nil {
-				log.WarnContext(ctx, "could not put the chat reply back in admission; the reconciler adopts the held task", "task", ticket.ID, "err", rerr)
-			}
-		}
-		return gerr
+	gerr := ghFailed(ctx, cfg.Log, c.PR, "chat reply", err)
+	if gerr == nil {
+		return nil
 	}
+	if n := retried(ctx); n < maxRetry(ctx) && !at.spent() && !c.Refusal {
+		// asynq holds the task again; its ticket comes back after the backoff
+		if rerr := cfg.Requeue.RegisterAt(ctx, ticket, time.Now().Add(cfg.Backoff*time.Duration(1<<min(n, 8)))); rerr != nil {
+			cfg.Log.WarnContext(ctx, "could not put the chat reply back in admission; the reconciler adopts the held task", "task", ticket.ID, "err", rerr)
+		}
+	}
+	return gerr
+}
+
+// recordPosted records a posted reply: its thread marked prq's, the
+// PR's apology for its quota, the comment answered.
+func (r *ChatResponder) recordPosted(ctx context.Context, c jobs.Chat, what, apology string, id int64) error {
+	cfg := &r.cfg
 	if c.Review {
-		if err := cfg.Replies.MarkThread(ctx, root); err != nil {
+		if err := cfg.Replies.MarkThread(ctx, threadRoot(c)); err != nil {
 			return err
 		}
 	}

@@ -62,18 +62,6 @@ func after(models map[string]Model, origin, cur string) []string {
 	return nil
 }
 
-// fallbackError: the call failed in a way another model may serve;
-// otherwise ends the call as it would have ended without fallbacks (a
-// retry, a failure recorded), when none takes the job.
-type fallbackError struct {
-	reason    string
-	err       error
-	otherwise func() error
-}
-
-func (e *fallbackError) Error() string { return e.err.Error() }
-func (e *fallbackError) Unwrap() error { return e.err }
-
 // MoveWaiting is the side of admission that moves waiting tickets
 // (admission's Scheduler).
 type MoveWaiting interface {

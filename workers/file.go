@@ -475,40 +475,33 @@ func (w *FileWorker) callModel(ctx context.Context, j *fileJob) error {
 // skipped, or the error for asynq to retry.
 func (w *FileWorker) callFailed(ctx context.Context, j *fileJob, next []string, err error) error {
 	cfg, f, ticket, res := &w.cfg, j.f, j.ticket, j.res
-	var sl *standardLaneError
-	if errors.As(err, &sl) {
-		return w.toStandard(ctx, j.t, f, ticket, sl.err)
+	var e *ended
+	if !errors.As(err, &e) {
+		return err
 	}
-	var skip *skipError
-	var wait *quotaWaitError
-	var fb *fallbackError
-	var fr *flexRefusedError
-	if errors.As(err, &fr) {
+	switch e.step {
+	case endStandardLane:
+		return w.toStandard(ctx, j.t, f, ticket, e.err)
+	case endFlex:
 		// the standard lane from now on: it waits its turn again
 		if serr := cfg.Attempts.SetStandard(ctx, ticket.ID, moveKeep(cfg.Budget)); serr != nil {
-			return fmt.Errorf("%w (and recording the standard lane failed: %v)", fr.err, serr)
+			return fmt.Errorf("%w (and recording the standard lane failed: %v)", e.err, serr)
 		}
-		cfg.Log.InfoContext(ctx, "flex processing refused the call: back to admission for the standard lane", "pr", f.PR.String(), "task", ticket.ID, "model", f.Model, "err", fr.err)
-		return backToAdmission(ctx, cfg.Requeue, ticket, 0, fr.err)
-	}
-	if errors.As(err, &fb) {
-		moved, merr := w.fallBack(ctx, f, ticket, next, fb, j.build)
-		if moved {
+		cfg.Log.InfoContext(ctx, "flex processing refused the call: back to admission for the standard lane", "pr", f.PR.String(), "task", ticket.ID, "model", f.Model, "err", e.err)
+		return backToAdmission(ctx, cfg.Requeue, ticket, 0, e.err)
+	case endFallback:
+		if moved, merr := w.fallBack(ctx, f, ticket, next, e, j.build); moved {
 			return merr
 		}
-		err = fb.otherwise() // no fallback can take it
+		return w.callFailed(ctx, j, nil, e.otherwise()) // no fallback can take it
+	case endWait:
+		return w.waitForQuota(ctx, f, ticket, e.until)
 	}
-	if errors.As(err, &wait) {
-		return w.waitForQuota(ctx, f, ticket, wait.until)
+	res.Skipped, res.Failed = e.reason, e.failed
+	if e.gaveUp != "" && cfg.GaveUpFunc != nil {
+		cfg.GaveUpFunc(string(f.Kind), e.gaveUp)
 	}
-	if errors.As(err, &skip) {
-		res.Skipped, res.Failed = skip.reason, skip.failed
-		if skip.gaveUp != "" && cfg.GaveUpFunc != nil {
-			cfg.GaveUpFunc(string(f.Kind), skip.gaveUp)
-		}
-		return w.complete(ctx, f, res)
-	}
-	return err
+	return w.complete(ctx, f, res)
 }
 
 // answered records the call's answer: a summary's text, or a review's
@@ -612,7 +605,7 @@ func (w *FileWorker) waitForQuota(ctx context.Context, f jobs.File, ticket admis
 // ticket registered under the new model with its own estimate; moved
 // says it was (err, then, is what the handler returns). A job no
 // fallback can take is not moved: it ends as it would have without.
-func (w *FileWorker) fallBack(ctx context.Context, f jobs.File, ticket admission.Ticket, next []string, fb *fallbackError, build func(Model) (prompt, error)) (moved bool, err error) {
+func (w *FileWorker) fallBack(ctx context.Context, f jobs.File, ticket admission.Ticket, next []string, fb *ended, build func(Model) (prompt, error)) (moved bool, err error) {
 	cfg := &w.cfg
 	var paused map[string]string
 	if pr, ok := cfg.Requeue.(interface {
@@ -641,8 +634,8 @@ func (w *FileWorker) fallBack(ctx context.Context, f jobs.File, ticket admission
 			// the reconciler registers it under the recorded model
 			return true, fmt.Errorf("%w (and registering under fallback %s failed: %v)", fb.err, to, err)
 		}
-		w.fellBack(ctx, f, from, to, fb.reason, fb.err)
-		if fb.reason == FallbackPaused && cfg.Paused != nil {
+		w.fellBack(ctx, f, from, to, fb.fallback, fb.err)
+		if fb.fallback == FallbackPaused && cfg.Paused != nil {
 			cfg.Paused()
 		}
 		return true, fmt.Errorf("%w: moved to fallback model %s: %v", errBackToAdmission, to, fb.err)
@@ -656,7 +649,7 @@ func (w *FileWorker) fallBack(ctx context.Context, f jobs.File, ticket admission
 // planned for (planned), to stay there (the mover leaves it).
 func (w *FileWorker) outgrown(ctx context.Context, f jobs.File, planned, ticket admission.Ticket, build func(Model) (prompt, error), perr error) error {
 	cfg := &w.cfg
-	fb := &fallbackError{reason: FallbackPaused, err: perr}
+	fb := &ended{step: endFallback, fallback: FallbackPaused, err: perr}
 	if moved, err := w.fallBack(ctx, f, ticket, after(cfg.Models, planned.Model, f.Model), fb, build); moved {
 		return err
 	}

@@ -280,7 +280,7 @@ func TestFileWorkerLogsWhatAdmissionRefuses(t *testing.T) {
 	if err := newFileWorker(t, st, adm, c, q, log).ProcessTask(ctx, task); err != nil {
 		t.Fatalf("the job failed for admission's bookkeeping: %v", err)
 	}
-	for _, want := range []string{"could not record the job's start", "could not settle the job's use"} {
+	for _, want := range []string{"could not record the job's start", "could not settle the call in admission"} {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("log lacks %q:\n%s", want, logs)
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/prq-dev/prq/admission"
 	"github.com/prq-dev/prq/jobs"
 	"github.com/prq-dev/prq/llm"
+	"github.com/prq-dev/prq/llmcall"
 	"github.com/prq-dev/prq/ratelimit"
 )
 
@@ -60,7 +61,7 @@ func (w *FileWorker) viaBatch(ctx context.Context, t *asynq.Task, f jobs.File, s
 		Due: due.UnixMilli(), Tokens: s.prompt.input, Hold: heldQuota{Tokens: hold.tokens, Dollars: hold.dollars, MaxOut: hold.maxOut}, Handed: now.UnixMilli()}
 	handed, err := lane.hand(ctx, s.model.Name, id, it)
 	if err != nil || !handed {
-		caller.settleQuota(ctx, s, caller.cfg.BatchQuota, hold, 0, 0)
+		caller.settleQuota(ctx, s, caller.cfg.BatchQuota, hold, llmcall.Settlement{})
 		if err != nil {
 			return llm.Response{}, err
 		}

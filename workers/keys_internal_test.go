@@ -453,8 +453,8 @@ func TestFlexRefusalLeavesTheBucket(t *testing.T) {
 	s := admit()
 	s.flex = true
 	_, err = c.call(ctx, s)
-	var fr *flexRefusedError
-	if !errors.As(err, &fr) {
+	var fr *ended
+	if !errors.As(err, &fr) || fr.step != endFlex {
 		t.Fatalf("a refused flex call: %v, want a flex refusal", err)
 	}
 	avail, _, err := b.Available(ctx)

@@ -19,7 +19,8 @@ import (
 // process that runs admission itself (prq gateway --admit), then the
 // upstream recovers. Every request after the burst must be admitted and
 // answered 200 within its wait: nothing the burst leaves behind (a
-// reservation, a penalty, a ticket, a waiter) may stall admission.
+// reservation, a penalty, a ticket, a waiter) may stall admission past
+// the account pause its 401s and 403s set.
 func TestAdmissionContinuesAfterUpstreamErrorBurst(t *testing.T) {
 	t.Parallel()
 	var burst atomic.Bool
@@ -43,7 +44,11 @@ func TestAdmissionContinuesAfterUpstreamErrorBurst(t *testing.T) {
 		fmt.Fprint(w, `{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":1,"total_tokens":10}}`)
 	}))
 	defer up.Close()
-	r := newRigWith(t, rigOpts{upstream: up.URL + "/v1", cfg: func(c *gateway.Config) { c.MaxWait = 20 * time.Second }})
+	r := newRigWith(t, rigOpts{upstream: up.URL + "/v1", cfg: func(c *gateway.Config) {
+		// the burst's 401s and 403s pause the model (llmcall's policy):
+		// briefly here, so the rounds after it wait the pause out
+		c.MaxWait, c.AccountPause = 20*time.Second, time.Second
+	}})
 	secret, _ := r.key(t, gateway.Spec{Name: "burst", Tier: "paid"})
 	// a key with a quota too: its calls in flight hold it, and a hold the
 	// burst left behind would make its later requests wait

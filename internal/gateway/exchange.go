@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/prq-dev/prq/llmcall"
 )
 
 // Every API's request takes one path: front (authenticate, what the key
@@ -99,7 +101,7 @@ func (g *Gateway) proceed(w http.ResponseWriter, r *http.Request, q *request, wa
 	called := false
 	defer func() {
 		if !called {
-			g.settleQuota(context.WithoutCancel(ctx), q, amounts{})
+			g.settleQuota(context.WithoutCancel(ctx), q, llmcall.Settlement{})
 		}
 	}()
 	if q.key.TPM > 0 && !g.takeTPM(w, r, q) {

@@ -22,6 +22,7 @@ import (
 	"github.com/prq-dev/prq/admission"
 	"github.com/prq-dev/prq/internal/bodybudget"
 	"github.com/prq-dev/prq/llm"
+	"github.com/prq-dev/prq/llmcall"
 	"github.com/prq-dev/prq/ratelimit"
 )
 
@@ -46,6 +47,16 @@ type Model struct {
 	Fallbacks []string
 	// Prices price the model's calls from their usage (zero: not priced).
 	Prices llm.Prices
+	// CachedInputFree: the provider does not count input read from its
+	// prompt cache toward the model's limits (Anthropic's ITPM); a
+	// call's cache reads are settled back to the bucket, as the workers
+	// settle theirs (llmcall.Model.Usage).
+	CachedInputFree bool
+}
+
+// call is what llmcall needs of the model named name.
+func (m Model) call(name string) llmcall.Model {
+	return llmcall.Model{Name: name, Keys: len(m.Provider.Keys), Prices: m.Prices, CachedInputFree: m.CachedInputFree}
 }
 
 // quotaReservationTTL bounds how long the reservation of a call whose
@@ -124,6 +135,11 @@ type Config struct {
 	// MaxValues bounds the JSON values of a whole body. Defaults to
 	// 524288.
 	MaxValues int
+	// AccountPause is how long a provider's refusal of the gateway's
+	// credentials (401, 402, 403, insufficient_quota) pauses the model's
+	// admissions, or the key's when the provider has several: the
+	// workers' pause policy (llmcall). Defaults to llmcall.DefaultPause.
+	AccountPause time.Duration
 	// Log defaults to discarding. Requests and replies are never logged.
 	Log *slog.Logger
 }
@@ -146,6 +162,10 @@ type Admission interface {
 	KeyOf(ctx context.Context, model, id string) (int, error)
 	// Paused names the models paused whole or on every key.
 	Paused(ctx context.Context) map[string]string
+	// Pause and PauseKey pause a model's admissions, or one key's: the
+	// provider refused the account (llmcall's pause policy).
+	Pause(ctx context.Context, model, reason string, d time.Duration) error
+	PauseKey(ctx context.Context, model string, key int, reason string, d time.Duration) error
 }
 
 // Waiter waits for a ticket's admission (an *admission.Waiter).
@@ -172,7 +192,9 @@ type Gateway struct {
 	metrics *Metrics
 	log     *slog.Logger
 
-	counters map[string]*counter // by model
+	proto    *llmcall.Protocol        // the steps of every upstream call
+	calls    map[string]llmcall.Model // by model
+	counters map[string]*counter      // by model
 	quotas   map[ratelimit.Period]*ratelimit.Quota
 	held     *ledger
 	tpmMu    sync.Mutex
@@ -239,8 +261,8 @@ func New(cfg Config, keys *Keys, adm Admission, waiter Waiter, rdb redis.Univers
 		return nil, errors.New("gateway: at least one model is required")
 	case keys == nil || adm == nil || waiter == nil || rdb == nil:
 		return nil, errors.New("gateway: keys, admission, waiter and Redis are required")
-	case cfg.MaxWait < 0 || cfg.MinOutput < 0 || cfg.Timeout < 0 || cfg.HeaderTimeout < 0 || cfg.StreamIdle < 0 || cfg.MaxLine < 0:
-		return nil, errors.New("gateway: MaxWait, MinOutput, Timeout, HeaderTimeout, StreamIdle and MaxLine must not be negative")
+	case cfg.MaxWait < 0 || cfg.MinOutput < 0 || cfg.Timeout < 0 || cfg.HeaderTimeout < 0 || cfg.StreamIdle < 0 || cfg.MaxLine < 0 || cfg.AccountPause < 0:
+		return nil, errors.New("gateway: MaxWait, MinOutput, Timeout, HeaderTimeout, StreamIdle, MaxLine and AccountPause must not be negative")
 	case cfg.MaxBody < 0 || cfg.MaxDepth < 0 || cfg.MaxItems < 0 || cfg.MaxValues < 0:
 		return nil, errors.New("gateway: MaxBody, MaxDepth, MaxItems and MaxValues must not be negative")
 	}
@@ -282,7 +304,7 @@ func New(cfg Config, keys *Keys, adm Admission, waiter Waiter, rdb redis.Univers
 	cfg.Models = models // the caller's map is left as it was
 	g := &Gateway{cfg: cfg, keys: keys, adm: adm, waiter: waiter, rdb: rdb, metrics: metrics, log: cfg.Log,
 		counters: map[string]*counter{}, held: newLedger(rdb, quotaReservationTTL), quotas: map[ratelimit.Period]*ratelimit.Quota{}, tpm: map[string]*ratelimit.Bucket{},
-		bodies: bodybudget.New(cfg.MaxBodyBytesInFlight)}
+		bodies: bodybudget.New(cfg.MaxBodyBytesInFlight), proto: llmcall.New(adm, cfg.Log, cfg.AccountPause), calls: map[string]llmcall.Model{}}
 	for name, m := range cfg.Models {
 		if _, ok := adm.Bucket(name); !ok {
 			return nil, fmt.Errorf("gateway: model %s has no admission bucket", name)
@@ -299,7 +321,7 @@ func New(cfg Config, keys *Keys, adm Admission, waiter Waiter, rdb redis.Univers
 			m.Context = 128000
 		}
 		m.MaxOutput = min(m.MaxOutput, m.Context)
-		g.cfg.Models[name] = m
+		g.cfg.Models[name], g.calls[name] = m, m.call(name)
 		tk, err := ratelimit.NewTokenizer(name)
 		if err != nil {
 			return nil, err
@@ -489,6 +511,10 @@ type request struct {
 	// upHeader are headers the upstream call carries besides the
 	// provider's (a Messages client's anthropic-version and -beta)
 	upHeader http.Header
+	// call is the current attempt's upstream call; outcome how its
+	// reply reads (by status, and a 429's body)
+	call    *llmcall.Call
+	outcome llmcall.Outcome
 }
 
 // takeTPM charges the key's tokens-per-minute bucket; over it, the
@@ -598,7 +624,7 @@ func (g *Gateway) admitUntil(w http.ResponseWriter, r *http.Request, q *request,
 	}
 	// nothing was sent: the key's quota and tpm get their reservations
 	// back before the reply describes them
-	g.settleQuota(bg, q, amounts{})
+	g.settleQuota(bg, q, llmcall.Settlement{})
 	if q.tpm != nil {
 		g.settleTPM(bg, q, 0)
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prq-dev/prq/llmcall"
 	"github.com/prq-dev/prq/ratelimit"
 )
 
@@ -61,11 +62,10 @@ func (p dollarPrice) of(input, output int64) amounts {
 // reports that m's calls can be counted in dollars: an output price for
 // a call with output, an input price for one without (embeddings).
 func nanoPrices(m Model, output bool) (p dollarPrice, ok bool) {
-	pr := m.Prices
-	if !pr.Valid() {
+	if !m.Prices.Valid() {
 		return dollarPrice{}, false
 	}
-	p = dollarPrice{in: ratelimit.NanoPerToken(max(pr.Input, pr.CachedInput, pr.CacheWrite)), out: ratelimit.NanoPerToken(pr.Output)}
+	p.in, p.out = llmcall.Model{Prices: m.Prices}.QuotaPrices(false)
 	if output {
 		return p, p.out > 0
 	}
@@ -404,23 +404,14 @@ func (g *Gateway) quotaNow(ctx context.Context, h http.Header, k Key) {
 	}
 }
 
-// settleQuota settles q's reservations with what its call spent of
-// each quota (nothing: all given back), once.
-func (g *Gateway) settleQuota(ctx context.Context, q *request, spent amounts) {
+// settleQuota settles q's reservations as st says (the zero
+// Settlement: all given back), by llmcall's one rule, once.
+func (g *Gateway) settleQuota(ctx context.Context, q *request, st llmcall.Settlement) {
 	if q.grant == nil && q.dgrant == nil {
 		return
 	}
-	quota := g.quotas[q.key.QuotaPeriod]
-	for _, s := range []struct {
-		grant  *ratelimit.Grant
-		actual int64
-	}{{q.grant, spent.tokens}, {q.dgrant, spent.nano}} {
-		if s.grant == nil {
-			continue
-		}
-		if err := quota.Settle(ctx, *s.grant, s.actual); err != nil && !errors.Is(err, ratelimit.ErrNotReserved) {
-			g.log.WarnContext(ctx, "gateway: settling the quota failed; the reservation counts in full until it expires", "key", q.key.ID, "err", err)
-		}
+	if err := llmcall.SettleQuotas(ctx, g.quotas[q.key.QuotaPeriod], q.grant, q.dgrant, st); err != nil {
+		g.log.WarnContext(ctx, "gateway: settling the quota failed; the reservation counts in full until it expires", "key", q.key.ID, "err", err)
 	}
 	if err := g.held.unhold(ctx, q.key.ID, q.id, false); err != nil {
 		g.log.WarnContext(ctx, "gateway: dropping a settled hold failed; the key's waiters count it until it expires", "key", q.key.ID, "err", err)

@@ -13,8 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prq-dev/prq/admission"
 	"github.com/prq-dev/prq/llm"
+	"github.com/prq-dev/prq/llmcall"
 	"github.com/prq-dev/prq/ratelimit"
 )
 
@@ -93,19 +93,12 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, q *request, ex
 	}
 	defer cancel()
 	resp, err := g.call(ctx, cctx, q, op, body)
-	for attempt := 1; err == nil && attempt <= maxRequeues && resp.StatusCode == http.StatusTooManyRequests && time.Now().Before(q.deadline); attempt++ {
+	for attempt := 1; err == nil && attempt <= maxRequeues && q.outcome == llmcall.RateLimited && time.Now().Before(q.deadline); attempt++ {
 		// the provider's limit was reached before ours (its clock runs on
 		// a little after admission): the bucket is penalized until its
 		// retry time; wait in the order again, within the deadline
-		reason, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
 		resp.Body.Close()
-		if bytes.Contains(reason, []byte("insufficient_quota")) {
-			resp, err = replay(resp, reason), nil
-			break
-		}
-		if serr := g.adm.Settle(bg, q.model, q.ticket, ratelimit.Cost{Requests: 1, Tokens: q.est}); serr != nil && !errors.Is(serr, ratelimit.ErrNotReserved) {
-			g.log.WarnContext(ctx, "gateway: settling a refused call failed", "key", q.key.ID, "err", serr)
-		}
+		g.settleBucket(bg, q, g.calls[q.model].Settle(llmcall.RateLimited, nil, q.est, false).Bucket)
 		g.log.InfoContext(ctx, "gateway: provider 429; back through admission", "key", q.key.ID, "model", q.model, "attempt", attempt)
 		q.ticket = fmt.Sprintf("%s-r%d", q.id, attempt)
 		if !g.admit(w, r, q) { // answered, reservations given back
@@ -118,17 +111,13 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, q *request, ex
 	case !failover || ctx.Err() != nil:
 	case errors.As(err, &ns):
 		// never sent: the bucket gets its charge back, the quota's stays
-		if serr := g.adm.Settle(bg, q.model, q.ticket, ratelimit.Cost{}); serr != nil && !errors.Is(serr, ratelimit.ErrNotReserved) {
-			g.log.WarnContext(ctx, "gateway: refunding the bucket failed; it keeps the estimate", "key", q.key.ID, "err", serr)
-		}
+		g.settleBucket(bg, q, ratelimit.Cost{})
 		return true
-	case err == nil && (resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests):
+	case err == nil && (q.outcome == llmcall.Transient || q.outcome == llmcall.RateLimited):
 		// the provider failed it (an error is not billed) or kept
 		// refusing it: the provider counted the request
 		resp.Body.Close()
-		if serr := g.adm.Settle(bg, q.model, q.ticket, ratelimit.Cost{Requests: 1, Tokens: q.est}); serr != nil && !errors.Is(serr, ratelimit.ErrNotReserved) {
-			g.log.WarnContext(ctx, "gateway: settling a failed call failed", "key", q.key.ID, "err", serr)
-		}
+		g.settleBucket(bg, q, g.calls[q.model].Settle(llmcall.Transient, nil, q.est, false).Bucket)
 		return true
 	}
 	if err != nil {
@@ -170,80 +159,47 @@ func copyHeaders(w http.ResponseWriter, resp *http.Response) {
 // back through admission.
 const maxRequeues = 3
 
-// call makes one upstream call and syncs the model's bucket with the
-// provider's rate-limit headers (a 429 penalizes it until the retry time).
+// call makes one upstream call in llmcall's steps: the key admission
+// charged, the charge moved to the call and its write, the reply's way
+// and the key's bucket synced with the provider's headers (a 429
+// penalizes it until the retry time), and the pause policy for a
+// provider that refuses the gateway's credentials.
 func (g *Gateway) call(ctx, cctx context.Context, q *request, op string, body []byte) (*http.Response, error) {
 	m := g.cfg.Models[q.model]
-	p := m.Provider
-	// the key admission charged (several keys: each has its own bucket)
-	key := 0
-	if len(p.Keys) > 1 {
-		k, err := g.adm.KeyOf(ctx, q.model, q.ticket)
-		if err != nil || k < 0 || k >= len(p.Keys) {
-			g.log.WarnContext(ctx, "gateway: could not read which key the request was admitted on; calling with the first", "model", q.model, "err", err)
-			k = 0
-		}
-		key = k
-	}
-	up, err := p.newUpstream(cctx, m.Deployment, op, body, p.Keys[key])
+	c := g.proto.Begin(ctx, g.calls[q.model], q.ticket)
+	q.call = c
+	up, err := m.Provider.newUpstream(cctx, m.Deployment, op, body, m.Provider.Keys[c.Key()])
 	if err != nil {
 		return nil, err
 	}
 	for name, vs := range q.upHeader {
 		up.Header[name] = vs
 	}
-	// the transport writes on its own goroutine; a window counts the
-	// call from its write (see Scheduler.Sent)
-	callingStart := time.Now()
-	model, ticket := q.model, q.ticket // q's ticket changes if the request goes back through admission
-	tctx, trace := admission.TraceCall(up.Context(), callingStart, func(after time.Duration) {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if err := g.adm.Sent(sctx, model, ticket, after); err != nil {
-			g.wayUnknown(model)
-			g.log.WarnContext(ctx, "gateway: could not move the charge to the request's write; the window margin, at its default for two windows, covers the difference", "model", model, "err", err)
-		}
-	})
-	up = up.WithContext(tctx)
-	// the charge moves to the call: the bucket counts what the provider
-	// has not seen, the window counts from here
-	if err := g.adm.Calling(ctx, q.model, q.ticket); err != nil {
-		g.wayUnknown(q.model)
-		g.log.WarnContext(ctx, "gateway: could not move the charge to the call; the window margin, at its default for two windows, covers the difference", "model", q.model, "err", err)
-	}
-	callStart := time.Now()
+	up = up.WithContext(c.Calling(ctx, up.Context()))
 	resp, err := g.cfg.Client.Do(up)
 	if err != nil {
-		if !trace.Wrote() {
+		if !c.Wrote() {
 			return nil, &notSentError{err: err}
 		}
 		return nil, err
 	}
 	g.scrubError(resp)
-	if b, ok := g.adm.Bucket(q.model); ok {
-		// the request's way to the provider, for a window's margin
-		if way, ok := trace.Way(resp.Header); ok {
-			b.ObserveWay(way)
-			// the provider counted the call by its write and that way
-			if err := g.adm.Arrived(context.WithoutCancel(ctx), q.model, q.ticket, way); err != nil {
-				g.log.WarnContext(ctx, "gateway: could not record the call's way to the provider; its charge counts the window margin past its write", "model", q.model, "err", err)
-			}
-		}
-		if kb := b.ForKey(key); kb != nil {
-			if _, err := kb.Sync(context.WithoutCancel(ctx), resp.StatusCode, resp.Header, time.Since(callStart)); err != nil {
-				g.log.WarnContext(ctx, "gateway: could not sync the bucket with the provider's headers", "model", q.model, "err", err)
-			}
-		}
+	q.outcome = llmcall.ReplyOutcome(resp.StatusCode, nil, false)
+	if resp.StatusCode == http.StatusTooManyRequests {
+		// a 429 is read: a limit's, the account's (insufficient_quota),
+		// or flex processing's refusal (which hit no limit)
+		reason, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+		resp.Body.Close()
+		resp = replay(resp, reason)
+		q.outcome = llmcall.ReplyOutcome(resp.StatusCode, reason, true)
+	}
+	if q.outcome != llmcall.FlexRefused {
+		c.Observe(ctx, resp.StatusCode, resp.Header)
+	}
+	if q.outcome.Account() {
+		q.outcome = c.Resolve(ctx, q.outcome, fmt.Errorf("the provider refused the gateway's key: status %d", resp.StatusCode))
 	}
 	return resp, nil
-}
-
-// wayUnknown holds a model's window margin at its default for a while: a
-// charge stayed short of its call's write.
-func (g *Gateway) wayUnknown(model string) {
-	if b, ok := g.adm.Bucket(model); ok && b != nil {
-		b.WayUnknown()
-	}
 }
 
 // notSentError is a call that failed before its request was written
@@ -265,14 +221,32 @@ func (g *Gateway) streamBrokeOff(ctx context.Context, w http.ResponseWriter, r *
 // settleNothing books a call the provider never saw: the bucket, the
 // quota and the key's tpm get their whole reservations back.
 func (g *Gateway) settleNothing(ctx context.Context, q *request) {
-	if err := g.adm.Settle(ctx, q.model, q.ticket, ratelimit.Cost{}); err != nil && !errors.Is(err, ratelimit.ErrNotReserved) {
-		g.log.WarnContext(ctx, "gateway: refunding the bucket failed; it keeps the estimate", "key", q.key.ID, "err", err)
-	}
-	g.settleQuota(ctx, q, amounts{})
+	g.settleBucket(ctx, q, ratelimit.Cost{})
+	g.settleQuota(ctx, q, llmcall.Settlement{})
 	if q.tpm != nil {
 		g.settleTPM(ctx, q, 0)
 	}
 	g.log.InfoContext(ctx, "gateway request not sent", "key", q.key.ID, "model", q.model, "admission_wait", q.waited)
+}
+
+// used counts what a call used by its key, and warns of usage above its
+// reservation: the count missed something the provider counts, and the
+// quota may overshoot by the difference.
+func (g *Gateway) used(ctx context.Context, q *request, u *usage) {
+	g.metrics.used(q.key.ID, u.PromptTokens, u.CompletionTokens)
+	if tokens, reserved := u.PromptTokens+u.CompletionTokens, q.input+q.cap*q.n; tokens > reserved {
+		g.metrics.overshot(q.key.ID, tokens-reserved)
+		g.log.WarnContext(ctx, "gateway: usage above the reservation", "key", q.key.ID, "model", q.model,
+			"reserved", reserved, "input_counted", q.input, "prompt_tokens", u.PromptTokens, "completion_tokens", u.CompletionTokens)
+	}
+}
+
+// settleBucket settles the current attempt's ticket in its model's
+// bucket with cost (a llmcall.Settlement's Bucket).
+func (g *Gateway) settleBucket(ctx context.Context, q *request, cost ratelimit.Cost) {
+	if err := g.adm.Settle(ctx, q.model, q.ticket, cost); err != nil && !errors.Is(err, ratelimit.ErrNotReserved) {
+		g.log.WarnContext(ctx, "gateway: settling the bucket failed; it keeps the estimate", "key", q.key.ID, "err", err)
+	}
 }
 
 // replay gives back a response whose body was read.
@@ -289,8 +263,12 @@ func (g *Gateway) forwardWhole(w http.ResponseWriter, r *http.Request, q *reques
 	if !ok {
 		return
 	}
-	switch {
-	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
+	switch o := q.outcome; {
+	case o == llmcall.FlexRefused || o.Account() && resp.StatusCode == http.StatusTooManyRequests:
+		// flex refused, or insufficient_quota (paused: call): not
+		// counted; the reply relayed as the provider's
+		g.settleNothing(bg, q)
+	case o.Account():
 		// the gateway's own key was refused: not the client's fault, and
 		// the body names the (masked) upstream key
 		g.settleNothing(bg, q)
@@ -420,23 +398,15 @@ func streamError(w http.ResponseWriter, msg string) {
 	}
 }
 
-// cost is what a call of q's model with usage r cost at the model's
-// prices (those of the tier that served it), in dollars.
-func (g *Gateway) cost(q *request, r llm.Response) float64 {
-	return g.cfg.Models[q.model].Prices.Of(r).Cost(r)
-}
-
-// price counts d dollars, what a call with usage r cost: by key (metric
-// and the key's spend this month) and by model and tier (CostFunc).
-func (g *Gateway) price(ctx context.Context, q *request, r llm.Response, d float64) {
+// price counts what a call cost (st, from its usage): by key (metric
+// and the key's spend this month) and by model, tier and lane
+// (CostFunc).
+func (g *Gateway) price(ctx context.Context, q *request, st llmcall.Settlement) {
+	d := st.Dollars
 	if d <= 0 { // an unpriced model
 		return
 	}
-	lane := "sync"
-	if r.ServiceTier == llm.ServiceTierFlex {
-		lane = llm.ServiceTierFlex
-	}
-	key, tier, model := q.key.ID, q.key.Tier, q.model
+	key, tier, model, lane := q.key.ID, q.key.Tier, q.model, st.Lane
 	ctx = context.WithoutCancel(ctx)
 	// counted off the reply's way: the client waits for none of it
 	go func() {
@@ -450,40 +420,27 @@ func (g *Gateway) price(ctx context.Context, q *request, r llm.Response, d float
 	}()
 }
 
-// settle books a finished call: with the provider's usage when known;
-// without it, the whole reservation when the provider may have run the
-// call (ran), nothing when it refused it.
+// settle books a finished call by llmcall's settle rule: with the
+// provider's usage when known; without it, as a call the provider may
+// have run (ran: the bucket keeps the estimate, the quota the whole
+// reservation) or one it refused (the estimate, nothing of the quota).
 func (g *Gateway) settle(ctx context.Context, q *request, u *usage, ran bool) {
-	tokens, spent := q.est, amounts{}
-	if ran {
-		spent = q.holds()
+	o, tokens := llmcall.Permanent, q.est
+	var r *llm.Response
+	switch {
+	case u != nil:
+		o, tokens = llmcall.OK, u.PromptTokens+u.CompletionTokens
+		resp := u.response()
+		r = &resp
+		g.used(ctx, q, u)
+	case ran:
+		o = llmcall.Transient
 	}
-	var r llm.Response
-	var dollars float64
-	if u != nil {
-		tokens = u.PromptTokens + u.CompletionTokens
-		r = u.response()
-		dollars = g.cost(q, r)
-		spent = amounts{tokens: tokens, nano: ratelimit.NanoCost(dollars)}
-		g.metrics.used(q.key.ID, u.PromptTokens, u.CompletionTokens)
-		if reserved := q.input + q.cap*q.n; tokens > reserved {
-			// the count missed something the provider counts: the quota
-			// may overshoot by the difference
-			g.metrics.overshot(q.key.ID, tokens-reserved)
-			g.log.WarnContext(ctx, "gateway: usage above the reservation", "key", q.key.ID, "model", q.model,
-				"reserved", reserved, "input_counted", q.input, "prompt_tokens", u.PromptTokens, "completion_tokens", u.CompletionTokens)
-		}
-	}
-	cost := ratelimit.Cost{Requests: 1, Tokens: tokens}
-	if u != nil {
-		cost.Input, cost.Output = u.PromptTokens, u.CompletionTokens
-	}
-	if err := g.adm.Settle(ctx, q.model, q.ticket, cost); err != nil && !errors.Is(err, ratelimit.ErrNotReserved) {
-		g.log.WarnContext(ctx, "gateway: settling the bucket failed; it keeps the estimate", "key", q.key.ID, "err", err)
-	}
-	g.settleQuota(ctx, q, spent)
-	if u != nil {
-		g.price(ctx, q, r, dollars)
+	st := g.calls[q.model].Settle(o, r, q.est, false)
+	g.settleBucket(ctx, q, st.Bucket)
+	g.settleQuota(ctx, q, st)
+	if r != nil {
+		g.price(ctx, q, st)
 	}
 	if q.tpm != nil {
 		g.settleTPM(ctx, q, tokens)

@@ -12,6 +12,7 @@ import (
 	"github.com/prq-dev/prq/internal/gateway"
 	"github.com/prq-dev/prq/internal/logging"
 	"github.com/prq-dev/prq/jobs"
+	"github.com/prq-dev/prq/llmcall"
 )
 
 // gateway builds the LLM gateway's handler (/v1/chat/completions,
@@ -44,8 +45,9 @@ func (s *Server) gateway(ctx context.Context) (http.Handler, error) {
 			}
 			providers[p.Name] = up
 		}
-		prices, _ := m.PricesOf() // none: the model's calls are not priced
-		gm := gateway.Model{MaxOutput: m.MaxOutputTokens, Reasoning: m.Reasoning, Context: m.ContextTokens, Provider: up, Fallbacks: m.Fallbacks, Prices: prices}
+		call := llmcall.FromConfig(m, p)
+		gm := gateway.Model{MaxOutput: m.MaxOutputTokens, Reasoning: m.Reasoning, Context: m.ContextTokens, Provider: up, Fallbacks: m.Fallbacks, Prices: call.Prices,
+			CachedInputFree: call.CachedInputFree}
 		if p.Kind == config.KindAzure {
 			gm.Deployment = p.Deployment(m.Name)
 		}

@@ -27,6 +27,7 @@ import (
 	"github.com/prq-dev/prq/internal/render"
 	"github.com/prq-dev/prq/jobs"
 	"github.com/prq-dev/prq/llm"
+	"github.com/prq-dev/prq/llmcall"
 	"github.com/prq-dev/prq/ratelimit"
 	"github.com/prq-dev/prq/webhook"
 	"github.com/prq-dev/prq/workers"
@@ -67,10 +68,10 @@ func (s *Server) buildWorkers(tr http.RoundTripper, opt Options, handlers bool) 
 		if err != nil { // Validate has refused it already
 			return nil, &config.SettingError{Name: "models." + m.Name, Problem: err.Error()}
 		}
-		prices, _ := m.PricesOf() // none: the model's calls are not priced
+		call := llmcall.FromConfig(m, p)
 		models[m.Name] = workers.Model{Name: m.Name, MaxOutput: m.MaxOutputTokens, ContextTokens: m.ContextTokens, Reasoning: m.Reasoning,
-			Output: llm.FormatType(m.OutputFormat), SchemaIsInput: p.Kind == config.KindAnthropic, Limits: &limits, Prices: prices, Fallbacks: m.Fallbacks, Flex: m.Flex, Kinds: kinds[m.Name],
-			CachedInputFree: !m.CachedInputCountsOr(p.Kind), Batch: m.Batch, FirstByte: firstByte(cfg, m)}
+			Output: llm.FormatType(m.OutputFormat), SchemaIsInput: p.Kind == config.KindAnthropic, Limits: &limits, Prices: call.Prices, Fallbacks: m.Fallbacks, Flex: m.Flex, Kinds: kinds[m.Name],
+			CachedInputFree: call.CachedInputFree, Batch: m.Batch, FirstByte: firstByte(cfg, m)}
 	}
 	enq, err := workers.NewEnqueuer(workers.EnqueuerConfig{Queue: s.client, Tickets: adm, Store: s.store,
 		ChatModel: models[cfg.Jobs.ChatModel], Log: s.log.With("component", "webhook")})

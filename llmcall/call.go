@@ -1,0 +1,221 @@
+package llmcall
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/prq-dev/prq/admission"
+	"github.com/prq-dev/prq/llm"
+	"github.com/prq-dev/prq/ratelimit"
+)
+
+// Admission is what a call needs of admission (an *admission.Scheduler,
+// or a benchmark's baseline): the model's bucket, the key a ticket was
+// charged to, the settle, and the pauses of the account policy.
+type Admission interface {
+	Bucket(model string) (*ratelimit.Bucket, bool)
+	KeyOf(ctx context.Context, model, id string) (int, error)
+	Settle(ctx context.Context, model, id string, actual ratelimit.Cost) error
+	Pause(ctx context.Context, model, reason string, d time.Duration) error
+	PauseKey(ctx context.Context, model string, key int, reason string, d time.Duration) error
+}
+
+// Mover is an Admission that moves a ticket's charge to its call (an
+// *admission.Scheduler; a baseline need not).
+type Mover interface {
+	// Calling moves the charge to the moment the call is sent.
+	Calling(ctx context.Context, model, id string) error
+	// Sent moves it to the request's write, at most after past the
+	// start of Calling.
+	Sent(ctx context.Context, model, id string, after time.Duration) error
+	// Arrived bounds the call's way to the provider by way, from its
+	// reply.
+	Arrived(ctx context.Context, model, id string, way time.Duration) error
+}
+
+var (
+	_ Admission = (*admission.Scheduler)(nil)
+	_ Mover     = (*admission.Scheduler)(nil)
+)
+
+// Model is what a call needs to know of its model, built once from the
+// configuration by each side's wiring.
+type Model struct {
+	Name string
+	// Keys is how many API keys the model's provider has (admission
+	// charges a ticket to one of them); 1 skips asking which. 0: not
+	// known here, ask and trust the answer.
+	Keys int
+	// Prices price the model's calls (zero: not priced).
+	Prices llm.Prices
+	// CachedInputFree: the provider does not count input read from its
+	// prompt cache toward the model's limits (Anthropic's ITPM); the
+	// bucket is settled without it.
+	CachedInputFree bool
+}
+
+// DefaultPause is how long an account problem pauses a model or a key
+// when Protocol's pause is not set.
+const DefaultPause = 5 * time.Minute
+
+// Protocol makes the steps of admitted calls on one admission.
+type Protocol struct {
+	adm   Admission
+	log   *slog.Logger
+	pause time.Duration
+}
+
+// New returns the protocol of calls admitted by adm; an account problem
+// pauses a model or a key for pause (0: DefaultPause).
+func New(adm Admission, log *slog.Logger, pause time.Duration) *Protocol {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if pause <= 0 {
+		pause = DefaultPause
+	}
+	return &Protocol{adm: adm, log: log, pause: pause}
+}
+
+// Call is one admitted call, from its key's choice to its settle.
+type Call struct {
+	p      *Protocol
+	model  Model
+	ticket string
+	key    int
+	bucket *ratelimit.Bucket // the model's (nil: none)
+	keyB   *ratelimit.Bucket // the key's (nil: a key this process does not have)
+	trace  *admission.CallTrace
+	start  time.Time // the request's send, for the headers' age
+}
+
+// Begin starts the call of the ticket admitted on model m: the key
+// admission charged it to (the call uses it, its bucket takes the
+// provider's headers).
+func (p *Protocol) Begin(ctx context.Context, m Model, ticket string) *Call {
+	c := &Call{p: p, model: m, ticket: ticket}
+	if m.Keys != 1 {
+		k, err := p.adm.KeyOf(ctx, m.Name, ticket)
+		if err != nil || k < 0 || (m.Keys > 1 && k >= m.Keys) {
+			p.log.WarnContext(ctx, "could not read which key the call was admitted on; calling with the first", "task", ticket, "model", m.Name, "err", err)
+			k = 0
+		}
+		c.key = k
+	}
+	c.bucket, _ = p.adm.Bucket(m.Name)
+	if c.bucket != nil {
+		c.keyB = c.bucket.ForKey(c.key)
+	}
+	return c
+}
+
+// Key is the index of the model's API key the call uses.
+func (c *Call) Key() int { return c.key }
+
+// Calling moves the ticket's charge to the call (a window counts it from
+// now, a bucket what the provider has not seen yet) and returns rctx,
+// the request's context, traced: the request's write moves the charge
+// again (Mover.Sent). ctx bounds the admission's own calls.
+func (c *Call) Calling(ctx, rctx context.Context) context.Context {
+	start := time.Now()
+	var sent func(time.Duration)
+	if mv, ok := c.p.adm.(Mover); ok {
+		if err := mv.Calling(ctx, c.model.Name, c.ticket); err != nil {
+			c.wayUnknown()
+			c.p.log.WarnContext(ctx, "could not move the charge to its call; the window margin, at its default for two windows (a bucket: the start's correction), covers the difference", "task", c.ticket, "model", c.model.Name, "err", err)
+		}
+		sent = func(after time.Duration) {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if err := mv.Sent(sctx, c.model.Name, c.ticket, after); err != nil {
+				c.wayUnknown()
+				c.p.log.WarnContext(ctx, "could not move the charge to its request's write; the window margin, at its default for two windows, covers the difference", "task", c.ticket, "model", c.model.Name, "err", err)
+			}
+		}
+	}
+	rctx, c.trace = admission.TraceCall(rctx, start, sent)
+	c.start = time.Now()
+	return rctx
+}
+
+// wayUnknown holds the model's window margin at its default for a while:
+// a charge stayed short of its call's write.
+func (c *Call) wayUnknown() {
+	if c.bucket != nil {
+		c.bucket.WayUnknown()
+	}
+}
+
+// Wrote reports whether the request was written out (the provider may
+// have seen it).
+func (c *Call) Wrote() bool { return c.trace != nil && c.trace.Wrote() }
+
+// Observe takes the provider's reply headers (any status): the request's
+// way to the provider, for a window's margin and the charge's arrival,
+// and the key's bucket synced with the rate-limit headers (a 429
+// empties it until the retry time). A flex refusal is not observed: it
+// hit no limit.
+func (c *Call) Observe(ctx context.Context, status int, h http.Header) {
+	if h == nil {
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	if c.bucket != nil && c.trace != nil {
+		if way, ok := c.trace.Way(h); ok {
+			c.bucket.ObserveWay(way)
+			if mv, ok := c.p.adm.(Mover); ok {
+				if err := mv.Arrived(ctx, c.model.Name, c.ticket, way); err != nil {
+					c.p.log.WarnContext(ctx, "could not record the call's way to the provider; its charge counts the window margin past its write", "task", c.ticket, "model", c.model.Name, "err", err)
+				}
+			}
+		}
+	}
+	if c.keyB == nil {
+		return
+	}
+	if _, err := c.keyB.Sync(ctx, status, h, time.Since(c.start)); err != nil {
+		c.p.log.WarnContext(ctx, "could not sync the key's bucket with the provider's headers; admission goes by its own count", "model", c.model.Name, "key", c.key, "err", err)
+	}
+}
+
+// Resolve applies the pause policy to o: an account problem pauses the
+// key's admissions when the model has several keys (its jobs go to the
+// others meanwhile), else the model's, and reads as AccountKey or
+// AccountModel. why is the provider's failure (the pause's reason).
+func (c *Call) Resolve(ctx context.Context, o Outcome, why error) Outcome {
+	if !o.Account() {
+		return o
+	}
+	reason := "provider account problem"
+	if why != nil {
+		reason = why.Error()
+	}
+	ctx = context.WithoutCancel(ctx)
+	log, model := c.p.log, c.model.Name
+	if c.bucket != nil && c.bucket.Keys() > 1 {
+		log.ErrorContext(ctx, "provider account problem: pausing the key's admissions", "model", model, "key", c.key, "key_hash", c.bucket.KeyLabel(c.key), "pause", c.p.pause, "err", why)
+		if err := c.p.adm.PauseKey(ctx, model, c.key, reason, c.p.pause); err != nil {
+			log.ErrorContext(ctx, "could not pause the key's admissions; its calls keep failing until the account is fixed", "model", model, "key", c.key, "err", err)
+		}
+		return AccountKey
+	}
+	log.ErrorContext(ctx, "provider account problem: pausing the model's admissions", "model", model, "pause", c.p.pause, "err", why)
+	if err := c.p.adm.Pause(ctx, model, reason, c.p.pause); err != nil {
+		log.ErrorContext(ctx, "could not pause the model's admissions; its calls keep failing until the account is fixed", "model", model, "err", err)
+	}
+	return AccountModel
+}
+
+// Settle settles the ticket's charge in the model's bucket with cost (a
+// Settlement's Bucket). A ticket holding no reservation (settled already,
+// a baseline without a bucket) is fine; another failure is logged: the
+// bucket keeps the estimate until the reservation expires.
+func (c *Call) Settle(ctx context.Context, cost ratelimit.Cost) {
+	err := c.p.adm.Settle(context.WithoutCancel(ctx), c.model.Name, c.ticket, cost)
+	if err != nil && !errors.Is(err, ratelimit.ErrNotReserved) {
+		c.p.log.WarnContext(ctx, "could not settle the call in admission; the bucket keeps its estimate until the reservation expires", "task", c.ticket, "model", c.model.Name, "err", err)
+	}
+}

@@ -1,0 +1,29 @@
+// Package llmcall owns the protocol of one admitted LLM call, the same
+// for the workers' jobs and the gateway's requests: which of the model's
+// keys it uses, telling admission when it is sent and when it arrived,
+// syncing the key's bucket with the provider's headers, what a reply or
+// a failure settles (the bucket, the quota, the price and the lane), how
+// a provider's failure reads as an Outcome, and the pause an account
+// problem earns.
+//
+// A call runs in explicit steps:
+//
+//	p := llmcall.New(adm, log, pause)                // once: the admission, the account pause
+//	c := p.Begin(ctx, model, ticket)                 // begin: the key admission charged
+//	rctx := c.Calling(ctx, ctx)                      // the charge moves to the call; its write is traced
+//	...                                              // the provider's client sends it with rctx
+//	c.Observe(ctx, status, header)                   // observe: way, arrival, the key's bucket synced
+//	o := c.Resolve(ctx, llmcall.OutcomeOf(err), err) // an account problem pauses the key or the model
+//	st := model.Settle(o, usage, estimate, batch)    // settle: the one rule
+//	c.Settle(ctx, st.Bucket)                         // the bucket; st says what the quotas keep, the price, the lane
+//
+// The workers' Caller runs these around package llm's client; the
+// gateway runs them around its relay of the raw reply, read with
+// ReplyOutcome. FromConfig builds the Model from the configuration.
+//
+// It does not own admission (the order, the buckets' scripts: package
+// admission and ratelimit), the provider's client (package llm, or the
+// gateway's relay of the raw reply), the tenant's quota reservation (the
+// caller reserves, Settlement says what to settle), nor what a job or a
+// request does with its outcome (a retry, a fallback, an answer).
+package llmcall
