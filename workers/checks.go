@@ -33,11 +33,7 @@ type CheckWriters interface {
 
 // CheckWriter returns the installation's client as a CheckWriter.
 func (i Installations) CheckWriter(installation int64) (CheckWriter, error) {
-	c, err := i.App.Client(installation)
-	if err != nil {
-		return nil, err
-	}
-	return c, nil
+	return i.forge(installation)
 }
 
 var (
@@ -458,7 +454,7 @@ func (c *Checks) Progress(ctx context.Context, pr jobs.PR, head string) {
 		if err != nil || id == 0 {
 			return err
 		}
-		return gh.UpdateCheckRun(ctx, pr.Owner, pr.Repo, id, ghapp.CheckRun{Name: c.cfg.Name, Status: "in_progress", Summary: progressText(run),
+		return gh.UpdateCheckRun(ctx, pr.Owner, pr.Repo, id, ghapp.CheckRun{Name: c.cfg.Name, HeadSHA: head, Status: "in_progress", Summary: progressText(run),
 			Title: fmt.Sprintf("%d of %d files", min(run.SummaryDone, run.SummaryTotal), run.SummaryTotal)})
 	})
 	c.dropped(ctx, pr, DecorationCheckProgress, err)
@@ -494,7 +490,7 @@ func (c *Checks) waiting(ctx context.Context, pr jobs.PR, head, what string, mar
 		if run.SummaryDone+run.ReviewDone > 0 {
 			status = "in_progress"
 		}
-		r := ghapp.CheckRun{Name: c.cfg.Name, Status: status, Title: title, Summary: summary(run)}
+		r := ghapp.CheckRun{Name: c.cfg.Name, HeadSHA: head, Status: status, Title: title, Summary: summary(run)}
 		id, created, err := c.create(ctx, gh, pr, head, r)
 		if err == nil && !created {
 			err = gh.UpdateCheckRun(ctx, pr.Owner, pr.Repo, id, r)
@@ -562,7 +558,7 @@ func (c *Checks) Complete(ctx context.Context, pr jobs.PR, head string, rows []r
 	if err := c.awaitCreation(ctx, pr, head); err != nil {
 		return err
 	}
-	r := ghapp.CheckRun{Name: c.cfg.Name, Status: "completed", Conclusion: conclusion, Title: title, Summary: summary, DetailsURL: link}
+	r := ghapp.CheckRun{Name: c.cfg.Name, HeadSHA: head, Status: "completed", Conclusion: conclusion, Title: title, Summary: summary, DetailsURL: link}
 	err := c.write(ctx, pr, head, DecorationCheckComplete, PublishWrite, func(ctx context.Context, gh CheckWriter) error {
 		id, created, err := c.create(ctx, gh, pr, head, r)
 		if err != nil || created {
