@@ -56,7 +56,7 @@ func (v version) position(rc forge.ReviewComment) (*gl.PositionOptions, bool) {
 	if d == nil {
 		return nil, false
 	}
-	p, err := diff.Parse(d.Diff)
+	p, err := diff.Parse(strings.TrimRight(d.Diff, "\n"))
 	if err != nil {
 		return nil, false
 	}
