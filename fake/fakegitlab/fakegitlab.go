@@ -18,11 +18,10 @@ package fakegitlab
 import (
 	"encoding/json"
 	"errors"
-	"io"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -373,16 +372,6 @@ func (s *Server) getFile(q *request, path string) {
 	}
 	writeJSON(q.w, http.StatusOK, map[string]any{"file_name": path[strings.LastIndex(path, "/")+1:], "file_path": path, "size": len(content),
 		"encoding": "base64", "content": b64(content), "ref": q.r.URL.Query().Get("ref"), "blob_id": blobID(content), "commit_id": ref, "last_commit_id": ref})
-}
-
-// sortedKeys returns m's keys in order.
-func sortedKeys[V any](m map[int]V) []int {
-	out := make([]int, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Ints(out)
-	return out
 }
 
 // diffJSON is a file's diff as GitLab's diffs and versions have it.

@@ -214,7 +214,7 @@ func (s *Server) mrJSON(mr *mergeRequest) map[string]any {
 		"state": mr.state, "draft": mr.draft, "work_in_progress": mr.draft, "author": mr.author, "source_branch": mr.sourceBranch,
 		"target_branch": mr.targetBranch, "labels": labels, "sha": v.head,
 		"diff_refs": map[string]string{"base_sha": v.base, "start_sha": v.start, "head_sha": v.head},
-		"web_url": fmt.Sprintf("https://gitlab.example/%s/-/merge_requests/%d", mr.p.path, mr.iid)}
+		"web_url":   fmt.Sprintf("https://gitlab.example/%s/-/merge_requests/%d", mr.p.path, mr.iid)}
 }
 
 // routeMR serves /projects/:id/merge_requests/:iid/...
