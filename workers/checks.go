@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -78,6 +79,9 @@ type ChecksConfig struct {
 	// WebURL is GitHub's web address, for the link to the summary
 	// comment. Defaults to https://github.com.
 	WebURL string
+	// GitLabURL is GitLab's web address, for the link on a GitLab
+	// tenant's commit status. Defaults to https://gitlab.com.
+	GitLabURL string
 	// Timeout bounds each check-run call to GitHub. Defaults to 10s.
 	Timeout time.Duration
 	// LaneWait is the longest a queued or progress update waits for its
@@ -128,6 +132,9 @@ func NewChecks(cfg ChecksConfig) (*Checks, error) {
 	}
 	if cfg.Every == 0 {
 		cfg.Every = 5 * time.Second
+	}
+	if cfg.GitLabURL == "" {
+		cfg.GitLabURL = "https://gitlab.com"
 	}
 	if cfg.WebURL == "" {
 		cfg.WebURL = "https://github.com"
@@ -545,6 +552,9 @@ func (c *Checks) Complete(ctx context.Context, pr jobs.PR, head string, rows []r
 	link := ""
 	if summaryID > 0 {
 		link = fmt.Sprintf("%s/%s/%s/pull/%d#issuecomment-%d", c.cfg.WebURL, pr.Owner, pr.Repo, pr.Number, summaryID)
+		if pr.Forge() == jobs.ForgeGitLab {
+			link = fmt.Sprintf("%s/%s/%s/-/merge_requests/%d#note_%d", strings.TrimRight(c.cfg.GitLabURL, "/"), pr.Owner, pr.Repo, pr.Number, summaryID)
+		}
 	}
 	summary := title + "."
 	if link != "" {
