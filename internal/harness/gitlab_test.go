@@ -16,7 +16,8 @@ import (
 
 const glBot = "group_42_bot_5e1f"
 
-// TestGitLabEndToEnd: a merge request opened, pushed to, retitled and
+// TestGitLabEndToEnd: beside a GitHub pull request on the same workers,
+// a merge request opened, pushed to, retitled and
 // commented on through GitLab webhooks gets exactly one summary note and
 // one review round on its final head, every diff note at a position
 // GitLab accepts, a complete commit status, answers in the notes'
@@ -27,7 +28,7 @@ func TestGitLabEndToEnd(t *testing.T) {
 	t.Cleanup(glSrv.Close)
 	token := "glpat-" + RandomHex(10)
 	gl.AddToken(token, glBot)
-	prs := testPRs(t, 2)
+	prs := testPRs(t, 3)
 	p, pushed := prs[0], prs[1]
 	const proj = "acme/platform/api"
 	gl.AddProject(proj, "main", p.BaseSHA, map[string]string{".prq.yaml": "language: en-GB\n"})
@@ -80,8 +81,14 @@ func TestGitLabEndToEnd(t *testing.T) {
 	body, err = gl.NoteHook(proj, 7, note)
 	deliver(fakegitlab.EventNote, "note-1", body, err)
 
+	// a GitHub tenant beside it, on the same workers
+	ghPR := s.openPR(1, jobs.TierPaid, prs[2])
+
 	ctx := context.Background()
 	s.waitFor("the final head reviewed and the chat answered", 90*time.Second, func() bool {
+		if run, err := s.app.Store().GetRun(ctx, ghPR); err != nil || run.State != "done" {
+			return false
+		}
 		run, err := s.app.Store().GetRun(ctx, pr)
 		if err != nil || run.Head != head2 || run.State != "done" {
 			return false
@@ -125,6 +132,9 @@ func TestGitLabEndToEnd(t *testing.T) {
 	}
 	if diffNotes == 0 {
 		t.Errorf("the review round has no diff note")
+	}
+	if got := s.summaryComments(ghPR); got != 1 {
+		t.Errorf("the GitHub pull request beside it: %d summary comments, want 1", got)
 	}
 	if ran := gl.Executed(); len(ran) != 0 {
 		t.Errorf("GitLab ran quick actions the bot posted: %q", ran)

@@ -1,6 +1,7 @@
 package safemd
 
 import (
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -111,4 +112,12 @@ func TestGitLabCheckerCatches(t *testing.T) {
 			t.Errorf("checker missed %q in %q", s, Text(s, repo))
 		}
 	}
+}
+
+func ExampleGitLab() {
+	fmt.Print(GitLab(Text("Looks good.\n/merge\ncc @all, see !12 and ~bug", "")))
+	// Output:
+	// Looks good.
+	// \/merge
+	// cc `@all`, see `!12` and `~bug`
 }
