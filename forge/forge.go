@@ -3,10 +3,10 @@
 // request) and writes back, as values no forge's client library owns,
 // and the errors the workers branch on whichever forge answered.
 //
-// It owns the shapes and the tenant numbering (which forge a tenant id
-// belongs to, see Tenant). It does not call any forge: the adapters do
-// (package ghapp for GitHub, package gitlab for GitLab), and the workers
-// declare the interfaces they use of them (workers/github.go).
+// It owns the shapes only. It does not call any forge: the adapters do
+// (package ghapp for GitHub, package gitlab for GitLab); the workers
+// declare the interfaces they use of them (workers.Forge); which forge
+// a tenant id belongs to is package jobs's (jobs.ForgeOf).
 package forge
 
 import (

@@ -134,7 +134,7 @@ func (g *GitLabHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, `{"result":"internal error"}`, http.StatusInternalServerError)
 		}
 	}()
-	event := "gitlab:" + r.Header.Get("X-Gitlab-Event")
+	event := glEventLabel(r.Header.Get("X-Gitlab-Event"))
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", "POST")
 		h.reply(w, r, event, outcome{http.StatusMethodNotAllowed, "method not allowed"}, errors.New("webhooks are POSTed"), false)
@@ -183,6 +183,18 @@ func (g *GitLabHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	o, err := g.accept(r.Context(), r.Header.Get("X-Gitlab-Event"), "gl-"+delivery, body, t, &hook)
 	h.reply(w, r, event, o, err, true)
+}
+
+// glEventLabel names a GitLab event in counts and logs: a fixed set,
+// whatever a sender puts in the header.
+func glEventLabel(event string) string {
+	switch event {
+	case "Merge Request Hook":
+		return "gitlab_merge_request"
+	case "Note Hook":
+		return "gitlab_note"
+	}
+	return "gitlab_other"
 }
 
 // accept dispatches a delivery once per body, as the GitHub receiver's
