@@ -1,6 +1,7 @@
 package webhook_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -176,4 +177,38 @@ func TestGitLabTenantIDs(t *testing.T) {
 	if _, err := webhook.NewGitLab(webhook.GitLabConfig{Tenants: []webhook.GitLabTenant{{ID: tenant, Path: "acme"}}}, h); err == nil {
 		t.Error("a tenant with no webhook token accepted")
 	}
+}
+
+// FuzzGitLabHook: whatever a correctly tokened delivery holds, the
+// receiver answers with one of its statuses and never panics.
+func FuzzGitLabHook(f *testing.F) {
+	fake := fakegitlab.New(fakegitlab.Config{})
+	fake.AddProject(glProject, "main", "b", nil)
+	fake.AddMR(glProject, 5, "alice", corpus.PR{HeadSHA: "h", BaseSHA: "b"})
+	open, _ := fake.MergeRequestHook(glProject, 5, "open", "")
+	note := fake.AddNote(glProject, 5, "bob", "@prq-bot review")
+	nb, _ := fake.NoteHook(glProject, 5, note)
+	for _, s := range [][]byte{open, nb, []byte(`{"object_kind":"merge_request","project":{"path_with_namespace":"acme/x"},"object_attributes":{"iid":-1,"action":"open","state":"opened"}}`), []byte("{}"), []byte("[")} {
+		f.Add(fakegitlab.EventMergeRequest, s)
+		f.Add(fakegitlab.EventNote, s)
+	}
+	tenant, _ := jobs.GitLabTenant(7)
+	rec := &recorder{}
+	h, err := webhook.NewGitLab(webhook.GitLabConfig{Token: "shared", Tenants: []webhook.GitLabTenant{{ID: tenant, Path: "acme"}}}, newHandler(f, rec))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, event string, body []byte) {
+		r := httptest.NewRequest(http.MethodPost, "/webhook/gitlab", bytes.NewReader(body))
+		r.Header.Set("X-Gitlab-Token", "shared")
+		r.Header.Set("X-Gitlab-Event", event)
+		r.Header.Set("Idempotency-Key", "k")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		switch w.Code {
+		case http.StatusOK, http.StatusAccepted, http.StatusBadRequest:
+		default:
+			t.Fatalf("status %d for %q %q", w.Code, event, body)
+		}
+	})
 }

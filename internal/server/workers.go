@@ -91,28 +91,7 @@ func (s *Server) buildWorkers(tr http.RoundTripper, opt Options, handlers bool) 
 	if !handlers {
 		return js, nil
 	}
-	key := []byte(cfg.GitHub.PrivateKey)
-	if len(key) == 0 && cfg.GitHub.PrivateKeyPath != "" {
-		if key, err = os.ReadFile(cfg.GitHub.PrivateKeyPath); err != nil {
-			return nil, &config.SettingError{Name: "GITHUB_PRIVATE_KEY_PATH", Problem: err.Error()}
-		}
-	}
-	var gh workers.GitHubApp
-	if len(key) > 0 && cfg.GitHub.AppID > 0 {
-		if tr == nil {
-			tr = http.DefaultTransport
-		}
-		// every process's GitHub requests are counted in Redis for serve's /metrics
-		app, err := ghapp.New(cfg.GitHub.AppID, key, cfg.GitHub.APIURL, metrics.GitHubCounter{Counts: s.rdb, Next: tr})
-		if err != nil {
-			return nil, &config.SettingError{Name: keySetting(cfg), Problem: err.Error()}
-		}
-		app.SetBot(cfg.GitHub.AppSlug)
-		gh = app
-	} else {
-		gh = missingApp{}
-	}
-	gl, err := gitlabForges(cfg, tr)
+	gh, gl, err := s.forges(tr)
 	if err != nil {
 		return nil, err
 	}
@@ -220,6 +199,39 @@ const fallbackEvery = 5 * time.Second
 // runReconcileEvery is the run reconciler's period: it reads every run
 // in progress, so less often than admission's reconciler.
 const runReconcileEvery = 30 * time.Second
+
+// forges builds the forges' clients: the GitHub App (missingApp without
+// its credentials) and the GitLab tenants' (nil without tenants).
+func (s *Server) forges(tr http.RoundTripper) (workers.GitHubApp, workers.ForgeTenants, error) {
+	cfg := s.cfg
+	key := []byte(cfg.GitHub.PrivateKey)
+	if len(key) == 0 && cfg.GitHub.PrivateKeyPath != "" {
+		var err error
+		if key, err = os.ReadFile(cfg.GitHub.PrivateKeyPath); err != nil {
+			return nil, nil, &config.SettingError{Name: "GITHUB_PRIVATE_KEY_PATH", Problem: err.Error()}
+		}
+	}
+	var gh workers.GitHubApp
+	if len(key) > 0 && cfg.GitHub.AppID > 0 {
+		if tr == nil {
+			tr = http.DefaultTransport
+		}
+		// every process's GitHub requests are counted in Redis for serve's /metrics
+		app, err := ghapp.New(cfg.GitHub.AppID, key, cfg.GitHub.APIURL, metrics.GitHubCounter{Counts: s.rdb, Next: tr})
+		if err != nil {
+			return nil, nil, &config.SettingError{Name: keySetting(cfg), Problem: err.Error()}
+		}
+		app.SetBot(cfg.GitHub.AppSlug)
+		gh = app
+	} else {
+		gh = missingApp{}
+	}
+	gl, err := gitlabForges(cfg, tr)
+	if err != nil {
+		return nil, nil, err
+	}
+	return gh, gl, nil
+}
 
 // gitlabForges builds the GitLab tenants' clients (nil: no tenants).
 func gitlabForges(cfg *config.Config, tr http.RoundTripper) (workers.ForgeTenants, error) {
