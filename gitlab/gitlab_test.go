@@ -311,3 +311,55 @@ func TestUnknownTenant(t *testing.T) {
 		}
 	}
 }
+
+// TestReviewConvergesUnderRateLimit: a round GitLab lets only a few
+// calls through at a time keeps the drafts each try made, so it is
+// published, once, after a few tries; a draft another head's round left
+// is not published with it.
+func TestReviewConvergesUnderRateLimit(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	e := setup(t, fakegitlab.Config{RequestsPerPeriod: 7, Period: time.Minute, NowFunc: func() time.Time { return now }})
+	ctx := context.Background()
+	comments := []forge.ReviewComment{
+		{Path: "main.go", Line: 11, Side: "RIGHT", Body: "one"},
+		{Path: "main.go", Line: 11, Side: "LEFT", Body: "two"},
+		{Path: "main.go", Line: 10, Side: "RIGHT", Body: "three"},
+		{Path: "main.go", Line: 12, Side: "RIGHT", Body: "four"},
+	}
+	// an earlier head's round died before its publish
+	if err := e.fake.Push(proj, 3, head2, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.fake.AddDraft(proj, 3, "group_7_bot_1", "stale round body")
+	const marker = "<!-- prq:review:h2 -->"
+	tries := 0
+	for {
+		tries++
+		// as the finalizer does: a round published already is not posted again
+		id, err := e.client.HasReview(ctx, "acme/platform", "api", 3, marker)
+		if err == nil && id == 0 {
+			_, err = e.client.CreateReview(ctx, "acme/platform", "api", 3, head2, "round body"+marker, comments)
+		}
+		if err == nil && id != 0 {
+			break
+		}
+		var rl *forge.RateLimitedError
+		if err != nil && (!errors.As(err, &rl) || tries > 30) {
+			t.Fatalf("try %d: %v", tries, err)
+		}
+		if rl != nil {
+			now = now.Add(rl.RetryAfter)
+		}
+	}
+	var bodies []string
+	for _, n := range e.fake.Notes(proj, 3) {
+		bodies = append(bodies, n.Body)
+	}
+	slices.Sort(bodies)
+	if want := []string{"four", "one", "round body" + marker, "three", "two"}; !slices.Equal(bodies, want) {
+		t.Errorf("after %d tries the notes are %q, want %q", tries, bodies, want)
+	}
+	if tries < 2 {
+		t.Errorf("the limit never bound (%d tries): the test proves nothing", tries)
+	}
+}

@@ -112,17 +112,23 @@ func linePos(d *gl.Diff, l diff.Line) *gl.LinePositionOptions {
 	return lp
 }
 
+// draft is one note of a round: its text and, for a finding, its place.
+type draft struct {
+	text string
+	pos  *gl.PositionOptions
+}
+
 // CreateReview posts one review round at commit, all at once: each
 // finding as a draft diff note at its position, the body as a draft
-// note, then one bulk publish. Drafts left by a round that died before
-// its publish are deleted first (only the bot sees its drafts), so a
-// retried round appears once. A finding GitLab places on no line is
-// listed in the body instead. It returns the body note's id.
+// note, then one bulk publish. A round tried again (after a crash or a
+// rate limit) keeps the drafts it made already and makes the rest, so it
+// converges however few calls GitLab lets through at a time; drafts of
+// any other round (only the bot sees its drafts) are deleted first. A
+// finding GitLab places on no line is listed in the body instead. It
+// returns the body note's id.
 func (c *Client) CreateReview(ctx context.Context, owner, repo string, n int, commit, body string, comments []forge.ReviewComment) (int64, error) {
 	pid := project(owner, repo)
-	if err := c.dropDrafts(ctx, pid, n); err != nil {
-		return 0, err
-	}
+	var drafts []draft
 	var outside []forge.ReviewComment
 	if len(comments) > 0 {
 		v, err := c.version(ctx, pid, n, commit)
@@ -130,25 +136,44 @@ func (c *Client) CreateReview(ctx context.Context, owner, repo string, n int, co
 			return 0, err
 		}
 		for _, rc := range comments {
-			pos, ok := v.position(rc)
-			if !ok {
+			if pos, ok := v.position(rc); ok {
+				drafts = append(drafts, draft{text: safemd.GitLab(rc.Body), pos: pos})
+			} else {
 				outside = append(outside, rc)
-				continue
-			}
-			text := safemd.GitLab(rc.Body)
-			_, resp, err := c.api.DraftNotes.CreateDraftNote(pid, int64(n), &gl.CreateDraftNoteOptions{Note: &text, Position: pos}, gl.WithContext(ctx))
-			if err = c.classify("create draft note", resp, err); errors.Is(err, forge.ErrUnprocessable) {
-				outside = append(outside, rc) // GitLab refused the position
-				continue
-			}
-			if err != nil {
-				return 0, err
 			}
 		}
 	}
 	text := safemd.GitLab(body + outsideDiff(outside))
-	if _, resp, err := c.api.DraftNotes.CreateDraftNote(pid, int64(n), &gl.CreateDraftNoteOptions{Note: &text}, gl.WithContext(ctx)); err != nil {
-		return 0, c.classify("create draft note", resp, err)
+	have, err := c.keepDrafts(ctx, pid, n, commit, drafts, text)
+	if err != nil {
+		return 0, err
+	}
+	refused := false
+	for _, d := range drafts {
+		if len(have[d.text]) > 0 {
+			have[d.text] = have[d.text][1:]
+			continue
+		}
+		_, resp, err := c.api.DraftNotes.CreateDraftNote(pid, int64(n), &gl.CreateDraftNoteOptions{Note: &d.text, Position: d.pos}, gl.WithContext(ctx))
+		if err = c.classify("create draft note", resp, err); errors.Is(err, forge.ErrUnprocessable) {
+			// GitLab refused the position: the finding goes in the body
+			outside, refused = append(outside, forge.ReviewComment{Body: d.text, Path: *d.pos.NewPath, Line: lineOf(d.pos)}), true
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
+	if refused { // the body changes: its draft made before is not this round's any more
+		if err := c.dropDrafts(ctx, pid, n, have[text]); err != nil {
+			return 0, err
+		}
+		text, have[text] = safemd.GitLab(body+outsideDiff(outside)), nil
+	}
+	if len(have[text]) == 0 {
+		if _, resp, err := c.api.DraftNotes.CreateDraftNote(pid, int64(n), &gl.CreateDraftNoteOptions{Note: &text}, gl.WithContext(ctx)); err != nil {
+			return 0, c.classify("create draft note", resp, err)
+		}
 	}
 	if resp, err := c.api.DraftNotes.PublishAllDraftNotes(pid, int64(n), gl.WithContext(ctx)); err != nil {
 		return 0, c.classify("publish draft notes", resp, err)
@@ -166,13 +191,45 @@ func (c *Client) CreateReview(ctx context.Context, owner, repo string, n int, co
 	return 0, fmt.Errorf("gitlab: published review of !%d not found among its notes", n)
 }
 
-func (c *Client) dropDrafts(ctx context.Context, pid string, n int) error {
-	drafts, resp, err := c.api.DraftNotes.ListDraftNotes(pid, int64(n), &gl.ListDraftNotesOptions{ListOptions: gl.ListOptions{PerPage: perPage}}, gl.WithContext(ctx))
-	if err != nil {
-		return c.classify("list draft notes", resp, err)
+func lineOf(pos *gl.PositionOptions) int {
+	if pos.NewLine != nil {
+		return int(*pos.NewLine)
 	}
-	for _, d := range drafts {
-		if resp, err := c.api.DraftNotes.DeleteDraftNote(pid, int64(n), d.ID, gl.WithContext(ctx)); err != nil {
+	if pos.OldLine != nil {
+		return int(*pos.OldLine)
+	}
+	return 0
+}
+
+// keepDrafts deletes the bot's drafts that are no part of this round
+// (another head's or round's: a diff draft whose text or head differs,
+// a general draft other than this round's body) and returns the ids of
+// those it keeps, by text.
+func (c *Client) keepDrafts(ctx context.Context, pid string, n int, commit string, want []draft, body string) (map[string][]int64, error) {
+	wanted := map[string]int{body: 0}
+	for _, d := range want {
+		wanted[d.text]++
+	}
+	existing, resp, err := c.api.DraftNotes.ListDraftNotes(pid, int64(n), &gl.ListDraftNotesOptions{ListOptions: gl.ListOptions{PerPage: perPage}}, gl.WithContext(ctx))
+	if err != nil {
+		return nil, c.classify("list draft notes", resp, err)
+	}
+	have := map[string][]int64{}
+	var stale []int64
+	for _, d := range existing {
+		general := d.Position == nil && d.Note == body && len(have[body]) == 0
+		if general || (d.Position != nil && d.Position.HeadSHA == commit && len(have[d.Note]) < wanted[d.Note]) {
+			have[d.Note] = append(have[d.Note], d.ID)
+		} else {
+			stale = append(stale, d.ID)
+		}
+	}
+	return have, c.dropDrafts(ctx, pid, n, stale)
+}
+
+func (c *Client) dropDrafts(ctx context.Context, pid string, n int, ids []int64) error {
+	for _, id := range ids {
+		if resp, err := c.api.DraftNotes.DeleteDraftNote(pid, int64(n), id, gl.WithContext(ctx)); err != nil {
 			if err = c.classify("delete draft note", resp, err); !errors.Is(err, forge.ErrNotFound) {
 				return err
 			}

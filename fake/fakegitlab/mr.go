@@ -133,6 +133,15 @@ func (s *Server) AddNote(projectPath string, iid int, author, body string) int64
 	return s.addNote(mr, s.user(author), body, nil, "").ID
 }
 
+// AddDraft adds a general draft note of author's (one a round that died
+// before its publish left behind).
+func (s *Server) AddDraft(projectPath string, iid int, author, body string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	mr := s.mr(projectPath, iid)
+	mr.drafts = append(mr.drafts, &draftNote{ID: s.id(), AuthorID: s.user(author).ID, Note: body})
+}
+
 func (s *Server) mr(projectPath string, iid int) *mergeRequest {
 	if p := s.projects[projectPath]; p != nil {
 		return p.mrs[iid]

@@ -145,3 +145,57 @@ func TestGitLabEndToEnd(t *testing.T) {
 	}
 	t.Logf("gitlab: %d diff notes, statuses %q", diffNotes, st)
 }
+
+// TestGitLabRateLimited: a GitLab that answers 429 (Retry-After) to
+// most of prq's requests still gets one summary note and one review
+// round: each limited call waits as told and is tried again.
+func TestGitLabRateLimited(t *testing.T) {
+	gl := fakegitlab.New(fakegitlab.Config{RequestsPerPeriod: 8, Period: time.Second})
+	glSrv := httptest.NewServer(gl)
+	t.Cleanup(glSrv.Close)
+	token := "glpat-" + RandomHex(10)
+	gl.AddToken(token, glBot)
+	p := testPRs(t, 1)[0]
+	const proj = "acme/api"
+	gl.AddProject(proj, "main", p.BaseSHA, nil)
+	if err := gl.AddMR(proj, 3, "alice", p); err != nil {
+		t.Fatal(err)
+	}
+	hookToken := RandomHex(32)
+	s := startStack(t, stackOpts{tune: func(cfg *config.Config) {
+		cfg.GitLab = config.GitLabConfig{URL: glSrv.URL, WebhookToken: config.Secret(hookToken),
+			Tenants: []config.GitLabTenantConfig{{ID: 43, Path: "acme", Token: config.Secret(token), Tier: "paid"}}}
+	}})
+	tenant, _ := jobs.GitLabTenant(43)
+	pr := jobs.PR{Installation: tenant, Owner: "acme", Repo: "api", Number: 3}
+	body, err := gl.MergeRequestHook(proj, 3, "open", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := fakegitlab.Delivery("http://"+s.app.ListenAddr()+"/webhook/gitlab", hookToken, fakegitlab.EventMergeRequest, "", body)
+	resp, err := http.DefaultClient.Do(r)
+	if err != nil || resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("delivery: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	ctx := context.Background()
+	s.waitFor("the merge request reviewed through GitLab's 429s", 90*time.Second, func() bool {
+		run, err := s.app.Store().GetRun(ctx, pr)
+		return err == nil && run.State == "done"
+	})
+	time.Sleep(300 * time.Millisecond)
+	summaries, rounds := 0, 0
+	for _, n := range gl.Notes(proj, 3) {
+		switch {
+		case n.Author != glBot:
+		case strings.Contains(n.Body, workers.SummaryMarker):
+			summaries++
+		case strings.Contains(n.Body, "prq:review head="):
+			rounds++
+		}
+	}
+	if summaries != 1 || rounds != 1 || gl.Limited() == 0 {
+		t.Errorf("%d summary notes, %d review rounds, %d requests limited; want 1, 1 and some", summaries, rounds, gl.Limited())
+	}
+	t.Logf("gitlab answered 429 %d times", gl.Limited())
+}
