@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -81,6 +82,11 @@ func TestGitLabEndToEnd(t *testing.T) {
 	body, err = gl.NoteHook(proj, 7, note)
 	deliver(fakegitlab.EventNote, "note-1", body, err)
 
+	// a command: answered in its discussion, acknowledged with award emoji
+	cmd := gl.AddNote(proj, 7, "alice", "@prq-test help")
+	body, err = gl.NoteHook(proj, 7, cmd)
+	deliver(fakegitlab.EventNote, "note-2", body, err)
+
 	// a GitHub tenant beside it, on the same workers
 	ghPR := s.openPR(1, jobs.TierPaid, prs[2])
 
@@ -93,12 +99,13 @@ func TestGitLabEndToEnd(t *testing.T) {
 		if err != nil || run.Head != head2 || run.State != "done" {
 			return false
 		}
+		replies := map[string]bool{}
 		for _, n := range gl.Notes(proj, 7) {
-			if n.Author == glBot && n.Discussion != "" && strings.Contains(n.Body, "prq:reply") {
-				return true
+			if n.Author == glBot && strings.Contains(n.Body, "prq:reply") {
+				replies[n.Discussion] = true
 			}
 		}
-		return false
+		return len(replies) == 2 && len(gl.Awards(proj, 7, cmd)) >= 2
 	})
 	time.Sleep(300 * time.Millisecond) // let any duplicate show itself
 
@@ -122,8 +129,8 @@ func TestGitLabEndToEnd(t *testing.T) {
 				t.Errorf("diff note off the final head or off any line: %+v", n)
 			}
 		case strings.Contains(n.Body, "prq:reply"):
-			if n.Discussion != discussionOf[note] {
-				t.Errorf("the chat answer is not in the note's discussion")
+			if n.Discussion != discussionOf[note] && n.Discussion != discussionOf[cmd] {
+				t.Errorf("an answer in no asking note's discussion: %.80q", n.Body)
 			}
 		}
 	}
@@ -132,6 +139,9 @@ func TestGitLabEndToEnd(t *testing.T) {
 	}
 	if diffNotes == 0 {
 		t.Errorf("the review round has no diff note")
+	}
+	if got := gl.Awards(proj, 7, cmd); !slices.Equal(got, []string{"eyes", "rocket"}) {
+		t.Errorf("the command's award emoji: %q, want eyes then rocket", got)
 	}
 	if got := s.summaryComments(ghPR); got != 1 {
 		t.Errorf("the GitHub pull request beside it: %d summary comments, want 1", got)
