@@ -114,6 +114,9 @@ func TestGitLabRefusals(t *testing.T) {
 		{"the shared token where the tenant has its own", "shared", "r2", open, http.StatusUnauthorized},
 		{"no token", "", "r3", open, http.StatusUnauthorized},
 		{"a project of no tenant", "shared", "r4", other, http.StatusOK},
+		{"a project of no tenant, a tenant's token", "acme-secret", "r6", other, http.StatusOK},
+		{"an event without a project", "acme-secret", "r7", []byte(`{"object_kind":"member"}`), http.StatusOK},
+		{"an event without a project, a wrong token", "nope", "r8", []byte(`{"object_kind":"member"}`), http.StatusUnauthorized},
 		{"no delivery id", "acme-secret", "", open, http.StatusBadRequest},
 	}
 	for _, tc := range cases {
