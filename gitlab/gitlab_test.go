@@ -363,3 +363,11 @@ func TestReviewConvergesUnderRateLimit(t *testing.T) {
 		t.Errorf("the limit never bound (%d tries): the test proves nothing", tries)
 	}
 }
+
+func TestContentsOfTheDefaultBranch(t *testing.T) {
+	e := setup(t, fakegitlab.Config{})
+	fc, err := e.client.Contents(context.Background(), "acme/platform", "api", ".prq.yaml", "")
+	if err != nil || string(fc.Content) != "language: en\n" {
+		t.Errorf("default branch: %+v %v", fc, err)
+	}
+}

@@ -76,9 +76,10 @@ type project struct {
 	path  string
 	files map[string]map[string]string // ref (sha or branch) -> path -> content
 	// branches map a branch to its head commit
-	branches map[string]string
-	mrs      map[int]*mergeRequest
-	statuses map[string][]*status // by sha
+	branches      map[string]string
+	defaultBranch string
+	mrs           map[int]*mergeRequest
+	statuses      map[string][]*status // by sha
 }
 
 // New returns an empty fake.
@@ -121,7 +122,7 @@ func (s *Server) user(username string) *User {
 func (s *Server) AddProject(path, branch, baseSHA string, files map[string]string) int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	p := &project{id: s.id(), path: path, files: map[string]map[string]string{}, branches: map[string]string{branch: baseSHA},
+	p := &project{id: s.id(), path: path, files: map[string]map[string]string{}, branches: map[string]string{branch: baseSHA}, defaultBranch: branch,
 		mrs: map[int]*mergeRequest{}, statuses: map[string][]*status{}}
 	p.files[baseSHA] = files
 	s.projects[path] = p
@@ -361,6 +362,9 @@ func (s *Server) getFile(q *request, path string) {
 	if ref == "" {
 		apiError(q.w, http.StatusBadRequest, "400 Bad request - ref is missing")
 		return
+	}
+	if ref == "HEAD" { // the default branch
+		ref = q.p.defaultBranch
 	}
 	if sha, ok := q.p.branches[ref]; ok {
 		ref = sha

@@ -81,10 +81,7 @@ func (s *Server) AddMR(projectPath string, iid int, author string, pr corpus.PR)
 		return fmt.Errorf("fakegitlab: no project %s", projectPath)
 	}
 	mr := &mergeRequest{p: p, iid: iid, title: pr.Title, description: pr.Body, state: "opened", author: s.user(author),
-		sourceBranch: fmt.Sprintf("feature-%d", iid), targetBranch: "main", awards: map[int64][]award{}}
-	for b := range p.branches {
-		mr.targetBranch = b
-	}
+		sourceBranch: fmt.Sprintf("feature-%d", iid), targetBranch: p.defaultBranch, awards: map[int64][]award{}}
 	mr.versions = append(mr.versions, &diffVersion{id: s.id(), base: pr.BaseSHA, start: pr.BaseSHA, head: pr.HeadSHA, files: pr.Files, created: s.cfg.NowFunc()})
 	p.mrs[iid] = mr
 	return nil
