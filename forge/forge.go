@@ -104,6 +104,10 @@ var (
 	// ErrTooLarge is a file the forge does not send inline: its Size and
 	// SHA are still returned.
 	ErrTooLarge = errors.New("forge: file too large to read")
+	// ErrCompareIncomplete is a comparison of two commits the forge cut
+	// short (GitHub's cap on files, GitLab's timeout): files it left out
+	// would pass as unchanged.
+	ErrCompareIncomplete = errors.New("forge: comparison incomplete")
 )
 
 // RateLimitedError is a forge's rate limit: retry after RetryAfter.

@@ -418,7 +418,7 @@ const MaxCompareFiles = 300
 
 // ErrCompareTruncated says a comparison listed GitHub's maximum of files:
 // others may have changed too, so the caller cannot tell what is unchanged.
-var ErrCompareTruncated = errors.New("ghapp: comparison truncated at 300 files")
+var ErrCompareTruncated = forge.ErrCompareIncomplete
 
 // Compare lists the files changed between two commits, following every
 // page. It returns ErrCompareTruncated (with the files listed) when

@@ -70,6 +70,9 @@ func (c *Client) Compare(ctx context.Context, owner, repo, base, head string) ([
 	for _, d := range cmp.Diffs {
 		out = append(out, toFile(d.OldPath, d.NewPath, d.Diff, d.NewFile, d.DeletedFile, d.RenamedFile, false))
 	}
+	if cmp.CompareTimeout {
+		return out, fmt.Errorf("gitlab: compare %.7s...%.7s: GitLab timed out: %w", base, head, forge.ErrCompareIncomplete)
+	}
 	return out, nil
 }
 
