@@ -255,7 +255,8 @@ func (g *GitLabHandler) dispatch(ctx context.Context, event, delivery string, t 
 }
 
 // botRe matches GitLab's group and project access token bot users.
-var botRe = regexp.MustCompile(`^(group|project)_\d+_bot(_[0-9a-f]+)?$`)
+// (group_<id>_bot_<hash> now, group_<id>_bot<n> before GitLab 16).
+var botRe = regexp.MustCompile(`^(group|project)_\d+_bot(_?[0-9a-z]+)?$`)
 
 func (g *GitLabHandler) isBot(username string) bool {
 	if botRe.MatchString(username) {
@@ -375,7 +376,9 @@ func (g *GitLabHandler) note(ctx context.Context, delivery string, t GitLabTenan
 		return malformed("note: %v", err)
 	}
 	h := g.h
-	if n.NoteableType != "MergeRequest" || hook.MergeRequest == nil || n.System || g.isBot(hook.User.Username) || !h.mentions(n.Note) {
+	// prq's own notes carry its markers, whatever account wrote them
+	ours := g.isBot(hook.User.Username) || strings.Contains(n.Note, "<!-- prq:")
+	if n.NoteableType != "MergeRequest" || hook.MergeRequest == nil || n.System || ours || !h.mentions(n.Note) {
 		return ignored, nil
 	}
 	if n.ID <= 0 {

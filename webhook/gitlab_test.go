@@ -160,6 +160,8 @@ func TestGitLabNoteHook(t *testing.T) {
 	}
 	// the bot's own notes, and notes not to the bot, are never answered
 	send("group_7_bot_1f2e3d", "@prq-bot review")
+	send("group_7_bot2", "@prq-bot review")
+	send("prq-service-user", "Commands: `@prq-bot <command>`\n\n<!-- prq:reply to=1 tag=ab -->")
 	send("bob", "looks good")
 	if len(rec.commands) != 1 || len(rec.chats) != 1 {
 		t.Errorf("answered a note it must not: %+v %+v", rec.commands, rec.chats)
