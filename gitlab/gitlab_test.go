@@ -371,3 +371,21 @@ func TestContentsOfTheDefaultBranch(t *testing.T) {
 		t.Errorf("default branch: %+v %v", fc, err)
 	}
 }
+
+func TestCompare(t *testing.T) {
+	e := setup(t, fakegitlab.Config{})
+	ctx := context.Background()
+	a, b := "@@ -0,0 +1 @@\n+a\n", "@@ -0,0 +1 @@\n+b\n"
+	if err := e.fake.Push(proj, 3, head2, []corpus.File{{Filename: "a.go", Status: "added", Patch: &a}, {Filename: "b.go", Status: "added", Patch: &b}}); err != nil {
+		t.Fatal(err)
+	}
+	files, err := e.client.Compare(ctx, "acme/platform", "api", head1, head2)
+	if err != nil || len(files) != 2 || files[0].Status != "added" {
+		t.Fatalf("compare: %+v %v", files, err)
+	}
+	// a comparison GitLab cut short must not pass its missing files as unchanged
+	e.fake.SetCompareTimeout(proj, true)
+	if _, err := e.client.Compare(ctx, "acme/platform", "api", head1, head2); !errors.Is(err, forge.ErrCompareIncomplete) {
+		t.Errorf("timed-out comparison: %v, want ErrCompareIncomplete", err)
+	}
+}

@@ -80,6 +80,8 @@ type project struct {
 	defaultBranch string
 	mrs           map[int]*mergeRequest
 	statuses      map[string][]*status // by sha
+	// compareTimeout cuts comparisons short (SetCompareTimeout)
+	compareTimeout bool
 }
 
 // New returns an empty fake.

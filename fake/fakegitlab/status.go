@@ -91,6 +91,15 @@ func (s *Server) listStatuses(q *request, sha string) {
 	page(q, out)
 }
 
+// SetCompareTimeout makes the project's comparisons of more than one
+// file time out, as a large one does on GitLab: the first file only,
+// with compare_timeout.
+func (s *Server) SetCompareTimeout(projectPath string, on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.projects[projectPath].compareTimeout = on
+}
+
 // Statuses returns the states each commit status named name on sha went
 // through, oldest status first.
 func (s *Server) Statuses(projectPath, sha, name string) [][]string {
@@ -128,7 +137,11 @@ func (s *Server) compare(q *request) {
 				diffs = append(diffs, diffJSON(f, 0))
 			}
 		}
-		writeJSON(q.w, http.StatusOK, map[string]any{"commits": []any{}, "diffs": diffs, "compare_timeout": false, "compare_same_ref": from == to})
+		timeout := q.p.compareTimeout && len(diffs) > 1
+		if timeout { // GitLab stops collecting diffs when a comparison takes too long
+			diffs = diffs[:1]
+		}
+		writeJSON(q.w, http.StatusOK, map[string]any{"commits": []any{}, "diffs": diffs, "compare_timeout": timeout, "compare_same_ref": from == to})
 		return
 	}
 	apiError(q.w, http.StatusNotFound, "404 Ref Not Found")
