@@ -27,6 +27,9 @@ func TestTenantsUpgrade(t *testing.T) {
 	if got, want := gl.Key(), "4503599627794738.acme%2Fplatform.api.7"; got != want {
 		t.Errorf("GitLab key = %q, want %q", got, want)
 	}
+	if gh.String() != "acme/api#7" || gl.String() != "acme/platform/api!7" {
+		t.Errorf("names: %s and %s", gh, gl)
+	}
 	for _, bad := range []int64{0, -1, GitLabTenantBase} {
 		if _, err := GitLabTenant(bad); err == nil {
 			t.Errorf("GitLabTenant(%d) accepted", bad)

@@ -88,8 +88,14 @@ type PR struct {
 	Number       int    `json:"number"`
 }
 
-// String formats the PR as owner/repo#number.
-func (p PR) String() string { return fmt.Sprintf("%s/%s#%d", p.Owner, p.Repo, p.Number) }
+// String formats the PR as owner/repo#number, a GitLab merge request as
+// GitLab writes one: group/project!number.
+func (p PR) String() string {
+	if p.Forge() == ForgeGitLab {
+		return fmt.Sprintf("%s/%s!%d", p.Owner, p.Repo, p.Number)
+	}
+	return fmt.Sprintf("%s/%s#%d", p.Owner, p.Repo, p.Number)
+}
 
 // Key is a compact identifier safe for Redis keys and asynq task ids:
 // it contains no braces, colons or spaces, and distinct pull requests
