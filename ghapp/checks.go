@@ -4,23 +4,14 @@ import (
 	"context"
 
 	"github.com/google/go-github/v56/github"
+
+	"github.com/prq-dev/prq/forge"
 )
 
 // CheckRun is the state prq gives a pull request head's check run.
-type CheckRun struct {
-	Name    string
-	HeadSHA string
-	// Status is queued, in_progress or completed; Conclusion is required
-	// with completed (success, neutral, failure, …).
-	Status, Conclusion string
-	// Title and Summary are the output shown on GitHub; Summary is capped
-	// at 65,535 characters by GitHub (the caller keeps it within).
-	Title, Summary string
-	DetailsURL     string
-	ExternalID     string
-}
+type CheckRun = forge.CheckRun
 
-func (r CheckRun) output() *github.CheckRunOutput {
+func output(r CheckRun) *github.CheckRunOutput {
 	if r.Title == "" && r.Summary == "" {
 		return nil
 	}
@@ -39,7 +30,7 @@ func optional(s string) *string {
 func (c *Client) CreateCheckRun(ctx context.Context, owner, repo string, r CheckRun) (int64, error) {
 	cr, resp, err := c.gh.Checks.CreateCheckRun(ctx, owner, repo, github.CreateCheckRunOptions{
 		Name: r.Name, HeadSHA: r.HeadSHA, Status: optional(r.Status), Conclusion: optional(r.Conclusion),
-		DetailsURL: optional(r.DetailsURL), ExternalID: optional(r.ExternalID), Output: r.output(),
+		DetailsURL: optional(r.DetailsURL), ExternalID: optional(r.ExternalID), Output: output(r),
 	})
 	if err != nil {
 		return 0, classify("create check run", resp, err)
@@ -53,7 +44,7 @@ func (c *Client) CreateCheckRun(ctx context.Context, owner, repo string, r Check
 func (c *Client) UpdateCheckRun(ctx context.Context, owner, repo string, id int64, r CheckRun) error {
 	_, resp, err := c.gh.Checks.UpdateCheckRun(ctx, owner, repo, id, github.UpdateCheckRunOptions{
 		Name: r.Name, Status: optional(r.Status), Conclusion: optional(r.Conclusion),
-		DetailsURL: optional(r.DetailsURL), ExternalID: optional(r.ExternalID), Output: r.output(),
+		DetailsURL: optional(r.DetailsURL), ExternalID: optional(r.ExternalID), Output: output(r),
 	})
 	return classify("update check run", resp, err)
 }

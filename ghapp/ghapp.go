@@ -25,6 +25,8 @@ import (
 	"github.com/bradleyfalzon/ghinstallation/v2"
 	"github.com/google/go-github/v56/github"
 	tokengithub "github.com/google/go-github/v88/github" // ghinstallation's
+
+	"github.com/prq-dev/prq/forge"
 )
 
 // App is a GitHub App: it hands out per-installation clients.
@@ -203,12 +205,14 @@ func (c *Client) learn(u *github.User) {
 }
 
 // Errors the caller branches on.
+// They are the forge port's (package forge), so the workers branch on
+// GitHub's and GitLab's alike.
 var (
-	ErrNotFound      = errors.New("ghapp: not found")
-	ErrUnprocessable = errors.New("ghapp: unprocessable")
+	ErrNotFound      = forge.ErrNotFound
+	ErrUnprocessable = forge.ErrUnprocessable
 	// ErrForbidden is a 403 that is not a rate limit: the App lacks a
 	// permission, or the installation is suspended.
-	ErrForbidden = errors.New("ghapp: forbidden")
+	ErrForbidden = forge.ErrForbidden
 )
 
 // InstallationRefusedError is GitHub refusing an installation's token:
@@ -233,24 +237,10 @@ func (e *InstallationRefusedError) Reason() string {
 }
 
 // RateLimitedError is a primary or secondary rate limit: retry after RetryAfter.
-type RateLimitedError struct {
-	RetryAfter time.Duration
-	Secondary  bool
-}
-
-func (e *RateLimitedError) Error() string {
-	kind := "rate limit"
-	if e.Secondary {
-		kind = "secondary rate limit"
-	}
-	return fmt.Sprintf("ghapp: %s: retry after %s", kind, e.RetryAfter.Round(time.Second))
-}
+type RateLimitedError = forge.RateLimitedError
 
 // TransientError is a 5xx or network failure worth retrying.
-type TransientError struct{ Err error }
-
-func (e *TransientError) Error() string { return "ghapp: transient: " + e.Err.Error() }
-func (e *TransientError) Unwrap() error { return e.Err }
+type TransientError = forge.TransientError
 
 // classify maps go-github's errors to prq's.
 func classify(op string, resp *github.Response, err error) error {
@@ -339,20 +329,7 @@ func retryAfter(r *http.Response) time.Duration {
 }
 
 // PullRequest is what prq needs of a PR.
-type PullRequest struct {
-	Number           int
-	State            string
-	Draft            bool
-	Title            string
-	Body             string
-	HeadSHA, BaseSHA string
-	// BaseRef is the base branch's name.
-	BaseRef     string
-	Author      string
-	AuthorIsBot bool
-	// Labels are the pull request's label names.
-	Labels []string
-}
+type PullRequest = forge.PullRequest
 
 // PR fetches a pull request.
 func (c *Client) PR(ctx context.Context, owner, repo string, n int) (PullRequest, error) {
@@ -370,17 +347,11 @@ func (c *Client) PR(ctx context.Context, owner, repo string, n int) (PullRequest
 }
 
 // FileContent is a repository file read through the contents API.
-type FileContent struct {
-	Path string
-	// SHA is the file's blob sha: the same content has the same sha.
-	SHA     string
-	Size    int
-	Content []byte
-}
+type FileContent = forge.FileContent
 
 // ErrTooLarge is a file the contents API does not send inline (over 1
 // MB): its Size and SHA are still returned.
-var ErrTooLarge = errors.New("ghapp: file too large for the contents API")
+var ErrTooLarge = forge.ErrTooLarge
 
 // Contents reads a file of a repository at ref (a commit sha or a
 // branch; "" for the default branch). A path that is absent, or a
@@ -406,13 +377,7 @@ func (c *Client) Contents(ctx context.Context, owner, repo, path, ref string) (F
 }
 
 // File is a changed file; Patch is nil for binaries and huge files.
-type File struct {
-	Filename  string
-	Status    string
-	Additions int
-	Deletions int
-	Patch     *string
-}
+type File = forge.File
 
 func toFiles(in []*github.CommitFile) []File {
 	out := make([]File, 0, len(in))
@@ -453,7 +418,7 @@ const MaxCompareFiles = 300
 
 // ErrCompareTruncated says a comparison listed GitHub's maximum of files:
 // others may have changed too, so the caller cannot tell what is unchanged.
-var ErrCompareTruncated = errors.New("ghapp: comparison truncated at 300 files")
+var ErrCompareTruncated = forge.ErrCompareIncomplete
 
 // Compare lists the files changed between two commits, following every
 // page. It returns ErrCompareTruncated (with the files listed) when
@@ -525,13 +490,7 @@ func (c *Client) UpsertComment(ctx context.Context, owner, repo string, n int, k
 }
 
 // ReviewComment is one line comment of a review.
-type ReviewComment struct {
-	Path      string
-	Line      int
-	StartLine int
-	Side      string
-	Body      string
-}
+type ReviewComment = forge.ReviewComment
 
 // CreateReview submits one review with line comments (Line/Side, and
 // StartLine/StartSide for ranges; never the deprecated Position).

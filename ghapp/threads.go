@@ -6,27 +6,16 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/prq-dev/prq/forge"
 )
 
 // ReviewThread is a pull request's diff thread as GitHub's GraphQL API
 // has it (REST has no threads and cannot resolve one).
-type ReviewThread struct {
-	ID       string // the thread's node id, for ResolveThread
-	Resolved bool
-	// Comments are the thread's first comments, oldest first (the
-	// thread's root is the first).
-	Comments []ThreadComment
-	// More: the thread has more comments than Comments holds.
-	More bool
-}
+type ReviewThread = forge.ReviewThread
 
 // ThreadComment is one comment of a thread.
-type ThreadComment struct {
-	ID   int64 // its REST id
-	Body string
-	// Ours: written by the App's bot account.
-	Ours bool
-}
+type ThreadComment = forge.ThreadComment
 
 // threadsQuery reads 50 threads a page and each thread's first 20
 // comments (a thread with more has people in it).

@@ -88,8 +88,14 @@ type PR struct {
 	Number       int    `json:"number"`
 }
 
-// String formats the PR as owner/repo#number.
-func (p PR) String() string { return fmt.Sprintf("%s/%s#%d", p.Owner, p.Repo, p.Number) }
+// String formats the PR as owner/repo#number, a GitLab merge request as
+// GitLab writes one: group/project!number.
+func (p PR) String() string {
+	if p.Forge() == ForgeGitLab {
+		return fmt.Sprintf("%s/%s!%d", p.Owner, p.Repo, p.Number)
+	}
+	return fmt.Sprintf("%s/%s#%d", p.Owner, p.Repo, p.Number)
+}
 
 // Key is a compact identifier safe for Redis keys and asynq task ids:
 // it contains no braces, colons or spaces, and distinct pull requests
@@ -351,3 +357,38 @@ func shortSHA(s string) string {
 	}
 	return s
 }
+
+// Forges prq reviews on. A tenant (jobs.PR.Installation) belongs to
+// exactly one: GitHub installations keep their own ids, GitLab tenants
+// are numbered from GitLabTenantBase up, so every tenant-keyed record
+// (tiers, quotas, runs, Redis keys, metrics) tells them apart without a
+// change to GitHub's.
+const (
+	ForgeGitHub = "github"
+	ForgeGitLab = "gitlab"
+)
+
+// GitLabTenantBase is the first GitLab tenant id: 2^52, far above any
+// GitHub installation id, and still exact in a float64 (JSON readers).
+const GitLabTenantBase int64 = 1 << 52
+
+// GitLabTenant returns the tenant id of a GitLab group or project by its
+// GitLab id (a top-level group's or a project's, as the operator
+// configures it).
+func GitLabTenant(id int64) (int64, error) {
+	if id <= 0 || id >= GitLabTenantBase {
+		return 0, fmt.Errorf("gitlab tenant: id must be in 1..%d, got %d", GitLabTenantBase-1, id)
+	}
+	return GitLabTenantBase + id, nil
+}
+
+// ForgeOf returns the forge a tenant id belongs to.
+func ForgeOf(tenant int64) string {
+	if tenant > GitLabTenantBase {
+		return ForgeGitLab
+	}
+	return ForgeGitHub
+}
+
+// Forge returns the forge of the pull request's tenant.
+func (p PR) Forge() string { return ForgeOf(p.Installation) }

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,11 +34,7 @@ type CheckWriters interface {
 
 // CheckWriter returns the installation's client as a CheckWriter.
 func (i Installations) CheckWriter(installation int64) (CheckWriter, error) {
-	c, err := i.App.Client(installation)
-	if err != nil {
-		return nil, err
-	}
-	return c, nil
+	return i.forge(installation)
 }
 
 var (
@@ -82,6 +79,9 @@ type ChecksConfig struct {
 	// WebURL is GitHub's web address, for the link to the summary
 	// comment. Defaults to https://github.com.
 	WebURL string
+	// GitLabURL is GitLab's web address, for the link on a GitLab
+	// tenant's commit status. Defaults to https://gitlab.com.
+	GitLabURL string
 	// Timeout bounds each check-run call to GitHub. Defaults to 10s.
 	Timeout time.Duration
 	// LaneWait is the longest a queued or progress update waits for its
@@ -132,6 +132,9 @@ func NewChecks(cfg ChecksConfig) (*Checks, error) {
 	}
 	if cfg.Every == 0 {
 		cfg.Every = 5 * time.Second
+	}
+	if cfg.GitLabURL == "" {
+		cfg.GitLabURL = "https://gitlab.com"
 	}
 	if cfg.WebURL == "" {
 		cfg.WebURL = "https://github.com"
@@ -458,7 +461,7 @@ func (c *Checks) Progress(ctx context.Context, pr jobs.PR, head string) {
 		if err != nil || id == 0 {
 			return err
 		}
-		return gh.UpdateCheckRun(ctx, pr.Owner, pr.Repo, id, ghapp.CheckRun{Name: c.cfg.Name, Status: "in_progress", Summary: progressText(run),
+		return gh.UpdateCheckRun(ctx, pr.Owner, pr.Repo, id, ghapp.CheckRun{Name: c.cfg.Name, HeadSHA: head, Status: "in_progress", Summary: progressText(run),
 			Title: fmt.Sprintf("%d of %d files", min(run.SummaryDone, run.SummaryTotal), run.SummaryTotal)})
 	})
 	c.dropped(ctx, pr, DecorationCheckProgress, err)
@@ -494,7 +497,7 @@ func (c *Checks) waiting(ctx context.Context, pr jobs.PR, head, what string, mar
 		if run.SummaryDone+run.ReviewDone > 0 {
 			status = "in_progress"
 		}
-		r := ghapp.CheckRun{Name: c.cfg.Name, Status: status, Title: title, Summary: summary(run)}
+		r := ghapp.CheckRun{Name: c.cfg.Name, HeadSHA: head, Status: status, Title: title, Summary: summary(run)}
 		id, created, err := c.create(ctx, gh, pr, head, r)
 		if err == nil && !created {
 			err = gh.UpdateCheckRun(ctx, pr.Owner, pr.Repo, id, r)
@@ -549,6 +552,9 @@ func (c *Checks) Complete(ctx context.Context, pr jobs.PR, head string, rows []r
 	link := ""
 	if summaryID > 0 {
 		link = fmt.Sprintf("%s/%s/%s/pull/%d#issuecomment-%d", c.cfg.WebURL, pr.Owner, pr.Repo, pr.Number, summaryID)
+		if pr.Forge() == jobs.ForgeGitLab {
+			link = fmt.Sprintf("%s/%s/%s/-/merge_requests/%d#note_%d", strings.TrimRight(c.cfg.GitLabURL, "/"), pr.Owner, pr.Repo, pr.Number, summaryID)
+		}
 	}
 	summary := title + "."
 	if link != "" {
@@ -562,7 +568,7 @@ func (c *Checks) Complete(ctx context.Context, pr jobs.PR, head string, rows []r
 	if err := c.awaitCreation(ctx, pr, head); err != nil {
 		return err
 	}
-	r := ghapp.CheckRun{Name: c.cfg.Name, Status: "completed", Conclusion: conclusion, Title: title, Summary: summary, DetailsURL: link}
+	r := ghapp.CheckRun{Name: c.cfg.Name, HeadSHA: head, Status: "completed", Conclusion: conclusion, Title: title, Summary: summary, DetailsURL: link}
 	err := c.write(ctx, pr, head, DecorationCheckComplete, PublishWrite, func(ctx context.Context, gh CheckWriter) error {
 		id, created, err := c.create(ctx, gh, pr, head, r)
 		if err != nil || created {

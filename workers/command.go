@@ -35,7 +35,7 @@ type CommandStore interface {
 
 // Reactor reacts to comments (a *ghapp.Client).
 type Reactor interface {
-	React(ctx context.Context, owner, repo string, commentID int64, review bool, content string) error
+	React(ctx context.Context, owner, repo string, n int, commentID int64, review bool, content string) error
 }
 
 // Commanders hands out what a command uses of an installation's GitHub.
@@ -48,17 +48,13 @@ type Commanders interface {
 
 var (
 	_ CommandStore = (*store.Store)(nil)
-	_ Reactor      = (*ghapp.Client)(nil)
+	_ Reactor      = ghForge{}
 	_ Commanders   = Installations{}
 )
 
 // Reactor returns the installation's client as a Reactor.
 func (i Installations) Reactor(installation int64) (Reactor, error) {
-	c, err := i.App.Client(installation)
-	if err != nil {
-		return nil, err
-	}
-	return c, nil
+	return i.forge(installation)
 }
 
 // CommandRunnerConfig configures a CommandRunner.
@@ -482,7 +478,7 @@ func (r *CommandRunner) answer(ctx context.Context, c jobs.Command, done, text s
 func (r *CommandRunner) react(ctx context.Context, c jobs.Command, content string) {
 	gh, err := r.cfg.GitHub.Reactor(c.PR.Installation)
 	if err == nil {
-		err = gh.React(ctx, c.PR.Owner, c.PR.Repo, c.CommentID, c.Review, content)
+		err = gh.React(ctx, c.PR.Owner, c.PR.Repo, c.PR.Number, c.CommentID, c.Review, content)
 	}
 	if err == nil {
 		return

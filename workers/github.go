@@ -71,35 +71,27 @@ var (
 	_ Repliers      = Installations{}
 )
 
-// Installations hands each handler its narrow view of an installation's
-// *ghapp.Client.
-type Installations struct{ App GitHubApp }
+// Installations hands each handler its narrow view of a tenant's forge:
+// a GitHub installation's *ghapp.Client, or a GitLab tenant's client.
+type Installations struct {
+	App GitHubApp
+	// GitLab hands out GitLab tenants' clients; nil: none configured.
+	GitLab ForgeTenants
+}
 
 // PRReader returns the installation's client as a PRReader.
 func (i Installations) PRReader(installation int64) (PRReader, error) {
-	c, err := i.App.Client(installation)
-	if err != nil {
-		return nil, err
-	}
-	return c, nil
+	return i.forge(installation)
 }
 
 // ReviewWriter returns the installation's client as a ReviewWriter.
 func (i Installations) ReviewWriter(installation int64) (ReviewWriter, error) {
-	c, err := i.App.Client(installation)
-	if err != nil {
-		return nil, err
-	}
-	return c, nil
+	return i.forge(installation)
 }
 
 // Replier returns the installation's client as a Replier.
 func (i Installations) Replier(installation int64) (Replier, error) {
-	c, err := i.App.Client(installation)
-	if err != nil {
-		return nil, err
-	}
-	return c, nil
+	return i.forge(installation)
 }
 
 // ghRetry turns GitHub failures into asynq outcomes: rate limits wait as

@@ -28,7 +28,7 @@ var _ workers.Commanders = (*reactingGitHub)(nil)
 
 func (g *reactingGitHub) Reactor(int64) (workers.Reactor, error) { return g, nil }
 
-func (g *reactingGitHub) React(_ context.Context, _, _ string, id int64, _ bool, content string) error {
+func (g *reactingGitHub) React(_ context.Context, _, _ string, _ int, id int64, _ bool, content string) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.reactions = append(g.reactions, fmt.Sprintf("%d %s", id, content))

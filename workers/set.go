@@ -94,6 +94,8 @@ type Config struct {
 	DecorationErrorFunc func(kind, status string)
 	// WebURL is GitHub's web address for links. Defaults to https://github.com.
 	WebURL string
+	// GitLabURL is GitLab's web address for links. Defaults to https://gitlab.com.
+	GitLabURL string
 }
 
 // Deps are what the handlers of a worker process share.
@@ -101,7 +103,9 @@ type Deps struct {
 	Store    *store.Store
 	Admitter Admitter
 	GitHub   GitHubApp
-	LLM      LLM
+	// GitLab hands out GitLab tenants' forges; nil: no GitLab.
+	GitLab ForgeTenants
+	LLM    LLM
 	// Quota caps installations' tokens; nil: no quotas.
 	Quota *ratelimit.Quota
 	// BatchQuota is Quota for the batch lane's jobs, whose reservations
@@ -154,7 +158,7 @@ func New(cfg Config, d Deps) (*Set, error) {
 	if _, err := models(cfg.Models, cfg.SummaryModel, cfg.ReviewModel, cfg.ChatModel); err != nil {
 		return nil, err
 	}
-	gh := Installations{App: d.GitHub}
+	gh := Installations{App: d.GitHub, GitLab: d.GitLab}
 	var quota, batchQuota Quota
 	if d.Quota != nil {
 		quota = d.Quota
@@ -173,7 +177,7 @@ func New(cfg Config, d Deps) (*Set, error) {
 	var progress func(ctx context.Context, pr jobs.PR, head string)
 	var quotaWait func(ctx context.Context, pr jobs.PR, head string, until time.Time)
 	if !cfg.NoCheckRuns {
-		if checks, err = NewChecks(ChecksConfig{GitHub: gh, Store: d.Store, Turns: d.Pacer, WebURL: cfg.WebURL, Every: cfg.CheckRunEvery,
+		if checks, err = NewChecks(ChecksConfig{GitHub: gh, Store: d.Store, Turns: d.Pacer, WebURL: cfg.WebURL, GitLabURL: cfg.GitLabURL, Every: cfg.CheckRunEvery,
 			ErrorFunc: cfg.DecorationErrorFunc, Log: d.Log}); err != nil {
 			return nil, err
 		}

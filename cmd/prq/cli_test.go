@@ -45,6 +45,7 @@ func TestEveryCommandHelp(t *testing.T) {
 		"fake":             {"addr"}, // its own --addr: the fake\'s
 		"fake github":      {"addr"}, // its own --addr: the fake\'s
 		"fake openai":      {"addr"}, // its own --addr: the fake\'s
+		"fake gitlab":      {"addr"}, // its own --addr: the fake\'s
 		"version":          nil,
 	}
 	lines := []string{}
@@ -124,7 +125,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"keys", "create", "k", "--models", "gpt-5"}, `"gpt-5" is not a configured model`},
 		{[]string{"keys", "create", "k", "--models", "gpt-4o-minii"}, "did you mean gpt-4o-mini?"},
 		{[]string{"config"}, "check|reference"},
-		{[]string{"fake"}, "prq fake github|openai"},
+		{[]string{"fake"}, "prq fake github|gitlab|openai"},
 		{[]string{"version", "extra"}, "no arguments"},
 		{[]string{"chaos", "extra"}, "no arguments"},
 	} {

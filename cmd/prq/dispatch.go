@@ -53,7 +53,7 @@ func commands() map[string]command {
 		"demo":         {"run everything on an embedded default: no Redis, GitHub or OpenAI account needed", runDemo},
 		"config":       {"config check: validate and print the effective configuration, secrets redacted; config reference: every setting as Markdown", runConfig},
 		"doctor":       {"check what serve would refuse, Redis, the GitHub App, the provider and the webhook secret; --only ready for healthchecks", runDoctor},
-		"fake":         {"fake github|openai: run a faithful fake of the GitHub API or an OpenAI-compatible provider", runFake},
+		"fake":         {"fake github|gitlab|openai: run a faithful fake of the GitHub API, the GitLab API or an OpenAI-compatible provider", runFake},
 		"plan":         {"plan set|get|list: an installation's plan tier", runPlan},
 		"gateway":      {"serve only the OpenAI-compatible LLM gateway (/v1/chat/completions, /v1/models)", runGateway},
 		"keys":         {"keys create|list|revoke|rotate: the gateway's virtual keys", runKeys},

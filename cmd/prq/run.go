@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prq-dev/prq/fake/fakegithub"
+	"github.com/prq-dev/prq/fake/fakegitlab"
 	"github.com/prq-dev/prq/fake/fakeopenai"
 	"github.com/prq-dev/prq/internal/bench"
 	"github.com/prq-dev/prq/internal/chaos"
@@ -228,14 +229,36 @@ func runPlan(ctx context.Context, env *cmdEnv, args []string) error {
 // planArgs are each subcommand's arguments, for its usage line.
 var planArgs = map[string]string{"set": " <installation> <tier> [reason]", "get": " <installation>", "list": ""}
 
+// fakeGitLab is a fake GitLab serving the corpus's pull requests as
+// merge requests, each of the project its repository names.
+func fakeGitLab(corpusPath, token string, limit int, per time.Duration) (*fakegitlab.Server, int, string, error) {
+	g := fakegitlab.New(fakegitlab.Config{RequestsPerPeriod: limit, Period: per})
+	g.AddToken(token, "group_1_bot_fake")
+	prs, src, err := harness.LoadPRs(corpusPath, 200, 1)
+	if err != nil {
+		return nil, 0, "", err
+	}
+	projects := map[string]bool{}
+	for _, p := range prs {
+		if !projects[p.Repo] {
+			g.AddProject(p.Repo, "main", p.BaseSHA, nil)
+			projects[p.Repo] = true
+		}
+		if err := g.AddMR(p.Repo, p.Number, "dev", p); err != nil {
+			return nil, 0, "", err
+		}
+	}
+	return g, len(prs), src, nil
+}
+
 func runFake(ctx context.Context, env *cmdEnv, args []string) error {
-	usage := "Runs a faithful fake of the GitHub API (github) or of an OpenAI-compatible provider (openai), for tests and demos."
+	usage := "Runs a faithful fake of the GitHub API (github), the GitLab API (gitlab) or an OpenAI-compatible provider (openai), for tests and demos."
 	which, rest := "", args
 	switch {
 	case isHelp(args):
-		which, rest = "github|openai", []string{"--help"}
-	case len(args) == 0 || (args[0] != "github" && args[0] != "openai"):
-		return &usageError{Msg: "usage: prq fake github|openai [flags]; prq fake --help lists the flags"}
+		which, rest = "github|gitlab|openai", []string{"--help"}
+	case len(args) == 0 || (args[0] != "github" && args[0] != "gitlab" && args[0] != "openai"):
+		return &usageError{Msg: "usage: prq fake github|gitlab|openai [flags]; prq fake --help lists the flags"}
 	default:
 		which, rest = args[0], args[1:]
 	}
@@ -246,6 +269,8 @@ func runFake(ctx context.Context, env *cmdEnv, args []string) error {
 	appID := fs.Int64("app-id", 1, "github: the App id JWTs must carry")
 	corpusPath := fs.String("corpus", "", "github: prs.jsonl to serve (default: ../shared/fixtures/pr-corpus when present, else generated PRs)")
 	inst := fs.Int64("installation", 1, "github: the installation serving the PRs")
+	token := fs.String("token", "glpat-fake-token", "gitlab: the access token its bot user (group_1_bot_fake) is known by")
+	glLimit := fs.Int("requests-per-minute", 2000, "gitlab: each token's requests per minute (compressed); over it, 429")
 	apiKey := fs.String("api-key", "", "openai: the only API key accepted (default: any)")
 	replies := fs.String("replies", "json", "openai: how the fake model answers reviews: json, prose (unless response_format asks for JSON), fenced, outside (lines outside the diff) or cut")
 	limiter := fs.String("limiter", fakeopenai.LimiterBucket, "openai: how the limits are counted: bucket (OpenAI's continuous refill) or window (at most the limit in any sliding period)")
@@ -294,6 +319,13 @@ func runFake(ctx context.Context, env *cmdEnv, args []string) error {
 		}
 		fmt.Fprintf(env.stdout, "serving %d PRs from %s for installation %d\n", len(prs), src, *inst)
 		h = gh
+	case "gitlab":
+		g, n, src, err := fakeGitLab(*corpusPath, *token, *glLimit, per)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(env.stdout, "serving %d merge requests from %s; the access token's bot is group_1_bot_fake\n", n, src)
+		h = g
 	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {

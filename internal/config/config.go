@@ -40,6 +40,7 @@ type Config struct {
 	ShutdownTimeout Duration     `yaml:"shutdown_timeout"`
 	Log             LogConfig    `yaml:"log"`
 	GitHub          GitHubConfig `yaml:"github"`
+	GitLab          GitLabConfig `yaml:"gitlab"`
 	OpenAI          OpenAIConfig `yaml:"openai"`
 	// Providers are the LLM providers models name. Defaults to none: one
 	// implicit OpenAI provider from openai (OPENAI_API_KEY, OPENAI_BASE_URL).
@@ -504,6 +505,36 @@ type RetryBudget struct {
 	MaxAge Duration `yaml:"max_age"`
 }
 
+// GitLabConfig is prq on GitLab: where it is, the webhooks' token, and
+// the groups and projects whose merge requests are reviewed.
+type GitLabConfig struct {
+	// URL is GitLab's address: https://gitlab.com or a self-managed
+	// instance's. Defaults to https://gitlab.com.
+	URL string `yaml:"url"`
+	// WebhookToken is the secret token of the webhooks of tenants that
+	// set none of their own.
+	WebhookToken Secret `yaml:"webhook_token"`
+	// Tenants are the groups and projects prq reviews. Defaults to none.
+	Tenants []GitLabTenantConfig `yaml:"tenants"`
+}
+
+// GitLabTenantConfig is one GitLab tenant.
+type GitLabTenantConfig struct {
+	// ID is the group's or project's GitLab id.
+	ID int64 `yaml:"id"`
+	// Path is its full path (acme, or acme/api).
+	Path string `yaml:"path"`
+	// Token is its group or project access token (role Developer, scope
+	// api).
+	Token Secret `yaml:"token"`
+	// WebhookToken is its webhook's secret token; "" uses
+	// gitlab.webhook_token.
+	WebhookToken Secret `yaml:"webhook_token"`
+	// Tier is its plan tier, written at every start like plans. Defaults
+	// to default_tier.
+	Tier string `yaml:"tier"`
+}
+
 // Secret is a string that never prints.
 type Secret string
 
@@ -547,6 +578,7 @@ func Default() Config {
 		Addr:            ":8080",
 		ShutdownTimeout: Duration(30 * time.Second),
 		Log:             LogConfig{Format: "text", Level: "info"},
+		GitLab:          GitLabConfig{URL: "https://gitlab.com"},
 		GitHub:          GitHubConfig{APIURL: "https://api.github.com/", SkipBotPRs: BoolPtr(true), WebhookMaxBytes: 25 << 20, WriteGap: Duration(time.Second), CheckRunEvery: Duration(5 * time.Second)},
 		OpenAI:          OpenAIConfig{Timeout: Duration(120 * time.Second), FirstByteTimeout: Duration(30 * time.Second)},
 		Models: []ModelConfig{

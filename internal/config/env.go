@@ -23,6 +23,8 @@ var envSettings = []envSetting{
 	{"GITHUB_PRIVATE_KEY", "github.private_key"},
 	{"GITHUB_WEBHOOK_SECRET", "github.webhook_secret"},
 	{"GITHUB_API_URL", "github.api_url"},
+	{"GITLAB_URL", "gitlab.url"},
+	{"GITLAB_WEBHOOK_TOKEN", "gitlab.webhook_token"},
 	{"OPENAI_API_KEY", "openai.api_key"},
 	{"OPENAI_BASE_URL", "openai.base_url"},
 	{"PRQ_ADMIN_TOKEN", "admin.token"},

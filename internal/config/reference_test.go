@@ -107,8 +107,8 @@ func TestReference(t *testing.T) {
 	if err := Reference(&again); err != nil || again.String() != out {
 		t.Errorf("a second reference differs (map order?): %v", err)
 	}
-	if n := strings.Count(out, "**Secret**: never printed."); n != 4 {
-		t.Errorf("%d settings marked secret, want the 4 Secret fields", n)
+	if n := strings.Count(out, "**Secret**: never printed."); n != 7 {
+		t.Errorf("%d settings marked secret, want the 7 Secret fields", n)
 	}
 }
 

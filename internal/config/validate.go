@@ -298,6 +298,7 @@ func (c *Config) validateTiers(bad report) {
 	if _, err := jobs.ParseTier(c.DefaultTier); err != nil {
 		bad("default_tier", "%v", err)
 	}
+	c.validateGitLab(bad)
 	for i, p := range c.Plans {
 		if p.Installation <= 0 {
 			bad(fmt.Sprintf("plans[%d].installation", i), "must be a positive installation id")
@@ -406,6 +407,44 @@ func (c *Config) validateFilters(bad report) {
 	for _, g := range c.Filters.Exclude {
 		if _, err := path.Match(strings.TrimSuffix(g, "/**"), "x"); err != nil {
 			bad("filters.exclude", "bad glob %q: %v", g, err)
+		}
+	}
+}
+
+// validateGitLab checks GitLab's address and tenants.
+func (c *Config) validateGitLab(bad report) {
+	if u, err := url.Parse(c.GitLab.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		bad("GITLAB_URL", "%q is not an http(s) URL", c.GitLab.URL)
+	}
+	if c.GitLab.WebhookToken != "" {
+		if problem := WeakSecret(string(c.GitLab.WebhookToken)); problem != "" {
+			bad("GITLAB_WEBHOOK_TOKEN", "%s", problem)
+		}
+	}
+	ids := map[int64]bool{}
+	for i, t := range c.GitLab.Tenants {
+		at := fmt.Sprintf("gitlab.tenants[%d]", i)
+		if _, err := jobs.GitLabTenant(t.ID); err != nil {
+			bad(at+".id", "must be the group's or project's GitLab id (a positive number), got %d", t.ID)
+		} else if ids[t.ID] {
+			bad(at+".id", "%d is configured twice", t.ID)
+		}
+		ids[t.ID] = true
+		if strings.Trim(t.Path, "/") == "" {
+			bad(at+".path", "is required: the group's or project's full path")
+		}
+		if t.Token == "" {
+			bad(at+".token", "is required: a group or project access token")
+		}
+		if t.WebhookToken == "" && c.GitLab.WebhookToken == "" {
+			bad(at+".webhook_token", "is required unless gitlab.webhook_token is set")
+		} else if problem := WeakSecret(string(t.WebhookToken)); t.WebhookToken != "" && problem != "" {
+			bad(at+".webhook_token", "%s", problem)
+		}
+		if t.Tier != "" {
+			if _, err := jobs.ParseTier(t.Tier); err != nil {
+				bad(at+".tier", "%v", err)
+			}
 		}
 	}
 }

@@ -40,6 +40,7 @@ import (
 type Flags struct {
 	rate, chatRate, compress float64
 	tenants, concurrency     int
+	gitlab                   int
 	mix                      string
 	duration                 time.Duration
 	seed                     int64
@@ -53,6 +54,7 @@ func (d *Flags) Register(fs *flag.FlagSet) {
 	fs.Float64Var(&d.chatRate, "chat-rate", 0.2, "chat comments per second")
 	fs.Float64Var(&d.compress, "compress", 10, "time compression: provider limits per minute/compress, latencies /compress")
 	fs.IntVar(&d.tenants, "tenants", 12, "installations sending PRs")
+	fs.IntVar(&d.gitlab, "gitlab-tenants", 0, "GitLab groups sending merge requests beside them (on a fake GitLab)")
 	fs.StringVar(&d.mix, "mix", "paid=3,trial=3,free=6", "how many tenants of each tier")
 	fs.IntVar(&d.concurrency, "concurrency", 40, "jobs the demo's worker runs at once")
 	fs.DurationVar(&d.duration, "duration", 0, "stop after this long (default: until interrupted)")
@@ -116,8 +118,8 @@ const Usage = "Runs prq end to end on an embedded default: an in-process Redis (
 
 // Run runs the demo until ctx ends (or --duration passes).
 func Run(ctx context.Context, cfg *config.Config, d Flags, stdout, stderr io.Writer) error {
-	if d.compress <= 0 || d.rate < 0 || d.chatRate < 0 || d.tenants <= 0 || d.concurrency <= 0 {
-		return &config.UsageError{Msg: "--compress, --tenants and --concurrency must be positive; --rate and --chat-rate not negative"}
+	if d.compress <= 0 || d.rate < 0 || d.chatRate < 0 || d.tenants <= 0 || d.concurrency <= 0 || d.gitlab < 0 {
+		return &config.UsageError{Msg: "--compress, --tenants and --concurrency must be positive; --rate, --chat-rate and --gitlab-tenants not negative"}
 	}
 	tiers, err := parseMix(d.mix, d.tenants)
 	if err != nil {
@@ -156,6 +158,13 @@ func Run(ctx context.Context, cfg *config.Config, d Flags, stdout, stderr io.Wri
 	}
 	defer fakes.Close()
 	fakes.Configure(cfg, "prq-demo")
+	var gl *gitlabSide
+	if d.gitlab > 0 {
+		if gl, err = startGitLab(cfg, d.gitlab); err != nil {
+			return err
+		}
+		defer gl.close()
+	}
 
 	prs, src, err := harness.LoadPRs(d.corpus, 200, d.seed)
 	if err != nil {
@@ -177,7 +186,7 @@ func Run(ctx context.Context, cfg *config.Config, d Flags, stdout, stderr io.Wri
 		}
 	}
 	repoConfigs(fakes.GitHub, prs)
-	gen := &generator{d: d, tiers: tiers, prs: prs, fakes: fakes, secret: []byte(cfg.GitHub.WebhookSecret), out: stdout, s: s}
+	gen := &generator{d: d, gl: gl, tiers: tiers, prs: prs, fakes: fakes, secret: []byte(cfg.GitHub.WebhookSecret), out: stdout, s: s}
 	gen.url = func() string {
 		if s.ListenAddr() == "" {
 			return ""
@@ -223,6 +232,7 @@ func quiet(c config.LogConfig, verbose bool) config.LogConfig {
 type generator struct {
 	d      Flags
 	tiers  []jobs.Tier
+	gl     *gitlabSide // nil: no GitLab tenants
 	prs    []corpus.PR
 	fakes  *harness.Fakes
 	secret []byte
@@ -278,9 +288,19 @@ func (g *generator) run(ctx context.Context) {
 		now := time.Now()
 		for g.d.rate > 0 && !now.Before(next) {
 			next = next.Add(time.Duration(rng.ExpFloat64() / g.d.rate * float64(time.Second)))
-			i := rng.Intn(len(g.tiers))
+			i := rng.Intn(len(g.tiers) + g.d.gitlab)
 			inst := int64(i + 1)
 			p := g.prs[rng.Intn(len(g.prs))]
+			if i >= len(g.tiers) { // a GitLab group's merge request
+				p.Number, p.HeadSHA, p.BaseSHA = number, harness.RandomHex(40), harness.RandomHex(40)
+				number++
+				if err := g.gl.open(ctx, g.url()+"/gitlab", i-len(g.tiers)+1, p); err != nil {
+					g.refused.Add(1)
+				} else {
+					g.sent.Add(1)
+				}
+				continue
+			}
 			owner := fmt.Sprintf("tenant-%d", inst)
 			p.Number, p.HeadSHA, p.BaseSHA = number, harness.RandomHex(40), harness.RandomHex(40)
 			number++

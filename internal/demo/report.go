@@ -159,6 +159,10 @@ func (g *generator) summary(ctx context.Context) {
 	fmt.Fprintf(g.out, "\nprq demo: ran %s\n", ran)
 	w := tabwriter.NewWriter(g.out, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(w, "  pull requests\t%d opened, %d reviewed\n", t.opened, t.reviewed)
+	if g.gl != nil {
+		opened, summarised := g.gl.tally()
+		fmt.Fprintf(w, "  merge requests\t%d opened on %d GitLab groups, %d with their summary note\n", opened, g.gl.tenants, summarised)
+	}
 	fmt.Fprintf(w, "  files\t%d in the reviewed pull requests\n", t.files)
 	fmt.Fprintf(w, "  comments\t%d summaries, %d line comments, %d chat replies to %d questions\n", t.summaries, t.lineComments, t.chats, g.chats.Load())
 	fmt.Fprintf(w, "  provider calls\t%d, %d answered 429 (rate limited)\n", calls, limited)

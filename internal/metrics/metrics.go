@@ -118,7 +118,8 @@ func (m *Metrics) Handler() http.Handler {
 // CountDelivery counts a webhook delivery (webhook.Handler.Count).
 func (m *Metrics) CountDelivery(event, outcome string) {
 	switch event {
-	case "pull_request", "issue_comment", "pull_request_review_comment", "installation", "installation_repositories", "marketplace_purchase", "ping":
+	case "pull_request", "issue_comment", "pull_request_review_comment", "installation", "installation_repositories", "marketplace_purchase", "ping",
+		"gitlab_merge_request", "gitlab_note", "gitlab_other":
 	default:
 		event = "other" // bounded labels, whatever arrives
 	}

@@ -38,6 +38,9 @@ func (s *Server) handler(ctx context.Context, wh http.Handler, open bool, prPage
 	if wh != nil {
 		mux.Handle("POST /webhook", wh)
 	}
+	if s.gitlabHook != nil {
+		mux.Handle("POST /webhook/gitlab", s.gitlabHook)
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
@@ -238,5 +241,17 @@ func (s *Server) webhookHandler() (*webhook.Handler, error) {
 		return nil, err
 	}
 	h.Count = s.metrics.CountDelivery
+	if len(s.cfg.GitLab.Tenants) > 0 {
+		gc := webhook.GitLabConfig{Token: string(s.cfg.GitLab.WebhookToken)}
+		for _, t := range s.cfg.GitLab.Tenants {
+			id, _ := jobs.GitLabTenant(t.ID) // Validate has checked it
+			gc.Tenants = append(gc.Tenants, webhook.GitLabTenant{ID: id, Path: t.Path, Token: string(t.WebhookToken)})
+		}
+		g, err := webhook.NewGitLab(gc, h)
+		if err != nil {
+			return nil, err
+		}
+		s.gitlabHook = g
+	}
 	return h, nil
 }

@@ -73,6 +73,9 @@ type Server struct {
 	metrics *metrics.Metrics
 	jobs    *jobSide
 	addr    atomic.Value // the HTTP listener's address
+	// gitlabHook receives GitLab's webhooks when GitLab tenants are
+	// configured (nil: none).
+	gitlabHook http.Handler
 }
 
 // RunProcess runs serve, worker or both until ctx ends (the commands
@@ -115,6 +118,14 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, connOpt asyn
 		tier, _ := jobs.ParseTier(p.Tier)
 		if err := s.store.SetPlan(ctx, store.Plan{Installation: p.Installation, Tier: tier, Reason: p.Reason, Explicit: true}); err != nil {
 			return nil, err
+		}
+	}
+	for _, t := range cfg.GitLab.Tenants {
+		id, _ := jobs.GitLabTenant(t.ID) // Validate has checked it
+		if tier, err := jobs.ParseTier(t.Tier); err == nil {
+			if err := s.store.SetPlan(ctx, store.Plan{Installation: id, Tier: tier, Reason: "gitlab.tenants " + t.Path, Explicit: true}); err != nil {
+				return nil, err
+			}
 		}
 	}
 	s.client = asynq.NewClientFromRedisClient(rdb)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/prq-dev/prq/admission"
 	"github.com/prq-dev/prq/ghapp"
+	"github.com/prq-dev/prq/gitlab"
 	"github.com/prq-dev/prq/internal/config"
 	"github.com/prq-dev/prq/internal/dispatch"
 	"github.com/prq-dev/prq/internal/logging"
@@ -91,26 +92,9 @@ func (s *Server) buildWorkers(tr http.RoundTripper, opt Options, handlers bool) 
 	if !handlers {
 		return js, nil
 	}
-	key := []byte(cfg.GitHub.PrivateKey)
-	if len(key) == 0 && cfg.GitHub.PrivateKeyPath != "" {
-		if key, err = os.ReadFile(cfg.GitHub.PrivateKeyPath); err != nil {
-			return nil, &config.SettingError{Name: "GITHUB_PRIVATE_KEY_PATH", Problem: err.Error()}
-		}
-	}
-	var gh workers.GitHubApp
-	if len(key) > 0 && cfg.GitHub.AppID > 0 {
-		if tr == nil {
-			tr = http.DefaultTransport
-		}
-		// every process's GitHub requests are counted in Redis for serve's /metrics
-		app, err := ghapp.New(cfg.GitHub.AppID, key, cfg.GitHub.APIURL, metrics.GitHubCounter{Counts: s.rdb, Next: tr})
-		if err != nil {
-			return nil, &config.SettingError{Name: keySetting(cfg), Problem: err.Error()}
-		}
-		app.SetBot(cfg.GitHub.AppSlug)
-		gh = app
-	} else {
-		gh = missingApp{}
+	gh, gl, err := s.forges(tr)
+	if err != nil {
+		return nil, err
 	}
 	tiers := map[jobs.Tier]workers.TierSpec{}
 	for name, t := range cfg.Tiers {
@@ -142,11 +126,11 @@ func (s *Server) buildWorkers(tr http.RoundTripper, opt Options, handlers bool) 
 		Tiers: tiers, QuotaPerKind: cfg.Quota.PerKind, QuotaSkip: cfg.Quota.WhenSpent == "skip", Exclude: cfg.Filters.Exclude, SkipBotPRs: cfg.GitHub.SkipBotPRs == nil || *cfg.GitHub.SkipBotPRs,
 		Gate: opt.Gate, CountFunc: s.metrics.CountCall, CostFunc: s.metrics.CountCost, UnusableFunc: s.metrics.CountUnusable, IgnoredFunc: s.metrics.CountIgnored, ReusedFunc: s.metrics.CountReused, NoReuse: cfg.Jobs.ReuseResults != nil && !*cfg.Jobs.ReuseResults,
 		Markers: render.NewMarkers([]byte(cfg.GitHub.WebhookSecret)), MaxReviewParts: cfg.GitHub.MaxReviewParts, ContextTokens: cfg.Jobs.ContextTokensOr(),
-		NoCheckRuns: cfg.GitHub.CheckRuns != nil && !*cfg.GitHub.CheckRuns, NoRepoConfig: cfg.GitHub.RepoConfig != nil && !*cfg.GitHub.RepoConfig, SummaryCost: cfg.GitHub.SummaryCost, AppSlug: cfg.GitHub.AppSlug, CheckRunEvery: cfg.GitHub.CheckRunEvery.D(), WebURL: cfg.GitHub.WebURL,
+		NoCheckRuns: cfg.GitHub.CheckRuns != nil && !*cfg.GitHub.CheckRuns, NoRepoConfig: cfg.GitHub.RepoConfig != nil && !*cfg.GitHub.RepoConfig, SummaryCost: cfg.GitHub.SummaryCost, AppSlug: cfg.GitHub.AppSlug, CheckRunEvery: cfg.GitHub.CheckRunEvery.D(), WebURL: cfg.GitHub.WebURL, GitLabURL: cfg.GitLab.URL,
 		BatchBudget: workers.RetryBudget{MaxAttempts: cfg.Retry.Batch.MaxAttempts, MaxAge: cfg.Retry.Batch.MaxAge.D()},
 		ChatBudget:  workers.RetryBudget{MaxAttempts: cfg.Retry.Chat.MaxAttempts, MaxAge: cfg.Retry.Chat.MaxAge.D()},
 		GaveUpFunc:  s.metrics.CountGaveUp, FallbackFunc: s.metrics.CountJobFallback, LifecycleFunc: s.metrics.CountLifecycle, DecorationErrorFunc: s.metrics.CountDecorationError,
-	}, workers.Deps{Store: s.store, Admitter: adm, GitHub: gh, LLM: client, Quota: quota, BatchQuota: batchQuota, Batch: lane, Pacer: pacer, Attempts: attempts,
+	}, workers.Deps{Store: s.store, Admitter: adm, GitHub: gh, GitLab: gl, LLM: client, Quota: quota, BatchQuota: batchQuota, Batch: lane, Pacer: pacer, Attempts: attempts,
 		Queue: s.client, Log: log})
 	if err != nil {
 		return nil, err
@@ -216,6 +200,66 @@ const fallbackEvery = 5 * time.Second
 // runReconcileEvery is the run reconciler's period: it reads every run
 // in progress, so less often than admission's reconciler.
 const runReconcileEvery = 30 * time.Second
+
+// forges builds the forges' clients: the GitHub App (missingApp without
+// its credentials) and the GitLab tenants' (nil without tenants).
+func (s *Server) forges(tr http.RoundTripper) (workers.GitHubApp, workers.ForgeTenants, error) {
+	cfg := s.cfg
+	key := []byte(cfg.GitHub.PrivateKey)
+	if len(key) == 0 && cfg.GitHub.PrivateKeyPath != "" {
+		var err error
+		if key, err = os.ReadFile(cfg.GitHub.PrivateKeyPath); err != nil {
+			return nil, nil, &config.SettingError{Name: "GITHUB_PRIVATE_KEY_PATH", Problem: err.Error()}
+		}
+	}
+	var gh workers.GitHubApp
+	if len(key) > 0 && cfg.GitHub.AppID > 0 {
+		if tr == nil {
+			tr = http.DefaultTransport
+		}
+		// every process's GitHub requests are counted in Redis for serve's /metrics
+		app, err := ghapp.New(cfg.GitHub.AppID, key, cfg.GitHub.APIURL, metrics.GitHubCounter{Counts: s.rdb, Next: tr})
+		if err != nil {
+			return nil, nil, &config.SettingError{Name: keySetting(cfg), Problem: err.Error()}
+		}
+		app.SetBot(cfg.GitHub.AppSlug)
+		gh = app
+	} else {
+		gh = missingApp{}
+	}
+	gl, err := gitlabForges(cfg, tr)
+	if err != nil {
+		return nil, nil, err
+	}
+	return gh, gl, nil
+}
+
+// gitlabForges builds the GitLab tenants' clients (nil: no tenants).
+func gitlabForges(cfg *config.Config, tr http.RoundTripper) (workers.ForgeTenants, error) {
+	if len(cfg.GitLab.Tenants) == 0 {
+		return nil, nil
+	}
+	gc := gitlab.Config{BaseURL: cfg.GitLab.URL, Transport: tr}
+	for _, t := range cfg.GitLab.Tenants {
+		gc.Tenants = append(gc.Tenants, gitlab.Tenant{ID: t.ID, Path: t.Path, Token: string(t.Token)})
+	}
+	ts, err := gitlab.New(gc)
+	if err != nil {
+		return nil, &config.SettingError{Name: "gitlab.tenants", Problem: err.Error()}
+	}
+	return gitlabTenants{ts}, nil
+}
+
+// gitlabTenants hands out a GitLab tenant's client as the workers' Forge.
+type gitlabTenants struct{ ts *gitlab.Tenants }
+
+func (g gitlabTenants) Forge(tenant int64) (workers.Forge, error) {
+	c, err := g.ts.Client(tenant)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
 
 // missingApp stands where no GitHub App credentials are configured
 // (serve only): jobs that need GitHub fail with a clear error.
