@@ -39,6 +39,10 @@ type ReviewWriter interface {
 	ReviewThreads(ctx context.Context, owner, repo string, n int) ([]ghapp.ReviewThread, error)
 	Reply(ctx context.Context, owner, repo string, n int, commentID int64, body string) (int64, error)
 	ResolveThread(ctx context.Context, threadID string) error
+	// OwnReviewComments and CommentVotes read back the 👍 and 👎 people
+	// gave prq's findings.
+	OwnReviewComments(ctx context.Context, owner, repo string, n int) ([]ghapp.OwnReviewComment, error)
+	CommentVotes(ctx context.Context, owner, repo string, commentID int64) (ghapp.Votes, error)
 }
 
 // ReviewWriters hands out an installation's ReviewWriter.

@@ -1,0 +1,123 @@
+package workers
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"strings"
+
+	"github.com/prq-dev/prq/jobs"
+	"github.com/prq-dev/prq/store"
+)
+
+// VoteStore keeps the findings whose reactions are read back and the 👍
+// and 👎 they were given (a *store.Store).
+type VoteStore interface {
+	TrackFindings(ctx context.Context, pr jobs.PR, fs map[string]store.TrackedFinding) error
+	TrackedFindings(ctx context.Context, pr jobs.PR) (map[string]store.TrackedFinding, error)
+	SetVotes(ctx context.Context, installation, commentID int64, f store.TrackedFinding, up, down int) error
+}
+
+var _ VoteStore = (*store.Store)(nil)
+
+// MaxVoteReads bounds the comments whose reactions one finalize reads
+// (one GitHub request each, a page of 100 reactions): a pull request
+// with more is read in turns, the next finalize going on where this one
+// stopped. With the list of prq's comments, a finalize makes at most
+// about 52 reads: far inside an installation's 5,000 requests an hour.
+const MaxVoteReads = 50
+
+// votesCursor records, in the pull request's posted hash, the last
+// comment whose reactions were read.
+const votesCursor = "votes_cursor"
+
+// track records the findings posted as line comments (the first posted
+// of them: the rest went into the review's body) for their reactions to
+// be read back. A finding made by a result without a model (recorded by
+// an older version) is not counted.
+func (p *Finalizer) track(ctx context.Context, pr jobs.PR, lc lineComments, posted int) error {
+	if p.cfg.Votes == nil {
+		return nil
+	}
+	fs := map[string]store.TrackedFinding{}
+	for i := range min(posted, len(lc.keys)) {
+		if k, t := lc.keys[i], lc.tracked[i]; k != "" && t.Model != "" {
+			fs[k] = t
+		}
+	}
+	return p.cfg.Votes.TrackFindings(ctx, pr, fs)
+}
+
+// readVotes reads the 👍 and 👎 people gave the pull request's tracked
+// findings and records them (each person once per comment, prq's own
+// reactions left out): the findings' acceptance rate by model and kind.
+// It reads at most MaxVoteReads comments, going on from where the last
+// pass stopped. Reading is a decoration: a failure (a rate limit
+// included) ends the pass, logged, and never holds back the head's
+// results; the next finalize reads again, and counts nothing twice.
+func (p *Finalizer) readVotes(ctx context.Context, gh ReviewWriter, pr jobs.PR) {
+	if p.cfg.Votes == nil {
+		return
+	}
+	if err := p.votes(ctx, gh, pr); err != nil {
+		p.cfg.Log.WarnContext(ctx, "reading the reactions on prq's findings failed; the next finalize reads them again", "pr", pr.String(), "err", err)
+	}
+}
+
+func (p *Finalizer) votes(ctx context.Context, gh ReviewWriter, pr jobs.PR) error {
+	tracked, err := p.cfg.Votes.TrackedFindings(ctx, pr)
+	if err != nil || len(tracked) == 0 {
+		return err
+	}
+	own, err := gh.OwnReviewComments(ctx, pr.Owner, pr.Repo, pr.Number)
+	if err != nil {
+		return err
+	}
+	type finding struct {
+		id int64
+		f  store.TrackedFinding
+	}
+	var fs []finding
+	for _, c := range own {
+		if k := findingKey(c.Body); k != "" && strings.Contains(c.Body, p.cfg.Markers.Finding(pr.Key(), k)) {
+			if t, ok := tracked[k]; ok {
+				fs = append(fs, finding{c.ID, t})
+			}
+		}
+	}
+	if len(fs) == 0 {
+		return nil
+	}
+	slices.SortFunc(fs, func(a, b finding) int { return cmp.Compare(a.id, b.id) })
+	last, err := p.cfg.Publications.Posted(ctx, pr, votesCursor)
+	if err != nil {
+		return err
+	}
+	// from the first comment after the cursor, round to the start
+	from, _ := slices.BinarySearchFunc(fs, last+1, func(a finding, id int64) int { return cmp.Compare(a.id, id) })
+	fs = append(fs[from:], fs[:from]...)
+	for _, x := range fs[:min(len(fs), MaxVoteReads)] {
+		v, err := gh.CommentVotes(ctx, pr.Owner, pr.Repo, x.id)
+		if err != nil {
+			return err
+		}
+		if err := p.cfg.Votes.SetVotes(ctx, pr.Installation, x.id, x.f, len(v.Up), len(v.Down)); err != nil {
+			return err
+		}
+		if err := p.cfg.Publications.SetPosted(ctx, pr, votesCursor, x.id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// findingKey is the key a finding's marker names in body ("" for none).
+func findingKey(body string) string {
+	const open = "<!-- prq:finding key="
+	_, rest, ok := strings.Cut(body, open)
+	if !ok {
+		return ""
+	}
+	k, _, _ := strings.Cut(rest, " ")
+	return k
+}
