@@ -125,6 +125,13 @@ func TestFindingVotes(t *testing.T) {
 		if seen != len(want) {
 			t.Errorf("%s: dashboard acceptance %+v lacks a kind of %v", when, d.Acceptance, want)
 		}
+		_, metrics := get(t, "http://"+s.app.ListenAddr()+"/metrics", "")
+		for _, l := range strings.Split(metrics, "\n") {
+			if strings.HasPrefix(l, "prq_review_") {
+				t.Logf("%s: %s", when, l)
+			}
+		}
+		t.Logf("%s: /api/dashboard acceptance %+v", when, d.Acceptance)
 	}
 	check("after the second push")
 	gh.RemoveReaction(a, "carol", "-1") // she takes hers back
