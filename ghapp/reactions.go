@@ -35,7 +35,8 @@ func (c *Client) OwnReviewComments(ctx context.Context, owner, repo string, n in
 }
 
 // Votes are the people's 👍 and 👎 on a comment, by login: each person
-// once per content, the App's own reactions left out.
+// once, the App's own reactions left out. A person who put both on the
+// comment is in neither: their vote says nothing.
 type Votes struct {
 	Up, Down []string
 }
@@ -44,7 +45,7 @@ type Votes struct {
 // (GET /repos/{owner}/{repo}/pulls/comments/{comment_id}/reactions,
 // every page).
 func (c *Client) CommentVotes(ctx context.Context, owner, repo string, commentID int64) (Votes, error) {
-	var v Votes
+	var up, down []string
 	seen := map[string]bool{}
 	for page := 1; ; {
 		rs, resp, err := c.gh.Reactions.ListPullRequestCommentReactions(ctx, owner, repo, commentID, &github.ListOptions{PerPage: 100, Page: page})
@@ -61,13 +62,24 @@ func (c *Client) CommentVotes(ctx context.Context, owner, repo string, commentID
 			case content != "+1" && content != "-1", seen[content+who]:
 			case content == "+1":
 				seen[content+who] = true
-				v.Up = append(v.Up, who)
+				up = append(up, who)
 			default:
 				seen[content+who] = true
-				v.Down = append(v.Down, who)
+				down = append(down, who)
 			}
 		}
 		if resp.NextPage == 0 {
+			var v Votes
+			for _, who := range up {
+				if !seen["-1"+who] {
+					v.Up = append(v.Up, who)
+				}
+			}
+			for _, who := range down {
+				if !seen["+1"+who] {
+					v.Down = append(v.Down, who)
+				}
+			}
 			return v, nil
 		}
 		page = resp.NextPage

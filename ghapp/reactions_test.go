@@ -14,7 +14,8 @@ import (
 
 // TestCommentVotes: the 👍 and 👎 on the App's diff comments, each
 // person once, the App's own reactions and other contents left out,
-// every page; a person's diff comment is not the App's.
+// every page, a person who put both counted for neither; a person's
+// diff comment is not the App's.
 func TestCommentVotes(t *testing.T) {
 	t.Parallel()
 	f := setup(t, fakegithub.Config{}, []corpus.File{file("main.go", patch)})
@@ -35,6 +36,8 @@ func TestCommentVotes(t *testing.T) {
 	}
 	f.fake.AddReaction(id, "carol", "-1")
 	f.fake.AddReaction(id, "carol", "heart")
+	f.fake.AddReaction(id, "dave", "+1") // both: no vote
+	f.fake.AddReaction(id, "dave", "-1")
 	f.fake.AddReaction(id, f.fake.Bot(), "+1")
 	f.fake.AddReaction(id, f.fake.Bot(), "-1")
 	v, err := f.client.CommentVotes(ctx, "acme", "api", id)
