@@ -32,6 +32,8 @@ type TrackedFinding struct {
 	Kind string `json:"kind"`
 	// Posted is when it was posted (unix seconds).
 	Posted int64 `json:"posted"`
+	// What is the review it was posted in ("review:<head><round>").
+	What string `json:"what,omitempty"`
 }
 
 func trackedKey(pr jobs.PR) string { return prTag(pr) + ":tracked" }

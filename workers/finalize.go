@@ -244,14 +244,15 @@ func (p *Finalizer) publish(ctx context.Context, f jobs.Finalize, last bool) err
 		if err != nil {
 			return err
 		}
-		// the earlier reviews' findings, before this head's are posted
-		p.readVotes(ctx, gh, f.PR)
 		if comments, err = p.postReview(ctx, gh, f, what, results, rows, open); err != nil {
 			return p.gate.refused(ctx, f.PR.Installation, ghFailed(ctx, log, f.PR, "review", err))
 		}
 		if err := p.resolveFixed(ctx, gh, f, what, files, results, open); err != nil {
 			return p.gate.refused(ctx, f.PR.Installation, ghFailed(ctx, log, f.PR, "resolving threads", err))
 		}
+		// last, once the results and the check run are out: what people
+		// said of the earlier reviews' findings
+		defer p.readVotes(ctx, gh, f.PR, what)
 	}
 	if err := cfg.Publications.MarkFinalized(ctx, f.PR, f.HeadSHA); err != nil {
 		return err
@@ -456,7 +457,7 @@ func (p *Finalizer) lineComments(pr jobs.PR, what string, results []store.Result
 			kind = store.FindingSuggestion
 		}
 		out.keys = append(out.keys, c.Key)
-		out.tracked = append(out.tracked, store.TrackedFinding{Model: c.model, Kind: kind, Posted: now.Unix()})
+		out.tracked = append(out.tracked, store.TrackedFinding{Model: c.model, Kind: kind, Posted: now.Unix(), What: what})
 	}
 	return out
 }

@@ -49,22 +49,22 @@ func (p *Finalizer) track(ctx context.Context, pr jobs.PR, lc lineComments, post
 }
 
 // readVotes reads the 👍 and 👎 people gave the pull request's tracked
-// findings and records them (each person once per comment, prq's own
+// findings of earlier reviews than what and records them (each person once per comment, prq's own
 // reactions left out): the findings' acceptance rate by model and kind.
 // It reads at most MaxVoteReads comments, going on from where the last
 // pass stopped. Reading is a decoration: a failure (a rate limit
 // included) ends the pass, logged, and never holds back the head's
 // results; the next finalize reads again, and counts nothing twice.
-func (p *Finalizer) readVotes(ctx context.Context, gh ReviewWriter, pr jobs.PR) {
+func (p *Finalizer) readVotes(ctx context.Context, gh ReviewWriter, pr jobs.PR, what string) {
 	if p.cfg.Votes == nil {
 		return
 	}
-	if err := p.votes(ctx, gh, pr); err != nil {
+	if err := p.votes(ctx, gh, pr, what); err != nil {
 		p.cfg.Log.WarnContext(ctx, "reading the reactions on prq's findings failed; the next finalize reads them again", "pr", pr.String(), "err", err)
 	}
 }
 
-func (p *Finalizer) votes(ctx context.Context, gh ReviewWriter, pr jobs.PR) error {
+func (p *Finalizer) votes(ctx context.Context, gh ReviewWriter, pr jobs.PR, what string) error {
 	tracked, err := p.cfg.Votes.TrackedFindings(ctx, pr)
 	if err != nil || len(tracked) == 0 {
 		return err
@@ -80,7 +80,7 @@ func (p *Finalizer) votes(ctx context.Context, gh ReviewWriter, pr jobs.PR) erro
 	var fs []finding
 	for _, c := range own {
 		if k := findingKey(c.Body); k != "" && strings.Contains(c.Body, p.cfg.Markers.Finding(pr.Key(), k)) {
-			if t, ok := tracked[k]; ok {
+			if t, ok := tracked[k]; ok && t.What != what { // this review's own are new
 				fs = append(fs, finding{c.ID, t})
 			}
 		}
