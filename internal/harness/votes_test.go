@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +18,7 @@ import (
 // at the pull request's next finalize and shown, by model and kind, in
 // /metrics and the dashboard's API: each person once per comment, the
 // App's own reactions and other contents left out, a vote taken back
-// taken off at the read after.
+// taken off at the read after; every key it keeps but the totals expires.
 func TestFindingVotes(t *testing.T) {
 	t.Parallel()
 	s := startStack(t, stackOpts{})
@@ -138,4 +139,9 @@ func TestFindingVotes(t *testing.T) {
 	push(3)
 	add(a, 0, -1)
 	check("after the third push")
+	// what the votes keep expires, but for the totals
+	missing, permanent, err := KeysWithoutTTL(ctx, s.app.Redis())
+	if err != nil || len(missing) > 0 || !slices.Contains(permanent, "{prq:acceptance}:totals") {
+		t.Errorf("keys without a TTL %v (%v), permanent %v: want none but the documented ones, the totals among them", missing, err, permanent)
+	}
 }
