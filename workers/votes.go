@@ -49,8 +49,9 @@ func (p *Finalizer) track(ctx context.Context, pr jobs.PR, lc lineComments, post
 }
 
 // readVotes reads the 👍 and 👎 people gave the pull request's tracked
-// findings of earlier reviews than what and records them (each person once per comment, prq's own
-// reactions left out): the findings' acceptance rate by model and kind.
+// findings of reviews before what and records them (each person once per
+// comment, prq's own reactions left out): the findings' acceptance rate
+// by model and kind.
 // It reads at most MaxVoteReads comments, going on from where the last
 // pass stopped. Reading is a decoration: a failure (a rate limit
 // included) ends the pass, logged, and never holds back the head's
@@ -95,7 +96,7 @@ func (p *Finalizer) votes(ctx context.Context, gh ReviewWriter, pr jobs.PR, what
 	}
 	// from the first comment after the cursor, round to the start
 	from, _ := slices.BinarySearchFunc(fs, last+1, func(a finding, id int64) int { return cmp.Compare(a.id, id) })
-	fs = append(fs[from:], fs[:from]...)
+	fs = slices.Concat(fs[from:], fs[:from])
 	for _, x := range fs[:min(len(fs), MaxVoteReads)] {
 		v, err := gh.CommentVotes(ctx, pr.Owner, pr.Repo, x.id)
 		if err != nil {
