@@ -175,3 +175,38 @@ func ReadAcceptance(ctx context.Context, rdb HashReader) ([]Acceptance, error) {
 	})
 	return out, nil
 }
+
+// votesDue orders the pull requests whose findings' reactions are to be
+// read again, by when (unix ms); a member leaves when a pass claims it,
+// and comes back only while the pull request has tracked findings.
+const votesDue = "prq:votes:due"
+
+// ScheduleVotes sets when the pull request's findings' reactions are to
+// be read next (a later or earlier time replaces the one set).
+func (s *Store) ScheduleVotes(ctx context.Context, pr jobs.PR, at time.Time) error {
+	if err := s.rdb.ZAdd(ctx, votesDue, redis.Z{Score: float64(at.UnixMilli()), Member: string(mustJSON(pr))}).Err(); err != nil {
+		return fmt.Errorf("store: schedule votes %s: %w", pr, err)
+	}
+	return nil
+}
+
+// DueVotes claims at most limit pull requests whose reactions are due by
+// now: each is claimed by one caller, whichever process asks.
+func (s *Store) DueVotes(ctx context.Context, now time.Time, limit int64) ([]jobs.PR, error) {
+	ms, err := s.rdb.ZRangeByScore(ctx, votesDue, &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(now.UnixMilli(), 10), Count: limit}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("store: due votes: %w", err)
+	}
+	var out []jobs.PR
+	for _, m := range ms {
+		n, err := s.rdb.ZRem(ctx, votesDue, m).Result()
+		if err != nil {
+			return out, fmt.Errorf("store: claim due votes: %w", err)
+		}
+		var pr jobs.PR
+		if n == 1 && json.Unmarshal([]byte(m), &pr) == nil && pr.Validate() == nil {
+			out = append(out, pr)
+		}
+	}
+	return out, nil
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/prq-dev/prq/jobs"
 	"github.com/prq-dev/prq/store"
@@ -16,6 +17,8 @@ type VoteStore interface {
 	TrackFindings(ctx context.Context, pr jobs.PR, fs map[string]store.TrackedFinding) error
 	TrackedFindings(ctx context.Context, pr jobs.PR) (map[string]store.TrackedFinding, error)
 	SetVotes(ctx context.Context, installation, commentID int64, f store.TrackedFinding, up, down int) error
+	ScheduleVotes(ctx context.Context, pr jobs.PR, at time.Time) error
+	DueVotes(ctx context.Context, now time.Time, limit int64) ([]jobs.PR, error)
 }
 
 var _ VoteStore = (*store.Store)(nil)
@@ -45,7 +48,85 @@ func (p *Finalizer) track(ctx context.Context, pr jobs.PR, lc lineComments, post
 			fs[k] = t
 		}
 	}
-	return p.cfg.Votes.TrackFindings(ctx, pr, fs)
+	if len(fs) == 0 {
+		return nil
+	}
+	if err := p.cfg.Votes.TrackFindings(ctx, pr, fs); err != nil {
+		return err
+	}
+	return p.cfg.Votes.ScheduleVotes(ctx, pr, p.cfg.NowFunc().Add(VotesFirstRead))
+}
+
+// The periodic pass: reactions come after a review, often after its
+// pull request's last push, so each pull request with findings is read
+// again on a schedule that thins out with the age of its latest
+// findings (a quarter of it, between VotesFirstRead and a day), as long
+// as its data is kept (retention). A pass claims at most votesPerSweep
+// pull requests, each read by one process.
+const (
+	// VotesFirstRead is how soon after a review its pull request's
+	// reactions are first read by the periodic pass.
+	VotesFirstRead = 30 * time.Second
+	votesPerSweep  = 5
+	votesMaxWait   = 24 * time.Hour
+)
+
+// SweepVotes runs the periodic pass every every until ctx ends.
+func (p *Finalizer) SweepVotes(ctx context.Context, every time.Duration) {
+	if p.cfg.Votes == nil {
+		return
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := p.SweepVotesOnce(ctx); err != nil && ctx.Err() == nil {
+				p.cfg.Log.WarnContext(ctx, "the periodic read of reactions on prq's findings failed", "err", err)
+			}
+		}
+	}
+}
+
+// SweepVotesOnce reads the reactions of the pull requests due now (at
+// most votesPerSweep) and schedules each again while it has tracked
+// findings. It returns how many it read.
+func (p *Finalizer) SweepVotesOnce(ctx context.Context) (int, error) {
+	now := p.cfg.NowFunc()
+	prs, err := p.cfg.Votes.DueVotes(ctx, now, votesPerSweep)
+	if err != nil {
+		return 0, err
+	}
+	for _, pr := range prs {
+		if st := p.cfg.Installs; st != nil {
+			if why, err := st.Disabled(ctx, pr.Installation); err != nil {
+				return 0, err
+			} else if why != "" {
+				continue // uninstalled, suspended or refused a token: not read again
+			}
+		}
+		if gh, err := p.cfg.GitHub.ReviewWriter(pr.Installation); err == nil {
+			p.readVotes(ctx, gh, pr, "")
+		}
+		tracked, err := p.cfg.Votes.TrackedFindings(ctx, pr)
+		if err != nil {
+			return 0, err
+		}
+		var latest int64
+		for _, f := range tracked {
+			latest = max(latest, f.Posted)
+		}
+		if len(tracked) == 0 {
+			continue // the pull request's data expired: done
+		}
+		wait := min(max(now.Sub(time.Unix(latest, 0))/4, VotesFirstRead), votesMaxWait)
+		if err := p.cfg.Votes.ScheduleVotes(ctx, pr, now.Add(wait)); err != nil {
+			return 0, err
+		}
+	}
+	return len(prs), nil
 }
 
 // readVotes reads the 👍 and 👎 people gave the pull request's tracked

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prq-dev/prq/ghapp"
 	"github.com/prq-dev/prq/internal/redistest"
 	"github.com/prq-dev/prq/internal/render"
+	"github.com/prq-dev/prq/jobs"
 	"github.com/prq-dev/prq/store"
 	"github.com/prq-dev/prq/workers"
 )
@@ -81,5 +83,62 @@ func TestVotesReadInTurns(t *testing.T) {
 	}
 	if a := totals(); a.Up != 2*n || a.Down != n || a.Kind != store.FindingProse {
 		t.Fatalf("after reading every comment, some twice: %+v, want %d up and %d down", a, 2*n, n)
+	}
+}
+
+// TestVotesSweep: the periodic pass reads a pull request's reactions
+// when they are due, each claimed once, and schedules the next read a
+// quarter of its findings' age later (at least VotesFirstRead); a pull
+// request without tracked findings (its data expired) is not read again.
+func TestVotesSweep(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, gh := newStore(t), github()
+	pr, gone := testPR(t, 403), testPR(t, 404)
+	gone.Number = 8
+	// a clock long ago: other tests' pull requests are not due in it
+	now := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
+	const model = "votes-sweep"
+	k := "s1"
+	if err := st.TrackFindings(ctx, pr, map[string]store.TrackedFinding{k: {Model: model, Kind: store.FindingSuggestion, Posted: now.Add(-4 * time.Hour).Unix(), What: "review:h1"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []jobs.PR{pr, gone} {
+		if err := st.ScheduleVotes(ctx, p, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reads := 0
+	gh.OwnCommentsFunc = func() ([]ghapp.OwnReviewComment, error) {
+		return []ghapp.OwnReviewComment{{ID: 77, Body: render.Markers{}.Finding(pr.Key(), k)}}, nil
+	}
+	gh.VotesFunc = func(int64) (ghapp.Votes, error) { reads++; return ghapp.Votes{Up: []string{"alice"}}, nil }
+	f, err := workers.NewFinalizer(workers.FinalizerConfig{Attempts: newAttempts(t), Results: st, Publications: st, GitHub: gh, Turns: newPacer(t), Votes: st,
+		NowFunc: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := f.SweepVotesOnce(ctx); err != nil || n != 2 || reads != 1 {
+		t.Fatalf("first pass: %d pull requests, %d reads, %v; want both claimed, the tracked one read", n, reads, err)
+	}
+	if n, err := f.SweepVotesOnce(ctx); err != nil || n != 0 {
+		t.Fatalf("again at once: %d pull requests, %v; want none due", n, err)
+	}
+	now = now.Add(time.Hour - time.Second) // a quarter of 4 h, less a second
+	if n, _ := f.SweepVotesOnce(ctx); n != 0 {
+		t.Fatalf("before its time: %d pull requests read", n)
+	}
+	now = now.Add(time.Second)
+	if n, err := f.SweepVotesOnce(ctx); err != nil || n != 1 || reads != 2 {
+		t.Fatalf("at its time: %d pull requests, %d reads, %v; want the tracked one alone, read again", n, reads, err)
+	}
+	acc, err := store.ReadAcceptance(ctx, redistest.Shared(t).Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range acc {
+		if a.Model == model && (a.Up != 1 || a.Down != 0) {
+			t.Fatalf("read twice, counted %+v; want alice once", a)
+		}
 	}
 }

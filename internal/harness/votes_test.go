@@ -15,8 +15,9 @@ import (
 )
 
 // TestFindingVotes: people's 👍 and 👎 on prq's findings are read back
-// at the pull request's next finalize and shown, by model and kind, in
-// /metrics and the dashboard's API: each person once per comment, the
+// at the pull request's next finalize, or by the periodic pass when no
+// push comes, and shown, by model and kind, in /metrics and the
+// dashboard's API: each person once per comment, the
 // App's own reactions and other contents left out, a vote taken back
 // taken off at the read after; every key it keeps but the totals expires.
 func TestFindingVotes(t *testing.T) {
@@ -93,7 +94,7 @@ func TestFindingVotes(t *testing.T) {
 				return [2]float64{s.metric("prq_review_finding_votes", map[string]string{"model": "gpt-4o", "kind": kind, "vote": "up"}),
 					s.metric("prq_review_finding_votes", map[string]string{"model": "gpt-4o", "kind": kind, "vote": "down"})}
 			}
-			s.waitFor(when+": the votes in /metrics", 30*time.Second, func() bool { return got() == w })
+			s.waitFor(when+": the votes in /metrics", 120*time.Second, func() bool { return got() == w })
 			if r := s.metric("prq_review_acceptance_ratio", map[string]string{"model": "gpt-4o", "kind": kind}); w[0]+w[1] > 0 && r != w[0]/(w[0]+w[1]) {
 				t.Errorf("%s: prq_review_acceptance_ratio{kind=%q} %v, want %v", when, kind, r, w[0]/(w[0]+w[1]))
 			}
@@ -139,6 +140,10 @@ func TestFindingVotes(t *testing.T) {
 	push(3)
 	add(a, 0, -1)
 	check("after the third push")
+	// no push follows: the periodic pass reads it
+	gh.AddReaction(b, "erin", "+1")
+	add(b, 1, 0)
+	check("with no push after it")
 	// what the votes keep expires, but for the totals
 	missing, permanent, err := KeysWithoutTTL(ctx, s.app.Redis())
 	if err != nil || len(missing) > 0 || !slices.Contains(permanent, "{prq:acceptance}:totals") {

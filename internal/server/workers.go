@@ -165,6 +165,7 @@ func (s *Server) buildWorkers(tr http.RoundTripper, opt Options, handlers bool) 
 		if w.Batch != nil {
 			go w.Batch.Run(ctx)
 		}
+		go w.Finalizer.SweepVotes(ctx, voteSweepEvery)
 		rec.Run(ctx, runReconcileEvery)
 	}
 	return js, nil
@@ -215,6 +216,11 @@ const fallbackEvery = 5 * time.Second
 // runReconcileEvery is the run reconciler's period: it reads every run
 // in progress, so less often than admission's reconciler.
 const runReconcileEvery = 30 * time.Second
+
+// voteSweepEvery is how often a worker claims the pull requests whose
+// findings' reactions are due to be read (one sorted-set read when none
+// is due).
+const voteSweepEvery = 10 * time.Second
 
 // missingApp stands where no GitHub App credentials are configured
 // (serve only): jobs that need GitHub fail with a clear error.
