@@ -60,8 +60,9 @@ func (p *Finalizer) track(ctx context.Context, pr jobs.PR, lc lineComments, post
 // The periodic pass: reactions come after a review, often after its
 // pull request's last push, so each pull request with findings is read
 // again on a schedule that thins out with the age of its latest
-// findings (a quarter of it, between VotesFirstRead and a day), as long
-// as its data is kept (retention). A pass claims at most votesPerSweep
+// findings (next when that age has doubled, between VotesFirstRead and a
+// day later: about 12 reads on the first day, then one a day), as long as
+// its data is kept (retention). A pass claims at most votesPerSweep
 // pull requests, each read by one process.
 const (
 	// VotesFirstRead is how soon after a review its pull request's
@@ -121,7 +122,7 @@ func (p *Finalizer) SweepVotesOnce(ctx context.Context) (int, error) {
 		if len(tracked) == 0 {
 			continue // the pull request's data expired: done
 		}
-		wait := min(max(now.Sub(time.Unix(latest, 0))/4, VotesFirstRead), votesMaxWait)
+		wait := min(max(now.Sub(time.Unix(latest, 0)), VotesFirstRead), votesMaxWait)
 		if err := p.cfg.Votes.ScheduleVotes(ctx, pr, now.Add(wait)); err != nil {
 			return 0, err
 		}

@@ -87,8 +87,8 @@ func TestVotesReadInTurns(t *testing.T) {
 }
 
 // TestVotesSweep: the periodic pass reads a pull request's reactions
-// when they are due, each claimed once, and schedules the next read a
-// quarter of its findings' age later (at least VotesFirstRead); a pull
+// when they are due, each claimed once, and schedules the next read when
+// its findings' age has doubled (at least VotesFirstRead later); a pull
 // request without tracked findings (its data expired) is not read again.
 func TestVotesSweep(t *testing.T) {
 	t.Parallel()
@@ -124,7 +124,7 @@ func TestVotesSweep(t *testing.T) {
 	if n, err := f.SweepVotesOnce(ctx); err != nil || n != 0 {
 		t.Fatalf("again at once: %d pull requests, %v; want none due", n, err)
 	}
-	now = now.Add(time.Hour - time.Second) // a quarter of 4 h, less a second
+	now = now.Add(4*time.Hour - time.Second) // the findings' age (4 h), less a second
 	if n, _ := f.SweepVotesOnce(ctx); n != 0 {
 		t.Fatalf("before its time: %d pull requests read", n)
 	}
