@@ -249,6 +249,36 @@ func TestReplyReactResolve(t *testing.T) {
 	}
 }
 
+// TestCommentVotes: the people's thumbsup and thumbsdown on the bot's
+// diff notes, each person once, none for one who gave both, the bot's
+// own left out.
+func TestCommentVotes(t *testing.T) {
+	e := setup(t, fakegitlab.Config{})
+	ctx := context.Background()
+	if _, err := e.client.CreateReview(ctx, "acme/platform", "api", 3, head1, "body", []forge.ReviewComment{{Path: "main.go", Line: 11, Side: "RIGHT", Body: "finding"}}); err != nil {
+		t.Fatal(err)
+	}
+	e.fake.AddNote(proj, 3, "alice", "a note of a person's")
+	own, err := e.client.OwnReviewComments(ctx, "acme/platform", "api", 3)
+	if err != nil || len(own) != 1 || own[0].Body != "finding" {
+		t.Fatalf("OwnReviewComments = %+v, %v; want the one diff note", own, err)
+	}
+	id := own[0].ID
+	for _, a := range [][2]string{{"alice", "thumbsup"}, {"bob", "thumbsdown"}, {"carol", "thumbsup"}, {"carol", "thumbsdown"}, {"dave", "rocket"}} {
+		e.fake.Award(proj, 3, id, a[0], a[1])
+	}
+	if err := e.client.React(ctx, "acme/platform", "api", 3, id, true, "+1"); err != nil { // the bot's own
+		t.Fatal(err)
+	}
+	v, err := e.client.CommentVotes(ctx, "acme/platform", "api", 3, id)
+	if err != nil || !slices.Equal(v.Up, []string{"alice"}) || !slices.Equal(v.Down, []string{"bob"}) {
+		t.Errorf("CommentVotes = %+v, %v; want up [alice], down [bob]", v, err)
+	}
+	if _, err := e.client.CommentVotes(ctx, "acme/platform", "api", 3, 999999); !errors.Is(err, forge.ErrNotFound) {
+		t.Errorf("votes of a note that is not there: %v, want forge.ErrNotFound", err)
+	}
+}
+
 func TestCommitStatus(t *testing.T) {
 	e := setup(t, fakegitlab.Config{})
 	ctx := context.Background()

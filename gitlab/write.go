@@ -217,3 +217,49 @@ func (c *Client) React(ctx context.Context, owner, repo string, n int, commentID
 	_, resp, err = c.api.AwardEmoji.CreateMergeRequestAwardEmojiOnNote(pid, int64(n), commentID, &gl.CreateAwardEmojiOptions{Name: name}, gl.WithContext(ctx))
 	return c.classify("award emoji", resp, err)
 }
+
+// OwnReviewComments returns the bot's own diff notes on merge request n
+// (findings, and its replies in their discussions), every page.
+func (c *Client) OwnReviewComments(ctx context.Context, owner, repo string, n int) ([]forge.OwnComment, error) {
+	bot, err := c.bot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	notes, err := c.notes(ctx, project(owner, repo), n)
+	if err != nil {
+		return nil, err
+	}
+	var out []forge.OwnComment
+	for _, m := range notes {
+		if !m.System && m.Author.ID == bot && m.Type == gl.DiffNote {
+			out = append(out, forge.OwnComment{ID: m.ID, Body: m.Body})
+		}
+	}
+	return out, nil
+}
+
+// CommentVotes reads the 👍 (thumbsup) and 👎 (thumbsdown) award emoji on
+// note commentID of merge request n, every page, the bot's own left out.
+func (c *Client) CommentVotes(ctx context.Context, owner, repo string, n int, commentID int64) (forge.Votes, error) {
+	bot, err := c.bot(ctx)
+	if err != nil {
+		return forge.Votes{}, err
+	}
+	var vs []forge.Vote
+	opt := &gl.ListAwardEmojiOptions{ListOptions: gl.ListOptions{PerPage: perPage, Page: 1}}
+	for {
+		awards, resp, err := c.api.AwardEmoji.ListMergeRequestAwardEmojiOnNote(project(owner, repo), int64(n), commentID, opt, gl.WithContext(ctx))
+		if err != nil {
+			return forge.Votes{}, c.classify("list award emoji", resp, err)
+		}
+		for _, a := range awards {
+			if a.User.ID != bot && (a.Name == emoji["+1"] || a.Name == emoji["-1"]) {
+				vs = append(vs, forge.Vote{Who: a.User.Username, Up: a.Name == emoji["+1"]})
+			}
+		}
+		if resp.NextPage == 0 || resp.NextPage == opt.Page {
+			return forge.CountVotes(vs), nil
+		}
+		opt.Page = resp.NextPage
+	}
+}

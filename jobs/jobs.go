@@ -255,6 +255,9 @@ type File struct {
 	Parts int `json:"parts,omitempty"`
 	// Created is when the job was planned (unix ms), for wait figures.
 	Created int64 `json:"created,omitempty"`
+	// Walkthrough: a summary job of the pull request as a whole (Path
+	// empty), whose text opens the summary comment.
+	Walkthrough bool `json:"walkthrough,omitempty"`
 }
 
 // Finalize asks for a PR's results to be published.

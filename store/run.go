@@ -80,6 +80,12 @@ type Result struct {
 	// Fallback, when set, is the model that made the result: a fallback
 	// of the one the job was planned for, which could not serve it.
 	Fallback string `json:"fallback,omitempty"`
+	// Walkthrough: the head's walkthrough (a summary of the pull request
+	// as a whole, Path empty), not a file's.
+	Walkthrough bool `json:"walkthrough,omitempty"`
+	// Model is the model that made the result (its findings' acceptance
+	// is counted under it); empty in results recorded before it existed.
+	Model string `json:"model,omitempty"`
 }
 
 // Note is a review finding that belongs to no line of the diff.
@@ -121,6 +127,9 @@ type Run struct {
 	// review is published anew ("" for the first).
 	Round         string   `json:"round,omitempty"`
 	TaskIDsQueued []string `json:"-"`
+	// Walkthrough: one of the SummaryTotal summary jobs is the head's
+	// walkthrough, not a file's.
+	Walkthrough bool `json:"walkthrough,omitempty"`
 	// DoneAt is when the head's last file was recorded (zero until then).
 	DoneAt time.Time `json:"done_at,omitempty"`
 	// Stuck is set once the reconciler found the run running past its
@@ -135,6 +144,16 @@ type Run struct {
 	// the head's files, not in the run: FileAndContext reads it with a
 	// file; GetRun leaves it empty.
 	Context string `json:"-"`
+}
+
+// FileSummaries are how many of the head's files were summarised and are
+// to be: the summary jobs, its walkthrough aside.
+func (r Run) FileSummaries() (done, total int) {
+	total = r.SummaryTotal
+	if r.Walkthrough {
+		total--
+	}
+	return min(r.SummaryDone, total), total
 }
 
 // AllDone reports whether every planned file of the run has a result.
@@ -193,6 +212,7 @@ func (s *Store) StartRun(ctx context.Context, r Run, files []FileData) (previous
 		"summary_total": strconv.Itoa(r.SummaryTotal), "summary_done": "0", "review_total": strconv.Itoa(r.ReviewTotal), "review_done": "0",
 		"finalized": "0", "created": strconv.FormatInt(r.CreatedAt.UnixMilli(), 10), "last_reviewed": r.LastReviewed, "skipped_quota": "0",
 		"title": r.Title, "body": r.Body, "instructions": r.Instructions, "language": r.Language, "config_notice": r.ConfigNotice, "round": r.Round,
+		"walkthrough": strconv.FormatBool(r.Walkthrough),
 	}
 	args := []any{r.Head, s.RunTTL.Milliseconds(), string(mustJSON(fields))}
 	for _, f := range files {
@@ -248,6 +268,7 @@ func (s *Store) GetRun(ctx context.Context, pr jobs.PR) (Run, error) {
 		Finalized: m["finalized"] == "1", CreatedAt: time.UnixMilli(created).UTC(),
 		LastReviewed: m["last_reviewed"], SkippedQuota: atoi("skipped_quota"), Title: m["title"], Body: m["body"],
 		Instructions: m["instructions"], Language: m["language"], ConfigNotice: m["config_notice"], Round: m["round"],
+		Walkthrough: m["walkthrough"] == "true",
 	}, nil
 }
 

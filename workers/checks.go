@@ -461,8 +461,9 @@ func (c *Checks) Progress(ctx context.Context, pr jobs.PR, head string) {
 		if err != nil || id == 0 {
 			return err
 		}
+		done, total := run.FileSummaries()
 		return gh.UpdateCheckRun(ctx, pr.Owner, pr.Repo, id, ghapp.CheckRun{Name: c.cfg.Name, HeadSHA: head, Status: "in_progress", Summary: progressText(run),
-			Title: fmt.Sprintf("%d of %d files", min(run.SummaryDone, run.SummaryTotal), run.SummaryTotal)})
+			Title: fmt.Sprintf("%d of %d files", done, total)})
 	})
 	c.dropped(ctx, pr, DecorationCheckProgress, err)
 }
@@ -511,7 +512,8 @@ func (c *Checks) waiting(ctx context.Context, pr jobs.PR, head, what string, mar
 }
 
 func progressText(run store.Run) string {
-	s := fmt.Sprintf("Summarised %d of %d files.", run.SummaryDone, run.SummaryTotal)
+	done, total := run.FileSummaries()
+	s := fmt.Sprintf("Summarised %d of %d files.", done, total)
 	if run.ReviewTotal > 0 {
 		s += fmt.Sprintf(" Reviewed %d of %d file parts.", run.ReviewDone, run.ReviewTotal)
 	}

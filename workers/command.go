@@ -304,7 +304,8 @@ func (r *CommandRunner) status(ctx context.Context, c jobs.Command) (string, err
 	case errors.Is(err, store.ErrNotFound):
 		b.WriteString("Not reviewed yet.")
 	case run.State == store.StateDone:
-		fmt.Fprintf(&b, "%s is reviewed: %d files summarised, %d reviews.", short(run.Head), run.SummaryDone, run.ReviewDone)
+		files, _ := run.FileSummaries()
+		fmt.Fprintf(&b, "%s is reviewed: %d files summarised, %d reviews.", short(run.Head), files, run.ReviewDone)
 	case run.State == store.StateCancelled:
 		fmt.Fprintf(&b, "The review of %s was stopped (the pull request was closed, turned into a draft, or is being reviewed again).", short(run.Head))
 	default:

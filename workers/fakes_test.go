@@ -220,6 +220,10 @@ type fakeGitHub struct {
 	// ThreadsFunc and ResolveFunc: nil is a pull request without threads.
 	ThreadsFunc func() ([]ghapp.ReviewThread, error)
 	ResolveFunc func(threadID string) error
+	// OwnCommentsFunc and VotesFunc: nil is a pull request without
+	// comments of prq's.
+	OwnCommentsFunc func() ([]ghapp.OwnReviewComment, error)
+	VotesFunc       func(commentID int64) (ghapp.Votes, error)
 }
 
 var (
@@ -301,6 +305,20 @@ func (g *fakeGitHub) ResolveThread(_ context.Context, id string) error {
 		return nil
 	}
 	return g.ResolveFunc(id)
+}
+
+func (g *fakeGitHub) OwnReviewComments(context.Context, string, string, int) ([]ghapp.OwnReviewComment, error) {
+	if g.OwnCommentsFunc == nil {
+		return nil, nil
+	}
+	return g.OwnCommentsFunc()
+}
+
+func (g *fakeGitHub) CommentVotes(_ context.Context, _, _ string, _ int, id int64) (ghapp.Votes, error) {
+	if g.VotesFunc == nil {
+		return ghapp.Votes{}, nil
+	}
+	return g.VotesFunc(id)
 }
 
 func (g *fakeGitHub) Comment(_ context.Context, _, _ string, _ int, body string) (int64, error) {

@@ -24,6 +24,7 @@ type FileStore interface {
 	Current(ctx context.Context, pr jobs.PR, head string) (bool, error)
 	GetRun(ctx context.Context, pr jobs.PR) (store.Run, error)
 	FileAndContext(ctx context.Context, pr jobs.PR, head string, index int) (store.FileData, string, error)
+	Files(ctx context.Context, pr jobs.PR, head string) (map[int]store.FileData, error)
 	CompleteFile(ctx context.Context, pr jobs.PR, head string, r store.Result) (last bool, err error)
 	HasResult(ctx context.Context, pr jobs.PR, head string, kind jobs.Kind, index int) (bool, error)
 	SetWaiting(ctx context.Context, pr jobs.PR, head string, until time.Time) error
@@ -194,11 +195,13 @@ type fileJob struct {
 	at      attempt
 	fd      store.FileData
 	shared  string
-	res     store.Result
-	m       Model
-	run     store.Run
-	build   func(Model) (prompt, error)
-	pm      prompt
+	// files are the head's files, for its walkthrough
+	files []store.FileData
+	res   store.Result
+	m     Model
+	run   store.Run
+	build func(Model) (prompt, error)
+	pm    prompt
 	// repairKey keeps a review's unreadable reply for its one repair
 	repairKey string
 	repair    struct{ Reply, Err string }
@@ -293,10 +296,15 @@ func (w *FileWorker) checks(ctx context.Context, j *fileJob) (*early, error) {
 	if j.at, err = budgeted(ctx, cfg.Attempts, j.ticket.ID, f.Created, cfg.Budget, cfg.NowFunc()); err != nil {
 		return nil, err
 	}
-	if j.fd, j.shared, err = cfg.Store.FileAndContext(ctx, f.PR, f.HeadSHA, j.ref.FileIndex); err != nil {
+	if f.Walkthrough {
+		j.files, j.shared, err = headFiles(ctx, cfg.Store, f.PR, f.HeadSHA)
+	} else {
+		j.fd, j.shared, err = cfg.Store.FileAndContext(ctx, f.PR, f.HeadSHA, j.ref.FileIndex)
+	}
+	if err != nil {
 		return nil, err
 	}
-	j.res = store.Result{Kind: f.Kind, Path: j.fd.Path, Index: f.Index, Run: f.PRSeq}
+	j.res = store.Result{Kind: f.Kind, Path: j.fd.Path, Index: f.Index, Run: f.PRSeq, Model: f.Model, Walkthrough: f.Walkthrough}
 	var ok bool
 	if j.m, ok = cfg.Models[f.Model]; !ok {
 		return &early{then: func() error {
@@ -324,7 +332,11 @@ func (w *FileWorker) compose(ctx context.Context, j *fileJob) (*early, error) {
 		title = f.PR.String()
 	}
 	j.build = func(m Model) (prompt, error) {
-		return buildMovedPrompt(f.Kind, contextOf(title, j.run.Body).withRepo(j.run.Instructions, j.run.Language).withShared(j.shared), j.fd, cfg.Models[j.origin], w.tok[j.origin], m, w.tok[m.Name], f.Part)
+		pc := contextOf(title, j.run.Body).withRepo(j.run.Instructions, j.run.Language).withShared(j.shared)
+		if f.Walkthrough {
+			return walkthroughPrompt(pc, j.files, m, w.tok[m.Name])
+		}
+		return buildMovedPrompt(f.Kind, pc, j.fd, cfg.Models[j.origin], w.tok[j.origin], m, w.tok[m.Name], f.Part)
 	}
 	var perr error
 	j.pm, perr = j.build(j.m)
@@ -428,7 +440,7 @@ func (w *FileWorker) reuseOrWait(ctx context.Context, j *fileJob) (*early, error
 // job's result, at no cost.
 func (w *FileWorker) reused(ctx context.Context, j *fileJob, r store.Result) error {
 	cfg, f, res := &w.cfg, j.f, j.res
-	r.Kind, r.Path, r.Index, r.Run, r.Part, r.Parts, r.Fallback = res.Kind, res.Path, res.Index, res.Run, res.Part, res.Parts, res.Fallback
+	r.Kind, r.Path, r.Index, r.Run, r.Part, r.Parts, r.Fallback, r.Model, r.Walkthrough = res.Kind, res.Path, res.Index, res.Run, res.Part, res.Parts, res.Fallback, res.Model, res.Walkthrough
 	r.Cost = 0 // nothing bought for it
 	for i := range r.Comments {
 		r.Comments[i].Path = j.fd.Path

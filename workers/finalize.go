@@ -71,6 +71,11 @@ type FinalizerConfig struct {
 	// Checks, when set, completes the head's check run once its results
 	// are published.
 	Checks *Checks
+	// Votes, when set, tracks the findings posted as line comments and
+	// reads back the 👍 and 👎 people gave them at each later finalize
+	// of the pull request (a *store.Store): the findings' acceptance
+	// rate.
+	Votes VoteStore
 	// ShowCost writes what the head's calls cost (at the models' prices)
 	// in its summary's footer.
 	ShowCost bool
@@ -245,6 +250,9 @@ func (p *Finalizer) publish(ctx context.Context, f jobs.Finalize, last bool) err
 		if err := p.resolveFixed(ctx, gh, f, what, files, results, open); err != nil {
 			return p.gate.refused(ctx, f.PR.Installation, ghFailed(ctx, log, f.PR, "resolving threads", err))
 		}
+		// last, once the results and the check run are out: what people
+		// said of the earlier reviews' findings
+		defer p.readVotes(ctx, gh, f.PR, what)
 	}
 	if err := cfg.Publications.MarkFinalized(ctx, f.PR, f.HeadSHA); err != nil {
 		return err
@@ -372,6 +380,9 @@ func (p *Finalizer) postReview(ctx context.Context, gh ReviewWriter, f jobs.Fina
 	}
 	// the findings first: a crash between the two finds the review by
 	// its marker and records nothing twice
+	if err := p.track(ctx, f.PR, lc, len(comments)); err != nil {
+		return 0, err
+	}
 	if err := pub.AddPostedFindings(ctx, f.PR, lc.posted); err != nil {
 		return 0, err
 	}
@@ -381,6 +392,10 @@ func (p *Finalizer) postReview(ctx context.Context, gh ReviewWriter, f jobs.Fina
 // lineComments are a head's findings as its review posts them.
 type lineComments struct {
 	comments []ghapp.ReviewComment
+	// keys and tracked are each comment's finding key ("" for none) and
+	// what its acceptance is counted under.
+	keys    []string
+	tracked []store.TrackedFinding
 	// prose is each comment's text without its suggestion and marker,
 	// for the review body when it cannot be a line comment.
 	prose    []string
@@ -396,8 +411,13 @@ type lineComments struct {
 // a finding an earlier review posted (open holds it, from another review
 // than what) is left out.
 func (p *Finalizer) lineComments(pr jobs.PR, what string, results []store.Result, open map[string]store.PostedFinding) lineComments {
+	now := p.cfg.NowFunc()
 	out := lineComments{posted: map[string]store.PostedFinding{}}
-	var cs []store.Comment
+	type made struct {
+		store.Comment
+		model string
+	}
+	var cs []made
 	for _, r := range results {
 		if r.Kind != jobs.KindReview {
 			continue
@@ -407,7 +427,7 @@ func (p *Finalizer) lineComments(pr jobs.PR, what string, results []store.Result
 				out.stillOpen++
 				continue
 			}
-			cs = append(cs, c)
+			cs = append(cs, made{c, r.Model})
 		}
 		for _, n := range r.Notes {
 			out.findings = append(out.findings, render.Finding{Path: r.Path, Line: n.Line, Body: n.Body})
@@ -432,6 +452,12 @@ func (p *Finalizer) lineComments(pr jobs.PR, what string, results []store.Result
 		}
 		out.comments = append(out.comments, ghapp.ReviewComment{Path: c.Path, Line: c.Line, StartLine: c.StartLine, Side: c.Side, Body: body})
 		out.prose = append(out.prose, prose)
+		kind := store.FindingProse
+		if c.Suggestion != nil {
+			kind = store.FindingSuggestion
+		}
+		out.keys = append(out.keys, c.Key)
+		out.tracked = append(out.tracked, store.TrackedFinding{Model: c.model, Kind: kind, Posted: now.Unix(), What: what})
 	}
 	return out
 }
@@ -443,11 +469,14 @@ func summaryOf(run store.Run, files map[int]store.FileData, results, prev []stor
 	summaries := map[string]store.Result{}
 	reviews := map[string][]store.Result{}
 	for _, r := range prev {
-		if r.Kind == jobs.KindSummary {
+		if r.Kind == jobs.KindSummary && !r.Walkthrough {
 			summaries[r.Path] = r
 		}
 	}
 	for _, r := range results {
+		if r.Walkthrough {
+			continue // the pull request's, not a file's: it opens the summary
+		}
 		if r.Kind == jobs.KindSummary {
 			summaries[r.Path] = r
 		} else {
@@ -528,7 +557,7 @@ func summaryOf(run store.Run, files map[int]store.FileData, results, prev []stor
 	if run.LastReviewed != "" && run.LastReviewed != run.Head {
 		reviewed = run.LastReviewed + "," + run.Head
 	}
-	return render.Summary{Repo: run.PR.Owner + "/" + run.PR.Repo, Head: run.Head, Files: rows, QuotaReset: quotaReset, Notice: run.ConfigNotice,
+	return render.Summary{Repo: run.PR.Owner + "/" + run.PR.Repo, Head: run.Head, Files: rows, QuotaReset: quotaReset, Notice: run.ConfigNotice, Walkthrough: walkthroughOf(results),
 		State: "<!-- prq:reviewed=" + reviewed + " -->"}, rows
 }
 

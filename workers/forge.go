@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/prq-dev/prq/forge"
 	"github.com/prq-dev/prq/ghapp"
 	"github.com/prq-dev/prq/jobs"
 )
@@ -33,6 +34,12 @@ type ghForge struct{ *ghapp.Client }
 
 func (g ghForge) React(ctx context.Context, owner, repo string, _ int, commentID int64, review bool, content string) error {
 	return g.Client.React(ctx, owner, repo, commentID, review, content)
+}
+
+// CommentVotes reads a diff comment's 👍 and 👎: GitHub needs no pull
+// request number.
+func (g ghForge) CommentVotes(ctx context.Context, owner, repo string, _ int, commentID int64) (forge.Votes, error) {
+	return g.Client.CommentVotes(ctx, owner, repo, commentID)
 }
 
 var _ Forge = ghForge{}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 
+	"github.com/prq-dev/prq/forge"
 	"github.com/prq-dev/prq/ghapp"
 	"github.com/prq-dev/prq/jobs"
 )
@@ -39,6 +40,11 @@ type ReviewWriter interface {
 	ReviewThreads(ctx context.Context, owner, repo string, n int) ([]ghapp.ReviewThread, error)
 	Reply(ctx context.Context, owner, repo string, n int, commentID int64, body string) (int64, error)
 	ResolveThread(ctx context.Context, threadID string) error
+	// OwnReviewComments and CommentVotes read back the 👍 and 👎 people
+	// gave prq's findings (n: the comment's pull request, which GitLab
+	// needs).
+	OwnReviewComments(ctx context.Context, owner, repo string, n int) ([]forge.OwnComment, error)
+	CommentVotes(ctx context.Context, owner, repo string, n int, commentID int64) (forge.Votes, error)
 }
 
 // ReviewWriters hands out an installation's ReviewWriter.
@@ -62,7 +68,7 @@ type Repliers interface {
 
 var (
 	_ PRReader     = (*ghapp.Client)(nil)
-	_ ReviewWriter = (*ghapp.Client)(nil)
+	_ ReviewWriter = ghForge{}
 	_ Replier      = (*ghapp.Client)(nil)
 	_ GitHubApp    = (*ghapp.App)(nil)
 

@@ -87,7 +87,7 @@ func TestPlannerReviewsEverythingWhenTheComparisonIsTruncated(t *testing.T) {
 	if err := newPlanner(t, st, adm, gh, q).ProcessTask(ctx, planTask(pr, "h2", "synchronize", jobs.TierFree)); err != nil {
 		t.Fatal(err)
 	}
-	if got := len(adm.Events("submit file:summary")); got != 301 {
-		t.Fatalf("%d summaries planned, want all 301 files", got)
+	if got := len(adm.Events("submit file:summary")); got != 301+1 {
+		t.Fatalf("%d summaries planned, want all 301 files and the walkthrough", got)
 	}
 }

@@ -137,7 +137,7 @@ func TestTokenRefusedIsPermanentForTheInstallation(t *testing.T) {
 	if err := p.ProcessTask(ctx, planTask(pr, "h1", "opened", jobs.TierPaid)); err != nil {
 		t.Fatalf("unsuspended: %v", err)
 	}
-	if got := adm.Events("submit"); len(got) != 4 {
-		t.Errorf("submitted %q after unsuspend, want a summary and a review of both text files", got)
+	if got := adm.Events("submit"); len(got) != 5 {
+		t.Errorf("submitted %q after unsuspend, want a summary and a review of both text files, and the walkthrough", got)
 	}
 }

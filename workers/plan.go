@@ -263,6 +263,10 @@ func (p *Planner) plan(ctx context.Context, pl jobs.Plan) error {
 	p.selectFiles(s)
 	p.promptContext(ctx, s)
 	p.splitReviews(s)
+	if wantsWalkthrough(s.rc.Walkthrough, s.data, len(s.summaries)) {
+		// the last of the head's summary jobs
+		s.summaries = append(s.summaries, jobs.File{PR: s.pl.PR, HeadSHA: s.pl.HeadSHA, Kind: jobs.KindSummary, Tier: s.pl.Tier, Model: p.cfg.SummaryModel, Walkthrough: true})
+	}
 	if done, err := p.recordRun(ctx, s); done || err != nil {
 		return err
 	}
@@ -491,7 +495,8 @@ func (p *Planner) splitReviews(s *planning) {
 // already (or that has none), so there is nothing to submit.
 func (p *Planner) recordRun(ctx context.Context, s *planning) (done bool, err error) {
 	cfg, pl, pc := &p.cfg, s.pl, s.pc
-	run := store.Run{PR: pl.PR, Head: pl.HeadSHA, Base: s.pr.BaseSHA, Tier: pl.Tier, SummaryTotal: len(s.summaries), ReviewTotal: len(s.reviews),
+	walkthrough := len(s.summaries) > 0 && s.summaries[len(s.summaries)-1].Walkthrough
+	run := store.Run{PR: pl.PR, Head: pl.HeadSHA, Base: s.pr.BaseSHA, Tier: pl.Tier, SummaryTotal: len(s.summaries), ReviewTotal: len(s.reviews), Walkthrough: walkthrough,
 		Title: pc.title, Body: pc.body, Instructions: pc.instructions, Language: pc.language, ConfigNotice: s.notice, Round: pl.Round, Context: pc.shared}
 	if s.previous, s.started, err = cfg.Store.StartRun(ctx, run, s.data); err != nil {
 		return false, err
@@ -533,8 +538,16 @@ func (p *Planner) submitFiles(ctx context.Context, s *planning, list []jobs.File
 	for k := range list {
 		f := &list[k]
 		f.Total, f.PRSeq, f.Created = len(list), s.seq, time.Now().UnixMilli()
-		fd := s.data[f.Index]
-		pm, err := buildFilePrompt(f.Kind, s.pc, fd, cfg.Models[f.Model], p.tok[f.Model], f.Part)
+		var fd store.FileData
+		var pm prompt
+		var err error
+		if f.Walkthrough {
+			fd.Index = walkthroughFile
+			pm, err = walkthroughPrompt(s.pc, s.data, cfg.Models[f.Model], p.tok[f.Model])
+		} else {
+			fd = s.data[f.Index]
+			pm, err = buildFilePrompt(f.Kind, s.pc, fd, cfg.Models[f.Model], p.tok[f.Model], f.Part)
+		}
 		if err != nil {
 			// the job records why it could not run; estimate little
 			pm.estimate = 1

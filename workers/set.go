@@ -225,7 +225,7 @@ func New(cfg Config, d Deps) (*Set, error) {
 		return nil, err
 	}
 	if s.Finalizer, err = NewFinalizer(FinalizerConfig{Results: d.Store, Publications: d.Store, GitHub: gh, Turns: d.Pacer, ShowCost: cfg.SummaryCost,
-		Markers: cfg.Markers, Checks: checks, Attempts: d.Attempts, Budget: cfg.BatchBudget, GaveUpFunc: cfg.GaveUpFunc, Installs: d.Store, LifecycleFunc: cfg.LifecycleFunc, Log: d.Log}); err != nil {
+		Markers: cfg.Markers, Checks: checks, Votes: d.Store, Attempts: d.Attempts, Budget: cfg.BatchBudget, GaveUpFunc: cfg.GaveUpFunc, Installs: d.Store, LifecycleFunc: cfg.LifecycleFunc, Log: d.Log}); err != nil {
 		return nil, err
 	}
 	return s, nil

@@ -213,12 +213,99 @@ func labelsJSON(owner, repo string, labels []string) []any {
 // reactionContents are the reactions GitHub accepts.
 var reactionContents = map[string]bool{"+1": true, "-1": true, "laugh": true, "confused": true, "heart": true, "hooray": true, "rocket": true, "eyes": true}
 
+// reaction is one person's (or the App's) reaction on a comment.
+type reaction struct {
+	ID      int64
+	User    string
+	Content string
+	Created time.Time
+}
+
 // Reactions returns the contents of the App's reactions on a comment,
 // in the order they were made (each content once, as on GitHub).
 func (s *Server) Reactions(commentID int64) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]string(nil), s.reactions[commentID]...)
+	var out []string
+	for _, r := range s.reactions[commentID] {
+		if r.User == s.Bot() {
+			out = append(out, r.Content)
+		}
+	}
+	return out
+}
+
+// AddReaction records user's reaction on a comment (a test's person, or
+// the App's bot account by its login), as GitHub would: once per user
+// and content. It reports false for a content GitHub does not know.
+func (s *Server) AddReaction(commentID int64, user, content string) bool {
+	if !reactionContents[content] {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.addReaction(commentID, user, content)
+	return true
+}
+
+// RemoveReaction takes user's reaction off a comment, as a person who
+// clicks it again does.
+func (s *Server) RemoveReaction(commentID int64, user, content string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rs := s.reactions[commentID]
+	for i, r := range rs {
+		if r.User == user && r.Content == content {
+			s.reactions[commentID] = append(rs[:i:i], rs[i+1:]...)
+			return
+		}
+	}
+}
+
+// addReaction adds a reaction unless the user made it already; it
+// returns the reaction and whether it is new. s.mu is held.
+func (s *Server) addReaction(commentID int64, user, content string) (reaction, bool) {
+	for _, r := range s.reactions[commentID] {
+		if r.User == user && r.Content == content {
+			return r, false
+		}
+	}
+	s.nextID++
+	r := reaction{ID: s.nextID, User: user, Content: content, Created: s.cfg.NowFunc().UTC()}
+	s.reactions[commentID] = append(s.reactions[commentID], r)
+	return r, true
+}
+
+// reactionJSON is a reaction as GitHub's REST API sends it. s.mu is held.
+func (s *Server) reactionJSON(r reaction) map[string]any {
+	return map[string]any{"id": r.ID, "node_id": fmt.Sprintf("REA_%d", r.ID), "user": s.userJSON(r.User), "content": r.Content, "created_at": r.Created.Format(time.RFC3339)}
+}
+
+// listReactions is GET .../pulls/comments/{id}/reactions: the comment's
+// reactions, oldest first, paginated, those of one content when the
+// content query parameter names it; 404 for a comment that is not there.
+func (s *Server) listReactions(w http.ResponseWriter, r *http.Request, p *pullRequest) {
+	id, _ := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	want := r.URL.Query().Get("content")
+	s.mu.Lock()
+	c := s.reviewCmt[id]
+	if c == nil || !strings.HasPrefix(c.PR, p.owner+"/"+p.repo+"#") {
+		s.mu.Unlock()
+		ghError(w, http.StatusNotFound, "Not Found")
+		return
+	}
+	var idx []int64
+	for i, rc := range s.reactions[id] {
+		if want == "" || rc.Content == want {
+			idx = append(idx, int64(i))
+		}
+	}
+	out := []any{}
+	for _, i := range pageOf(w, r, idx) {
+		out = append(out, s.reactionJSON(s.reactions[id][i]))
+	}
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, out)
 }
 
 // react is POST .../issues/comments/{id}/reactions and
@@ -253,17 +340,11 @@ func (s *Server) react(review bool) handler {
 			validationFailed(w, "Reaction", "content", "invalid")
 			return
 		}
-		status := http.StatusCreated
-		for _, c := range s.reactions[id] {
-			if c == in.Content {
-				status = http.StatusOK
-			}
+		rc, fresh := s.addReaction(id, s.Bot(), in.Content)
+		status := http.StatusOK
+		if fresh {
+			status = http.StatusCreated
 		}
-		if status == http.StatusCreated {
-			s.reactions[id] = append(s.reactions[id], in.Content)
-		}
-		s.nextID++
-		writeJSON(w, status, map[string]any{"id": s.nextID, "node_id": fmt.Sprintf("REA_%d", s.nextID), "user": s.userJSON(s.Bot()),
-			"content": in.Content, "created_at": s.cfg.NowFunc().UTC().Format(time.RFC3339)})
+		writeJSON(w, status, s.reactionJSON(rc))
 	}
 }

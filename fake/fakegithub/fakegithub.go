@@ -105,8 +105,8 @@ type Server struct {
 	// repositories' files, for the contents API, and its reads
 	repos        map[string]*repository
 	contentReads map[string]int
-	reactions    map[int64][]string // comment id -> the App's reactions
-	resolved     map[int64]bool     // root review comment id -> its thread resolved (graphql.go)
+	reactions    map[int64][]reaction // comment id -> its reactions, oldest first
+	resolved     map[int64]bool       // root review comment id -> its thread resolved (graphql.go)
 	// Apps registered from a manifest (manifest.go)
 	manifests manifestApps
 }
@@ -258,7 +258,7 @@ func New(cfg Config) *Server {
 	s := &Server{installs: map[int64]string{}, refused: map[int64]string{}, cfg: cfg, prs: map[string]*pullRequest{}, tokens: map[string]token{}, comments: map[int64]*IssueComment{}, checks: map[int64]*CheckRun{},
 		reviewCmt: map[int64]*ReviewComment{}, writes: map[int64][]time.Time{}, stats: map[string]*PRStats{}, nextID: 1000,
 		failures: map[string]int{}, faults: map[Family]familyFault{}, familyHits: map[Family]int{},
-		repos: map[string]*repository{}, contentReads: map[string]int{}, reactions: map[int64][]string{}}
+		repos: map[string]*repository{}, contentReads: map[string]int{}, reactions: map[int64][]reaction{}}
 	s.botLogin.Store(cfg.AppSlug + "[bot]")
 	m := http.NewServeMux()
 	for _, rt := range s.routes() {

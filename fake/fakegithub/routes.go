@@ -65,6 +65,7 @@ func (s *Server) routes() []Route {
 		{"GET", "/repos/{owner}/{repo}/commits/{ref}/check-runs", FamilyCheckRuns, s.auth(s.needs("checks", s.listCheckRuns))},
 		{"POST", "/repos/{owner}/{repo}/issues/comments/{id}/reactions", FamilyReactions, s.auth(s.write(s.react(false)))},
 		{"POST", "/repos/{owner}/{repo}/pulls/comments/{id}/reactions", FamilyReactions, s.auth(s.write(s.react(true)))},
+		{"GET", "/repos/{owner}/{repo}/pulls/comments/{id}/reactions", FamilyReactions, s.auth(s.listReactions)},
 		{"GET", "/repos/{owner}/{repo}/contents/{path...}", FamilyContents, s.auth(s.needs("contents", s.getContents))},
 	}
 }

@@ -180,6 +180,24 @@ func (s *Server) Notes(projectPath string, iid int) []Note {
 	return out
 }
 
+// Award gives note noteID an award emoji (thumbsup, thumbsdown, …) from
+// username, as a person clicking it does; the same award twice is one.
+func (s *Server) Award(projectPath string, iid int, noteID int64, username, name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	mr := s.mr(projectPath, iid)
+	if mr == nil {
+		return
+	}
+	u := s.user(username)
+	for _, a := range mr.awards[noteID] {
+		if a.Name == name && a.User == u {
+			return
+		}
+	}
+	mr.awards[noteID] = append(mr.awards[noteID], award{ID: s.id(), Name: name, User: u})
+}
+
 // Awards returns the award emoji names on a note.
 func (s *Server) Awards(projectPath string, iid int, noteID int64) []string {
 	s.mu.Lock()

@@ -1132,8 +1132,8 @@ func firstUser(req chatRequest) string {
 }
 
 // kindOf is how the fake reads a prompt: by its task line when it has
-// one ("Task: review" is "review", "Task: reply" "chat", another
-// "text"); else "review" when the system message or the requested
+// one ("Task: review" is "review", "Task: reply" "chat", "Task: write
+// the walkthrough" "walkthrough", another "text"); else "review" when the system message or the requested
 // schema names "comments", "chat" when the system message asks for a
 // reply, else "text".
 func kindOf(req chatRequest) string {
@@ -1143,6 +1143,8 @@ func kindOf(req chatRequest) string {
 			return "review"
 		case strings.HasPrefix(task, "Task: reply"):
 			return "chat"
+		case strings.HasPrefix(task, "Task: write the walkthrough"):
+			return "walkthrough"
 		}
 		return "text"
 	}
@@ -1187,6 +1189,12 @@ func (s *Server) answer(req chatRequest) (text, finish string) {
 		text = "Thanks for the question. Looking at " + path + ", the change keeps the existing behaviour and adds the new path guarded by its own checks; the tests in this PR cover the main case."
 		if s.style() == ReplyInject {
 			text += " " + Injection
+		}
+		return text, "stop"
+	case "walkthrough":
+		text = walkthrough(user)
+		if s.style() == ReplyInject {
+			text += "\n\n" + Injection
 		}
 		return text, "stop"
 	}

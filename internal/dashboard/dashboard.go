@@ -50,6 +50,9 @@ type Source interface {
 	// GaveUpCounts are every process's jobs that spent their retry
 	// budget, by "kind|reason".
 	GaveUpCounts(ctx context.Context) map[string]int64
+	// Acceptance is the 👍 and 👎 people gave prq's findings, by model
+	// and kind, across every process.
+	Acceptance(ctx context.Context) []store.Acceptance
 	// QuotaUsed is an installation's quota use; ok is false where the
 	// tier has no quota (or quotas are split per job kind).
 	QuotaUsed(ctx context.Context, installation int64, tier jobs.Tier) (u ratelimit.Usage, limit int64, ok bool)
@@ -240,7 +243,9 @@ type dashState struct {
 	Spend   []tenantSpend                 `json:"spend"`
 	Queues  map[string]map[string]int     `json:"queues"`
 	Tenants []tenantBacklog               `json:"tenants"`
-	Demo    bool                          `json:"demo"`
+	// Acceptance is the findings' 👍/👎 by model and kind.
+	Acceptance []acceptance `json:"acceptance"`
+	Demo       bool         `json:"demo"`
 	// PRPages is Dashboard.PRPages: where the PR rows link.
 	PRPages string `json:"pr_pages,omitempty"`
 }
@@ -325,6 +330,16 @@ type tenantSpend struct {
 // nearBudget is the share of a budget from which an installation is
 // listed before those that spend more without one.
 const nearBudget = 0.5
+
+// acceptance is one model's findings of one kind: the 👍 and 👎 people
+// gave them, and the share that are 👍 (0 with none).
+type acceptance struct {
+	Model string  `json:"model"`
+	Kind  string  `json:"kind"`
+	Up    int64   `json:"up"`
+	Down  int64   `json:"down"`
+	Rate  float64 `json:"rate"`
+}
 
 type quotaState struct {
 	Tenant string `json:"tenant"`
@@ -414,6 +429,10 @@ func (d *Dashboard) state(ctx context.Context, smp *sampler) dashState {
 		if u, limit, ok := src.QuotaUsed(ctx, inst, tier); ok {
 			st.Quotas = append(st.Quotas, quotaState{Tenant: strconv.FormatInt(inst, 10), Tier: string(tier), Used: u.Used, Limit: limit, Reset: u.Reset.Format(time.RFC3339)})
 		}
+	}
+	st.Acceptance = []acceptance{}
+	for _, a := range src.Acceptance(ctx) {
+		st.Acceptance = append(st.Acceptance, acceptance{Model: a.Model, Kind: a.Kind, Up: a.Up, Down: a.Down, Rate: a.Rate()})
 	}
 	st.Costs = src.Costs(ctx)
 	for _, sp := range src.Spend(ctx) {

@@ -44,6 +44,9 @@ async function refresh(){
       (d.models||[]).filter(m=>m.window_margin_ms).map(m=>`<br><span class="ok">${esc(m.name)}: window margin ${m.window_margin_ms.toFixed(1)} ms (each admission counts that much past its window)${m.look_ahead_ms?`; look-ahead ${m.look_ahead_ms.toFixed(0)} ms (admitted that long before its room frees, a job waits for it at its call)`:""}</span>`).join("");
     const gu=d.gave_up||{};const gk=Object.keys(gu).sort();
     document.getElementById("gaveup").innerHTML=gk.length?"jobs that gave up after their retry budget: "+gk.map(k=>`<span class="warn">${esc(k.replace("|"," · "))}: ${gu[k]}</span>`).join(", "):"<span class='ok'>no job gave up</span>";
+    h="<tr><th>model</th><th>kind</th><th>👍</th><th>👎</th><th>accepted</th></tr>";
+    for(const a of (d.acceptance||[])){h+=`<tr><td>${esc(a.model)}</td><td>${esc(a.kind)}</td><td>${a.up}</td><td>${a.down}</td><td class="${a.up+a.down&&a.rate<0.5?"warn":"ok"}">${a.up+a.down?(100*a.rate).toFixed(0)+"%":"no votes"}</td></tr>`}
+    document.getElementById("acceptance").innerHTML=(d.acceptance||[]).length?h:"<tr><td>no votes yet: people's 👍 and 👎 on prq's findings are read at the pull request's next review</td></tr>";
     h="<tr><th>tenant</th><th>tier</th><th style='width:40%'>used</th><th>of</th><th>resets</th></tr>";
     for(const q of (d.quotas||[])){h+=`<tr><td>${esc(q.tenant)}</td><td>${esc(q.tier)}</td><td><div class="bar"><i style="width:${Math.min(100,100*q.used/q.limit).toFixed(0)}%"></i></div></td><td>${fmt(q.limit)}</td><td>${esc(q.reset)}</td></tr>`}
     document.getElementById("quotas").innerHTML=(d.quotas||[]).length?h:"<tr><td>no quota in use by the PRs in progress</td></tr>";

@@ -35,7 +35,8 @@ func cachePR() corpus.PR {
 // model starts with the same system message and context, carries the
 // pull request's prompt_cache_key, and all but the first calls of each
 // model are served that prefix from the (fake, OpenAI-like) prompt
-// cache.
+// cache. The head's walkthrough, one more call on the summary model,
+// shares the summaries' prefix too.
 func TestPromptCacheEndToEnd(t *testing.T) {
 	t.Parallel()
 	// OpenAI counts cached tokens toward TPM, so its heads carry no
@@ -47,12 +48,21 @@ func TestPromptCacheEndToEnd(t *testing.T) {
 	pr := s.openPR(1, jobs.TierPaid, cachePR())
 	s.waitDone([]jobs.PR{pr}, 60*time.Second)
 	byModel := map[string][]fakeopenai.Call{}
+	var walkthrough []fakeopenai.Call
 	for _, c := range s.fakes.OpenAI.Calls() {
-		if c.Title == "Cache the parser's tokens" && c.Status == 200 {
+		switch {
+		case c.Title != "Cache the parser's tokens" || c.Status != 200:
+		case c.Kind == "walkthrough":
+			walkthrough = append(walkthrough, c)
+		default:
 			byModel[c.Model] = append(byModel[c.Model], c)
 		}
 	}
 	cfg := s.app.Config()
+	if sum := byModel[cfg.Jobs.SummaryModel]; len(walkthrough) != 1 || len(sum) == 0 || walkthrough[0].Model != cfg.Jobs.SummaryModel ||
+		walkthrough[0].System != sum[0].System || walkthrough[0].Prompt != sum[0].Prompt || walkthrough[0].CacheKey != sum[0].CacheKey {
+		t.Errorf("%d walkthrough calls, want one on %s with the summaries' prefix and cache key", len(walkthrough), cfg.Jobs.SummaryModel)
+	}
 	for _, model := range []string{cfg.Jobs.SummaryModel, cfg.Jobs.ReviewModel} {
 		calls := byModel[model]
 		if len(calls) != 6 {

@@ -129,8 +129,8 @@ func TestCommandsEndToEnd(t *testing.T) {
 	resume := r.command(pr, author, author, "NONE", "@prq-test resume", 1) // the author may
 	r.done(resume, "rocket")
 	run := r.waitDone(pr, head2)
-	if run.SummaryTotal != 1 || run.ReviewTotal != 1 {
-		t.Errorf("resume: %d summaries and %d reviews planned, want the changed file only", run.SummaryTotal, run.ReviewTotal)
+	if _, files := run.FileSummaries(); files != 1 || run.ReviewTotal != 1 {
+		t.Errorf("resume: %d summaries and %d reviews planned, want the changed file only", files, run.ReviewTotal)
 	}
 	// full review: every file again, a new review on the same head
 	reviews := len(gh.Reviews(pr.Owner, pr.Repo, pr.Number))
@@ -184,8 +184,8 @@ func TestCommandsEndToEnd(t *testing.T) {
 	review2 := r.command(qr, author, "maintainer", "OWNER", "@prq-test review", 1)
 	r.done(review2, "rocket")
 	qrun = r.waitDone(qr, qhead)
-	if qrun.SummaryTotal != 1 || qrun.ReviewTotal != 1 {
-		t.Errorf("review after a push: %d summaries and %d reviews, want the changed file only", qrun.SummaryTotal, qrun.ReviewTotal)
+	if _, files := qrun.FileSummaries(); files != 1 || qrun.ReviewTotal != 1 {
+		t.Errorf("review after a push: %d summaries and %d reviews, want the changed file only", files, qrun.ReviewTotal)
 	}
 	if a := r.answers(qr, review2); len(a) != 1 || !strings.Contains(a[0], "Reviewing what changed from "+q.HeadSHA[:7]+" to "+qhead[:7]) {
 		t.Errorf("review's answer: %q", a)

@@ -14,7 +14,7 @@ import (
 // and the limiters' state per model, and the worker-process registry.
 func PermanentKey(k string) bool {
 	for _, p := range []string{"prq:inst:", "prq:insts", "prq:account:", "prq:llm:calls", "prq:llm:cost", "prq:github:requests", "prq:github:decoration_errors", "prq:jobs:gave_up", "prq:jobs:fallbacks", "prq:lifecycle",
-		"prq:prs:active", "{prq:rl:", "prq:procs"} {
+		"{prq:acceptance}:totals", "prq:votes:due", "prq:prs:active", "{prq:rl:", "prq:procs"} {
 		if strings.HasPrefix(k, p) {
 			return true
 		}

@@ -105,8 +105,8 @@ func TestSynchronizeSupersedes(t *testing.T) {
 		return err == nil && r.Head == newHead && r.State == "done"
 	})
 	r, _ := s.app.Store().GetRun(ctx, pr)
-	if r.ReviewTotal != 1 || r.SummaryTotal != 1 {
-		t.Fatalf("incremental review: %d reviews and %d summaries planned, want only the changed file", r.ReviewTotal, r.SummaryTotal)
+	if _, files := r.FileSummaries(); r.ReviewTotal != 1 || files != 1 || !r.Walkthrough {
+		t.Fatalf("incremental review: %d reviews and %d summaries planned (walkthrough %v), want only the changed file and the pull request's walkthrough", r.ReviewTotal, files, r.Walkthrough)
 	}
 	if n := s.summaryComments(pr); n != 1 {
 		t.Fatalf("%d summary comments after a push, want 1 (upserted)", n)

@@ -25,6 +25,7 @@ import (
 	"github.com/prq-dev/prq/admission"
 	"github.com/prq-dev/prq/jobs"
 	"github.com/prq-dev/prq/ratelimit"
+	"github.com/prq-dev/prq/store"
 )
 
 // Admission is what the metrics read of the admission scheduler.
@@ -434,6 +435,13 @@ var descDecoration = prometheus.NewDesc("prq_github_decoration_errors_total", "F
 var descFallback = prometheus.NewDesc("prq_jobs_fallbacks_total", "Summary and review jobs of every process (from Redis) moved from a model to its next fallback, by model, fallback and reason "+
 	"(provider: the provider failed the call; paused: the model, or every key of it, is paused).", []string{"from", "to", "reason"}, nil)
 
+// descVotes and descAcceptance are the findings' 👍/👎, from Redis.
+var (
+	descVotes = prometheus.NewDesc("prq_review_finding_votes", "The 👍 (vote=up) and 👎 (vote=down) people gave prq's findings (its review line comments), each person once per comment, "+
+		"prq's own reactions left out, as last read (at each later finalize of the pull request), by the model that raised them and kind (suggestion: posted with a committable suggestion; prose).", []string{"model", "kind", "vote"}, nil)
+	descAcceptance = prometheus.NewDesc("prq_review_acceptance_ratio", "The share of prq_review_finding_votes that are 👍, by model and kind (only where there are votes).", []string{"model", "kind"}, nil)
+)
+
 // Shared is what the metrics read of Redis itself (a go-redis client).
 type Shared interface {
 	Counts
@@ -492,6 +500,8 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	ch <- descLifecycle
 	ch <- descDecoration
+	ch <- descVotes
+	ch <- descAcceptance
 	ch <- descFallback
 	ch <- descBudget
 }
@@ -552,6 +562,15 @@ func (c *stateCollector) read(ch chan<- prometheus.Metric) {
 				if kind, status, ok := strings.Cut(k, "|"); ok {
 					n, _ := strconv.ParseFloat(v, 64)
 					ch <- prometheus.MustNewConstMetric(descDecoration, prometheus.CounterValue, n, kind, status)
+				}
+			}
+		}
+		if acc, err := store.ReadAcceptance(ctx, c.shared); err == nil {
+			for _, a := range acc {
+				ch <- prometheus.MustNewConstMetric(descVotes, prometheus.GaugeValue, float64(a.Up), a.Model, a.Kind, "up")
+				ch <- prometheus.MustNewConstMetric(descVotes, prometheus.GaugeValue, float64(a.Down), a.Model, a.Kind, "down")
+				if a.Up+a.Down > 0 {
+					ch <- prometheus.MustNewConstMetric(descAcceptance, prometheus.GaugeValue, a.Rate(), a.Model, a.Kind)
 				}
 			}
 		}

@@ -75,7 +75,14 @@ type Summary struct {
 	// Cost, when above 0, is what the head's calls cost in dollars, at
 	// the models' prices: the footer of part 1 says so.
 	Cost float64
+	// Walkthrough, when set, is the model's walkthrough of the pull
+	// request: part 1 opens with it, rendered inert and cut to
+	// WalkthroughCap characters.
+	Walkthrough string
 }
+
+// WalkthroughCap is the most of a walkthrough a summary shows.
+const WalkthroughCap = 3000
 
 // Dollars writes an amount of US dollars for people: cents, or four
 // decimals below ten cents.
@@ -163,6 +170,12 @@ func (s Summary) headline() string {
 	b.WriteString("\n")
 	if s.Notice != "" {
 		fmt.Fprintf(&b, "\n> [!WARNING]\n> %s\n", safemd.Line(s.Notice, s.Repo))
+	}
+	if w := strings.TrimSpace(s.Walkthrough); w != "" {
+		if utf8.RuneCountInString(w) > WalkthroughCap {
+			w = string([]rune(w)[:WalkthroughCap]) + "… (cut short)"
+		}
+		fmt.Fprintf(&b, "\n### Walkthrough\n\n%s\n", strings.TrimRight(safemd.Text(w, s.Repo), "\n"))
 	}
 	return b.String()
 }

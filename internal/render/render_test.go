@@ -189,3 +189,34 @@ func TestCountsAgreeWithTheirNumber(t *testing.T) {
 		}
 	}
 }
+
+// TestSummaryWalkthrough: a walkthrough opens part 1, under the
+// headline and before the rows, inert and cut at WalkthroughCap; a
+// summary split over parts carries it in part 1 alone.
+func TestSummaryWalkthrough(t *testing.T) {
+	w := "This pull request changes 2 files.\n\n- **parser**: `a.go` cc @octocat <img src=x>\n\n```\nunclosed fence"
+	body := Summary{Repo: "acme/w", Head: "abc", Marker: marker, Files: files(2, 10), Walkthrough: w}.Parts(0)[0]
+	head, rest, ok := strings.Cut(body, "### Walkthrough\n\nThis pull request changes 2 files.")
+	if !ok || !strings.Contains(head, "2 files at") || !strings.Contains(rest, "| File |") {
+		t.Fatalf("the walkthrough does not sit under the headline, before the rows:\n%s", body)
+	}
+	if strings.Contains(body, " @octocat") || strings.Contains(body, "<img") || strings.Count(body, "```") != 2 {
+		t.Errorf("the walkthrough is not inert (or its fence not closed):\n%s", body)
+	}
+	long := Summary{Repo: "acme/w", Head: "abc", Marker: marker, Files: files(1, 10), Walkthrough: strings.Repeat("é", 2*WalkthroughCap)}.Parts(0)[0]
+	if n := strings.Count(long, "é"); n != WalkthroughCap || !strings.Contains(long, "… (cut short)") {
+		t.Errorf("a long walkthrough keeps %d characters, want %d and a note", n, WalkthroughCap)
+	}
+	parts := Summary{Repo: "acme/w", Head: "abc", Marker: marker, Files: files(400, 2000), Walkthrough: w}.Parts(0)
+	if len(parts) < 2 || !strings.Contains(parts[0], "### Walkthrough") {
+		t.Fatalf("%d parts; the first lacks the walkthrough", len(parts))
+	}
+	for i, p := range parts[1:] {
+		if strings.Contains(p, "### Walkthrough") {
+			t.Errorf("part %d repeats the walkthrough", i+2)
+		}
+	}
+	if strings.Contains(Summary{Repo: "acme/w", Head: "abc", Files: files(1, 10)}.Parts(0)[0], "Walkthrough") {
+		t.Errorf("no walkthrough, no section")
+	}
+}

@@ -61,6 +61,7 @@ var (
 // beneath applies.
 type File struct {
 	Auto, Drafts           *bool
+	Walkthrough            *bool
 	BaseBranches           *[]string
 	SkipTitle, SkipAuthors *[]string
 	LabelsInclude          *[]string
@@ -83,7 +84,11 @@ type PathInstruction struct {
 
 // Config is the configuration in effect for a repository.
 type Config struct {
-	Auto, Drafts  bool
+	Auto, Drafts bool
+	// Walkthrough: the summary comment opens with a walkthrough of the
+	// pull request (one call on the summary model per head; none for a
+	// pull request of one file).
+	Walkthrough   bool
 	BaseBranches  []string
 	SkipTitle     []string
 	SkipAuthors   []string
@@ -108,7 +113,7 @@ type Config struct {
 
 // Default is the configuration where no file says otherwise.
 func Default() Config {
-	return Config{Auto: true, Chat: true, Guidelines: slices.Clone(DefaultGuidelines), Sources: []string{"defaults"}}
+	return Config{Auto: true, Walkthrough: true, Chat: true, Guidelines: slices.Clone(DefaultGuidelines), Sources: []string{"defaults"}}
 }
 
 // Error is a file prq could not use: where, and why.
@@ -186,6 +191,7 @@ func Parse(source string, data []byte) (File, error) {
 			r.mapping(n, key, map[string]func(*yaml.Node, string){
 				"auto":          func(n *yaml.Node, key string) { f.Auto = r.boolean(n, key) },
 				"drafts":        func(n *yaml.Node, key string) { f.Drafts = r.boolean(n, key) },
+				"walkthrough":   func(n *yaml.Node, key string) { f.Walkthrough = r.boolean(n, key) },
 				"base_branches": func(n *yaml.Node, key string) { f.BaseBranches = r.list(n, key, checkBranchPattern) },
 				"skip_title":    func(n *yaml.Node, key string) { f.SkipTitle = r.list(n, key, checkWord(200)) },
 				"skip_authors":  func(n *yaml.Node, key string) { f.SkipAuthors = r.list(n, key, checkWord(100)) },
@@ -498,6 +504,9 @@ func (c Config) Apply(source string, f File) Config {
 	if f.Drafts != nil {
 		c.Drafts = *f.Drafts
 	}
+	if f.Walkthrough != nil {
+		c.Walkthrough = *f.Walkthrough
+	}
 	set(&c.BaseBranches, f.BaseBranches)
 	set(&c.SkipTitle, f.SkipTitle)
 	set(&c.SkipAuthors, f.SkipAuthors)
@@ -651,6 +660,7 @@ func (c Config) YAML() string {
 	type reviews struct {
 		Auto         bool     `yaml:"auto"`
 		Drafts       bool     `yaml:"drafts"`
+		Walkthrough  bool     `yaml:"walkthrough"`
 		BaseBranches []string `yaml:"base_branches"`
 		SkipTitle    []string `yaml:"skip_title"`
 		SkipAuthors  []string `yaml:"skip_authors"`
@@ -685,7 +695,7 @@ func (c Config) YAML() string {
 		pis = []PathInstruction{}
 	}
 	out, err := yaml.Marshal(file{
-		Reviews: reviews{Auto: c.Auto, Drafts: c.Drafts, BaseBranches: nz(c.BaseBranches), SkipTitle: nz(c.SkipTitle), SkipAuthors: nz(c.SkipAuthors),
+		Reviews: reviews{Auto: c.Auto, Drafts: c.Drafts, Walkthrough: c.Walkthrough, BaseBranches: nz(c.BaseBranches), SkipTitle: nz(c.SkipTitle), SkipAuthors: nz(c.SkipAuthors),
 			Labels: labels{Include: nz(c.LabelsInclude), Exclude: nz(c.LabelsExclude)}, MaxFiles: c.MaxFiles},
 		Paths:        paths{Exclude: nz(c.PathsExclude), Include: nz(c.PathsInclude), Instructions: pis},
 		Instructions: c.Instructions, Language: lang, Chat: c.Chat, Guidelines: nz(c.Guidelines),

@@ -11,6 +11,7 @@ const example = `
 reviews:
   auto: true                 # review new pull requests and pushes automatically
   drafts: false              # review drafts too
+  walkthrough: false         # the summary opens with a walkthrough of the pull request
   base_branches: ["main", "release/.*"]   # patterns; empty = all
   skip_title: ["WIP", "[skip review]"]    # a title containing one skips the automatic review
   skip_authors: ["renovate[bot]"]
@@ -57,7 +58,7 @@ func TestParseErrors(t *testing.T) {
 		key      string
 		msg      string
 	}{
-		{"unknown key", "reviews:\n  auto: true\n  draft: true\n", 3, "reviews.draft", "unknown setting; known here: auto, base_branches, drafts, labels, max_files, skip_authors, skip_title"},
+		{"unknown key", "reviews:\n  auto: true\n  draft: true\n", 3, "reviews.draft", "unknown setting; known here: auto, base_branches, drafts, labels, max_files, skip_authors, skip_title, walkthrough"},
 		{"wrong type", "reviews:\n  drafts: yes please\n", 2, "reviews.drafts", `want true or false, not the value "yes please"`},
 		{"operator's key", "tier: paid\n", 1, "tier", "not a repository setting"},
 		{"models", "models:\n  gpt: {}\n", 1, "models", "not a repository setting"},

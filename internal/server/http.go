@@ -110,6 +110,11 @@ func (d dashSource) GaveUpCounts(ctx context.Context) map[string]int64 {
 	return metrics.GaveUpCounts(ctx, d.s.rdb)
 }
 
+func (d dashSource) Acceptance(ctx context.Context) []store.Acceptance {
+	acc, _ := store.ReadAcceptance(ctx, d.s.rdb) // none when Redis does not answer
+	return acc
+}
+
 func (d dashSource) CallCounts(ctx context.Context) map[string]map[string]int64 {
 	return metrics.CallCounts(ctx, d.s.rdb)
 }

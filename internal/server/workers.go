@@ -150,6 +150,7 @@ func (s *Server) buildWorkers(tr http.RoundTripper, opt Options, handlers bool) 
 		if w.Batch != nil {
 			go w.Batch.Run(ctx)
 		}
+		go w.Finalizer.SweepVotes(ctx, voteSweepEvery)
 		rec.Run(ctx, runReconcileEvery)
 	}
 	return js, nil
@@ -260,6 +261,11 @@ func (g gitlabTenants) Forge(tenant int64) (workers.Forge, error) {
 	}
 	return c, nil
 }
+
+// voteSweepEvery is how often a worker claims the pull requests whose
+// findings' reactions are due to be read (one sorted-set read when none
+// is due).
+const voteSweepEvery = 10 * time.Second
 
 // missingApp stands where no GitHub App credentials are configured
 // (serve only): jobs that need GitHub fail with a clear error.
