@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
@@ -89,15 +90,22 @@ func TestResubscriptionWakesIdleLoops(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { return waiting() == 0 }, "the announced ticket admitted")
-	// a ticket registered with its wake lost
+	// a ticket registered with its wake lost stays waiting while the loop
+	// is idle; a wake still on its way from the first ticket (a loaded
+	// machine delivers it late) may admit one: then another is tried
 	keys, _, _ := s.keys("m")
-	silent := Ticket{ID: "silent", Queue: NotifyQueue, Model: "m", Class: "paid", Tenant: "a", Tokens: 10}
-	if err := registerScript.Run(ctx, rdb, keys.list(), s.now(), silent.ID, encodeTicket(silent.stored()), "").Err(); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(300 * time.Millisecond)
-	if waiting() != 1 {
-		t.Fatal("a ticket nobody announced was admitted by an idle loop: the test shows nothing")
+	for try := 0; ; try++ {
+		silent := Ticket{ID: fmt.Sprintf("silent-%d", try), Queue: NotifyQueue, Model: "m", Class: "paid", Tenant: "a", Tokens: 10}
+		if err := registerScript.Run(ctx, rdb, keys.list(), s.now(), silent.ID, encodeTicket(silent.stored()), "").Err(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond)
+		if waiting() == 1 {
+			break
+		}
+		if try == 4 {
+			t.Fatal("five tickets nobody announced were admitted by an idle loop: the test shows nothing")
+		}
 	}
 	if err := rdb.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err(); err != nil {
 		t.Fatal(err)
