@@ -29,6 +29,14 @@ type Config struct {
 	// and for a model a chat ticket was registered for within the last
 	// hour: room a window keeps unused is lost.
 	ChatShare float64
+	// ChatReserve is, per model, the least a token dimension keeps for
+	// chat (batch may not use it): the reserve is ChatShare of each
+	// burst, at least this, at most half the burst.
+	ChatReserve map[string]int64
+	// ChatIdle is how long the reserve is kept whole after the last chat
+	// waited or arrived; over as long again it decays into batch.
+	// Defaults to 10m; negative: it never decays.
+	ChatIdle time.Duration
 	// ChatModels are the models chat always uses (the chat model).
 	ChatModels []string
 	// ChatCap is the largest share of the admitted tokens chat takes
@@ -75,6 +83,17 @@ func (c *Config) setDefaults() error {
 	}
 	if c.ChatShare < 0 || c.ChatShare >= 1 {
 		return fmt.Errorf("admission: chat share must be in [0, 1), got %v", c.ChatShare)
+	}
+	for m, n := range c.ChatReserve {
+		if n < 0 {
+			return fmt.Errorf("admission: chat reserve of %s must not be negative, got %d", m, n)
+		}
+	}
+	switch {
+	case c.ChatIdle == 0:
+		c.ChatIdle = 10 * time.Minute
+	case c.ChatIdle < 0:
+		c.ChatIdle = 0
 	}
 	if c.ChatCap == 0 {
 		c.ChatCap = 0.5
@@ -259,7 +278,7 @@ func (s *Scheduler) attempt(ctx context.Context, model string, budget, batch int
 	if s.cfg.Strict {
 		mode = "strict"
 	}
-	share := strconv.FormatFloat(s.cfg.ChatShare, 'f', 6, 64)
+	share := strconv.FormatFloat(s.cfg.ChatShare, 'f', 6, 64) + ":" + strconv.FormatInt(s.cfg.ChatReserve[model], 10) + ":" + strconv.FormatInt(s.cfg.ChatIdle.Microseconds(), 10)
 	if slices.Contains(s.cfg.ChatModels, model) {
 		share += "c"
 	}

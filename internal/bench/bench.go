@@ -234,6 +234,8 @@ type benchResult struct {
 	WorstWindowVsTPM float64            `json:"worst_period_window_vs_tpm"`
 	ChatWaitP50      float64            `json:"chat_wait_p50_s"`
 	ChatWaitP99      float64            `json:"chat_wait_p99_s"`
+	// ChatStages: where the chats' waits went (chatstages.go).
+	ChatStages []chatStage `json:"chat_stages,omitempty"`
 	ChatsAnswered    int                `json:"chats_answered"`
 	Chats            int                `json:"chats"`
 	PRTimeP50        map[string]float64 `json:"pr_time_p50_s"`
@@ -655,8 +657,16 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 	for tier, ds := range done {
 		res.PRTimeP50[tier], res.PRTimeP95[tier] = quantile.Of(ds, .5), quantile.Of(ds, .95)
 	}
-	// replies are matched to chats in order, per PR
+	// replies are matched to chats in order, per PR; a chat's stages
+	// come from its last successful call
 	var chatWaits []float64
+	var traces []chatTrace
+	lastCall := map[int64]callRecord{}
+	for _, c := range calls {
+		if c.Comment != 0 && c.Outcome == "ok" && c.At >= lastCall[c.Comment].At {
+			lastCall[c.Comment] = c
+		}
+	}
 	byPR := map[string][]benchEvent{}
 	for _, e := range w.events {
 		if e.chatID != 0 {
@@ -677,10 +687,17 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 			if k < len(replies) {
 				chatWaits = append(chatWaits, replies[k].Sub(chatSent[e.chatID]).Seconds()*b.compress)
 				res.ChatsAnswered++
+				if c, ok := lastCall[e.chatID]; ok {
+					traces = append(traces, chatTrace{sent: chatSent[e.chatID].UnixMilli(), reply: replies[k].UnixMilli(), call: c})
+				}
 			}
 		}
 	}
 	res.ChatWaitP50, res.ChatWaitP99 = quantile.Of(chatWaits, .5), quantile.Of(chatWaits, .99)
+	if cm, ok := cfg.Model(cfg.Jobs.ChatModel); ok {
+		cl, _ := cm.Limits()
+		res.ChatStages = chatStagesOf(traces, fakes.OpenAI.Admissions(cm.Name), cl.TokensPerPeriod, cl.Period, cl.BurstTokens, b.compress)
+	}
 	res.Bill = billOf(stats, res.PRsDone)
 	for _, byTier := range metrics.Costs(ctx, rdb) { // prq's own count, beside the provider's bill
 		for _, d := range byTier {
