@@ -228,20 +228,20 @@ type benchResult struct {
 	HoldMS float64 `json:"hold_ms,omitempty"`
 	// Ideal is TPMBacklogged as an admission with no latency would make
 	// it, on the same calls with the same hold, in each order.
-	Ideal            idealFills         `json:"ideal_backlogged_fill"`
-	RPMUtilisation   float64            `json:"rpm_utilisation"`
-	WorstVsAllowance float64            `json:"worst_interval_vs_allowance"`
-	WorstWindowVsTPM float64            `json:"worst_period_window_vs_tpm"`
-	ChatWaitP50      float64            `json:"chat_wait_p50_s"`
-	ChatWaitP99      float64            `json:"chat_wait_p99_s"`
+	Ideal            idealFills `json:"ideal_backlogged_fill"`
+	RPMUtilisation   float64    `json:"rpm_utilisation"`
+	WorstVsAllowance float64    `json:"worst_interval_vs_allowance"`
+	WorstWindowVsTPM float64    `json:"worst_period_window_vs_tpm"`
+	ChatWaitP50      float64    `json:"chat_wait_p50_s"`
+	ChatWaitP99      float64    `json:"chat_wait_p99_s"`
 	// ChatStages: where the chats' waits went (chatstages.go).
-	ChatStages []chatStage `json:"chat_stages,omitempty"`
-	ChatsAnswered    int                `json:"chats_answered"`
-	Chats            int                `json:"chats"`
-	PRTimeP50        map[string]float64 `json:"pr_time_p50_s"`
-	PRTimeP95        map[string]float64 `json:"pr_time_p95_s"`
-	Inversions       int                `json:"priority_inversions"`
-	Jain             map[string]float64 `json:"jain_index"`
+	ChatStages    []chatStage        `json:"chat_stages,omitempty"`
+	ChatsAnswered int                `json:"chats_answered"`
+	Chats         int                `json:"chats"`
+	PRTimeP50     map[string]float64 `json:"pr_time_p50_s"`
+	PRTimeP95     map[string]float64 `json:"pr_time_p95_s"`
+	Inversions    int                `json:"priority_inversions"`
+	Jain          map[string]float64 `json:"jain_index"`
 	// JainSummed is Jain's index of tokens summed over the windows in
 	// which all of a tier's tenants waited (jainSummed).
 	JainSummed map[string]float64 `json:"jain_index_summed"`

@@ -54,7 +54,7 @@ func TestRefillWaitReplaysTheBucket(t *testing.T) {
 		cost int64
 		want time.Duration
 	}{
-		{"room at once", 600 * time.Millisecond, 50, 0}, // 0 at 0.1 s, 50 at 0.6 s
+		{"room at once", 600 * time.Millisecond, 50, 0},                            // 0 at 0.1 s, 50 at 0.6 s
 		{"waits for the rest", 200 * time.Millisecond, 50, 400 * time.Millisecond}, // 100-80, +10-30 at 0.1 s: 10 at 0.2 s
 		{"before any admission", -time.Second, 100, 0},
 	} {
