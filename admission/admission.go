@@ -24,10 +24,12 @@ type Config struct {
 	Strict bool
 	// Weights of the batch tiers. Default paid 8, trial 2, free 1.
 	Weights map[jobs.Tier]int64
-	// ChatShare of each bucket batch work may not use. Defaults to 0.05.
-	// A window limiter keeps it (over a horizon) only for the ChatModels
-	// and for a model a chat ticket was registered for within the last
-	// hour: room a window keeps unused is lost.
+	// ChatShare of each bucket batch work may not use (chat's reserve,
+	// with ChatReserve). Defaults to 0.05. It is kept while chat uses the
+	// model and decays into batch after ChatIdle without chat; a window
+	// limiter keeps it (over a horizon) only from the first admission of
+	// the ChatModels or the first chat of another model: room a window
+	// keeps unused is lost.
 	ChatShare float64
 	// ChatReserve is, per model, the least a token dimension keeps for
 	// chat (batch may not use it): the reserve is ChatShare of each
