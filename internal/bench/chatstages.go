@@ -16,7 +16,7 @@ import (
 var chatStageNames = []string{
 	"job",      // the webhook's answer to the chat job's creation (its ticket)
 	"refill",   // creation to admission: what the provider's bucket, as it stood at the creation, took to accrue the chat's tokens
-	"loop",     // creation to admission: the rest (the loop's wake-up, the order, batch taking the room first)
+	"admit",    // creation to admission, the rest: the order (batch taking the room first), the loop's wake-up
 	"dispatch", // admission to the handler's start: the release, asynq's pick-up
 	"prepare",  // the handler's start to its call: reads, the prompt (a baseline's gate)
 	"call",     // the call to its reply
