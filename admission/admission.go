@@ -33,7 +33,9 @@ type Config struct {
 	ChatShare float64
 	// ChatReserve is, per model, the least a token dimension keeps for
 	// chat (batch may not use it): the reserve is ChatShare of each
-	// burst, at least this, at most half the burst.
+	// burst, at least this and the chat demand seen (the most chat tokens
+	// admitted within a period while it was kept whole), at most half the
+	// burst.
 	ChatReserve map[string]int64
 	// ChatIdle is how long the reserve is kept whole after the last chat
 	// waited or arrived; over as long again it decays into batch.
