@@ -35,7 +35,8 @@ type Config struct {
 	// chat (batch may not use it): the reserve is ChatShare of each
 	// burst, at least this and the chat demand seen (the most chat tokens
 	// admitted within a period while it was kept whole), at most half the
-	// burst.
+	// burst. Unset for one of the ChatModels counted by a token bucket: a
+	// tenth of its tokens' burst.
 	ChatReserve map[string]int64
 	// ChatIdle is how long the reserve is kept whole after the last chat
 	// waited or arrived; over as long again it decays into batch.
@@ -151,7 +152,35 @@ func New(rdb redis.UniversalClient, buckets map[string]*ratelimit.Bucket, client
 	if len(buckets) == 0 {
 		return nil, errors.New("admission: at least one model bucket is required")
 	}
+	cfg.ChatReserve = chatReserves(cfg, buckets)
 	return &Scheduler{rdb: rdb, cfg: cfg, log: log, buckets: buckets, client: client, insp: insp}, nil
+}
+
+// chatReserves is cfg.ChatReserve with its default: a chat model counted
+// by a token bucket keeps at least a tenth of its tokens' burst for chat,
+// room for a burst of chats at once, since a bucket's reserve costs batch
+// no throughput (a window's would be room lost: it keeps ChatShare).
+func chatReserves(cfg Config, buckets map[string]*ratelimit.Bucket) map[string]int64 {
+	out := map[string]int64{}
+	for m, n := range cfg.ChatReserve {
+		out[m] = n
+	}
+	for _, m := range cfg.ChatModels {
+		b, ok := buckets[m]
+		if _, set := out[m]; set || !ok {
+			continue
+		}
+		l := b.Limits()
+		if l.Windowed() {
+			continue
+		}
+		burst := l.BurstTokens
+		if burst <= 0 {
+			burst = l.TokensPerPeriod
+		}
+		out[m] = burst / 10
+	}
+	return out
 }
 
 func (s *Scheduler) keys(model string) (keySet, *ratelimit.Bucket, error) {

@@ -159,3 +159,50 @@ func TestChatReserveLearnsDemand(t *testing.T) {
 		t.Fatalf("second burst: %d chats admitted in the step after they came, want all 4 (the demand seen, 400, kept)", got)
 	}
 }
+
+// TestChatModelReservesATenth: the chat model on a token bucket keeps a
+// tenth of its tokens' burst for chat unless ChatReserve names it (0
+// included): 100 of 1000, so two chats of 50 find room in the step after
+// batch took its own, where chat's share alone (50) fits one.
+func TestChatModelReservesATenth(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name    string
+		reserve map[string]int64
+		want    int
+	}{{"unset: a tenth", nil, 2}, {"set to 0: the share alone", map[string]int64{}, 1}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			rdb := redistest.Shared(t).Client(t)
+			model := fmt.Sprintf("m-%s-%d", t.Name(), time.Now().UnixNano())
+			b, err := ratelimit.NewBucket(rdb, model, "sk", ratelimit.Limits{RequestsPerPeriod: 100000, TokensPerPeriod: 1000, Period: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			clk := &clock{t: time.Unix(1_900_000_000, 0)}
+			cfg := admission.Config{ChatShare: 0.05, ChatModels: []string{model}, NowFunc: clk.now}
+			if c.reserve != nil {
+				cfg.ChatReserve = map[string]int64{model: 0}
+			}
+			s, err := admission.New(redis.UniversalClient(rdb), map[string]*ratelimit.Bucket{model: b}, nil, nil, cfg, discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < 20; i++ {
+				reg(t, s, admission.Ticket{ID: fmt.Sprint("p", i), Model: model, Class: "paid", Tenant: "1", PRSeq: 1, Index: i, Total: 20, Tokens: 200})
+			}
+			if got := drain(t, s, clk, model, 8); len(got) != 8 {
+				t.Fatalf("batch admitted %d of 8", len(got))
+			}
+			reg(t, s, admission.Ticket{ID: "c1", Model: model, Class: "chat", Tenant: "8", Tokens: 50})
+			reg(t, s, admission.Ticket{ID: "c2", Model: model, Class: "chat", Tenant: "9", Tokens: 50})
+			adm, _, err := s.Admit(context.Background(), model, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(adm) != c.want {
+				t.Fatalf("admitted %v in the step after the chats came, want %d chats", adm, c.want)
+			}
+		})
+	}
+}

@@ -386,11 +386,12 @@ type PlanConfig struct {
 type SchedulerCfg struct {
 	// Mode is weighted or strict. Defaults to weighted.
 	Mode string `yaml:"mode"`
-	// ChatShare of each bucket that batch work may not use. Defaults to 0.1.
+	// ChatShare of each bucket that batch work may not use. Defaults to 0.05.
 	ChatShare *float64 `yaml:"chat_share"`
 	// ChatReserve is, per model, the least of its tokens kept for chat
 	// (batch may not use them): the reserve is ChatShare of each limit,
-	// at least this, at most half. Unset: ChatShare alone.
+	// at least this, at most half. Unset: for the chat model on a token
+	// bucket a tenth of its tokens' burst, for others ChatShare alone.
 	ChatReserve map[string]int64 `yaml:"chat_reserve"`
 	// ChatIdle is how long the reserve is kept whole after the last chat
 	// waited or arrived; over as long again it decays into batch.
@@ -549,7 +550,7 @@ func BoolPtr(b bool) *bool { return &b }
 
 // Default is what prq runs with when nothing is set.
 func Default() Config {
-	share, chatCap := 0.1, 0.5
+	share, chatCap := 0.05, 0.5
 	sendLag := Duration(250 * time.Millisecond)
 	return Config{
 		Addr:            ":8080",
