@@ -111,55 +111,6 @@ func TestChatReserveDecaysIntoBatch(t *testing.T) {
 	}
 }
 
-// TestChatReserveLearnsDemand: with only chat's share of the burst
-// (50), four chats of 100 arriving while batch keeps the bucket at its
-// limit wait for refill; that demand (400 within a period) is then kept,
-// so the next four are admitted by the one step after they arrive.
-func TestChatReserveLearnsDemand(t *testing.T) {
-	t.Parallel()
-	s, clk, model := reserveScheduler(t, 0, time.Minute)
-	for i := 0; i < 60; i++ {
-		reg(t, s, admission.Ticket{ID: fmt.Sprint("p", i), Model: model, Class: "paid", Tenant: "1", PRSeq: 1, Index: i, Total: 60, Tokens: 200})
-	}
-	burst := func(round int) int {
-		t.Helper()
-		if got := drain(t, s, clk, model, 8); len(got) != 8 {
-			t.Fatalf("batch admitted %d of 8", len(got))
-		}
-		for i := 0; i < 4; i++ {
-			reg(t, s, admission.Ticket{ID: fmt.Sprint("c", round, "-", i), Model: model, Class: "chat", Tenant: fmt.Sprint(10 + i), Tokens: 100})
-		}
-		adm, _, err := s.Admit(context.Background(), model, 10)
-		if err != nil {
-			t.Fatal(err)
-		}
-		chats := 0
-		for _, a := range adm {
-			if a.Class == "chat" {
-				chats++
-			}
-		}
-		first := chats
-		for guard := 0; chats < 4 && guard < 100; guard++ { // the rest, as room comes
-			for _, a := range drain(t, s, clk, model, 1) {
-				if a.Class == "chat" {
-					chats++
-				}
-			}
-		}
-		if chats != 4 {
-			t.Fatalf("round %d: %d of 4 chats admitted", round, chats)
-		}
-		return first
-	}
-	if got := burst(1); got != 0 {
-		t.Fatalf("first burst: %d chats admitted in the step after they came, want 0 (the share, 50, fits none)", got)
-	}
-	if got := burst(2); got != 4 {
-		t.Fatalf("second burst: %d chats admitted in the step after they came, want all 4 (the demand seen, 400, kept)", got)
-	}
-}
-
 // TestChatModelReservesATenth: the chat model on a token bucket keeps a
 // tenth of its tokens' burst for chat unless ChatReserve names it (0
 // included): 100 of 1000, so two chats of 50 find room in the step after

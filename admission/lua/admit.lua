@@ -16,9 +16,9 @@
 -- "via|queue|class|tenant|tokens|enq_us|key", ...}} ("reject|...|dim"
 -- for a ticket that can never fit); paused: {now, '0', {}, why}.
 -- Uses: B, DEFER, HEADS, NKEYS, TIERS, backfill, callchunks, charge,
---   chatdemand, costsof, decode, flowhead, flushorder, keepfor, keypaused,
---   keystate, now, pick, refresh, register, reserve, samepr, ticketdel,
---   ticketenc, unlink, vt, vtincr, vtload, vtset, zfirst, zrem
+--   costsof, decode, flowhead, flushorder, keepfor, keypaused, keystate,
+--   now, pick, refresh, register, reserve, samepr, ticketdel, ticketenc,
+--   unlink, vt, vtincr, vtload, vtset, zfirst, zrem
 
 local paused = redis.call('GET', KEYS[15])
 if paused then return {B.fmt(now), '0', {}, paused} end
@@ -204,7 +204,6 @@ while #out < budget * 2 do
   end
 end
 vtset('V', A.V)
-chatdemand(A)
 flushorder()
 local W = A.writes
 if #W.released > 0 then

@@ -12,8 +12,7 @@
 --   A.writes  the admitted tickets' released, res and resage entries and waits, written at the end
 -- Uses: B, HEADS, NKEYS, decode, flowhead, now, refresh, statadd,
 --   ticketenc, unlink, vt, vtdel, vtset, zfirst, zscore
--- Defines: roomof, pick, reserve, chatdemand, keepfor, grant, charge,
---   costsof, samepr
+-- Defines: roomof, pick, reserve, keepfor, grant, charge, costsof, samepr
 
 -- roomof is the share of its limit a key's bucket has left in its
 -- fullest dimension.
@@ -50,9 +49,8 @@ end
 
 -- reserve returns chat's reserve, the room batch leaves chat in each
 -- dimension, and sets A.share to the largest share of a burst it keeps
--- (0: none). It is A.share of each burst, at least tokens (and chat's
--- demand seen, chatdemand) in a token dimension, at most half the
--- burst, kept whole while chat uses the
+-- (0: none). It is A.share of each burst, at least tokens in a token
+-- dimension, at most half the burst, kept whole while chat uses the
 -- model: a chat waits, or one was registered within idle µs (a bucket's
 -- and the chat model's idle clock starts at their first attempt; a
 -- window of another model keeps nothing until a chat comes, room a
@@ -60,8 +58,7 @@ end
 -- as long again, so an idle reserve costs batch nothing.
 local function reserve(A, window, always, tokens, idle)
   local st = A.st
-  local v = redis.call('HMGET', KEYS[11], 'chat_at', 'chat_peak')
-  local seen, peak = tonumber(v[1] or ''), tonumber(v[2] or '') or 0
+  local seen = tonumber(redis.call('HGET', KEYS[11], 'chat_at') or '')
   if zfirst(HEADS.chat) ~= nil or zfirst(KEYS[4]) ~= nil or (seen == nil and (always or not window)) then
     seen = now
     redis.call('HSET', KEYS[11], 'chat_at', B.fmt(now))
@@ -71,35 +68,15 @@ local function reserve(A, window, always, tokens, idle)
     local d = now - seen
     if idle <= 0 or d <= idle then f = 1 elseif d < 2 * idle then f = (2 * idle - d) / idle end
   end
-  -- the demand seen (chatdemand) counts while the reserve is kept whole
-  if f < 1 and peak > 0 then
-    redis.call('HDEL', KEYS[11], 'chat_peak')
-    peak = 0
-  end
-  A.chatpeak, A.chattok = peak, 0
   local keep, share = {}, 0
   for i = 1, st.n do
     local k = A.share * st.burst[i]
-    if st.val[i] == 1 then k = math.max(k, tokens, peak) end
+    if st.val[i] == 1 then k = math.max(k, tokens) end
     keep[i] = math.floor(f * math.min(k, st.burst[i] / 2))
     share = math.max(share, keep[i] / st.burst[i])
   end
   A.share = share
   return keep
-end
-
--- chatdemand records chat's demand, the most chat tokens admitted within
--- one period (the first dimension's) since the reserve was last kept
--- whole, which reserve then keeps: a burst of chats seen once finds its
--- room at once the next time.
-local function chatdemand(A)
-  if A.chattok == 0 then return end
-  local v = redis.call('HMGET', KEYS[11], 'cp_at', 'cp_tok')
-  local at, n = tonumber(v[1] or ''), tonumber(v[2] or '') or 0
-  if at == nil or now - at >= A.st.per[1] then at, n = now, 0 end
-  n = n + A.chattok
-  redis.call('HSET', KEYS[11], 'cp_at', B.fmt(at), 'cp_tok', B.fmt(n))
-  if n > A.chatpeak then redis.call('HSET', KEYS[11], 'chat_peak', B.fmt(n)) end
 end
 
 -- keepfor is the room a ticket of class cls must leave: batch leaves
@@ -165,7 +142,6 @@ local function grant(A, cand, via, costs, key)
   W.resage[#W.resage + 1] = now
   W.resage[#W.resage + 1] = cand.id
   statadd('adm_tok:' .. cand.class, cand.tokens)
-  if cand.class == 'chat' then A.chattok = A.chattok + cand.tokens end
   statadd('adm_n:' .. cand.class, 1)
   W.waits[#W.waits + 1] = cand.class .. ':' .. B.fmt(now - cand.enq)
   A.out[#A.out + 1] = cand.id

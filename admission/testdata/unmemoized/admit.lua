@@ -66,19 +66,11 @@ if seen ~= nil then
   if idle <= 0 or now - seen <= idle then factor = 1
   elseif now - seen < 2 * idle then factor = (2 * idle - (now - seen)) / idle end
 end
--- chat's demand: the most chat tokens admitted within one period since
--- the reserve was last kept whole
-local peak = tonumber(redis.call('HGET', KEYS[11], 'chat_peak') or '') or 0
-if factor < 1 and peak > 0 then
-  redis.call('HDEL', KEYS[11], 'chat_peak')
-  peak = 0
-end
-A.chattok = 0
 A.keep = {}
 local kept = 0
 for i = 1, st.n do
   local k = A.share * st.burst[i]
-  if st.val[i] == 1 then k = math.max(k, tonumber(resvarg) or 0, peak) end
+  if st.val[i] == 1 then k = math.max(k, tonumber(resvarg) or 0) end
   A.keep[i] = math.floor(factor * math.min(k, st.burst[i] / 2))
   kept = math.max(kept, A.keep[i] / st.burst[i])
 end
@@ -228,13 +220,5 @@ redis.call('HSET', KEYS[8], 'V', A.V)
 if next(A.dirty) ~= nil then
   for k in pairs(A.dirty) do B.save(A.sts[k]) end
   redis.call('LTRIM', KEYS[16], 0, 1999)
-end
-if A.chattok > 0 then
-  local cpat = tonumber(redis.call('HGET', KEYS[11], 'cp_at') or '')
-  local cptok = tonumber(redis.call('HGET', KEYS[11], 'cp_tok') or '') or 0
-  if cpat == nil or now - cpat >= st.per[1] then cpat, cptok = now, 0 end
-  cptok = cptok + A.chattok
-  redis.call('HSET', KEYS[11], 'cp_at', B.fmt(cpat), 'cp_tok', B.fmt(cptok))
-  if cptok > peak then redis.call('HSET', KEYS[11], 'chat_peak', B.fmt(cptok)) end
 end
 return {B.fmt(now), B.fmt(wait), out}

@@ -100,7 +100,6 @@ local function grant(A, cand, via, costs, key)
   redis.call('HSET', KEYS[12], cand.id, table.concat(rc, ' '))
   redis.call('ZADD', KEYS[13], now, cand.id)
   redis.call('HINCRBY', KEYS[11], 'adm_tok:' .. cand.class, cand.tokens)
-  if cand.class == 'chat' then A.chattok = A.chattok + cand.tokens end
   redis.call('HINCRBY', KEYS[11], 'adm_n:' .. cand.class, 1)
   redis.call('LPUSH', KEYS[16], cand.class .. ':' .. B.fmt(now - cand.enq))
   A.out[#A.out + 1] = cand.id
