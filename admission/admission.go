@@ -33,9 +33,7 @@ type Config struct {
 	ChatShare float64
 	// ChatReserve is, per model, the least a token dimension keeps for
 	// chat (batch may not use it): the reserve is ChatShare of each
-	// burst, at least this and the chat demand seen (the most chat tokens
-	// admitted within a period while it was kept whole), at most half the
-	// burst. Unset for one of the ChatModels counted by a token bucket: a
+	// burst, at least this, at most half the burst. Unset for one of the ChatModels counted by a token bucket: a
 	// tenth of its tokens' burst.
 	ChatReserve map[string]int64
 	// ChatIdle is how long the reserve is kept whole after the last chat
