@@ -24,11 +24,22 @@ type Config struct {
 	Strict bool
 	// Weights of the batch tiers. Default paid 8, trial 2, free 1.
 	Weights map[jobs.Tier]int64
-	// ChatShare of each bucket batch work may not use. Defaults to 0.05.
-	// A window limiter keeps it (over a horizon) only for the ChatModels
-	// and for a model a chat ticket was registered for within the last
-	// hour: room a window keeps unused is lost.
+	// ChatShare of each bucket batch work may not use (chat's reserve,
+	// with ChatReserve). Defaults to 0.05. It is kept while chat uses the
+	// model and decays into batch after ChatIdle without chat; a window
+	// limiter keeps it (over a horizon) only from the first admission of
+	// the ChatModels or the first chat of another model: room a window
+	// keeps unused is lost.
 	ChatShare float64
+	// ChatReserve is, per model, the least a token dimension keeps for
+	// chat (batch may not use it): the reserve is ChatShare of each
+	// burst, at least this, at most half the burst. Unset for one of the ChatModels counted by a token bucket: a
+	// tenth of its tokens' burst.
+	ChatReserve map[string]int64
+	// ChatIdle is how long the reserve is kept whole after the last chat
+	// waited or arrived; over as long again it decays into batch.
+	// Defaults to 10m; negative: it never decays.
+	ChatIdle time.Duration
 	// ChatModels are the models chat always uses (the chat model).
 	ChatModels []string
 	// ChatCap is the largest share of the admitted tokens chat takes
@@ -75,6 +86,17 @@ func (c *Config) setDefaults() error {
 	}
 	if c.ChatShare < 0 || c.ChatShare >= 1 {
 		return fmt.Errorf("admission: chat share must be in [0, 1), got %v", c.ChatShare)
+	}
+	for m, n := range c.ChatReserve {
+		if n < 0 {
+			return fmt.Errorf("admission: chat reserve of %s must not be negative, got %d", m, n)
+		}
+	}
+	switch {
+	case c.ChatIdle == 0:
+		c.ChatIdle = 10 * time.Minute
+	case c.ChatIdle < 0:
+		c.ChatIdle = 0
 	}
 	if c.ChatCap == 0 {
 		c.ChatCap = 0.5
@@ -128,7 +150,35 @@ func New(rdb redis.UniversalClient, buckets map[string]*ratelimit.Bucket, client
 	if len(buckets) == 0 {
 		return nil, errors.New("admission: at least one model bucket is required")
 	}
+	cfg.ChatReserve = chatReserves(cfg, buckets)
 	return &Scheduler{rdb: rdb, cfg: cfg, log: log, buckets: buckets, client: client, insp: insp}, nil
+}
+
+// chatReserves is cfg.ChatReserve with its default: a chat model counted
+// by a token bucket keeps at least a tenth of its tokens' burst for chat,
+// room for a burst of chats at once, since a bucket's reserve costs batch
+// no throughput (a window's would be room lost: it keeps ChatShare).
+func chatReserves(cfg Config, buckets map[string]*ratelimit.Bucket) map[string]int64 {
+	out := map[string]int64{}
+	for m, n := range cfg.ChatReserve {
+		out[m] = n
+	}
+	for _, m := range cfg.ChatModels {
+		b, ok := buckets[m]
+		if _, set := out[m]; set || !ok {
+			continue
+		}
+		l := b.Limits()
+		if l.Windowed() {
+			continue
+		}
+		burst := l.BurstTokens
+		if burst <= 0 {
+			burst = l.TokensPerPeriod
+		}
+		out[m] = burst / 10
+	}
+	return out
 }
 
 func (s *Scheduler) keys(model string) (keySet, *ratelimit.Bucket, error) {
@@ -259,7 +309,7 @@ func (s *Scheduler) attempt(ctx context.Context, model string, budget, batch int
 	if s.cfg.Strict {
 		mode = "strict"
 	}
-	share := strconv.FormatFloat(s.cfg.ChatShare, 'f', 6, 64)
+	share := strconv.FormatFloat(s.cfg.ChatShare, 'f', 6, 64) + ":" + strconv.FormatInt(s.cfg.ChatReserve[model], 10) + ":" + strconv.FormatInt(s.cfg.ChatIdle.Microseconds(), 10)
 	if slices.Contains(s.cfg.ChatModels, model) {
 		share += "c"
 	}

@@ -168,6 +168,8 @@ func TestMemoMatchesReference(t *testing.T) {
 		{"strict uncapped", bucket, 1, Config{Strict: true, ChatCap: 1, Aging: 3 * time.Second}, []string{"chat", "paid", "trial", "free"}},
 		{"window, no chat", window, 1, Config{ChatShare: 0.05}, []string{"paid", "trial", "free"}},
 		{"window, chat model", window, 1, Config{ChatModels: []string{"m"}, ChatCap: 0.3}, []string{"chat", "paid", "free"}},
+		{"bucket, chat's reserve set, decaying", bucket, 1, Config{ChatShare: 0.02, ChatReserve: map[string]int64{"m": 9000}, ChatIdle: 300 * time.Millisecond}, []string{"chat", "paid", "trial", "free", "paid"}},
+		{"window, chat model, reserve decaying", window, 1, Config{ChatModels: []string{"m"}, ChatReserve: map[string]int64{"m": 6000}, ChatIdle: 500 * time.Millisecond}, []string{"chat", "paid", "free", "paid"}},
 		{"three keys", bucket, 3, Config{Aging: 5 * time.Second}, []string{"chat", "paid", "trial", "free"}},
 		{"three keys, window", window, 3, Config{}, []string{"paid", "trial"}},
 	}

@@ -5,7 +5,9 @@
 -- ARGV[1] now µs, ARGV[2] budget: "n" jobs of any class, or "n:b": n
 -- jobs, at most b of them batch (the rest of the process's free slots
 -- only chat may use), ARGV[3] mode (strict|weighted), ARGV[4] chat's
--- share (ending in 'c' for a model chat always uses: the chat model),
+-- reserve "share:tokens:idle µs" (the share of each burst, at least
+-- tokens of a token dimension, kept while chat used the model within
+-- idle; ending in 'c' for a model chat always uses: the chat model),
 -- ARGV[5] the aging bound µs, ARGV[6] release µs (how long an admitted
 -- ticket may take to start), ARGV[7..9] the weights of paid, trial and
 -- free, ARGV[10] chat's cap, ARGV[11..] the model's dimensions (B.load;
@@ -15,8 +17,8 @@
 -- for a ticket that can never fit); paused: {now, '0', {}, why}.
 -- Uses: B, DEFER, HEADS, NKEYS, TIERS, backfill, callchunks, charge,
 --   costsof, decode, flowhead, flushorder, keepfor, keypaused, keystate,
---   now, pick, refresh, register, samepr, ticketdel, ticketenc, unlink,
---   vt, vtincr, vtload, vtset, zfirst, zrem
+--   now, pick, refresh, register, reserve, samepr, ticketdel, ticketenc,
+--   unlink, vt, vtincr, vtload, vtset, zfirst, zrem
 
 local paused = redis.call('GET', KEYS[15])
 if paused then return {B.fmt(now), '0', {}, paused} end
@@ -46,7 +48,7 @@ local budget, bmax = string.match(ARGV[2], '^(%d+):(%d+)$')
 if budget then budget, bmax = tonumber(budget), tonumber(bmax) else budget = tonumber(ARGV[2]); bmax = budget end
 A.budget, A.bmax = budget, bmax
 local mode = ARGV[3]
-local sharearg, always = string.match(ARGV[4], '^([^c]*)(c?)$')
+local sharearg, resvarg, idlearg, always = string.match(ARGV[4], '^([^:c]*):?([^:c]*):?([^:c]*)(c?)$')
 local aging = tonumber(ARGV[5])
 A.share, A.release = tonumber(sharearg), tonumber(ARGV[6])
 A.weight = {paid = tonumber(ARGV[7]), trial = tonumber(ARGV[8]), free = tonumber(ARGV[9])}
@@ -59,16 +61,7 @@ local backfills = st.n > 0
 for i = 1, st.n do
   if st.kind[i] ~= 'w' then backfills = false end
 end
--- a bucket keeps chat's share as a floor, at no cost; room a window
--- keeps is lost, so a window keeps it only while chat uses the model:
--- the chat model always, another model while a chat ticket was
--- registered for it within the last hour (or 60 windows)
-if backfills and always == '' then
-  local seen = tonumber(redis.call('HGET', KEYS[11], 'chat_at') or '')
-  if seen == nil or now - seen > math.max(3600000000, 60 * st.per[1]) then A.share = 0 end
-end
-A.keep = {}
-for i = 1, st.n do A.keep[i] = math.floor(A.share * st.burst[i]) end
+A.keep = reserve(A, backfills, always == 'c', tonumber(resvarg) or 0, tonumber(idlearg) or 0)
 -- the reserve in tokens: how far chat may run ahead of its capped share
 -- on the room batch must leave it
 local reservetok = 0

@@ -12,7 +12,7 @@
 --   A.writes  the admitted tickets' released, res and resage entries and waits, written at the end
 -- Uses: B, HEADS, NKEYS, decode, flowhead, now, refresh, statadd,
 --   ticketenc, unlink, vt, vtdel, vtset, zfirst, zscore
--- Defines: roomof, pick, keepfor, grant, charge, costsof, samepr
+-- Defines: roomof, pick, reserve, keepfor, grant, charge, costsof, samepr
 
 -- roomof is the share of its limit a key's bucket has left in its
 -- fullest dimension.
@@ -45,6 +45,38 @@ local function pick(A, costs, kp, lookahead)
   end
   if best ~= nil then return best, 0 end
   return nil, soonw, soon
+end
+
+-- reserve returns chat's reserve, the room batch leaves chat in each
+-- dimension, and sets A.share to the largest share of a burst it keeps
+-- (0: none). It is A.share of each burst, at least tokens in a token
+-- dimension, at most half the burst, kept whole while chat uses the
+-- model: a chat waits, or one was registered within idle µs (a bucket's
+-- and the chat model's idle clock starts at their first attempt; a
+-- window of another model keeps nothing until a chat comes, room a
+-- window keeps unused is lost). Then it decays into batch, linearly over
+-- as long again, so an idle reserve costs batch nothing.
+local function reserve(A, window, always, tokens, idle)
+  local st = A.st
+  local seen = tonumber(redis.call('HGET', KEYS[11], 'chat_at') or '')
+  if zfirst(HEADS.chat) ~= nil or zfirst(KEYS[4]) ~= nil or (seen == nil and (always or not window)) then
+    seen = now
+    redis.call('HSET', KEYS[11], 'chat_at', B.fmt(now))
+  end
+  local f = 0
+  if seen ~= nil then
+    local d = now - seen
+    if idle <= 0 or d <= idle then f = 1 elseif d < 2 * idle then f = (2 * idle - d) / idle end
+  end
+  local keep, share = {}, 0
+  for i = 1, st.n do
+    local k = A.share * st.burst[i]
+    if st.val[i] == 1 then k = math.max(k, tokens) end
+    keep[i] = math.floor(f * math.min(k, st.burst[i] / 2))
+    share = math.max(share, keep[i] / st.burst[i])
+  end
+  A.share = share
+  return keep
 end
 
 -- keepfor is the room a ticket of class cls must leave: batch leaves

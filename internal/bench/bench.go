@@ -228,18 +228,20 @@ type benchResult struct {
 	HoldMS float64 `json:"hold_ms,omitempty"`
 	// Ideal is TPMBacklogged as an admission with no latency would make
 	// it, on the same calls with the same hold, in each order.
-	Ideal            idealFills         `json:"ideal_backlogged_fill"`
-	RPMUtilisation   float64            `json:"rpm_utilisation"`
-	WorstVsAllowance float64            `json:"worst_interval_vs_allowance"`
-	WorstWindowVsTPM float64            `json:"worst_period_window_vs_tpm"`
-	ChatWaitP50      float64            `json:"chat_wait_p50_s"`
-	ChatWaitP99      float64            `json:"chat_wait_p99_s"`
-	ChatsAnswered    int                `json:"chats_answered"`
-	Chats            int                `json:"chats"`
-	PRTimeP50        map[string]float64 `json:"pr_time_p50_s"`
-	PRTimeP95        map[string]float64 `json:"pr_time_p95_s"`
-	Inversions       int                `json:"priority_inversions"`
-	Jain             map[string]float64 `json:"jain_index"`
+	Ideal            idealFills `json:"ideal_backlogged_fill"`
+	RPMUtilisation   float64    `json:"rpm_utilisation"`
+	WorstVsAllowance float64    `json:"worst_interval_vs_allowance"`
+	WorstWindowVsTPM float64    `json:"worst_period_window_vs_tpm"`
+	ChatWaitP50      float64    `json:"chat_wait_p50_s"`
+	ChatWaitP99      float64    `json:"chat_wait_p99_s"`
+	// ChatStages: where the chats' waits went (chatstages.go).
+	ChatStages    []chatStage        `json:"chat_stages,omitempty"`
+	ChatsAnswered int                `json:"chats_answered"`
+	Chats         int                `json:"chats"`
+	PRTimeP50     map[string]float64 `json:"pr_time_p50_s"`
+	PRTimeP95     map[string]float64 `json:"pr_time_p95_s"`
+	Inversions    int                `json:"priority_inversions"`
+	Jain          map[string]float64 `json:"jain_index"`
 	// JainSummed is Jain's index of tokens summed over the windows in
 	// which all of a tier's tenants waited (jainSummed).
 	JainSummed map[string]float64 `json:"jain_index_summed"`
@@ -655,32 +657,7 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 	for tier, ds := range done {
 		res.PRTimeP50[tier], res.PRTimeP95[tier] = quantile.Of(ds, .5), quantile.Of(ds, .95)
 	}
-	// replies are matched to chats in order, per PR
-	var chatWaits []float64
-	byPR := map[string][]benchEvent{}
-	for _, e := range w.events {
-		if e.chatID != 0 {
-			res.Chats++
-			byPR[e.pr.String()] = append(byPR[e.pr.String()], e)
-		}
-	}
-	for _, es := range byPR {
-		pr := es[0].pr
-		var replies []time.Time
-		for _, c := range fakes.GitHub.Comments(pr.Owner, pr.Repo, pr.Number) {
-			if strings.HasPrefix(c.Body, "@dev ") {
-				replies = append(replies, c.Created)
-			}
-		}
-		sort.Slice(es, func(i, j int) bool { return chatSent[es[i].chatID].Before(chatSent[es[j].chatID]) })
-		for k, e := range es {
-			if k < len(replies) {
-				chatWaits = append(chatWaits, replies[k].Sub(chatSent[e.chatID]).Seconds()*b.compress)
-				res.ChatsAnswered++
-			}
-		}
-	}
-	res.ChatWaitP50, res.ChatWaitP99 = quantile.Of(chatWaits, .5), quantile.Of(chatWaits, .99)
+	chatFigures(&res, b, w, calls, chatSent, fakes, &cfg)
 	res.Bill = billOf(stats, res.PRsDone)
 	for _, byTier := range metrics.Costs(ctx, rdb) { // prq's own count, beside the provider's bill
 		for _, d := range byTier {
@@ -721,6 +698,51 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 	fmt.Fprintf(stdout, "bench %-13s x%d  done in %s: %d/%d PRs, %d provider 429s, TPM utilisation %.1f%%, worst interval %.3f of allowance\n",
 		strategy, processes, elapsed.Round(time.Second), res.PRsDone, res.PRs, res.Provider429s, 100*res.TPMUtilisation, res.WorstVsAllowance)
 	return res, nil
+}
+
+// chatFigures sets the chats' counts, waits and stages: replies are
+// matched to chats in order, per PR; a chat's stages come from its last
+// successful call.
+func chatFigures(res *benchResult, b Flags, w benchWorkload, calls []callRecord, chatSent map[int64]time.Time, fakes *harness.Fakes, cfg *config.Config) {
+	var chatWaits []float64
+	var traces []chatTrace
+	lastCall := map[int64]callRecord{}
+	for _, c := range calls {
+		if c.Comment != 0 && c.Outcome == "ok" && c.At >= lastCall[c.Comment].At {
+			lastCall[c.Comment] = c
+		}
+	}
+	byPR := map[string][]benchEvent{}
+	for _, e := range w.events {
+		if e.chatID != 0 {
+			res.Chats++
+			byPR[e.pr.String()] = append(byPR[e.pr.String()], e)
+		}
+	}
+	for _, es := range byPR {
+		pr := es[0].pr
+		var replies []time.Time
+		for _, c := range fakes.GitHub.Comments(pr.Owner, pr.Repo, pr.Number) {
+			if strings.HasPrefix(c.Body, "@dev ") {
+				replies = append(replies, c.Created)
+			}
+		}
+		sort.Slice(es, func(i, j int) bool { return chatSent[es[i].chatID].Before(chatSent[es[j].chatID]) })
+		for k, e := range es {
+			if k < len(replies) {
+				chatWaits = append(chatWaits, replies[k].Sub(chatSent[e.chatID]).Seconds()*b.compress)
+				res.ChatsAnswered++
+				if c, ok := lastCall[e.chatID]; ok {
+					traces = append(traces, chatTrace{sent: chatSent[e.chatID].UnixMilli(), reply: replies[k].UnixMilli(), call: c})
+				}
+			}
+		}
+	}
+	res.ChatWaitP50, res.ChatWaitP99 = quantile.Of(chatWaits, .5), quantile.Of(chatWaits, .99)
+	if cm, ok := cfg.Model(cfg.Jobs.ChatModel); ok {
+		cl, _ := cm.Limits()
+		res.ChatStages = chatStagesOf(traces, fakes.OpenAI.Admissions(cm.Name), cl.TokensPerPeriod, cl.Period, cl.BurstTokens, b.compress)
+	}
 }
 
 func instOf(w benchWorkload, p corpus.PR) int64 {

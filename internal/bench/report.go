@@ -82,6 +82,7 @@ func writeBench(out io.Writer, b Flags, results, scale []benchResult) error {
 	row("Redis CPU per LLM call, saturated (ms)", func(r benchResult) string { return fmt.Sprintf("%.2f", r.RedisCost.CPUMsPerCall) })
 	row("idle Redis commands/s per worker process", func(r benchResult) string { return fmt.Sprintf("%.0f", r.RedisCost.IdleCmdsPerSec) })
 	row("chat wait p50 / p99 (s, uncompressed)", func(r benchResult) string { return fmt.Sprintf("%.1f / %.1f", r.ChatWaitP50, r.ChatWaitP99) })
+	chatStageRows(row)
 	for _, tier := range []string{"paid", "trial", "free"} {
 		tier := tier
 		row("PR time p50 / p95, "+tier+" (s)", func(r benchResult) string {
@@ -209,4 +210,17 @@ func tierShareLabel() string {
 	t := config.Default().Tiers
 	p, tr := float64(t["paid"].Weight), float64(t["trial"].Weight)
 	return fmt.Sprintf("paid / trial share of review tokens while both wait (weights: %s / %s)", pctf(p/(p+tr)), pctf(tr/(p+tr)))
+}
+
+// chatStageRows adds a row per stage of chat's wait (chatstages.go).
+func chatStageRows(row func(string, func(benchResult) string)) {
+	for k, name := range chatStageNames {
+		row("chat wait by stage: "+name+" p50 / p99 / in the slowest chat (s)", func(r benchResult) string {
+			if k >= len(r.ChatStages) {
+				return "—"
+			}
+			st := r.ChatStages[k]
+			return fmt.Sprintf("%.2f / %.2f / %.2f", st.P50, st.P99, st.Slowest)
+		})
+	}
 }

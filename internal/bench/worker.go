@@ -49,6 +49,8 @@ type callRecord struct {
 	// provider's processing time; 0: no reply, or no processing time).
 	Done int64 `json:"done,omitempty"`
 	Way  int64 `json:"way_us,omitempty"`
+	// Comment is a chat's comment id (0: not a chat).
+	Comment int64 `json:"comment,omitempty"`
 }
 
 // workerReport is what a bench worker process reports at exit.
@@ -79,6 +81,7 @@ type taskMeta struct {
 	created     int64
 	tokens      int64
 	start       int64
+	comment     int64 // a chat's comment id
 }
 
 // recorder wraps the worker's LLM client and handlers for the benchmark.
@@ -102,7 +105,7 @@ func (r *recorder) handler(h asynq.Handler) asynq.Handler {
 			case jobs.TypeChat:
 				var c jobs.Chat
 				if json.Unmarshal(t.Payload(), &c) == nil {
-					m = taskMeta{kind: "chat", class: "chat", tenant: c.PR.Installation, created: c.Created, tokens: c.Estimate}
+					m = taskMeta{kind: "chat", class: "chat", tenant: c.PR.Installation, created: c.Created, tokens: c.Estimate, comment: c.CommentID}
 				}
 			default:
 				var f jobs.File
@@ -144,7 +147,7 @@ func (r *recorder) Complete(ctx context.Context, req llm.Request) (llm.Response,
 		margin = r.margin(req.Model).Microseconds()
 	}
 	r.calls = append(r.calls, callRecord{Task: id, Kind: m.kind, Class: m.class, Tenant: m.tenant, Created: m.created, Start: m.start, At: at, Tokens: m.tokens, Model: req.Model, Outcome: outcome, Margin: margin,
-		Done: done.UnixMilli(), Way: way})
+		Done: done.UnixMilli(), Way: way, Comment: m.comment})
 	r.mu.Unlock()
 	return resp, err
 }

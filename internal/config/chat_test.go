@@ -31,6 +31,33 @@ func TestChatSettings(t *testing.T) {
 	}
 }
 
+// TestChatReserveSettings: scheduler.chat_reserve names configured
+// models with tokens not below 0; chat_idle defaults to 10m and must be
+// positive.
+func TestChatReserveSettings(t *testing.T) {
+	if d := Default(); d.Scheduler.ChatIdle.D().String() != "10m0s" || d.Scheduler.ChatReserve != nil {
+		t.Fatalf("defaults: idle %s, reserve %v", d.Scheduler.ChatIdle.D(), d.Scheduler.ChatReserve)
+	}
+	load := func(yml string) (*Config, error) { return loadChecked(t, yml) }
+	model := Default().Models[0].Name
+	c, err := load("scheduler:\n  chat_idle: 2m\n  chat_reserve:\n    " + model + ": 4000\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Scheduler.ChatReserve[model] != 4000 || c.Scheduler.ChatIdle.D().String() != "2m0s" {
+		t.Fatalf("read reserve %v, idle %s", c.Scheduler.ChatReserve, c.Scheduler.ChatIdle.D())
+	}
+	for yml, setting := range map[string]string{
+		"scheduler:\n  chat_reserve:\n    no-such-model: 10\n": "scheduler.chat_reserve",
+		"scheduler:\n  chat_reserve:\n    " + model + ": -1\n": "scheduler.chat_reserve",
+		"scheduler:\n  chat_idle: 0s\n":                        "scheduler.chat_idle",
+	} {
+		if _, err := load(yml); err == nil || !strings.Contains(err.Error(), setting) {
+			t.Errorf("%q: %v, want an error naming %s", yml, err, setting)
+		}
+	}
+}
+
 // TestSendLagSetting: scheduler.send_lag defaults to 250ms, may be 0
 // (none) and is refused outside [0, 10s].
 func TestSendLagSetting(t *testing.T) {

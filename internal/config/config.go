@@ -389,6 +389,15 @@ type SchedulerCfg struct {
 	Mode string `yaml:"mode"`
 	// ChatShare of each bucket that batch work may not use. Defaults to 0.05.
 	ChatShare *float64 `yaml:"chat_share"`
+	// ChatReserve is, per model, the least of its tokens kept for chat
+	// (batch may not use them): the reserve is ChatShare of each limit,
+	// at least this, at most half. Unset: for the chat model on a token
+	// bucket a tenth of its tokens' burst, for others ChatShare alone.
+	ChatReserve map[string]int64 `yaml:"chat_reserve"`
+	// ChatIdle is how long the reserve is kept whole after the last chat
+	// waited or arrived; over as long again it decays into batch.
+	// Defaults to 10m.
+	ChatIdle Duration `yaml:"chat_idle"`
 	// ChatCap is the largest share of a bucket's admitted tokens chat
 	// takes while batch work waits. Defaults to 0.5; 1: chat always first
 	// (batch then moves by the aging bound only).
@@ -592,7 +601,7 @@ func Default() Config {
 			"free":  {Weight: 1, Review: BoolPtr(false)},
 		},
 		DefaultTier: "free",
-		Scheduler:   SchedulerCfg{Mode: "weighted", ChatShare: &share, ChatCap: &chatCap, SendLag: &sendLag, Aging: Duration(10 * time.Minute)},
+		Scheduler:   SchedulerCfg{Mode: "weighted", ChatShare: &share, ChatCap: &chatCap, SendLag: &sendLag, Aging: Duration(10 * time.Minute), ChatIdle: Duration(10 * time.Minute)},
 		Chat:        ChatConfig{PerUserPerHour: IntPtr(20), PerPRPerHour: IntPtr(60)},
 		Filters: FiltersConfig{Exclude: []string{
 			"*.lock", "package-lock.json", "yarn.lock", "pnpm-lock.yaml", "go.sum", "Cargo.lock", "poetry.lock",

@@ -156,11 +156,13 @@ var meanings = map[string]meaning{
 	"plans[].tier":         {Text: "Its tier: `paid`, `trial` or `free`."},
 	"plans[].reason":       {Text: "Why, for the record."},
 
-	"scheduler.mode":       {Text: "`weighted` (tiers share by weight) or `strict` (paid before trial before free, no sharing)."},
-	"scheduler.chat_share": {Text: "The share of each limit that batch work may not use, kept for chat; in [0, 1)."},
-	"scheduler.chat_cap":   {Text: "The largest share of admitted tokens chat takes while batch work waits, in (0, 1]; 1: chat always first."},
-	"scheduler.aging":      {Text: "The longest a batch job waits before it goes first, ahead of chat too."},
-	"scheduler.send_lag":   {Text: "The time from prq's decision to send a call to its arrival at the provider: a token bucket near full is held that much refill below it; in [0, 10s]."},
+	"scheduler.mode":         {Text: "`weighted` (tiers share by weight) or `strict` (paid before trial before free, no sharing)."},
+	"scheduler.chat_share":   {Text: "The share of each limit that batch work may not use, kept for chat; in [0, 1)."},
+	"scheduler.chat_reserve": {Text: "Per model (`{model: tokens}`), the least of its tokens kept for chat: chat's reserve is `chat_share` of each limit, at least this, at most half. See [the limiter](limiter.md#how-admission-decides).", Unset: "`jobs.chat_model` on a token bucket: a tenth of its tokens' burst; others: `chat_share` alone"},
+	"scheduler.chat_idle":    {Text: "How long chat's reserve is kept whole after the last chat waited or arrived; over as long again it decays into batch."},
+	"scheduler.chat_cap":     {Text: "The largest share of admitted tokens chat takes while batch work waits, in (0, 1]; 1: chat always first."},
+	"scheduler.aging":        {Text: "The longest a batch job waits before it goes first, ahead of chat too."},
+	"scheduler.send_lag":     {Text: "The time from prq's decision to send a call to its arrival at the provider: a token bucket near full is held that much refill below it; in [0, 10s]."},
 
 	"chat.per_user_per_hour": {Text: "One user's comments to the bot per installation in any hour; 0: no limit."},
 	"chat.per_pr_per_hour":   {Text: "One pull request's comments to the bot in any hour; 0: no limit."},

@@ -359,6 +359,16 @@ func (c *Config) validateScheduler(bad report) {
 	if cs := c.Scheduler.ChatShare; cs == nil || *cs < 0 || *cs >= 1 {
 		bad("scheduler.chat_share", "must be in [0, 1)")
 	}
+	for m, n := range c.Scheduler.ChatReserve {
+		if _, ok := c.Model(m); !ok {
+			bad("scheduler.chat_reserve", "names %q, which is not a configured model", m)
+		} else if n < 0 {
+			bad("scheduler.chat_reserve", "%s: must not be negative", m)
+		}
+	}
+	if c.Scheduler.ChatIdle.D() <= 0 {
+		bad("scheduler.chat_idle", "must be positive")
+	}
 	if cc := c.Scheduler.ChatCap; cc == nil || *cc <= 0 || *cc > 1 {
 		bad("scheduler.chat_cap", "must be in (0, 1]")
 	}

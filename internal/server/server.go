@@ -158,7 +158,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, connOpt asyn
 		sendLag = -1 // admission: none
 	}
 	s.sched, err = admission.New(rdb, buckets, s.client, s.insp, admission.Config{
-		Strict: cfg.Scheduler.Mode == "strict", Weights: weights, ChatShare: *cfg.Scheduler.ChatShare, ChatModels: []string{cfg.Jobs.ChatModel}, ChatCap: chatCap, Aging: cfg.Scheduler.Aging.D(),
+		Strict: cfg.Scheduler.Mode == "strict", Weights: weights, ChatShare: *cfg.Scheduler.ChatShare, ChatReserve: cfg.Scheduler.ChatReserve, ChatIdle: cfg.Scheduler.ChatIdle.D(), ChatModels: []string{cfg.Jobs.ChatModel}, ChatCap: chatCap, Aging: cfg.Scheduler.Aging.D(),
 		SendLag: sendLag,
 	}, log.With("component", "admission"))
 	if err != nil {

@@ -398,11 +398,17 @@ func (s *Server) startServers(ctx context.Context, handler asynq.Handler, retryD
 			}),
 		}
 	}
-	// idle queues are answered in-process until work is put on them
+	// idle queues are answered in-process until work is put on them, so
+	// asynq's look between dequeues (half to one and a half times its
+	// check interval after finding nothing) costs Redis nothing: short, a
+	// released job starts within milliseconds. Without wakes each look
+	// is a Redis call per queue: longer.
+	check, chatCheck := 4*time.Millisecond, 4*time.Millisecond
 	if err := s.gate.Listen(ctx); err != nil {
 		s.log.Warn("no dispatch wakes: the worker's asynq servers poll Redis", "err", err)
+		check, chatCheck = 20*time.Millisecond, 50*time.Millisecond
 	}
-	batch := asynq.NewServerFromRedisClient(s.rdb, config(sl.batch, jobs.QueuePriorities, 20*time.Millisecond, 5*time.Second))
+	batch := asynq.NewServerFromRedisClient(s.rdb, config(sl.batch, jobs.QueuePriorities, check, 5*time.Second))
 	err := batch.Start(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 		sl.batchRunning.Add(1)
 		defer sl.batchRunning.Add(-1)
@@ -411,9 +417,9 @@ func (s *Server) startServers(ctx context.Context, handler asynq.Handler, retryD
 	if err != nil {
 		return nil, nil, fmt.Errorf("start worker: %w", err)
 	}
-	// the batch server takes chat first whenever it has a slot: the chat
-	// server's slower idle polling (fewer Redis calls) costs chat little
-	chat := asynq.NewServerFromRedisClient(s.rdb, config(sl.chat, map[string]int{jobs.QueueChat: 1}, 50*time.Millisecond, time.Minute))
+	// the batch server takes chat first whenever it has a slot; the chat
+	// server's slots are chat's when every batch slot is busy
+	chat := asynq.NewServerFromRedisClient(s.rdb, config(sl.chat, map[string]int{jobs.QueueChat: 1}, chatCheck, time.Minute))
 	err = chat.Start(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 		sl.chatRunning.Add(1)
 		defer sl.chatRunning.Add(-1)

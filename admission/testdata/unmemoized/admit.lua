@@ -5,7 +5,7 @@
 -- ARGV[1] now µs, ARGV[2] budget: "n" jobs of any class, or "n:b": n
 -- jobs, at most b of them batch (the rest of the process's free slots
 -- only chat may use), ARGV[3] mode (strict|weighted), ARGV[4] chat's
--- share (ending in 'c' for a model chat always uses: the chat model),
+-- reserve "share:tokens:idle µs" (ending in 'c' for the chat model),
 -- ARGV[5] the aging bound µs, ARGV[6] release µs (how long an admitted
 -- ticket may take to start), ARGV[7..9] the weights of paid, trial and
 -- free, ARGV[10] chat's cap, ARGV[11..] the model's dimensions (B.load;
@@ -37,7 +37,7 @@ local budget, bmax = string.match(ARGV[2], '^(%d+):(%d+)$')
 if budget then budget, bmax = tonumber(budget), tonumber(bmax) else budget = tonumber(ARGV[2]); bmax = budget end
 A.budget, A.bmax = budget, bmax
 local mode = ARGV[3]
-local sharearg, always = string.match(ARGV[4], '^([^c]*)(c?)$')
+local sharearg, resvarg, idlearg, always = string.match(ARGV[4], '^([^:c]*):?([^:c]*):?([^:c]*)(c?)$')
 local aging = tonumber(ARGV[5])
 A.share, A.release = tonumber(sharearg), tonumber(ARGV[6])
 A.weight = {paid = tonumber(ARGV[7]), trial = tonumber(ARGV[8]), free = tonumber(ARGV[9])}
@@ -50,16 +50,31 @@ local backfills = st.n > 0
 for i = 1, st.n do
   if st.kind[i] ~= 'w' then backfills = false end
 end
--- a bucket keeps chat's share as a floor, at no cost; room a window
--- keeps is lost, so a window keeps it only while chat uses the model:
--- the chat model always, another model while a chat ticket was
--- registered for it within the last hour (or 60 windows)
-if backfills and always == '' then
-  local seen = tonumber(redis.call('HGET', KEYS[11], 'chat_at') or '')
-  if seen == nil or now - seen > math.max(3600000000, 60 * st.per[1]) then A.share = 0 end
+-- chat's reserve: the share of each burst, at least the tokens set, at
+-- most half the burst; whole while a chat waits or came within idle (a
+-- bucket and the chat model start that clock at their first attempt, a
+-- window of another model at its first chat), then decaying linearly
+-- into batch over as long again
+local seen = tonumber(redis.call('HGET', KEYS[11], 'chat_at') or '')
+local chatwaits = #redis.call('ZRANGE', KEYS[17], 0, 0) > 0 or #redis.call('ZRANGE', KEYS[4], 0, 0) > 0
+if chatwaits or (seen == nil and (always == 'c' or not backfills)) then
+  seen = now
+  redis.call('HSET', KEYS[11], 'chat_at', B.fmt(now))
+end
+local idle, factor = tonumber(idlearg) or 0, 0
+if seen ~= nil then
+  if idle <= 0 or now - seen <= idle then factor = 1
+  elseif now - seen < 2 * idle then factor = (2 * idle - (now - seen)) / idle end
 end
 A.keep = {}
-for i = 1, st.n do A.keep[i] = math.floor(A.share * st.burst[i]) end
+local kept = 0
+for i = 1, st.n do
+  local k = A.share * st.burst[i]
+  if st.val[i] == 1 then k = math.max(k, tonumber(resvarg) or 0) end
+  A.keep[i] = math.floor(factor * math.min(k, st.burst[i] / 2))
+  kept = math.max(kept, A.keep[i] / st.burst[i])
+end
+A.share = kept
 -- the reserve in tokens: how far chat may run ahead of its capped share
 -- on the room batch must leave it
 local reservetok = 0

@@ -1,0 +1,159 @@
+package admission_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/prq-dev/prq/admission"
+	"github.com/prq-dev/prq/internal/redistest"
+	"github.com/prq-dev/prq/ratelimit"
+)
+
+// reserveScheduler is a scheduler on a fresh bucket of 1000 tokens a
+// second (burst 1000) whose chat reserve is tokens, with a stepped clock.
+func reserveScheduler(t *testing.T, tokens int64, idle time.Duration) (*admission.Scheduler, *clock, string) {
+	t.Helper()
+	rdb := redistest.Shared(t).Client(t)
+	model := fmt.Sprintf("m-%s-%d", t.Name(), time.Now().UnixNano())
+	b, err := ratelimit.NewBucket(rdb, model, "sk", ratelimit.Limits{RequestsPerPeriod: 100000, TokensPerPeriod: 1000, Period: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &clock{t: time.Unix(1_900_000_000, 0)}
+	cfg := admission.Config{ChatShare: 0.05, ChatReserve: map[string]int64{model: tokens}, ChatIdle: idle, NowFunc: clk.now}
+	s, err := admission.New(redis.UniversalClient(rdb), map[string]*ratelimit.Bucket{model: b}, nil, nil, cfg, discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, clk, model
+}
+
+// TestChatReserveAdmitsChatInOneStep: batch (200-token jobs, a backlog)
+// keeps the bucket at its limit, admitted the moment each fits; two
+// chats of 150 arriving right after a batch admission are both admitted
+// by the next admission step, on the same clock, from the 400-token
+// reserve batch had to leave. With only chat's share of the burst (50)
+// they wait for refill.
+func TestChatReserveAdmitsChatInOneStep(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name    string
+		reserve int64
+		want    int
+	}{{"a reserve of 400", 400, 2}, {"the share alone, 50", 0, 0}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			s, clk, model := reserveScheduler(t, c.reserve, time.Minute)
+			for i := 0; i < 40; i++ {
+				reg(t, s, admission.Ticket{ID: fmt.Sprint("p", i), Model: model, Class: "paid", Tenant: "1", PRSeq: 1, Index: i, Total: 40, Tokens: 200})
+			}
+			if got := drain(t, s, clk, model, 12); len(got) != 12 {
+				t.Fatalf("batch admitted %d of 12", len(got))
+			}
+			reg(t, s, admission.Ticket{ID: "c1", Model: model, Class: "chat", Tenant: "8", Tokens: 150})
+			reg(t, s, admission.Ticket{ID: "c2", Model: model, Class: "chat", Tenant: "9", Tokens: 150})
+			adm, wait, err := s.Admit(context.Background(), model, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			chats := 0
+			for _, a := range adm {
+				if a.Class == "chat" {
+					chats++
+				}
+			}
+			if chats != c.want {
+				t.Fatalf("one step after batch took its room: %d chats admitted (%v, wait %s), want %d", chats, adm, wait, c.want)
+			}
+		})
+	}
+}
+
+// TestChatReserveDecaysIntoBatch: the reserve is kept whole for the idle
+// time after the last chat, then decays into batch linearly over as
+// long again: a full bucket admits 3 batch jobs of 200 while the 400 are
+// kept, 4 halfway through the decay (200 kept), then 5 (none kept).
+func TestChatReserveDecaysIntoBatch(t *testing.T) {
+	t.Parallel()
+	idle := 10 * time.Second
+	s, clk, model := reserveScheduler(t, 400, idle)
+	for i := 0; i < 20; i++ {
+		reg(t, s, admission.Ticket{ID: fmt.Sprint("p", i), Model: model, Class: "paid", Tenant: "1", PRSeq: 1, Index: i, Total: 20, Tokens: 200})
+	}
+	reg(t, s, admission.Ticket{ID: "c1", Model: model, Class: "chat", Tenant: "9", Tokens: 100})
+	chatAt := clk.t
+	if adm, _, err := s.Admit(context.Background(), model, 1); err != nil || len(adm) != 1 || adm[0].ID != "c1" {
+		t.Fatalf("the chat first: %v %v", adm, err)
+	}
+	for _, step := range []struct {
+		at   time.Duration // after the chat
+		want int           // batch jobs a full bucket admits
+	}{{time.Second, 3}, {idle, 3}, {idle + idle/2, 4}, {2*idle + time.Second, 5}} {
+		clk.t = chatAt.Add(step.at)
+		adm, _, err := s.Admit(context.Background(), model, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch := 0
+		for _, a := range adm {
+			if a.Class != "chat" {
+				batch++
+			}
+		}
+		if batch != step.want {
+			t.Errorf("%s after the last chat: a full bucket admitted %d batch jobs of 200, want %d", step.at, batch, step.want)
+		}
+		clk.advance(2 * time.Second) // nothing admitted meanwhile: the bucket refills
+	}
+}
+
+// TestChatModelReservesATenth: the chat model on a token bucket keeps a
+// tenth of its tokens' burst for chat unless ChatReserve names it (0
+// included): 100 of 1000, so two chats of 50 find room in the step after
+// batch took its own, where chat's share alone (50) fits one.
+func TestChatModelReservesATenth(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name    string
+		reserve map[string]int64
+		want    int
+	}{{"unset: a tenth", nil, 2}, {"set to 0: the share alone", map[string]int64{}, 1}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			rdb := redistest.Shared(t).Client(t)
+			model := fmt.Sprintf("m-%s-%d", t.Name(), time.Now().UnixNano())
+			b, err := ratelimit.NewBucket(rdb, model, "sk", ratelimit.Limits{RequestsPerPeriod: 100000, TokensPerPeriod: 1000, Period: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			clk := &clock{t: time.Unix(1_900_000_000, 0)}
+			cfg := admission.Config{ChatShare: 0.05, ChatModels: []string{model}, NowFunc: clk.now}
+			if c.reserve != nil {
+				cfg.ChatReserve = map[string]int64{model: 0}
+			}
+			s, err := admission.New(redis.UniversalClient(rdb), map[string]*ratelimit.Bucket{model: b}, nil, nil, cfg, discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < 20; i++ {
+				reg(t, s, admission.Ticket{ID: fmt.Sprint("p", i), Model: model, Class: "paid", Tenant: "1", PRSeq: 1, Index: i, Total: 20, Tokens: 200})
+			}
+			if got := drain(t, s, clk, model, 8); len(got) != 8 {
+				t.Fatalf("batch admitted %d of 8", len(got))
+			}
+			reg(t, s, admission.Ticket{ID: "c1", Model: model, Class: "chat", Tenant: "8", Tokens: 50})
+			reg(t, s, admission.Ticket{ID: "c2", Model: model, Class: "chat", Tenant: "9", Tokens: 50})
+			adm, _, err := s.Admit(context.Background(), model, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(adm) != c.want {
+				t.Fatalf("admitted %v in the step after the chats came, want %d chats", adm, c.want)
+			}
+		})
+	}
+}
