@@ -175,6 +175,40 @@ func TestReviewPositions(t *testing.T) {
 	}
 }
 
+// TestSuggestions: a committable suggestion on a range is GitLab's
+// (suggestion:-N+0, relative to the line the note sits on); one with a
+// line GitLab could read as a quick action is plain code.
+func TestSuggestions(t *testing.T) {
+	e := setup(t, fakegitlab.Config{})
+	ctx := context.Background()
+	comments := []forge.ReviewComment{
+		{Path: "main.go", Line: 12, StartLine: 11, Side: "RIGHT", Body: "two lines\n\n```suggestion\nneu, more := 2, 3\n```\n"},
+		{Path: "main.go", Line: 11, Side: "RIGHT", Body: "one line\n\n```suggestion\nneu := 2 // two\n```\n"},
+		{Path: "main.go", Line: 10, Side: "RIGHT", Body: "a comment line\n\n````suggestion\n// ctx is one\nctx := 1\n````\n"},
+	}
+	if _, err := e.client.CreateReview(ctx, "acme/platform", "api", 3, head1, "review", comments); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, n := range e.fake.Notes(proj, 3) {
+		if n.DiffNote {
+			got[strings.SplitN(n.Body, "\n", 2)[0]] = n.Body
+		}
+	}
+	for first, want := range map[string]string{
+		"two lines":      "```suggestion:-1+0\nneu, more := 2, 3\n```",
+		"one line":       "```suggestion\nneu := 2 // two\n```",
+		"a comment line": "````\n",
+	} {
+		if !strings.Contains(got[first], want) {
+			t.Errorf("%s: %q, want it to hold %q", first, got[first], want)
+		}
+	}
+	if strings.Contains(got["a comment line"], "suggestion") {
+		t.Errorf("a suggestion with a line beginning with / is committable: %q", got["a comment line"])
+	}
+}
+
 func TestReviewRetryAfterCrashPublishesOnce(t *testing.T) {
 	e := setup(t, fakegitlab.Config{})
 	ctx := context.Background()

@@ -137,7 +137,7 @@ func (c *Client) CreateReview(ctx context.Context, owner, repo string, n int, co
 		}
 		for _, rc := range comments {
 			if pos, ok := v.position(rc); ok {
-				drafts = append(drafts, draft{text: safemd.GitLab(rc.Body), pos: pos})
+				drafts = append(drafts, draft{text: safemd.GitLab(suggestion(rc)), pos: pos})
 			} else {
 				outside = append(outside, rc)
 			}
@@ -249,4 +249,39 @@ func outsideDiff(rcs []forge.ReviewComment) string {
 		fmt.Fprintf(&b, "\n- %s line %d: %s\n", safemd.Code(rc.Path), rc.Line, strings.ReplaceAll(strings.TrimSpace(rc.Body), "\n", "\n  "))
 	}
 	return b.String()
+}
+
+// suggestion is a finding's body with its committable suggestion (a
+// ```suggestion block, as GitHub takes it: the block replaces the lines
+// the comment is on) made GitLab's: a comment on lines StartLine to Line
+// sits on Line, so the block replaces the lines above it too
+// (```suggestion:-N+0). A block with a line beginning with "/" is shown as
+// plain code instead: inside a note's code block such a line is escaped
+// (it could be a quick action), and the escape would be committed.
+func suggestion(rc forge.ReviewComment) string {
+	lines := strings.SplitAfter(rc.Body, "\n")
+	for i, l := range lines {
+		fence := strings.TrimRight(l, "\n")
+		info := strings.TrimLeft(fence, "`")
+		if len(fence)-len(info) < 3 || strings.TrimSpace(info) != "suggestion" {
+			continue
+		}
+		ticks := fence[:len(fence)-len(info)]
+		spec := "suggestion"
+		if rc.StartLine > 0 && rc.StartLine < rc.Line {
+			spec = fmt.Sprintf("suggestion:-%d+0", rc.Line-rc.StartLine)
+		}
+		for _, in := range lines[i+1:] {
+			if strings.TrimRight(in, "\n") == ticks {
+				break
+			}
+			if strings.HasPrefix(in, "/") {
+				spec = ""
+				break
+			}
+		}
+		lines[i] = ticks + spec + l[len(fence):]
+		return strings.Join(lines, "")
+	}
+	return rc.Body
 }
