@@ -155,24 +155,9 @@ func (g *GitLabHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	event := glEventLabel(r.Header.Get("X-Gitlab-Event"))
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", "POST")
-		h.reply(w, r, event, outcome{http.StatusMethodNotAllowed, "method not allowed"}, errors.New("webhooks are POSTed"), false)
-		return
-	}
-	body, release, err := h.readBody(w, r)
+	body, release, ok := h.intake(w, r, event)
 	defer release()
-	if err != nil {
-		var mbe *http.MaxBytesError
-		switch {
-		case errors.As(err, &mbe):
-			h.reply(w, r, event, outcome{http.StatusRequestEntityTooLarge, "too large"}, fmt.Errorf("body over %d bytes", h.cfg.MaxBytes), false)
-		case errors.Is(err, ErrBusy):
-			w.Header().Set("Retry-After", "1")
-			h.reply(w, r, event, outcome{http.StatusServiceUnavailable, "busy"}, err, false)
-		default:
-			h.reply(w, r, event, outcome{http.StatusBadRequest, "unreadable"}, fmt.Errorf("read body: %v", err), false)
-		}
+	if !ok {
 		return
 	}
 	var hook glHook

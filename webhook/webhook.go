@@ -315,6 +315,32 @@ func (h *Handler) reply(w http.ResponseWriter, r *http.Request, event string, o 
 }
 
 // ServeHTTP handles POST /webhook.
+// intake takes a delivery's body, answering what it refuses (not a POST,
+// too large, the intake busy, unreadable) itself: ok is false then.
+// release returns the body's bytes to the intake budget.
+func (h *Handler) intake(w http.ResponseWriter, r *http.Request, event string) (body []byte, release func(), ok bool) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", "POST")
+		h.reply(w, r, event, outcome{http.StatusMethodNotAllowed, "method not allowed"}, errors.New("webhooks are POSTed"), false)
+		return nil, func() {}, false
+	}
+	body, release, err := h.readBody(w, r)
+	if err == nil {
+		return body, release, true
+	}
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		h.reply(w, r, event, outcome{http.StatusRequestEntityTooLarge, "too large"}, fmt.Errorf("body over %d bytes", h.cfg.MaxBytes), false)
+	case errors.Is(err, ErrBusy):
+		w.Header().Set("Retry-After", "1")
+		h.reply(w, r, event, outcome{http.StatusServiceUnavailable, "busy"}, err, false)
+	default:
+		h.reply(w, r, event, outcome{http.StatusBadRequest, "unreadable"}, fmt.Errorf("read body: %v", err), false)
+	}
+	return nil, release, false
+}
+
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer func() {
 		if p := recover(); p != nil { // a bug, not the sender's fault: say so, keep serving
@@ -323,24 +349,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	event := r.Header.Get("X-GitHub-Event")
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", "POST")
-		h.reply(w, r, event, outcome{http.StatusMethodNotAllowed, "method not allowed"}, errors.New("webhooks are POSTed"), false)
-		return
-	}
-	body, release, err := h.readBody(w, r)
+	body, release, ok := h.intake(w, r, event)
 	defer release()
-	if err != nil {
-		var mbe *http.MaxBytesError
-		switch {
-		case errors.As(err, &mbe):
-			h.reply(w, r, event, outcome{http.StatusRequestEntityTooLarge, "too large"}, fmt.Errorf("body over %d bytes", h.cfg.MaxBytes), false)
-		case errors.Is(err, ErrBusy):
-			w.Header().Set("Retry-After", "1")
-			h.reply(w, r, event, outcome{http.StatusServiceUnavailable, "busy"}, err, false)
-		default:
-			h.reply(w, r, event, outcome{http.StatusBadRequest, "unreadable"}, fmt.Errorf("read body: %v", err), false)
-		}
+	if !ok {
 		return
 	}
 	if err := VerifySignature(h.cfg.Secret, body, r.Header.Get("X-Hub-Signature-256")); err != nil {
