@@ -587,12 +587,22 @@ func (s *Store) PostedFindings(ctx context.Context, pr jobs.PR) (map[string]Post
 // AddPostedFindings records findings posted, by key. A finding recorded
 // already keeps the review it was first posted in.
 func (s *Store) AddPostedFindings(ctx context.Context, pr jobs.PR, fs map[string]PostedFinding) error {
+	if err := addFindings(ctx, s, postedKey(pr), findingField, fs); err != nil {
+		return fmt.Errorf("store: add posted findings %s: %w", pr, err)
+	}
+	return nil
+}
+
+// addFindings sets fs in the hash at key, each under prefix+its key, a
+// field there already kept as it is, the hash at most MaxPostedFindings
+// fields and kept RunTTL.
+func addFindings[T any](ctx context.Context, s *Store, key, prefix string, fs map[string]T) error {
 	if len(fs) == 0 {
 		return nil
 	}
-	n, err := s.rdb.HLen(ctx, postedKey(pr)).Result()
+	n, err := s.rdb.HLen(ctx, key).Result()
 	if err != nil {
-		return fmt.Errorf("store: add posted findings %s: %w", pr, err)
+		return err
 	}
 	room := MaxPostedFindings - int(n)
 	pipe := s.rdb.TxPipeline()
@@ -602,13 +612,11 @@ func (s *Store) AddPostedFindings(ctx context.Context, pr jobs.PR, fs map[string
 		}
 		room--
 		b, _ := json.Marshal(fs[k])
-		pipe.HSetNX(ctx, postedKey(pr), findingField+k, b)
+		pipe.HSetNX(ctx, key, prefix+k, b)
 	}
-	pipe.Expire(ctx, postedKey(pr), s.RunTTL)
-	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("store: add posted findings %s: %w", pr, err)
-	}
-	return nil
+	pipe.Expire(ctx, key, s.RunTTL)
+	_, err = pipe.Exec(ctx)
+	return err
 }
 
 // ClosePostedFinding forgets a posted finding: its thread was resolved.

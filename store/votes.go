@@ -5,7 +5,6 @@ import (
 	_ "embed"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -43,25 +42,7 @@ func trackedKey(pr jobs.PR) string { return prTag(pr) + ":tracked" }
 // first record. Kept as long as the pull request's other data, at most
 // MaxPostedFindings.
 func (s *Store) TrackFindings(ctx context.Context, pr jobs.PR, fs map[string]TrackedFinding) error {
-	if len(fs) == 0 {
-		return nil
-	}
-	n, err := s.rdb.HLen(ctx, trackedKey(pr)).Result()
-	if err != nil {
-		return fmt.Errorf("store: track findings %s: %w", pr, err)
-	}
-	room := MaxPostedFindings - int(n)
-	pipe := s.rdb.TxPipeline()
-	for _, k := range slices.Sorted(maps.Keys(fs)) {
-		if room <= 0 {
-			break
-		}
-		room--
-		b, _ := json.Marshal(fs[k])
-		pipe.HSetNX(ctx, trackedKey(pr), k, b)
-	}
-	pipe.Expire(ctx, trackedKey(pr), s.RunTTL)
-	if _, err := pipe.Exec(ctx); err != nil {
+	if err := addFindings(ctx, s, trackedKey(pr), "", fs); err != nil {
 		return fmt.Errorf("store: track findings %s: %w", pr, err)
 	}
 	return nil
