@@ -321,22 +321,7 @@ func (g *GitLabHandler) mergeRequest(ctx context.Context, delivery string, t Git
 	case mr.LastCommit.ID == "":
 		return malformed("merge_request without last_commit")
 	}
-	if o, err := h.enabled(ctx, ref.Installation); o != nil || err != nil {
-		return *o, err
-	}
-	tier, err := h.plans.Tier(ctx, ref.Installation)
-	if err != nil {
-		return unavailable(err)
-	}
-	p := jobs.Plan{PR: ref, HeadSHA: mr.LastCommit.ID, Before: mr.OldRev, Action: action, Delivery: delivery, Tier: tier}
-	ok, err := h.queue.Plan(ctx, p)
-	if err != nil {
-		return unavailable(err)
-	}
-	if !ok {
-		return duplicate, nil
-	}
-	return accepted, nil
+	return h.enqueuePlan(ctx, jobs.Plan{PR: ref, HeadSHA: mr.LastCommit.ID, Before: mr.OldRev, Action: action, Delivery: delivery})
 }
 
 // glNote is a note in a Note Hook.

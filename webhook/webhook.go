@@ -649,15 +649,22 @@ func (h *Handler) pullRequest(ctx context.Context, delivery string, e *github.Pu
 	case pr.GetHead().GetSHA() == "":
 		return malformed("pull_request without head sha")
 	}
-	if o, err := h.enabled(ctx, ref.Installation); o != nil || err != nil {
+	return h.enqueuePlan(ctx, jobs.Plan{PR: ref, HeadSHA: pr.GetHead().GetSHA(), BaseSHA: pr.GetBase().GetSHA(), Before: e.GetBefore(),
+		Action: e.GetAction(), Delivery: delivery})
+}
+
+// enqueuePlan saves a plan for p's pull request, whichever forge sent it,
+// at its tenant's tier: nothing for a disabled tenant, duplicate for a
+// plan saved already.
+func (h *Handler) enqueuePlan(ctx context.Context, p jobs.Plan) (outcome, error) {
+	if o, err := h.enabled(ctx, p.PR.Installation); o != nil || err != nil {
 		return *o, err
 	}
-	tier, err := h.plans.Tier(ctx, ref.Installation)
+	tier, err := h.plans.Tier(ctx, p.PR.Installation)
 	if err != nil {
 		return unavailable(err)
 	}
-	p := jobs.Plan{PR: ref, HeadSHA: pr.GetHead().GetSHA(), BaseSHA: pr.GetBase().GetSHA(), Before: e.GetBefore(),
-		Action: e.GetAction(), Delivery: delivery, Tier: tier}
+	p.Tier = tier
 	ok, err := h.queue.Plan(ctx, p)
 	if err != nil {
 		return unavailable(err)
