@@ -130,6 +130,19 @@ func (s *Server) AddNote(projectPath string, iid int, author, body string) int64
 	return s.addNote(mr, s.user(author), body, nil, "").ID
 }
 
+// AddReply adds author's reply in the discussion of note to and returns
+// its id (0 when there is no such note).
+func (s *Server) AddReply(projectPath string, iid int, author string, to int64, body string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	mr := s.mr(projectPath, iid)
+	root := mr.note(strconv.FormatInt(to, 10))
+	if root == nil {
+		return 0
+	}
+	return s.addNote(mr, s.user(author), body, nil, root.discussion).ID
+}
+
 // AddDraft adds a general draft note of author's (one a round that died
 // before its publish left behind).
 func (s *Server) AddDraft(projectPath string, iid int, author, body string) {
