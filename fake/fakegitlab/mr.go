@@ -170,6 +170,8 @@ type Note struct {
 	NewLine, OldLine int
 	Path             string
 	HeadSHA          string
+	// Created is when the note was created.
+	Created time.Time
 }
 
 // Notes returns a merge request's notes, oldest first.
@@ -183,6 +185,7 @@ func (s *Server) Notes(projectPath string, iid int) []Note {
 	}
 	for _, n := range mr.notes {
 		o := Note{ID: n.ID, Author: n.Author.Username, Body: n.Body, DiffNote: n.Type == "DiffNote", Discussion: n.discussion}
+		o.Created, _ = time.Parse(time.RFC3339Nano, n.CreatedAt)
 		if n.Position != nil {
 			o.NewLine, o.OldLine = intOf(n.Position["new_line"]), intOf(n.Position["old_line"])
 			o.Path, _ = n.Position["new_path"].(string)
