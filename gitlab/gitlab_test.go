@@ -453,3 +453,26 @@ func TestCompare(t *testing.T) {
 		t.Errorf("timed-out comparison: %v, want ErrCompareIncomplete", err)
 	}
 }
+
+// TestAccessLevel: a user's access level in the project comes from
+// GitLab's members/all (memberships through groups included); a user
+// who is no member has none.
+func TestAccessLevel(t *testing.T) {
+	e := setup(t, fakegitlab.Config{})
+	e.fake.SetMember(proj, "maint", 40)
+	e.fake.SetMember(proj, "dev", 30)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		user string
+		want int
+	}{{"maint", 40}, {"dev", 30}, {"stranger", 0}} {
+		got, err := e.client.AccessLevel(ctx, "acme/platform", "api", e.fake.UserID(tc.user))
+		if err != nil || got != tc.want {
+			t.Errorf("%s: %d, %v; want %d", tc.user, got, err, tc.want)
+		}
+	}
+	e.fake.FailNext("/members/all/", http.StatusBadGateway)
+	if _, err := e.client.AccessLevel(ctx, "acme/platform", "api", e.fake.UserID("maint")); err == nil {
+		t.Error("a failed members read taken as an answer")
+	}
+}

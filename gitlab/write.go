@@ -263,3 +263,18 @@ func (c *Client) CommentVotes(ctx context.Context, owner, repo string, n int, co
 		opt.Page = resp.NextPage
 	}
 }
+
+// AccessLevel returns a user's access level in the project, inherited
+// from its groups included (GitLab's members/all): 0 when not a member,
+// 30 Developer, 40 Maintainer, 50 Owner.
+func (c *Client) AccessLevel(ctx context.Context, owner, repo string, userID int64) (int, error) {
+	m, resp, err := c.api.ProjectMembers.GetInheritedProjectMember(project(owner, repo), userID, gl.WithContext(ctx))
+	if err != nil {
+		err = c.classify("get project member", resp, err)
+		if errors.Is(err, forge.ErrNotFound) {
+			return 0, nil
+		}
+		return 0, err
+	}
+	return int(m.AccessLevel), nil
+}

@@ -189,6 +189,9 @@ type Command struct {
 	Name      string `json:"name"`
 	Delivery  string `json:"delivery"`
 	Tier      Tier   `json:"tier"`
+	// AuthorID is the author's GitLab user id: GitLab's hook names no
+	// role, so the worker asks the members API before learn or forget.
+	AuthorID int64 `json:"author_id,omitempty"`
 	// Args are what follows a command that takes arguments (learn,
 	// forget), as written.
 	Args string `json:"args,omitempty"`
@@ -299,6 +302,10 @@ type Chat struct {
 	// the author may chat again.
 	Refusal bool  `json:"refusal,omitempty"`
 	RetryAt int64 `json:"retry_at,omitempty"`
+	// Thread is the thread the answer marks as prq's when it is not the
+	// root comment's id: a GitLab discussion's (webhook.GitLabThread), so
+	// that replies in it without a mention are chat too.
+	Thread int64 `json:"thread,omitempty"`
 }
 
 // IsLLM reports whether a task type calls the LLM and so goes through

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"net/http"
 	"regexp"
 	"strings"
@@ -331,6 +332,7 @@ type glNote struct {
 	NoteableType string `json:"noteable_type"`
 	System       bool   `json:"system"`
 	URL          string `json:"url"`
+	DiscussionID string `json:"discussion_id"`
 	Position     *struct {
 		NewPath string `json:"new_path"`
 		NewLine int    `json:"new_line"`
@@ -348,8 +350,23 @@ func (g *GitLabHandler) note(ctx context.Context, delivery string, t GitLabTenan
 	h := g.h
 	// prq's own notes carry its markers, whatever account wrote them
 	ours := g.isBot(hook.User.Username) || strings.Contains(n.Note, "<!-- prq:")
-	if n.NoteableType != "MergeRequest" || hook.MergeRequest == nil || n.System || ours || !h.mentions(n.Note) {
+	if n.NoteableType != "MergeRequest" || hook.MergeRequest == nil || n.System || ours {
 		return ignored, nil
+	}
+	mentioned := h.mentions(n.Note)
+	if !mentioned {
+		// a reply in a discussion the bot answered in talks to it too,
+		// as on GitHub
+		if n.DiscussionID == "" {
+			return ignored, nil
+		}
+		answered, err := h.plans.AppThread(ctx, GitLabThread(n.DiscussionID))
+		if err != nil {
+			return unavailable(err)
+		}
+		if !answered {
+			return ignored, nil
+		}
 	}
 	if n.ID <= 0 {
 		return malformed("note without id")
@@ -358,22 +375,37 @@ func (g *GitLabHandler) note(ctx context.Context, delivery string, t GitLabTenan
 	if err != nil {
 		return malformed("note: %v", err)
 	}
-	name, args, isCommand := h.commandOf(n.Note)
+	name, args, isCommand := "", "", false
+	if mentioned {
+		name, args, isCommand = h.commandOf(n.Note)
+	}
 	// GitLab's hook names no role: who may comment on the merge request
 	// (a member of a private project, anyone signed in on a public one)
 	// may talk to the bot, within the chat limits; learn and forget, which
-	// change what every review reads, are the merge request author's only
-	allowed := !(name == jobs.CommandLearn || name == jobs.CommandForget) || hook.MergeRequest.AuthorID == hook.User.ID
-	c := jobs.Command{PR: ref, CommentID: n.ID, Review: true, Author: hook.User.Username, Name: name, Args: args, Link: n.URL, Delivery: delivery}
+	// change what every review reads, take a Maintainer, which the worker
+	// asks GitLab's members API about (AuthorID)
+	c := jobs.Command{PR: ref, CommentID: n.ID, Review: true, Author: hook.User.Username, AuthorID: hook.User.ID, Name: name, Args: args, Link: n.URL, Delivery: delivery}
 	if n.Position != nil {
 		c.Path = n.Position.NewPath
 	}
 	if isCommand {
-		return h.runCommand(ctx, c, allowed)
+		return h.runCommand(ctx, c, true)
 	}
 	ch := jobs.Chat{PR: ref, CommentID: n.ID, Review: true, Author: hook.User.Username, Body: n.Note, Delivery: delivery}
+	if n.DiscussionID != "" {
+		ch.Thread = GitLabThread(n.DiscussionID) // the discussion the answer marks as the bot's
+	}
 	if n.Position != nil {
 		ch.Path, ch.Line = n.Position.NewPath, n.Position.NewLine
 	}
 	return h.chat(ctx, ch)
+}
+
+// GitLabThread is the thread id prq records for a GitLab discussion (its
+// id is 40 hex digits, a thread's is a number): FNV-1a of the id, in
+// 2^62..2^63-1, above GitHub's comment ids.
+func GitLabThread(discussion string) int64 {
+	f := fnv.New64a()
+	f.Write([]byte("gitlab discussion " + discussion))
+	return int64(f.Sum64()>>2) | 1<<62
 }

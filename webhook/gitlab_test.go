@@ -166,10 +166,58 @@ func TestGitLabNoteHook(t *testing.T) {
 	if len(rec.commands) != 1 || len(rec.chats) != 1 {
 		t.Errorf("answered a note it must not: %+v %+v", rec.commands, rec.chats)
 	}
-	// learn is the merge request author's only
+	// learn goes to the worker with its author's GitLab user id: the
+	// worker asks the members API for a Maintainer (GitLab's hook names
+	// no role)
 	send("bob", "@prq-bot learn use errors.Is")
-	if c := rec.commands[len(rec.commands)-1]; c.Name != jobs.CommandLearn || c.Refused == "" {
-		t.Errorf("learn by someone else: %+v", c)
+	if c := rec.commands[len(rec.commands)-1]; c.Name != jobs.CommandLearn || c.Refused != "" || c.AuthorID <= 0 || c.Author != "bob" {
+		t.Errorf("learn: %+v, want it enqueued with bob's user id", c)
+	}
+}
+
+// TestGitLabReplyInAnsweredDiscussion: a note that does not mention the
+// bot is chat when it is in a discussion the bot answered in (as a reply
+// in a GitHub review thread the App answered in is), with the
+// discussion's thread id for the answer to mark (the answer itself goes
+// to the note's discussion: InReplyTo stays unset); in any other discussion
+// it is ignored, and without a mention it is never a command.
+func TestGitLabReplyInAnsweredDiscussion(t *testing.T) {
+	fake, rec, h, _ := glSetup(t)
+	send := func(id int64) int {
+		b, err := fake.NoteHook(glProject, 5, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return glSend(t, h, "acme-secret", fakegitlab.EventNote, fmt.Sprint("n", id), b).Code
+	}
+	asked := fake.AddNote(glProject, 5, "bob", "@prq-bot why is this slower?")
+	if code := send(asked); code != http.StatusAccepted || len(rec.chats) != 1 {
+		t.Fatalf("chat: %d %+v", code, rec.chats)
+	}
+	thread := rec.chats[0].Thread
+	var discussion string
+	for _, n := range fake.Notes(glProject, 5) {
+		if n.ID == asked {
+			discussion = n.Discussion
+		}
+	}
+	if thread != webhook.GitLabThread(discussion) || thread < 1<<62 {
+		t.Fatalf("the chat's thread %d, want the discussion's %d", thread, webhook.GitLabThread(discussion))
+	}
+	// before the bot answered: a reply without a mention is not for it
+	if send(fake.AddReply(glProject, 5, "bob", asked, "and the memory?")); len(rec.chats) != 1 {
+		t.Fatalf("a reply in a discussion the bot never answered in became chat: %+v", rec.chats)
+	}
+	rec.threads = map[int64]bool{thread: true} // the answer marked it (workers.ChatResponder)
+	if code := send(fake.AddReply(glProject, 5, "bob", asked, "and the memory?")); code != http.StatusAccepted || len(rec.chats) != 2 || rec.chats[1].Thread != thread || rec.chats[1].InReplyTo != 0 {
+		t.Fatalf("a reply in the bot's discussion: %d %+v", code, rec.chats)
+	}
+	send(fake.AddReply(glProject, 5, "bob", asked, "review"))
+	if len(rec.commands) != 0 || len(rec.chats) != 3 {
+		t.Errorf("a reply without a mention taken as a command: %+v", rec.commands)
+	}
+	if send(fake.AddNote(glProject, 5, "bob", "and here?")); len(rec.chats) != 3 {
+		t.Errorf("a note in another discussion became chat: %+v", rec.chats)
 	}
 }
 

@@ -35,6 +35,8 @@ type recorder struct {
 	// installations whose runs were cancelled, with the repositories
 	instCancels []string
 	disabled    map[int64]string
+	// threads are the threads prq answered in, beside 4242
+	threads map[int64]bool
 }
 
 var (
@@ -122,7 +124,9 @@ func (r *recorder) SetAccountTier(_ context.Context, accountID int64, tier jobs.
 }
 
 func (r *recorder) AppThread(_ context.Context, root int64) (bool, error) {
-	return root == 4242, r.fail
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return root == 4242 || r.threads[root], r.fail
 }
 
 func (r *recorder) total() int {

@@ -342,7 +342,11 @@ func (r *ChatResponder) postFailed(ctx context.Context, c jobs.Chat, at attempt,
 func (r *ChatResponder) recordPosted(ctx context.Context, c jobs.Chat, what, apology string, id int64) error {
 	cfg := &r.cfg
 	if c.Review {
-		if err := cfg.Replies.MarkThread(ctx, threadRoot(c)); err != nil {
+		mark := threadRoot(c)
+		if c.Thread != 0 {
+			mark = c.Thread // a GitLab discussion
+		}
+		if err := cfg.Replies.MarkThread(ctx, mark); err != nil {
 			return err
 		}
 	}

@@ -468,6 +468,25 @@ func (c *Checks) Progress(ctx context.Context, pr jobs.PR, head string) {
 	c.dropped(ctx, pr, DecorationCheckProgress, err)
 }
 
+// Superseded completes a replaced head's check run, if it has one, as
+// cancelled: a push moved the review to head by, and a run left queued or
+// in progress would show the old commit as under review for good (on
+// GitLab, a commit status left pending or running). Failures are counted
+// and logged; nothing waits for it.
+func (c *Checks) Superseded(ctx context.Context, pr jobs.PR, head, by string) {
+	id, err := c.cfg.Store.Posted(ctx, pr, c.key(head))
+	if err != nil || id == 0 {
+		c.dropped(ctx, pr, DecorationCheckComplete, err)
+		return
+	}
+	r := ghapp.CheckRun{Name: c.cfg.Name, HeadSHA: head, Status: "completed", Conclusion: "cancelled", Title: "Superseded by " + short(by),
+		Summary: "A newer commit (" + short(by) + ") is reviewed instead."}
+	err = c.write(ctx, pr, head, DecorationCheckComplete, CheckWrite, func(ctx context.Context, gh CheckWriter) error {
+		return gh.UpdateCheckRun(ctx, pr.Owner, pr.Repo, id, r)
+	})
+	c.dropped(ctx, pr, DecorationCheckComplete, err)
+}
+
 // QuotaWait shows that a head waits for its tenant's quota, spent for
 // this period, to reset at until: the review is not skipped, it resumes
 // then. Written once per head and reset time; failures are counted and

@@ -45,6 +45,11 @@ func (r *CommandRunner) learningCommand(ctx context.Context, c jobs.Command, don
 	if org {
 		scope, where = orgScope(c.PR), "every repository of "+c.PR.Owner
 	}
+	if c.Name != jobs.CommandLearnings && c.PR.Forge() == jobs.ForgeGitLab {
+		if err := r.maintainer(ctx, c, org); err != nil {
+			return "", err
+		}
+	}
 	switch c.Name {
 	case jobs.CommandLearnings:
 		return r.listLearnings(ctx, c)
@@ -63,6 +68,50 @@ func (r *CommandRunner) learningCommand(ctx context.Context, c jobs.Command, don
 		return "", err
 	}
 	return fmt.Sprintf("Learned (number %d for %s): later reviews are told so. `@%s learnings` lists them.", n, where, r.cfg.AppSlug), nil
+}
+
+// MemberAccess reads a GitLab user's access level in a project, its
+// groups' included (a *gitlab.Client).
+type MemberAccess interface {
+	AccessLevel(ctx context.Context, owner, repo string, userID int64) (int, error)
+}
+
+// GitLab's access levels learn and forget take: Maintainer for the
+// project's learnings, Owner for the group's (--org), as GitHub's take a
+// maintainer of the repository or a member of the organisation.
+const (
+	glMaintainer = 40
+	glOwner      = 50
+)
+
+// maintainer refuses learn and forget on GitLab unless their author is
+// a Maintainer of the project (an Owner with --org): GitLab's hook names
+// no role, so its members API is asked.
+func (r *CommandRunner) maintainer(ctx context.Context, c jobs.Command, org bool) error {
+	want, who := glMaintainer, "a Maintainer or Owner of this project"
+	if org {
+		want, who = glOwner, "an Owner of "+c.PR.Owner
+	}
+	refused := &refusedCommand{fmt.Sprintf("Only %s may change what reviews learn.", who)}
+	if c.AuthorID <= 0 {
+		return refused
+	}
+	f, err := r.cfg.GitHub.Reactor(c.PR.Installation)
+	if err != nil {
+		return err
+	}
+	ma, ok := f.(MemberAccess)
+	if !ok {
+		return refused
+	}
+	level, err := ma.AccessLevel(ctx, c.PR.Owner, c.PR.Repo, c.AuthorID)
+	if err != nil {
+		return err
+	}
+	if level < want {
+		return refused
+	}
+	return nil
 }
 
 // forget removes the learning numbered as `learnings` lists it, once:

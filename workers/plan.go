@@ -510,6 +510,9 @@ func (p *Planner) recordRun(ctx context.Context, s *planning) (done bool, err er
 	}
 	if s.previous != "" {
 		supersede(ctx, cfg.Store, cfg.Tickets, cfg.Log, pl.PR, s.previous)
+		if cfg.Checks != nil {
+			cfg.Checks.Superseded(ctx, pl.PR, s.previous, pl.HeadSHA)
+		}
 	}
 	cur, err := cfg.Store.GetRun(ctx, pl.PR)
 	if err != nil {

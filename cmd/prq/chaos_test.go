@@ -8,7 +8,8 @@ import (
 )
 
 // TestChaos runs short versions of `prq chaos`: workers killed with
-// SIGKILL and restarted under load, and Redis restarted (AOF on) mid-run.
+// SIGKILL and restarted under load (with GitLab tenants beside GitHub's
+// too), and Redis restarted (AOF on) mid-run.
 // Nothing may be lost or done twice.
 func TestChaos(t *testing.T) {
 	if testing.Short() {
@@ -21,6 +22,9 @@ func TestChaos(t *testing.T) {
 		want string
 	}{
 		{"crash", []string{"--scenarios", "crash", "--prs", "40", "--kills", "4", "--kill-every", "2s", "--arrivals", "10s"}, " 0 duplicates, 0 jobs lost"},
+		// GitLab merge requests beside the pull requests: opened, pushed
+		// to, chat and commands, through signed webhooks
+		{"crash gitlab", []string{"--scenarios", "crash", "--gitlab-tenants", "3", "--prs", "40", "--kills", "4", "--kill-every", "2s", "--arrivals", "10s"}, "0 quick actions run for the bot, 0 live references"},
 		{"redis-restart", []string{"--scenarios", "redis-restart", "--prs", "30", "--arrivals", "8s"}, " 0 duplicates, 0 jobs lost"},
 		// the model-based life-cycle test, short: a few seeded sequences
 		{"lifecycle", []string{"--scenarios", "lifecycle", "--seed", "1", "--sequences", "4", "--steps", "20", "--kill-percent", "0"}, "4/4 sequences of 20 steps passed"},

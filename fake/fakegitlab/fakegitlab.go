@@ -10,7 +10,8 @@
 // bulk_publish, runs quick actions in the notes it is given (so a test
 // sees one that escaped), keeps commit statuses' allowed transitions,
 // and limits requests per token with 429, Retry-After and RateLimit-*
-// headers. It records every write. It covers only those calls (any
+// headers. It serves the members API's access levels (SetMember). It
+// records every write. It covers only those calls (any
 // other route answers 404) and sends no webhooks: MergeRequestHook and
 // NoteHook build their payloads for a test to send.
 package fakegitlab
@@ -82,6 +83,9 @@ type project struct {
 	statuses      map[string][]*status // by sha
 	// compareTimeout cuts comparisons short (SetCompareTimeout)
 	compareTimeout bool
+	// members are the users' access levels, inherited ones included
+	// (SetMember), by user id
+	members map[int64]int
 }
 
 // New returns an empty fake.
@@ -125,7 +129,7 @@ func (s *Server) AddProject(path, branch, baseSHA string, files map[string]strin
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p := &project{id: s.id(), path: path, files: map[string]map[string]string{}, branches: map[string]string{branch: baseSHA}, defaultBranch: branch,
-		mrs: map[int]*mergeRequest{}, statuses: map[string][]*status{}}
+		mrs: map[int]*mergeRequest{}, statuses: map[string][]*status{}, members: map[int64]int{}}
 	p.files[baseSHA] = files
 	s.projects[path] = p
 	return p.id
@@ -140,6 +144,44 @@ func (s *Server) SetFile(projectPath, ref, path, content string) {
 		p.files[ref] = map[string]string{}
 	}
 	p.files[ref][path] = content
+}
+
+// SetMember gives username an access level in the project (10 Guest, 20
+// Reporter, 30 Developer, 40 Maintainer, 50 Owner; 0 removes it), as
+// GitLab's members/all reports it, membership through a group included.
+func (s *Server) SetMember(projectPath, username string, level int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	u := s.user(username)
+	if level == 0 {
+		delete(s.projects[projectPath].members, u.ID)
+		return
+	}
+	s.projects[projectPath].members[u.ID] = level
+}
+
+// UserID returns username's user id (creating the user).
+func (s *Server) UserID(username string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.user(username).ID
+}
+
+// member is GET /projects/:id/members/all/:user_id.
+func (s *Server) member(q *request, id string) {
+	uid, err := strconv.ParseInt(id, 10, 64)
+	level, ok := q.p.members[uid]
+	if err != nil || !ok {
+		apiError(q.w, http.StatusNotFound, "404 Not found")
+		return
+	}
+	for _, u := range s.users {
+		if u.ID == uid {
+			writeJSON(q.w, http.StatusOK, map[string]any{"id": u.ID, "username": u.Username, "name": u.Name, "state": "active", "access_level": level})
+			return
+		}
+	}
+	apiError(q.w, http.StatusNotFound, "404 Not found")
 }
 
 // FailNext makes the next request whose path contains substr answer
@@ -342,6 +384,8 @@ func (s *Server) route(q *request) {
 		s.getFile(q, strings.Join(r[2:], "/"))
 	case len(r) == 2 && r[0] == "repository" && r[1] == "compare" && m == http.MethodGet:
 		s.compare(q)
+	case len(r) == 3 && r[0] == "members" && r[1] == "all" && m == http.MethodGet:
+		s.member(q, r[2])
 	case len(r) == 2 && r[0] == "statuses" && m == http.MethodPost:
 		s.setStatus(q, r[1])
 	case len(r) == 4 && r[0] == "repository" && r[1] == "commits" && r[3] == "statuses" && m == http.MethodGet:

@@ -130,6 +130,19 @@ func (s *Server) AddNote(projectPath string, iid int, author, body string) int64
 	return s.addNote(mr, s.user(author), body, nil, "").ID
 }
 
+// AddReply adds author's reply in the discussion of note to and returns
+// its id (0 when there is no such note).
+func (s *Server) AddReply(projectPath string, iid int, author string, to int64, body string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	mr := s.mr(projectPath, iid)
+	root := mr.note(strconv.FormatInt(to, 10))
+	if root == nil {
+		return 0
+	}
+	return s.addNote(mr, s.user(author), body, nil, root.discussion).ID
+}
+
 // AddDraft adds a general draft note of author's (one a round that died
 // before its publish left behind).
 func (s *Server) AddDraft(projectPath string, iid int, author, body string) {
@@ -157,6 +170,8 @@ type Note struct {
 	NewLine, OldLine int
 	Path             string
 	HeadSHA          string
+	// Created is when the note was created.
+	Created time.Time
 }
 
 // Notes returns a merge request's notes, oldest first.
@@ -170,6 +185,7 @@ func (s *Server) Notes(projectPath string, iid int) []Note {
 	}
 	for _, n := range mr.notes {
 		o := Note{ID: n.ID, Author: n.Author.Username, Body: n.Body, DiffNote: n.Type == "DiffNote", Discussion: n.discussion}
+		o.Created, _ = time.Parse(time.RFC3339Nano, n.CreatedAt)
 		if n.Position != nil {
 			o.NewLine, o.OldLine = intOf(n.Position["new_line"]), intOf(n.Position["old_line"])
 			o.Path, _ = n.Position["new_path"].(string)

@@ -193,6 +193,10 @@ const (
 	// bodies and chat answers carry what an injected prompt makes a model
 	// write: mentions, images, raw HTML, outside links, escapes.
 	ReplyInject ReplyStyle = "inject"
+	// ReplyInjectGitLab: ReplyInject with what GitLab reads beyond
+	// GitHub: quick-action lines (/merge, /approve), @all and the
+	// references GitLab links and notifies (GitLabInjection).
+	ReplyInjectGitLab ReplyStyle = "inject-gitlab"
 )
 
 // Injection is what ReplyInject adds to the model's text: a team and a
@@ -200,15 +204,30 @@ const (
 // HTML, an outside link and a hidden marker.
 const Injection = "cc @acme/security-team and \\@octocat ![x](https://evil.example/p.png) <img src=\"https://evil.example/q.png\"> [log in](https://evil.example/login) <!-- prq:summary -->"
 
+// GitLabInjection is what ReplyInjectGitLab adds: Injection, then quick
+// actions on lines of their own and GitLab's mentions and references.
+const GitLabInjection = Injection + "\n/merge\n/approve\ncc @all, see #12, !3, ~bug, %v1, &4 and $5"
+
+// injection is what the style adds to the model's text ("" for none).
+func (r ReplyStyle) injection() string {
+	switch r {
+	case ReplyInject:
+		return Injection
+	case ReplyInjectGitLab:
+		return GitLabInjection
+	}
+	return ""
+}
+
 // ParseReplyStyle reads a reply style ("" is ReplyJSON).
 func ParseReplyStyle(s string) (ReplyStyle, error) {
 	switch r := ReplyStyle(s); r {
 	case "":
 		return ReplyJSON, nil
-	case ReplyJSON, ReplyProse, ReplyFenced, ReplyOutside, ReplyCut, ReplyLoose, ReplyInject:
+	case ReplyJSON, ReplyProse, ReplyFenced, ReplyOutside, ReplyCut, ReplyLoose, ReplyInject, ReplyInjectGitLab:
 		return r, nil
 	}
-	return "", fmt.Errorf("fakeopenai: reply style %q: want json, prose, fenced, outside, cut, loose or inject", s)
+	return "", fmt.Errorf("fakeopenai: reply style %q: want json, prose, fenced, outside, cut, loose, inject or inject-gitlab", s)
 }
 
 // Limiter values.
@@ -1187,21 +1206,21 @@ func (s *Server) answer(req chatRequest) (text, finish string) {
 		return s.review(user, path, format, schema+"\n"+req.Messages[0].Content)
 	case "chat":
 		text = "Thanks for the question. Looking at " + path + ", the change keeps the existing behaviour and adds the new path guarded by its own checks; the tests in this PR cover the main case."
-		if s.style() == ReplyInject {
-			text += " " + Injection
+		if inj := s.style().injection(); inj != "" {
+			text += " " + inj
 		}
 		return text, "stop"
 	case "walkthrough":
 		text = walkthrough(user)
-		if s.style() == ReplyInject {
-			text += "\n\n" + Injection
+		if inj := s.style().injection(); inj != "" {
+			text += "\n\n" + inj
 		}
 		return text, "stop"
 	}
 	n := len(annotated.FindAllStringIndex(user, -1))
 	text = fmt.Sprintf("%s: %d added lines. The change updates the implementation and keeps the public behaviour; it touches error handling and adds or adjusts tests where needed.", path, n)
-	if s.style() == ReplyInject {
-		text += " " + Injection
+	if inj := s.style().injection(); inj != "" {
+		text += " " + inj
 	}
 	return text, "stop"
 }
@@ -1271,13 +1290,13 @@ func (s *Server) review(user, path, format, asked string) (text, finish string) 
 		var replacement any
 		if h%2 == 0 {
 			r := strings.TrimRight(lines[i][2], " \t") + " // TODO: handle the error"
-			if style == ReplyInject {
-				r += "\n```\n" + Injection + "\n````"
+			if inj := style.injection(); inj != "" {
+				r += "\n```\n" + inj + "\n````"
 			}
 			replacement = r
 		}
-		if style == ReplyInject {
-			body += " " + Injection
+		if inj := style.injection(); inj != "" {
+			body += " " + inj
 		}
 		add(n, body, replacement)
 	}
@@ -1287,8 +1306,8 @@ func (s *Server) review(user, path, format, asked string) (text, finish string) 
 	}
 	sort.Slice(cs, func(i, j int) bool { return cs[i]["line"].(int) < cs[j]["line"].(int) })
 	summary := "Reviewed " + path + "."
-	if style == ReplyInject {
-		summary += " " + Injection
+	if inj := style.injection(); inj != "" {
+		summary += " " + inj
 	}
 	reply := map[string]any{"summary": summary, "comments": cs}
 	if style == ReplyLoose {

@@ -12,6 +12,7 @@ import (
 	"github.com/prq-dev/prq/fake/fakeopenai"
 	"github.com/prq-dev/prq/internal/harness"
 	"github.com/prq-dev/prq/internal/redisproc"
+	"github.com/prq-dev/prq/jobs"
 )
 
 // smokeFlags is a short corpus run's flags: one worker process of
@@ -92,5 +93,64 @@ func TestBenchWorkerExit(t *testing.T) {
 	_, _, err = smokeRun(t, smokeFlags(t, sh))
 	if err == nil || !strings.Contains(err.Error(), "worker process 0 of prq exited") {
 		t.Fatalf("err = %v, want the worker's exit", err)
+	}
+}
+
+// TestBenchGitLabSmoke: --gitlab-tenants moves tenants to GitLab groups
+// on a fake GitLab, their merge requests and chat through GitLab's
+// webhooks, on the same worker process and limiter as the GitHub ones:
+// merge requests of both forges are published, the provider never
+// answers 429.
+func TestBenchGitLabSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts Redis, the fakes and a worker process for ~30 s")
+	}
+	b := smokeFlags(t, buildPrq(t))
+	b.gitlabTenants = 3
+	r, out, err := smokeRun(t, b)
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, out)
+	}
+	if r.GitLabPRs == 0 || r.GitLabDone == 0 || r.PRsDone == r.GitLabDone || r.Provider429s != 0 {
+		t.Fatalf("%d/%d PRs published, %d/%d of them GitLab merge requests, %d provider 429s; want both forges' published and no 429\n%s",
+			r.PRsDone, r.PRs, r.GitLabDone, r.GitLabPRs, r.Provider429s, out)
+	}
+	t.Logf("%d/%d published, GitLab %d/%d", r.PRsDone, r.PRs, r.GitLabDone, r.GitLabPRs)
+}
+
+// TestGitLabWorkload: --gitlab-tenants N moves the first N tenants of
+// gitlabOrder to GitLab (a paid, a trial and a free one first), keeping
+// their tiers and the arrivals; tenant 1 (the large PRs) stays on GitHub.
+func TestGitLabWorkload(t *testing.T) {
+	prs, _, err := harness.LoadPRs("", 200, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := Flags{sim: 10 * time.Minute, compress: 10, seed: 1}
+	gh := buildWorkload(prs, b)
+	b.gitlabTenants = 3
+	mixed := buildWorkload(prs, b)
+	if len(mixed.events) != len(gh.events) || len(mixed.prs) != len(gh.prs) {
+		t.Fatalf("%d events, %d PRs; GitHub alone %d, %d", len(mixed.events), len(mixed.prs), len(gh.events), len(gh.prs))
+	}
+	moved := map[int64]bool{}
+	for i, e := range mixed.events {
+		g := gh.events[i]
+		if e.at != g.at || e.pr.Number != g.pr.Number || e.tier != g.tier {
+			t.Fatalf("event %d changed: %+v, GitHub alone %+v", i, e, g)
+		}
+		gitlab := jobs.ForgeOf(e.pr.Installation) == jobs.ForgeGitLab
+		if gitlab != (e.event == eventGitLabOpen || e.event == eventGitLabNote) {
+			t.Fatalf("event %d: %s for tenant %d", i, e.event, e.pr.Installation)
+		}
+		if gitlab {
+			moved[g.pr.Installation] = true
+			if e.pr.Installation-jobs.GitLabTenantBase != g.pr.Installation || e.pr.Owner != glOwner(e.pr.Installation) {
+				t.Fatalf("event %d: tenant %d (%s), was %d", i, e.pr.Installation, e.pr.Owner, g.pr.Installation)
+			}
+		}
+	}
+	if len(moved) != 3 || !moved[4] || !moved[8] || !moved[2] {
+		t.Errorf("tenants moved to GitLab: %v, want 2, 4 and 8", moved)
 	}
 }

@@ -84,6 +84,9 @@ type Flags struct {
 	// exe is the prq binary the worker processes run (tests: one built
 	// for them); this process's own when empty
 	exe string
+	// gitlabTenants moves this many of the default workload's tenants to
+	// GitLab (gitlabOrder): one set of workers, both forges
+	gitlabTenants int
 }
 
 // The strategies that run prq's own admission: with each model's limiter
@@ -136,6 +139,7 @@ func buildWorkload(prs []corpus.PR, b Flags) benchWorkload {
 		w.tiers[int64(i+1)] = t
 		w.insts = append(w.insts, int64(i+1))
 	}
+	moveToGitLab(&w, b.gitlabTenants)
 	var big, normal []corpus.PR
 	for _, p := range prs {
 		switch {
@@ -158,6 +162,11 @@ func buildWorkload(prs []corpus.PR, b Flags) benchWorkload {
 		p.HeadSHA = fmt.Sprintf("%040x", rng.Uint64())
 		owner := fmt.Sprintf("tenant-%d", inst)
 		w.prs = append(w.prs, p)
+		if jobs.ForgeOf(inst) == jobs.ForgeGitLab { // its Merge Request Hook is built when sent
+			pr := jobs.PR{Installation: inst, Owner: glOwner(inst), Repo: p.Name(), Number: p.Number}
+			w.events = append(w.events, benchEvent{at: at, event: eventGitLabOpen, pr: pr, tier: w.tiers[inst]})
+			return
+		}
 		pr := jobs.PR{Installation: inst, Owner: owner, Repo: p.Name(), Number: p.Number}
 		body := traffic.PullRequestEvent("opened", traffic.PR{Installation: inst, Owner: owner, Repo: p.Name(), Number: p.Number, Title: p.Title, Head: p.HeadSHA, Base: p.BaseSHA})
 		w.events = append(w.events, benchEvent{at: at, event: "pull_request", body: body, pr: pr, tier: w.tiers[inst]})
@@ -177,13 +186,17 @@ func buildWorkload(prs []corpus.PR, b Flags) benchWorkload {
 		at := time.Duration(float64(span) * frac)
 		var open []benchEvent
 		for _, e := range w.events {
-			if e.event == "pull_request" && e.at < at {
+			if (e.event == "pull_request" || e.event == eventGitLabOpen) && e.at < at {
 				open = append(open, e)
 			}
 		}
 		for k := 0; k < 10 && len(open) > 0; k++ {
 			e := open[rng.Intn(len(open))]
 			chatID++
+			if e.event == eventGitLabOpen {
+				w.events = append(w.events, benchEvent{at: at, event: eventGitLabNote, pr: e.pr, tier: e.tier, chatID: chatID})
+				continue
+			}
 			body := traffic.IssueCommentEvent(traffic.Comment{Installation: e.pr.Installation, Owner: e.pr.Owner, Repo: e.pr.Repo, Number: e.pr.Number,
 				ID: chatID, Author: "dev", Body: "@prq-bench is this change safe?"})
 			w.events = append(w.events, benchEvent{at: at, event: "issue_comment", body: body, pr: e.pr, tier: e.tier, chatID: chatID})
@@ -263,6 +276,10 @@ type benchResult struct {
 	// input tokens answered per period (cache reads included) over its
 	// input-tokens-per-minute limit, from its first admission to its last.
 	InputPerLimit float64 `json:"input_per_itpm,omitempty"`
+	// GitLabPRs and GitLabDone are the merge requests of GitLab tenants
+	// (--gitlab-tenants) among PRs and PRsDone
+	GitLabPRs  int `json:"gitlab_prs,omitempty"`
+	GitLabDone int `json:"gitlab_done,omitempty"`
 }
 
 type seriesPoint struct {
@@ -292,6 +309,7 @@ func (b *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&b.scale, "scale", "1,2,4", "also run prq with these process `counts` (empty: skip)")
 	fs.Float64Var(&b.drain, "drain", 3, "give up when work is not done after this many arrival spans")
 	fs.IntVar(&b.agents, "agents", 0, "run the LLM gateway experiment instead: N agents with 1,000-token quotas, prq's gateway against a count-after-the-fact limiter")
+	fs.IntVar(&b.gitlabTenants, "gitlab-tenants", 0, "move this many of the default workload's 10 tenants (at most 9; a paid, a trial and a free one first) to GitLab groups on a fake GitLab, their merge requests and chat through GitLab's webhooks, beside the GitHub ones on the same workers")
 	fs.StringVar(&b.corpus, "corpus", "", "prs.jsonl (default: ../shared/fixtures/pr-corpus when present, else generated PRs)")
 	for name, set := range map[string]*bool{"duration": &b.simSet, "scale": &b.scaleSet} {
 		f := fs.Lookup(name)
@@ -344,6 +362,9 @@ func Run(ctx context.Context, cfg *config.Config, b Flags, stdout io.Writer) err
 	}
 	if b.workload != WorkloadDefault && b.workload != WorkloadFairness {
 		return &config.UsageError{Msg: fmt.Sprintf("--workload must be %s, %s or %s, got %q", WorkloadDefault, WorkloadFairness, WorkloadCeiling, b.workload)}
+	}
+	if b.gitlabTenants < 0 || b.gitlabTenants > len(gitlabOrder) || b.gitlabTenants > 0 && b.workload != WorkloadDefault {
+		return &config.UsageError{Msg: fmt.Sprintf("--gitlab-tenants must be within 0..%d, and only with --workload %s", len(gitlabOrder), WorkloadDefault)}
 	}
 	if b.strategies == "" {
 		b.strategies = defaultStrategies
@@ -456,8 +477,16 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 		return res, err
 	}
 	for _, p := range w.prs {
-		owner := fmt.Sprintf("tenant-%d", instOf(w, p))
-		fakes.GitHub.AddPR(instOf(w, p), owner, p.Name(), p)
+		if inst := instOf(w, p); jobs.ForgeOf(inst) != jobs.ForgeGitLab {
+			fakes.GitHub.AddPR(inst, fmt.Sprintf("tenant-%d", inst), p.Name(), p)
+		}
+	}
+	gl, err := startGitLabBench(&cfg, w)
+	if err != nil {
+		return res, err
+	}
+	if gl != nil {
+		defer gl.stop()
 	}
 	fakes.Configure(&cfg, "prq-bench")
 	env := append(fakes.WorkerEnv(redisURL, "prq-bench"), "PRQ_ALLOW_NO_PERSISTENCE=true")
@@ -476,9 +505,13 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 	cfg.Addr = "127.0.0.1:0"
 	// the workers' configuration file
 	cfgFile := filepath.Join(b.out, "bench-config.yaml")
-	yb, _ := yaml.Marshal(map[string]any{"models": cfg.Models, "jobs": cfg.Jobs, "tiers": cfg.Tiers, "log": cfg.Log, "shutdown_timeout": cfg.ShutdownTimeout, "worker": cfg.Worker, "scheduler": cfg.Scheduler,
+	wcfg := map[string]any{"models": cfg.Models, "jobs": cfg.Jobs, "tiers": cfg.Tiers, "log": cfg.Log, "shutdown_timeout": cfg.ShutdownTimeout, "worker": cfg.Worker, "scheduler": cfg.Scheduler,
 		"github": map[string]any{"write_gap": cfg.GitHub.WriteGap}, // compressed like the fake GitHub's write limit
-		"batch":  cfg.Batch, "providers": cfg.Providers})
+		"batch":  cfg.Batch, "providers": cfg.Providers}
+	if gl != nil {
+		wcfg["gitlab"] = gl.workerConfig(cfg.GitLab)
+	}
+	yb, _ := yaml.Marshal(wcfg)
 	if err := os.WriteFile(cfgFile, yb, 0o600); err != nil {
 		return res, err
 	}
@@ -536,7 +569,13 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 		cost.observe(ctx, now.Sub(start))
 		for next < len(w.events) && now.Sub(start) >= w.events[next].at {
 			e := w.events[next]
-			code, err := sender.Send(ctx, e.event, traffic.NewDelivery(), e.body)
+			var code int
+			var err error
+			if e.event == eventGitLabOpen || e.event == eventGitLabNote {
+				code, err = gl.send(ctx, "http://"+s.ListenAddr()+"/webhook/gitlab", e)
+			} else {
+				code, err = sender.Send(ctx, e.event, traffic.NewDelivery(), e.body)
+			}
 			if err != nil || code >= 300 {
 				return res, fmt.Errorf("webhook %s: %d %v", e.event, code, err)
 			}
@@ -556,7 +595,7 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 				return res, fmt.Errorf("bench: worker process %d of %s exited during the run (%s): %s", i, strategy, logPath, lastLines(string(out), 5))
 			}
 		}
-		done, answered := benchProgress(fakes, w)
+		done, answered := benchProgress(fakes, gl, w)
 		if time.Since(lastReport) >= 5*time.Second {
 			lastReport = time.Now()
 			fmt.Fprintf(stdout, "bench %-13s x%d  %5.0fs  sent %3d/%d  PRs done %3d/%d  chats %2d/%d  provider calls %d\n", strategy, processes,
@@ -643,6 +682,18 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 		if e.chatID != 0 {
 			continue
 		}
+		if e.event == eventGitLabOpen {
+			res.GitLabPRs++
+			if at, _ := gl.notes(e.pr); !at.IsZero() {
+				res.PRsDone++
+				res.GitLabDone++
+				done[string(e.tier)] = append(done[string(e.tier)], at.Sub(sent[e.pr.String()]).Seconds()*b.compress)
+				if at.After(last) {
+					last = at
+				}
+			}
+			continue
+		}
 		for _, c := range fakes.GitHub.Comments(e.pr.Owner, e.pr.Repo, e.pr.Number) {
 			if strings.Contains(c.Body, workers.SummaryMarker) {
 				res.PRsDone++
@@ -657,7 +708,7 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 	for tier, ds := range done {
 		res.PRTimeP50[tier], res.PRTimeP95[tier] = quantile.Of(ds, .5), quantile.Of(ds, .95)
 	}
-	chatFigures(&res, b, w, calls, chatSent, fakes, &cfg)
+	chatFigures(&res, b, w, calls, chatSent, fakes, gl, &cfg)
 	res.Bill = billOf(stats, res.PRsDone)
 	for _, byTier := range metrics.Costs(ctx, rdb) { // prq's own count, beside the provider's bill
 		for _, d := range byTier {
@@ -703,7 +754,7 @@ func benchStrategy(ctx context.Context, stdout io.Writer, b Flags, w benchWorklo
 // chatFigures sets the chats' counts, waits and stages: replies are
 // matched to chats in order, per PR; a chat's stages come from its last
 // successful call.
-func chatFigures(res *benchResult, b Flags, w benchWorkload, calls []callRecord, chatSent map[int64]time.Time, fakes *harness.Fakes, cfg *config.Config) {
+func chatFigures(res *benchResult, b Flags, w benchWorkload, calls []callRecord, chatSent map[int64]time.Time, fakes *harness.Fakes, gl *gitlabBench, cfg *config.Config) {
 	var chatWaits []float64
 	var traces []chatTrace
 	lastCall := map[int64]callRecord{}
@@ -722,6 +773,9 @@ func chatFigures(res *benchResult, b Flags, w benchWorkload, calls []callRecord,
 	for _, es := range byPR {
 		pr := es[0].pr
 		var replies []time.Time
+		if jobs.ForgeOf(pr.Installation) == jobs.ForgeGitLab {
+			_, replies = gl.notes(pr)
+		}
 		for _, c := range fakes.GitHub.Comments(pr.Owner, pr.Repo, pr.Number) {
 			if strings.HasPrefix(c.Body, "@dev ") {
 				replies = append(replies, c.Created)
@@ -754,9 +808,16 @@ func instOf(w benchWorkload, p corpus.PR) int64 {
 	return 1
 }
 
-func benchProgress(f *harness.Fakes, w benchWorkload) (done, answered int) {
+func benchProgress(f *harness.Fakes, gl *gitlabBench, w benchWorkload) (done, answered int) {
 	for _, e := range w.events {
-		if e.chatID == 0 && f.Summaries(e.pr) > 0 {
+		if e.chatID != 0 {
+			continue
+		}
+		if e.event == eventGitLabOpen {
+			if n, _ := gl.progress(e.pr); n > 0 {
+				done++
+			}
+		} else if f.Summaries(e.pr) > 0 {
 			done++
 		}
 	}
@@ -771,6 +832,9 @@ func benchProgress(f *harness.Fakes, w benchWorkload) (done, answered int) {
 	for k, n := range chats {
 		pr := refs[k]
 		replies := 0
+		if jobs.ForgeOf(pr.Installation) == jobs.ForgeGitLab {
+			_, replies = gl.progress(pr)
+		}
 		for _, c := range f.GitHub.Comments(pr.Owner, pr.Repo, pr.Number) {
 			if strings.HasPrefix(c.Body, "@dev ") {
 				replies++

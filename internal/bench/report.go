@@ -21,6 +21,9 @@ func writeBench(out io.Writer, b Flags, results, scale []benchResult) error {
 	if b.sendLag >= 0 {
 		fmt.Fprintf(&md, "scheduler.send_lag: %s (real time).\n\n", b.sendLag)
 	}
+	if b.gitlabTenants > 0 {
+		fmt.Fprintf(&md, "%d of the 10 tenants are GitLab groups (on a fake GitLab, through /webhook/gitlab), on the same workers.\n\n", b.gitlabTenants)
+	}
 	if b.windowMargin > 0 {
 		fmt.Fprintf(&md, "prq-window's window_margin: %s (real time).\n\n", b.windowMargin)
 	}
@@ -33,6 +36,9 @@ func writeBench(out io.Writer, b Flags, results, scale []benchResult) error {
 		md.WriteString("| " + label + " | " + strings.Join(cells, " | ") + " |\n")
 	}
 	row("PRs published", func(r benchResult) string { return fmt.Sprintf("%d/%d", r.PRsDone, r.PRs) })
+	if b.gitlabTenants > 0 {
+		row("of them GitLab merge requests", func(r benchResult) string { return fmt.Sprintf("%d/%d", r.GitLabDone, r.GitLabPRs) })
+	}
 	row("chats answered", func(r benchResult) string { return fmt.Sprintf("%d/%d", r.ChatsAnswered, r.Chats) })
 	row("provider 429s", func(r benchResult) string { return fmt.Sprint(r.Provider429s) })
 	row("TPM utilisation while queued (review model)", func(r benchResult) string { return pctf(r.TPMUtilisation) })

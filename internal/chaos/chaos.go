@@ -73,6 +73,9 @@ type Flags struct {
 	// firstByte is the workers' openai.first_byte_timeout (0: the
 	// default scaled by latency, as the provider's latencies are)
 	firstByte time.Duration
+	// gitlabTenants are GitLab groups beside the nine installations,
+	// their merge requests a share of the workload
+	gitlabTenants int
 }
 
 // Register adds the chaos run's flags to fs.
@@ -98,6 +101,7 @@ func (c *Flags) Register(fs *flag.FlagSet) {
 	fs.IntVar(&c.steps, "steps", 20, "lifecycle: life-cycle events per sequence")
 	fs.IntVar(&c.killPercent, "kill-percent", 3, "lifecycle: percent of events that kill -9 a worker (each waits out asynq's lease, about 90 s)")
 	fs.Float64Var(&c.providerHang, "provider-hang", 0, "share (0..1) of provider calls that hang: taken, then nothing sent, not even headers")
+	fs.IntVar(&c.gitlabTenants, "gitlab-tenants", 0, "GitLab groups (on a fake GitLab) beside the 9 GitHub installations: each takes a share of the merge requests (opened, pushed to, chat and commands through signed webhooks)")
 	fs.DurationVar(&c.firstByte, "first-byte-timeout", 0, "the workers' openai.first_byte_timeout (default: its default times --latency-scale, as the provider's latencies are scaled)")
 }
 
@@ -131,6 +135,8 @@ type chaosReport struct {
 	Baseline, AfterDrain int64
 	BoundPerPR           float64
 	NoTTL                int
+	// GitLab is what the GitLab tenants' merge requests got (nil: none)
+	GitLab *glReport
 }
 
 // soakKBPerPR is the documented bound of Redis dataset memory per pull
@@ -208,6 +214,9 @@ func Run(ctx context.Context, c Flags, stdout io.Writer) error {
 	if c.prs <= 0 || c.processes <= 0 || c.compress <= 0 || !(c.soakKB > 0) {
 		return &config.UsageError{Msg: "--prs, --processes, --compress and --soak-kb-per-pr must be positive"}
 	}
+	if c.gitlabTenants < 0 || c.gitlabTenants > 100 {
+		return &config.UsageError{Msg: "--gitlab-tenants must be within 0..100"}
+	}
 	if !(c.providerHang >= 0 && c.providerHang <= 1) {
 		return &config.UsageError{Msg: "--provider-hang must be within 0..1"}
 	}
@@ -273,6 +282,10 @@ func printChaos(w io.Writer, r chaosReport) {
 			float64(r.Baseline)/(1<<20), float64(last.RedisMem)/(1<<20), float64(r.AfterDrain)/(1<<20), "14 days")
 		fmt.Fprintf(w, "  soak: (after the drain − before) / %d retained PRs = %.1f KB per PR; bound %.1f KB, a problem past %.1f KB (+10%%); %d prq keys without a TTL (documented permanent ones aside)\n",
 			r.PRs, r.soakPerPR()/1024, r.BoundPerPR/1024, r.BoundPerPR*1.1/1024, r.NoTTL)
+	}
+	if g := r.GitLab; g != nil {
+		fmt.Fprintf(w, "  gitlab: %d merge requests (%d pushes, %d chats, %d commands, %d deliveries sent twice): %d/%d with one summary note, %d/%d with one review round on the final head, %d diff notes, %d/%d commit statuses finished, %d/%d notes answered once, %d quick actions run for the bot, %d live references\n",
+			g.MRs, g.Pushes, g.Chats, g.Commands, g.Redelivered, g.Summaries, g.MRs, g.FinalRounds, g.WantRounds, g.DiffNotes, g.StatusesDone, g.Statuses, g.Answers, g.WantAnswers, g.QuickActions, g.LiveRefs)
 	}
 	for _, c := range r.Checked {
 		fmt.Fprintf(w, "  limiter on the cluster: %s\n", c)
@@ -352,6 +365,17 @@ func chaosScenario(ctx context.Context, c Flags, scenario string) (chaosReport, 
 	}
 	defer fakes.Close()
 	fakes.OpenAI.SetLatencyScale(c.latency)
+	tiers := []jobs.Tier{jobs.TierPaid, jobs.TierTrial, jobs.TierFree}
+	var gl *gitlabSide
+	if c.gitlabTenants > 0 {
+		if gl, err = startGitLabSide(&cfg, c.gitlabTenants, tiers, c.seed); err != nil {
+			return rep, err
+		}
+		defer gl.stop()
+		// the model writes what an injected prompt makes it write,
+		// GitLab's quick actions and references included
+		fakes.OpenAI.SetReplies(fakeopenai.ReplyInjectGitLab)
+	}
 	if c.providerHang > 0 {
 		// the hang outlasts the run: only the caller's limits end it
 		fakes.OpenAI.SetFaults(fakeopenai.Faults{Timeout: c.providerHang, TimeoutAfter: "1h"})
@@ -362,9 +386,13 @@ func chaosScenario(ctx context.Context, c Flags, scenario string) (chaosReport, 
 	if cfg.OpenAI.FirstByteTimeout = config.Duration(c.firstByte); c.firstByte <= 0 {
 		cfg.OpenAI.FirstByteTimeout = config.Duration(float64(config.Default().OpenAI.FirstByteTimeout) * c.latency)
 	}
-	yb, _ := yaml.Marshal(map[string]any{"models": cfg.Models, "jobs": cfg.Jobs, "tiers": cfg.Tiers, "log": config.LogConfig{Format: "json", Level: "info"},
+	wcfg := map[string]any{"models": cfg.Models, "jobs": cfg.Jobs, "tiers": cfg.Tiers, "log": config.LogConfig{Format: "json", Level: "info"},
 		"openai":           map[string]any{"first_byte_timeout": cfg.OpenAI.FirstByteTimeout},
-		"shutdown_timeout": cfg.ShutdownTimeout, "worker": cfg.Worker, "github": map[string]any{"write_gap": cfg.GitHub.WriteGap}})
+		"shutdown_timeout": cfg.ShutdownTimeout, "worker": cfg.Worker, "github": map[string]any{"write_gap": cfg.GitHub.WriteGap}}
+	if gl != nil {
+		wcfg["gitlab"] = gl.workerConfig(cfg.GitLab)
+	}
+	yb, _ := yaml.Marshal(wcfg)
 	if err := os.WriteFile(cfgFile, yb, 0o600); err != nil {
 		return rep, err
 	}
@@ -410,7 +438,6 @@ func chaosScenario(ctx context.Context, c Flags, scenario string) (chaosReport, 
 		return rep, err
 	}
 	rng := rand.New(rand.NewSource(c.seed))
-	tiers := []jobs.Tier{jobs.TierPaid, jobs.TierTrial, jobs.TierFree}
 	for inst := int64(1); inst <= 9; inst++ {
 		a.Store().SetPlan(ctx, store.Plan{Installation: inst, Tier: tiers[inst%3], Explicit: true})
 	}
@@ -441,8 +468,19 @@ func chaosScenario(ctx context.Context, c Flags, scenario string) (chaosReport, 
 		for len(p.Files) == 0 || len(p.Files) > 30 {
 			p = prs[rng.Intn(len(prs))]
 		}
-		inst := int64(1 + rng.Intn(9))
+		inst := int64(1 + rng.Intn(9+c.gitlabTenants))
 		p.Number, p.HeadSHA = 1000+i, harness.RandomHex(40)
+		if gl != nil {
+			glURL := "http://" + a.ListenAddr() + "/webhook/gitlab"
+			if inst > 9 {
+				gl.open(ctx, glURL, int(inst-9), i, p, cfg.Filters.Exclude, &rep)
+			}
+			gl.followUps(ctx, glURL, i, prs, cfg.Filters.Exclude, &rep)
+			if inst > 9 {
+				time.Sleep(interval)
+				continue
+			}
+		}
 		owner := fmt.Sprintf("tenant-%d", inst)
 		fakes.GitHub.AddPR(inst, owner, p.Name(), p)
 		pr := jobs.PR{Installation: inst, Owner: owner, Repo: p.Name(), Number: p.Number}
@@ -465,6 +503,9 @@ func chaosScenario(ctx context.Context, c Flags, scenario string) (chaosReport, 
 		sent = append(sent, s)
 		time.Sleep(interval)
 	}
+	if gl != nil {
+		gl.followUps(ctx, "http://"+a.ListenAddr()+"/webhook/gitlab", -1, prs, cfg.Filters.Exclude, &rep)
+	}
 	<-chaosDone
 	// wait for every accepted PR to be published
 	deadline := start.Add(c.timeout)
@@ -475,7 +516,7 @@ func chaosScenario(ctx context.Context, c Flags, scenario string) (chaosReport, 
 				done++
 			}
 		}
-		if done == len(sent) {
+		if done == len(sent) && (gl == nil || gl.done()) {
 			break
 		}
 		time.Sleep(500 * time.Millisecond)
@@ -530,6 +571,10 @@ func chaosScenario(ctx context.Context, c Flags, scenario string) (chaosReport, 
 			rep.Problems = append(rep.Problems, fmt.Sprintf("%s: %d reviews, want 1", s.pr, st.Reviews))
 		}
 	}
+	if gl != nil {
+		g := gl.check(&rep)
+		rep.GitLab = &g
+	}
 	// every job completed or archived with a reason; none lost
 	lost, archived := chaosJobs(ctx, a)
 	rep.Lost, rep.Archived = lost, archived
@@ -537,7 +582,7 @@ func chaosScenario(ctx context.Context, c Flags, scenario string) (chaosReport, 
 		rep.Problems = append(rep.Problems, fmt.Sprintf("%d jobs neither completed nor archived: %s", lost, strings.Join(stuckTasks(a, 8), "; ")))
 	}
 	if rep.Duplicates > 0 {
-		rep.Problems = append(rep.Problems, fmt.Sprintf("%d duplicated effects on GitHub", rep.Duplicates))
+		rep.Problems = append(rep.Problems, fmt.Sprintf("%d duplicated effects on GitHub or GitLab", rep.Duplicates))
 	}
 	if scenario == "cluster" { // the limiter holds on a cluster too
 		for _, m := range cfg.Models {

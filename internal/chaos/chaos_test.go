@@ -5,6 +5,9 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/prq-dev/prq/fake/fakeopenai"
+	"github.com/prq-dev/prq/internal/safemd"
 )
 
 // TestSoakBound: the soak's Redis memory per retained PR is held to the
@@ -37,6 +40,38 @@ func TestSoakBound(t *testing.T) {
 			printChaos(&out, r)
 			if !strings.Contains(out.String(), "retained PRs = ") || !strings.Contains(out.String(), "bound 24.0 KB, a problem past 26.4 KB") {
 				t.Fatalf("report:\n%s", out.String())
+			}
+		})
+	}
+}
+
+// TestLiveGitLab: the chaos checker finds every quick action, mention and
+// reference GitLab would act on, and none that prq's escaping (safemd)
+// left inert: the model's injected text, escaped, passes.
+func TestLiveGitLab(t *testing.T) {
+	for _, tc := range []struct {
+		name, body, want string
+	}{
+		{"a quick action", "fine\n/merge\n", "/merge"},
+		{"a quick action in a fence", "```\n/approve\n```", "/approve"},
+		{"@all", "cc @all", "@all"},
+		{"a user", "thanks @octocat for it", "@octocat"},
+		{"an issue", "see #12", "#12"},
+		{"a merge request", "as in !3", "!3"},
+		{"a label", "tag ~bug", "~bug"},
+		{"a milestone", "for %v1", "%v1"},
+		{"an epic", "in &4", "&4"},
+		{"a snippet", "from $5", "$5"},
+		{"in a code span", "cc `@all` and `#12`", ""},
+		{"escaped", "\\/merge and \\`x\\` then `!3`", ""},
+		{"a quick action indented in a fence", "```\n /merge\n```", ""},
+		{"in a comment", "<!-- prq:review head=ab @all #1 -->", ""},
+		{"in a word", "a@b mail, x#1, 50% more, ~/dir", ""},
+		{"the injection escaped", safemd.GitLab(safemd.Text(fakeopenai.GitLabInjection, "acme/api")), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := liveGitLab(tc.body); got != tc.want {
+				t.Fatalf("liveGitLab(%q) = %q, want %q", tc.body, got, tc.want)
 			}
 		})
 	}

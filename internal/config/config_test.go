@@ -178,3 +178,42 @@ func TestAllowNoPersistenceSources(t *testing.T) {
 		t.Fatalf("a bad PRQ_ALLOW_NO_PERSISTENCE: %v", err)
 	}
 }
+
+// TestGitLabAloneNeedsNoGitHub: a configuration with GitLab tenants and
+// no GitHub App validates for serve (no webhook secret: no GitHub
+// webhook) and worker (no App id or key); without GitLab tenants, or
+// with half a GitHub App, GitHub's settings are still required.
+func TestGitLabAloneNeedsNoGitHub(t *testing.T) {
+	strong := "3f9c1e0b7a5d42c8e6f1a9b0c7d2e4f6"
+	gitlab := "gitlab:\n  webhook_token: " + strong + "\n  tenants:\n    - {id: 42, path: acme, token: glpat-abc}\n"
+	for _, tc := range []struct {
+		name, yaml string
+		env        map[string]string
+		want       string // "" when valid
+	}{
+		{"gitlab alone", gitlab, nil, ""},
+		{"no tenants", "", nil, "GITHUB_WEBHOOK_SECRET"},
+		{"no tenants, a worker", "", map[string]string{"GITHUB_WEBHOOK_SECRET": strong}, "GITHUB_APP_ID"},
+		{"half a GitHub App", gitlab, map[string]string{"GITHUB_APP_ID": "7"}, "GITHUB_PRIVATE_KEY_PATH"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := map[string]string{"REDIS_URL": "redis://127.0.0.1:6379", "PRQ_ADMIN_TOKEN": strong, "OPENAI_API_KEY": "sk"}
+			for k, v := range tc.env {
+				env[k] = v
+			}
+			f := filepath.Join(t.TempDir(), "prq.yaml")
+			if err := os.WriteFile(f, []byte(tc.yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			env["PRQ_CONFIG"] = f
+			c, err := Load(func(k string) string { return env[k] }, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = c.Validate(ModeAll)
+			if (tc.want == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -70,11 +70,11 @@ var meanings = map[string]meaning{
 	"log.format": {Text: "`text` or `json`."},
 	"log.level":  {Text: "`debug`, `info`, `warn` or `error`."},
 
-	"github.app_id":                      {Text: "The App's numeric id (App settings → General → About).", Unset: "—"},
+	"github.app_id":                      {Text: "The App's numeric id (App settings → General → About). Optional with [GitLab](gitlab.md) tenants alone.", Unset: "—"},
 	"github.app_slug":                    {Text: "The bot's handle: comments mentioning `@slug` become chat."},
 	"github.private_key_path":            {Text: "Path of the App's private key (PEM); or give the key itself in `github.private_key`."},
 	"github.private_key":                 {Text: "The App's private key itself (PEM text), instead of `github.private_key_path`."},
-	"github.webhook_secret":              {Text: "The App's webhook secret, which signs every delivery; at least 16 bytes and not a placeholder (`openssl rand -hex 32`). See [rotating secrets](operations.md#rotating-secrets-without-losing-deliveries)."},
+	"github.webhook_secret":              {Text: "The App's webhook secret, which signs every delivery; at least 16 bytes and not a placeholder (`openssl rand -hex 32`). Optional for `serve` with [GitLab](gitlab.md) tenants alone. See [rotating secrets](operations.md#rotating-secrets-without-losing-deliveries)."},
 	"github.api_url":                     {Text: "GitHub's API; Enterprise Server: `https://HOST/api/v3/`."},
 	"gitlab.url":                         {Text: "GitLab's address: `https://gitlab.com` or a self-managed instance's (its API is under `/api/v4`)."},
 	"gitlab.webhook_token":               {Text: "The secret token of the webhooks of tenants that set none; GitLab sends it in `X-Gitlab-Token`."},

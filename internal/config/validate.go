@@ -123,7 +123,9 @@ func (c *Config) validateGitHub(bad report) {
 // neither may be guessable) and the admin and metrics access settings.
 func (c *Config) validateAccess(bad report, serve, strongSecrets bool) {
 	if serve {
-		if c.GitHub.WebhookSecret == "" {
+		// with GitLab tenants alone, serve takes no GitHub webhooks: it
+		// mounts POST /webhook only with a secret
+		if c.GitHub.WebhookSecret == "" && len(c.GitLab.Tenants) == 0 {
 			bad("GITHUB_WEBHOOK_SECRET", "is required for serve: unsigned webhooks would be trusted")
 		}
 		if problem := c.AdminTokenProblem(); problem != "" {
@@ -193,10 +195,13 @@ func (c *Config) validateFrontDoor(bad report) {
 // credentials a worker needs, and the App's key file wherever it is set.
 func (c *Config) validateCredentials(bad report, worker bool) {
 	if worker {
-		if c.GitHub.AppID == 0 {
+		// with GitLab tenants alone, no GitHub App is needed: its jobs
+		// never come (serve mounts no GitHub webhook without its secret)
+		gitlabOnly := len(c.GitLab.Tenants) > 0 && c.GitHub.AppID == 0 && c.GitHub.PrivateKey == "" && c.GitHub.PrivateKeyPath == ""
+		if c.GitHub.AppID == 0 && !gitlabOnly {
 			bad("GITHUB_APP_ID", "is required for worker (the GitHub App's numeric id)")
 		}
-		if c.GitHub.PrivateKey == "" && c.GitHub.PrivateKeyPath == "" {
+		if c.GitHub.PrivateKey == "" && c.GitHub.PrivateKeyPath == "" && !gitlabOnly {
 			bad("GITHUB_PRIVATE_KEY_PATH", "is required for worker (or GITHUB_PRIVATE_KEY with the PEM itself)")
 		}
 		if c.OpenAI.APIKey == "" && len(c.Providers) == 0 {

@@ -418,6 +418,7 @@ var (
 	descRedisMem   = prometheus.NewDesc("prq_redis_memory_used_bytes", "Redis used_memory (INFO memory).", nil, nil)
 	descRedisMax   = prometheus.NewDesc("prq_redis_memory_max_bytes", "Redis maxmemory (0: no limit).", nil, nil)
 	descGitHub     = prometheus.NewDesc("prq_github_requests_all_total", "GitHub API requests of every process (from Redis), by kind (read, write, token) and outcome (ok, rate_limited, refused, not_found, failed, error).", []string{"kind", "outcome"}, nil)
+	descGitLab     = prometheus.NewDesc("prq_gitlab_requests_all_total", "GitLab API requests of every process (from Redis), by kind (read, write) and outcome (ok, rate_limited, refused, not_found, failed, error).", []string{"kind", "outcome"}, nil)
 	descAllCalls   = prometheus.NewDesc("prq_llm_calls_all_total", "LLM calls of every process (from Redis), by model and outcome; prq_llm_calls_total counts this process's only.", []string{"model", "outcome"}, nil)
 )
 
@@ -495,7 +496,7 @@ type stateCollector struct {
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descBacklog, descInTok, descAdmTok, descAhead, descBehind, descReleased, descAvail, descLimit, descPaused, descKeysPaused, descQueue,
-		descOldest, descAging, descRedisUp, descRedisMem, descRedisMax, descAllCalls, descGitHub, descWindow, descWinLike, descMargin, descLookAhead} {
+		descOldest, descAging, descRedisUp, descRedisMem, descRedisMax, descAllCalls, descGitHub, descGitLab, descWindow, descWinLike, descMargin, descLookAhead} {
 		ch <- d
 	}
 	ch <- descLifecycle
@@ -584,11 +585,13 @@ func (c *stateCollector) read(ch chan<- prometheus.Metric) {
 				}
 			}
 		}
-		if m, err := c.shared.HGetAll(ctx, githubKey).Result(); err == nil {
-			for k, v := range m {
-				if kind, outcome, ok := strings.Cut(k, "|"); ok {
-					n, _ := strconv.ParseFloat(v, 64)
-					ch <- prometheus.MustNewConstMetric(descGitHub, prometheus.CounterValue, n, kind, outcome)
+		for key, desc := range map[string]*prometheus.Desc{githubKey: descGitHub, gitlabKey: descGitLab} {
+			if m, err := c.shared.HGetAll(ctx, key).Result(); err == nil {
+				for k, v := range m {
+					if kind, outcome, ok := strings.Cut(k, "|"); ok {
+						n, _ := strconv.ParseFloat(v, 64)
+						ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, n, kind, outcome)
+					}
 				}
 			}
 		}
@@ -664,21 +667,50 @@ func (g GitHubCounter) RoundTrip(r *http.Request) (*http.Response, error) {
 		kind = "token"
 	}
 	resp, err := g.Next.RoundTrip(r)
-	outcome := "error"
-	if err == nil {
-		switch s := resp.StatusCode; {
-		case s < 400:
-			outcome = "ok"
-		case s == http.StatusTooManyRequests || (s == http.StatusForbidden && (resp.Header.Get("Retry-After") != "" || resp.Header.Get("X-RateLimit-Remaining") == "0")):
-			outcome = "rate_limited"
-		case s == http.StatusUnprocessableEntity || s == http.StatusForbidden:
-			outcome = "refused"
-		case s == http.StatusNotFound:
-			outcome = "not_found"
-		default:
-			outcome = "failed"
-		}
+	g.Counts.HIncrBy(context.WithoutCancel(r.Context()), githubKey, kind+"|"+outcomeOf(resp, err), 1)
+	return resp, err
+}
+
+// outcomeOf names a forge request's outcome: ok, rate_limited, refused,
+// not_found, failed or error (no answer).
+func outcomeOf(resp *http.Response, err error) string {
+	if err != nil {
+		return "error"
 	}
-	g.Counts.HIncrBy(context.WithoutCancel(r.Context()), githubKey, kind+"|"+outcome, 1)
+	switch s := resp.StatusCode; {
+	case s < 400:
+		return "ok"
+	case s == http.StatusTooManyRequests || (s == http.StatusForbidden && (resp.Header.Get("Retry-After") != "" || resp.Header.Get("X-RateLimit-Remaining") == "0")):
+		return "rate_limited"
+	case s == http.StatusUnprocessableEntity || s == http.StatusForbidden:
+		return "refused"
+	case s == http.StatusNotFound:
+		return "not_found"
+	}
+	return "failed"
+}
+
+const gitlabKey = "prq:gitlab:requests"
+
+// GitLabCounter counts GitLab API requests in Redis by kind (read,
+// write) and outcome, as GitHubCounter does GitHub's; GitLab's 400 (an
+// invalid position, a status transition it refuses) is a refusal.
+type GitLabCounter struct {
+	Counts Counts
+	Next   http.RoundTripper
+}
+
+// RoundTrip makes the request and counts it.
+func (g GitLabCounter) RoundTrip(r *http.Request) (*http.Response, error) {
+	kind := "write"
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		kind = "read"
+	}
+	resp, err := g.Next.RoundTrip(r)
+	outcome := outcomeOf(resp, err)
+	if err == nil && resp.StatusCode == http.StatusBadRequest {
+		outcome = "refused"
+	}
+	g.Counts.HIncrBy(context.WithoutCancel(r.Context()), gitlabKey, kind+"|"+outcome, 1)
 	return resp, err
 }

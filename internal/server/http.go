@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/subtle"
 	"errors"
 	"fmt"
@@ -237,7 +238,16 @@ func (s *Server) webhookHandler() (*webhook.Handler, error) {
 	if s.cfg.GitHub.RepoConfig == nil || *s.cfg.GitHub.RepoConfig {
 		repos = s.store
 	}
-	h, err := webhook.New(webhook.Config{Secret: []byte(s.cfg.GitHub.WebhookSecret), MaxBytes: s.cfg.GitHub.WebhookMaxBytes, Repos: repos,
+	secret := []byte(s.cfg.GitHub.WebhookSecret)
+	if len(secret) == 0 {
+		// GitLab tenants alone: POST /webhook is not mounted, and its
+		// handler, which GitLab's shares, gets a secret nobody holds
+		secret = make([]byte, 32)
+		if _, err := rand.Read(secret); err != nil {
+			return nil, err
+		}
+	}
+	h, err := webhook.New(webhook.Config{Secret: secret, MaxBytes: s.cfg.GitHub.WebhookMaxBytes, Repos: repos,
 		MaxInFlightBytes: s.cfg.GitHub.WebhookMaxInFlightBytes, ChatAssociations: s.cfg.GitHub.ChatAssociations,
 		AppSlug: s.cfg.GitHub.AppSlug, SkipBotPRs: s.cfg.GitHub.SkipBotPRs == nil || *s.cfg.GitHub.SkipBotPRs, ChatLimiter: chatLimits,
 		Replays: s.store},

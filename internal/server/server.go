@@ -242,13 +242,17 @@ func (s *Server) Run(ctx context.Context, out io.Writer, roles Roles, opt Option
 			return &config.SettingError{Name: "PRQ_ADDR", Problem: err.Error()}
 		}
 		var wh http.Handler
-		if cfg.GitHub.WebhookSecret != "" {
+		if cfg.GitHub.WebhookSecret != "" || len(cfg.GitLab.Tenants) > 0 {
 			h, err := s.webhookHandler()
 			if err != nil {
 				ln.Close()
 				return err
 			}
-			wh = h
+			// GitLab's receiver shares its queue and limits; GitHub's
+			// deliveries are taken only with GitHub's secret
+			if cfg.GitHub.WebhookSecret != "" {
+				wh = h
+			}
 		}
 		hctx, cancel := context.WithCancel(ctx)
 		defer cancel()

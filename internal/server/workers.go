@@ -228,7 +228,11 @@ func (s *Server) forges(tr http.RoundTripper) (workers.GitHubApp, workers.ForgeT
 	} else {
 		gh = missingApp{}
 	}
-	gl, err := gitlabForges(cfg, tr)
+	if tr == nil {
+		tr = http.DefaultTransport
+	}
+	// and its GitLab requests likewise
+	gl, err := gitlabForges(cfg, metrics.GitLabCounter{Counts: s.rdb, Next: tr})
 	if err != nil {
 		return nil, nil, err
 	}
