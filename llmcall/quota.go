@@ -149,14 +149,8 @@ func (r *reservation) reserve(ctx context.Context) (QuotaHold, error) {
 	}
 	if a.Nano > 0 {
 		g, err := r.q.ReserveDollars(ctx, a.Tenant, a.DollarAgent, a.ID, a.Nano, a.Input, r.h.Cap, a.InPrice, a.OutPrice)
-		if errors.As(err, &qe) {
-			r.giveBack(ctx)
-			r.left.LeftNano = qe.Remaining
-			return r.short(qe, true)
-		}
 		if err != nil {
-			r.giveBack(ctx)
-			return r.fail(err)
+			return r.undo(ctx, err, true)
 		}
 		r.h.Dollars = &g
 		if t := r.h.Tokens; t != nil && g.Cap < t.Cap {
@@ -164,18 +158,10 @@ func (r *reservation) reserve(ctx context.Context) (QuotaHold, error) {
 			// only what the call may use
 			r.h.Tokens = nil
 			if err := r.q.Settle(context.WithoutCancel(ctx), *t, 0); err != nil && !errors.Is(err, ratelimit.ErrNotReserved) {
-				r.giveBack(ctx)
-				return r.fail(err)
+				return r.undo(ctx, err, false)
 			}
-			err := r.reserveTokens(ctx, g.Cap)
-			if errors.As(err, &qe) { // another call took it meanwhile
-				r.giveBack(ctx)
-				r.left.LeftTokens = qe.Remaining
-				return r.short(qe, false)
-			}
-			if err != nil {
-				r.giveBack(ctx)
-				return r.fail(err)
+			if err := r.reserveTokens(ctx, g.Cap); err != nil { // refused: another call took it meanwhile
+				return r.undo(ctx, err, false)
 			}
 		}
 		r.h.Cap = g.Cap
@@ -196,6 +182,23 @@ func (r *reservation) reserveTokens(ctx context.Context, output int64) error {
 		r.h.Tokens = &g
 	}
 	return err
+}
+
+// undo gives back what is reserved after err: a quota's refusal (of the
+// dollars, else the tokens) comes back as a *QuotaShort, another failure
+// as itself.
+func (r *reservation) undo(ctx context.Context, err error, dollars bool) (QuotaHold, error) {
+	r.giveBack(ctx)
+	var qe *ratelimit.QuotaError
+	if !errors.As(err, &qe) {
+		return r.fail(err)
+	}
+	if dollars {
+		r.left.LeftNano = qe.Remaining
+	} else {
+		r.left.LeftTokens = qe.Remaining
+	}
+	return r.short(qe, dollars)
 }
 
 // giveBack gives back what is reserved, which tells what each quota has
