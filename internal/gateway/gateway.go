@@ -468,7 +468,7 @@ type request struct {
 	// bound is the quota that bounds what the key could pay for at the
 	// front (what its body may hold)
 	bound quotaShort
-	// reserved is when the grant was made
+	// reserved is when the hold was granted
 	reserved time.Time
 	tpm      *ratelimit.Bucket
 	started  time.Time
