@@ -23,18 +23,12 @@
 // its start, settle and the provider's headers go to that key's bucket. A
 // key with an account problem is paused alone (PauseKey).
 //
-// Files: admission.go (the scheduler and its calls), scripts.go and
-// lua/ (one Lua script per operation, on the shared lua/prelude.lua,
-// lua/reservation.lua, lua/memo.lua and lua/order.lua; the prelude's
-// header says the layout), keys.go (the Redis keys of a model and
-// keyTable, their order in KEYS), reservation.go and lua/reservation.lua
-// (a reservation's codec, Go's and Lua's), ticket.go and lua/ticket.lua (the
-// ticket and its stored
-// form, encoded in Go and decoded in both Go and Lua), loop.go (the
-// admission loop), reconcile.go (crash repair), notify.go (notify
-// tickets and their waiters), process.go and lua/process.lua (worker
-// processes' heartbeats and running jobs; a dead process's jobs go back
-// through admission within seconds), pause.go and stats.go.
+// Each operation is one Lua script on a shared prelude, whose header
+// says the layout; keyTable is the one table of the KEYS they read, in
+// order; a reservation has one codec per language, both tested against
+// the same golden cases, and a ticket is encoded in Go and decoded in
+// both. A worker process heartbeats and lists its running jobs: a dead
+// process's jobs go back through admission within seconds.
 //
 // It owns the order and the tickets. It does not run jobs or call the
 // provider (the workers do, and report back through Started and Settle),

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/prq-dev/prq/admission"
-	"github.com/prq-dev/prq/llm"
 	"github.com/prq-dev/prq/ratelimit"
 )
 
@@ -40,22 +39,6 @@ var (
 	_ Admission = (*admission.Scheduler)(nil)
 	_ Mover     = (*admission.Scheduler)(nil)
 )
-
-// Model is what a call needs to know of its model, built once from the
-// configuration by each side's wiring.
-type Model struct {
-	Name string
-	// Keys is how many API keys the model's provider has (admission
-	// charges a ticket to one of them); 1 skips asking which. 0: not
-	// known here, ask and trust the answer.
-	Keys int
-	// Prices price the model's calls (zero: not priced).
-	Prices llm.Prices
-	// CachedInputFree: the provider does not count input read from its
-	// prompt cache toward the model's limits (Anthropic's ITPM); the
-	// bucket is settled without it.
-	CachedInputFree bool
-}
 
 // DefaultPause is how long an account problem pauses a model or a key
 // when Protocol's pause is not set.

@@ -2,6 +2,7 @@ package llmcall_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -208,9 +209,47 @@ type got struct {
 	outcome string // the workers' outcome label; the gateway's answer
 	bucket  ratelimit.Cost
 	settled bool
-	quota   int64
+	quota   int64 // the token quota's use, settled
+	nano    int64 // the dollar quota's, in nano-dollars
 	dollars float64
 	pause   []string
+	sent    int64 // the output cap the provider was asked for
+}
+
+// The quotas of both paths: tokens aplenty, and dollars that cut the
+// output cap (the workers' prompt is longer than the gateway's).
+const (
+	workersQuotaDollars = 0.0015
+	gatewayQuotaDollars = 0.0002
+)
+
+// a token's price under a dollar quota, in nano-dollars
+var quotaIn, quotaOut = llmcall.Model{Prices: prices}.QuotaPrices(false)
+
+// sentCap records the output cap of the requests the provider gets.
+type sentCap struct {
+	mu  sync.Mutex
+	max int64
+}
+
+func (c *sentCap) record(body []byte) {
+	var r struct {
+		MaxTokens           int64 `json:"max_tokens"`
+		MaxCompletionTokens int64 `json:"max_completion_tokens"`
+	}
+	if json.Unmarshal(body, &r) == nil {
+		c.mu.Lock()
+		c.max = max(r.MaxTokens, r.MaxCompletionTokens)
+		c.mu.Unlock()
+	}
+}
+
+func (c *sentCap) take() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := c.max
+	c.max = 0
+	return m
 }
 
 func TestConformance(t *testing.T) {
@@ -219,8 +258,10 @@ func TestConformance(t *testing.T) {
 	for i, rw := range rows() {
 		t.Run(rw.name, func(t *testing.T) {
 			t.Parallel()
+			var sent sentCap
 			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				body, _ := io.ReadAll(r.Body)
+				sent.record(body)
 				rw.serve(w, r, strings.Contains(string(body), `"stream":true`))
 			}))
 			t.Cleanup(up.Close)
@@ -229,8 +270,10 @@ func TestConformance(t *testing.T) {
 				keys = []string{keyA}
 			}
 			w := workersPath(t, rdb, up.URL+"/v1", keys, rw, int64(300+i))
+			w.sent = sent.take()
 			g, status := gatewayPath(t, rdb, up.URL+"/v1", keys, rw)
-			check := func(path string, g got, est func(ratelimit.Cost) bool) {
+			g.sent = sent.take()
+			check := func(path string, g got, limit float64, est func(ratelimit.Cost) bool) {
 				t.Helper()
 				if path == "workers" && g.outcome != rw.outcome.String() {
 					t.Errorf("%s: outcome %q, want %q", path, g.outcome, rw.outcome)
@@ -254,13 +297,14 @@ func TestConformance(t *testing.T) {
 					if g.quota != promptTokens+outputTokens {
 						t.Errorf("%s: quota used %d, want the usage %d", path, g.quota, promptTokens+outputTokens)
 					}
-				case kept:
-					if g.quota <= promptTokens+outputTokens {
-						t.Errorf("%s: quota used %d, want the whole reservation", path, g.quota)
+					if want := ratelimit.NanoCost(rw.dollars); g.nano != want {
+						t.Errorf("%s: dollar quota used %d nano-dollars, want the cost %d", path, g.nano, want)
 					}
+				case kept:
+					keptReservation(t, path, g, limit)
 				default:
-					if g.quota != 0 {
-						t.Errorf("%s: quota used %d, want none", path, g.quota)
+					if g.quota != 0 || g.nano != 0 {
+						t.Errorf("%s: quota used %d tokens, %d nano-dollars, want none", path, g.quota, g.nano)
 					}
 				}
 				if math.Abs(g.dollars-rw.dollars) > 1e-12 {
@@ -271,12 +315,32 @@ func TestConformance(t *testing.T) {
 				}
 			}
 			// the estimate: the workers' ticket's, the gateway's own
-			check("workers", w, func(c ratelimit.Cost) bool { return c == ratelimit.Cost{Requests: 1, Tokens: workersEstimate} })
-			check("gateway", g, func(c ratelimit.Cost) bool { return c.Requests == 1 && c.Tokens > 0 && c.Input == 0 && c.Output == 0 })
+			check("workers", w, workersQuotaDollars, func(c ratelimit.Cost) bool { return c == ratelimit.Cost{Requests: 1, Tokens: workersEstimate} })
+			check("gateway", g, gatewayQuotaDollars, func(c ratelimit.Cost) bool { return c.Requests == 1 && c.Tokens > 0 && c.Input == 0 && c.Output == 0 })
 			if status != rw.status {
 				t.Errorf("gateway: answered %d, want %d", status, rw.status)
 			}
 		})
+	}
+}
+
+// keptReservation checks a call whose quotas keep all they reserved:
+// the dollars reserved its input and the output cap it was sent with,
+// the cap all the dollar quota pays for, and the tokens the same input
+// and cap (reserved again for the dollars' cap, no more).
+func keptReservation(t *testing.T, path string, g got, limit float64) {
+	t.Helper()
+	nano := ratelimit.Nano(limit)
+	if g.sent <= 0 || (g.nano-g.sent*quotaOut)%quotaIn != 0 {
+		t.Errorf("%s: the dollar quota keeps %d nano-dollars, not an input at %d and the cap sent (%d) at %d", path, g.nano, quotaIn, g.sent, quotaOut)
+		return
+	}
+	input := (g.nano - g.sent*quotaOut) / quotaIn
+	if free := nano - g.nano; free < 0 || free >= quotaOut {
+		t.Errorf("%s: the dollar quota (%d nano-dollars) keeps %d: the cap %d is not all it pays for", path, nano, g.nano, g.sent)
+	}
+	if g.quota != input+g.sent {
+		t.Errorf("%s: the token quota keeps %d, want the input %d and the cap %d the dollars left", path, g.quota, input, g.sent)
 	}
 }
 
@@ -318,7 +382,7 @@ func workersPath(t *testing.T, rdb *redis.Client, url string, keys []string, rw 
 	var mu sync.Mutex
 	var g got
 	caller, err := workers.NewCaller(workers.CallerConfig{LLM: llm.NewRouter(map[string][]llm.Completer{model: clients}), Ledger: adm, Requeue: adm, Provider: adm,
-		Quota: quota, Tiers: map[jobs.Tier]workers.TierSpec{jobs.TierPaid: {QuotaTokens: 1_000_000, Flex: rw.flex}},
+		Quota: quota, Tiers: map[jobs.Tier]workers.TierSpec{jobs.TierPaid: {QuotaTokens: 1_000_000, QuotaDollars: workersQuotaDollars, Flex: rw.flex}},
 		CountFunc: func(_, outcome string) { mu.Lock(); g.outcome = outcome; mu.Unlock() },
 		CostFunc:  func(_, _, _ string, _ int64, d float64) { mu.Lock(); g.dollars += d; mu.Unlock() }})
 	if err != nil {
@@ -336,7 +400,7 @@ func workersPath(t *testing.T, rdb *redis.Client, url string, keys []string, rw 
 		FileIndex int `json:"file_index"`
 	}{File: f}))
 	fw, err := workers.NewFileWorker(workers.FileWorkerConfig{Attempts: workers.NewAttempts(rdb), Store: st, Ledger: adm, Caller: caller, Queue: noQueue{},
-		Models: map[string]workers.Model{model: {Name: model, Prices: prices, CachedInputFree: rw.cachedFree, Flex: rw.flex, Output: llm.FormatText}}, Repairs: st, Requeue: adm})
+		Models: map[string]workers.Model{model: {Model: llmcall.Model{Name: model, Prices: prices, CachedInputFree: rw.cachedFree, Flex: rw.flex, Output: llm.FormatText}}}, Repairs: st, Requeue: adm})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,6 +409,11 @@ func workersPath(t *testing.T, rdb *redis.Client, url string, keys []string, rw 
 	if err != nil {
 		t.Fatal(err)
 	}
+	usedNano, err := quota.UsedDollars(ctx, strconv.FormatInt(inst, 10), "", ratelimit.Nano(workersQuotaDollars))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.nano = usedNano.Used
 	g.bucket, g.settled = adm.firstSettle()
 	g.quota, g.pause = used.Used, adm.paused()
 	return g
@@ -379,7 +448,7 @@ func gatewayPath(t *testing.T, rdb *redis.Client, url string, keys []string, rw 
 	var mu sync.Mutex
 	var g got
 	gk := gateway.NewKeys(rdb)
-	gw, err := gateway.New(gateway.Config{Models: map[string]gateway.Model{model: {Prices: prices, CachedInputFree: rw.cachedFree,
+	gw, err := gateway.New(gateway.Config{Models: map[string]gateway.Model{model: {Model: llmcall.Model{Prices: prices, CachedInputFree: rw.cachedFree},
 		Provider: &gateway.Provider{Kind: gateway.KindOpenAI, BaseURL: url, Keys: keys}}},
 		Timeout: callTimeout, CostFunc: func(_, _, _ string, d float64) { mu.Lock(); g.dollars += d; mu.Unlock() }, Log: slog.New(slog.DiscardHandler)},
 		gk, adm, waiter, rdb, gateway.NewMetrics())
@@ -388,7 +457,7 @@ func gatewayPath(t *testing.T, rdb *redis.Client, url string, keys []string, rw 
 	}
 	srv := httptest.NewServer(gw.Handler())
 	t.Cleanup(srv.Close)
-	secret, k, err := gk.Create(context.Background(), gateway.Spec{Name: "conf", Tier: "paid", QuotaTokens: 1_000_000})
+	secret, k, err := gk.Create(context.Background(), gateway.Spec{Name: "conf", Tier: "paid", QuotaTokens: 1_000_000, QuotaDollars: gatewayQuotaDollars})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -414,6 +483,10 @@ func gatewayPath(t *testing.T, rdb *redis.Client, url string, keys []string, rw 
 	if err != nil {
 		t.Fatal(err)
 	}
+	usedNano, err := quota.UsedDollars(context.Background(), "key:"+k.ID, "", ratelimit.Nano(k.QuotaDollars))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if rw.dollars > 0 { // priced off the reply's way
 		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 			mu.Lock()
@@ -427,6 +500,6 @@ func gatewayPath(t *testing.T, rdb *redis.Client, url string, keys []string, rw 
 	mu.Lock()
 	defer mu.Unlock()
 	g.bucket, g.settled = adm.firstSettle()
-	g.quota, g.pause = used.Used, adm.paused()
+	g.quota, g.nano, g.pause = used.Used, usedNano.Used, adm.paused()
 	return g, res.StatusCode
 }

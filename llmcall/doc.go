@@ -1,29 +1,36 @@
 // Package llmcall owns the protocol of one admitted LLM call, the same
-// for the workers' jobs and the gateway's requests: which of the model's
-// keys it uses, telling admission when it is sent and when it arrived,
-// syncing the key's bucket with the provider's headers, what a reply or
-// a failure settles (the bucket, the quota, the price and the lane), how
-// a provider's failure reads as an Outcome, and the pause an account
-// problem earns.
+// for the workers' jobs and the gateway's requests: the configured model
+// (Model, built once from the configuration by FromConfig), which of the
+// model's keys the call uses, telling admission when it is sent and when
+// it arrived, syncing the key's bucket with the provider's headers, the
+// tenant's quota reservation (ReserveQuota: tokens and dollars, the
+// output cap cut to what they leave), what a reply or a failure settles
+// (the bucket, the quota, the price and the lane), how a provider's
+// failure reads as an Outcome, and the pause an account problem earns.
 //
 // A call runs in explicit steps:
 //
 //	p := llmcall.New(adm, log, pause)                // once: the admission, the account pause
+//	h, err := llmcall.ReserveQuota(ctx, quotas, ask) // the tenant's quotas (a *QuotaShort: spent)
 //	c := p.Begin(ctx, model, ticket)                 // begin: the key admission charged
 //	rctx := c.Calling(ctx, ctx)                      // the charge moves to the call; its write is traced
-//	...                                              // the provider's client sends it with rctx
+//	...                                              // the provider's client sends it with rctx, h.Cap its output cap
 //	c.Observe(ctx, status, header)                   // observe: way, arrival, the key's bucket synced
 //	o := c.Resolve(ctx, llmcall.OutcomeOf(err), err) // an account problem pauses the key or the model
 //	st := model.Settle(o, usage, estimate, batch)    // settle: the one rule
-//	c.Settle(ctx, st.Bucket)                         // the bucket; st says what the quotas keep, the price, the lane
+//	c.Settle(ctx, st.Bucket)                         // the bucket
+//	llmcall.SettleQuotas(ctx, quotas, h, st)         // the quotas; st also says the price and the lane
 //
 // The workers' Caller runs these around package llm's client; the
 // gateway runs them around its relay of the raw reply, read with
-// ReplyOutcome. FromConfig builds the Model from the configuration.
+// ReplyOutcome.
 //
 // It does not own admission (the order, the buckets' scripts: package
-// admission and ratelimit), the provider's client (package llm, or the
-// gateway's relay of the raw reply), the tenant's quota reservation (the
-// caller reserves, Settlement says what to settle), nor what a job or a
-// request does with its outcome (a retry, a fallback, an answer).
+// admission and ratelimit), the quotas' counters (ratelimit.Quota), the
+// provider's client (package llm, or the gateway's relay of the raw
+// reply), the configuration's parsing and validation (internal/config),
+// who a tenant is and which quotas it has (the workers' tiers, the
+// gateway's keys), a gateway key's wait for its quota held by its other
+// requests, nor what a job or a request does with its outcome (a retry,
+// a fallback, an answer).
 package llmcall

@@ -1,9 +1,6 @@
 package llmcall
 
 import (
-	"context"
-	"errors"
-
 	"github.com/prq-dev/prq/llm"
 	"github.com/prq-dev/prq/ratelimit"
 )
@@ -79,49 +76,4 @@ func (m Model) Settle(o Outcome, r *llm.Response, est int64, batch bool) Settlem
 		return Settlement{}
 	}
 	return Settlement{Bucket: kept}
-}
-
-// QuotaPrices are m's prices under a dollar quota, in nano-dollars per
-// token, rounded up: the input at its dearest (a cache write may cost
-// more than the input), and the output; batch: at batch prices. A
-// reservation at these never holds too little.
-func (m Model) QuotaPrices(batch bool) (in, out int64) {
-	pr := m.Prices
-	if batch {
-		pr = pr.Batch()
-	}
-	return ratelimit.NanoPerToken(max(pr.Input, pr.CachedInput, pr.CacheWrite)), ratelimit.NanoPerToken(pr.Output)
-}
-
-// QuotaSettler settles a reservation of a tenant's quota (a
-// *ratelimit.Quota).
-type QuotaSettler interface {
-	Settle(ctx context.Context, g ratelimit.Grant, actual int64) error
-}
-
-var _ QuotaSettler = (*ratelimit.Quota)(nil)
-
-// SettleQuotas settles a call's reservations of tokens and of dollars
-// (nil: none) as st says: what it spent, or all they reserved (InFull).
-// A reservation gone already (ErrNotReserved) is fine; the others'
-// failures come back joined: those reservations count in full until
-// they expire.
-func SettleQuotas(ctx context.Context, q QuotaSettler, tokens, dollars *ratelimit.Grant, st Settlement) error {
-	var errs []error
-	for _, s := range []struct {
-		g      *ratelimit.Grant
-		actual int64
-	}{{tokens, st.Tokens}, {dollars, st.Nano}} {
-		if s.g == nil {
-			continue
-		}
-		actual := s.actual
-		if st.InFull {
-			actual = s.g.Reserved
-		}
-		if err := q.Settle(context.WithoutCancel(ctx), *s.g, actual); err != nil && !errors.Is(err, ratelimit.ErrNotReserved) {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/prq-dev/prq/llm"
+	"github.com/prq-dev/prq/llmcall"
 	"github.com/prq-dev/prq/ratelimit"
 	"github.com/prq-dev/prq/store"
 )
@@ -64,15 +65,15 @@ type batchItem struct {
 	Handed int64     `json:"handed"` // unix ms
 }
 
-// heldQuota is a quotaHold as the lane keeps it.
+// heldQuota is an llmcall.QuotaHold as the lane keeps it.
 type heldQuota struct {
 	Tokens  *ratelimit.Grant `json:"tokens,omitempty"`
 	Dollars *ratelimit.Grant `json:"dollars,omitempty"`
 	MaxOut  int64            `json:"max_out"`
 }
 
-func (h heldQuota) hold() quotaHold {
-	return quotaHold{tokens: h.Tokens, dollars: h.Dollars, maxOut: h.MaxOut}
+func (h heldQuota) hold() llmcall.QuotaHold {
+	return llmcall.QuotaHold{Tokens: h.Tokens, Dollars: h.Dollars, Cap: h.MaxOut}
 }
 
 // batchOutcome is a job's result from the lane: the provider's answer

@@ -18,22 +18,10 @@ import (
 	"github.com/prq-dev/prq/ratelimit"
 )
 
-// Quota caps an installation's tokens per period (a *ratelimit.Quota).
-type Quota interface {
-	Reserve(ctx context.Context, tenant, agent, jobID string, limit, input, requestedMax int64) (ratelimit.Grant, error)
-	Settle(ctx context.Context, g ratelimit.Grant, actual int64) error
-}
-
-// DollarQuota also caps an installation's dollars per period (a
-// *ratelimit.Quota).
-type DollarQuota interface {
-	ReserveDollars(ctx context.Context, tenant, agent, jobID string, limit, input, requestedMax, inputPrice, outputPrice int64) (ratelimit.Grant, error)
-}
-
-var (
-	_ Quota       = (*ratelimit.Quota)(nil)
-	_ DollarQuota = (*ratelimit.Quota)(nil)
-)
+// Quota is an installation's quotas of tokens and of dollars per period
+// (a *ratelimit.Quota), reserved and settled by llmcall's one
+// reservation.
+type Quota = llmcall.Quotas
 
 // CallerConfig configures a Caller.
 type CallerConfig struct {
@@ -230,101 +218,71 @@ func newRef() string {
 	return hex.EncodeToString(b[:])
 }
 
-// quotaHold is what a call holds of its tenant's quotas: a reservation
-// of tokens and one of dollars (nil: no such quota), and the output cap
-// they leave it.
-type quotaHold struct {
-	tokens, dollars *ratelimit.Grant
-	maxOut          int64
-}
-
 // reserveQuota reserves the call's tokens and dollars in its tenant's
-// quotas (q: the Caller's, or a longer-lived one for the batch lane),
-// the output cap cut to what they leave. A spent quota refunds the
-// job's admission and comes back as a wait or a skip.
-func (c *Caller) reserveQuota(ctx context.Context, s callSpec, q Quota) (quotaHold, error) {
-	cfg, log := &c.cfg, c.cfg.Log
-	model := s.model.Name
-	h := quotaHold{maxOut: s.model.MaxOutput}
-	limit, agent := cfg.Tiers[s.tier].QuotaTokens, ""
+// quotas (q: the Caller's, or a longer-lived one for the batch lane) by
+// llmcall's one reservation, the output cap cut to what they leave. A
+// spent quota refunds the job's admission and comes back as a wait or a
+// skip.
+func (c *Caller) reserveQuota(ctx context.Context, s callSpec, q Quota) (llmcall.QuotaHold, error) {
+	cfg := &c.cfg
+	ask := llmcall.QuotaAsk{Tenant: strconv.FormatInt(s.inst, 10), ID: s.ticket.ID, Input: s.prompt.input, Output: s.model.MaxOutput}
+	if q == nil {
+		return llmcall.QuotaHold{Cap: ask.Output}, nil
+	}
+	ask.Tokens = cfg.Tiers[s.tier].QuotaTokens
 	if cfg.QuotaPerKind {
-		agent = string(s.kind)
+		ask.Agent, ask.DollarAgent = string(s.kind), string(s.kind)
 	}
 	if cq := cfg.Tiers[s.tier].ChatQuotaTokens; s.kind == jobs.KindChat && cq > 0 {
 		// chat draws on its own quota, so commenters cannot spend the
 		// reviews' tokens (nor reviews chat's)
-		limit, agent = cq, chatAgent
-	}
-	tenant := strconv.FormatInt(s.inst, 10)
-	refused := func(qe *ratelimit.QuotaError) (quotaHold, error) {
-		// no call is made: the bucket gets the whole reservation back
-		settle(ctx, cfg.Ledger, log, s.ticket, ratelimit.Cost{})
-		c.count(model, "quota")
-		if !cfg.QuotaSkip && s.kind != jobs.KindChat {
-			if qe.Never() {
-				// no reset lets it through: waiting would last for ever
-				return quotaHold{}, &ended{step: endSkip, reason: "too large for the tier's quota (its call needs more than a whole period's)", failed: true}
-			}
-			return quotaHold{}, &ended{step: endWait, until: qe.Reset}
-		}
-		return quotaHold{}, &ended{step: endSkip, reason: quotaSkip + ", resets at " + qe.Reset.UTC().Format("2006-01-02 15:04 UTC")}
-	}
-	if limit > 0 && q != nil {
-		g, err := q.Reserve(ctx, tenant, agent, s.ticket.ID, limit, s.prompt.input, h.maxOut)
-		var qe *ratelimit.QuotaError
-		if errors.As(err, &qe) {
-			return refused(qe)
-		}
-		if err != nil {
-			return quotaHold{}, err
-		}
-		h.tokens = &g
-		h.maxOut = g.Cap
+		ask.Tokens, ask.Agent = cq, chatAgent
 	}
 	// a quota in dollars: the input and the output cap at the model's
 	// prices, the cap cut to what is left
-	if dl := cfg.Tiers[s.tier].QuotaDollars; dl > 0 && q != nil {
-		dq, ok := q.(DollarQuota)
-		inPrice, outPrice := s.model.call().QuotaPrices(s.lane == LaneBatch)
-		if !ok || outPrice <= 0 {
-			settle(ctx, cfg.Ledger, log, s.ticket, ratelimit.Cost{})
-			c.settleQuota(ctx, s, q, h, llmcall.Settlement{})
-			return quotaHold{}, &ended{step: endSkip, reason: "model " + model + " has no prices for the tier's dollar quota", failed: true}
+	if dl := cfg.Tiers[s.tier].QuotaDollars; dl > 0 {
+		ask.Nano = ratelimit.Nano(dl)
+		if ask.InPrice, ask.OutPrice = s.model.QuotaPrices(s.lane == LaneBatch); ask.OutPrice <= 0 {
+			settle(ctx, cfg.Ledger, cfg.Log, s.ticket, ratelimit.Cost{})
+			return llmcall.QuotaHold{}, &ended{step: endSkip, reason: "model " + s.model.Name + " has no prices for the tier's dollar quota", failed: true}
 		}
-		dagent := ""
-		if cfg.QuotaPerKind {
-			dagent = string(s.kind)
-		}
-		g, err := dq.ReserveDollars(ctx, tenant, dagent, s.ticket.ID, ratelimit.Nano(dl), s.prompt.input, h.maxOut, inPrice, outPrice)
-		var qe *ratelimit.QuotaError
-		if err != nil && h.tokens != nil {
-			if serr := q.Settle(ctx, *h.tokens, 0); serr != nil && !errors.Is(serr, ratelimit.ErrNotReserved) {
-				log.WarnContext(ctx, "could not release the token quota's reservation; it counts in full until it expires", "task", s.ticket.ID, "err", serr)
-			}
-		}
-		if errors.As(err, &qe) {
-			return refused(qe)
-		}
-		if err != nil {
-			return quotaHold{}, err
-		}
-		h.dollars = &g
-		h.maxOut = min(h.maxOut, g.Cap)
 	}
-	return h, nil
+	h, err := llmcall.ReserveQuota(ctx, q, ask)
+	var short *llmcall.QuotaShort
+	if !errors.As(err, &short) || short.Refused == nil {
+		return h, err
+	}
+	if err != error(short) {
+		cfg.Log.WarnContext(ctx, "could not give a quota reservation back", "task", s.ticket.ID, "err", err)
+	}
+	// no call is made: the bucket gets the whole reservation back
+	settle(ctx, cfg.Ledger, cfg.Log, s.ticket, ratelimit.Cost{})
+	c.count(s.model.Name, "quota")
+	qe := short.Refused
+	if !cfg.QuotaSkip && s.kind != jobs.KindChat {
+		if qe.Never() {
+			// no reset lets it through: waiting would last for ever
+			return llmcall.QuotaHold{}, &ended{step: endSkip, reason: "too large for the tier's quota (its call needs more than a whole period's)", failed: true}
+		}
+		return llmcall.QuotaHold{}, &ended{step: endWait, until: qe.Reset}
+	}
+	return llmcall.QuotaHold{}, &ended{step: endSkip, reason: quotaSkip + ", resets at " + qe.Reset.UTC().Format("2006-01-02 15:04 UTC")}
 }
 
 // settleQuota settles a call's quotas as st says (the zero Settlement:
 // all given back), by llmcall's one rule.
-func (c *Caller) settleQuota(ctx context.Context, s callSpec, q Quota, h quotaHold, st llmcall.Settlement) {
-	if err := llmcall.SettleQuotas(ctx, q, h.tokens, h.dollars, st); err != nil {
+func (c *Caller) settleQuota(ctx context.Context, s callSpec, q Quota, h llmcall.QuotaHold, st llmcall.Settlement) {
+	if q == nil {
+		return
+	}
+	if err := llmcall.SettleQuotas(ctx, q, h, st); err != nil {
 		c.cfg.Log.WarnContext(ctx, "could not settle the quota; the reservation counts in full until it expires", "task", s.ticket.ID, "err", err)
 	}
 }
 
 // booked books a call's settlement: its quotas settled, the call
 // counted by its outcome, a priced answer's cost added up by its lane.
-func (c *Caller) booked(ctx context.Context, s callSpec, q Quota, h quotaHold, o llmcall.Outcome, st llmcall.Settlement) {
+func (c *Caller) booked(ctx context.Context, s callSpec, q Quota, h llmcall.QuotaHold, o llmcall.Outcome, st llmcall.Settlement) {
 	c.settleQuota(ctx, s, q, h, st)
 	c.count(s.model.Name, o.String())
 	if c.cfg.CostFunc != nil && st.Dollars > 0 {
@@ -344,12 +302,12 @@ func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
 	if err != nil {
 		return llm.Response{}, err
 	}
-	resp, o, err := c.send(ctx, s, hold.maxOut)
+	resp, o, err := c.send(ctx, s, hold.Cap)
 	var r *llm.Response
 	if o == llmcall.OK {
 		r = &resp
 	}
-	c.booked(ctx, s, c.cfg.Quota, hold, o, s.model.call().Settle(o, r, s.ticket.Tokens, false))
+	c.booked(ctx, s, c.cfg.Quota, hold, o, s.model.Model.Settle(o, r, s.ticket.Tokens, false))
 	return resp, c.conclude(ctx, s, o, err)
 }
 
@@ -357,7 +315,7 @@ func (c *Caller) call(ctx context.Context, s callSpec) (llm.Response, error) {
 // moved to the call, the reply observed, the pause policy) and settles
 // its bucket; the outcome is what the handler goes by.
 func (c *Caller) send(ctx context.Context, s callSpec, maxOut int64) (llm.Response, llmcall.Outcome, error) {
-	m := s.model.call()
+	m := s.model.Model
 	call := c.proto.Begin(ctx, m, s.ticket.ID)
 	req := s.prompt.request(s.model, maxOut)
 	req.Key, req.FirstByte = call.Key(), s.model.FirstByte // a flex call has none (llm)
@@ -428,7 +386,7 @@ func (c *Caller) conclude(ctx context.Context, s callSpec, o llmcall.Outcome, er
 func (c *Caller) fromBatch(ctx context.Context, s callSpec, o batchOutcome) (llm.Response, error) {
 	h := o.Hold.hold()
 	if o.Response != nil {
-		c.booked(ctx, s, c.cfg.BatchQuota, h, llmcall.OK, s.model.call().Settle(llmcall.OK, o.Response, s.ticket.Tokens, true))
+		c.booked(ctx, s, c.cfg.BatchQuota, h, llmcall.OK, s.model.Model.Settle(llmcall.OK, o.Response, s.ticket.Tokens, true))
 		return *o.Response, nil
 	}
 	c.settleQuota(ctx, s, c.cfg.BatchQuota, h, llmcall.Settlement{})
@@ -500,9 +458,4 @@ func callAdmission(l Ledger, p Provider) llmcall.Admission {
 		return moverAdmission{ledgerAdmission: a, Mover: mv}
 	}
 	return a
-}
-
-// call is what llmcall needs of m.
-func (m Model) call() llmcall.Model {
-	return llmcall.Model{Name: m.Name, Prices: m.Prices, CachedInputFree: m.CachedInputFree}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prq-dev/prq/admission"
 	"github.com/prq-dev/prq/llm"
+	"github.com/prq-dev/prq/llmcall"
 	"github.com/prq-dev/prq/ratelimit"
 )
 
@@ -76,7 +77,7 @@ func TestCallTransientBacksOffThroughAdmission(t *testing.T) {
 			}
 			before := time.Now()
 			_, err = c.call(context.Background(), callSpec{ticket: admission.Ticket{ID: "summary-x", Model: "gpt-4o-mini"},
-				model: Model{Name: "gpt-4o-mini"}.withDefaults(), retried: 2, maxRetry: 8})
+				model: Model{Model: llmcall.Model{Name: "gpt-4o-mini"}}.withDefaults(), retried: 2, maxRetry: 8})
 			if !errors.Is(err, llm.ErrTransient) || !IsFailure(err) {
 				t.Fatalf("call = %v, want the transient failure, counted", err)
 			}
@@ -108,7 +109,7 @@ func TestCallTransientWithinBudgetOnly(t *testing.T) {
 	}
 	now := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
 	_, err = c.call(context.Background(), callSpec{ticket: admission.Ticket{ID: "summary-x", Model: "gpt-4o-mini"},
-		model: Model{Name: "gpt-4o-mini"}.withDefaults(), retried: 2, maxRetry: 8,
+		model: Model{Model: llmcall.Model{Name: "gpt-4o-mini"}}.withDefaults(), retried: 2, maxRetry: 8,
 		attempt: attempt{n: 5, since: now.Add(-time.Minute), now: now, budget: RetryBudget{MaxAttempts: 5, MaxAge: time.Hour}}})
 	var skip *ended
 	if !errors.As(err, &skip) || skip.step != endSkip || skip.gaveUp != GaveUpTransient || !skip.failed {
@@ -138,7 +139,7 @@ func TestCallFirstByteRetriedAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = c.call(context.Background(), callSpec{ticket: admission.Ticket{ID: "summary-x", Model: "gpt-4o-mini"},
-		model: Model{Name: "gpt-4o-mini", FirstByte: 7 * time.Second}.withDefaults(), retried: 2, maxRetry: 8})
+		model: Model{Model: llmcall.Model{Name: "gpt-4o-mini", FirstByte: 7 * time.Second}}.withDefaults(), retried: 2, maxRetry: 8})
 	if !errors.Is(err, llm.ErrTransient) || !IsFailure(err) {
 		t.Fatalf("call = %v, want the transient failure, counted", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/prq-dev/prq/internal/redistest"
 	"github.com/prq-dev/prq/jobs"
 	"github.com/prq-dev/prq/llm"
+	"github.com/prq-dev/prq/llmcall"
 	"github.com/prq-dev/prq/ratelimit"
 	"github.com/prq-dev/prq/workers"
 )
@@ -55,7 +56,7 @@ func TestCallCost(t *testing.T) {
 			}
 			pr := testPR(t, 251)
 			_, task := plannedFile(t, st, pr, jobs.KindSummary)
-			models := map[string]workers.Model{"gpt-4o-mini": {Name: "gpt-4o-mini", Prices: tc.prices}}
+			models := map[string]workers.Model{"gpt-4o-mini": {Model: llmcall.Model{Name: "gpt-4o-mini", Prices: tc.prices}}}
 			w, err := workers.NewFileWorker(workers.FileWorkerConfig{Attempts: newAttempts(t), Store: st, Ledger: adm, Caller: caller, Queue: q, Models: models, Repairs: st, Requeue: adm})
 			if err != nil {
 				t.Fatal(err)
@@ -95,7 +96,7 @@ func TestDollarQuota(t *testing.T) {
 		t.Fatal(err)
 	}
 	prices := llm.Prices{Input: 0.15, CachedInput: 0.075, Output: 0.60} // 150 and 600 nano-dollars a token
-	models := map[string]workers.Model{"gpt-4o-mini": {Name: "gpt-4o-mini", Prices: prices}}
+	models := map[string]workers.Model{"gpt-4o-mini": {Model: llmcall.Model{Name: "gpt-4o-mini", Prices: prices}}}
 	for _, tc := range []struct {
 		name    string
 		inst    int64
@@ -158,7 +159,7 @@ func TestDollarQuota(t *testing.T) {
 func TestFileWorkerFlexLane(t *testing.T) {
 	t.Parallel()
 	prices := llm.Prices{Input: 0.15, CachedInput: 0.075, Output: 0.6}
-	models := map[string]workers.Model{"gpt-4o-mini": {Name: "gpt-4o-mini", Flex: true, Prices: prices}, "gpt-4o": {Name: "gpt-4o", Prices: prices}}
+	models := map[string]workers.Model{"gpt-4o-mini": {Model: llmcall.Model{Name: "gpt-4o-mini", Flex: true, Prices: prices}}, "gpt-4o": {Model: llmcall.Model{Name: "gpt-4o", Prices: prices}}}
 	for _, tc := range []struct {
 		name    string
 		lane    bool
@@ -278,7 +279,7 @@ func TestCachedInputSettles(t *testing.T) {
 			pr := testPR(t, 252)
 			_, task := plannedFile(t, st, pr, jobs.KindSummary)
 			prices := llm.Prices{Input: 3, CachedInput: 0.3, Output: 15}
-			models := map[string]workers.Model{"gpt-4o-mini": {Name: "gpt-4o-mini", Prices: prices, CachedInputFree: tc.free}}
+			models := map[string]workers.Model{"gpt-4o-mini": {Model: llmcall.Model{Name: "gpt-4o-mini", Prices: prices, CachedInputFree: tc.free}}}
 			w, err := workers.NewFileWorker(workers.FileWorkerConfig{Attempts: newAttempts(t), Store: st, Ledger: adm, Caller: caller, Queue: q, Models: models, Repairs: st, Requeue: adm})
 			if err != nil {
 				t.Fatal(err)

@@ -11,7 +11,10 @@
 //
 // [Caller] is the one LLM call the file worker and the chat responder
 // share: under the tenant's quota, settling what it really used, and
-// back to admission (never around it) when the call must run again.
+// back to admission (never around it) when the call must run again; the
+// call's protocol, the model's settings ([Model] is the configured
+// llmcall.Model and the kinds of job it serves) and the quota
+// reservation are package llmcall's, shared with the gateway.
 // [Enqueuer] is what the webhook receiver hands work to; it stands alone
 // so a serve process builds no handlers. [Set] composes the four
 // handlers for a worker process and registers them on an asynq mux.
@@ -27,7 +30,8 @@
 // and *ghapp.Client satisfy them (GitHub through [Installations]).
 //
 // workers does not receive webhooks (package webhook), decide the order
-// or the rate of LLM calls (packages admission and ratelimit), speak
+// or the rate of LLM calls (packages admission and ratelimit), own an
+// admitted call's steps or the quota reservation (package llmcall), speak
 // GitHub's or the provider's HTTP (packages ghapp and llm), or keep state
 // of its own beyond the pacer's turns and the attempt counts: runs,
 // results and drafts live in package store.

@@ -9,6 +9,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/prq-dev/prq/jobs"
+	"github.com/prq-dev/prq/llmcall"
 	"github.com/prq-dev/prq/store"
 	"github.com/prq-dev/prq/workers"
 )
@@ -35,7 +36,7 @@ func TestFileWorkerEarlyExitsRefund(t *testing.T) {
 			exit: func(err error) bool { return errors.Is(err, asynq.RevokeTask) }},
 		{name: "model not configured", number: 472,
 			worker: func(t *testing.T, s *storeAndAdm) *workers.FileWorker {
-				return s.worker(t, s.st, map[string]workers.Model{"gpt-4o": {Name: "gpt-4o"}})
+				return s.worker(t, s.st, map[string]workers.Model{"gpt-4o": {Model: llmcall.Model{Name: "gpt-4o"}}})
 			},
 			exit: func(err error) bool { return err == nil }, skipped: "model gpt-4o-mini is not configured"},
 	}

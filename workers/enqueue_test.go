@@ -10,6 +10,7 @@ import (
 
 	"github.com/prq-dev/prq/admission"
 	"github.com/prq-dev/prq/jobs"
+	"github.com/prq-dev/prq/llmcall"
 	"github.com/prq-dev/prq/store"
 	"github.com/prq-dev/prq/workers"
 )
@@ -36,7 +37,7 @@ func (q *conflictQueue) EnqueueContext(_ context.Context, task *asynq.Task, opts
 
 func newEnqueuer(t *testing.T, q workers.TaskQueue, adm *fakeAdmission, st *store.Store) *workers.Enqueuer {
 	t.Helper()
-	e, err := workers.NewEnqueuer(workers.EnqueuerConfig{Queue: q, Tickets: adm, Store: st, ChatModel: workers.Model{Name: "gpt-4o-mini"},
+	e, err := workers.NewEnqueuer(workers.EnqueuerConfig{Queue: q, Tickets: adm, Store: st, ChatModel: workers.Model{Model: llmcall.Model{Name: "gpt-4o-mini"}},
 		NowFunc: func() time.Time { return time.UnixMilli(1_700_000_000_000) }})
 	if err != nil {
 		t.Fatal(err)

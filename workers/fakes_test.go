@@ -17,6 +17,7 @@ import (
 	"github.com/prq-dev/prq/internal/redistest"
 	"github.com/prq-dev/prq/jobs"
 	"github.com/prq-dev/prq/llm"
+	"github.com/prq-dev/prq/llmcall"
 	"github.com/prq-dev/prq/ratelimit"
 	"github.com/prq-dev/prq/store"
 	"github.com/prq-dev/prq/workers"
@@ -388,7 +389,7 @@ func newStore(t *testing.T) *store.Store {
 	return store.New(redistest.Shared(t).Client(t), jobs.TierFree)
 }
 
-var testModels = map[string]workers.Model{"gpt-4o-mini": {Name: "gpt-4o-mini"}, "gpt-4o": {Name: "gpt-4o"}}
+var testModels = map[string]workers.Model{"gpt-4o-mini": {Model: llmcall.Model{Name: "gpt-4o-mini"}}, "gpt-4o": {Model: llmcall.Model{Name: "gpt-4o"}}}
 
 // newCaller returns a Caller on the fakes.
 func newCaller(t *testing.T, adm *fakeAdmission, l *fakeLLM, q workers.Quota, tiers map[jobs.Tier]workers.TierSpec) *workers.Caller {

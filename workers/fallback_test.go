@@ -16,6 +16,7 @@ import (
 	"github.com/prq-dev/prq/internal/redistest"
 	"github.com/prq-dev/prq/jobs"
 	"github.com/prq-dev/prq/llm"
+	"github.com/prq-dev/prq/llmcall"
 	"github.com/prq-dev/prq/ratelimit"
 	"github.com/prq-dev/prq/workers"
 )
@@ -23,9 +24,9 @@ import (
 // fallbackModels: the summary model gpt-4o-mini falls back to
 // gpt-4.1-mini.
 var fallbackModels = map[string]workers.Model{
-	"gpt-4o-mini":  {Name: "gpt-4o-mini", Fallbacks: []string{"gpt-4.1-mini"}},
-	"gpt-4.1-mini": {Name: "gpt-4.1-mini"},
-	"gpt-4o":       {Name: "gpt-4o"},
+	"gpt-4o-mini":  {Model: llmcall.Model{Name: "gpt-4o-mini", Fallbacks: []string{"gpt-4.1-mini"}}},
+	"gpt-4.1-mini": {Model: llmcall.Model{Name: "gpt-4.1-mini"}},
+	"gpt-4o":       {Model: llmcall.Model{Name: "gpt-4o"}},
 }
 
 // moves counts FallbackFunc's calls as "from>to:reason".
@@ -177,10 +178,10 @@ func TestFallbackMoverMovesWaitingJobs(t *testing.T) {
 	primary, second, third, tiny := fmt.Sprintf("gpt-4o-%d", n), fmt.Sprintf("gpt-4.1-%d", n), fmt.Sprintf("gpt-4o-mini-%d", n), fmt.Sprintf("gpt-4.1-nano-%d", n)
 	small := ratelimit.Limits{RequestsPerPeriod: 100, TokensPerPeriod: 400, Period: time.Minute}
 	models := map[string]workers.Model{
-		primary: {Name: primary, Fallbacks: []string{tiny, second, third}},
-		tiny:    {Name: tiny, Limits: &small}, // no job of 500 tokens fits it
-		second:  {Name: second},
-		third:   {Name: third},
+		primary: {Model: llmcall.Model{Name: primary, Fallbacks: []string{tiny, second, third}}},
+		tiny:    {Model: llmcall.Model{Name: tiny, Limits: &small}}, // no job of 500 tokens fits it
+		second:  {Model: llmcall.Model{Name: second}},
+		third:   {Model: llmcall.Model{Name: third}},
 	}
 	buckets := map[string]*ratelimit.Bucket{}
 	for m := range models {
@@ -279,9 +280,9 @@ func TestFileWorkerOutgrowsItsFallback(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	models := map[string]workers.Model{
-		"gpt-4o-mini":  {Name: "gpt-4o-mini", Fallbacks: []string{"gpt-4.1-nano"}},
-		"gpt-4.1-nano": {Name: "gpt-4.1-nano", ContextTokens: 50, MaxOutput: 10},
-		"gpt-4o":       {Name: "gpt-4o"},
+		"gpt-4o-mini":  {Model: llmcall.Model{Name: "gpt-4o-mini", Fallbacks: []string{"gpt-4.1-nano"}}},
+		"gpt-4.1-nano": {Model: llmcall.Model{Name: "gpt-4.1-nano", ContextTokens: 50, MaxOutput: 10}},
+		"gpt-4o":       {Model: llmcall.Model{Name: "gpt-4o"}},
 	}
 	st, adm, q, model := newStore(t), &fakeAdmission{}, &fakeQueue{}, &fakeLLM{CompleteFunc: answer("never")}
 	attempts := newAttempts(t)
@@ -324,10 +325,10 @@ func TestFileWorkerSkipsAPausedFallback(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	models := map[string]workers.Model{
-		"gpt-4o-mini":  {Name: "gpt-4o-mini", Fallbacks: []string{"gpt-4.1-nano", "gpt-4.1-mini"}},
-		"gpt-4.1-nano": {Name: "gpt-4.1-nano"},
-		"gpt-4.1-mini": {Name: "gpt-4.1-mini"},
-		"gpt-4o":       {Name: "gpt-4o"},
+		"gpt-4o-mini":  {Model: llmcall.Model{Name: "gpt-4o-mini", Fallbacks: []string{"gpt-4.1-nano", "gpt-4.1-mini"}}},
+		"gpt-4.1-nano": {Model: llmcall.Model{Name: "gpt-4.1-nano"}},
+		"gpt-4.1-mini": {Model: llmcall.Model{Name: "gpt-4.1-mini"}},
+		"gpt-4o":       {Model: llmcall.Model{Name: "gpt-4o"}},
 	}
 	st, adm, q := newStore(t), &fakeAdmission{paused: map[string]string{"gpt-4.1-nano": "401 invalid_api_key"}}, &fakeQueue{}
 	model := &fakeLLM{CompleteFunc: fail(llm.ErrTransient)}

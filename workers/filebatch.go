@@ -55,10 +55,10 @@ func (w *FileWorker) viaBatch(ctx context.Context, t *asynq.Task, f jobs.File, s
 	tier := caller.cfg.Tiers[f.Tier]
 	now := cfg.NowFunc()
 	due := now.Add(tier.laneWait())
-	req := s.prompt.request(s.model, hold.maxOut)
+	req := s.prompt.request(s.model, hold.Cap)
 	req.CacheLong = true // a batch runs later than 5 minutes' cache
 	it := batchItem{Request: req, Type: t.Type(), Payload: t.Payload(), Queue: s.ticket.Queue, Timeout: fileTaskTimeout(tier),
-		Due: due.UnixMilli(), Tokens: s.prompt.input, Hold: heldQuota{Tokens: hold.tokens, Dollars: hold.dollars, MaxOut: hold.maxOut}, Handed: now.UnixMilli()}
+		Due: due.UnixMilli(), Tokens: s.prompt.input, Hold: heldQuota{Tokens: hold.Tokens, Dollars: hold.Dollars, MaxOut: hold.Cap}, Handed: now.UnixMilli()}
 	handed, err := lane.hand(ctx, s.model.Name, id, it)
 	if err != nil || !handed {
 		caller.settleQuota(ctx, s, caller.cfg.BatchQuota, hold, llmcall.Settlement{})

@@ -9,6 +9,7 @@ import (
 	"github.com/prq-dev/prq/ghapp"
 	"github.com/prq-dev/prq/internal/repoconfig"
 	"github.com/prq-dev/prq/jobs"
+	"github.com/prq-dev/prq/llmcall"
 	"github.com/prq-dev/prq/ratelimit"
 	"github.com/prq-dev/prq/store"
 )
@@ -78,7 +79,7 @@ func TestRenderGuidelines(t *testing.T) {
 // their tokens.
 func TestGuidelinesCountInTheEstimate(t *testing.T) {
 	tok, _ := ratelimit.NewTokenizer("gpt-4o")
-	m := Model{Name: "gpt-4o", MaxOutput: 500, ContextTokens: 128000}
+	m := Model{Model: llmcall.Model{Name: "gpt-4o", MaxOutput: 500, ContextTokens: 128000}}
 	f := store.FileData{Path: "a.go", Status: "modified", Patch: "@@ -1,1 +1,2 @@\n a\n+b"}
 	pc := contextOf("Add b", "")
 	guide := renderGuidelines([]guideline{{path: "CONTRIBUTING.md", found: true, text: strings.Repeat("Every exported name is documented. ", 100), size: 3500}})

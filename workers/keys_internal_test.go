@@ -16,6 +16,7 @@ import (
 	"github.com/prq-dev/prq/internal/redistest"
 	"github.com/prq-dev/prq/jobs"
 	"github.com/prq-dev/prq/llm"
+	"github.com/prq-dev/prq/llmcall"
 	"github.com/prq-dev/prq/ratelimit"
 )
 
@@ -110,7 +111,7 @@ func (r *keyRig) job(cost int64) callSpec {
 	r.seq++
 	const maxOut = 200
 	p := prompt{system: "Summarise.", user: strings.Repeat("x", int(4*(cost-maxOut))-len("Summarise."))}
-	req := p.request(Model{Name: r.model}, maxOut)
+	req := p.request(Model{Model: llmcall.Model{Name: r.model}}, maxOut)
 	p.estimate = ratelimit.EstimateOpenAI(req.Messages(), maxOut)
 	if p.estimate != cost {
 		r.t.Fatalf("prompt costs %d, want %d", p.estimate, cost)
@@ -118,7 +119,7 @@ func (r *keyRig) job(cost int64) callSpec {
 	return callSpec{
 		ticket: admission.Ticket{ID: fmt.Sprintf("%s-job-%d", r.model, r.seq), Queue: "llm", Model: r.model, Class: string(jobs.TierPaid),
 			Tenant: fmt.Sprintf("inst%d", r.seq%5), Tokens: p.estimate},
-		kind: jobs.KindSummary, tier: jobs.TierPaid, prompt: p, model: Model{Name: r.model, MaxOutput: maxOut}, maxRetry: 5,
+		kind: jobs.KindSummary, tier: jobs.TierPaid, prompt: p, model: Model{Model: llmcall.Model{Name: r.model, MaxOutput: maxOut}}, maxRetry: 5,
 	}
 }
 

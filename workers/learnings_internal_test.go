@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/prq-dev/prq/jobs"
+	"github.com/prq-dev/prq/llmcall"
 	"github.com/prq-dev/prq/store"
 )
 
@@ -23,7 +24,7 @@ func TestLearningsInert(t *testing.T) {
 		t.Fatal("withLearnings")
 	}
 	pc := contextOf("t", "b").withRepo(withLearnings("", block), "")
-	m := Model{Name: "m", Kinds: []jobs.Kind{jobs.KindReview}}
+	m := Model{Model: llmcall.Model{Name: "m"}, Kinds: []jobs.Kind{jobs.KindReview}}
 	sys := pc.system(m, jobs.KindReview)
 	if !strings.HasPrefix(sys, instructions(m, jobs.KindReview)+maintainersSays) || !strings.Contains(sys, learningsHeader) {
 		t.Fatalf("system:\n%s", sys)

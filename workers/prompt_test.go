@@ -12,6 +12,7 @@ import (
 	"github.com/prq-dev/prq/internal/render"
 	"github.com/prq-dev/prq/jobs"
 	"github.com/prq-dev/prq/llm"
+	"github.com/prq-dev/prq/llmcall"
 	"github.com/prq-dev/prq/ratelimit"
 	"github.com/prq-dev/prq/store"
 )
@@ -39,7 +40,7 @@ func bigPatch(hunks int) string {
 func TestSummaryPromptFitsTheModel(t *testing.T) {
 	tok, _ := ratelimit.NewTokenizer("gpt-4o")
 	f := store.FileData{Path: "big.go", Status: "modified", Patch: bigPatch(40)}
-	small := Model{Name: "gpt-4o", MaxOutput: 100, ContextTokens: 900}
+	small := Model{Model: llmcall.Model{Name: "gpt-4o", MaxOutput: 100, ContextTokens: 900}}
 	pc := contextOf("Speed up the parser", "It caches tokens.")
 	p, err := buildFilePrompt(jobs.KindSummary, pc, f, small, tok, 0)
 	if err != nil {
@@ -54,7 +55,7 @@ func TestSummaryPromptFitsTheModel(t *testing.T) {
 	if p.estimate <= p.input/2 {
 		t.Fatalf("estimate %d looks wrong for %d input tokens", p.estimate, p.input)
 	}
-	tiny := Model{Name: "gpt-4o", MaxOutput: 100, ContextTokens: 150}
+	tiny := Model{Model: llmcall.Model{Name: "gpt-4o", MaxOutput: 100, ContextTokens: 150}}
 	if _, err := buildFilePrompt(jobs.KindSummary, pc, f, tiny, tok, 0); err != errTooLarge {
 		t.Fatalf("a file that cannot fit: %v", err)
 	}
@@ -65,7 +66,7 @@ func TestSummaryPromptFitsTheModel(t *testing.T) {
 func TestReviewPartsCoverTheFile(t *testing.T) {
 	tok, _ := ratelimit.NewTokenizer("gpt-4o")
 	f := store.FileData{Path: "big.go", Status: "modified", Patch: bigPatch(40)}
-	small := Model{Name: "gpt-4o", MaxOutput: 100, ContextTokens: 1400}.withDefaults()
+	small := Model{Model: llmcall.Model{Name: "gpt-4o", MaxOutput: 100, ContextTokens: 1400}}.withDefaults()
 	pc := contextOf("Speed up the parser", strings.Repeat("A long description. ", 400))
 	if len([]rune(pc.body)) > descriptionChars+1 {
 		t.Fatalf("description not cut: %d characters", len(pc.body))
@@ -159,7 +160,7 @@ func TestPromptsFitTheRateLimits(t *testing.T) {
 	f := store.FileData{Path: "big.go", Status: "modified", Patch: bigPatch(40)}
 	pc := contextOf("Speed up the parser", "It caches tokens.")
 	limits := ratelimit.Limits{RequestsPerPeriod: 100, TokensPerPeriod: 100000, InputTokensPerPeriod: 700, OutputTokensPerPeriod: 200}
-	m := Model{Name: "gpt-4o", MaxOutput: 100, ContextTokens: 128000, Limits: &limits}.withDefaults()
+	m := Model{Model: llmcall.Model{Name: "gpt-4o", MaxOutput: 100, ContextTokens: 128000, Limits: &limits}}.withDefaults()
 	unlimited := m
 	unlimited.Limits = nil
 
@@ -220,8 +221,8 @@ func TestChatPromptFitsTheRateLimits(t *testing.T) {
 	c := jobs.Chat{PR: jobs.PR{Installation: 1, Owner: "o", Repo: "r", Number: 2}, Path: "a.go", Line: 201, Author: "dev",
 		Body: "@prq why is this line here? ünïcödé", DiffHunk: hunk.String()}
 	limits := ratelimit.Limits{RequestsPerPeriod: 100, TokensPerPeriod: 900}
-	m := Model{Name: "gpt-4o", MaxOutput: 300, Limits: &limits}.withDefaults()
-	whole, err := buildChatPrompt(c, Model{Name: "gpt-4o", MaxOutput: 300}.withDefaults(), tok)
+	m := Model{Model: llmcall.Model{Name: "gpt-4o", MaxOutput: 300, Limits: &limits}}.withDefaults()
+	whole, err := buildChatPrompt(c, Model{Model: llmcall.Model{Name: "gpt-4o", MaxOutput: 300}}.withDefaults(), tok)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +263,7 @@ func TestCutsKeepRunesWhole(t *testing.T) {
 // them; a review in parts keeps its "part i of n" on the file's line.
 func TestPromptCarriesRepoConfig(t *testing.T) {
 	tok, _ := ratelimit.NewTokenizer("gpt-4o")
-	m := Model{Name: "gpt-4o", MaxOutput: 200, ContextTokens: 100000}
+	m := Model{Model: llmcall.Model{Name: "gpt-4o", MaxOutput: 200, ContextTokens: 100000}}
 	f := store.FileData{Path: "pay/charge.go", Status: "modified", Additions: 2, Deletions: 1, Patch: bigPatch(3), Instructions: "Check every error is wrapped."}
 	other := store.FileData{Path: "pay/refund.go", Status: "modified", Patch: bigPatch(1), Instructions: "Check every error is wrapped."}
 	third := store.FileData{Path: "web/ui.ts", Status: "added", Patch: bigPatch(1), Instructions: "Prefer const."}
@@ -306,7 +307,7 @@ func TestPromptCarriesRepoConfig(t *testing.T) {
 // carries the repository's instructions and language after prq's own,
 // and its estimate (the webhook's) counts them.
 func TestChatPromptCarriesRepoConfig(t *testing.T) {
-	m := Model{Name: "gpt-4o", MaxOutput: 200, ContextTokens: 100000}
+	m := Model{Model: llmcall.Model{Name: "gpt-4o", MaxOutput: 200, ContextTokens: 100000}}
 	c := jobs.Chat{Body: "Why is this loop safe?", Author: "dev", Path: "a.go", Line: 3}
 	bare, _ := EstimateChat(c, m)
 	c.Instructions, c.Language = "This service handles payments; flag any logging of card numbers.", "ja"
@@ -336,8 +337,8 @@ func TestMovedPromptKeepsThePlannedParts(t *testing.T) {
 	f := store.FileData{Path: "big.go", Status: "modified", Patch: bigPatch(40)}
 	pc := contextOf("Speed up the parser", "It caches tokens.")
 	limits := ratelimit.Limits{RequestsPerPeriod: 100, TokensPerPeriod: 100000, InputTokensPerPeriod: 700, OutputTokensPerPeriod: 200}
-	planned := Model{Name: "gpt-4o", MaxOutput: 100, ContextTokens: 128000, Limits: &limits}.withDefaults()
-	fallback := Model{Name: "gpt-4.1", MaxOutput: 100, ContextTokens: 1000000}.withDefaults()
+	planned := Model{Model: llmcall.Model{Name: "gpt-4o", MaxOutput: 100, ContextTokens: 128000, Limits: &limits}}.withDefaults()
+	fallback := Model{Model: llmcall.Model{Name: "gpt-4.1", MaxOutput: 100, ContextTokens: 1000000}}.withDefaults()
 	d, _ := diff.Parse(f.Patch)
 	parts, err := reviewParts(pc, f, d, planned, tok)
 	if err != nil || len(parts) < 2 {
@@ -367,7 +368,7 @@ func TestPromptsOfAHeadShareTheirPrefix(t *testing.T) {
 		{Path: "b.go", Status: "added", Additions: 6, Patch: bigPatch(3), Index: 1},
 		{Path: "c.go", Status: "modified", Additions: 40, Deletions: 20, Patch: bigPatch(20), Index: 2},
 	}
-	one := Model{Name: "gpt-4o", MaxOutput: 200, ContextTokens: 128000}.withDefaults()
+	one := Model{Model: llmcall.Model{Name: "gpt-4o", MaxOutput: 200, ContextTokens: 128000}}.withDefaults()
 	pc := contextOf("Speed up the parser", "It caches tokens.").withRepo("Flag panics.", "")
 	pc = pc.withShared(sharedContext(pc, files, 10000))
 	var system, context string
@@ -456,7 +457,7 @@ func TestSharedContext(t *testing.T) {
 // only where every model of it reads its cache free of its input limit;
 // a set budget is kept.
 func TestContextWanted(t *testing.T) {
-	free, counted := Model{Name: "claude", CachedInputFree: true}, Model{Name: "gpt-4o"}
+	free, counted := Model{Model: llmcall.Model{Name: "claude", CachedInputFree: true}}, Model{Model: llmcall.Model{Name: "gpt-4o"}}
 	for _, tc := range []struct {
 		want   int64
 		models []Model

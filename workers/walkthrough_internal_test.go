@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prq-dev/prq/llmcall"
 	"github.com/prq-dev/prq/ratelimit"
 	"github.com/prq-dev/prq/store"
 )
@@ -26,11 +27,11 @@ func TestWalkthroughPromptFits(t *testing.T) {
 	}
 	files = append(files, store.FileData{Path: "go.sum", Status: "modified", Patch: "@@ -1 +1 @@\n-a\n+b", SkipReason: "excluded by go.sum", Index: 4})
 	pc := contextOf("Add f", "")
-	big, err := walkthroughPrompt(pc, files, Model{Name: "gpt-4o", MaxOutput: 500, ContextTokens: 128000}, tok)
+	big, err := walkthroughPrompt(pc, files, Model{Model: llmcall.Model{Name: "gpt-4o", MaxOutput: 500, ContextTokens: 128000}}, tok)
 	if err != nil {
 		t.Fatal(err)
 	}
-	small, err := walkthroughPrompt(pc, files, Model{Name: "gpt-4o", MaxOutput: 500, ContextTokens: 3000}, tok)
+	small, err := walkthroughPrompt(pc, files, Model{Model: llmcall.Model{Name: "gpt-4o", MaxOutput: 500, ContextTokens: 3000}}, tok)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +44,7 @@ func TestWalkthroughPromptFits(t *testing.T) {
 	if small.input >= big.input || small.input > 3000-500-64 || !strings.Contains(small.user, "(the rest of this file's patch was left out)") {
 		t.Errorf("the small model's prompt (%d tokens, big %d) is not cut to fit", small.input, big.input)
 	}
-	if _, err := walkthroughPrompt(pc, files, Model{Name: "gpt-4o", MaxOutput: 500, ContextTokens: 600}, tok); !errors.Is(err, errTooLarge) {
+	if _, err := walkthroughPrompt(pc, files, Model{Model: llmcall.Model{Name: "gpt-4o", MaxOutput: 500, ContextTokens: 600}}, tok); !errors.Is(err, errTooLarge) {
 		t.Errorf("a model too small for the list: %v, want errTooLarge", err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/prq-dev/prq/internal/review"
 	"github.com/prq-dev/prq/jobs"
 	"github.com/prq-dev/prq/llm"
+	"github.com/prq-dev/prq/llmcall"
 	"github.com/prq-dev/prq/ratelimit"
 )
 
@@ -77,45 +78,11 @@ type LLM interface {
 	Complete(ctx context.Context, r llm.Request) (llm.Response, error)
 }
 
-// Model is what the workers need to know of a model.
+// Model is what the workers need to know of a model: the configured
+// model (llmcall.Model, built once from the configuration) and the kinds
+// of job it is configured for.
 type Model struct {
-	Name string
-	// MaxOutput is the requested output cap. Defaults to 1024.
-	MaxOutput int64
-	// ContextTokens is the model's context window. Defaults to 128000.
-	ContextTokens int64
-	Reasoning     bool
-	// Output is how reviews are asked for: json_schema, json_object or
-	// text. Defaults to the model family's (review.DefaultFormat).
-	Output llm.FormatType
-	// SchemaIsInput: the provider counts a structured reply's schema as
-	// input when it admits the call (Anthropic: the schema is a tool's
-	// definition), so the estimate counts it too.
-	SchemaIsInput bool
-	// Limits, when set, are the model's rate limits: a prompt is cut (a
-	// summary's hunks, a review's parts) until its estimate fits what one
-	// admission may charge, else the file is skipped as too large for
-	// them. A call over a limit's burst is never admitted: its job would
-	// be dropped and its pull request would wait for it.
-	Limits *ratelimit.Limits
-	// Prices are the model's, for what its calls cost (zero: not priced).
-	Prices llm.Prices
-	// Fallbacks are the models, in order, a summary or review job of this
-	// model moves to when this one cannot serve it (see FallbackMover).
-	Fallbacks []string
-	// Flex: the model serves OpenAI's flex processing; the summary and
-	// review jobs of a tier with TierSpec.Flex use it.
-	Flex bool
-	// Batch: a provider's batch API serves the model (the batch lane).
-	Batch bool
-	// FirstByte, when positive, abandons a call (a transient failure,
-	// retried through admission) whose reply sent no byte within it; a
-	// flex call has none (flex queues). 0: none.
-	FirstByte time.Duration
-	// CachedInputFree: the provider does not count input read from its
-	// prompt cache toward the model's limits (Anthropic's ITPM): a call's
-	// cache reads are settled back to the limiter.
-	CachedInputFree bool
+	llmcall.Model
 	// Kinds are the kinds of job the model is configured for (jobs.*_model):
 	// its prompts' instructions cover each, so all its prompts of a head
 	// share one prefix. Empty: all.

@@ -67,8 +67,8 @@ func (g *Gateway) outputCap(w http.ResponseWriter, q *request, m Model, param st
 	case v < 1:
 		q.bad(w, &requestError{param: param, msg: param + " must be at least 1."})
 		return false
-	case v > m.Context:
-		q.bad(w, &requestError{param: param, msg: fmt.Sprintf("%s is too large: %d. This model supports at most %d tokens (its context window).", param, v, m.Context)})
+	case v > m.ContextTokens:
+		q.bad(w, &requestError{param: param, msg: fmt.Sprintf("%s is too large: %d. This model supports at most %d tokens (its context window).", param, v, m.ContextTokens)})
 		return false
 	}
 	return true

@@ -19,6 +19,7 @@ import (
 	"github.com/prq-dev/prq/internal/gateway"
 	"github.com/prq-dev/prq/internal/redistest"
 	"github.com/prq-dev/prq/llm"
+	"github.com/prq-dev/prq/llmcall"
 	"github.com/prq-dev/prq/ratelimit"
 )
 
@@ -85,8 +86,8 @@ func newFallbackRigWith(t *testing.T, primaryTPM int64, o fallbackOpts) *fallbac
 	fr.reg.MustRegister(metrics.Collectors()...)
 	fr.keys = gateway.NewKeys(rdb)
 	g, err := gateway.New(gateway.Config{Models: map[string]gateway.Model{
-		fr.primary: {Provider: &gateway.Provider{BaseURL: pURL, Keys: []string{"sk-up"}}, Fallbacks: []string{fr.backup}, Prices: o.primaryPrices},
-		fr.backup:  {Provider: &gateway.Provider{BaseURL: bURL, Keys: []string{"sk-up"}}, Prices: o.backupPrices},
+		fr.primary: {Provider: &gateway.Provider{BaseURL: pURL, Keys: []string{"sk-up"}}, Model: llmcall.Model{Fallbacks: []string{fr.backup}, Prices: o.primaryPrices}},
+		fr.backup:  {Provider: &gateway.Provider{BaseURL: bURL, Keys: []string{"sk-up"}}, Model: llmcall.Model{Prices: o.backupPrices}},
 	}, FallbackWait: 300 * time.Millisecond, Log: log}, fr.keys, sched, waiter, rdb, metrics)
 	if err != nil {
 		t.Fatal(err)

@@ -225,7 +225,7 @@ func (g *Gateway) scan(w http.ResponseWriter, q *request, body []byte, pol scanP
 		g.refuseQuota(w, q, q.bound.needing(fmt.Sprintf("and the request's input is at least %d tokens", least)), g.quotaReset(q.key))
 		return sc, false
 	}
-	if m, ok := g.cfg.Models[sc.model]; ok && least > m.Context {
+	if m, ok := g.cfg.Models[sc.model]; ok && least > m.ContextTokens {
 		g.contextExceeded(w, q, sc.model, m, least, "at least ")
 		return sc, false
 	}
@@ -239,7 +239,7 @@ const maxScalar = 4 << 10
 func (g *Gateway) contextExceeded(w http.ResponseWriter, q *request, model string, m Model, n int64, least string) {
 	g.metrics.refused(q.key.ID, "too_large")
 	q.fail(w, http.StatusBadRequest, "invalid_request_error", "context_length_exceeded", fmt.Sprintf(
-		"This model's maximum context length is %d tokens. However, your messages resulted in %s%d tokens. Please reduce the length of the messages.", m.Context, least, n))
+		"This model's maximum context length is %d tokens. However, your messages resulted in %s%d tokens. Please reduce the length of the messages.", m.ContextTokens, least, n))
 }
 
 // countInput counts the request's input with count, stopping at what the
@@ -247,13 +247,13 @@ func (g *Gateway) contextExceeded(w http.ResponseWriter, q *request, model strin
 // model's context too (400).
 func (g *Gateway) countInput(w http.ResponseWriter, q *request, m Model, left int64, count func(budget int64) (int64, error)) (int64, bool) {
 	ib := g.inputBudget(q, left)
-	budget := min(ib, m.Context)
+	budget := min(ib, m.ContextTokens)
 	n, err := count(budget)
 	switch {
 	case err != nil:
 		q.bad(w, &requestError{msg: err.Error()})
 		return 0, false
-	case n > budget && ib <= m.Context:
+	case n > budget && ib <= m.ContextTokens:
 		g.refuseQuota(w, q, q.bound.needing(fmt.Sprintf("and the request's input is more than %d tokens", ib)), g.quotaReset(q.key))
 		return 0, false
 	case n > budget:

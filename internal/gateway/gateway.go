@@ -21,42 +21,21 @@ import (
 
 	"github.com/prq-dev/prq/admission"
 	"github.com/prq-dev/prq/internal/bodybudget"
-	"github.com/prq-dev/prq/llm"
 	"github.com/prq-dev/prq/llmcall"
 	"github.com/prq-dev/prq/ratelimit"
 )
 
-// Model is one model the gateway serves (it must have an admission bucket).
+// Model is one model the gateway serves (it must have an admission
+// bucket): the configured model (llmcall.Model, built once from the
+// configuration; its MaxOutput, the output cap of a request that sets
+// none, defaults to ratelimit.DefaultMaxOutput, its ContextTokens to
+// 128000: a request asking for more output is refused; its Deployment
+// to its name on Azure) and the provider serving it.
 type Model struct {
-	// MaxOutput is the output cap of a request that sets none. Defaults to
-	// ratelimit.DefaultMaxOutput.
-	MaxOutput int64
-	// Reasoning models take max_completion_tokens instead of max_tokens.
-	Reasoning bool
-	// Context is the model's context window: a request asking for more
-	// output than this is refused (400). Defaults to 128000.
-	Context int64
+	llmcall.Model
 	// Provider serves the model. Nil: the OpenAI-kind provider of
 	// Config.UpstreamURL and its keys.
 	Provider *Provider
-	// Deployment is the Azure deployment serving the model (KindAzure).
-	// Defaults to the model's name.
-	Deployment string
-	// Fallbacks are the models a request moves to, in order, when this
-	// one cannot serve it (fallback.go); theirs are not followed.
-	Fallbacks []string
-	// Prices price the model's calls from their usage (zero: not priced).
-	Prices llm.Prices
-	// CachedInputFree: the provider does not count input read from its
-	// prompt cache toward the model's limits (Anthropic's ITPM); a
-	// call's cache reads are settled back to the bucket, as the workers
-	// settle theirs (llmcall.Model.Usage).
-	CachedInputFree bool
-}
-
-// call is what llmcall needs of the model named name.
-func (m Model) call(name string) llmcall.Model {
-	return llmcall.Model{Name: name, Keys: len(m.Provider.Keys), Prices: m.Prices, CachedInputFree: m.CachedInputFree}
 }
 
 // quotaReservationTTL bounds how long the reservation of a call whose
@@ -192,9 +171,8 @@ type Gateway struct {
 	metrics *Metrics
 	log     *slog.Logger
 
-	proto    *llmcall.Protocol        // the steps of every upstream call
-	calls    map[string]llmcall.Model // by model
-	counters map[string]*counter      // by model
+	proto    *llmcall.Protocol   // the steps of every upstream call
+	counters map[string]*counter // by model
 	quotas   map[ratelimit.Period]*ratelimit.Quota
 	held     *ledger
 	tpmMu    sync.Mutex
@@ -304,7 +282,7 @@ func New(cfg Config, keys *Keys, adm Admission, waiter Waiter, rdb redis.Univers
 	cfg.Models = models // the caller's map is left as it was
 	g := &Gateway{cfg: cfg, keys: keys, adm: adm, waiter: waiter, rdb: rdb, metrics: metrics, log: cfg.Log,
 		counters: map[string]*counter{}, held: newLedger(rdb, quotaReservationTTL), quotas: map[ratelimit.Period]*ratelimit.Quota{}, tpm: map[string]*ratelimit.Bucket{},
-		bodies: bodybudget.New(cfg.MaxBodyBytesInFlight), proto: llmcall.New(adm, cfg.Log, cfg.AccountPause), calls: map[string]llmcall.Model{}}
+		bodies: bodybudget.New(cfg.MaxBodyBytesInFlight), proto: llmcall.New(adm, cfg.Log, cfg.AccountPause)}
 	for name, m := range cfg.Models {
 		if _, ok := adm.Bucket(name); !ok {
 			return nil, fmt.Errorf("gateway: model %s has no admission bucket", name)
@@ -317,11 +295,12 @@ func New(cfg Config, keys *Keys, adm Admission, waiter Waiter, rdb redis.Univers
 		if m.MaxOutput <= 0 {
 			m.MaxOutput = ratelimit.DefaultMaxOutput
 		}
-		if m.Context <= 0 {
-			m.Context = 128000
+		if m.ContextTokens <= 0 {
+			m.ContextTokens = 128000
 		}
-		m.MaxOutput = min(m.MaxOutput, m.Context)
-		g.cfg.Models[name], g.calls[name] = m, m.call(name)
+		m.MaxOutput = min(m.MaxOutput, m.ContextTokens)
+		m.Name, m.Keys = name, len(m.Provider.Keys)
+		g.cfg.Models[name] = m
 		tk, err := ratelimit.NewTokenizer(name)
 		if err != nil {
 			return nil, err
@@ -484,13 +463,12 @@ type request struct {
 	cap   int64 // per choice
 	n     int64 // choices
 	est   int64 // the provider's admission estimate: the bucket's charge
-	// grant and dgrant are the reservations of the key's quotas of
-	// tokens and of dollars
-	grant, dgrant *ratelimit.Grant
+	// hold is what the request holds of its key's quotas
+	hold llmcall.QuotaHold
 	// bound is the quota that bounds what the key could pay for at the
 	// front (what its body may hold)
 	bound quotaShort
-	// reserved is when the grant was made
+	// reserved is when the hold was granted
 	reserved time.Time
 	tpm      *ratelimit.Bucket
 	started  time.Time

@@ -22,6 +22,7 @@ import (
 	"github.com/prq-dev/prq/fake/fakeopenai"
 	"github.com/prq-dev/prq/internal/gateway"
 	"github.com/prq-dev/prq/internal/redistest"
+	"github.com/prq-dev/prq/llmcall"
 	"github.com/prq-dev/prq/ratelimit"
 )
 
@@ -157,8 +158,8 @@ func newMultiRig(t *testing.T) *multiRig {
 	r.keys = gateway.NewKeys(rdb)
 	g, err := gateway.New(gateway.Config{Models: map[string]gateway.Model{
 		r.openai: {Provider: oa},
-		r.azure:  {Provider: az, Deployment: r.deployment},
-		r.claude: {Provider: ant, Context: 200000},
+		r.azure:  {Provider: az, Model: llmcall.Model{Deployment: r.deployment}},
+		r.claude: {Provider: ant, Model: llmcall.Model{ContextTokens: 200000}},
 		r.bad:    {Provider: wrong},
 	}, Log: log}, r.keys, sched, waiter, rdb, nil)
 	if err != nil {

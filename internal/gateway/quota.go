@@ -14,15 +14,11 @@ import (
 )
 
 // A key may have a quota of tokens, of dollars, or both, per its
-// period; a call must fit both. Both are reserved the same way, in one
-// turn of the key's ledger (held.go): the input plus the output cap, the
-// cap cut to what the tighter quota leaves. A quota of dollars reserves
-// the input at the model's dearest input price (a cache write may cost
-// more than the input) and the output at its output price, in
-// nano-dollars, and is settled with the call's cost from its usage (the
-// price of a call served from the cache or by flex processing is less:
-// the rest is given back). A request whose model has fallbacks is
-// reserved once for all of them, at the dearest of their prices.
+// period; a call must fit both. They are reserved by llmcall's one
+// reservation (llmcall.ReserveQuota, the workers' too) in one turn of the
+// key's ledger (held.go), and settled by its one rule. A request whose
+// model has fallbacks is reserved once for all of them, at the dearest
+// of their prices.
 
 // quotaPoll bounds how long a waiter misses a settle in another process.
 const quotaPoll = 100 * time.Millisecond
@@ -65,7 +61,7 @@ func nanoPrices(m Model, output bool) (p dollarPrice, ok bool) {
 	if !m.Prices.Valid() {
 		return dollarPrice{}, false
 	}
-	p.in, p.out = llmcall.Model{Prices: m.Prices}.QuotaPrices(false)
+	p.in, p.out = m.QuotaPrices(false)
 	if output {
 		return p, p.out > 0
 	}
@@ -208,112 +204,33 @@ func (g *Gateway) reserveQuota(w http.ResponseWriter, r *http.Request, q *reques
 }
 
 // reserve reserves q's input and output tokens (all its choices) in
-// each of its key's quotas, the output capped to what the tighter one
-// leaves, and sets q.grant, q.dgrant and q.cap (per choice). When a
-// quota cannot pay for the input and least output per choice, nothing
-// stays reserved (false) and left is what each quota has left.
+// each of its key's quotas by llmcall's one reservation, the output
+// capped to what the tighter one leaves, and sets q.hold and q.cap (per
+// choice). When a quota cannot pay for the input and least output per
+// choice, nothing stays reserved (false) and left is what each quota has
+// left.
 func (g *Gateway) reserve(ctx context.Context, q *request, output, least int64, price dollarPrice) (bool, amounts, error) {
 	k := q.key
-	quota := g.quotas[k.QuotaPeriod]
-	tenant, limit := tenantOf(k), ratelimit.Nano(k.QuotaDollars)
-	var tg, dg *ratelimit.Grant
-	var left amounts
-	// giveBack gives back what is reserved, which tells what is left
-	giveBack := func() {
-		for _, gr := range []*ratelimit.Grant{tg, dg} {
-			if gr == nil {
-				continue
-			}
-			if err := quota.Settle(context.WithoutCancel(ctx), *gr, 0); err != nil && !errors.Is(err, ratelimit.ErrNotReserved) {
-				g.log.WarnContext(ctx, "gateway: giving back a quota reservation failed", "key", k.ID, "err", err)
-			}
+	h, err := llmcall.ReserveQuota(ctx, g.quotas[k.QuotaPeriod], llmcall.QuotaAsk{Tenant: tenantOf(k), ID: q.id,
+		Tokens: k.QuotaTokens, Nano: ratelimit.Nano(k.QuotaDollars), Input: q.input, Output: output, Least: least * q.n, InPrice: price.in, OutPrice: price.out})
+	var short *llmcall.QuotaShort
+	if errors.As(err, &short) {
+		if err != error(short) {
+			g.log.WarnContext(ctx, "gateway: giving back a quota reservation failed", "key", k.ID, "err", err)
 		}
-		if tg != nil {
-			left.tokens = tg.Remaining + tg.Reserved
-		}
-		if dg != nil {
-			left.nano = dg.Remaining + dg.Reserved
-		}
+		return false, amounts{tokens: short.LeftTokens, nano: short.LeftNano}, nil
 	}
-	reserveTokens := func(output int64) error {
-		gr, err := quota.Reserve(ctx, tenant, "", q.id, k.QuotaTokens, q.input, output)
-		if err == nil {
-			tg = &gr
-		}
-		return err
+	if err != nil {
+		return false, amounts{}, err
 	}
-	var qe *ratelimit.QuotaError
-	if k.QuotaTokens > 0 {
-		err := reserveTokens(output)
-		if errors.As(err, &qe) {
-			left.tokens = qe.Remaining
-			if k.QuotaDollars > 0 { // is it spent too?
-				u, err := quota.UsedDollars(ctx, tenant, "", limit)
-				if err != nil {
-					return false, left, err
-				}
-				left.nano = limit - u.Used
-			}
-			return false, left, nil
-		}
-		if err != nil {
-			return false, left, err
-		}
-		output = tg.Cap
-	}
-	if k.QuotaDollars > 0 {
-		gr, err := quota.ReserveDollars(ctx, tenant, "", q.id, limit, q.input, output, price.in, price.out)
-		if err != nil {
-			giveBack()
-			if errors.As(err, &qe) {
-				left.nano = qe.Remaining
-				return false, left, nil
-			}
-			return false, left, err
-		}
-		dg = &gr
-		if tg != nil && dg.Cap < tg.Cap {
-			// the dollars cut the output further: the tokens reserve
-			// only what the call may use, so that they hold no more
-			t := tg
-			tg = nil
-			if err := quota.Settle(context.WithoutCancel(ctx), *t, 0); err != nil {
-				giveBack()
-				return false, left, err
-			}
-			err := reserveTokens(dg.Cap)
-			if err != nil {
-				giveBack()
-				if errors.As(err, &qe) { // another process took it meanwhile
-					left.tokens = qe.Remaining
-					return false, left, nil
-				}
-				return false, left, err
-			}
-		}
-		output = dg.Cap
-		if tg != nil {
-			output = min(output, tg.Cap)
-		}
-	}
-	if output/q.n < least { // room for the minimum, not for a token per choice
-		giveBack()
-		return false, left, nil
-	}
-	q.grant, q.dgrant, q.cap = tg, dg, output/q.n
-	return true, left, nil
+	q.hold, q.cap = h, h.Cap/q.n
+	return true, amounts{}, nil
 }
 
 // holds is what q's reservations hold.
 func (q *request) holds() amounts {
-	var a amounts
-	if q.grant != nil {
-		a.tokens = q.grant.Reserved
-	}
-	if q.dgrant != nil {
-		a.nano = q.dgrant.Reserved
-	}
-	return a
+	tokens, nano := q.hold.Held()
+	return amounts{tokens: tokens, nano: nano}
 }
 
 // quotaShort is a quota of a key's that cannot pay for a request.
@@ -407,15 +324,15 @@ func (g *Gateway) quotaNow(ctx context.Context, h http.Header, k Key) {
 // settleQuota settles q's reservations as st says (the zero
 // Settlement: all given back), by llmcall's one rule, once.
 func (g *Gateway) settleQuota(ctx context.Context, q *request, st llmcall.Settlement) {
-	if q.grant == nil && q.dgrant == nil {
+	if q.hold.Tokens == nil && q.hold.Dollars == nil {
 		return
 	}
-	if err := llmcall.SettleQuotas(ctx, g.quotas[q.key.QuotaPeriod], q.grant, q.dgrant, st); err != nil {
+	if err := llmcall.SettleQuotas(ctx, g.quotas[q.key.QuotaPeriod], q.hold, st); err != nil {
 		g.log.WarnContext(ctx, "gateway: settling the quota failed; the reservation counts in full until it expires", "key", q.key.ID, "err", err)
 	}
 	if err := g.held.unhold(ctx, q.key.ID, q.id, false); err != nil {
 		g.log.WarnContext(ctx, "gateway: dropping a settled hold failed; the key's waiters count it until it expires", "key", q.key.ID, "err", err)
 	}
 	g.held.settled(time.Since(q.reserved))
-	q.grant, q.dgrant = nil, nil // settled once
+	q.hold = llmcall.QuotaHold{} // settled once
 }

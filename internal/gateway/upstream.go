@@ -98,7 +98,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, q *request, ex
 		// a little after admission): the bucket is penalized until its
 		// retry time; wait in the order again, within the deadline
 		resp.Body.Close()
-		g.settleBucket(bg, q, g.calls[q.model].Settle(llmcall.RateLimited, nil, q.est, false).Bucket)
+		g.settleBucket(bg, q, g.cfg.Models[q.model].Model.Settle(llmcall.RateLimited, nil, q.est, false).Bucket)
 		g.log.InfoContext(ctx, "gateway: provider 429; back through admission", "key", q.key.ID, "model", q.model, "attempt", attempt)
 		q.ticket = fmt.Sprintf("%s-r%d", q.id, attempt)
 		if !g.admit(w, r, q) { // answered, reservations given back
@@ -117,7 +117,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, q *request, ex
 		// the provider failed it (an error is not billed) or kept
 		// refusing it: the provider counted the request
 		resp.Body.Close()
-		g.settleBucket(bg, q, g.calls[q.model].Settle(llmcall.Transient, nil, q.est, false).Bucket)
+		g.settleBucket(bg, q, g.cfg.Models[q.model].Model.Settle(llmcall.Transient, nil, q.est, false).Bucket)
 		return true
 	}
 	if err != nil {
@@ -166,7 +166,7 @@ const maxRequeues = 3
 // provider that refuses the gateway's credentials.
 func (g *Gateway) call(ctx, cctx context.Context, q *request, op string, body []byte) (*http.Response, error) {
 	m := g.cfg.Models[q.model]
-	c := g.proto.Begin(ctx, g.calls[q.model], q.ticket)
+	c := g.proto.Begin(ctx, g.cfg.Models[q.model].Model, q.ticket)
 	q.call = c
 	up, err := m.Provider.newUpstream(cctx, m.Deployment, op, body, m.Provider.Keys[c.Key()])
 	if err != nil {
@@ -436,7 +436,7 @@ func (g *Gateway) settle(ctx context.Context, q *request, u *usage, ran bool) {
 	case ran:
 		o = llmcall.Transient
 	}
-	st := g.calls[q.model].Settle(o, r, q.est, false)
+	st := g.cfg.Models[q.model].Model.Settle(o, r, q.est, false)
 	g.settleBucket(ctx, q, st.Bucket)
 	g.settleQuota(ctx, q, st)
 	if r != nil {

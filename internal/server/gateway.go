@@ -12,7 +12,6 @@ import (
 	"github.com/prq-dev/prq/internal/gateway"
 	"github.com/prq-dev/prq/internal/logging"
 	"github.com/prq-dev/prq/jobs"
-	"github.com/prq-dev/prq/llmcall"
 )
 
 // gateway builds the LLM gateway's handler (/v1/chat/completions,
@@ -45,13 +44,7 @@ func (s *Server) gateway(ctx context.Context) (http.Handler, error) {
 			}
 			providers[p.Name] = up
 		}
-		call := llmcall.FromConfig(m, p)
-		gm := gateway.Model{MaxOutput: m.MaxOutputTokens, Reasoning: m.Reasoning, Context: m.ContextTokens, Provider: up, Fallbacks: m.Fallbacks, Prices: call.Prices,
-			CachedInputFree: call.CachedInputFree}
-		if p.Kind == config.KindAzure {
-			gm.Deployment = p.Deployment(m.Name)
-		}
-		models[m.Name] = gm
+		models[m.Name] = gateway.Model{Model: s.models[m.Name], Provider: up}
 	}
 	if len(models) == 0 {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -18,6 +18,7 @@ import (
 	"github.com/prq-dev/prq/internal/logging"
 	"github.com/prq-dev/prq/internal/metrics"
 	"github.com/prq-dev/prq/jobs"
+	"github.com/prq-dev/prq/llmcall"
 	"github.com/prq-dev/prq/ratelimit"
 	"github.com/prq-dev/prq/store"
 	"github.com/prq-dev/prq/workers"
@@ -72,7 +73,8 @@ type Server struct {
 	insp    *asynq.Inspector
 	metrics *metrics.Metrics
 	jobs    *jobSide
-	addr    atomic.Value // the HTTP listener's address
+	models  map[string]llmcall.Model // the configured models, by name
+	addr    atomic.Value             // the HTTP listener's address
 	// gitlabHook receives GitLab's webhooks when GitLab tenants are
 	// configured (nil: none).
 	gitlabHook http.Handler
@@ -130,17 +132,18 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, connOpt asyn
 	}
 	s.client = asynq.NewClientFromRedisClient(rdb)
 	s.insp = asynq.NewInspectorFromRedisClient(rdb)
+	// every model, mapped once from the configuration for the workers'
+	// and the gateway's wiring
+	if s.models, err = llmcall.Models(cfg); err != nil {
+		return nil, err
+	}
 	buckets := map[string]*ratelimit.Bucket{}
 	for _, m := range cfg.Models {
-		l, err := m.Limits()
-		if err != nil {
-			return nil, fmt.Errorf("model %s: %w", m.Name, err)
-		}
 		// a model's bucket is its provider keys' (the implicit provider's
 		// is OPENAI_API_KEY, as before): one state per key, each with the
 		// model's limits
 		p, _ := cfg.ProviderOf(m.Name)
-		if buckets[m.Name], err = ratelimit.NewKeyedBucket(rdb, m.Name, p.KeyValues(), l); err != nil {
+		if buckets[m.Name], err = ratelimit.NewKeyedBucket(rdb, m.Name, p.KeyValues(), *s.models[m.Name].Limits); err != nil {
 			return nil, err
 		}
 		buckets[m.Name].Log = log // the window suspicion, limiter auto's switch

@@ -28,7 +28,6 @@ import (
 	"github.com/prq-dev/prq/internal/render"
 	"github.com/prq-dev/prq/jobs"
 	"github.com/prq-dev/prq/llm"
-	"github.com/prq-dev/prq/llmcall"
 	"github.com/prq-dev/prq/ratelimit"
 	"github.com/prq-dev/prq/webhook"
 	"github.com/prq-dev/prq/workers"
@@ -63,16 +62,8 @@ func (s *Server) buildWorkers(tr http.RoundTripper, opt Options, handlers bool) 
 	for kind, name := range map[jobs.Kind]string{jobs.KindSummary: cfg.Jobs.SummaryModel, jobs.KindReview: cfg.Jobs.ReviewModel, jobs.KindChat: cfg.Jobs.ChatModel} {
 		kinds[name] = append(kinds[name], kind)
 	}
-	for _, m := range cfg.Models {
-		p, _ := cfg.ProviderOf(m.Name)
-		limits, err := m.Limits()
-		if err != nil { // Validate has refused it already
-			return nil, &config.SettingError{Name: "models." + m.Name, Problem: err.Error()}
-		}
-		call := llmcall.FromConfig(m, p)
-		models[m.Name] = workers.Model{Name: m.Name, MaxOutput: m.MaxOutputTokens, ContextTokens: m.ContextTokens, Reasoning: m.Reasoning,
-			Output: llm.FormatType(m.OutputFormat), SchemaIsInput: p.Kind == config.KindAnthropic, Limits: &limits, Prices: call.Prices, Fallbacks: m.Fallbacks, Flex: m.Flex, Kinds: kinds[m.Name],
-			CachedInputFree: call.CachedInputFree, Batch: m.Batch, FirstByte: firstByte(cfg, m)}
+	for name, m := range s.models {
+		models[name] = workers.Model{Model: m, Kinds: kinds[name]}
 	}
 	enq, err := workers.NewEnqueuer(workers.EnqueuerConfig{Queue: s.client, Tickets: adm, Store: s.store,
 		ChatModel: models[cfg.Jobs.ChatModel], Log: s.log.With("component", "webhook")})
@@ -447,21 +438,6 @@ func (s *Server) startServers(ctx context.Context, handler asynq.Handler, retryD
 			}
 		}
 	}, nil
-}
-
-// firstByte is a model's first-byte limit: its own, else
-// openai.first_byte_timeout but for a reasoning model (which thinks
-// before its first byte); none when it would not come before the call's
-// timeout anyway.
-func firstByte(cfg *config.Config, m config.ModelConfig) time.Duration {
-	d := m.FirstByteTimeout.D()
-	if d == 0 && !m.Reasoning {
-		d = cfg.OpenAI.FirstByteTimeout.D()
-	}
-	if d >= cfg.OpenAI.Timeout.D() {
-		return 0
-	}
-	return d
 }
 
 // keySetting names where the App's key came from, for an error about
