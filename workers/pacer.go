@@ -31,9 +31,9 @@ const (
 	CheckWrite
 )
 
-// Pacer serialises an installation's content-creating GitHub calls
-// across every process: one writer at a time, Gap apart, and after a
-// rate limit nobody writes until GitHub's retry time. Writers waiting for
+// Pacer paces an installation's content-creating GitHub calls across
+// every process: Gap apart, and after a rate limit nobody writes until
+// GitHub's retry time. Writers waiting for
 // the lane take it in WriteClass order, then oldest first, whichever
 // process they run in.
 //
