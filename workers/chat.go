@@ -33,7 +33,7 @@ type Drafts interface {
 	SetDraft(ctx context.Context, pr jobs.PR, what, text string) error
 }
 
-// Turns serialises an installation's GitHub writes (a *Pacer).
+// Turns paces an installation's GitHub writes (a *Pacer).
 type Turns interface {
 	Do(ctx context.Context, installation int64, class WriteClass, write func() error) error
 }

@@ -65,7 +65,7 @@ type CommandRunnerConfig struct {
 	GitHub Commanders
 	// Queue enqueues the plans review commands ask for. Required.
 	Queue TaskQueue
-	// Turns serialises the installation's writes. Required.
+	// Turns paces the installation's writes. Required.
 	Turns Turns
 	// Markers mark the answer, so a retry finds it.
 	Markers render.Markers

@@ -40,6 +40,12 @@ type ghRig struct {
 
 func newGHRig(t *testing.T, pr jobs.PR) ghRig {
 	t.Helper()
+	return newGHRigWith(t, pr, fakegithub.Config{WritesPerPeriod: -1})
+}
+
+// newGHRigWith is newGHRig with the fake's limits and clock from cfg.
+func newGHRigWith(t *testing.T, pr jobs.PR, cfg fakegithub.Config) ghRig {
+	t.Helper()
 	appKeyOnce.Do(func() {
 		k, err := rsa.GenerateKey(rand.Reader, 2048)
 		if err != nil {
@@ -47,7 +53,8 @@ func newGHRig(t *testing.T, pr jobs.PR) ghRig {
 		}
 		appKey = k
 	})
-	fake := fakegithub.New(fakegithub.Config{AppID: 9, PublicKey: &appKey.PublicKey, WritesPerPeriod: -1})
+	cfg.AppID, cfg.PublicKey = 9, &appKey.PublicKey
+	fake := fakegithub.New(cfg)
 	srv := httptest.NewServer(fake)
 	tr := &http.Transport{}
 	t.Cleanup(func() {

@@ -31,16 +31,26 @@ const (
 	CheckWrite
 )
 
-// Pacer serialises an installation's content-creating GitHub calls
-// across every process: one writer at a time, at least Gap apart, and
-// after a rate limit nobody writes until GitHub's retry time. Writers
-// waiting for the lane take it in WriteClass order, then oldest first,
-// whichever process they run in.
+// Pacer paces an installation's content-creating GitHub calls across
+// every process: Gap apart, and after a rate limit nobody writes until
+// GitHub's retry time. Writers waiting for
+// the lane take it in WriteClass order, then oldest first, whichever
+// process they run in.
+//
+// The lane is a token bucket of rate 1/Gap: a publication or a check run
+// waits until a Gap has passed since the lane's last booked slot, while a
+// chat reply may run up to ChatBurst slots ahead, so a person's answer
+// does not queue behind the replies of others or a review's writes. Any
+// span t of an installation's writes holds at most t/Gap + ChatBurst + 1
+// of them (65 a minute at the defaults, within GitHub's 80).
 type Pacer struct {
 	rdb redis.UniversalClient
 	log *slog.Logger
 	// Gap between writes of one installation. Defaults to 1s (GitHub's advice).
 	Gap time.Duration
+	// ChatBurst is how many chat replies may go at once right after
+	// another write, ahead of the Gap. Defaults to 4.
+	ChatBurst int
 	// Wait is the longest a job waits for its turn before rescheduling.
 	// Defaults to 20s.
 	Wait time.Duration
@@ -56,19 +66,23 @@ type Pacer struct {
 
 // NewPacer returns a pacer; a nil log discards.
 func NewPacer(rdb redis.UniversalClient, log *slog.Logger) *Pacer {
-	return &Pacer{rdb: rdb, log: logOrDiscard(log), Gap: time.Second, Wait: 20 * time.Second, Beat: time.Second}
+	return &Pacer{rdb: rdb, log: logOrDiscard(log), Gap: time.Second, ChatBurst: DefaultChatBurst, Wait: 20 * time.Second, Beat: time.Second}
 }
+
+// DefaultChatBurst is a Pacer's ChatBurst unless set.
+const DefaultChatBurst = 4
 
 //go:embed pacer.lua
 var pacerLua string
 
 var lane = redis.NewScript(pacerLua)
 
-// pacerKeys: the next free slot, the line of waiting writers, and when
-// each last asked; one hash tag, so the script runs on Redis Cluster.
+// pacerKeys: the next free slot, the line of waiting writers, when each
+// last asked, and the end of a rate limit's hold; one hash tag, so the
+// script runs on Redis Cluster.
 func pacerKeys(inst int64) []string {
 	p := "prq:ghwrite:{" + strconv.FormatInt(inst, 10) + "}"
-	return []string{p, p + ":line", p + ":seen"}
+	return []string{p, p + ":line", p + ":seen", p + ":hold"}
 }
 
 func (p *Pacer) now() time.Time {
@@ -107,10 +121,14 @@ func (p *Pacer) Do(ctx context.Context, inst int64, class WriteClass, write func
 		beat = time.Second
 	}
 	poll := min(50*time.Millisecond, max(p.Gap/4, time.Millisecond))
+	var ahead time.Duration
+	if class == ChatWrite {
+		ahead = time.Duration(max(p.ChatBurst, 0)) * p.Gap
+	}
 	deadline := p.now().Add(p.Wait)
 	for {
 		wait, err := lane.Run(ctx, p.rdb, keys, "take", p.scriptNow(), me, int(class), p.Gap.Milliseconds(),
-			(3 * beat).Milliseconds(), poll.Milliseconds()).Int64()
+			(3 * beat).Milliseconds(), poll.Milliseconds(), ahead.Milliseconds()).Int64()
 		if err != nil {
 			p.leave(ctx, keys, me)
 			return fmt.Errorf("workers: pace github writes: %w", err)

@@ -1,6 +1,13 @@
 -- An installation's GitHub write lane, shared by every process.
 -- KEYS[1] next slot (ms)  KEYS[2] line: zset writer -> class * 1e13 + joined ms
 -- KEYS[3] hash writer -> last asked (ms)
+-- KEYS[4] held until (ms): GitHub's retry time after a rate limit
+--
+-- KEYS[1] is the lane's theoretical next slot: each write books one gap
+-- after it (or after now, if it has passed). A chat reply may go while
+-- the next slot is at most ARGV[8] ms ahead of now, every other write
+-- only once it has come; so in any span t the lane writes at most
+-- t/gap + ARGV[8]/gap + 1 times, and batch writes keep their spacing.
 -- ARGV[1] op  ARGV[2] now ms ('' = Redis TIME)
 local now
 if ARGV[2] == '' then
@@ -14,8 +21,10 @@ local op = ARGV[1]
 
 if op == 'take' then
   -- ARGV[3] writer  ARGV[4] class  ARGV[5] gap ms  ARGV[6] stale ms  ARGV[7] poll ms
+  -- ARGV[8] how far ahead of now the next slot may be for this writer (ms)
   -- -> 0: the slot is the writer's (next slot booked), else ms to wait
   local me, gap, stale, poll = ARGV[3], tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+  local ahead = tonumber(ARGV[8] or '0') or 0
   redis.call('ZADD', KEYS[2], 'NX', tonumber(ARGV[4]) * 1e13 + now, me)
   redis.call('HSET', KEYS[3], me, now)
   -- the head is the first writer still asking; one that stopped (its
@@ -30,15 +39,17 @@ if op == 'take' then
     redis.call('HDEL', KEYS[3], head)
   until false
   local next = tonumber(redis.call('GET', KEYS[1]) or '0')
-  if head == me and next <= now then
+  local from = math.max(next - ahead, tonumber(redis.call('GET', KEYS[4]) or '0'))
+  if head == me and from <= now then
     redis.call('ZREM', KEYS[2], me)
     redis.call('HDEL', KEYS[3], me)
-    redis.call('SET', KEYS[1], now + gap, 'PX', gap + keep)
+    local booked = math.max(next, now) + gap
+    redis.call('SET', KEYS[1], booked, 'PX', booked - now + keep)
     return 0
   end
   redis.call('PEXPIRE', KEYS[2], keep)
   redis.call('PEXPIRE', KEYS[3], keep)
-  if next > now then return next - now end
+  if from > now then return from - now end
   return poll -- the slot is free, and another writer's turn
 
 elseif op == 'leave' then
@@ -49,9 +60,12 @@ elseif op == 'leave' then
 
 elseif op == 'hold' then
   -- ARGV[3] ms nobody may write for (GitHub's retry time)
+  -- (a chat reply may not run ahead of it: KEYS[4])
   local after = tonumber(ARGV[3])
   local next = tonumber(redis.call('GET', KEYS[1]) or '0')
   if now + after > next then redis.call('SET', KEYS[1], now + after, 'PX', after + keep) end
+  local held = tonumber(redis.call('GET', KEYS[4]) or '0')
+  if now + after > held then redis.call('SET', KEYS[4], now + after, 'PX', after + keep) end
   return 0
 end
 return redis.error_reply('pacer: unknown op ' .. tostring(op))

@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prq-dev/prq/fake/fakegithub"
 	"github.com/prq-dev/prq/ghapp"
 	"github.com/prq-dev/prq/internal/redistest"
+	"github.com/prq-dev/prq/jobs"
 	"github.com/prq-dev/prq/workers"
 )
 
@@ -104,6 +108,12 @@ type writeLog struct {
 	at    []time.Time
 }
 
+func (l *writeLog) snapshot() []time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]time.Time(nil), l.at...)
+}
+
 func (l *writeLog) write(c *manualClock, name string) func() error {
 	return func() error {
 		l.mu.Lock()
@@ -117,9 +127,13 @@ func (l *writeLog) write(c *manualClock, name string) func() error {
 // TestPacerServesChatFirstAcrossProcesses: waiting writers take the lane
 // chat replies first, then summaries and reviews, then check-run
 // decorations (which never hold a result back), each class oldest first.
+// (No chat burst here: every write waits its gap.)
 func TestPacerServesChatFirstAcrossProcesses(t *testing.T) {
 	c := newManualClock()
 	lane := newLane(t, c, 3)
+	for _, p := range lane {
+		p.ChatBurst = 0
+	}
 	inst := freshInstallation()
 	ctx := context.Background()
 	var log writeLog
@@ -171,6 +185,7 @@ func TestPacerDropsAWriterThatStoppedAsking(t *testing.T) {
 	c := newManualClock()
 	lane := newLane(t, c, 2)
 	dead := lane[1]
+	dead.ChatBurst = 0 // it heads the line and waits its turn
 	asked := make(chan struct{}, 1)
 	dead.AfterFunc = func(time.Duration) <-chan time.Time { // never wakes: a process that died
 		asked <- struct{}{}
@@ -271,5 +286,167 @@ func TestPacerGivesUpItsPlaceAfterWait(t *testing.T) {
 	c.Advance(time.Minute)
 	if err := p.Do(ctx, inst, workers.PublishWrite, log.write(c, "later")); err != nil || len(log.names) != 1 {
 		t.Fatalf("later write: %v, writes %v", err, log.names)
+	}
+}
+
+// TestPacerLetsChatRepliesRunAheadOfTheGap: right after a publication,
+// ChatBurst chat replies go at once and the next waits its gap; the
+// publications waiting meanwhile keep their spacing behind the replies,
+// so the lane's long-run rate stays one write a gap.
+func TestPacerLetsChatRepliesRunAheadOfTheGap(t *testing.T) {
+	c := newManualClock()
+	lane := newLane(t, c, 2)
+	inst := freshInstallation()
+	ctx := context.Background()
+	var log writeLog
+	start := c.Now()
+	if err := lane[0].Do(ctx, inst, workers.PublishWrite, log.write(c, "first")); err != nil {
+		t.Fatal(err)
+	}
+	queue := []workers.WriteClass{workers.PublishWrite, workers.PublishWrite}
+	for range workers.DefaultChatBurst + 1 {
+		queue = append(queue, workers.ChatWrite)
+	}
+	var wg sync.WaitGroup
+	for i, class := range queue {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer c.finished()
+			name := fmt.Sprint("publish-", i)
+			if class == workers.ChatWrite {
+				name = fmt.Sprint("chat-", i-2)
+			}
+			if err := lane[i%len(lane)].Do(ctx, inst, class, log.write(c, name)); err != nil {
+				t.Error(err)
+			}
+		}()
+		c.quiet(i + 1) // asleep in the line, or written
+	}
+	for range 40 {
+		c.Advance(250 * time.Millisecond)
+		c.quiet(len(queue))
+	}
+	wg.Wait()
+	// the two publications joined in the same millisecond: either goes first
+	at := map[string]time.Duration{}
+	for i, n := range log.names {
+		if strings.HasPrefix(n, "publish-") {
+			n = fmt.Sprint("publish#", len(at)-6)
+		}
+		at[n] = log.at[i].Sub(start)
+	}
+	want := map[string]time.Duration{"first": 0,
+		"chat-0": 0, "chat-1": 0, "chat-2": 0, "chat-3": 0, // at once, ahead of the gap
+		"chat-4":    time.Second,     // the burst spent: the gap
+		"publish#0": 6 * time.Second, // behind every booked slot
+		"publish#1": 7 * time.Second,
+	}
+	if fmt.Sprint(want) != fmt.Sprint(at) {
+		t.Fatalf("writes at %v, want %v", at, want)
+	}
+}
+
+// TestPacerKeepsGitHubsMinute: against the fake GitHub, which refuses an
+// installation's 81st content-creating request within a minute, a lane
+// kept busy by a publication a second, then hit by 25 chat replies at
+// once and a chat reply a second, never meets the limit at the default ChatBurst, and every sliding
+// minute holds at most 60 + ChatBurst + 1 writes. A lane letting chat
+// run 30 slots ahead does meet it: the test can fail.
+func TestPacerKeepsGitHubsMinute(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		burst     int
+		wantLimit bool
+	}{{"default burst", workers.DefaultChatBurst, false}, {"too eager", 30, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newManualClock()
+			c.now = time.Now() // the App's tokens are signed on the real clock
+			inst := freshInstallation()
+			pr := jobs.PR{Installation: inst, Owner: "acme", Repo: "lane", Number: 1}
+			rig := newGHRigWith(t, pr, fakegithub.Config{NowFunc: c.Now}) // GitHub's 80 a minute
+			gh, err := rig.app.Client(inst)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lane := newLane(t, c, 3)
+			for _, p := range lane {
+				p.ChatBurst = tc.burst
+			}
+			ctx, stop := context.WithCancel(context.Background())
+			defer stop()
+			var log writeLog
+			var limited atomic.Int32
+			var wg sync.WaitGroup
+			n := 0
+			spawn := func(class workers.WriteClass) {
+				i := n
+				n++
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					defer c.finished()
+					err := lane[i%len(lane)].Do(ctx, inst, class, func() error {
+						if _, err := gh.Comment(ctx, "acme", "lane", 1, fmt.Sprint("write ", i)); err != nil {
+							return err
+						}
+						return log.write(c, fmt.Sprint(i))()
+					})
+					var ra *workers.RetryAfterError
+					if errors.As(err, &ra) {
+						limited.Add(1)
+					} else if err != nil && !errors.Is(err, context.Canceled) {
+						t.Error(err)
+					}
+				}()
+				c.quiet(n)
+			}
+			const step = 250 * time.Millisecond
+			// a publication a second for 75 s; 25 chat replies at 20 s, then
+			// one a second
+			for s := range 4 * 75 {
+				if s%4 == 0 {
+					spawn(workers.PublishWrite)
+				}
+				if s == 4*20 {
+					for range 24 {
+						spawn(workers.ChatWrite)
+					}
+				}
+				if s >= 4*20 && s%4 == 0 {
+					spawn(workers.ChatWrite)
+				}
+				c.Advance(step)
+				c.quiet(n)
+			}
+			for range 4 * 240 {
+				if limited.Load() > 0 || len(log.snapshot()) == n {
+					break
+				}
+				c.Advance(step)
+				c.quiet(n)
+			}
+			stop() // the writers still waiting behind a rate limit's hold
+			wg.Wait()
+			if got := limited.Load() > 0; got != tc.wantLimit {
+				t.Fatalf("GitHub's secondary limit hit %d times, want hit: %v", limited.Load(), tc.wantLimit)
+			}
+			if tc.wantLimit {
+				return
+			}
+			at := log.snapshot()
+			most := 0
+			for i := range at {
+				j := i
+				for j < len(at) && at[j].Sub(at[i]) < time.Minute {
+					j++
+				}
+				most = max(most, j-i)
+			}
+			if limit := 60 + tc.burst + 1; most > limit {
+				t.Fatalf("%d writes within a minute, want at most %d", most, limit)
+			}
+			t.Logf("%d writes, at most %d within a minute", len(at), most)
+		})
 	}
 }

@@ -90,6 +90,11 @@ type GitHubConfig struct {
 	// WriteGap is the least time between an installation's content-creating
 	// calls. Defaults to 1s (GitHub's advice); the demo compresses it.
 	WriteGap Duration `yaml:"write_gap"`
+	// ChatWriteBurst is how many chat replies may go to an installation
+	// at once right after another write, ahead of WriteGap; the lane's
+	// rate stays one write a gap, so a minute holds at most
+	// 60s/write_gap + ChatWriteBurst + 1 writes. Defaults to 4.
+	ChatWriteBurst *int `yaml:"chat_write_burst"`
 	// WebhookMaxInFlightBytes caps the webhook bodies being read at once,
 	// across requests (503 with Retry-After past it). Defaults to
 	// webhook_max_bytes plus 4 MB.
@@ -588,7 +593,7 @@ func Default() Config {
 		ShutdownTimeout: Duration(30 * time.Second),
 		Log:             LogConfig{Format: "text", Level: "info"},
 		GitLab:          GitLabConfig{URL: "https://gitlab.com"},
-		GitHub:          GitHubConfig{APIURL: "https://api.github.com/", SkipBotPRs: BoolPtr(true), WebhookMaxBytes: 25 << 20, WriteGap: Duration(time.Second), CheckRunEvery: Duration(5 * time.Second)},
+		GitHub:          GitHubConfig{APIURL: "https://api.github.com/", SkipBotPRs: BoolPtr(true), WebhookMaxBytes: 25 << 20, WriteGap: Duration(time.Second), ChatWriteBurst: IntPtr(4), CheckRunEvery: Duration(5 * time.Second)},
 		OpenAI:          OpenAIConfig{Timeout: Duration(120 * time.Second), FirstByteTimeout: Duration(30 * time.Second)},
 		Models: []ModelConfig{
 			{Name: "gpt-4o-mini", RequestsPerMinute: 500, TokensPerMinute: 200000, MaxOutputTokens: 512},

@@ -87,6 +87,7 @@ var meanings = map[string]meaning{
 	"github.skip_bot_prs":                {Text: "Ignore pull requests opened by bots."},
 	"github.webhook_max_bytes":           {Text: "The largest webhook body read, in bytes (25 MiB, GitHub's maximum)."},
 	"github.write_gap":                   {Text: "The least time between two content-creating calls of one installation (GitHub's advice against secondary rate limits)."},
+	"github.chat_write_burst":            {Text: "How many chat replies may go to one installation at once right after another write, ahead of `write_gap`; a minute still holds at most 60 s / `write_gap` + this + 1 writes (see [the write lane](architecture.md)). 0: none."},
 	"github.webhook_max_in_flight_bytes": {Text: "The webhook bodies being read at once, across requests, in bytes; past it `serve` answers 503 with `Retry-After`.", Unset: "`webhook_max_bytes` + 4 MiB"},
 	"github.chat_associations":           {Text: "Who may talk to the bot besides the pull request's author (GitHub's `author_association`); anyone else's mention costs nothing.", Unset: literal(webhook.DefaultChatAssociations)},
 	"github.repo_config":                 {Text: "Read each repository's `.prq.yaml` from the base branch (the App needs `contents: read`): see [repository configuration](repository.md).", Unset: "`true`"},

@@ -97,6 +97,9 @@ func (c *Config) validateGitHub(bad report) {
 	if c.GitHub.WriteGap.D() < 0 {
 		bad("github.write_gap", "must not be negative")
 	}
+	if n := c.GitHub.ChatWriteBurst; n == nil || *n < 0 {
+		bad("github.chat_write_burst", "must not be negative")
+	}
 	if c.GitHub.CheckRunEvery.D() < 0 {
 		bad("github.check_run_every", "must not be negative")
 	}

@@ -20,6 +20,7 @@ func TestValidateReportsInSectionOrder(t *testing.T) {
 	c.Retention = 0
 	c.GitHub.APIURL = "ftp://x"
 	c.GitHub.WriteGap = neg
+	c.GitHub.ChatWriteBurst = IntPtr(-1)
 	c.Admin.ReadOnly = BoolPtr(false)
 	c.Gateway.MaxWait = neg
 	c.OpenAI.FirstByteTimeout = neg
@@ -44,7 +45,7 @@ func TestValidateReportsInSectionOrder(t *testing.T) {
 	}
 	want := []string{
 		"REDIS_URL", "PRQ_ADDR", "retention",
-		"GITHUB_API_URL", "github.write_gap",
+		"GITHUB_API_URL", "github.write_gap", "github.chat_write_burst",
 		"admin.read_only", "gateway.max_wait", "openai.first_byte_timeout",
 		"GITHUB_APP_ID", "GITHUB_PRIVATE_KEY_PATH", "OPENAI_API_KEY",
 		"models.m", "models.m.batch_queue_tokens", "models.m.provider",

@@ -112,6 +112,9 @@ func (s *Server) buildWorkers(tr http.RoundTripper, opt Options, handlers bool) 
 	log := s.log.With("component", "worker")
 	pacer := workers.NewPacer(s.rdb, log)
 	pacer.Gap = cfg.GitHub.WriteGap.D()
+	if n := cfg.GitHub.ChatWriteBurst; n != nil {
+		pacer.ChatBurst = *n
+	}
 	w, err := workers.New(workers.Config{
 		Models: models, SummaryModel: cfg.Jobs.SummaryModel, ReviewModel: cfg.Jobs.ReviewModel, ChatModel: cfg.Jobs.ChatModel,
 		Tiers: tiers, QuotaPerKind: cfg.Quota.PerKind, QuotaSkip: cfg.Quota.WhenSpent == "skip", Exclude: cfg.Filters.Exclude, SkipBotPRs: cfg.GitHub.SkipBotPRs == nil || *cfg.GitHub.SkipBotPRs,
