@@ -440,21 +440,26 @@ func (s *Scheduler) releaseWhenHeld(ctx context.Context, a Admitted) {
 	}()
 }
 
-// Started records that an admitted task reached its handler. It moves
-// the job's charge to now, when the provider will count the call (a
-// token bucket full at admission is lowered by the refill the provider's
-// lost meanwhile). A window's charge moves only if the room is there:
+// Started records that an admitted task reached its handler: its ticket
+// is no longer released (the reconciler leaves it alone). With a window
+// limiter it also moves the job's charge to now, if the room is there:
 // admission looks ahead by the time its jobs take to be ready to call,
 // so a job may start before the room it was admitted for; then its call
-// waits for it (see Calling), and the handler prepares meanwhile.
+// waits for it (see Calling), and the handler prepares meanwhile. A
+// token bucket's charge is corrected at the call (Calling), which counts
+// every charge not called yet, this one's included: a correction at the
+// start as well would change nothing the call's does not, and costs a
+// pass over the model's reservations per job.
 func (s *Scheduler) Started(ctx context.Context, model, id string) error {
 	keys, b, err := s.keys(model)
 	if err != nil {
 		return err
 	}
 	args := []any{s.now(), id}
-	args = append(args, b.ScriptArgs(ratelimit.Values{})...)
-	args = append(args, s.cfg.SendLag.Microseconds())
+	if b.Limits().Windowed() {
+		args = append(args, b.ScriptArgs(ratelimit.Values{})...)
+		args = append(args, s.cfg.SendLag.Microseconds())
+	}
 	if err := startedScript.Run(ctx, s.rdb, keys.list(), args...).Err(); err != nil {
 		return fmt.Errorf("admission: started %s: %w", id, err)
 	}
@@ -470,10 +475,11 @@ func (s *Scheduler) Started(ctx context.Context, model, id string) error {
 // it was admitted for (admission looks ahead), or calls more than a
 // window after its start, waits here for room. A window's first call
 // tells admission how long its jobs prepare (part of the look-ahead). A
-// token bucket is lowered as at the start (see Started), now counting
-// every charge of the key not called yet: the provider's bucket, capped
-// at full, did not refill while those handlers prepared their calls, and
-// ours did.
+// token bucket that was full at admission is lowered to what the
+// provider's holds less what it has not seen yet: every charge of the
+// key not called yet, this one's included. The provider's bucket, capped
+// at full, did not refill while those jobs waited for a worker and their
+// handlers prepared their calls, and ours did.
 func (s *Scheduler) Calling(ctx context.Context, model, id string) error {
 	for {
 		wait, err := s.TryCalling(ctx, model, id)

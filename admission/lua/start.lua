@@ -5,7 +5,9 @@
 -- lag µs.
 -- Reply: 0; calling on a window: the µs to wait before calling again
 -- when the room it needs is not there yet.
--- started: the released task reached a handler.
+-- started: the released task reached a handler. Without dims (Go
+-- passes none for a model whose limiter is a token bucket: its call
+-- corrects it, below) only that is recorded.
 -- With dims, the job's charge moves to now, where the provider will
 -- count the call. A token bucket counts refill from each admission on,
 -- but the provider's, which has seen none of the calls admitted and not
