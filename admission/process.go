@@ -24,7 +24,7 @@ const asynqLease = 30 * time.Second
 const processesKey = "prq:procs"
 
 // jobsRecordTTL bounds a process's record of its running jobs, renewed
-// by every job it starts.
+// by its every beat.
 const jobsRecordTTL = 24 * time.Hour
 
 // jobsKey is a process's running jobs: task id -> queue.
@@ -45,10 +45,29 @@ func (s *Scheduler) Process(id string) *Process { return &Process{s: s, id: id} 
 
 // Beat records that the process is alive.
 func (p *Process) Beat(ctx context.Context) error {
-	if err := processScript.Run(ctx, p.s.rdb, []string{processesKey}, "beat", p.s.now(), p.id).Err(); err != nil {
+	if _, err := p.beat(ctx, "beat", p.s.now(), p.id); err != nil {
 		return fmt.Errorf("admission: heartbeat: %w", err)
 	}
 	return nil
+}
+
+// beat runs the process script's beat with args and, in the same round
+// trip, renews the TTL of the process's record of its running jobs
+// (Track writes it without one: one command a job, not three).
+func (p *Process) beat(ctx context.Context, args ...any) ([]string, error) {
+	pipe := p.s.rdb.Pipeline()
+	res := processScript.EvalSha(ctx, pipe, []string{processesKey}, args...)
+	pipe.Expire(ctx, jobsKey(p.id), jobsRecordTTL)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) && !redis.HasErrorPrefix(err, "NOSCRIPT") {
+		return nil, err
+	}
+	if redis.HasErrorPrefix(res.Err(), "NOSCRIPT") { // a Redis that has not seen it yet (or restarted)
+		res = processScript.Run(ctx, p.s.rdb, []string{processesKey}, args...)
+	}
+	if len(args) < 4 { // no ttl: the beat answers nothing
+		return nil, res.Err()
+	}
+	return res.StringSlice()
 }
 
 // Leave removes the record on a clean exit (asynq has requeued what was
@@ -71,12 +90,10 @@ func (p *Process) Track(h asynq.Handler) asynq.Handler {
 		id, _ := asynq.GetTaskID(ctx)
 		q, _ := asynq.GetQueueName(ctx)
 		// the record outlives no process for long: a dead one's is read
-		// and deleted by recovery within seconds, and the TTL bounds one
-		// that nothing recovers (its jobs are asynq's to recover then)
-		pipe := p.s.rdb.TxPipeline()
-		pipe.HSet(ctx, jobsKey(p.id), id, q)
-		pipe.Expire(ctx, jobsKey(p.id), jobsRecordTTL)
-		if _, err := pipe.Exec(ctx); err != nil {
+		// and deleted by recovery within seconds, and the TTL (each beat
+		// renews it) bounds one that nothing recovers (its jobs are
+		// asynq's to recover then)
+		if err := p.s.rdb.HSet(ctx, jobsKey(p.id), id, q).Err(); err != nil {
 			p.s.log.WarnContext(ctx, "could not record a running job; if this process dies, asynq recovers it in a minute or two", "task", id, "err", err)
 		}
 		defer func() {
@@ -105,7 +122,7 @@ func (s *Scheduler) RecoverDead(ctx context.Context, rc RunConfig, ttl time.Dura
 // beatFindDead beats for p and, in the same script, finds the processes
 // silent for longer than ttl (RecoverDead's first step): one call a beat.
 func (p *Process) beatFindDead(ctx context.Context, ttl time.Duration) ([]string, error) {
-	res, err := processScript.Run(ctx, p.s.rdb, []string{processesKey}, "beat", p.s.now(), p.id, ttl.Microseconds()).StringSlice()
+	res, err := p.beat(ctx, "beat", p.s.now(), p.id, ttl.Microseconds())
 	if err != nil {
 		return nil, fmt.Errorf("admission: heartbeat: %w", err)
 	}
