@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -16,6 +17,11 @@ import (
 var processLua string
 
 var processScript = redis.NewScript(processLua)
+
+//go:embed lua/release.lua
+var releaseLua string
+
+var releaseScript = redis.NewScript(releaseLua)
 
 // asynq's lease on an active task (v0.26, not configurable).
 const asynqLease = 30 * time.Second
@@ -37,6 +43,9 @@ func jobsKey(process string) string { return "prq:proc:{" + process + "}:jobs" }
 type Process struct {
 	s  *Scheduler
 	id string
+	// ran is set when Track wrote the record since the last beat: that
+	// beat renews its TTL (an idle process's beat sends nothing more)
+	ran atomic.Bool
 }
 
 // Process returns the liveness record of the process named id (unique
@@ -51,18 +60,26 @@ func (p *Process) Beat(ctx context.Context) error {
 	return nil
 }
 
-// beat runs the process script's beat with args and, in the same round
-// trip, renews the TTL of the process's record of its running jobs
-// (Track writes it without one: one command a job, not three).
+// beat runs the process script's beat with args and, when a job was
+// recorded since the last beat, in the same round trip renews the TTL of
+// the process's record of its running jobs (Track writes it without
+// one: one command a job, not three).
 func (p *Process) beat(ctx context.Context, args ...any) ([]string, error) {
-	pipe := p.s.rdb.Pipeline()
-	res := processScript.EvalSha(ctx, pipe, []string{processesKey}, args...)
-	pipe.Expire(ctx, jobsKey(p.id), jobsRecordTTL)
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) && !redis.HasErrorPrefix(err, "NOSCRIPT") {
-		return nil, err
-	}
-	if redis.HasErrorPrefix(res.Err(), "NOSCRIPT") { // a Redis that has not seen it yet (or restarted)
-		res = processScript.Run(ctx, p.s.rdb, []string{processesKey}, args...)
+	keys := []string{processesKey}
+	var res *redis.Cmd
+	if p.ran.Swap(false) {
+		pipe := p.s.rdb.Pipeline()
+		res = processScript.EvalSha(ctx, pipe, keys, args...)
+		renew := pipe.Expire(ctx, jobsKey(p.id), jobsRecordTTL)
+		_, _ = pipe.Exec(ctx) // each command's error is its own
+		if renew.Err() != nil {
+			p.ran.Store(true) // the next beat renews it
+		}
+		if redis.HasErrorPrefix(res.Err(), "NOSCRIPT") { // a Redis that has not seen it yet (or restarted)
+			res = processScript.Run(ctx, p.s.rdb, keys, args...)
+		}
+	} else {
+		res = processScript.Run(ctx, p.s.rdb, keys, args...)
 	}
 	if len(args) < 4 { // no ttl: the beat answers nothing
 		return nil, res.Err()
@@ -93,6 +110,7 @@ func (p *Process) Track(h asynq.Handler) asynq.Handler {
 		// and deleted by recovery within seconds, and the TTL (each beat
 		// renews it) bounds one that nothing recovers (its jobs are
 		// asynq's to recover then)
+		p.ran.Store(true)
 		if err := p.s.rdb.HSet(ctx, jobsKey(p.id), id, q).Err(); err != nil {
 			p.s.log.WarnContext(ctx, "could not record a running job; if this process dies, asynq recovers it in a minute or two", "task", id, "err", err)
 		}
