@@ -345,6 +345,7 @@ func (s *Scheduler) attempt(ctx context.Context, model string, budget, batch int
 // Release moves admitted tasks from held to pending so a worker runs
 // them. A task that no longer exists (superseded, deleted) is dropped.
 func (s *Scheduler) Release(ctx context.Context, adm []Admitted) {
+	var byQueue map[string][]Admitted
 	for _, a := range adm {
 		if a.Via == "reject" && a.Queue == NotifyQueue {
 			s.notify(ctx, a) // its caller sees the ticket gone unreserved
@@ -369,24 +370,48 @@ func (s *Scheduler) Release(ctx context.Context, adm []Admitted) {
 		if s.insp == nil {
 			continue
 		}
-		err := s.insp.RunTask(a.Queue, a.ID)
-		switch {
-		case err == nil:
-		case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
+		if byQueue == nil {
+			byQueue = map[string][]Admitted{}
+		}
+		byQueue[a.Queue] = append(byQueue[a.Queue], a)
+	}
+	for q, as := range byQueue {
+		s.release(ctx, q, as)
+	}
+}
+
+// release moves admitted tasks of queue q to its pending list, in one
+// script (lua/release.lua; what Inspector.RunTask does for each, less
+// its queue check).
+func (s *Scheduler) release(ctx context.Context, q string, adm []Admitted) {
+	p := "asynq:{" + q + "}:"
+	keys := []string{p + "pending", p + "scheduled", p + "retry", p + "archived", p + "completed"}
+	ids := make([]any, len(adm))
+	for i, a := range adm {
+		keys = append(keys, p+"t:"+a.ID)
+		ids[i] = a.ID
+	}
+	codes, err := releaseScript.Run(ctx, s.rdb, keys, ids...).Int64Slice()
+	if err == nil && len(codes) != len(adm) {
+		err = fmt.Errorf("admission: release: %d codes for %d tasks", len(codes), len(adm))
+	}
+	for i, a := range adm {
+		code := int64(-5)
+		if err == nil {
+			code = codes[i]
+		}
+		switch code {
+		case 1, -2: // released; pending already: fine
+		case 0:
 			s.log.InfoContext(ctx, "admitted task is gone (superseded or deleted)", "task", a.ID, "queue", a.Queue)
 			s.forget(ctx, a.Model, a.ID)
+		case -1:
+			// active: its handler put it back into admission and has not
+			// returned yet (release it when it has)
+			s.releaseWhenHeld(ctx, a)
 		default:
-			// pending already: fine; active: its handler put it back into
-			// admission and has not returned yet (release it when it has);
-			// held again: it returned between RunTask and this read (release
-			// it now); anything else the reconciler retries
-			switch s.stateOf(a.Queue, a.ID) {
-			case asynq.TaskStatePending:
-			case asynq.TaskStateActive, asynq.TaskStateScheduled, asynq.TaskStateRetry:
-				s.releaseWhenHeld(ctx, a)
-			default:
-				s.log.WarnContext(ctx, "release failed; the reconciler will retry", "task", a.ID, "err", err)
-			}
+			// anything else the reconciler retries
+			s.log.WarnContext(ctx, "release failed; the reconciler will retry", "task", a.ID, "code", code, "err", err)
 		}
 	}
 }
