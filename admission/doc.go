@@ -34,7 +34,9 @@
 // admission loop), reconcile.go (crash repair), notify.go (notify
 // tickets and their waiters), process.go and lua/process.lua (worker
 // processes' heartbeats and running jobs; a dead process's jobs go back
-// through admission within seconds), pause.go and stats.go.
+// through admission within seconds), lua/release.lua (admitted tasks
+// moved to asynq's pending list, one script a queue), pause.go and
+// stats.go.
 //
 // It owns the order and the tickets. It does not run jobs or call the
 // provider (the workers do, and report back through Started and Settle),
