@@ -37,8 +37,12 @@
 -- time from the mark.
 -- Uses: B, OP, keystate, now, reservation, resmark, resstartat, retimed,
 --   smooth
-redis.call('ZREM', KEYS[10], ARGV[2])
-redis.call('HDEL', KEYS[2], ARGV[2])
+-- the ticket leaves the released set at the start (a call comes after
+-- it: nothing left to drop)
+if OP == 'started' then
+  redis.call('ZREM', KEYS[10], ARGV[2])
+  redis.call('HDEL', KEYS[2], ARGV[2])
+end
 if ARGV[3] == nil then return 0 end
 local r = redis.call('HGET', KEYS[12], ARGV[2])
 local at = tonumber(redis.call('ZSCORE', KEYS[13], ARGV[2]) or '')
