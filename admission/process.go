@@ -30,7 +30,7 @@ const asynqLease = 30 * time.Second
 const processesKey = "prq:procs"
 
 // jobsRecordTTL bounds a process's record of its running jobs, renewed
-// by its every beat.
+// by every job it starts and the beat after it.
 const jobsRecordTTL = 24 * time.Hour
 
 // jobsKey is a process's running jobs: task id -> queue.
@@ -62,8 +62,8 @@ func (p *Process) Beat(ctx context.Context) error {
 
 // beat runs the process script's beat with args and, when a job was
 // recorded since the last beat, in the same round trip renews the TTL of
-// the process's record of its running jobs (Track writes it without
-// one: one command a job, not three).
+// the process's record of its running jobs (Track's own, pipelined with
+// its write, may have been lost with its connection).
 func (p *Process) beat(ctx context.Context, args ...any) ([]string, error) {
 	keys := []string{processesKey}
 	var res *redis.Cmd
@@ -107,11 +107,15 @@ func (p *Process) Track(h asynq.Handler) asynq.Handler {
 		id, _ := asynq.GetTaskID(ctx)
 		q, _ := asynq.GetQueueName(ctx)
 		// the record outlives no process for long: a dead one's is read
-		// and deleted by recovery within seconds, and the TTL (each beat
-		// renews it) bounds one that nothing recovers (its jobs are
-		// asynq's to recover then)
+		// and deleted by recovery within seconds, and the TTL bounds one
+		// that nothing recovers (its jobs are asynq's to recover then).
+		// The write and its TTL are pipelined, not a MULTI: a TTL lost
+		// with the connection is renewed by the next beat
 		p.ran.Store(true)
-		if err := p.s.rdb.HSet(ctx, jobsKey(p.id), id, q).Err(); err != nil {
+		pipe := p.s.rdb.Pipeline()
+		pipe.HSet(ctx, jobsKey(p.id), id, q)
+		pipe.Expire(ctx, jobsKey(p.id), jobsRecordTTL)
+		if _, err := pipe.Exec(ctx); err != nil {
 			p.s.log.WarnContext(ctx, "could not record a running job; if this process dies, asynq recovers it in a minute or two", "task", id, "err", err)
 		}
 		defer func() {
