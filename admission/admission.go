@@ -345,6 +345,7 @@ func (s *Scheduler) attempt(ctx context.Context, model string, budget, batch int
 // Release moves admitted tasks from held to pending so a worker runs
 // them. A task that no longer exists (superseded, deleted) is dropped.
 func (s *Scheduler) Release(ctx context.Context, adm []Admitted) {
+	var byQueue map[string][]Admitted
 	for _, a := range adm {
 		if a.Via == "reject" && a.Queue == NotifyQueue {
 			s.notify(ctx, a) // its caller sees the ticket gone unreserved
@@ -369,24 +370,48 @@ func (s *Scheduler) Release(ctx context.Context, adm []Admitted) {
 		if s.insp == nil {
 			continue
 		}
-		err := s.insp.RunTask(a.Queue, a.ID)
-		switch {
-		case err == nil:
-		case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
+		if byQueue == nil {
+			byQueue = map[string][]Admitted{}
+		}
+		byQueue[a.Queue] = append(byQueue[a.Queue], a)
+	}
+	for q, as := range byQueue {
+		s.release(ctx, q, as)
+	}
+}
+
+// release moves admitted tasks of queue q to its pending list, in one
+// script (lua/release.lua; what Inspector.RunTask does for each, less
+// its queue check).
+func (s *Scheduler) release(ctx context.Context, q string, adm []Admitted) {
+	p := "asynq:{" + q + "}:"
+	keys := []string{p + "pending", p + "scheduled", p + "retry", p + "archived", p + "completed"}
+	ids := make([]any, len(adm))
+	for i, a := range adm {
+		keys = append(keys, p+"t:"+a.ID)
+		ids[i] = a.ID
+	}
+	codes, err := releaseScript.Run(ctx, s.rdb, keys, ids...).Int64Slice()
+	if err == nil && len(codes) != len(adm) {
+		err = fmt.Errorf("admission: release: %d codes for %d tasks", len(codes), len(adm))
+	}
+	for i, a := range adm {
+		code := int64(-5)
+		if err == nil {
+			code = codes[i]
+		}
+		switch code {
+		case 1, -2: // released; pending already: fine
+		case 0:
 			s.log.InfoContext(ctx, "admitted task is gone (superseded or deleted)", "task", a.ID, "queue", a.Queue)
 			s.forget(ctx, a.Model, a.ID)
+		case -1:
+			// active: its handler put it back into admission and has not
+			// returned yet (release it when it has)
+			s.releaseWhenHeld(ctx, a)
 		default:
-			// pending already: fine; active: its handler put it back into
-			// admission and has not returned yet (release it when it has);
-			// held again: it returned between RunTask and this read (release
-			// it now); anything else the reconciler retries
-			switch s.stateOf(a.Queue, a.ID) {
-			case asynq.TaskStatePending:
-			case asynq.TaskStateActive, asynq.TaskStateScheduled, asynq.TaskStateRetry:
-				s.releaseWhenHeld(ctx, a)
-			default:
-				s.log.WarnContext(ctx, "release failed; the reconciler will retry", "task", a.ID, "err", err)
-			}
+			// anything else the reconciler retries
+			s.log.WarnContext(ctx, "release failed; the reconciler will retry", "task", a.ID, "code", code, "err", err)
 		}
 	}
 }
@@ -440,21 +465,26 @@ func (s *Scheduler) releaseWhenHeld(ctx context.Context, a Admitted) {
 	}()
 }
 
-// Started records that an admitted task reached its handler. It moves
-// the job's charge to now, when the provider will count the call (a
-// token bucket full at admission is lowered by the refill the provider's
-// lost meanwhile). A window's charge moves only if the room is there:
+// Started records that an admitted task reached its handler: its ticket
+// is no longer released (the reconciler leaves it alone). With a window
+// limiter it also moves the job's charge to now, if the room is there:
 // admission looks ahead by the time its jobs take to be ready to call,
 // so a job may start before the room it was admitted for; then its call
-// waits for it (see Calling), and the handler prepares meanwhile.
+// waits for it (see Calling), and the handler prepares meanwhile. A
+// token bucket's charge is corrected at the call (Calling), which counts
+// every charge not called yet, this one's included: a correction at the
+// start as well would change nothing the call's does not, and costs a
+// pass over the model's reservations per job.
 func (s *Scheduler) Started(ctx context.Context, model, id string) error {
 	keys, b, err := s.keys(model)
 	if err != nil {
 		return err
 	}
 	args := []any{s.now(), id}
-	args = append(args, b.ScriptArgs(ratelimit.Values{})...)
-	args = append(args, s.cfg.SendLag.Microseconds())
+	if b.Limits().Windowed() {
+		args = append(args, b.ScriptArgs(ratelimit.Values{})...)
+		args = append(args, s.cfg.SendLag.Microseconds())
+	}
 	if err := startedScript.Run(ctx, s.rdb, keys.list(), args...).Err(); err != nil {
 		return fmt.Errorf("admission: started %s: %w", id, err)
 	}
@@ -470,10 +500,11 @@ func (s *Scheduler) Started(ctx context.Context, model, id string) error {
 // it was admitted for (admission looks ahead), or calls more than a
 // window after its start, waits here for room. A window's first call
 // tells admission how long its jobs prepare (part of the look-ahead). A
-// token bucket is lowered as at the start (see Started), now counting
-// every charge of the key not called yet: the provider's bucket, capped
-// at full, did not refill while those handlers prepared their calls, and
-// ours did.
+// token bucket that was full at admission is lowered to what the
+// provider's holds less what it has not seen yet: every charge of the
+// key not called yet, this one's included. The provider's bucket, capped
+// at full, did not refill while those jobs waited for a worker and their
+// handlers prepared their calls, and ours did.
 func (s *Scheduler) Calling(ctx context.Context, model, id string) error {
 	for {
 		wait, err := s.TryCalling(ctx, model, id)

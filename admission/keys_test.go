@@ -211,11 +211,12 @@ func TestOneKeyAsBefore(t *testing.T) {
 	}
 }
 
-// A start moves a token bucket's charge to when the provider counts the
-// call: a bucket that was full at admission is lowered by the refill the
+// A call moves a token bucket's charge to when the provider counts it:
+// a bucket that was full at admission is lowered by the refill the
 // provider's, still full until the call arrives, did not get; one that
-// was not full is left as it is.
-func TestStartMovesBucketCharge(t *testing.T) {
+// was not full is left as it is. The start records only that the job
+// reached its handler: the bucket is left for the call to correct.
+func TestCallingMovesBucketCharge(t *testing.T) {
 	ctx := context.Background()
 	s, b, clk, model := newKeyed(t, 1, ratelimit.Limits{RequestsPerPeriod: 1000, TokensPerPeriod: 1000, Period: time.Second})
 	step := func(id string, tokens, before, after int64) {
@@ -232,24 +233,35 @@ func TestStartMovesBucketCharge(t *testing.T) {
 		if err := s.Started(ctx, model, adm[0].ID); err != nil {
 			t.Fatal(err)
 		}
+		if got, _, _ := b.Available(ctx); got.Tokens != before {
+			t.Fatalf("%s after its start: %d tokens, want %d (the start moves nothing)", id, got.Tokens, before)
+		}
+		if st, _ := s.Stats(ctx, model); st.Released != 0 {
+			t.Fatalf("%s after its start: %d released, want 0", id, st.Released)
+		}
+		if err := s.Calling(ctx, model, adm[0].ID); err != nil {
+			t.Fatal(err)
+		}
 		if got, _, _ := b.Available(ctx); got.Tokens != after {
-			t.Fatalf("%s after its start: %d tokens, want %d", id, got.Tokens, after)
+			t.Fatalf("%s after its call: %d tokens, want %d", id, got.Tokens, after)
 		}
 	}
 	// full at admission: the provider's bucket stays full until the call
 	// arrives, then holds 1000 - 600
 	step("full", 600, 500, 400)
-	// 400 left: admitted at 100, refilled to 200 by the start, as the
+	// 400 left: admitted at 100, refilled to 200 by the call, as the
 	// provider's (not full meanwhile)
 	step("partial", 300, 200, 200)
 }
 
-// TestStartOfABurstFromFull: two jobs admitted at once from a full bucket.
-// The provider's bucket stays full until the first call arrives and has
-// not seen the second then; ours counted refill since the admission for
-// both. At the first start ours must hold what the provider holds less
-// what it has not seen yet; the second start changes nothing more.
-func TestStartOfABurstFromFull(t *testing.T) {
+// TestCallingOfABurstFromFull: two jobs admitted at once from a full
+// bucket. The provider's bucket stays full until the first call arrives
+// and has not seen the second then; ours counted refill since the
+// admission for both. At the first call ours must hold what the provider
+// holds less what it has not seen yet; the second call changes nothing
+// more. Both jobs started before either called (their handlers prepare
+// side by side): the starts change nothing.
+func TestCallingOfABurstFromFull(t *testing.T) {
 	ctx := context.Background()
 	s, b, clk, model := newKeyed(t, 1, ratelimit.Limits{RequestsPerPeriod: 1000, TokensPerPeriod: 1000, Period: time.Second})
 	registerN(t, s, model, "burst", 2, 300)
@@ -259,29 +271,37 @@ func TestStartOfABurstFromFull(t *testing.T) {
 	}
 	left := func() int64 { return tokensLeft(t, b)[0] }
 	clk.advance(200 * time.Millisecond) // ours: 400 + 200
-	if err := s.Started(ctx, model, adm[0].ID); err != nil {
+	for _, a := range adm {
+		if err := s.Started(ctx, model, a.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := left(); got != 600 {
+		t.Fatalf("after the starts: %d tokens, want 600 (a start moves nothing)", got)
+	}
+	if err := s.Calling(ctx, model, adm[0].ID); err != nil {
 		t.Fatal(err)
 	}
 	// the provider: full until now, 1000 - 300 = 700, the second job
 	// (300) not seen yet: ours 400, not 600 (nor 600 less nothing, as a
-	// correction for the starting job alone would leave it)
+	// correction for the calling job alone would leave it)
 	if got := left(); got != 400 {
-		t.Fatalf("after the first start: %d tokens, want 400", got)
+		t.Fatalf("after the first call: %d tokens, want 400", got)
 	}
 	clk.advance(100 * time.Millisecond)
-	if err := s.Started(ctx, model, adm[1].ID); err != nil {
+	if err := s.Calling(ctx, model, adm[1].ID); err != nil {
 		t.Fatal(err)
 	}
 	// the provider: 700 + 100 - 300 = 500; ours refilled to 500 already
 	if got := left(); got != 500 {
-		t.Fatalf("after the second start: %d tokens, want 500", got)
+		t.Fatalf("after the second call: %d tokens, want 500", got)
 	}
-	// a second start of the same job (a rerun) changes nothing
-	if err := s.Started(ctx, model, adm[1].ID); err != nil {
+	// a second call of the same job (a rerun) changes nothing
+	if err := s.Calling(ctx, model, adm[1].ID); err != nil {
 		t.Fatal(err)
 	}
 	if got := left(); got != 500 {
-		t.Fatalf("after a rerun's start: %d tokens, want 500", got)
+		t.Fatalf("after a rerun's call: %d tokens, want 500", got)
 	}
 }
 
@@ -366,9 +386,9 @@ func TestCallOfABurstFromFull(t *testing.T) {
 
 // TestCallHeldBelowFullBySendLag: the call's way to the provider is
 // refill a full provider bucket wastes and ours counts. With SendLag
-// 100ms of a 1000-per-second limit, a bucket full at the start and at
-// the call of a 300-token job is held at full less the job less 100;
-// at saturation (far from full) nothing changes.
+// 100ms of a 1000-per-second limit, a bucket full at the call of a
+// 300-token job is held at full less the job less 100 (its start moved
+// nothing); at saturation (far from full) nothing changes.
 func TestCallHeldBelowFullBySendLag(t *testing.T) {
 	ctx := context.Background()
 	s, b, clk, model := newKeyedConfig(t, 1, ratelimit.Limits{RequestsPerPeriod: 1000, TokensPerPeriod: 1000, Period: time.Second},
@@ -382,15 +402,15 @@ func TestCallHeldBelowFullBySendLag(t *testing.T) {
 	if err := s.Started(ctx, model, adm[0].ID); err != nil {
 		t.Fatal(err)
 	}
-	if got := left(); got != 600 {
-		t.Fatalf("after the start: %d tokens, want 600 (1000 - 300 - 100 of send lag)", got)
+	if got := left(); got != 700 {
+		t.Fatalf("after the start: %d tokens, want 700 (a start moves nothing)", got)
 	}
-	clk.advance(300 * time.Millisecond) // ours: 900
+	clk.advance(300 * time.Millisecond) // ours: full
 	if err := s.Calling(ctx, model, adm[0].ID); err != nil {
 		t.Fatal(err)
 	}
 	if got := left(); got != 600 {
-		t.Fatalf("at the call: %d tokens, want 600", got)
+		t.Fatalf("at the call: %d tokens, want 600 (1000 - 300 - 100 of send lag)", got)
 	}
 	// far from full (the provider's bucket, with the calls it has not
 	// seen yet, at least the lag's refill below full): a burst of three

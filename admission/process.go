@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -17,6 +18,11 @@ var processLua string
 
 var processScript = redis.NewScript(processLua)
 
+//go:embed lua/release.lua
+var releaseLua string
+
+var releaseScript = redis.NewScript(releaseLua)
+
 // asynq's lease on an active task (v0.26, not configurable).
 const asynqLease = 30 * time.Second
 
@@ -24,7 +30,7 @@ const asynqLease = 30 * time.Second
 const processesKey = "prq:procs"
 
 // jobsRecordTTL bounds a process's record of its running jobs, renewed
-// by every job it starts.
+// by every job it starts and the beat after it.
 const jobsRecordTTL = 24 * time.Hour
 
 // jobsKey is a process's running jobs: task id -> queue.
@@ -37,6 +43,9 @@ func jobsKey(process string) string { return "prq:proc:{" + process + "}:jobs" }
 type Process struct {
 	s  *Scheduler
 	id string
+	// ran is set when Track wrote the record since the last beat: that
+	// beat renews its TTL (an idle process's beat sends nothing more)
+	ran atomic.Bool
 }
 
 // Process returns the liveness record of the process named id (unique
@@ -45,10 +54,37 @@ func (s *Scheduler) Process(id string) *Process { return &Process{s: s, id: id} 
 
 // Beat records that the process is alive.
 func (p *Process) Beat(ctx context.Context) error {
-	if err := processScript.Run(ctx, p.s.rdb, []string{processesKey}, "beat", p.s.now(), p.id).Err(); err != nil {
+	if _, err := p.beat(ctx, "beat", p.s.now(), p.id); err != nil {
 		return fmt.Errorf("admission: heartbeat: %w", err)
 	}
 	return nil
+}
+
+// beat runs the process script's beat with args and, when a job was
+// recorded since the last beat, in the same round trip renews the TTL of
+// the process's record of its running jobs (Track's own, pipelined with
+// its write, may have been lost with its connection).
+func (p *Process) beat(ctx context.Context, args ...any) ([]string, error) {
+	keys := []string{processesKey}
+	var res *redis.Cmd
+	if p.ran.Swap(false) {
+		pipe := p.s.rdb.Pipeline()
+		res = processScript.EvalSha(ctx, pipe, keys, args...)
+		renew := pipe.Expire(ctx, jobsKey(p.id), jobsRecordTTL)
+		_, _ = pipe.Exec(ctx) // each command's error is its own
+		if renew.Err() != nil {
+			p.ran.Store(true) // the next beat renews it
+		}
+		if redis.HasErrorPrefix(res.Err(), "NOSCRIPT") { // a Redis that has not seen it yet (or restarted)
+			res = processScript.Run(ctx, p.s.rdb, keys, args...)
+		}
+	} else {
+		res = processScript.Run(ctx, p.s.rdb, keys, args...)
+	}
+	if len(args) < 4 { // no ttl: the beat answers nothing
+		return nil, res.Err()
+	}
+	return res.StringSlice()
 }
 
 // Leave removes the record on a clean exit (asynq has requeued what was
@@ -72,8 +108,11 @@ func (p *Process) Track(h asynq.Handler) asynq.Handler {
 		q, _ := asynq.GetQueueName(ctx)
 		// the record outlives no process for long: a dead one's is read
 		// and deleted by recovery within seconds, and the TTL bounds one
-		// that nothing recovers (its jobs are asynq's to recover then)
-		pipe := p.s.rdb.TxPipeline()
+		// that nothing recovers (its jobs are asynq's to recover then).
+		// The write and its TTL are pipelined, not a MULTI: a TTL lost
+		// with the connection is renewed by the next beat
+		p.ran.Store(true)
+		pipe := p.s.rdb.Pipeline()
 		pipe.HSet(ctx, jobsKey(p.id), id, q)
 		pipe.Expire(ctx, jobsKey(p.id), jobsRecordTTL)
 		if _, err := pipe.Exec(ctx); err != nil {
@@ -105,7 +144,7 @@ func (s *Scheduler) RecoverDead(ctx context.Context, rc RunConfig, ttl time.Dura
 // beatFindDead beats for p and, in the same script, finds the processes
 // silent for longer than ttl (RecoverDead's first step): one call a beat.
 func (p *Process) beatFindDead(ctx context.Context, ttl time.Duration) ([]string, error) {
-	res, err := processScript.Run(ctx, p.s.rdb, []string{processesKey}, "beat", p.s.now(), p.id, ttl.Microseconds()).StringSlice()
+	res, err := p.beat(ctx, "beat", p.s.now(), p.id, ttl.Microseconds())
 	if err != nil {
 		return nil, fmt.Errorf("admission: heartbeat: %w", err)
 	}

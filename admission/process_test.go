@@ -308,3 +308,63 @@ func TestReconcileWaitsAPassForPausedOrphans(t *testing.T) {
 		t.Fatalf("second pass: backlog %d (%v), want the orphan adopted", backlog(), err)
 	}
 }
+
+// TestJobsRecordRenewedByBeat: Track names a running job in the
+// process's record with one write; the record's TTL is the beat's to
+// renew, so a record nothing recovers still goes.
+func TestJobsRecordRenewedByBeat(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Shared(t).Client(t)
+	ctx := context.Background()
+	b, err := ratelimit.NewBucket(rdb, "jobs-ttl", "sk", ratelimit.Limits{RequestsPerPeriod: 10, TokensPerPeriod: 1000, Period: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := admission.New(rdb, map[string]*ratelimit.Bucket{"jobs-ttl": b}, nil, nil, admission.Config{}, discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := fmt.Sprintf("jobs-ttl-%d", time.Now().UnixNano())
+	key := "prq:proc:{" + name + "}:jobs"
+	p := s.Process(name)
+	defer p.Leave(ctx)
+	var during []any
+	h := p.Track(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+		q, _ := rdb.HGet(ctx, key, "job-1").Result()
+		rdb.Persist(ctx, key) // whatever TTL it had: the beat's must be there after it
+		if err := p.Beat(ctx); err != nil {
+			return err
+		}
+		during = []any{q, rdb.TTL(ctx, key).Val()}
+		return nil
+	}))
+	// asynq's task id and queue reach the handler through its context:
+	// a real server runs it
+	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{Concurrency: 1, Queues: map[string]int{"q-" + name: 1},
+		TaskCheckInterval: 10 * time.Millisecond, LogLevel: asynq.FatalLevel})
+	done := make(chan struct{})
+	if err := srv.Start(asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
+		defer close(done)
+		return h.ProcessTask(ctx, task)
+	})); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	if _, err := asynq.NewClientFromRedisClient(rdb).Enqueue(asynq.NewTask("x", nil), asynq.TaskID("job-1"), asynq.Queue("q-"+name)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute): // a hang, not a speed figure
+		t.Fatal("the job did not run")
+	}
+	if len(during) != 2 || during[0] != "q-"+name {
+		t.Fatalf("while running: %v, want the job recorded under its queue", during)
+	}
+	if ttl := during[1].(time.Duration); ttl <= 23*time.Hour || ttl > 24*time.Hour {
+		t.Fatalf("after a beat: the record's TTL is %s, want 24h", ttl)
+	}
+	if n := rdb.Exists(ctx, key).Val(); n != 0 {
+		t.Fatalf("after the job: the record exists (%d), want it gone with its last job", n)
+	}
+}

@@ -139,3 +139,45 @@ func TestReleaseWhileItsPreviousRunIsActive(t *testing.T) {
 		t.Fatalf("the task did not run again once held (state %v); it waits for the reconciler", info.State)
 	}
 }
+
+// TestReleaseOfSeveralQueues: one admission's tasks of several queues
+// all go pending (one script a queue), each under its own queue.
+func TestReleaseOfSeveralQueues(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Shared(t).Client(t)
+	ctx := context.Background()
+	model := fmt.Sprintf("relq-%d", time.Now().UnixNano())
+	b, err := ratelimit.NewBucket(rdb, model, "sk", ratelimit.Limits{RequestsPerPeriod: 1000, TokensPerPeriod: 100000, Period: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	insp := asynq.NewInspectorFromRedisClient(rdb)
+	s, err := admission.New(rdb, map[string]*ratelimit.Bucket{model: b}, asynq.NewClientFromRedisClient(rdb), insp, admission.Config{}, discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	for i, q := range []string{"a", "a", "b", "a", "b"} {
+		id, queue := fmt.Sprintf("%s-%d", model, i), "q-"+q+"-"+model
+		want[id] = queue
+		tk := admission.Ticket{ID: id, Queue: queue, Model: model, Class: "paid", Tenant: "1", Tokens: 10}
+		if ok, err := s.Submit(ctx, asynq.NewTask("file:review", nil), tk); !ok || err != nil {
+			t.Fatalf("submit %s: %v %v", id, ok, err)
+		}
+	}
+	adm, _, err := s.Admit(ctx, model, 10)
+	if err != nil || len(adm) != len(want) {
+		t.Fatalf("admit: %+v %v", adm, err)
+	}
+	s.Release(ctx, adm)
+	for id, queue := range want {
+		if info, err := insp.GetTaskInfo(queue, id); err != nil || info.State != asynq.TaskStatePending {
+			t.Errorf("%s after release: %+v %v, want pending in %s", id, info, err, queue)
+		}
+	}
+	for _, q := range []string{"a", "b"} {
+		if qi, err := insp.GetQueueInfo("q-" + q + "-" + model); err != nil || qi.Scheduled != 0 {
+			t.Errorf("queue %s after release: %+v %v, want nothing scheduled", q, qi, err)
+		}
+	}
+}

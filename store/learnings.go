@@ -110,7 +110,7 @@ func (s *Store) RemoveLearning(ctx context.Context, scope LearningScope, id int6
 // entry that does not decode is left out), and keeps them another
 // LearningsTTL.
 func (s *Store) Learnings(ctx context.Context, scope LearningScope) ([]Learning, error) {
-	pipe := s.rdb.TxPipeline()
+	pipe := s.rdb.Pipeline()
 	r := pipe.LRange(ctx, scope.key(), 0, MaxLearnings-1)
 	pipe.PExpire(ctx, scope.key(), LearningsTTL)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {

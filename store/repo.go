@@ -17,7 +17,7 @@ func settingsKey(pr jobs.PR) string { return prTag(pr) + ":settings" }
 // may hold another file).
 func (s *Store) SetRepoSettings(ctx context.Context, pr jobs.PR, rs jobs.RepoSettings) error {
 	k := settingsKey(pr)
-	pipe := s.rdb.TxPipeline()
+	pipe := s.rdb.Pipeline()
 	pipe.HSet(ctx, k, "chat_off", boolField(rs.ChatOff), "drafts", boolField(rs.Drafts), "instructions", rs.Instructions, "language", rs.Language)
 	pipe.PExpire(ctx, k, s.RunTTL)
 	if _, err := pipe.Exec(ctx); err != nil {
@@ -66,7 +66,7 @@ func (s *Store) SetIgnored(ctx context.Context, pr jobs.PR) error {
 
 func (s *Store) setControl(ctx context.Context, pr jobs.PR, field string, on bool) error {
 	k := controlKey(pr)
-	pipe := s.rdb.TxPipeline()
+	pipe := s.rdb.Pipeline()
 	pipe.HSet(ctx, k, field, boolField(on))
 	pipe.PExpire(ctx, k, s.RunTTL)
 	if _, err := pipe.Exec(ctx); err != nil {
@@ -80,7 +80,7 @@ func (s *Store) setControl(ctx context.Context, pr jobs.PR, field string, on boo
 // request is active.
 func (s *Store) Control(ctx context.Context, pr jobs.PR) (Control, error) {
 	k := controlKey(pr)
-	pipe := s.rdb.TxPipeline()
+	pipe := s.rdb.Pipeline()
 	all := pipe.HGetAll(ctx, k)
 	pipe.PExpire(ctx, k, s.RunTTL)
 	if _, err := pipe.Exec(ctx); err != nil {
@@ -109,7 +109,7 @@ type LastConfig struct {
 // configuration file, for LastConfigTTL.
 func (s *Store) SetLastConfig(ctx context.Context, inst int64, repo string, c LastConfig) error {
 	k := lastConfigKey(inst, repo)
-	pipe := s.rdb.TxPipeline()
+	pipe := s.rdb.Pipeline()
 	pipe.HSet(ctx, k, "sha", c.SHA, "source", c.Source, "content", c.Content)
 	pipe.PExpire(ctx, k, LastConfigTTL)
 	if _, err := pipe.Exec(ctx); err != nil {

@@ -45,7 +45,7 @@ func (s *Store) Reusable(ctx context.Context, key string) (Result, bool, error) 
 func (s *Store) SaveReusable(ctx context.Context, key string, r Result) error {
 	r.Index, r.Run, r.Part, r.Parts, r.Tokens = 0, 0, 0, 0, 0
 	b, _ := json.Marshal(r)
-	pipe := s.rdb.TxPipeline()
+	pipe := s.rdb.Pipeline()
 	pipe.Set(ctx, reuseKey(key), b, ReuseTTL)
 	pipe.Del(ctx, reuseKey(key)+":claim")
 	if _, err := pipe.Exec(ctx); err != nil {

@@ -413,7 +413,7 @@ func (s *Store) CarryResults(ctx context.Context, pr jobs.PR, head string, rs []
 	for _, r := range rs {
 		args = append(args, "carried:"+r.Path+":"+string(r.Kind), string(mustJSON(r)))
 	}
-	pipe := s.rdb.TxPipeline()
+	pipe := s.rdb.Pipeline()
 	pipe.HSet(ctx, resultsKey(pr, head), args...)
 	pipe.PExpire(ctx, resultsKey(pr, head), s.RunTTL)
 	if _, err := pipe.Exec(ctx); err != nil {
@@ -535,7 +535,7 @@ func (s *Store) Posted(ctx context.Context, pr jobs.PR, what string) (int64, err
 
 // SetPosted records what was posted, so a retried job never posts twice.
 func (s *Store) SetPosted(ctx context.Context, pr jobs.PR, what string, id int64) error {
-	pipe := s.rdb.TxPipeline()
+	pipe := s.rdb.Pipeline()
 	pipe.HSet(ctx, postedKey(pr), what, id)
 	pipe.Expire(ctx, postedKey(pr), s.RunTTL)
 	if _, err := pipe.Exec(ctx); err != nil {
@@ -632,7 +632,7 @@ func (s *Store) SetTaskIDs(ctx context.Context, pr jobs.PR, head string, ids []s
 	if len(ids) == 0 {
 		return nil
 	}
-	pipe := s.rdb.TxPipeline()
+	pipe := s.rdb.Pipeline()
 	args := make([]any, len(ids))
 	for i, id := range ids {
 		args[i] = id
@@ -688,7 +688,7 @@ func (s *Store) ActiveRunsFrom(ctx context.Context, start, limit int64) ([]Run, 
 // SetDraft keeps a reply written but not yet posted, so a retry posts it
 // without asking the LLM again.
 func (s *Store) SetDraft(ctx context.Context, pr jobs.PR, what, text string) error {
-	pipe := s.rdb.TxPipeline()
+	pipe := s.rdb.Pipeline()
 	pipe.HSet(ctx, postedKey(pr), "draft:"+what, text)
 	pipe.Expire(ctx, postedKey(pr), s.RunTTL)
 	if _, err := pipe.Exec(ctx); err != nil {

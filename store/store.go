@@ -21,6 +21,11 @@ import (
 var ErrNotFound = errors.New("store: not found")
 
 // Store is prq's Redis-backed state.
+//
+// A write (or a read) and the renewal of its key's retention go in one
+// pipeline, not a MULTI: a renewal lost with its connection only leaves
+// the key to the next write's, and a transaction would cost two more
+// commands for nothing a reader could see.
 type Store struct {
 	rdb redis.UniversalClient
 	// DefaultTier is the tier of installations without a plan.

@@ -2,6 +2,7 @@ package workers
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -86,31 +87,31 @@ var _ Attempter = (*Attempts)(nil)
 
 func attemptsKey(id string) string { return "prq:attempts:" + id }
 
+//go:embed attempts.lua
+var attemptsAddLua string
+
+var attemptsAdd = redis.NewScript(attemptsAddLua)
+
 // Add records one more run of job id at now and returns the runs so far
 // (this one included) and the time of the first, or of the rebase
 // (rebased) when the budget was started again. The record lasts keep
 // after the latest run.
 func (a *Attempts) Add(ctx context.Context, id string, now time.Time, keep time.Duration) (int, time.Time, bool, error) {
-	key := attemptsKey(id)
-	var n *redis.IntCmd
-	var first *redis.StringCmd
-	var rebased *redis.BoolCmd
-	_, err := a.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		n = p.HIncrBy(ctx, key, "n", 1)
-		p.HSetNX(ctx, key, "first", now.UnixMilli())
-		first = p.HGet(ctx, key, "first")
-		rebased = p.HExists(ctx, key, "rebased")
-		p.PExpire(ctx, key, keep)
-		return nil
-	})
+	res, err := attemptsAdd.Run(ctx, a.rdb, []string{attemptsKey(id)}, now.UnixMilli(), keep.Milliseconds()).Slice()
 	if err != nil {
 		return 0, time.Time{}, false, fmt.Errorf("workers: count attempts of %s: %w", id, err)
 	}
-	ms, err := strconv.ParseInt(first.Val(), 10, 64)
-	if err != nil {
-		return 0, time.Time{}, false, fmt.Errorf("workers: count attempts of %s: first run %q: %w", id, first.Val(), err)
+	if len(res) != 3 {
+		return 0, time.Time{}, false, fmt.Errorf("workers: count attempts of %s: unreadable reply %v", id, res)
 	}
-	return int(n.Val()), time.UnixMilli(ms), rebased.Val(), nil
+	n, _ := res[0].(int64)
+	first, _ := res[1].(string)
+	rebased, _ := res[2].(int64)
+	ms, err := strconv.ParseInt(first, 10, 64)
+	if n < 1 || err != nil {
+		return 0, time.Time{}, false, fmt.Errorf("workers: count attempts of %s: first run %q: %v", id, first, err)
+	}
+	return int(n), time.UnixMilli(ms), rebased == 1, nil
 }
 
 // Rebase starts job id's budget again from from, with no runs counted:

@@ -12,6 +12,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/prq-dev/prq/ghapp"
+	"github.com/prq-dev/prq/internal/redistest"
 	"github.com/prq-dev/prq/jobs"
 	"github.com/prq-dev/prq/llm"
 	"github.com/prq-dev/prq/workers"
@@ -269,7 +270,8 @@ func TestChatGivesUpOnARevokedKey(t *testing.T) {
 func TestAttempts(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	a := newAttempts(t)
+	rdb := redistest.Shared(t).Client(t)
+	a := workers.NewAttempts(rdb)
 	id := "summary-" + strings.ReplaceAll(t.Name(), "/", "-")
 	t0 := time.UnixMilli(1_700_000_000_000)
 	for i := 1; i <= 3; i++ {
@@ -302,6 +304,28 @@ func TestAttempts(t *testing.T) {
 	}
 	if n != 1 || !first.Equal(reset) || !rebased {
 		t.Errorf("after Rebase: n=%d first=%v rebased=%v, want 1, the reset, true", n, first, rebased)
+	}
+	if ttl := rdb.PTTL(ctx, "prq:attempts:"+id).Val(); ttl <= 59*time.Minute || ttl > time.Hour {
+		t.Errorf("the record lasts %s, want the hour Add was given", ttl)
+	}
+	// a job that moved to a fallback before its first run: the move
+	// stays, and the first run is this one
+	moved := id + "-moved"
+	if err := a.SetMoved(ctx, moved, workers.Move{Model: "fallback", Tokens: 10}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	n, first, rebased, err = a.Add(ctx, moved, t0, time.Hour)
+	if err != nil || n != 1 || !first.Equal(t0) || rebased {
+		t.Errorf("a moved job's first run: n=%d first=%v rebased=%v (%v), want 1, its time, false", n, first, rebased, err)
+	}
+	if mv, err := a.Moved(ctx, moved); err != nil || mv.Model != "fallback" || mv.Tokens != 10 {
+		t.Errorf("the move after the first run: %+v (%v)", mv, err)
+	}
+	// a record Redis cannot read as a count is an error, not a run
+	bad := id + "-bad"
+	rdb.HSet(ctx, "prq:attempts:"+bad, "first", "yesterday")
+	if _, _, _, err := a.Add(ctx, bad, t0, time.Hour); err == nil {
+		t.Error("an unreadable first run's time: no error")
 	}
 }
 

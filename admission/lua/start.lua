@@ -5,7 +5,9 @@
 -- lag µs.
 -- Reply: 0; calling on a window: the µs to wait before calling again
 -- when the room it needs is not there yet.
--- started: the released task reached a handler.
+-- started: the released task reached a handler. Without dims (Go
+-- passes none for a model whose limiter is a token bucket: its call
+-- corrects it, below) only that is recorded.
 -- With dims, the job's charge moves to now, where the provider will
 -- count the call. A token bucket counts refill from each admission on,
 -- but the provider's, which has seen none of the calls admitted and not
@@ -35,8 +37,12 @@
 -- time from the mark.
 -- Uses: B, OP, keystate, now, reservation, resmark, resstartat, retimed,
 --   smooth
-redis.call('ZREM', KEYS[10], ARGV[2])
-redis.call('HDEL', KEYS[2], ARGV[2])
+-- the ticket leaves the released set at the start (a call comes after
+-- it: nothing left to drop)
+if OP == 'started' then
+  redis.call('ZREM', KEYS[10], ARGV[2])
+  redis.call('HDEL', KEYS[2], ARGV[2])
+end
 if ARGV[3] == nil then return 0 end
 local r = redis.call('HGET', KEYS[12], ARGV[2])
 local at = tonumber(redis.call('ZSCORE', KEYS[13], ARGV[2]) or '')

@@ -1,0 +1,35 @@
+-- admission release: admitted tasks of one asynq queue go from where
+-- asynq holds them (scheduled, or retry) to its pending list, as asynq's
+-- Inspector.RunTask does, all of one admission's in one call and without
+-- its per-task check that the queue exists (a task of a queue asynq
+-- never saw has no hash: 0). A script of its own (not on the prelude):
+-- its keys are asynq's, under the queue's hash tag.
+-- KEYS[1] asynq:{q}:pending  KEYS[2] asynq:{q}:scheduled
+--   KEYS[3] asynq:{q}:retry  KEYS[4] asynq:{q}:archived
+--   KEYS[5] asynq:{q}:completed  KEYS[5 + i] asynq:{q}:t:<ARGV[i]>
+-- ARGV[i] the task ids, one per task hash in KEYS
+-- Reply: a code per task: 1 released, 0 no such task, -1 active,
+--   -2 pending already, -3 another state (asynq's own RunTask does not
+--   release it either: aggregating), -4 its state's set does not hold it
+local from = {scheduled = KEYS[2], retry = KEYS[3], archived = KEYS[4], completed = KEYS[5]}
+local out = {}
+for i, id in ipairs(ARGV) do
+  local key = KEYS[5 + i]
+  local state = redis.call('HGET', key, 'state')
+  if not state then
+    out[i] = 0
+  elseif state == 'active' then
+    out[i] = -1
+  elseif state == 'pending' then
+    out[i] = -2
+  elseif from[state] == nil then
+    out[i] = -3
+  elseif redis.call('ZREM', from[state], id) == 0 then
+    out[i] = -4
+  else
+    redis.call('LPUSH', KEYS[1], id)
+    redis.call('HSET', key, 'state', 'pending')
+    out[i] = 1
+  end
+end
+return out
