@@ -12,6 +12,7 @@ import (
 	"github.com/prq-dev/prq/internal/config"
 	"github.com/prq-dev/prq/internal/doctor"
 	"github.com/prq-dev/prq/internal/server"
+	"github.com/prq-dev/prq/llmcall"
 	"github.com/prq-dev/prq/ratelimit"
 )
 
@@ -148,11 +149,9 @@ func doctorInput(cfg *config.Config, rdb redis.UniversalClient, serveURL string)
 		if !ok {
 			continue
 		}
-		dm := doctor.Model{Name: m.Name, Reasoning: m.Reasoning}
-		if l, err := m.Limits(); err == nil { // doctor compares per minute
-			perMinute := func(n int64) int64 { return n * int64(time.Minute) / int64(l.Period) }
-			dm.RequestsPerMinute, dm.TokensPerMinute = perMinute(l.RequestsPerPeriod), perMinute(l.TokensPerPeriod)
-			dm.InputTokensPerMinute, dm.OutputTokensPerMinute = perMinute(l.InputTokensPerPeriod), perMinute(l.OutputTokensPerPeriod)
+		dm, err := llmcall.FromConfig(cfg, m)
+		if err != nil { // validated before: a model doctor cannot map is checked by name alone
+			dm = doctor.Model{Name: m.Name, Reasoning: m.Reasoning}
 		}
 		if p.Kind != config.KindOpenAI || (up.Name != "" && p.Name != up.Name) {
 			others[p.Name] = append(others[p.Name], dm)

@@ -85,13 +85,13 @@ func callFix(kind, model string) string {
 
 // anthropicOver is limitsResult's comparison of input and output limits
 // (Anthropic's), as lines for its detail and fix.
-func anthropicOver(m Model, ps ratelimit.ProviderState) (over, fixes []string) {
-	if ps.LimitInputTokens >= 0 && m.InputTokensPerMinute > 0 && m.InputTokensPerMinute > ps.LimitInputTokens {
-		over = append(over, fmt.Sprintf("input_tokens_per_minute %d > provider's %d", m.InputTokensPerMinute, ps.LimitInputTokens))
+func anthropicOver(m perMinute, ps ratelimit.ProviderState) (over, fixes []string) {
+	if ps.LimitInputTokens >= 0 && m.input > 0 && m.input > ps.LimitInputTokens {
+		over = append(over, fmt.Sprintf("input_tokens_per_minute %d > provider's %d", m.input, ps.LimitInputTokens))
 		fixes = append(fixes, fmt.Sprintf("input_tokens_per_minute: %d", ps.LimitInputTokens))
 	}
-	if ps.LimitOutputTokens >= 0 && m.OutputTokensPerMinute > 0 && m.OutputTokensPerMinute > ps.LimitOutputTokens {
-		over = append(over, fmt.Sprintf("output_tokens_per_minute %d > provider's %d", m.OutputTokensPerMinute, ps.LimitOutputTokens))
+	if ps.LimitOutputTokens >= 0 && m.output > 0 && m.output > ps.LimitOutputTokens {
+		over = append(over, fmt.Sprintf("output_tokens_per_minute %d > provider's %d", m.output, ps.LimitOutputTokens))
 		fixes = append(fixes, fmt.Sprintf("output_tokens_per_minute: %d", ps.LimitOutputTokens))
 	}
 	return over, fixes

@@ -10,6 +10,7 @@ import (
 	"github.com/prq-dev/prq/fake/fakeopenai"
 	"github.com/prq-dev/prq/internal/doctor"
 	"github.com/prq-dev/prq/llm"
+	"github.com/prq-dev/prq/ratelimit"
 )
 
 // TestCallsReachAzureAndAnthropic: providers other than the first
@@ -31,15 +32,17 @@ func TestCallsReachAzureAndAnthropic(t *testing.T) {
 		return llm.NewAzure(key, srv.URL, "2024-10-21", nil, 10*time.Second, nil)
 	}
 
-	claude := doctor.Model{Name: "claude-haiku", RequestsPerMinute: 50, InputTokensPerMinute: 20000, OutputTokensPerMinute: 4000}
+	// limits on a compressed period (the demo's): doctor compares them per minute
+	claude := doctor.Model{Name: "claude-haiku", Limits: &ratelimit.Limits{Period: 6 * time.Second,
+		RequestsPerPeriod: 5, InputTokensPerPeriod: 2000, OutputTokensPerPeriod: 400}}
 	over := claude
-	over.InputTokensPerMinute = 40000
+	over.Limits = &ratelimit.Limits{Period: 6 * time.Second, RequestsPerPeriod: 5, InputTokensPerPeriod: 4000, OutputTokensPerPeriod: 400}
 	rs := doctor.Run(context.Background(), doctor.Input{Calls: []doctor.Call{
 		{Provider: "claude", Kind: "anthropic", APIKey: antKey, Client: ant(antKey), Models: []doctor.Model{claude}},
 		{Provider: "claude-over", Kind: "anthropic", APIKey: antKey, Client: ant(antKey), Models: []doctor.Model{over}},
 		{Provider: "claude-badkey", Kind: "anthropic", Key: "key 2, 0123abcd", APIKey: "sk-ant-wrong-0123456789", Client: ant("sk-ant-wrong-0123456789"), Models: []doctor.Model{claude}},
 		{Provider: "claude-unknown", Kind: "anthropic", APIKey: antKey, Client: ant(antKey), Models: []doctor.Model{{Name: "claude-nonesuch"}}},
-		{Provider: "azure", Kind: "azure", APIKey: azKey, Client: az(azKey), Models: []doctor.Model{{Name: "gpt-4o", RequestsPerMinute: 500, TokensPerMinute: 30000}}},
+		{Provider: "azure", Kind: "azure", APIKey: azKey, Client: az(azKey), Models: []doctor.Model{{Name: "gpt-4o", Limits: perMinute(500, 30000)}}},
 		{Provider: "azure-missing", Kind: "azure", APIKey: azKey, Client: az(azKey), Models: []doctor.Model{{Name: "gpt-4o-nodeploy"}}},
 	}})
 	got := byName(rs)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/prq-dev/prq/llmcall"
 	"github.com/prq-dev/prq/ratelimit"
 )
 
@@ -84,17 +85,25 @@ type Provider struct {
 	Models   []Model
 }
 
-// Model is one configured model and its configured limits.
-type Model struct {
-	Name string
-	// Reasoning models take max_completion_tokens instead of max_tokens.
-	Reasoning bool
-	// RequestsPerMinute and TokensPerMinute are prq's configured limits
-	// (0: not compared).
-	RequestsPerMinute, TokensPerMinute int64
-	// InputTokensPerMinute and OutputTokensPerMinute are its input and
-	// output limits (Anthropic's; 0: none, not compared).
-	InputTokensPerMinute, OutputTokensPerMinute int64
+// Model is one configured model, as workers and the gateway call it
+// (llmcall.FromConfig): doctor reads its name, Reasoning and Limits.
+type Model = llmcall.Model
+
+// perMinute is a model's configured limits per minute, as providers state
+// theirs (0: not configured, not compared).
+type perMinute struct{ requests, tokens, input, output int64 }
+
+func limitsPerMinute(m Model) perMinute {
+	l := m.Limits
+	if l == nil {
+		return perMinute{}
+	}
+	period := l.Period
+	if period <= 0 {
+		period = time.Minute
+	}
+	pm := func(n int64) int64 { return n * int64(time.Minute) / int64(period) }
+	return perMinute{pm(l.RequestsPerPeriod), pm(l.TokensPerPeriod), pm(l.InputTokensPerPeriod), pm(l.OutputTokensPerPeriod)}
 }
 
 // Webhook is the webhook secret and, optionally, serve's address.

@@ -19,6 +19,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prq-dev/prq/fake/fakegithub"
 	"github.com/prq-dev/prq/fake/fakeopenai"
@@ -77,8 +78,8 @@ func newEnv(t *testing.T, ghCfg fakegithub.Config) *env {
 		Redis:  rdb,
 		GitHub: doctor.GitHub{AppID: appID, PrivateKey: pemBytes, APIURL: ghSrv.URL + "/api/v3/", AppSlug: "prq-bot"}, // the fake's slug
 		Provider: doctor.Provider{BaseURL: aiSrv.URL + "/v1", APIKey: apiKey, Models: []doctor.Model{
-			{Name: "gpt-4o-mini", RequestsPerMinute: 500, TokensPerMinute: 200000},
-			{Name: "gpt-4o", RequestsPerMinute: 500, TokensPerMinute: 30000}}},
+			{Name: "gpt-4o-mini", Limits: perMinute(500, 200000)},
+			{Name: "gpt-4o", Limits: perMinute(500, 30000)}}},
 		Webhook: doctor.Webhook{Secret: []byte(webhookSecret), ServeURL: serveURL},
 	}}
 }
@@ -179,7 +180,7 @@ func TestFailuresNamedWithFix(t *testing.T) {
 			in.Redis = c
 		}, "redis reachable", "PING", ""},
 		{"limits above the provider's", func(t *testing.T, in *doctor.Input) {
-			in.Provider.Models[1].TokensPerMinute = 90000
+			in.Provider.Models[1].Limits = perMinute(500, 90000)
 		}, "provider limits gpt-4o", "tokens_per_minute 90000 > provider's 30000", ""},
 		{"wrong provider key", func(t *testing.T, in *doctor.Input) { in.Provider.APIKey = "sk-wrong-key-987654321" }, "provider key", "refused OPENAI_API_KEY", ""},
 		{"App without installations", func(t *testing.T, in *doctor.Input) {
@@ -340,4 +341,9 @@ func TestEveryKeyChecked(t *testing.T) {
 	if strings.Contains(out.String(), bad) {
 		t.Fatalf("the key reached doctor's output:\n%s", out.String())
 	}
+}
+
+// perMinute is a model's request and token limits per minute.
+func perMinute(requests, tokens int64) *ratelimit.Limits {
+	return &ratelimit.Limits{Period: time.Minute, RequestsPerPeriod: requests, TokensPerPeriod: tokens}
 }

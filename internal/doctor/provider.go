@@ -113,21 +113,22 @@ func ping(ctx context.Context, client *http.Client, base, key string, m Model) (
 // limitsResult compares the provider's per-minute limits with prq's.
 func limitsResult(m Model, ps ratelimit.ProviderState) Result {
 	r := Result{Name: "provider limits " + m.Name}
+	c := limitsPerMinute(m)
 	if ps.LimitRequests < 0 && ps.LimitTokens < 0 && ps.LimitInputTokens < 0 && ps.LimitOutputTokens < 0 {
 		r.OK, r.Detail = true, "not verified: the provider sends no rate-limit headers; keep the configured limits at or below the account's"
 		return r
 	}
 	var over []string
 	var fixes []string
-	if ps.LimitRequests >= 0 && m.RequestsPerMinute > ps.LimitRequests {
-		over = append(over, fmt.Sprintf("requests_per_minute %d > provider's %d", m.RequestsPerMinute, ps.LimitRequests))
+	if ps.LimitRequests >= 0 && c.requests > ps.LimitRequests {
+		over = append(over, fmt.Sprintf("requests_per_minute %d > provider's %d", c.requests, ps.LimitRequests))
 		fixes = append(fixes, fmt.Sprintf("requests_per_minute: %d", ps.LimitRequests))
 	}
-	if ps.LimitTokens >= 0 && m.TokensPerMinute > ps.LimitTokens && !ps.TokensMostRestrictive {
-		over = append(over, fmt.Sprintf("tokens_per_minute %d > provider's %d", m.TokensPerMinute, ps.LimitTokens))
+	if ps.LimitTokens >= 0 && c.tokens > ps.LimitTokens && !ps.TokensMostRestrictive {
+		over = append(over, fmt.Sprintf("tokens_per_minute %d > provider's %d", c.tokens, ps.LimitTokens))
 		fixes = append(fixes, fmt.Sprintf("tokens_per_minute: %d", ps.LimitTokens))
 	}
-	io, iofix := anthropicOver(m, ps)
+	io, iofix := anthropicOver(c, ps)
 	over, fixes = append(over, io...), append(fixes, iofix...)
 	if len(over) > 0 {
 		r.Detail = "configured above the provider's limits (" + strings.Join(over, "; ") + "): expect 429s"
@@ -135,10 +136,10 @@ func limitsResult(m Model, ps ratelimit.ProviderState) Result {
 		return r
 	}
 	r.OK, r.Detail = true, fmt.Sprintf("provider allows %s requests/min and %s tokens/min; configured %d and %d",
-		unknown(ps.LimitRequests), unknown(ps.LimitTokens), m.RequestsPerMinute, m.TokensPerMinute)
+		unknown(ps.LimitRequests), unknown(ps.LimitTokens), c.requests, c.tokens)
 	if ps.LimitInputTokens >= 0 || ps.LimitOutputTokens >= 0 {
 		r.Detail = fmt.Sprintf("provider allows %s requests/min, %s input and %s output tokens/min; configured %d, %d and %d",
-			unknown(ps.LimitRequests), unknown(ps.LimitInputTokens), unknown(ps.LimitOutputTokens), m.RequestsPerMinute, m.InputTokensPerMinute, m.OutputTokensPerMinute)
+			unknown(ps.LimitRequests), unknown(ps.LimitInputTokens), unknown(ps.LimitOutputTokens), c.requests, c.input, c.output)
 	}
 	return r
 }
