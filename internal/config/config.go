@@ -181,7 +181,10 @@ type ModelConfig struct {
 	// for Anthropic models (on most, only uncached input counts toward
 	// ITPM), true otherwise (OpenAI counts cached tokens).
 	CachedInputCounts *bool `yaml:"cached_input_counts"`
-	// MaxOutputTokens is the output cap asked for. Defaults to 1024.
+	// MaxOutputTokens is the output cap a worker's call asks for (default
+	// 1024) and the one the gateway gives a request that sets none
+	// (default ratelimit.DefaultMaxOutput, 4096: agents' replies run
+	// longer than a review's comments).
 	MaxOutputTokens int64 `yaml:"max_output_tokens"`
 	// ContextTokens is the model's context window. Defaults to 128000.
 	ContextTokens int64 `yaml:"context_tokens"`

@@ -126,7 +126,7 @@ var meanings = map[string]meaning{
 	"models[].batch":                    {Text: "The provider's batch API serves the model (OpenAI's Batch API, Azure's global batch deployments, Anthropic's Message Batches): used by the jobs of a tier with `lane: batch`. See [lanes](reviews.md#discounted-lanes)."},
 	"models[].batch_queue_tokens":       {Text: "The input tokens the model's batches not yet over may hold (OpenAI's enqueued-token limit); 0: the provider's refusal alone bounds them."},
 	"models[].cached_input_counts":      {Text: "The provider counts input read from its prompt cache toward the input and token limits: prq settles a call's cache reads back to the limiter where it does not. See [prompts and the prompt cache](reviews.md#prompts-and-the-prompt-cache).", Unset: "`false` for Anthropic models, `true` otherwise"},
-	"models[].max_output_tokens":        {Text: "The output cap each call asks for.", Unset: literal(defaultMaxOutputTokens)},
+	"models[].max_output_tokens":        {Text: "The output cap a worker's call asks for. The gateway gives it to a request that sets none when it is set, and `4096` when it is not (agents' replies run longer; a request may ask for up to `context_tokens`).", Unset: literal(defaultMaxOutputTokens)},
 	"models[].context_tokens":           {Text: "The model's context window.", Unset: "`128000`"},
 	"models[].period":                   {Text: "The period of the per-minute limits; the demo compresses it.", Unset: literal(defaultPeriod)},
 	"models[].limiter":                  {Text: "How the provider counts: `bucket` (continuous refill, OpenAI's), `window` (at most the limits in any sliding window) or `auto`. See [providers that count in windows](providers.md#providers-that-count-in-windows).", Unset: "`bucket`"},
