@@ -1,14 +1,18 @@
 package ratelimit_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/prq-dev/prq/ratelimit"
 )
@@ -483,5 +487,68 @@ func TestWindowSlotTimeOlderWriter(t *testing.T) {
 	}
 	if n, _ := rdb.HExists(ctx, b.StateKey(), left).Result(); n {
 		t.Fatalf("%s, left by an older writer below d, is still there", left)
+	}
+}
+
+// TestWindowReadsOnce: a decision reads the window's slots in one
+// command for all its dimensions (the slots leaving the window, the one
+// a longer span would count again, the current one), beside the one
+// that reads the state's fields, and deletes the slots that left
+// storage in one, however many dimensions.
+func TestWindowReadsOnce(t *testing.T) {
+	ctx := context.Background()
+	b, clk, rdb := newBucket(t, t.Name(), winLimits)
+	// a charge leaves the window and slots leave storage (fewer than
+	// one command reads or deletes at most: 498 and 500 fields)
+	for i, step := range []time.Duration{1200 * time.Millisecond, 500 * time.Millisecond, 550 * time.Millisecond} {
+		if d, err := b.Reserve(ctx, fmt.Sprintf("a%d", i), ratelimit.Cost{Requests: 1, Tokens: 10}); err != nil || !d.Admitted {
+			t.Fatalf("reservation %d: %+v %v", i, d, err)
+		}
+		clk.advance(step)
+	}
+	got := commandsOn(t, rdb, b.StateKey(), func() {
+		if d, err := b.Reserve(ctx, "b", ratelimit.Cost{Requests: 1, Tokens: 10}); err != nil || !d.Admitted {
+			t.Fatalf("reservation: %+v %v", d, err)
+		}
+	})
+	if got["hmget"] != 2 || got["hdel"] != 1 {
+		t.Fatalf("commands on the state: %v, want 2 HMGETs (its fields, its slots) and 1 HDEL", got)
+	}
+}
+
+// commandsOn counts, by name, the commands Redis runs on key (inside
+// scripts too) while f runs, from MONITOR on a connection of its own.
+func commandsOn(t *testing.T, rdb *redis.Client, key string, f func()) map[string]int {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := net.Dial("tcp", rdb.Options().Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte("MONITOR\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	rd := bufio.NewReader(conn)
+	if l, err := rd.ReadString('\n'); err != nil || !strings.HasPrefix(l, "+OK") {
+		t.Fatalf("MONITOR: %q %v", l, err)
+	}
+	marker := key + ":monitor-marker"
+	f()
+	rdb.Get(ctx, marker)
+	got := map[string]int{}
+	for {
+		l, err := rd.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(l, `"`+marker+`"`) {
+			return got
+		}
+		// +1796558311.749665 [0 lua] "HMGET" "key" ...
+		parts := strings.SplitN(l, `"`, 5)
+		if len(parts) >= 4 && parts[3] == key {
+			got[strings.ToLower(parts[1])]++
+		}
 	}
 }

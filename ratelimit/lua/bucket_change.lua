@@ -137,7 +137,8 @@ function B.save(st)
     args[#args + 1] = 'ow'
     args[#args + 1] = B.fmt(st.oldsave)
   end
-  local maxper = 0
+  -- fields to delete, of every dimension: one command
+  local maxper, gone = 0, {}
   for i = 1, st.n do
     if st.kind[i] == 'w' then
       local pre = 'w' .. st.fid[i]
@@ -145,7 +146,6 @@ function B.save(st)
         args[#args + 1] = pre .. kv[1]
         args[#args + 1] = B.fmt(kv[2])
       end
-      local untimed = {}
       for j in pairs(st.dirty[i]) do
         if j >= st.oldest[i] then
           args[#args + 1] = slotfield(st.fid[i], j)
@@ -155,7 +155,7 @@ function B.save(st)
             args[#args + 1] = timefield(st.fid[i], j)
             args[#args + 1] = B.fmt(t) .. ':' .. B.fmt(st.cache[i][j])
           else
-            untimed[#untimed + 1] = timefield(st.fid[i], j)
+            gone[#gone + 1] = timefield(st.fid[i], j)
           end
           -- what is known of the slot's calls' arrival, beside its new
           -- value (a stale one is dropped)
@@ -164,24 +164,11 @@ function B.save(st)
             args[#args + 1] = exactfield(st.fid[i], j)
             args[#args + 1] = B.fmt(xc[1]) .. ':' .. B.fmt(xc[2]) .. ':' .. B.fmt(st.cache[i][j])
           elseif st.xstale[i][j] then
-            untimed[#untimed + 1] = exactfield(st.fid[i], j)
+            gone[#gone + 1] = exactfield(st.fid[i], j)
           end
         end
       end
-      if #untimed > 0 then
-        for c = 1, #untimed, 500 do
-          local part = {}
-          for x = c, math.min(c + 499, #untimed) do part[#part + 1] = untimed[x] end
-          redis.call('HDEL', st.key, unpack(part))
-        end
-      end
-      if #st.del[i] > 0 then
-        for c = 1, #st.del[i], 500 do
-          local part = {}
-          for x = c, math.min(c + 499, #st.del[i]) do part[#part + 1] = st.del[i][x] end
-          redis.call('HDEL', st.key, unpack(part))
-        end
-      end
+      for _, f in ipairs(st.del[i]) do gone[#gone + 1] = f end
       -- a window's state lives as long as its slots are kept
       if 3 * st.per[i] > maxper then maxper = 3 * st.per[i] end
     else
@@ -189,6 +176,9 @@ function B.save(st)
       args[#args + 1] = B.fmt(st.level[i])
       if st.per[i] > maxper then maxper = st.per[i] end
     end
+  end
+  for c = 1, #gone, 500 do
+    redis.call('HDEL', st.key, unpack(gone, c, math.min(c + 499, #gone)))
   end
   redis.call('HSET', st.key, unpack(args))
   -- an idle bucket refills to full; keep it two periods, then let it go;
