@@ -552,3 +552,46 @@ func commandsOn(t *testing.T, rdb *redis.Client, key string, f func()) map[strin
 		}
 	}
 }
+
+// TestWindowSyncCountsThen: a provider's remaining count as of age ago
+// is compared with what the window held then (its own window then, not
+// now's), and only what it did not know of is booked, in the slot of
+// then: charges of 100 at 0, 0.2, 0.4 and 0.6 s, synced at 1.1 s.
+func TestWindowSyncCountsThen(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		name      string
+		age       time.Duration
+		remaining string
+		lowered   bool
+		avail     int64
+	}{
+		// then (0.8 s) the window held all four: 100 unknown to it
+		{"then held what now does not", 300 * time.Millisecond, "500", true, 600},
+		// then (1.05 s) it held the last three: 50 unknown to it
+		{"then held what now does", 50 * time.Millisecond, "650", true, 650},
+		// the provider counts less: never raised
+		{"fewer", 0, "800", false, 700},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b, clk, _ := newBucket(t, t.Name(), winLimits)
+			for i := range 4 {
+				if d, err := b.Reserve(ctx, fmt.Sprintf("a%d", i), ratelimit.Cost{Requests: 1, Tokens: 100}); err != nil || !d.Admitted {
+					t.Fatalf("reservation %d: %+v %v", i, d, err)
+				}
+				clk.advance(200 * time.Millisecond)
+			}
+			clk.advance(300 * time.Millisecond)
+			h := http.Header{}
+			h.Set("x-ratelimit-remaining-tokens", c.remaining)
+			lowered, err := b.Sync(ctx, http.StatusOK, h, c.age)
+			if err != nil || lowered != c.lowered {
+				t.Fatalf("sync: lowered %v %v, want %v", lowered, err, c.lowered)
+			}
+			avail, _, err := b.Available(ctx)
+			if err != nil || avail.Tokens != c.avail {
+				t.Fatalf("available %+v %v, want %d tokens", avail, err, c.avail)
+			}
+		})
+	}
+}

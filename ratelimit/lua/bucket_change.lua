@@ -64,6 +64,10 @@ end
 -- lowered. A bucket has refilled since; a window compares the provider's
 -- count then with its own then and books what it did not know of in the
 -- slot of then (it stops counting no earlier than the provider's would).
+-- Its count then is the running sum of the counting slots (first to
+-- newest) less the slots it has and then had not, plus those then had
+-- and it has not: a few slots each side when then is recent, where
+-- summing then's window would read every slot of it.
 function B.lower(st, i, remaining, age)
   if st.kind[i] == 'w' then
     if age > st.per[i] then return false end -- too old to compare
@@ -73,8 +77,21 @@ function B.lower(st, i, remaining, age)
     local to = math.min(math.floor(at / g), st.newest[i])
     local ours = 0
     if to >= from then
-      local c = readslots(st, i, from, to)
-      for j = from, to do ours = ours + c[j] end
+      local f, h = st.first[i], st.newest[i]
+      local parts = {{f, math.min(h, from - 1), -1}, {math.max(f, to + 1), h, -1}, {from, math.min(to, f - 1), 1}}
+      local n = 0
+      for _, p in ipairs(parts) do n = n + math.max(p[2] - p[1] + 1, 0) end
+      if n < to - from + 1 then
+        ours = st.sum[i]
+      else
+        parts = {{from, to, 1}}
+      end
+      for _, p in ipairs(parts) do
+        if p[2] >= p[1] then
+          local c = readslots(st, i, p[1], p[2])
+          for j = p[1], p[2] do ours = ours + p[3] * c[j] end
+        end
+      end
     end
     local extra = (st.lim[i] - remaining) - ours
     if extra <= 0 then return false end

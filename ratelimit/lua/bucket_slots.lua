@@ -59,15 +59,16 @@ local function exactfield(i, j) return 'w' .. i .. ':' .. B.fmt(j) .. 'x' end
 -- st.tcache[i] (false: not known), and what is known of their calls'
 -- arrival in st.xcache[i] ({x, e}: e of the slot's value is calls whose
 -- replies bound their arrival at the provider, the latest by x; false:
--- none known. See B.exact). A range is read for every window dimension
--- with the same slot length at once: callers go through the dimensions
--- one by one, over the same slots, and fields read along cost far less
--- than another command.
+-- none known. See B.exact). A single slot is read for every window
+-- dimension with the same slot length at once: a charge, a give-back or
+-- a move goes through the dimensions one by one, in the same slot, and
+-- fields read along cost less than another command (a walk over many
+-- slots reads its own dimension's: each slot read costs parsing).
 local function fetch(st, ranges)
   local want, idx, seen = {}, {}, {}
   for _, r in ipairs(ranges) do
     for k = 1, st.n do
-      if st.kind[k] == 'w' and st.slot[k] == st.slot[r[1]] then
+      if k == r[1] or (r[2] == r[3] and st.kind[k] == 'w' and st.slot[k] == st.slot[r[1]]) then
         local cache = st.cache[k]
         seen[k] = seen[k] or {}
         for j = r[2], r[3] do
@@ -106,10 +107,16 @@ end
 
 -- readslots returns the values of slots a..b of window dimension i,
 -- read once a script call (fetch): the admission loop may ask several
--- times.
+-- times (walks ask often: a read is only built for a slot not cached).
 local function readslots(st, i, a, b)
-  fetch(st, {{i, a, b}})
-  return st.cache[i]
+  local cache = st.cache[i]
+  for j = a, b do
+    if cache[j] == nil then
+      fetch(st, {{i, a, b}})
+      break
+    end
+  end
+  return cache
 end
 
 -- slotend returns the time of the latest charge slot j of window
