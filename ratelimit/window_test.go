@@ -556,7 +556,8 @@ func commandsOn(t *testing.T, rdb *redis.Client, key string, f func()) map[strin
 // TestWindowSyncCountsThen: a provider's remaining count as of age ago
 // is compared with what the window held then (its own window then, not
 // now's), and only what it did not know of is booked, in the slot of
-// then: charges of 100 at 0, 0.2, 0.4 and 0.6 s, synced at 1.1 s.
+// then: charges of 100 at 0, 0.2, 0.4 and 0.6 s, synced at 1.1 s. It
+// reads the slots it needs in one command beside B.load's two.
 func TestWindowSyncCountsThen(t *testing.T) {
 	ctx := context.Background()
 	for _, c := range []struct {
@@ -574,7 +575,7 @@ func TestWindowSyncCountsThen(t *testing.T) {
 		{"fewer", 0, "800", false, 700},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			b, clk, _ := newBucket(t, t.Name(), winLimits)
+			b, clk, rdb := newBucket(t, t.Name(), winLimits)
 			for i := range 4 {
 				if d, err := b.Reserve(ctx, fmt.Sprintf("a%d", i), ratelimit.Cost{Requests: 1, Tokens: 100}); err != nil || !d.Admitted {
 					t.Fatalf("reservation %d: %+v %v", i, d, err)
@@ -584,9 +585,16 @@ func TestWindowSyncCountsThen(t *testing.T) {
 			clk.advance(300 * time.Millisecond)
 			h := http.Header{}
 			h.Set("x-ratelimit-remaining-tokens", c.remaining)
-			lowered, err := b.Sync(ctx, http.StatusOK, h, c.age)
+			var lowered bool
+			var err error
+			// the state's fields, the slots B.load walks, the slots
+			// between then and now: three reads
+			got := commandsOn(t, rdb, b.StateKey(), func() { lowered, err = b.Sync(ctx, http.StatusOK, h, c.age) })
 			if err != nil || lowered != c.lowered {
 				t.Fatalf("sync: lowered %v %v, want %v", lowered, err, c.lowered)
+			}
+			if got["hmget"] > 3 {
+				t.Errorf("sync read the state in %d commands, want at most 3", got["hmget"])
 			}
 			avail, _, err := b.Available(ctx)
 			if err != nil || avail.Tokens != c.avail {

@@ -1,8 +1,8 @@
 -- prq limiter library, part 4 of 4: changes to a loaded state (give
 -- back, exact arrival, move, lower to a provider's count, block) and
 -- B.save, which writes it back. Needs the three parts before it.
--- Uses: B, addslot, exactfield, readslots, refreshlevel, slotfield,
---   timefield
+-- Uses: B, addslot, exactfield, fetch, readslots, refreshlevel,
+--   slotfield, timefield
 -- Defines: (nothing but B's functions)
 
 -- B.give gives amount back to dimension i (negative: charges more, as
@@ -86,6 +86,9 @@ function B.lower(st, i, remaining, age)
       else
         parts = {{from, to, 1}}
       end
+      local ranges = {} -- read in one command
+      for _, p in ipairs(parts) do ranges[#ranges + 1] = {i, p[1], p[2]} end
+      fetch(st, ranges)
       for _, p in ipairs(parts) do
         if p[2] >= p[1] then
           local c = readslots(st, i, p[1], p[2])
