@@ -312,7 +312,10 @@ func TestMemoMatchesReference(t *testing.T) {
 // runs per admitted ticket (a fixed workload on a fresh Redis and a
 // fixed clock: the count is the same every run): the memos keep a
 // saturated admit from reading the same heads, tickets and virtual
-// times again for each ticket (39 commands per ticket before them).
+// times again for each ticket (39 commands per ticket before them), and
+// from reading a zset's first member again after taking it, and it
+// removes admitted tickets from the order in one command per zset (7.1
+// before those two, now 3.3).
 func TestAdmitCommandsPerTicket(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.New(t).Client(t)
@@ -366,7 +369,7 @@ func TestAdmitCommandsPerTicket(t *testing.T) {
 	// less the EVALSHAs and the INFO that read before
 	inside := float64(commands()-before-int64(calls)-1) / float64(n)
 	t.Logf("%.2f commands inside admit per admitted ticket (%d calls)", inside, calls)
-	if inside > 12 {
-		t.Errorf("admit ran %.2f commands per admitted ticket inside its script, want at most 12", inside)
+	if inside > 4 {
+		t.Errorf("admit ran %.2f commands per admitted ticket inside its script, want at most 4", inside)
 	}
 }

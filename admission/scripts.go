@@ -26,7 +26,7 @@ var (
 	// sharedFiles are admission's files every operation's script starts
 	// with, after the bucket library, in order (prelude.lua's header
 	// says what each gives the next; TestLuaLayout checks it).
-	sharedFiles = []string{"ticket.lua", "prelude.lua", "reservation.lua", "memo.lua", "order.lua"}
+	sharedFiles = []string{"ticket.lua", "prelude.lua", "reservation.lua", "memo.lua", "memo_hash.lua", "order.lua"}
 	// shared is what every operation's script starts with.
 	shared = ratelimit.LuaLibrary + "\n" + strings.Join(sharedParts(), "\n")
 )

@@ -2,6 +2,7 @@ package ratelimit_test
 
 import (
 	"context"
+	"net/http"
 	"strconv"
 	"testing"
 	"time"
@@ -69,4 +70,41 @@ func evalshaMicros(ctx context.Context, b *testing.B, rdb *redis.Client) float64
 		return 0
 	}
 	return ratelimit.CommandMicrosPerCall(info, "evalsha")
+}
+
+// BenchmarkSyncWindow measures a provider's headers synced into a window
+// whose slots all hold charges (a second of 120 slots, on a stepped
+// clock): the count as of the reply's age is what Redis works out.
+func BenchmarkSyncWindow(b *testing.B) {
+	srv := redistest.Shared(b)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rdb.Close()
+	bk, err := ratelimit.NewBucket(rdb, "bench-"+b.Name(), "k", ratelimit.Limits{RequestsPerPeriod: 1 << 20, TokensPerPeriod: 1 << 30,
+		Period: time.Second, Limiter: ratelimit.LimiterWindow})
+	if err != nil {
+		b.Fatal(err)
+	}
+	t := time.Unix(1_900_000_000, 0)
+	bk.NowFunc = func() time.Time { return t }
+	ctx := context.Background()
+	for i := range 240 {
+		if _, err := bk.Reserve(ctx, strconv.Itoa(i), ratelimit.Cost{Requests: 1, Tokens: 100}); err != nil {
+			b.Fatal(err)
+		}
+		t = t.Add(time.Second / 240)
+	}
+	h := http.Header{}
+	h.Set("x-ratelimit-remaining-requests", strconv.Itoa(1<<20))
+	h.Set("x-ratelimit-remaining-tokens", strconv.Itoa(1<<30))
+	rdb.ConfigResetStat(ctx)
+	b.ResetTimer()
+	for range b.N {
+		if _, err := bk.Sync(ctx, http.StatusOK, h, 50*time.Millisecond); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	if us := evalshaMicros(ctx, b, rdb); us > 0 {
+		b.ReportMetric(us, "redis-µs/sync")
+	}
 }

@@ -1,14 +1,18 @@
 package ratelimit_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/prq-dev/prq/ratelimit"
 )
@@ -483,5 +487,119 @@ func TestWindowSlotTimeOlderWriter(t *testing.T) {
 	}
 	if n, _ := rdb.HExists(ctx, b.StateKey(), left).Result(); n {
 		t.Fatalf("%s, left by an older writer below d, is still there", left)
+	}
+}
+
+// TestWindowReadsOnce: a decision reads the window's slots in one
+// command for all its dimensions (the slots leaving the window, the one
+// a longer span would count again, the current one), beside the one
+// that reads the state's fields, and deletes the slots that left
+// storage in one, however many dimensions.
+func TestWindowReadsOnce(t *testing.T) {
+	ctx := context.Background()
+	b, clk, rdb := newBucket(t, t.Name(), winLimits)
+	// a charge leaves the window and slots leave storage (fewer than
+	// one command reads or deletes at most: 498 and 500 fields)
+	for i, step := range []time.Duration{1200 * time.Millisecond, 500 * time.Millisecond, 550 * time.Millisecond} {
+		if d, err := b.Reserve(ctx, fmt.Sprintf("a%d", i), ratelimit.Cost{Requests: 1, Tokens: 10}); err != nil || !d.Admitted {
+			t.Fatalf("reservation %d: %+v %v", i, d, err)
+		}
+		clk.advance(step)
+	}
+	got := commandsOn(t, rdb, b.StateKey(), func() {
+		if d, err := b.Reserve(ctx, "b", ratelimit.Cost{Requests: 1, Tokens: 10}); err != nil || !d.Admitted {
+			t.Fatalf("reservation: %+v %v", d, err)
+		}
+	})
+	if got["hmget"] != 2 || got["hdel"] != 1 {
+		t.Fatalf("commands on the state: %v, want 2 HMGETs (its fields, its slots) and 1 HDEL", got)
+	}
+}
+
+// commandsOn counts, by name, the commands Redis runs on key (inside
+// scripts too) while f runs, from MONITOR on a connection of its own.
+func commandsOn(t *testing.T, rdb *redis.Client, key string, f func()) map[string]int {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := net.Dial("tcp", rdb.Options().Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte("MONITOR\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	rd := bufio.NewReader(conn)
+	if l, err := rd.ReadString('\n'); err != nil || !strings.HasPrefix(l, "+OK") {
+		t.Fatalf("MONITOR: %q %v", l, err)
+	}
+	marker := key + ":monitor-marker"
+	f()
+	rdb.Get(ctx, marker)
+	got := map[string]int{}
+	for {
+		l, err := rd.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(l, `"`+marker+`"`) {
+			return got
+		}
+		// +1796558311.749665 [0 lua] "HMGET" "key" ...
+		parts := strings.SplitN(l, `"`, 5)
+		if len(parts) >= 4 && parts[3] == key {
+			got[strings.ToLower(parts[1])]++
+		}
+	}
+}
+
+// TestWindowSyncCountsThen: a provider's remaining count as of age ago
+// is compared with what the window held then (its own window then, not
+// now's), and only what it did not know of is booked, in the slot of
+// then: charges of 100 at 0, 0.2, 0.4 and 0.6 s, synced at 1.1 s. It
+// reads the slots it needs in one command beside B.load's two.
+func TestWindowSyncCountsThen(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		name      string
+		age       time.Duration
+		remaining string
+		lowered   bool
+		avail     int64
+	}{
+		// then (0.8 s) the window held all four: 100 unknown to it
+		{"then held what now does not", 300 * time.Millisecond, "500", true, 600},
+		// then (1.05 s) it held the last three: 50 unknown to it
+		{"then held what now does", 50 * time.Millisecond, "650", true, 650},
+		// the provider counts less: never raised
+		{"fewer", 0, "800", false, 700},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b, clk, rdb := newBucket(t, t.Name(), winLimits)
+			for i := range 4 {
+				if d, err := b.Reserve(ctx, fmt.Sprintf("a%d", i), ratelimit.Cost{Requests: 1, Tokens: 100}); err != nil || !d.Admitted {
+					t.Fatalf("reservation %d: %+v %v", i, d, err)
+				}
+				clk.advance(200 * time.Millisecond)
+			}
+			clk.advance(300 * time.Millisecond)
+			h := http.Header{}
+			h.Set("x-ratelimit-remaining-tokens", c.remaining)
+			var lowered bool
+			var err error
+			// the state's fields, the slots B.load walks, the slots
+			// between then and now: three reads
+			got := commandsOn(t, rdb, b.StateKey(), func() { lowered, err = b.Sync(ctx, http.StatusOK, h, c.age) })
+			if err != nil || lowered != c.lowered {
+				t.Fatalf("sync: lowered %v %v, want %v", lowered, err, c.lowered)
+			}
+			if got["hmget"] > 3 {
+				t.Errorf("sync read the state in %d commands, want at most 3", got["hmget"])
+			}
+			avail, _, err := b.Available(ctx)
+			if err != nil || avail.Tokens != c.avail {
+				t.Fatalf("available %+v %v, want %d tokens", avail, err, c.avail)
+			}
+		})
 	}
 }

@@ -18,7 +18,7 @@
 -- waits for key hk (the soonest); another key's room now is taken by
 -- whatever fits it.
 -- Uses: B, HEADS, charge, costsof, decode, flowlist, grant, keepfor, now,
---   ticketenc
+--   ticketenc, zlist
 -- Defines: headdue, fill, backfill
 
 -- headdue is how long the waiting head may be put off (its due less
@@ -95,7 +95,10 @@ local function backfill(A, head, headcosts, w, hk)
   local depth = 1
   if A.share == 0 then depth = 4 end
   for _, cls in ipairs({'chat', 'paid', 'trial', 'free'}) do
-    for _, tenant in ipairs(redis.call('ZRANGE', HEADS[cls], 0, 7)) do
+    -- the first flows as they are now (fill changes them)
+    local heads, tenants = zlist(HEADS[cls], 8), {}
+    for i = 1, math.min(8, #heads) do tenants[i] = heads[i][1] end
+    for _, tenant in ipairs(tenants) do
       local prefix = cls .. '|' .. tenant .. '|'
       -- the flow's first depth members as they are now (fill changes it)
       local l, first = flowlist(prefix, depth), {}

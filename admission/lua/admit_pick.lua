@@ -10,8 +10,9 @@
 --   A.out     the reply's {id, "via|queue|class|tenant|tokens|enq_us|key"} pairs
 --   A.dirty   the key indexes whose states were charged   A.V  the tiers' virtual time
 --   A.writes  the admitted tickets' released, res and resage entries and waits, written at the end
--- Uses: B, HEADS, NKEYS, decode, flowhead, now, refresh, statadd,
---   ticketenc, unlink, vt, vtdel, vtset, zfirst, zscore
+-- Uses: B, HEADS, NKEYS, decode, flowhead, flowlist, now, refresh,
+--   statadd, statget, statset, ticketenc, unlink, vt, vtdel, vtset, zfirst,
+--   zscore
 -- Defines: roomof, pick, reserve, keepfor, grant, charge, costsof, samepr
 
 -- roomof is the share of its limit a key's bucket has left in its
@@ -58,10 +59,10 @@ end
 -- as long again, so an idle reserve costs batch nothing.
 local function reserve(A, window, always, tokens, idle)
   local st = A.st
-  local seen = tonumber(redis.call('HGET', KEYS[11], 'chat_at') or '')
+  local seen = tonumber(statget('chat_at') or '')
   if zfirst(HEADS.chat) ~= nil or zfirst(KEYS[4]) ~= nil or (seen == nil and (always or not window)) then
     seen = now
-    redis.call('HSET', KEYS[11], 'chat_at', B.fmt(now))
+    statset('chat_at', B.fmt(now))
   end
   local f = 0
   if seen ~= nil then
@@ -180,7 +181,9 @@ local function samepr(A, head)
   local prefix = head.class .. '|' .. head.tenant .. '|' .. pr
   local soon = nil
   local kp = keepfor(A, head.class)
-  for _, m in ipairs(redis.call('ZRANGEBYLEX', KEYS[3], '[' .. prefix, '[' .. prefix .. '\255', 'LIMIT', 0, 8)) do
+  local l = flowlist(prefix, 8)
+  for x = 1, math.min(8, #l) do
+    local m = l[x]
     local id = string.match(m, '([^|]*)$')
     local enc = nil
     if id ~= head.id then enc = ticketenc(id) end

@@ -5,7 +5,8 @@
 -- "via|queue|class|tenant|tokens|enq_us|key" ("|dim" instead of "|key"
 -- for a reject) per admitted id, read by decodeAdmitted in ticket.go.
 -- Uses: B, HEADS, decode, flowlist, lexadd, lexrem, now, rerank, stamp,
---   statadd, ticketenc, ticketset, vt, vtset, zadd, zfirst, zrem, zscore
+--   statadd, statset, ticketenc, ticketset, vt, vtset, zadd, zfirst, zrem,
+--   zscore
 -- Defines: lexmember, flowhead, refresh, activate, unlink, smooth, register
 
 local function lexmember(t) return t.class .. '|' .. t.tenant .. '|' .. t.rank .. '|' .. t.id end
@@ -92,7 +93,7 @@ local function register(id, enc)
   statadd('in_tok:' .. t.class, t.tokens)
   statadd('in_n:' .. t.class, 1)
   if t.class == 'chat' then
-    redis.call('HSET', KEYS[11], 'chat_at', B.fmt(now)) -- a window keeps chat's share while chat uses the model
+    statset('chat_at', B.fmt(now)) -- a window keeps chat's share while chat uses the model
     zadd(KEYS[4], seq, id)
   else
     zadd(KEYS[18], t.enq, id)

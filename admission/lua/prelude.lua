@@ -8,8 +8,8 @@
 -- delay.lua, start.lua for started and calling, sent.lua, arrived.lua,
 -- settle.lua, admit.lua after admit_pick.lua and admit_backfill.lua,
 -- position.lua, stats.lua): Go (scripts.go) concatenates ratelimit's
--- library, ticket.lua, this file, reservation.lua, memo.lua, order.lua,
--- then the operation's files, so one EVALSHA decides and charges
+-- library, ticket.lua, this file, reservation.lua, memo.lua,
+-- memo_hash.lua, order.lua, then the operation's files, so one EVALSHA decides and charges
 -- atomically. Every file's header names the locals it takes from the
 -- files before it ("Uses:") and, when others follow it, the ones it
 -- gives them ("Defines:"); TestLuaLayout checks both against the code.

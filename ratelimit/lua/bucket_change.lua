@@ -1,8 +1,8 @@
 -- prq limiter library, part 4 of 4: changes to a loaded state (give
 -- back, exact arrival, move, lower to a provider's count, block) and
 -- B.save, which writes it back. Needs the three parts before it.
--- Uses: B, addslot, exactfield, readslots, refreshlevel, slotfield,
---   timefield
+-- Uses: B, addslot, exactfield, fetch, readslots, refreshlevel,
+--   slotfield, timefield
 -- Defines: (nothing but B's functions)
 
 -- B.give gives amount back to dimension i (negative: charges more, as
@@ -64,6 +64,10 @@ end
 -- lowered. A bucket has refilled since; a window compares the provider's
 -- count then with its own then and books what it did not know of in the
 -- slot of then (it stops counting no earlier than the provider's would).
+-- Its count then is the running sum of the counting slots (first to
+-- newest) less the slots it has and then had not, plus those then had
+-- and it has not: a few slots each side when then is recent, where
+-- summing then's window would read every slot of it.
 function B.lower(st, i, remaining, age)
   if st.kind[i] == 'w' then
     if age > st.per[i] then return false end -- too old to compare
@@ -73,8 +77,24 @@ function B.lower(st, i, remaining, age)
     local to = math.min(math.floor(at / g), st.newest[i])
     local ours = 0
     if to >= from then
-      local c = readslots(st, i, from, to)
-      for j = from, to do ours = ours + c[j] end
+      local f, h = st.first[i], st.newest[i]
+      local parts = {{f, math.min(h, from - 1), -1}, {math.max(f, to + 1), h, -1}, {from, math.min(to, f - 1), 1}}
+      local n = 0
+      for _, p in ipairs(parts) do n = n + math.max(p[2] - p[1] + 1, 0) end
+      if n < to - from + 1 then
+        ours = st.sum[i]
+      else
+        parts = {{from, to, 1}}
+      end
+      local ranges = {} -- read in one command
+      for _, p in ipairs(parts) do ranges[#ranges + 1] = {i, p[1], p[2]} end
+      fetch(st, ranges)
+      for _, p in ipairs(parts) do
+        if p[2] >= p[1] then
+          local c = readslots(st, i, p[1], p[2])
+          for j = p[1], p[2] do ours = ours + p[3] * c[j] end
+        end
+      end
     end
     local extra = (st.lim[i] - remaining) - ours
     if extra <= 0 then return false end
@@ -137,7 +157,8 @@ function B.save(st)
     args[#args + 1] = 'ow'
     args[#args + 1] = B.fmt(st.oldsave)
   end
-  local maxper = 0
+  -- fields to delete, of every dimension: one command
+  local maxper, gone = 0, {}
   for i = 1, st.n do
     if st.kind[i] == 'w' then
       local pre = 'w' .. st.fid[i]
@@ -145,7 +166,6 @@ function B.save(st)
         args[#args + 1] = pre .. kv[1]
         args[#args + 1] = B.fmt(kv[2])
       end
-      local untimed = {}
       for j in pairs(st.dirty[i]) do
         if j >= st.oldest[i] then
           args[#args + 1] = slotfield(st.fid[i], j)
@@ -155,7 +175,7 @@ function B.save(st)
             args[#args + 1] = timefield(st.fid[i], j)
             args[#args + 1] = B.fmt(t) .. ':' .. B.fmt(st.cache[i][j])
           else
-            untimed[#untimed + 1] = timefield(st.fid[i], j)
+            gone[#gone + 1] = timefield(st.fid[i], j)
           end
           -- what is known of the slot's calls' arrival, beside its new
           -- value (a stale one is dropped)
@@ -164,24 +184,11 @@ function B.save(st)
             args[#args + 1] = exactfield(st.fid[i], j)
             args[#args + 1] = B.fmt(xc[1]) .. ':' .. B.fmt(xc[2]) .. ':' .. B.fmt(st.cache[i][j])
           elseif st.xstale[i][j] then
-            untimed[#untimed + 1] = exactfield(st.fid[i], j)
+            gone[#gone + 1] = exactfield(st.fid[i], j)
           end
         end
       end
-      if #untimed > 0 then
-        for c = 1, #untimed, 500 do
-          local part = {}
-          for x = c, math.min(c + 499, #untimed) do part[#part + 1] = untimed[x] end
-          redis.call('HDEL', st.key, unpack(part))
-        end
-      end
-      if #st.del[i] > 0 then
-        for c = 1, #st.del[i], 500 do
-          local part = {}
-          for x = c, math.min(c + 499, #st.del[i]) do part[#part + 1] = st.del[i][x] end
-          redis.call('HDEL', st.key, unpack(part))
-        end
-      end
+      for _, f in ipairs(st.del[i]) do gone[#gone + 1] = f end
       -- a window's state lives as long as its slots are kept
       if 3 * st.per[i] > maxper then maxper = 3 * st.per[i] end
     else
@@ -189,6 +196,9 @@ function B.save(st)
       args[#args + 1] = B.fmt(st.level[i])
       if st.per[i] > maxper then maxper = st.per[i] end
     end
+  end
+  for c = 1, #gone, 500 do
+    redis.call('HDEL', st.key, unpack(gone, c, math.min(c + 499, #gone)))
   end
   redis.call('HSET', st.key, unpack(args))
   -- an idle bucket refills to full; keep it two periods, then let it go;

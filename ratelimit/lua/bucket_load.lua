@@ -1,7 +1,8 @@
 -- prq limiter library, part 2 of 4: B.load, which reads a limiter's
 -- dimensions from the script's arguments and its state from Redis and
 -- brings the state up to now. Needs bucket_slots.lua (before it).
--- Uses: B, credits, exactfield, readslots, recount, slotfield, timefield
+-- Uses: B, credits, exactfield, fetch, readslots, recount, slotfield,
+--   timefield
 -- Defines: (nothing but B's functions)
 
 -- B.load reads n dimensions from argv at base+1 (count) and then per
@@ -108,7 +109,11 @@ function B.load(key, argv, base, now)
   end
   local elapsed = now - st.last
   if elapsed < 0 then elapsed = 0 end
-  local k = 2
+  -- first every dimension's stored fields, and the slots the walks
+  -- below will read (those leaving the sub-window and the window, those
+  -- a longer span counts again, those credited by their calls' arrival,
+  -- and the current one, which a charge takes): one read for them all
+  local k, P, want = 2, {}, {}
   for i = 1, n do
     if st.kind[i] == 'w' then
       local g = st.slot[i]
@@ -129,7 +134,7 @@ function B.load(key, argv, base, now)
       local s, u, p, q, d, h = stored[k], stored[k + 1], stored[k + 2], stored[k + 3], stored[k + 4], stored[k + 5]
       local oldg = oldg0
       -- time fields are dropped up to slot e (below: older writers')
-      local e = tonumber(stored[k + 8] or '')
+      P[i] = {lo = lo, los = los, lod = lod, e = tonumber(stored[k + 8] or ''), fresh = false}
       k = k + 9
       st.oldslot[i] = -1
       if st.oldsave ~= nil then st.oldslot[i] = math.floor(st.oldsave / g) end
@@ -145,10 +150,37 @@ function B.load(key, argv, base, now)
         p = false
       end
       if p == false or p == nil then
+        P[i].fresh = true
         st.sum[i], st.subsum[i], st.first[i], st.subfirst[i], st.oldest[i], st.newest[i] = 0, 0, lo, los, lod, lo - 1
       else
         st.sum[i], st.subsum[i] = tonumber(s) or 0, tonumber(u) or 0
         st.first[i], st.subfirst[i], st.oldest[i], st.newest[i] = tonumber(p), tonumber(q) or los, tonumber(d) or lod, tonumber(h) or lo - 1
+        local hi, off = st.newest[i], st.per[i] - st.base[i] - st.learn[i] + st.margin[i]
+        local spans = {{st.first[i], lo, st.per[i]}}
+        if st.sub[i] > 0 then spans[2] = {st.subfirst[i], los, st.sub[i]} end
+        for _, sp in ipairs(spans) do
+          local from, to = sp[1], sp[2]
+          want[#want + 1] = {i, from, math.min(to - 1, hi)}
+          want[#want + 1] = {i, math.max(to, st.oldest[i]), math.min(from - 1, hi)}
+          want[#want + 1] = {i, to, math.min(to, hi)}
+          if st.margin[i] >= 0 then want[#want + 1] = {i, to, math.min(hi, math.floor((now - sp[3] + off) / g))} end
+        end
+      end
+      want[#want + 1] = {i, math.floor(now / g), math.floor(now / g)}
+    else
+      local cap = st.burst[i] * st.per[i]
+      local l = tonumber(stored[k] or '') or cap
+      k = k + 1
+      l = l + elapsed * st.lim[i]
+      if l > cap then l = cap end
+      st.level[i] = l
+    end
+  end
+  fetch(st, want)
+  for i = 1, n do
+    if st.kind[i] == 'w' then
+      local lo, los, lod, e = P[i].lo, P[i].los, P[i].lod, P[i].e
+      if not P[i].fresh then
         -- slots leaving the sub-window, then the window, then storage;
         -- none past the newest written (the walks stay bounded)
         if st.sub[i] > 0 and st.subfirst[i] < los then
@@ -199,13 +231,6 @@ function B.load(key, argv, base, now)
       if st.sub[i] == 0 then st.subfirst[i] = st.first[i] end
       st.level[i] = st.lim[i] - (st.sum[i] - st.credit[i])
       if st.sub[i] > 0 and st.sublim[i] - (st.subsum[i] - st.subcredit[i]) < st.level[i] then st.level[i] = st.sublim[i] - (st.subsum[i] - st.subcredit[i]) end
-    else
-      local cap = st.burst[i] * st.per[i]
-      local l = tonumber(stored[k] or '') or cap
-      k = k + 1
-      l = l + elapsed * st.lim[i]
-      if l > cap then l = cap end
-      st.level[i] = l
     end
   end
   return st, b

@@ -35,8 +35,8 @@
 -- Numbers are written with %.0f: tostring keeps only 14 significant digits.
 --
 -- Uses: (nothing)
--- Defines: B, readslots, addslot, eend, recount, credits, slotfield,
---   timefield, exactfield
+-- Defines: B, fetch, readslots, addslot, eend, recount, credits,
+--   slotfield, timefield, exactfield
 
 local B = {}
 
@@ -53,42 +53,67 @@ local function slotfield(i, j) return 'w' .. i .. ':' .. B.fmt(j) end
 local function timefield(i, j) return 'w' .. i .. ':' .. B.fmt(j) .. 't' end
 local function exactfield(i, j) return 'w' .. i .. ':' .. B.fmt(j) .. 'x' end
 
--- readslots returns the values of slots a..b of window dimension i
--- (cached in st: the admission loop may ask several times), their latest
--- charges' times in st.tcache[i] (false: not known), and what is known
--- of their calls' arrival in st.xcache[i] ({x, e}: e of the slot's
--- value is calls whose replies bound their arrival at the provider, the
--- latest by x; false: none known. See B.exact).
-local function readslots(st, i, a, b)
-  local cache, tcache, xcache = st.cache[i], st.tcache[i], st.xcache[i]
-  local want, idx = {}, {}
-  for j = a, b do
-    if cache[j] == nil then
-      want[#want + 1] = slotfield(st.fid[i], j)
-      want[#want + 1] = timefield(st.fid[i], j)
-      want[#want + 1] = exactfield(st.fid[i], j)
-      idx[#idx + 1] = j
+-- fetch reads, in one HMGET (in chunks: unpack has a stack limit), the
+-- slots not cached yet of ranges {i, a, b} (window dimension i's slots
+-- a..b): their values (st.cache[i]), their latest charges' times in
+-- st.tcache[i] (false: not known), and what is known of their calls'
+-- arrival in st.xcache[i] ({x, e}: e of the slot's value is calls whose
+-- replies bound their arrival at the provider, the latest by x; false:
+-- none known. See B.exact). A single slot is read for every window
+-- dimension with the same slot length at once: a charge, a give-back or
+-- a move goes through the dimensions one by one, in the same slot, and
+-- fields read along cost less than another command (a walk over many
+-- slots reads its own dimension's: each slot read costs parsing).
+local function fetch(st, ranges)
+  local want, idx, seen = {}, {}, {}
+  for _, r in ipairs(ranges) do
+    for k = 1, st.n do
+      if k == r[1] or (r[2] == r[3] and st.kind[k] == 'w' and st.slot[k] == st.slot[r[1]]) then
+        local cache = st.cache[k]
+        seen[k] = seen[k] or {}
+        for j = r[2], r[3] do
+          if cache[j] == nil and not seen[k][j] then
+            seen[k][j] = true
+            want[#want + 1] = slotfield(st.fid[k], j)
+            want[#want + 1] = timefield(st.fid[k], j)
+            want[#want + 1] = exactfield(st.fid[k], j)
+            idx[#idx + 1] = {k, j}
+          end
+        end
+      end
     end
   end
-  -- HMGET in chunks: unpack has a stack limit
   for c = 1, #want, 498 do
     local part = {}
-    for k = c, math.min(c + 497, #want) do part[#part + 1] = want[k] end
+    for x = c, math.min(c + 497, #want) do part[#part + 1] = want[x] end
     local got = redis.call('HMGET', st.key, unpack(part))
-    for k = 1, #part, 3 do
-      local j = idx[(c + k - 1 + 2) / 3]
-      local v = tonumber(got[k] or '') or 0
-      cache[j] = v
-      tcache[j] = false
-      local ts, tv = string.match(got[k + 1] or '', '^(%d+):(%-?%d+)$')
-      if ts and tonumber(tv) == v then tcache[j] = tonumber(ts) end
-      xcache[j] = false
-      local xs, xe, xv = string.match(got[k + 2] or '', '^(%d+):(%d+):(%-?%d+)$')
+    for x = 1, #part, 3 do
+      local k, j = idx[(c + x + 1) / 3][1], idx[(c + x + 1) / 3][2]
+      local v = tonumber(got[x] or '') or 0
+      st.cache[k][j] = v
+      st.tcache[k][j] = false
+      local ts, tv = string.match(got[x + 1] or '', '^(%d+):(%-?%d+)$')
+      if ts and tonumber(tv) == v then st.tcache[k][j] = tonumber(ts) end
+      st.xcache[k][j] = false
+      local xs, xe, xv = string.match(got[x + 2] or '', '^(%d+):(%d+):(%-?%d+)$')
       if xs and tonumber(xv) == v then
-        xcache[j] = {tonumber(xs), tonumber(xe)}
-      elseif got[k + 2] then
-        st.xstale[i][j] = true -- written beside another value: dropped
+        st.xcache[k][j] = {tonumber(xs), tonumber(xe)}
+      elseif got[x + 2] then
+        st.xstale[k][j] = true -- written beside another value: dropped
       end
+    end
+  end
+end
+
+-- readslots returns the values of slots a..b of window dimension i,
+-- read once a script call (fetch): the admission loop may ask several
+-- times (walks ask often: a read is only built for a slot not cached).
+local function readslots(st, i, a, b)
+  local cache = st.cache[i]
+  for j = a, b do
+    if cache[j] == nil then
+      fetch(st, {{i, a, b}})
+      break
     end
   end
   return cache
