@@ -157,3 +157,86 @@ func TestChatModelReservesATenth(t *testing.T) {
 		})
 	}
 }
+
+// TestWindowChatModelKeepsItsReserveNow: the chat model on a sliding
+// window (1000 tokens a second) keeps its reserve (a tenth, 100) as a
+// floor on the window's room: with batch (100-token jobs, a backlog)
+// taking the window's room as it frees, two chats of 50 registered
+// right after a batch admission are both admitted by the next admission
+// step, on the same clock. Another model's window keeps the same reserve
+// over a horizon (chat finds it within a tenth of the window): there
+// they wait. Once chat has been idle twice ChatIdle, the chat model's
+// reserve is batch's again: its windows hold 1000.
+func TestWindowChatModelKeepsItsReserveNow(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name      string
+		chatModel bool
+		want      int
+	}{{"the chat model: now", true, 2}, {"another model: over a horizon", false, 0}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			model := fmt.Sprintf("m-window-chat-%v-%d", c.chatModel, time.Now().UnixNano())
+			l := ratelimit.Limits{RequestsPerPeriod: 100000, TokensPerPeriod: 1000, Period: time.Second, Limiter: ratelimit.LimiterWindow}
+			idle := 5 * time.Second
+			cfg := admission.Config{ChatShare: 0.05, ChatIdle: idle}
+			if c.chatModel {
+				cfg.ChatModels = []string{model} // its reserve: a tenth
+			} else {
+				cfg.ChatReserve = map[string]int64{model: 100}
+			}
+			s, _, clk := windowScheduler(t, model, l, cfg)
+			start := clk.now()
+			if !c.chatModel {
+				chatUses(t, s, model)
+			}
+			ctx := context.Background()
+			for i := 0; i < 200; i++ {
+				reg(t, s, admission.Ticket{ID: fmt.Sprint("p", i), Model: model, Class: "paid", Tenant: "1", PRSeq: 1, Index: i, Total: 200, Tokens: 100})
+			}
+			// batch spread over a window, one job every 100 ms, then each
+			// taken the moment the window frees its room
+			for range 15 {
+				clk.advance(100 * time.Millisecond)
+				if _, _, err := s.Admit(ctx, model, 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := drain(t, s, clk, model, 10); len(got) != 10 {
+				t.Fatalf("batch admitted %d of 10", len(got))
+			}
+			reg(t, s, admission.Ticket{ID: "c1", Model: model, Class: "chat", Tenant: "8", Tokens: 50})
+			reg(t, s, admission.Ticket{ID: "c2", Model: model, Class: "chat", Tenant: "9", Tokens: 50})
+			adm, wait, err := s.Admit(ctx, model, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			chats := 0
+			for _, a := range adm {
+				if a.Class == "chat" {
+					chats++
+				}
+			}
+			if chats != c.want {
+				t.Fatalf("one step after batch took its room: %d chats admitted (%v, wait %s), want %d", chats, adm, wait, c.want)
+			}
+			if !c.chatModel {
+				return
+			}
+			// chat idle: batch alone past twice ChatIdle, then its windows
+			var after []ratelimit.Admission
+			for clk.now().Sub(start) < 2*idle+4*time.Second {
+				got := drain(t, s, clk, model, 1)
+				if len(got) != 1 {
+					t.Fatalf("batch ran out at %s", clk.now().Sub(start))
+				}
+				if at := got[0].Enqueued.Add(got[0].Waited); at.Sub(start) > 2*idle+time.Second {
+					after = append(after, ratelimit.Admission{At: at, Cost: got[0].Tokens})
+				}
+			}
+			if rep := ratelimit.CheckWindows(after, l.TokensPerPeriod, time.Second); rep.Violations != 0 || rep.Worst < 1 {
+				t.Fatalf("after chat went idle: fullest window %.3f (%d over), want 1: the reserve back in batch", rep.Worst, rep.Violations)
+			}
+		})
+	}
+}

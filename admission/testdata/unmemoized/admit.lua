@@ -75,6 +75,7 @@ for i = 1, st.n do
   kept = math.max(kept, A.keep[i] / st.burst[i])
 end
 A.share = kept
+A.keep.now = backfills and always == 'c' -- the chat model's window keeps it now
 -- the reserve in tokens: how far chat may run ahead of its capped share
 -- on the room batch must leave it
 local reservetok = 0
