@@ -34,9 +34,20 @@ end
 -- once all of a slot's value is such calls, the slot stops counting a
 -- window (and what 429s taught) after the latest of them (eend), not a
 -- margin after its latest charge. Only in a slot still counting, and
--- never more than the slot holds.
+-- never more than the slot holds. A call that arrived later than its
+-- slot's hold allows (its way longer than the margin: a loaded machine,
+-- a slow network) has its charge moved to where the slot holds it a
+-- window after that arrival, as the provider does; where the margin is
+-- measured, as for eend.
 function B.exact(st, i, at, amount, bound)
   if st.kind[i] ~= 'w' or at == nil or amount <= 0 or bound < at then return end
+  if st.margin[i] >= 0 then
+    local to = math.min(bound - (st.per[i] - st.base[i] - st.learn[i] + st.margin[i]), st.now)
+    if to > at and math.floor(to / st.slot[i]) >= st.first[i] then
+      B.move(st, i, amount, at, to)
+      at = to
+    end
+  end
   local j = math.floor(at / st.slot[i])
   if j < st.first[i] or j > st.newest[i] or j <= st.oldslot[i] then return end
   local c = readslots(st, i, j, j)
