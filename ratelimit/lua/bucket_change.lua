@@ -75,13 +75,19 @@ end
 -- lowered. A bucket has refilled since; a window compares the provider's
 -- count then with its own then and books what it did not know of in the
 -- slot of then (it stops counting no earlier than the provider's would).
-function B.lower(st, i, remaining, age)
+-- upto (µs ago, at most age; nil: age) is the latest the provider may
+-- have counted (a call's report is as of its arrival, between its write
+-- and its reply): the window's own count runs to then, so a call of ours
+-- charged between the write and the arrival, which the provider counted
+-- too, is not booked twice (on a loaded machine a whole burst was,
+-- stalling the model for a window).
+function B.lower(st, i, remaining, age, upto)
   if st.kind[i] == 'w' then
     if age > st.per[i] then return false end -- too old to compare
     local g = st.slot[i]
     local at = st.now - age
     local from = math.max(math.floor((at - st.per[i]) / g), st.oldest[i])
-    local to = math.min(math.floor(at / g), st.newest[i])
+    local to = math.min(math.floor((st.now - math.min(upto or age, age)) / g), st.newest[i])
     local ours = 0
     if to >= from then
       local c = readslots(st, i, from, to)
