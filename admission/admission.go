@@ -28,8 +28,9 @@ type Config struct {
 	// with ChatReserve). Defaults to 0.05. It is kept while chat uses the
 	// model and decays into batch after ChatIdle without chat; a window
 	// limiter keeps it only from the first admission of the ChatModels
-	// (then now: room batch loses while chat is active) or the first chat
-	// of another model (then over a horizon, which chat finds it within).
+	// (then now: room batch loses while chat is active, with the window's
+	// look-ahead) or the first chat of another model (then over a
+	// horizon, which chat finds it within).
 	ChatShare float64
 	// ChatReserve is, per model, the least a token dimension keeps for
 	// chat (batch may not use it): the reserve is ChatShare of each
