@@ -27,14 +27,15 @@ type Config struct {
 	// ChatShare of each bucket batch work may not use (chat's reserve,
 	// with ChatReserve). Defaults to 0.05. It is kept while chat uses the
 	// model and decays into batch after ChatIdle without chat; a window
-	// limiter keeps it (over a horizon) only from the first admission of
-	// the ChatModels or the first chat of another model: room a window
-	// keeps unused is lost.
+	// limiter keeps it only from the first admission of the ChatModels
+	// (then now: room batch loses while chat is active, with the window's
+	// look-ahead) or the first chat of another model (then over a
+	// horizon, which chat finds it within).
 	ChatShare float64
 	// ChatReserve is, per model, the least a token dimension keeps for
 	// chat (batch may not use it): the reserve is ChatShare of each
-	// burst, at least this, at most half the burst. Unset for one of the ChatModels counted by a token bucket: a
-	// tenth of its tokens' burst.
+	// burst, at least this, at most half the burst. Unset for one of the
+	// ChatModels: a tenth of its tokens' burst.
 	ChatReserve map[string]int64
 	// ChatIdle is how long the reserve is kept whole after the last chat
 	// waited or arrived; over as long again it decays into batch.
@@ -154,10 +155,11 @@ func New(rdb redis.UniversalClient, buckets map[string]*ratelimit.Bucket, client
 	return &Scheduler{rdb: rdb, cfg: cfg, log: log, buckets: buckets, client: client, insp: insp}, nil
 }
 
-// chatReserves is cfg.ChatReserve with its default: a chat model counted
-// by a token bucket keeps at least a tenth of its tokens' burst for chat,
-// room for a burst of chats at once, since a bucket's reserve costs batch
-// no throughput (a window's would be room lost: it keeps ChatShare).
+// chatReserves is cfg.ChatReserve with its default: a chat model keeps at
+// least a tenth of its tokens' burst for chat, room for a burst of chats
+// at once. A bucket's reserve costs batch no throughput; a window keeps
+// the chat model's now, room batch loses while chat is active (ChatIdle),
+// so a chat never waits for the window to free its room.
 func chatReserves(cfg Config, buckets map[string]*ratelimit.Bucket) map[string]int64 {
 	out := map[string]int64{}
 	for m, n := range cfg.ChatReserve {
@@ -169,9 +171,6 @@ func chatReserves(cfg Config, buckets map[string]*ratelimit.Bucket) map[string]i
 			continue
 		}
 		l := b.Limits()
-		if l.Windowed() {
-			continue
-		}
 		burst := l.BurstTokens
 		if burst <= 0 {
 			burst = l.TokensPerPeriod

@@ -61,6 +61,23 @@ func (t *CallTrace) Wrote() bool {
 	return !t.wrote.IsZero()
 }
 
+// Arrival returns the latest the provider may have counted the call (h:
+// the reply's headers): the reply's first byte, less the time the
+// provider says it processed the call when the reply allows it (as Way).
+// False when the trace saw no reply.
+func (t *CallTrace) Arrival(h http.Header) (time.Time, bool) {
+	t.mu.Lock()
+	wrote, first := t.wrote, t.first
+	t.mu.Unlock()
+	if first.IsZero() {
+		return time.Time{}, false
+	}
+	if way, ok := t.Way(h); ok {
+		return wrote.Add(way), true
+	}
+	return first, true
+}
+
 // Way returns a bound on the time the request took from its write to the
 // provider: the time to the reply's first byte less the time the
 // provider says it processed the call (h: the reply's headers; see

@@ -44,6 +44,17 @@ func TestCallTraceWay(t *testing.T) {
 			t.Fatalf("the write: wrote %v, %s after the start (the call took %s)", trace.Wrote(), after, took)
 		}
 		way, ok := trace.Way(resp.Header)
+		// the latest the provider counted it: the write plus the way,
+		// else the reply's first byte (after the provider's 30 ms)
+		at, aok := trace.Arrival(resp.Header)
+		switch {
+		case !aok || at.After(start.Add(took)):
+			t.Fatalf("arrival %v, %v: after the call returned (%s)", at.Sub(start), aok, took)
+		case ok && at.Sub(start) > took-25*time.Millisecond:
+			t.Fatalf("arrival %s after the start, past the reply less its processing (%s)", at.Sub(start), took-25*time.Millisecond)
+		case !ok && at.Sub(start) < 30*time.Millisecond:
+			t.Fatalf("arrival %s after the start, before the reply's first byte", at.Sub(start))
+		}
 		return way, ok, took
 	}
 	// the provider held it 30 ms and says 25: the way is the rest, at

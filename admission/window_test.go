@@ -307,6 +307,64 @@ func TestWindowArrivedExact(t *testing.T) {
 	}
 }
 
+// TestWindowArrivedLate: a reply that bounds its call's arrival later
+// than the margin allows (a way of 600 ms against a measured margin of
+// 80 ms: a loaded machine) holds the call's room a window after that
+// arrival, as the provider does, not the margin after its write: the
+// room a provider still counts is not admitted again (the bench's 429s
+// on a machine loaded past its cores, every one after such a call), as a
+// call that arrived within the margin frees its room sooner.
+func TestWindowArrivedLate(t *testing.T) {
+	const w = 10 * time.Second
+	for _, c := range []struct {
+		name string
+		way  time.Duration
+		hold time.Duration // from the write to the next admission
+	}{
+		{"later than the margin: the way and the least margin", 600 * time.Millisecond, 605 * time.Millisecond},
+		{"within the margin: the way and the least margin, sooner", 50 * time.Millisecond, 55 * time.Millisecond},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			model := fmt.Sprintf("m-window-late-%d", time.Now().UnixNano())
+			l := ratelimit.Limits{RequestsPerPeriod: 100000, TokensPerPeriod: 1000, Period: w, Limiter: ratelimit.LimiterWindow}
+			s, b, clk := windowScheduler(t, model, l, admission.Config{})
+			ctx := context.Background()
+			b.ObserveWay(40 * time.Millisecond) // the margin: 80 ms
+			// one call of 1000 (the whole window) written 10 ms after its
+			// call, its reply 900 ms later bounding its way by c.way
+			reg(t, s, admission.Ticket{ID: "a", Model: model, Class: "paid", Tenant: "1", Tokens: 1000})
+			if got := drain(t, s, clk, model, 1); len(got) != 1 {
+				t.Fatalf("admitted %v", got)
+			}
+			for _, step := range []func(context.Context, string, string) error{s.Started, s.Calling} {
+				if err := step(ctx, model, "a"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			clk.advance(10 * time.Millisecond)
+			wrote := clk.now()
+			if err := s.Sent(ctx, model, "a", 10*time.Millisecond); err != nil {
+				t.Fatal(err)
+			}
+			clk.advance(900 * time.Millisecond)
+			if err := s.Arrived(ctx, model, "a", c.way); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Settle(ctx, model, "a", ratelimit.Cost{Requests: 1, Tokens: 1000}); err != nil {
+				t.Fatal(err)
+			}
+			reg(t, s, admission.Ticket{ID: "b", Model: model, Class: "paid", Tenant: "1", Tokens: 1000})
+			if got := drain(t, s, clk, model, 1); len(got) != 1 {
+				t.Fatalf("admitted %v", got)
+			}
+			at, free := clk.now().Add(lookAhead(t, s, model)), wrote.Add(w+c.hold)
+			if at.Before(free) || at.Sub(free) > time.Millisecond {
+				t.Fatalf("the next call admitted %s after the write, want %s (the way %s, the margin 80ms)", at.Sub(wrote), w+c.hold, c.way)
+			}
+		})
+	}
+}
+
 // TestWindowArrivedKeepsWhatIsThere: what a settle marks arrived is what
 // stays charged at the write: under refund, usage beyond the estimate is
 // charged at the settle, elsewhere, so a slot whose other call refunds

@@ -159,7 +159,16 @@ func (c *Call) Observe(ctx context.Context, status int, h http.Header) {
 	if c.keyB == nil {
 		return
 	}
-	if _, err := c.keyB.Sync(ctx, status, h, time.Since(c.start)); err != nil {
+	// the report is as of the call's arrival: after its write, no later
+	// than what its reply bounds
+	age := time.Since(c.start)
+	upto := age
+	if c.trace != nil {
+		if at, ok := c.trace.Arrival(h); ok {
+			upto = time.Since(at)
+		}
+	}
+	if _, err := c.keyB.SyncBetween(ctx, status, h, age, upto); err != nil {
 		c.p.log.WarnContext(ctx, "could not sync the key's bucket with the provider's headers; admission goes by its own count", "model", c.model.Name, "key", c.key, "err", err)
 	}
 }

@@ -700,7 +700,14 @@ func (b *Bucket) Settle(ctx context.Context, jobID string, actual Cost) error {
 // age ago: the provider counted at admission, and its bucket has
 // refilled since. It never raises the bucket; daily limits are left.
 func (b *Bucket) Lower(ctx context.Context, remaining Values, age time.Duration) (bool, error) {
-	res, err := b.runArgs(ctx, "sync", "", b.scriptArgs(remaining, false), max(age, 0).Microseconds())
+	return b.lower(ctx, remaining, age, age)
+}
+
+// lower is Lower for a report as of some moment between age and upto
+// ago (upto at most age): a window counts its own to upto ago, so a
+// charge of ours the provider may have counted is not booked twice.
+func (b *Bucket) lower(ctx context.Context, remaining Values, age, upto time.Duration) (bool, error) {
+	res, err := b.runArgs(ctx, "sync", "", b.scriptArgs(remaining, false), max(age, 0).Microseconds(), min(max(upto, 0), max(age, 0)).Microseconds())
 	if err != nil {
 		return false, err
 	}

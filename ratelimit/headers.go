@@ -249,6 +249,16 @@ var autoGet = redis.NewScript(`return redis.call('HGET', KEYS[1], 'auto') or ''`
 // retry time so every worker stops at once. It reports whether the
 // bucket changed.
 func (b *Bucket) Sync(ctx context.Context, status int, h http.Header, age time.Duration) (bool, error) {
+	return b.SyncBetween(ctx, status, h, age, age)
+}
+
+// SyncBetween is Sync for a report as of some moment between age and
+// upto ago (upto at most age): a call's reply reports the provider's
+// count at the call's arrival, after its write (age ago) and no later
+// than its reply's bound on the arrival (upto ago). A window compares
+// its own count to upto ago, so a call of ours written after this one
+// and counted before it arrived is not booked twice.
+func (b *Bucket) SyncBetween(ctx context.Context, status int, h http.Header, age, upto time.Duration) (bool, error) {
 	s := ParseHeaders(h)
 	oerr := b.observe(ctx, s)
 	if status == http.StatusTooManyRequests {
@@ -267,6 +277,6 @@ func (b *Bucket) Sync(ctx context.Context, status int, h http.Header, age time.D
 		// most restrictive of them says nothing of a total
 		remaining.Tokens = -1
 	}
-	lowered, err := b.Lower(ctx, remaining, age)
+	lowered, err := b.lower(ctx, remaining, age, upto)
 	return lowered, errors.Join(err, oerr)
 }

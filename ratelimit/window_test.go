@@ -185,6 +185,34 @@ func TestWindowEdges(t *testing.T) {
 			t.Fatal("a report agreeing with our window then lowered it")
 		}
 	})
+	t.Run("a report as of the call's arrival books no call of ours twice", func(t *testing.T) {
+		// a is written, then b 100 ms later, before a reaches the
+		// provider (a loaded machine): a's reply reports what the
+		// provider counted at a's arrival, a and b. Compared with our
+		// count at a's write (a alone), b would be booked again and the
+		// window held 300 short for a window; compared up to the latest
+		// a's reply bounds its arrival (now), nothing is booked, and
+		// what another client took still is.
+		b, clk, _ := newBucket(t, t.Name(), winLimits)
+		reserve(t, b, "a", 300)
+		clk.advance(100 * time.Millisecond)
+		reserve(t, b, "b", 300)
+		h := http.Header{}
+		h.Set("x-ratelimit-remaining-tokens", "400")
+		if lowered, err := b.SyncBetween(ctx, 200, h, 100*time.Millisecond, 0); err != nil || lowered {
+			t.Fatalf("a report counting a and b lowered the window: %v %v", lowered, err)
+		}
+		if avail, _, _ := b.Available(ctx); avail.Tokens != 400 {
+			t.Fatalf("%d available, want 400", avail.Tokens)
+		}
+		h.Set("x-ratelimit-remaining-tokens", "300")
+		if lowered, _ := b.SyncBetween(ctx, 200, h, 100*time.Millisecond, 0); !lowered {
+			t.Fatal("another client's 100 not booked")
+		}
+		if avail, _, _ := b.Available(ctx); avail.Tokens != 300 {
+			t.Fatalf("%d available, want 300", avail.Tokens)
+		}
+	})
 	t.Run("penalize stops all until the wait", func(t *testing.T) {
 		b, clk, _ := newBucket(t, t.Name(), winLimits)
 		reserve(t, b, "a", 10)

@@ -80,9 +80,11 @@ end
 -- to the start and the handler's preparation, each measured, with
 -- twice their deviation; at most a tenth of the window): room that
 -- frees by the time the job is ready to call is as good as room now,
--- and the call waits for it if it comes early (calling)
+-- and the call waits for it if it comes early (calling); not where the
+-- chat model's window keeps chat's reserve now: a job admitted ahead is
+-- charged before its room is there, and that room is the reserve's
 A.ahead = 0
-if backfills then
+if backfills and not (A.keep.now and A.share > 0) then
   for i, f in ipairs({'lag_us', 'lag_dev', 'prep_us', 'prep_dev'}) do
     local x = tonumber(statget(f) or '') or 0
     if i % 2 == 0 then x = 2 * x end

@@ -56,7 +56,10 @@ end
 -- and the chat model's idle clock starts at their first attempt; a
 -- window of another model keeps nothing until a chat comes, room a
 -- window keeps unused is lost). Then it decays into batch, linearly over
--- as long again, so an idle reserve costs batch nothing.
+-- as long again, so an idle reserve costs batch nothing. A window keeps
+-- it over a horizon (chat finds it within), the chat model's window now
+-- (keep.now: chat finds it at once, the room batch loses while chat is
+-- active).
 local function reserve(A, window, always, tokens, idle)
   local st = A.st
   local seen = tonumber(statget('chat_at') or '')
@@ -77,6 +80,7 @@ local function reserve(A, window, always, tokens, idle)
     share = math.max(share, keep[i] / st.burst[i])
   end
   A.share = share
+  keep.now = window and always
   return keep
 end
 

@@ -399,8 +399,8 @@ type SchedulerCfg struct {
 	ChatShare *float64 `yaml:"chat_share"`
 	// ChatReserve is, per model, the least of its tokens kept for chat
 	// (batch may not use them): the reserve is ChatShare of each limit,
-	// at least this, at most half. Unset: for the chat model on a token
-	// bucket a tenth of its tokens' burst, for others ChatShare alone.
+	// at least this, at most half. Unset: for the chat model a tenth of
+	// its tokens' burst, for others ChatShare alone.
 	ChatReserve map[string]int64 `yaml:"chat_reserve"`
 	// ChatIdle is how long the reserve is kept whole after the last chat
 	// waited or arrived; over as long again it decays into batch.

@@ -159,7 +159,7 @@ var meanings = map[string]meaning{
 
 	"scheduler.mode":         {Text: "`weighted` (tiers share by weight) or `strict` (paid before trial before free, no sharing)."},
 	"scheduler.chat_share":   {Text: "The share of each limit that batch work may not use, kept for chat; in [0, 1)."},
-	"scheduler.chat_reserve": {Text: "Per model (`{model: tokens}`), the least of its tokens kept for chat: chat's reserve is `chat_share` of each limit, at least this, at most half. See [the limiter](limiter.md#how-admission-decides).", Unset: "`jobs.chat_model` on a token bucket: a tenth of its tokens' burst; others: `chat_share` alone"},
+	"scheduler.chat_reserve": {Text: "Per model (`{model: tokens}`), the least of its tokens kept for chat: chat's reserve is `chat_share` of each limit, at least this, at most half. See [the limiter](limiter.md#how-admission-decides).", Unset: "`jobs.chat_model`: a tenth of its tokens' burst; others: `chat_share` alone"},
 	"scheduler.chat_idle":    {Text: "How long chat's reserve is kept whole after the last chat waited or arrived; over as long again it decays into batch."},
 	"scheduler.chat_cap":     {Text: "The largest share of admitted tokens chat takes while batch work waits, in (0, 1]; 1: chat always first."},
 	"scheduler.aging":        {Text: "The longest a batch job waits before it goes first, ahead of chat too."},

@@ -2,7 +2,7 @@
 -- ARGV[1] op: reserve | settle | sync | penalize | window | peek
 -- ARGV[2] now in µs, or "" for Redis TIME
 -- ARGV[3..] dimensions (see B.load), then reserve: ttl_ms; settle: policy;
--- sync: age_us
+-- sync: age_us, optionally upto_us (the latest the report may be as of)
 -- Reply: {code, value, now µs}: reserve 1 reserved, 2 a duplicate (the
 -- job's reservation is there), 0 value µs to wait, < 0 never fits (value
 -- the dimension); settle 1 settled, 0 no reservation; sync 1 lowered, 0
@@ -60,12 +60,15 @@ elseif op == 'settle' then
   return {1, 0, B.fmt(now)}
 elseif op == 'sync' then
   -- val is the provider's remaining count, -1 when unknown, as of age µs
-  -- ago (when the provider admitted the call). Lower to that, never raise.
+  -- ago (when the provider admitted the call), or as late as upto µs ago
+  -- (B.lower). Lower to that, never raise.
   local age = tonumber(ARGV[tail + 1] or '0') or 0
   if age < 0 then age = 0 end
+  local upto = tonumber(ARGV[tail + 2] or '')
+  if upto ~= nil and upto < 0 then upto = 0 end
   local lowered = 0
   for i = 1, st.n do
-    if st.val[i] >= 0 and B.lower(st, i, st.val[i], age) then lowered = 1 end
+    if st.val[i] >= 0 and B.lower(st, i, st.val[i], age, upto) then lowered = 1 end
   end
   if lowered == 1 then B.save(st) end
   return {lowered, 0, B.fmt(now)}

@@ -34,9 +34,20 @@ end
 -- once all of a slot's value is such calls, the slot stops counting a
 -- window (and what 429s taught) after the latest of them (eend), not a
 -- margin after its latest charge. Only in a slot still counting, and
--- never more than the slot holds.
+-- never more than the slot holds. A call that arrived later than its
+-- slot's hold allows (its way longer than the margin: a loaded machine,
+-- a slow network) has its charge moved to where the slot holds it a
+-- window after that arrival, as the provider does; where the margin is
+-- measured, as for eend.
 function B.exact(st, i, at, amount, bound)
   if st.kind[i] ~= 'w' or at == nil or amount <= 0 or bound < at then return end
+  if st.margin[i] >= 0 then
+    local to = math.min(bound - (st.per[i] - st.base[i] - st.learn[i] + st.margin[i]), st.now)
+    if to > at and math.floor(to / st.slot[i]) >= st.first[i] then
+      B.move(st, i, amount, at, to)
+      at = to
+    end
+  end
   local j = math.floor(at / st.slot[i])
   if j < st.first[i] or j > st.newest[i] or j <= st.oldslot[i] then return end
   local c = readslots(st, i, j, j)
@@ -68,13 +79,19 @@ end
 -- newest) less the slots it has and then had not, plus those then had
 -- and it has not: a few slots each side when then is recent, where
 -- summing then's window would read every slot of it.
-function B.lower(st, i, remaining, age)
+-- upto (µs ago, at most age; nil: age) is the latest the provider may
+-- have counted (a call's report is as of its arrival, between its write
+-- and its reply): the window's own count runs to then, so a call of ours
+-- charged between the write and the arrival, which the provider counted
+-- too, is not booked twice (on a loaded machine a whole burst was,
+-- stalling the model for a window).
+function B.lower(st, i, remaining, age, upto)
   if st.kind[i] == 'w' then
     if age > st.per[i] then return false end -- too old to compare
     local g = st.slot[i]
     local at = st.now - age
     local from = math.max(math.floor((at - st.per[i]) / g), st.oldest[i])
-    local to = math.min(math.floor(at / g), st.newest[i])
+    local to = math.min(math.floor((st.now - math.min(upto or age, age)) / g), st.newest[i])
     local ours = 0
     if to >= from then
       local f, h = st.first[i], st.newest[i]

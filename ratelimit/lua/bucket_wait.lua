@@ -40,8 +40,9 @@ end
 -- what stops counting within the horizon (k's share of the span) has
 -- gone, still leaves k. Whoever k is kept for finds it within the
 -- horizon, and in steady state as much stops counting over the horizon
--- as k, so the window still fills.
-local function windowwait(st, i, c, k)
+-- as k, so the window still fills. Kept now (hard: the chat model's
+-- reserve, chat's room at once), k is a floor on the window's room.
+local function windowwait(st, i, c, k, hard)
   local wait = 0
   local checks = {{st.lim[i], st.sum[i] - st.credit[i], st.first[i], st.per[i], st.cred}}
   if st.sub[i] > 0 then checks[2] = {st.sublim[i], st.subsum[i] - st.subcredit[i], st.subfirst[i], st.sub[i], st.scred} end
@@ -56,7 +57,8 @@ local function windowwait(st, i, c, k)
       local share = k / st.burst[i]
       local kneed = need + share * limit
       if kneed > 0 then
-        local w = slotwait(st, i, kneed, from, span, cred) - math.floor(share * span)
+        local w = slotwait(st, i, kneed, from, span, cred)
+        if not hard then w = w - math.floor(share * span) end
         if w > wait then wait = w end
       end
     end
@@ -104,7 +106,9 @@ function B.slack(st, costs, keep, w)
       local room = limit - (sum - expiredby(st, i, from, span, w, cred)) - costs[i]
       if k > 0 then
         local share = k / st.burst[i]
-        local hroom = limit - (sum - expiredby(st, i, from, span, w + math.floor(share * span), cred)) - costs[i] - share * limit
+        local horizon = math.floor(share * span)
+        if keep.now then horizon = 0 end
+        local hroom = limit - (sum - expiredby(st, i, from, span, w + horizon, cred)) - costs[i] - share * limit
         if hroom < room then room = hroom end
       end
       if slack == nil or room < slack then slack = room end
@@ -115,7 +119,8 @@ function B.slack(st, costs, keep, w)
 end
 
 -- B.wait returns the µs until costs (plus an amount to leave untouched,
--- keep[i], which may be nil) fit, 0 when they fit now; or a negative
+-- keep[i], which may be nil; a window keeps it over a horizon unless
+-- keep.now) fit, 0 when they fit now; or a negative
 -- error code: -1 cost above burst, -2 negative cost, with the dimension.
 function B.wait(st, costs, keep)
   local wait = 0
@@ -126,7 +131,7 @@ function B.wait(st, costs, keep)
     local k = 0
     if keep ~= nil and keep[i] ~= nil then k = keep[i] end
     if st.kind[i] == 'w' then
-      local w = windowwait(st, i, c, k)
+      local w = windowwait(st, i, c, k, keep ~= nil and keep.now)
       if w > wait then wait = w end
     else
       -- the amount kept never makes a cost that fits the burst wait

@@ -75,6 +75,7 @@ for i = 1, st.n do
   kept = math.max(kept, A.keep[i] / st.burst[i])
 end
 A.share = kept
+A.keep.now = backfills and always == 'c' -- the chat model's window keeps it now
 -- the reserve in tokens: how far chat may run ahead of its capped share
 -- on the room batch must leave it
 local reservetok = 0
@@ -85,9 +86,11 @@ end
 -- to the start and the handler's preparation, each measured, with
 -- twice their deviation; at most a tenth of the window): room that
 -- frees by the time the job is ready to call is as good as room now,
--- and the call waits for it if it comes early (calling)
+-- and the call waits for it if it comes early (calling); not where the
+-- chat model's window keeps chat's reserve now: a job admitted ahead is
+-- charged before its room is there, and that room is the reserve's
 A.ahead = 0
-if backfills then
+if backfills and not (A.keep.now and A.share > 0) then
   local v = redis.call('HMGET', KEYS[11], 'lag_us', 'lag_dev', 'prep_us', 'prep_dev')
   for i = 1, 4 do
     local x = tonumber(v[i] or '') or 0
