@@ -473,8 +473,8 @@ func (s *Scheduler) releaseWhenHeld(ctx context.Context, a Admitted) {
 // waits for it (see Calling), and the handler prepares meanwhile. A
 // token bucket's charge is corrected at the call (Calling), which counts
 // every charge not called yet, this one's included: a correction at the
-// start as well would change nothing the call's does not, and costs a
-// pass over the model's reservations per job.
+// start as well would change nothing the call's does not (an auto
+// limiter counting in a bucket makes none either).
 func (s *Scheduler) Started(ctx context.Context, model, id string) error {
 	keys, b, err := s.keys(model)
 	if err != nil {
@@ -502,7 +502,9 @@ func (s *Scheduler) Started(ctx context.Context, model, id string) error {
 // tells admission how long its jobs prepare (part of the look-ahead). A
 // token bucket that was full at admission is lowered to what the
 // provider's holds less what it has not seen yet: every charge of the
-// key not called yet, this one's included. The provider's bucket, capped
+// key not called yet, this one's included (running sums per key and
+// dimension that admit, the call, the settle and the reconciler's expiry
+// keep: lua/reservation.lua). The provider's bucket, capped
 // at full, did not refill while those jobs waited for a worker and their
 // handlers prepared their calls, and ours did.
 func (s *Scheduler) Calling(ctx context.Context, model, id string) error {

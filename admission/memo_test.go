@@ -26,7 +26,9 @@ import (
 // Only the files the memos changed are copied, and start, sent and
 // arrived as they were before they read reservations through
 // reservation.lua's codec (TestMemoMatchesReference checks that move
-// too); the others are read from lua/, as the scripts themselves read
+// too), start and settle as they were before they kept the uncalled
+// sums (start's call read every reservation instead: the test checks
+// the sums against it, and against the reservations after each step); the others are read from lua/, as the scripts themselves read
 // them. The copied order.lua is the old single file the prelude,
 // reservation.lua, memo.lua and order.lua were split from.
 //
@@ -98,6 +100,9 @@ func dumpState(t *testing.T, rdb *redis.Client) map[string]string {
 			m := rdb.HGetAll(ctx, k).Val()
 			fs := make([]string, 0, len(m))
 			for f, x := range m {
+				if f == "uncalled" && strings.HasSuffix(k, ":adm:vt") {
+					continue // the reference keeps none (checkUncalled)
+				}
 				fs = append(fs, f+"="+x)
 			}
 			slices.Sort(fs)
@@ -136,6 +141,42 @@ func diffState(want, got map[string]string) string {
 		}
 	}
 	return b.String()
+}
+
+// checkUncalled says how the uncalled sums in s's Redis differ from the
+// sums of its reservations not called yet, per key and dimension id
+// ("": they match). tracked: the limiter keeps them (a window's none).
+func checkUncalled(t *testing.T, rdb *redis.Client, s *Scheduler, tracked bool) string {
+	t.Helper()
+	keys, b, err := s.keys("m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sums := map[string]int64{}
+	for _, r := range rdb.HVals(context.Background(), keys.Reservations).Val() {
+		res := parseReservation(r, b.Keys())
+		if res.Called || res.Key < 0 || res.Dims == nil || !tracked {
+			continue
+		}
+		for i, id := range res.Dims {
+			if i < len(res.Costs) {
+				c, _ := strconv.ParseInt(res.Costs[i], 10, 64)
+				sums[strconv.Itoa(res.Key)+":"+id] += c
+			}
+		}
+	}
+	var want []string
+	for k, v := range sums {
+		if v > 0 {
+			want = append(want, k+":"+strconv.FormatInt(v, 10))
+		}
+	}
+	slices.Sort(want)
+	got := rdb.HGet(context.Background(), keys.VirtualTimes, "uncalled").Val()
+	if w := strings.Join(want, " "); got != w {
+		return fmt.Sprintf("uncalled sums %q, the reservations add up to %q", got, w)
+	}
+	return ""
 }
 
 type memoClock struct{ t time.Time }
@@ -219,6 +260,11 @@ func TestMemoMatchesReference(t *testing.T) {
 					got := f(sNew)
 					if want != got {
 						t.Fatalf("%s: reply differs\nwant %s\ngot  %s", op, want, got)
+					}
+					// the reference keeps no uncalled sums: the new state's
+					// must be what its reservations add up to
+					if d := checkUncalled(t, rNew, sNew, !c.limits.Windowed()); d != "" {
+						t.Fatalf("%s: %s", op, d)
 					}
 					if d := diffState(dumpState(t, rRef), dumpState(t, rNew)); d != "" {
 						t.Fatalf("%s: state differs:\n%s", op, d)

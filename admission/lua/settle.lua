@@ -5,7 +5,9 @@
 -- is added) or estimate (the estimate stays); ARGV[4..] the model's
 -- dimensions (B.load), their values the actual usage (-1 unknown).
 -- Reply: 1 settled, 0 no reservation.
--- Uses: B, keystate, now, reservation
+-- A reservation settled before its call leaves the uncalled sums.
+-- Uses: B, keystate, now, reservation, resmark, ucadd, ucload, ucsave,
+--   uctracked
 local r = redis.call('HGET', KEYS[12], ARGV[2])
 if not r then return 0 end
 local charged, key, _, ids = reservation(r)
@@ -13,8 +15,10 @@ if key ~= nil then -- else its key is gone: nothing to correct
   local st = B.load(keystate(key), ARGV, 3, now)
   charged = B.ondims(charged, ids, st)
   -- where the charge is (its admission, or its start): a window gives
-  -- back in that slot, if it still counts
-  local at = tonumber(redis.call('ZSCORE', KEYS[13], ARGV[2]) or '')
+  -- back in that slot, if it still counts (a token bucket has no slots)
+  local windowed, at = false, nil
+  for i = 1, st.n do windowed = windowed or st.kind[i] == 'w' end
+  if windowed then at = tonumber(redis.call('ZSCORE', KEYS[13], ARGV[2]) or '') end
   -- a written call whose reply bounded its way (arrived): what stays
   -- charged at its write stops counting by its arrival (B.exact)
   local way = tonumber(string.match(r, ' a(%d+)') or '')
@@ -34,6 +38,11 @@ if key ~= nil then -- else its key is gone: nothing to correct
     end
   end
   B.save(st)
+  if uctracked(st) and not resmark(r, 'c') then
+    local U = ucload()
+    ucadd(U, r, -1)
+    ucsave(U)
+  end
 end
 redis.call('HDEL', KEYS[12], ARGV[2])
 redis.call('ZREM', KEYS[13], ARGV[2])
