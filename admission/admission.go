@@ -541,31 +541,6 @@ func (s *Scheduler) TryCalling(ctx context.Context, model, id string) (time.Dura
 	return time.Duration(us) * time.Microsecond, nil
 }
 
-// Arrived records that a job's call replied, its way to the provider at
-// most way (the reply's first byte less the write and the provider's
-// processing: see CallTrace.Way): with a window limiter whose margin is
-// measured, once the job settles what stays charged at its write stops
-// counting a window after write + way (when the provider counted it at
-// the latest) + ratelimit.MinWindowMargin, instead of the margin after
-// the write. Only for a job whose write was recorded (Sent); nothing to
-// do for a token bucket.
-func (s *Scheduler) Arrived(ctx context.Context, model, id string, way time.Duration) error {
-	keys, b, err := s.keys(model)
-	if err != nil {
-		return err
-	}
-	if !b.Limits().Windowed() || way < 0 {
-		return nil
-	}
-	// the bound keeps the least margin past the way (the provider's
-	// whole milliseconds, a count taken shortly after arrival)
-	way += ratelimit.MinWindowMargin
-	if err := arrivedScript.Run(ctx, s.rdb, keys.list(), s.now(), id, way.Microseconds()).Err(); err != nil {
-		return fmt.Errorf("admission: arrived %s: %w", id, err)
-	}
-	return nil
-}
-
 // Sent records that a job's request was written to the provider's
 // connection, at most after past the start of its Calling (the caller's
 // clock): with a window limiter the charge moves from the call to then
@@ -609,15 +584,29 @@ func (s *Scheduler) forget(ctx context.Context, model, id string) {
 // job that ended before its call): the whole reservation comes back,
 // whatever the bucket's policy — the provider counted nothing.
 func (s *Scheduler) Settle(ctx context.Context, model, id string, actual ratelimit.Cost) error {
+	return s.SettleArrived(ctx, model, id, actual, -1)
+}
+
+// SettleArrived is Settle for a call whose reply came, its way to the
+// provider at most way (the reply's first byte less the write and the
+// provider's processing: see CallTrace.Way; negative: not known): with a
+// window limiter whose margin is measured, what stays charged at the
+// call's write (recorded by Sent) stops counting a window after write +
+// way (when the provider counted it at the latest) +
+// ratelimit.MinWindowMargin, instead of the margin after the write.
+// The way changes nothing for a token bucket, or for a job whose write
+// was not recorded.
+func (s *Scheduler) SettleArrived(ctx context.Context, model, id string, actual ratelimit.Cost, way time.Duration) error {
 	var policy ratelimit.Policy // the bucket's own
 	if actual == (ratelimit.Cost{}) {
 		policy = ratelimit.PolicyRefund
 	}
-	return s.settle(ctx, model, id, actual, policy)
+	return s.settle(ctx, model, id, actual, policy, way)
 }
 
-// settle settles under policy ("": the bucket's own).
-func (s *Scheduler) settle(ctx context.Context, model, id string, actual ratelimit.Cost, policy ratelimit.Policy) error {
+// settle settles under policy ("": the bucket's own), with the call's way
+// when it is known (way >= 0).
+func (s *Scheduler) settle(ctx context.Context, model, id string, actual ratelimit.Cost, policy ratelimit.Policy, way time.Duration) error {
 	keys, b, err := s.keys(model)
 	if err != nil {
 		return err
@@ -627,6 +616,11 @@ func (s *Scheduler) settle(ctx context.Context, model, id string, actual ratelim
 	}
 	args := []any{s.now(), id, string(policy)}
 	args = append(args, b.ScriptArgs(actual.Usage())...)
+	if way >= 0 && b.Limits().Windowed() {
+		// the bound keeps the least margin past the way (the provider's
+		// whole milliseconds, a count taken shortly after arrival)
+		args = append(args, (way + ratelimit.MinWindowMargin).Microseconds())
+	}
 	n, err := settleScript.Run(ctx, s.rdb, keys.list(), args...).Int()
 	if err != nil {
 		return fmt.Errorf("admission: settle %s: %w", id, err)

@@ -130,8 +130,5 @@ func callOnClock(ctx context.Context, s *admission.Scheduler, clk *clock, model,
 	if err := s.Sent(ctx, model, id, time.Millisecond); err != nil {
 		return time.Time{}, err
 	}
-	if err := s.Arrived(ctx, model, id, 3*time.Millisecond); err != nil {
-		return time.Time{}, err
-	}
-	return at, s.Settle(ctx, model, id, usage)
+	return at, s.SettleArrived(ctx, model, id, usage, 3*time.Millisecond)
 }

@@ -30,9 +30,9 @@ type Mover interface {
 	// Sent moves it to the request's write, at most after past the
 	// start of Calling.
 	Sent(ctx context.Context, model, id string, after time.Duration) error
-	// Arrived bounds the call's way to the provider by way, from its
-	// reply.
-	Arrived(ctx context.Context, model, id string, way time.Duration) error
+	// SettleArrived is Settle for a call whose reply bounded its way to
+	// the provider by way (negative: not known).
+	SettleArrived(ctx context.Context, model, id string, actual ratelimit.Cost, way time.Duration) error
 }
 
 var (
@@ -72,14 +72,15 @@ type Call struct {
 	bucket *ratelimit.Bucket // the model's (nil: none)
 	keyB   *ratelimit.Bucket // the key's (nil: a key this process does not have)
 	trace  *admission.CallTrace
-	start  time.Time // the request's send, for the headers' age
+	start  time.Time     // the request's send, for the headers' age
+	way    time.Duration // the first reply's bound on the way to the provider; -1: none
 }
 
 // Begin starts the call of the ticket admitted on model m: the key
 // admission charged it to (the call uses it, its bucket takes the
 // provider's headers).
 func (p *Protocol) Begin(ctx context.Context, m Model, ticket string) *Call {
-	c := &Call{p: p, model: m, ticket: ticket}
+	c := &Call{p: p, model: m, ticket: ticket, way: -1}
 	if m.Keys != 1 {
 		k, err := p.adm.KeyOf(ctx, m.Name, ticket)
 		if err != nil || k < 0 || (m.Keys > 1 && k >= m.Keys) {
@@ -97,6 +98,14 @@ func (p *Protocol) Begin(ctx context.Context, m Model, ticket string) *Call {
 
 // Key is the index of the model's API key the call uses.
 func (c *Call) Key() int { return c.key }
+
+// Ticket is the id of the admitted ticket the call is made under.
+func (c *Call) Ticket() string { return c.ticket }
+
+// Way is the bound the call's first reply put on its way to the
+// provider (see admission.CallTrace.Way): false when no reply bounded
+// it. Its settle passes it on (Mover.SettleArrived).
+func (c *Call) Way() (time.Duration, bool) { return c.way, c.way >= 0 }
 
 // Calling moves the ticket's charge to the call (a window counts it from
 // now, a bucket what the provider has not seen yet) and returns rctx,
@@ -149,10 +158,8 @@ func (c *Call) Observe(ctx context.Context, status int, h http.Header) {
 	if c.bucket != nil && c.trace != nil {
 		if way, ok := c.trace.Way(h); ok {
 			c.bucket.ObserveWay(way)
-			if mv, ok := c.p.adm.(Mover); ok {
-				if err := mv.Arrived(ctx, c.model.Name, c.ticket, way); err != nil {
-					c.p.log.WarnContext(ctx, "could not record the call's way to the provider; its charge counts the window margin past its write", "task", c.ticket, "model", c.model.Name, "err", err)
-				}
+			if c.way < 0 {
+				c.way = way // for the settle: the charge's arrival
 			}
 		}
 	}
@@ -193,11 +200,19 @@ func (c *Call) Resolve(ctx context.Context, o Outcome, why error) Outcome {
 }
 
 // Settle settles the ticket's charge in the model's bucket with cost (a
-// Settlement's Bucket). A ticket holding no reservation (settled already,
-// a baseline without a bucket) is fine; another failure is logged: the
-// bucket keeps the estimate until the reservation expires.
+// Settlement's Bucket), and the call's way when a reply bounded it (a
+// window's charge stops counting by its arrival). A ticket holding no
+// reservation (settled already, a baseline without a bucket) is fine;
+// another failure is logged: the bucket keeps the estimate until the
+// reservation expires.
 func (c *Call) Settle(ctx context.Context, cost ratelimit.Cost) {
-	err := c.p.adm.Settle(context.WithoutCancel(ctx), c.model.Name, c.ticket, cost)
+	ctx = context.WithoutCancel(ctx)
+	var err error
+	if mv, ok := c.p.adm.(Mover); ok {
+		err = mv.SettleArrived(ctx, c.model.Name, c.ticket, cost, c.way)
+	} else {
+		err = c.p.adm.Settle(ctx, c.model.Name, c.ticket, cost)
+	}
 	if err != nil && !errors.Is(err, ratelimit.ErrNotReserved) {
 		c.p.log.WarnContext(ctx, "could not settle the call in admission; the bucket keeps its estimate until the reservation expires", "task", c.ticket, "model", c.model.Name, "err", err)
 	}

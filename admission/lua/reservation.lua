@@ -1,7 +1,8 @@
 -- prq admission: the reservation codec, the one reader of the stored
 -- form of what admit charged a ticket (the format: docs/limiter.md,
 -- "Reservations"; Go's reader: reservation.go). The ops append marks
--- themselves (" s", " c", " t", " w", " a<µs>") and read them here.
+-- themselves (" s", " c", " t", " w"; " a<µs>" only an older prq's
+-- arrived wrote: settle takes the way now) and read them here.
 -- Golden cases: testdata/reservations.json, which TestReservationGolden
 -- runs through this file on Redis and through Go's parseReservation.
 -- It also keeps the uncalled sums (below) in step with the reservations.

@@ -3,25 +3,34 @@
 -- KEYS: prelude.lua's.  ARGV[1] now µs, ARGV[2] the id, ARGV[3] policy:
 -- refund (usage replaces the estimate), debt (usage beyond the estimate
 -- is added) or estimate (the estimate stays); ARGV[4..] the model's
--- dimensions (B.load), their values the actual usage (-1 unknown).
+-- dimensions (B.load), their values the actual usage (-1 unknown);
+-- then optionally the call's way µs: its reply came, and bounds the
+-- way from its write to the provider by this (the reply's first byte
+-- less the write and the provider's processing, the least margin
+-- added), so the provider counted it by the charge's time (its write,
+-- after 'sent') plus the way.
 -- Reply: 1 settled, 0 no reservation.
 -- A reservation settled before its call leaves the uncalled sums.
--- Uses: B, keystate, now, reservation, resmark, ucadd, ucload, ucsave,
---   uctracked
+-- Uses: B, keystate, now, reservation, resmark, resway, ucadd, ucload,
+--   ucsave, uctracked
 local r = redis.call('HGET', KEYS[12], ARGV[2])
 if not r then return 0 end
 local charged, key, _, ids = reservation(r)
 if key ~= nil then -- else its key is gone: nothing to correct
-  local st = B.load(keystate(key), ARGV, 3, now)
+  local st, last = B.load(keystate(key), ARGV, 3, now)
   charged = B.ondims(charged, ids, st)
   -- where the charge is (its admission, or its start): a window gives
   -- back in that slot, if it still counts (a token bucket has no slots)
   local windowed, at = false, nil
   for i = 1, st.n do windowed = windowed or st.kind[i] == 'w' end
   if windowed then at = tonumber(redis.call('ZSCORE', KEYS[13], ARGV[2]) or '') end
-  -- a written call whose reply bounded its way (arrived): what stays
-  -- charged at its write stops counting by its arrival (B.exact)
-  local way = tonumber(string.match(r, ' a(%d+)') or '')
+  -- a written call (" w": its charge's time bounds the write) whose
+  -- reply bounded its way (here, or a reservation's " a<µs>" of an
+  -- older prq's arrived): what stays charged at its write stops
+  -- counting by its arrival (B.exact)
+  local way = resway(r)
+  local given = tonumber(ARGV[last + 1] or '')
+  if way == nil and given ~= nil and given >= 0 and resmark(r, 'w') then way = math.floor(given) end
   for i = 1, st.n do
     if charged[i] ~= nil then
       -- an unknown actual (-1: usage not split into input and output)

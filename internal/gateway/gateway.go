@@ -133,10 +133,10 @@ type Admission interface {
 	// Sent moves it to the request's write, at most after past the
 	// start of Calling.
 	Sent(ctx context.Context, model, id string, after time.Duration) error
-	// Arrived bounds the call's way to the provider by way, from its
-	// reply.
-	Arrived(ctx context.Context, model, id string, way time.Duration) error
 	Settle(ctx context.Context, model, id string, actual ratelimit.Cost) error
+	// SettleArrived is Settle for a call whose reply bounded its way to
+	// the provider by way (negative: not known).
+	SettleArrived(ctx context.Context, model, id string, actual ratelimit.Cost, way time.Duration) error
 	Withdraw(ctx context.Context, model, id string) (bool, error)
 	KeyOf(ctx context.Context, model, id string) (int, error)
 	// Paused names the models paused whole or on every key.

@@ -242,9 +242,16 @@ func (g *Gateway) used(ctx context.Context, q *request, u *usage) {
 }
 
 // settleBucket settles the current attempt's ticket in its model's
-// bucket with cost (a llmcall.Settlement's Bucket).
+// bucket with cost (a llmcall.Settlement's Bucket), and with its call's
+// way to the provider when its reply bounded it.
 func (g *Gateway) settleBucket(ctx context.Context, q *request, cost ratelimit.Cost) {
-	if err := g.adm.Settle(ctx, q.model, q.ticket, cost); err != nil && !errors.Is(err, ratelimit.ErrNotReserved) {
+	way := time.Duration(-1)
+	if q.call != nil && q.call.Ticket() == q.ticket {
+		if w, ok := q.call.Way(); ok {
+			way = w
+		}
+	}
+	if err := g.adm.SettleArrived(ctx, q.model, q.ticket, cost, way); err != nil && !errors.Is(err, ratelimit.ErrNotReserved) {
 		g.log.WarnContext(ctx, "gateway: settling the bucket failed; it keeps the estimate", "key", q.key.ID, "err", err)
 	}
 }
