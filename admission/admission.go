@@ -549,7 +549,9 @@ func (s *Scheduler) TryCalling(ctx context.Context, model, id string) (time.Dura
 // measured instead of left to the window margin, which then covers the
 // network alone. A bound, never early: after is measured from before
 // Calling was sent. Nothing to do for a token bucket, or for a job whose
-// reservation is settled already (a fast reply).
+// reservation is settled already (a fast reply). A caller may hold it
+// and give the write to the settle instead (SettleCall: llmcall does,
+// for a tenth of the window).
 func (s *Scheduler) Sent(ctx context.Context, model, id string, after time.Duration) error {
 	keys, b, err := s.keys(model)
 	if err != nil {
@@ -584,19 +586,36 @@ func (s *Scheduler) forget(ctx context.Context, model, id string) {
 // job that ended before its call): the whole reservation comes back,
 // whatever the bucket's policy — the provider counted nothing.
 func (s *Scheduler) Settle(ctx context.Context, model, id string, actual ratelimit.Cost) error {
-	return s.SettleArrived(ctx, model, id, actual, -1)
+	return s.SettleCall(ctx, model, id, actual, NoWay)
 }
 
-// SettleArrived is Settle for a call whose reply came, its way to the
-// provider at most way (the reply's first byte less the write and the
-// provider's processing: see CallTrace.Way; negative: not known): with a
-// window limiter whose margin is measured, what stays charged at the
-// call's write (recorded by Sent) stops counting a window after write +
-// way (when the provider counted it at the latest) +
-// ratelimit.MinWindowMargin, instead of the margin after the write.
-// The way changes nothing for a token bucket, or for a job whose write
-// was not recorded.
-func (s *Scheduler) SettleArrived(ctx context.Context, model, id string, actual ratelimit.Cost, way time.Duration) error {
+// CallWay is what a call's settle tells admission of the call's way to
+// the provider (a window limiter's business; a token bucket's ignores
+// it).
+type CallWay struct {
+	// Written: the request was written at most this long after the start
+	// of its Calling (the caller's clock), and Sent has not recorded it:
+	// the charge moves to then as Sent moves it. Negative: not written,
+	// or recorded by Sent.
+	Written time.Duration
+	// Arrival: the reply bounds the way from the write to the provider by
+	// this (the reply's first byte less the write and the provider's
+	// processing: see CallTrace.Way). Negative: no reply bounded it.
+	Arrival time.Duration
+}
+
+// NoWay is a CallWay that says nothing.
+var NoWay = CallWay{Written: -1, Arrival: -1}
+
+// SettleCall is Settle for a call whose way the caller knows. With a
+// window limiter, the write moves the charge as Sent does (most calls
+// settle before a held Sent would go out: one script instead of two);
+// and when the margin is measured, what stays charged at the write stops
+// counting a window after write + arrival (when the provider counted it
+// at the latest) + ratelimit.MinWindowMargin, instead of the margin after
+// the write. The arrival counts only for a job whose write is recorded
+// (by Sent or by this write).
+func (s *Scheduler) SettleCall(ctx context.Context, model, id string, actual ratelimit.Cost, way CallWay) error {
 	var policy ratelimit.Policy // the bucket's own
 	if actual == (ratelimit.Cost{}) {
 		policy = ratelimit.PolicyRefund
@@ -604,9 +623,9 @@ func (s *Scheduler) SettleArrived(ctx context.Context, model, id string, actual 
 	return s.settle(ctx, model, id, actual, policy, way)
 }
 
-// settle settles under policy ("": the bucket's own), with the call's way
-// when it is known (way >= 0).
-func (s *Scheduler) settle(ctx context.Context, model, id string, actual ratelimit.Cost, policy ratelimit.Policy, way time.Duration) error {
+// settle settles under policy ("": the bucket's own), with what is known
+// of the call's way.
+func (s *Scheduler) settle(ctx context.Context, model, id string, actual ratelimit.Cost, policy ratelimit.Policy, way CallWay) error {
 	keys, b, err := s.keys(model)
 	if err != nil {
 		return err
@@ -616,10 +635,14 @@ func (s *Scheduler) settle(ctx context.Context, model, id string, actual ratelim
 	}
 	args := []any{s.now(), id, string(policy)}
 	args = append(args, b.ScriptArgs(actual.Usage())...)
-	if way >= 0 && b.Limits().Windowed() {
+	if (way.Arrival >= 0 || way.Written >= 0) && b.Limits().Windowed() {
 		// the bound keeps the least margin past the way (the provider's
 		// whole milliseconds, a count taken shortly after arrival)
-		args = append(args, (way + ratelimit.MinWindowMargin).Microseconds())
+		arrival := int64(-1)
+		if way.Arrival >= 0 {
+			arrival = (way.Arrival + ratelimit.MinWindowMargin).Microseconds()
+		}
+		args = append(args, arrival, max(way.Written.Microseconds(), -1))
 	}
 	n, err := settleScript.Run(ctx, s.rdb, keys.list(), args...).Int()
 	if err != nil {

@@ -130,5 +130,5 @@ func callOnClock(ctx context.Context, s *admission.Scheduler, clk *clock, model,
 	if err := s.Sent(ctx, model, id, time.Millisecond); err != nil {
 		return time.Time{}, err
 	}
-	return at, s.SettleArrived(ctx, model, id, usage, 3*time.Millisecond)
+	return at, s.SettleCall(ctx, model, id, usage, admission.CallWay{Written: -1, Arrival: 3 * time.Millisecond})
 }

@@ -188,8 +188,9 @@ type memoClock struct{ t time.Time }
 func (c *memoClock) now() time.Time { return c.t }
 
 // TestMemoMatchesReference runs the same random operations (register,
-// delay, admit, started, calling, sent, settle with or without the
-// call's way (the reference: arrived, then settle), cancel) on two
+// delay, admit, started, calling, sent at the call or taken along by
+// the settle, settle with or without the call's way (the reference:
+// sent, arrived, then settle), cancel) on two
 // Redis servers, one with the reference scripts, and requires the same
 // replies and, after every operation, the same state of every key: the
 // memos change how many commands a call sends, never what it decides
@@ -248,6 +249,7 @@ func TestMemoMatchesReference(t *testing.T) {
 				ctx := context.Background()
 				rng := rand.New(rand.NewSource(int64(ci)*10 + seed))
 				var waiting, admitted, started, called []string
+				held := map[string]bool{} // called, the write not recorded: the settle takes it
 				pick := func(l *[]string) (string, bool) {
 					if len(*l) == 0 {
 						return "", false
@@ -332,7 +334,13 @@ func TestMemoMatchesReference(t *testing.T) {
 								w, err := s.TryCalling(ctx, "m", id)
 								return fmt.Sprint(w, err)
 							})
-							both("sent "+id, func(s *Scheduler) string { return fmt.Sprint(s.Sent(ctx, "m", id, 20*time.Millisecond)) })
+							// the write recorded at once (a held Sent that
+							// went), or taken along by the settle
+							if rng.Intn(2) == 0 {
+								both("sent "+id, func(s *Scheduler) string { return fmt.Sprint(s.Sent(ctx, "m", id, 20*time.Millisecond)) })
+							} else {
+								held[id] = true
+							}
 							called = append(called, id)
 						}
 					case r < 94:
@@ -342,22 +350,33 @@ func TestMemoMatchesReference(t *testing.T) {
 						}
 						if id, ok := pick(l); ok {
 							cost := ratelimit.Cost{Requests: 1, Tokens: int64(100 + rng.Intn(3000))}
-							// the call's reply came (its way), or not
-							way := time.Duration(-1)
+							// the call's reply came (its way), or not; its
+							// write, when no Sent recorded it
+							way := NoWay
 							if rng.Intn(4) > 0 {
-								way = 30 * time.Millisecond
+								way.Arrival = 30 * time.Millisecond
+							}
+							if held[id] {
+								way.Written = 20 * time.Millisecond
+								delete(held, id)
 							}
 							both("settle "+id, func(s *Scheduler) string {
-								if s == sRef && way >= 0 && c.limits.Windowed() {
+								if s == sRef && way.Written >= 0 {
+									// the reference's sent, at the settle
+									if err := s.Sent(ctx, "m", id, way.Written); err != nil {
+										return err.Error()
+									}
+								}
+								if s == sRef && way.Arrival >= 0 && c.limits.Windowed() {
 									// the reference records the way first, as
 									// arrived did when the reply came (nothing
 									// reads it before settle)
 									keys, _, _ := s.keys("m")
-									if err := refArrived.Run(ctx, s.rdb, keys.list(), s.now(), id, (way + ratelimit.MinWindowMargin).Microseconds()).Err(); err != nil {
+									if err := refArrived.Run(ctx, s.rdb, keys.list(), s.now(), id, (way.Arrival + ratelimit.MinWindowMargin).Microseconds()).Err(); err != nil {
 										return err.Error()
 									}
 								}
-								return fmt.Sprint(s.SettleArrived(ctx, "m", id, cost, way))
+								return fmt.Sprint(s.SettleCall(ctx, "m", id, cost, way))
 							})
 						}
 					default:

@@ -72,11 +72,21 @@ func (s *Scheduler) expire(ctx context.Context, model string, now time.Time, rec
 	if err != nil {
 		return err
 	}
+	old := now.Add(-s.cfg.ReservationTTL).UnixMicro()
 	how := ""
 	if recount {
 		how = "recount"
+	} else {
+		// nearly always none: one read, not a script, every pass
+		stale, err := s.rdb.ZRangeByScore(ctx, keys.ReservationAge, &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(old, 10), Count: 1}).Result()
+		if err != nil {
+			return fmt.Errorf("admission: reconcile: expire reservations: %w", err)
+		}
+		if len(stale) == 0 {
+			return nil
+		}
 	}
-	args := []any{s.now(), now.Add(-s.cfg.ReservationTTL).UnixMicro(), how}
+	args := []any{s.now(), old, how}
 	args = append(args, b.ScriptArgs(ratelimit.Values{})...)
 	if err := expireScript.Run(ctx, s.rdb, keys.list(), args...).Err(); err != nil {
 		return fmt.Errorf("admission: reconcile: expire reservations: %w", err)

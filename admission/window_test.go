@@ -180,7 +180,7 @@ func TestWindowChargeMovesToCall(t *testing.T) {
 }
 
 // TestWindowArrivedExact: a written call whose reply bounded its way to
-// the provider (SettleArrived) stops counting a window after its write plus
+// the provider (SettleCall) stops counting a window after its write plus
 // that way, once settled, instead of the measured margin after its
 // write; but only where every charge of its slot is such a call: a slot
 // that also holds a call without a reply keeps the margin.
@@ -227,7 +227,7 @@ func TestWindowArrivedExact(t *testing.T) {
 			if replied[id] {
 				way = 3 * time.Millisecond
 			}
-			if err := s.SettleArrived(ctx, model, id, ratelimit.Cost{Requests: 1, Tokens: 500}, way); err != nil {
+			if err := s.SettleCall(ctx, model, id, ratelimit.Cost{Requests: 1, Tokens: 500}, admission.CallWay{Written: -1, Arrival: way}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -281,7 +281,7 @@ func TestWindowArrivedExact(t *testing.T) {
 	called := clk.now()
 	clk.advance(200 * time.Millisecond)
 	for _, id := range []string{"e1", "e2"} {
-		if err := s.SettleArrived(ctx, model, id, ratelimit.Cost{Requests: 1, Tokens: 500}, 3*time.Millisecond); err != nil {
+		if err := s.SettleCall(ctx, model, id, ratelimit.Cost{Requests: 1, Tokens: 500}, admission.CallWay{Written: -1, Arrival: 3 * time.Millisecond}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -350,7 +350,7 @@ func TestWindowArrivedKeepsWhatIsThere(t *testing.T) {
 	run("j1", "j2")
 	wrote := sent("j1", "j2")
 	clk.advance(200 * time.Millisecond)
-	if err := s.SettleArrived(ctx, model, "j1", ratelimit.Cost{Requests: 1, Tokens: 700}, 3*time.Millisecond); err != nil {
+	if err := s.SettleCall(ctx, model, "j1", ratelimit.Cost{Requests: 1, Tokens: 700}, admission.CallWay{Written: -1, Arrival: 3 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Settle(ctx, model, "j2", ratelimit.Cost{Requests: 1, Tokens: 100}); err != nil {
@@ -387,7 +387,7 @@ func TestWindowArrivedKeepsWhatIsThere(t *testing.T) {
 	}
 	clk.advance(200 * time.Millisecond)
 	for _, id := range []string{"m1", "m2"} {
-		if err := s.SettleArrived(ctx, model, id, ratelimit.Cost{Requests: 1, Tokens: 500}, 3*time.Millisecond); err != nil {
+		if err := s.SettleCall(ctx, model, id, ratelimit.Cost{Requests: 1, Tokens: 500}, admission.CallWay{Written: -1, Arrival: 3 * time.Millisecond}); err != nil {
 			t.Fatal(err)
 		}
 	}

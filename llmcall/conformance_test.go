@@ -51,9 +51,9 @@ func (r *recorder) Settle(ctx context.Context, model, id string, c ratelimit.Cos
 	return r.Scheduler.Settle(ctx, model, id, c)
 }
 
-func (r *recorder) SettleArrived(ctx context.Context, model, id string, c ratelimit.Cost, way time.Duration) error {
-	r.record(c, way)
-	return r.Scheduler.SettleArrived(ctx, model, id, c, way)
+func (r *recorder) SettleCall(ctx context.Context, model, id string, c ratelimit.Cost, way admission.CallWay) error {
+	r.record(c, way.Arrival)
+	return r.Scheduler.SettleCall(ctx, model, id, c, way)
 }
 
 func (r *recorder) record(c ratelimit.Cost, way time.Duration) {

@@ -160,7 +160,7 @@ func (f *fakeAdmission) Sent(_ context.Context, model, id string, after time.Dur
 	return nil
 }
 
-func (f *fakeAdmission) SettleArrived(ctx context.Context, model, id string, c ratelimit.Cost, way time.Duration) error {
+func (f *fakeAdmission) SettleCall(ctx context.Context, model, id string, c ratelimit.Cost, way admission.CallWay) error {
 	return f.Settle(ctx, model, id, c)
 }
 

@@ -134,9 +134,10 @@ type Admission interface {
 	// start of Calling.
 	Sent(ctx context.Context, model, id string, after time.Duration) error
 	Settle(ctx context.Context, model, id string, actual ratelimit.Cost) error
-	// SettleArrived is Settle for a call whose reply bounded its way to
-	// the provider by way (negative: not known).
-	SettleArrived(ctx context.Context, model, id string, actual ratelimit.Cost, way time.Duration) error
+	// SettleCall is Settle with what the call knows of its way: its
+	// write, when Sent has not recorded it, and its reply's bound on its
+	// arrival.
+	SettleCall(ctx context.Context, model, id string, actual ratelimit.Cost, way admission.CallWay) error
 	Withdraw(ctx context.Context, model, id string) (bool, error)
 	KeyOf(ctx context.Context, model, id string) (int, error)
 	// Paused names the models paused whole or on every key.
