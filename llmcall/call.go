@@ -75,7 +75,7 @@ type Call struct {
 	keyB   *ratelimit.Bucket // the key's (nil: a key this process does not have)
 	trace  *admission.CallTrace
 	start  time.Time     // the request's send, for the headers' age
-	way    time.Duration // the first reply's bound on the way to the provider; -1: none
+	way    time.Duration // the first reply's bound on the way to the provider; -1: none (held's lock)
 	// the request's write, held for the settle (Mover.Sent after a
 	// while: most calls settle first, and take it along)
 	held struct {
@@ -186,9 +186,9 @@ func (c *Call) sent(ctx context.Context, mv Mover, after time.Duration) {
 // it (the held Sent no longer goes), and the first reply's bound on the
 // arrival (see admission.CallTrace.Way).
 func (c *Call) SettleWay() admission.CallWay {
-	w := admission.CallWay{Written: -1, Arrival: c.way}
 	c.held.Lock()
 	defer c.held.Unlock()
+	w := admission.CallWay{Written: -1, Arrival: c.way}
 	if c.held.done || c.trace == nil {
 		return w
 	}
@@ -227,9 +227,11 @@ func (c *Call) Observe(ctx context.Context, status int, h http.Header) {
 	if c.bucket != nil && c.trace != nil {
 		if way, ok := c.trace.Way(h); ok {
 			c.bucket.ObserveWay(way)
+			c.held.Lock()
 			if c.way < 0 {
 				c.way = way // for the settle: the charge's arrival
 			}
+			c.held.Unlock()
 		}
 	}
 	if c.keyB == nil {

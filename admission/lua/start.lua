@@ -21,12 +21,12 @@
 -- none of the calls admitted and not called yet (this one's included:
 -- their sum is U, the key's uncalled sums of reservation.lua), stays
 -- capped at full until they arrive: ours becomes min(full, level + U +
--- the call's way, sendLag of refill) - U - the way, what the provider
--- holds now less what it has not seen yet (never higher than it is), so
--- a bucket that was full when a burst was admitted, or a key left idle
--- (several keys: often), does not admit early after it. The reservation
--- is marked called (" c") and leaves the sums. A
--- window: its charge moves again, to now, so the handler's work
+-- L) - U - L (L: the refill of the call's way, sendLag), what the
+-- provider holds now less what it has not seen yet (never higher than
+-- it is), so a bucket that was full when a burst was admitted, or a key
+-- left idle (several keys: often), does not admit early after it. The
+-- reservation is marked called (" c") and leaves the sums. A window:
+-- its charge moves again, to now, so the handler's work
 -- before the call (Redis reads, the prompt) is not left to the
 -- margin; a charge its start moved needs no room (its old slot still
 -- counts), one left at its admission may: then nothing changes and
