@@ -472,8 +472,8 @@ func (s *Scheduler) releaseWhenHeld(ctx context.Context, a Admitted) {
 // waits for it (see Calling), and the handler prepares meanwhile. A
 // token bucket's charge is corrected at the call (Calling), which counts
 // every charge not called yet, this one's included: a correction at the
-// start as well would change nothing the call's does not, and costs a
-// pass over the model's reservations per job.
+// start as well would change nothing the call's does not (an auto
+// limiter counting in a bucket makes none either).
 func (s *Scheduler) Started(ctx context.Context, model, id string) error {
 	keys, b, err := s.keys(model)
 	if err != nil {
@@ -501,7 +501,9 @@ func (s *Scheduler) Started(ctx context.Context, model, id string) error {
 // tells admission how long its jobs prepare (part of the look-ahead). A
 // token bucket that was full at admission is lowered to what the
 // provider's holds less what it has not seen yet: every charge of the
-// key not called yet, this one's included. The provider's bucket, capped
+// key not called yet, this one's included (running sums per key and
+// dimension that admit, the call, the settle and the reconciler's expiry
+// keep: lua/reservation.lua). The provider's bucket, capped
 // at full, did not refill while those jobs waited for a worker and their
 // handlers prepared their calls, and ours did.
 func (s *Scheduler) Calling(ctx context.Context, model, id string) error {
@@ -538,31 +540,6 @@ func (s *Scheduler) TryCalling(ctx context.Context, model, id string) (time.Dura
 	return time.Duration(us) * time.Microsecond, nil
 }
 
-// Arrived records that a job's call replied, its way to the provider at
-// most way (the reply's first byte less the write and the provider's
-// processing: see CallTrace.Way): with a window limiter whose margin is
-// measured, once the job settles what stays charged at its write stops
-// counting a window after write + way (when the provider counted it at
-// the latest) + ratelimit.MinWindowMargin, instead of the margin after
-// the write. Only for a job whose write was recorded (Sent); nothing to
-// do for a token bucket.
-func (s *Scheduler) Arrived(ctx context.Context, model, id string, way time.Duration) error {
-	keys, b, err := s.keys(model)
-	if err != nil {
-		return err
-	}
-	if !b.Limits().Windowed() || way < 0 {
-		return nil
-	}
-	// the bound keeps the least margin past the way (the provider's
-	// whole milliseconds, a count taken shortly after arrival)
-	way += ratelimit.MinWindowMargin
-	if err := arrivedScript.Run(ctx, s.rdb, keys.list(), s.now(), id, way.Microseconds()).Err(); err != nil {
-		return fmt.Errorf("admission: arrived %s: %w", id, err)
-	}
-	return nil
-}
-
 // Sent records that a job's request was written to the provider's
 // connection, at most after past the start of its Calling (the caller's
 // clock): with a window limiter the charge moves from the call to then
@@ -571,7 +548,9 @@ func (s *Scheduler) Arrived(ctx context.Context, model, id string, way time.Dura
 // measured instead of left to the window margin, which then covers the
 // network alone. A bound, never early: after is measured from before
 // Calling was sent. Nothing to do for a token bucket, or for a job whose
-// reservation is settled already (a fast reply).
+// reservation is settled already (a fast reply). A caller may hold it
+// and give the write to the settle instead (SettleCall: llmcall does,
+// for a tenth of the window).
 func (s *Scheduler) Sent(ctx context.Context, model, id string, after time.Duration) error {
 	keys, b, err := s.keys(model)
 	if err != nil {
@@ -606,15 +585,46 @@ func (s *Scheduler) forget(ctx context.Context, model, id string) {
 // job that ended before its call): the whole reservation comes back,
 // whatever the bucket's policy — the provider counted nothing.
 func (s *Scheduler) Settle(ctx context.Context, model, id string, actual ratelimit.Cost) error {
+	return s.SettleCall(ctx, model, id, actual, NoWay)
+}
+
+// CallWay is what a call's settle tells admission of the call's way to
+// the provider (a window limiter's business; a token bucket's ignores
+// it).
+type CallWay struct {
+	// Written: the request was written at most this long after the start
+	// of its Calling (the caller's clock), and Sent has not recorded it:
+	// the charge moves to then as Sent moves it. Negative: not written,
+	// or recorded by Sent.
+	Written time.Duration
+	// Arrival: the reply bounds the way from the write to the provider by
+	// this (the reply's first byte less the write and the provider's
+	// processing: see CallTrace.Way). Negative: no reply bounded it.
+	Arrival time.Duration
+}
+
+// NoWay is a CallWay that says nothing.
+var NoWay = CallWay{Written: -1, Arrival: -1}
+
+// SettleCall is Settle for a call whose way the caller knows. With a
+// window limiter, the write moves the charge as Sent does (most calls
+// settle before a held Sent would go out: one script instead of two);
+// and when the margin is measured, what stays charged at the write stops
+// counting a window after write + arrival (when the provider counted it
+// at the latest) + ratelimit.MinWindowMargin, instead of the margin after
+// the write. The arrival counts only for a job whose write is recorded
+// (by Sent or by this write).
+func (s *Scheduler) SettleCall(ctx context.Context, model, id string, actual ratelimit.Cost, way CallWay) error {
 	var policy ratelimit.Policy // the bucket's own
 	if actual == (ratelimit.Cost{}) {
 		policy = ratelimit.PolicyRefund
 	}
-	return s.settle(ctx, model, id, actual, policy)
+	return s.settle(ctx, model, id, actual, policy, way)
 }
 
-// settle settles under policy ("": the bucket's own).
-func (s *Scheduler) settle(ctx context.Context, model, id string, actual ratelimit.Cost, policy ratelimit.Policy) error {
+// settle settles under policy ("": the bucket's own), with what is known
+// of the call's way.
+func (s *Scheduler) settle(ctx context.Context, model, id string, actual ratelimit.Cost, policy ratelimit.Policy, way CallWay) error {
 	keys, b, err := s.keys(model)
 	if err != nil {
 		return err
@@ -624,6 +634,15 @@ func (s *Scheduler) settle(ctx context.Context, model, id string, actual ratelim
 	}
 	args := []any{s.now(), id, string(policy)}
 	args = append(args, b.ScriptArgs(actual.Usage())...)
+	if (way.Arrival >= 0 || way.Written >= 0) && b.Limits().Windowed() {
+		// the bound keeps the least margin past the way (the provider's
+		// whole milliseconds, a count taken shortly after arrival)
+		arrival := int64(-1)
+		if way.Arrival >= 0 {
+			arrival = (way.Arrival + ratelimit.MinWindowMargin).Microseconds()
+		}
+		args = append(args, arrival, max(way.Written.Microseconds(), -1))
+	}
 	n, err := settleScript.Run(ctx, s.rdb, keys.list(), args...).Int()
 	if err != nil {
 		return fmt.Errorf("admission: settle %s: %w", id, err)

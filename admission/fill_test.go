@@ -108,8 +108,9 @@ func fillOf(t *testing.T, lim ratelimit.Limits) (fill, worst float64) {
 
 // callOnClock runs an admitted job's call on a stepped clock: its start,
 // 2 ms of preparation, its call once it may go, its write 1 ms later,
-// its reply (a 3 ms way) and its settle at usage. It returns the write's
-// time, when the provider counts the call.
+// its reply (a 3 ms way) and its settle at usage, which takes the write
+// along (llmcall holds it for the settle). It returns the write's time,
+// when the provider counts the call.
 func callOnClock(ctx context.Context, s *admission.Scheduler, clk *clock, model, id string, usage ratelimit.Cost) (time.Time, error) {
 	if err := s.Started(ctx, model, id); err != nil {
 		return time.Time{}, err
@@ -127,11 +128,5 @@ func callOnClock(ctx context.Context, s *admission.Scheduler, clk *clock, model,
 	}
 	clk.advance(time.Millisecond)
 	at := clk.now()
-	if err := s.Sent(ctx, model, id, time.Millisecond); err != nil {
-		return time.Time{}, err
-	}
-	if err := s.Arrived(ctx, model, id, 3*time.Millisecond); err != nil {
-		return time.Time{}, err
-	}
-	return at, s.Settle(ctx, model, id, usage)
+	return at, s.SettleCall(ctx, model, id, usage, admission.CallWay{Written: time.Millisecond, Arrival: 3 * time.Millisecond})
 }

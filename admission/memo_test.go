@@ -26,7 +26,9 @@ import (
 // Only the files the memos changed are copied, and start, sent and
 // arrived as they were before they read reservations through
 // reservation.lua's codec (TestMemoMatchesReference checks that move
-// too); the others are read from lua/, as the scripts themselves read
+// too), start and settle as they were before they kept the uncalled
+// sums (start's call read every reservation instead: the test checks
+// the sums against it, and against the reservations after each step); the others are read from lua/, as the scripts themselves read
 // them. The copied order.lua is the old single file the prelude,
 // reservation.lua, memo.lua and order.lua were split from.
 //
@@ -53,17 +55,21 @@ func refScript(op string, files ...string) *redis.Script {
 
 // scriptSet is every operation's script, to swap the reference in.
 type scriptSet struct {
-	register, cancel, delay, started, calling, sent, arrived, settle, admit, position, stats *redis.Script
+	register, cancel, delay, started, calling, sent, settle, admit, position, stats *redis.Script
 }
+
+// refArrived is the reference's arrived: before settle took the call's
+// way, a script of its own recorded it (" a<µs>") when the reply came.
+var refArrived = refScript("arrived", "arrived.lua")
 
 func currentScripts() scriptSet {
 	return scriptSet{registerScript, cancelScript, delayScript, startedScript, callingScript, sentScript,
-		arrivedScript, settleScript, admitScript, positionScript, statsScript}
+		settleScript, admitScript, positionScript, statsScript}
 }
 
 func (s scriptSet) use() {
 	registerScript, cancelScript, delayScript, startedScript, callingScript, sentScript = s.register, s.cancel, s.delay, s.started, s.calling, s.sent
-	arrivedScript, settleScript, admitScript, positionScript, statsScript = s.arrived, s.settle, s.admit, s.position, s.stats
+	settleScript, admitScript, positionScript, statsScript = s.settle, s.admit, s.position, s.stats
 }
 
 func referenceScripts() scriptSet {
@@ -71,7 +77,7 @@ func referenceScripts() scriptSet {
 		register: refScript("register", "register.lua"), cancel: refScript("cancel", "cancel.lua"),
 		delay: refScript("delay", "delay.lua"), started: refScript("started", "start.lua"),
 		calling: refScript("calling", "start.lua"), sent: refScript("sent", "sent.lua"),
-		arrived: refScript("arrived", "arrived.lua"), settle: refScript("settle", "settle.lua"),
+		settle:   refScript("settle", "settle.lua"),
 		admit:    refScript("admit", "admit_pick.lua", "admit_backfill.lua", "admit.lua"),
 		position: refScript("position", "position.lua"), stats: refScript("stats", "stats.lua"),
 	}
@@ -98,6 +104,9 @@ func dumpState(t *testing.T, rdb *redis.Client) map[string]string {
 			m := rdb.HGetAll(ctx, k).Val()
 			fs := make([]string, 0, len(m))
 			for f, x := range m {
+				if f == "uncalled" && strings.HasSuffix(k, ":adm:vt") {
+					continue // the reference keeps none (checkUncalled)
+				}
 				fs = append(fs, f+"="+x)
 			}
 			slices.Sort(fs)
@@ -138,12 +147,50 @@ func diffState(want, got map[string]string) string {
 	return b.String()
 }
 
+// checkUncalled says how the uncalled sums in s's Redis differ from the
+// sums of its reservations not called yet, per key and dimension id
+// ("": they match). tracked: the limiter keeps them (a window's none).
+func checkUncalled(t *testing.T, rdb *redis.Client, s *Scheduler, tracked bool) string {
+	t.Helper()
+	keys, b, err := s.keys("m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sums := map[string]int64{}
+	for _, r := range rdb.HVals(context.Background(), keys.Reservations).Val() {
+		res := parseReservation(r, b.Keys())
+		if res.Called || res.Key < 0 || res.Dims == nil || !tracked {
+			continue
+		}
+		for i, id := range res.Dims {
+			if i < len(res.Costs) {
+				c, _ := strconv.ParseInt(res.Costs[i], 10, 64)
+				sums[strconv.Itoa(res.Key)+":"+id] += c
+			}
+		}
+	}
+	var want []string
+	for k, v := range sums {
+		if v > 0 {
+			want = append(want, k+":"+strconv.FormatInt(v, 10))
+		}
+	}
+	slices.Sort(want)
+	got := rdb.HGet(context.Background(), keys.VirtualTimes, "uncalled").Val()
+	if w := strings.Join(want, " "); got != w {
+		return fmt.Sprintf("uncalled sums %q, the reservations add up to %q", got, w)
+	}
+	return ""
+}
+
 type memoClock struct{ t time.Time }
 
 func (c *memoClock) now() time.Time { return c.t }
 
 // TestMemoMatchesReference runs the same random operations (register,
-// delay, admit, started, calling, sent, arrived, settle, cancel) on two
+// delay, admit, started, calling, sent at the call or taken along by
+// the settle, settle with or without the call's way (the reference:
+// sent, arrived, then settle), cancel) on two
 // Redis servers, one with the reference scripts, and requires the same
 // replies and, after every operation, the same state of every key: the
 // memos change how many commands a call sends, never what it decides
@@ -202,6 +249,7 @@ func TestMemoMatchesReference(t *testing.T) {
 				ctx := context.Background()
 				rng := rand.New(rand.NewSource(int64(ci)*10 + seed))
 				var waiting, admitted, started, called []string
+				held := map[string]bool{} // called, the write not recorded: the settle takes it
 				pick := func(l *[]string) (string, bool) {
 					if len(*l) == 0 {
 						return "", false
@@ -219,6 +267,11 @@ func TestMemoMatchesReference(t *testing.T) {
 					got := f(sNew)
 					if want != got {
 						t.Fatalf("%s: reply differs\nwant %s\ngot  %s", op, want, got)
+					}
+					// the reference keeps no uncalled sums: the new state's
+					// must be what its reservations add up to
+					if d := checkUncalled(t, rNew, sNew, !c.limits.Windowed()); d != "" {
+						t.Fatalf("%s: %s", op, d)
 					}
 					if d := diffState(dumpState(t, rRef), dumpState(t, rNew)); d != "" {
 						t.Fatalf("%s: state differs:\n%s", op, d)
@@ -281,8 +334,13 @@ func TestMemoMatchesReference(t *testing.T) {
 								w, err := s.TryCalling(ctx, "m", id)
 								return fmt.Sprint(w, err)
 							})
-							both("sent "+id, func(s *Scheduler) string { return fmt.Sprint(s.Sent(ctx, "m", id, 20*time.Millisecond)) })
-							both("arrived "+id, func(s *Scheduler) string { return fmt.Sprint(s.Arrived(ctx, "m", id, 30*time.Millisecond)) })
+							// the write recorded at once (a held Sent that
+							// went), or taken along by the settle
+							if rng.Intn(2) == 0 {
+								both("sent "+id, func(s *Scheduler) string { return fmt.Sprint(s.Sent(ctx, "m", id, 20*time.Millisecond)) })
+							} else {
+								held[id] = true
+							}
 							called = append(called, id)
 						}
 					case r < 94:
@@ -292,7 +350,34 @@ func TestMemoMatchesReference(t *testing.T) {
 						}
 						if id, ok := pick(l); ok {
 							cost := ratelimit.Cost{Requests: 1, Tokens: int64(100 + rng.Intn(3000))}
-							both("settle "+id, func(s *Scheduler) string { return fmt.Sprint(s.Settle(ctx, "m", id, cost)) })
+							// the call's reply came (its way), or not; its
+							// write, when no Sent recorded it
+							way := NoWay
+							if rng.Intn(4) > 0 {
+								way.Arrival = 30 * time.Millisecond
+							}
+							if held[id] {
+								way.Written = 20 * time.Millisecond
+								delete(held, id)
+							}
+							both("settle "+id, func(s *Scheduler) string {
+								if s == sRef && way.Written >= 0 {
+									// the reference's sent, at the settle
+									if err := s.Sent(ctx, "m", id, way.Written); err != nil {
+										return err.Error()
+									}
+								}
+								if s == sRef && way.Arrival >= 0 && c.limits.Windowed() {
+									// the reference records the way first, as
+									// arrived did when the reply came (nothing
+									// reads it before settle)
+									keys, _, _ := s.keys("m")
+									if err := refArrived.Run(ctx, s.rdb, keys.list(), s.now(), id, (way.Arrival + ratelimit.MinWindowMargin).Microseconds()).Err(); err != nil {
+										return err.Error()
+									}
+								}
+								return fmt.Sprint(s.SettleCall(ctx, "m", id, cost, way))
+							})
 						}
 					default:
 						if id, ok := pick(&waiting); ok {

@@ -158,7 +158,7 @@ func (s *Scheduler) Withdraw(ctx context.Context, model, id string) (refunded bo
 		return false, err
 	}
 	// refund whatever the bucket's policy: the provider saw nothing
-	err = s.settle(ctx, model, id, ratelimit.Cost{}, ratelimit.PolicyRefund)
+	err = s.settle(ctx, model, id, ratelimit.Cost{}, ratelimit.PolicyRefund, NoWay)
 	if errors.Is(err, ratelimit.ErrNotReserved) {
 		return false, nil
 	}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/prq-dev/prq/ratelimit"
 )
 
 // Reconcile repairs what crashes leave: released tasks that never reached
@@ -50,15 +52,8 @@ func (s *Scheduler) Reconcile(ctx context.Context, rc RunConfig, scan bool) erro
 			}
 			s.rerelease(ctx, model, t.Queue, id, keys.Released, now)
 		}
-		old := strconv.FormatInt(now.Add(-s.cfg.ReservationTTL).UnixMicro(), 10)
-		stale, err := s.rdb.ZRangeByScore(ctx, keys.ReservationAge, &redis.ZRangeBy{Min: "-inf", Max: old, Count: 1000}).Result()
-		if err == nil && len(stale) > 0 {
-			if err := s.rdb.HDel(ctx, keys.Reservations, stale...).Err(); err != nil {
-				return fmt.Errorf("admission: reconcile: expire reservations: %w", err)
-			}
-			if err := s.rdb.ZRem(ctx, keys.ReservationAge, toAny(stale)...).Err(); err != nil {
-				return fmt.Errorf("admission: reconcile: expire reservations: %w", err)
-			}
+		if err := s.expire(ctx, model, now, scan); err != nil {
+			return err
 		}
 	}
 	if rc.TicketOf != nil && s.insp != nil {
@@ -69,12 +64,34 @@ func (s *Scheduler) Reconcile(ctx context.Context, rc RunConfig, scan bool) erro
 	return nil
 }
 
-func toAny(ss []string) []any {
-	out := make([]any, len(ss))
-	for i, s := range ss {
-		out[i] = s
+// expire ends a model's reservations charged more than ReservationTTL
+// before now, taking them out of the uncalled sums (lua/expire.lua);
+// with recount, the sums are counted again from the reservations.
+func (s *Scheduler) expire(ctx context.Context, model string, now time.Time, recount bool) error {
+	keys, b, err := s.keys(model)
+	if err != nil {
+		return err
 	}
-	return out
+	old := now.Add(-s.cfg.ReservationTTL).UnixMicro()
+	how := ""
+	if recount {
+		how = "recount"
+	} else {
+		// nearly always none: one read, not a script, every pass
+		stale, err := s.rdb.ZRangeByScore(ctx, keys.ReservationAge, &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(old, 10), Count: 1}).Result()
+		if err != nil {
+			return fmt.Errorf("admission: reconcile: expire reservations: %w", err)
+		}
+		if len(stale) == 0 {
+			return nil
+		}
+	}
+	args := []any{s.now(), old, how}
+	args = append(args, b.ScriptArgs(ratelimit.Values{})...)
+	if err := expireScript.Run(ctx, s.rdb, keys.list(), args...).Err(); err != nil {
+		return fmt.Errorf("admission: reconcile: expire reservations: %w", err)
+	}
+	return nil
 }
 
 func (s *Scheduler) rerelease(ctx context.Context, model, queue, id, releasedKey string, now time.Time) {

@@ -55,8 +55,8 @@ func opScript(op string, files ...string) *redis.Script {
 // prelude.lua's, the KEYS they all take: keyTable).
 var opFiles = map[string][]string{
 	"register": {"register.lua"}, "cancel": {"cancel.lua"}, "delay": {"delay.lua"},
-	"started": {"start.lua"}, "calling": {"start.lua"}, "sent": {"sent.lua"}, "arrived": {"arrived.lua"},
-	"settle": {"settle.lua"}, "admit": {"admit_pick.lua", "admit_backfill.lua", "admit.lua"},
+	"started": {"start.lua"}, "calling": {"start.lua"}, "sent": {"sent.lua"},
+	"settle": {"settle.lua"}, "expire": {"expire.lua"}, "admit": {"admit_pick.lua", "admit_backfill.lua", "admit.lua"},
 	"position": {"position.lua"}, "stats": {"stats.lua"},
 }
 
@@ -67,8 +67,8 @@ var (
 	startedScript  = opScript("started", opFiles["started"]...)
 	callingScript  = opScript("calling", opFiles["calling"]...)
 	sentScript     = opScript("sent", opFiles["sent"]...)
-	arrivedScript  = opScript("arrived", opFiles["arrived"]...)
 	settleScript   = opScript("settle", opFiles["settle"]...)
+	expireScript   = opScript("expire", opFiles["expire"]...)
 	admitScript    = opScript("admit", opFiles["admit"]...)
 	positionScript = opScript("position", opFiles["position"]...)
 	statsScript    = opScript("stats", opFiles["stats"]...)
@@ -80,7 +80,7 @@ func ScriptHashes() map[string]string {
 	m := map[string]string{processScript.Hash(): "admission.process", releaseScript.Hash(): "admission.release"}
 	for name, s := range map[string]*redis.Script{
 		"register": registerScript, "cancel": cancelScript, "delay": delayScript, "started": startedScript,
-		"calling": callingScript, "sent": sentScript, "arrived": arrivedScript, "settle": settleScript,
+		"calling": callingScript, "sent": sentScript, "settle": settleScript, "expire": expireScript,
 		"admit": admitScript, "position": positionScript, "stats": statsScript,
 	} {
 		m[s.Hash()] = "admission " + name

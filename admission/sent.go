@@ -55,10 +55,13 @@ func TraceCall(ctx context.Context, start time.Time, sent func(after time.Durati
 
 // Wrote reports whether the request was written out (the provider may
 // have seen it).
-func (t *CallTrace) Wrote() bool {
+func (t *CallTrace) Wrote() bool { return !t.WroteAt().IsZero() }
+
+// WroteAt is when the request was first written out (zero: not yet).
+func (t *CallTrace) WroteAt() time.Time {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return !t.wrote.IsZero()
+	return t.wrote
 }
 
 // Arrival returns the latest the provider may have counted the call (h:

@@ -180,7 +180,7 @@ func TestWindowChargeMovesToCall(t *testing.T) {
 }
 
 // TestWindowArrivedExact: a written call whose reply bounded its way to
-// the provider (Arrived) stops counting a window after its write plus
+// the provider (SettleCall) stops counting a window after its write plus
 // that way, once settled, instead of the measured margin after its
 // write; but only where every charge of its slot is such a call: a slot
 // that also holds a call without a reply keeps the margin.
@@ -223,12 +223,11 @@ func TestWindowArrivedExact(t *testing.T) {
 		}
 		clk.advance(200 * time.Millisecond) // the reply
 		for _, id := range ids {
+			way := time.Duration(-1) // no reply: the way is not known
 			if replied[id] {
-				if err := s.Arrived(ctx, model, id, 3*time.Millisecond); err != nil {
-					t.Fatal(err)
-				}
+				way = 3 * time.Millisecond
 			}
-			if err := s.Settle(ctx, model, id, ratelimit.Cost{Requests: 1, Tokens: 500}); err != nil {
+			if err := s.SettleCall(ctx, model, id, ratelimit.Cost{Requests: 1, Tokens: 500}, admission.CallWay{Written: -1, Arrival: way}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -282,10 +281,7 @@ func TestWindowArrivedExact(t *testing.T) {
 	called := clk.now()
 	clk.advance(200 * time.Millisecond)
 	for _, id := range []string{"e1", "e2"} {
-		if err := s.Arrived(ctx, model, id, 3*time.Millisecond); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Settle(ctx, model, id, ratelimit.Cost{Requests: 1, Tokens: 500}); err != nil {
+		if err := s.SettleCall(ctx, model, id, ratelimit.Cost{Requests: 1, Tokens: 500}, admission.CallWay{Written: -1, Arrival: 3 * time.Millisecond}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -347,10 +343,7 @@ func TestWindowArrivedLate(t *testing.T) {
 				t.Fatal(err)
 			}
 			clk.advance(900 * time.Millisecond)
-			if err := s.Arrived(ctx, model, "a", c.way); err != nil {
-				t.Fatal(err)
-			}
-			if err := s.Settle(ctx, model, "a", ratelimit.Cost{Requests: 1, Tokens: 1000}); err != nil {
+			if err := s.SettleCall(ctx, model, "a", ratelimit.Cost{Requests: 1, Tokens: 1000}, admission.CallWay{Written: -1, Arrival: c.way}); err != nil {
 				t.Fatal(err)
 			}
 			reg(t, s, admission.Ticket{ID: "b", Model: model, Class: "paid", Tenant: "1", Tokens: 1000})
@@ -412,10 +405,7 @@ func TestWindowArrivedKeepsWhatIsThere(t *testing.T) {
 	run("j1", "j2")
 	wrote := sent("j1", "j2")
 	clk.advance(200 * time.Millisecond)
-	if err := s.Arrived(ctx, model, "j1", 3*time.Millisecond); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Settle(ctx, model, "j1", ratelimit.Cost{Requests: 1, Tokens: 700}); err != nil {
+	if err := s.SettleCall(ctx, model, "j1", ratelimit.Cost{Requests: 1, Tokens: 700}, admission.CallWay{Written: -1, Arrival: 3 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Settle(ctx, model, "j2", ratelimit.Cost{Requests: 1, Tokens: 100}); err != nil {
@@ -452,10 +442,7 @@ func TestWindowArrivedKeepsWhatIsThere(t *testing.T) {
 	}
 	clk.advance(200 * time.Millisecond)
 	for _, id := range []string{"m1", "m2"} {
-		if err := s.Arrived(ctx, model, id, 3*time.Millisecond); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Settle(ctx, model, id, ratelimit.Cost{Requests: 1, Tokens: 500}); err != nil {
+		if err := s.SettleCall(ctx, model, id, ratelimit.Cost{Requests: 1, Tokens: 500}, admission.CallWay{Written: -1, Arrival: 3 * time.Millisecond}); err != nil {
 			t.Fatal(err)
 		}
 	}

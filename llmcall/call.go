@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prq-dev/prq/admission"
@@ -30,9 +31,10 @@ type Mover interface {
 	// Sent moves it to the request's write, at most after past the
 	// start of Calling.
 	Sent(ctx context.Context, model, id string, after time.Duration) error
-	// Arrived bounds the call's way to the provider by way, from its
-	// reply.
-	Arrived(ctx context.Context, model, id string, way time.Duration) error
+	// SettleCall is Settle with what the call knows of its way: its
+	// write, when Sent has not recorded it, and its reply's bound on its
+	// arrival.
+	SettleCall(ctx context.Context, model, id string, actual ratelimit.Cost, way admission.CallWay) error
 }
 
 var (
@@ -72,14 +74,23 @@ type Call struct {
 	bucket *ratelimit.Bucket // the model's (nil: none)
 	keyB   *ratelimit.Bucket // the key's (nil: a key this process does not have)
 	trace  *admission.CallTrace
-	start  time.Time // the request's send, for the headers' age
+	start  time.Time     // the request's send, for the headers' age
+	way    time.Duration // the first reply's bound on the way to the provider; -1: none (held's lock)
+	// the request's write, held for the settle (Mover.Sent after a
+	// while: most calls settle first, and take it along)
+	held struct {
+		sync.Mutex
+		calling time.Time   // before Calling: what the write is measured from
+		timer   *time.Timer // Sent, when the settle has not come by then
+		done    bool        // Sent went, or the settle took the write
+	}
 }
 
 // Begin starts the call of the ticket admitted on model m: the key
 // admission charged it to (the call uses it, its bucket takes the
 // provider's headers).
 func (p *Protocol) Begin(ctx context.Context, m Model, ticket string) *Call {
-	c := &Call{p: p, model: m, ticket: ticket}
+	c := &Call{p: p, model: m, ticket: ticket, way: -1}
 	if m.Keys != 1 {
 		k, err := p.adm.KeyOf(ctx, m.Name, ticket)
 		if err != nil || k < 0 || (m.Keys > 1 && k >= m.Keys) {
@@ -98,30 +109,97 @@ func (p *Protocol) Begin(ctx context.Context, m Model, ticket string) *Call {
 // Key is the index of the model's API key the call uses.
 func (c *Call) Key() int { return c.key }
 
+// Ticket is the id of the admitted ticket the call is made under.
+func (c *Call) Ticket() string { return c.ticket }
+
 // Calling moves the ticket's charge to the call (a window counts it from
 // now, a bucket what the provider has not seen yet) and returns rctx,
 // the request's context, traced: the request's write moves the charge
-// again (Mover.Sent). ctx bounds the admission's own calls.
+// again, with the settle when it comes within sentHold of the write,
+// else then (Mover.Sent). ctx bounds the admission's own calls.
 func (c *Call) Calling(ctx, rctx context.Context) context.Context {
 	start := time.Now()
+	c.held.Lock()
+	c.held.calling = start
+	c.held.Unlock()
 	var sent func(time.Duration)
 	if mv, ok := c.p.adm.(Mover); ok {
 		if err := mv.Calling(ctx, c.model.Name, c.ticket); err != nil {
 			c.wayUnknown()
 			c.p.log.WarnContext(ctx, "could not move the charge to its call; the window margin, at its default for two windows (a bucket: the start's correction), covers the difference", "task", c.ticket, "model", c.model.Name, "err", err)
 		}
+		hold := sentHold(c.bucket)
 		sent = func(after time.Duration) {
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			if err := mv.Sent(sctx, c.model.Name, c.ticket, after); err != nil {
-				c.wayUnknown()
-				c.p.log.WarnContext(ctx, "could not move the charge to its request's write; the window margin, at its default for two windows, covers the difference", "task", c.ticket, "model", c.model.Name, "err", err)
+			c.held.Lock()
+			defer c.held.Unlock()
+			if !c.held.done {
+				c.held.timer = time.AfterFunc(hold, func() { c.sent(ctx, mv, after) })
 			}
 		}
 	}
 	rctx, c.trace = admission.TraceCall(rctx, start, sent)
 	c.start = time.Now()
 	return rctx
+}
+
+// sentHold is how long a call's write waits for its settle before it
+// moves the charge on its own: a tenth of the window (of the
+// sub-window, when shorter), at most 10 s. A window admits ahead by at
+// most a tenth of its span, so a charge held at its call's time this
+// much longer still counts wherever a decision looks; a token bucket
+// moves nothing (no hold).
+func sentHold(b *ratelimit.Bucket) time.Duration {
+	if b == nil || !b.Limits().Windowed() {
+		return 0
+	}
+	l := b.Limits()
+	span := l.Window
+	if span <= 0 {
+		span = l.Period
+	}
+	if l.SubWindow > 0 && l.SubWindow < span {
+		span = l.SubWindow
+	}
+	return min(span/10, 10*time.Second)
+}
+
+// sent moves the charge to the request's write, unless the settle took
+// it along.
+func (c *Call) sent(ctx context.Context, mv Mover, after time.Duration) {
+	c.held.Lock()
+	done := c.held.done
+	c.held.done = true
+	c.held.Unlock()
+	if done {
+		return
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := mv.Sent(sctx, c.model.Name, c.ticket, after); err != nil {
+		c.wayUnknown()
+		c.p.log.WarnContext(ctx, "could not move the charge to its request's write; the window margin, at its default for two windows, covers the difference", "task", c.ticket, "model", c.model.Name, "err", err)
+	}
+}
+
+// SettleWay is what the call's settle tells admission of its way
+// (Mover.SettleCall; Settle passes it): the write, unless Sent recorded
+// it (the held Sent no longer goes), and the first reply's bound on the
+// arrival (see admission.CallTrace.Way).
+func (c *Call) SettleWay() admission.CallWay {
+	c.held.Lock()
+	defer c.held.Unlock()
+	w := admission.CallWay{Written: -1, Arrival: c.way}
+	if c.held.done || c.trace == nil {
+		return w
+	}
+	c.held.done = true
+	if c.held.timer != nil {
+		c.held.timer.Stop()
+	}
+	if at := c.trace.WroteAt(); !at.IsZero() {
+		w.Written = at.Sub(c.held.calling)
+	}
+	return w
 }
 
 // wayUnknown holds the model's window margin at its default for a while:
@@ -149,11 +227,11 @@ func (c *Call) Observe(ctx context.Context, status int, h http.Header) {
 	if c.bucket != nil && c.trace != nil {
 		if way, ok := c.trace.Way(h); ok {
 			c.bucket.ObserveWay(way)
-			if mv, ok := c.p.adm.(Mover); ok {
-				if err := mv.Arrived(ctx, c.model.Name, c.ticket, way); err != nil {
-					c.p.log.WarnContext(ctx, "could not record the call's way to the provider; its charge counts the window margin past its write", "task", c.ticket, "model", c.model.Name, "err", err)
-				}
+			c.held.Lock()
+			if c.way < 0 {
+				c.way = way // for the settle: the charge's arrival
 			}
+			c.held.Unlock()
 		}
 	}
 	if c.keyB == nil {
@@ -202,11 +280,19 @@ func (c *Call) Resolve(ctx context.Context, o Outcome, why error) Outcome {
 }
 
 // Settle settles the ticket's charge in the model's bucket with cost (a
-// Settlement's Bucket). A ticket holding no reservation (settled already,
-// a baseline without a bucket) is fine; another failure is logged: the
-// bucket keeps the estimate until the reservation expires.
+// Settlement's Bucket), and the call's way when a reply bounded it (a
+// window's charge stops counting by its arrival). A ticket holding no
+// reservation (settled already, a baseline without a bucket) is fine;
+// another failure is logged: the bucket keeps the estimate until the
+// reservation expires.
 func (c *Call) Settle(ctx context.Context, cost ratelimit.Cost) {
-	err := c.p.adm.Settle(context.WithoutCancel(ctx), c.model.Name, c.ticket, cost)
+	ctx = context.WithoutCancel(ctx)
+	var err error
+	if mv, ok := c.p.adm.(Mover); ok {
+		err = mv.SettleCall(ctx, c.model.Name, c.ticket, cost, c.SettleWay())
+	} else {
+		err = c.p.adm.Settle(ctx, c.model.Name, c.ticket, cost)
+	}
 	if err != nil && !errors.Is(err, ratelimit.ErrNotReserved) {
 		c.p.log.WarnContext(ctx, "could not settle the call in admission; the bucket keeps its estimate until the reservation expires", "task", c.ticket, "model", c.model.Name, "err", err)
 	}

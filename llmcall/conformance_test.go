@@ -36,19 +36,31 @@ import (
 // provider that gives the same reply to both. Both must settle the
 // bucket, settle the quota, price the call, pause and end alike.
 
-// recorder is admission with its settles and pauses recorded.
+// recorder is admission with its settles (and the ways they were given)
+// and pauses recorded.
 type recorder struct {
 	*admission.Scheduler
 	mu      sync.Mutex
 	settles []ratelimit.Cost
+	ways    []time.Duration
 	pauses  []string
 }
 
 func (r *recorder) Settle(ctx context.Context, model, id string, c ratelimit.Cost) error {
+	r.record(c, -1)
+	return r.Scheduler.Settle(ctx, model, id, c)
+}
+
+func (r *recorder) SettleCall(ctx context.Context, model, id string, c ratelimit.Cost, way admission.CallWay) error {
+	r.record(c, way.Arrival)
+	return r.Scheduler.SettleCall(ctx, model, id, c, way)
+}
+
+func (r *recorder) record(c ratelimit.Cost, way time.Duration) {
 	r.mu.Lock()
 	r.settles = append(r.settles, c)
+	r.ways = append(r.ways, way)
 	r.mu.Unlock()
-	return r.Scheduler.Settle(ctx, model, id, c)
 }
 
 func (r *recorder) Pause(ctx context.Context, model, reason string, d time.Duration) error {
@@ -66,14 +78,15 @@ func (r *recorder) PauseKey(ctx context.Context, model string, key int, reason s
 }
 
 // firstSettle is the first settle of the call (the gateway's 429 goes
-// back through admission and is settled again).
-func (r *recorder) firstSettle() (ratelimit.Cost, bool) {
+// back through admission and is settled again), and whether it was
+// given the call's way.
+func (r *recorder) firstSettle() (ratelimit.Cost, bool, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.settles) == 0 {
-		return ratelimit.Cost{}, false
+		return ratelimit.Cost{}, false, false
 	}
-	return r.settles[0], true
+	return r.settles[0], true, r.ways[0] >= 0
 }
 
 func (r *recorder) paused() []string {
@@ -110,6 +123,7 @@ type row struct {
 	keys       []string
 	cachedFree bool // the model's provider does not count cache reads
 	flex       bool // the call asks for flex processing
+	way        bool // the reply bounds the call's way: its settle is given it
 	// serve answers the call (stream: the gateway's client asked for a
 	// stream)
 	serve func(w http.ResponseWriter, r *http.Request, stream bool)
@@ -177,6 +191,8 @@ func rows() []row {
 	return []row{
 		{name: "success", serve: reply(200, nil, completion(0)), outcome: llmcall.OK, bucket: byUsage, usage: ok, quota: byUsage,
 			dollars: (promptTokens*1 + outputTokens*2) / 1e6, status: 200},
+		{name: "success, with the provider's processing time", serve: reply(200, map[string]string{"openai-processing-ms": "0"}, completion(0)), way: true,
+			outcome: llmcall.OK, bucket: byUsage, usage: ok, quota: byUsage, dollars: (promptTokens*1 + outputTokens*2) / 1e6, status: 200},
 		{name: "cached input, cache reads not counted", cachedFree: true, serve: reply(200, nil, completion(cachedTokens)), outcome: llmcall.OK, bucket: byUsage,
 			usage: ratelimit.Cost{Requests: 1, Tokens: promptTokens - cachedTokens + outputTokens, Input: promptTokens - cachedTokens, Output: outputTokens},
 			quota: byUsage, dollars: ((promptTokens-cachedTokens)*1 + cachedTokens*0.5 + outputTokens*2) / 1e6, status: 200},
@@ -209,6 +225,7 @@ type got struct {
 	outcome string // the workers' outcome label; the gateway's answer
 	bucket  ratelimit.Cost
 	settled bool
+	way     bool  // the settle was given the call's way
 	quota   int64 // the token quota's use, settled
 	nano    int64 // the dollar quota's, in nano-dollars
 	dollars float64
@@ -309,6 +326,9 @@ func TestConformance(t *testing.T) {
 				}
 				if math.Abs(g.dollars-rw.dollars) > 1e-12 {
 					t.Errorf("%s: cost $%g, want $%g", path, g.dollars, rw.dollars)
+				}
+				if g.settled && g.way != rw.way {
+					t.Errorf("%s: the settle was given the call's way: %v, want %v", path, g.way, rw.way)
 				}
 				if fmt.Sprint(g.pause) != fmt.Sprint(rw.pause) && len(g.pause)+len(rw.pause) > 0 {
 					t.Errorf("%s: paused %v, want %v", path, g.pause, rw.pause)
@@ -414,7 +434,7 @@ func workersPath(t *testing.T, rdb *redis.Client, url string, keys []string, rw 
 		t.Fatal(err)
 	}
 	g.nano = usedNano.Used
-	g.bucket, g.settled = adm.firstSettle()
+	g.bucket, g.settled, g.way = adm.firstSettle()
 	g.quota, g.pause = used.Used, adm.paused()
 	return g
 }
@@ -499,7 +519,7 @@ func gatewayPath(t *testing.T, rdb *redis.Client, url string, keys []string, rw 
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	g.bucket, g.settled = adm.firstSettle()
+	g.bucket, g.settled, g.way = adm.firstSettle()
 	g.quota, g.nano, g.pause = used.Used, usedNano.Used, adm.paused()
 	return g, res.StatusCode
 }

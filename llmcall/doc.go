@@ -1,8 +1,8 @@
 // Package llmcall owns the protocol of one admitted LLM call, the same
 // for the workers' jobs and the gateway's requests: the configured model
 // (Model, built once from the configuration by FromConfig), which of the
-// model's keys the call uses, telling admission when it is sent and when
-// it arrived, syncing the key's bucket with the provider's headers, the
+// model's keys the call uses, telling admission when it is sent and, with
+// its settle, when it arrived, syncing the key's bucket with the provider's headers, the
 // tenant's quota reservation (ReserveQuota: tokens and dollars, the
 // output cap cut to what they leave), what a reply or a failure settles
 // (the bucket, the quota, the price and the lane), how a provider's
@@ -18,7 +18,7 @@
 //	c.Observe(ctx, status, header)                   // observe: way, arrival, the key's bucket synced
 //	o := c.Resolve(ctx, llmcall.OutcomeOf(err), err) // an account problem pauses the key or the model
 //	st := model.Settle(o, usage, estimate, batch)    // settle: the one rule
-//	c.Settle(ctx, st.Bucket)                         // the bucket
+//	c.Settle(ctx, st.Bucket)                         // the bucket, with the call's way observed
 //	llmcall.SettleQuotas(ctx, quotas, h, st)         // the quotas; st also says the price and the lane
 //
 // The workers' Caller runs these around package llm's client; the

@@ -160,9 +160,8 @@ func (f *fakeAdmission) Sent(_ context.Context, model, id string, after time.Dur
 	return nil
 }
 
-func (f *fakeAdmission) Arrived(_ context.Context, model, id string, way time.Duration) error {
-	f.record("arrived %s", id)
-	return nil
+func (f *fakeAdmission) SettleCall(ctx context.Context, model, id string, c ratelimit.Cost, way admission.CallWay) error {
+	return f.Settle(ctx, model, id, c)
 }
 
 func (f *fakeAdmission) Bucket(string) (*ratelimit.Bucket, bool) { return f.bucket, f.bucket != nil }

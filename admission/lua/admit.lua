@@ -18,7 +18,8 @@
 -- Uses: B, DEFER, HEADS, NKEYS, TIERS, backfill, callchunks, charge,
 --   costsof, decode, flowhead, flushorder, keepfor, keypaused, keystate,
 --   now, pick, refresh, register, reserve, samepr, statget, statload,
---   ticketdel, ticketenc, unlink, vt, vtincr, vtload, vtset, zfirst, zrem
+--   ticketdel, ticketenc, ucopened, unlink, vt, vtincr, vtload, vtset,
+--   zfirst, zrem
 
 local paused = redis.call('GET', KEYS[15])
 if paused then return {B.fmt(now), '0', {}, paused} end
@@ -218,6 +219,7 @@ local W = A.writes
 if #W.released > 0 then
   callchunks('ZADD', KEYS[10], W.released)
   callchunks('HSET', KEYS[12], W.res)
+  ucopened(st, W.res)
   callchunks('ZADD', KEYS[13], W.resage)
   callchunks('LPUSH', KEYS[16], W.waits)
 end

@@ -5,8 +5,8 @@
 -- bucket in the same atomic step.
 --
 -- Layout. Each operation is its own script (register.lua, cancel.lua,
--- delay.lua, start.lua for started and calling, sent.lua, arrived.lua,
--- settle.lua, admit.lua after admit_pick.lua and admit_backfill.lua,
+-- delay.lua, start.lua for started and calling, sent.lua, settle.lua,
+-- expire.lua, admit.lua after admit_pick.lua and admit_backfill.lua,
 -- position.lua, stats.lua): Go (scripts.go) concatenates ratelimit's
 -- library, ticket.lua, this file, reservation.lua, memo.lua,
 -- memo_hash.lua, order.lua, then the operation's files, so one EVALSHA decides and charges

@@ -1,11 +1,14 @@
 -- prq admission: the reservation codec, the one reader of the stored
 -- form of what admit charged a ticket (the format: docs/limiter.md,
 -- "Reservations"; Go's reader: reservation.go). The ops append marks
--- themselves (" s", " c", " t", " w", " a<µs>") and read them here.
+-- themselves (" s", " c", " t", " w"; " a<µs>" only an older prq's
+-- arrived wrote: settle takes the way now) and read them here.
 -- Golden cases: testdata/reservations.json, which TestReservationGolden
 -- runs through this file on Redis and through Go's parseReservation.
+-- It also keeps the uncalled sums (below) in step with the reservations.
 -- Uses: B, NKEYS
--- Defines: reservation, resmark, resstartat, resway, retimed, resdecode
+-- Defines: reservation, resmark, resstartat, resway, retimed, resdecode,
+--   uctracked, ucload, ucadd, ucsave, ucopened, ucrecount
 
 -- reservation reads a stored reservation: its costs, its key's index
 -- (nil: a key no longer configured), whether its job has started, and
@@ -69,4 +72,77 @@ local function resdecode(r)
   return {table.concat(cs, ' '), table.concat(ids or {}, ','), key or -1, started and 1 or 0,
     B.fmt(resstartat(r) or -1), resmark(r, 'c') and 1 or 0, resmark(r, 't') and 1 or 0,
     resmark(r, 'w') and 1 or 0, B.fmt(resway(r) or -1)}
+end
+
+-- The uncalled sums: per API key and dimension id, what the key's open
+-- reservations not called yet (no " c") charged, for a token bucket's
+-- correction at a call (start.lua), which would otherwise read every
+-- reservation of the model. Kept in one field of the vt hash (KEYS[8]),
+-- "uncalled": "<key>:<id>:<sum>" parts; admit adds (ucopened), the
+-- call and a settle before the call subtract, the reconciler's expire
+-- recounts them from the reservations (ucrecount), which also repairs
+-- what a reconfiguration (a key or a dimension gone) left. Only for a
+-- limiter that may count in a token bucket (uctracked: 'b' or 'a');
+-- a reservation without dimension ids (written before they were) is
+-- not counted.
+
+-- uctracked says whether a loaded state's limiter keeps the sums.
+local function uctracked(st)
+  return st.n > 0 and (st.auto ~= nil or st.kind[1] == 'b')
+end
+
+-- ucload reads the sums: U[key][id] = sum.
+local function ucload()
+  local U = {}
+  for k, id, v in string.gmatch(redis.call('HGET', KEYS[8], 'uncalled') or '', '(%d+):(%d+):(%d+)') do
+    k = tonumber(k)
+    U[k] = U[k] or {}
+    U[k][tonumber(id)] = tonumber(v)
+  end
+  return U
+end
+
+-- ucadd adds reservation r's charges to U (sign -1: takes them out),
+-- if r is counted: not called, its key in range, its dimensions named.
+local function ucadd(U, r, sign)
+  local costs, key, _, ids = reservation(r)
+  if key == nil or ids == nil or resmark(r, 'c') then return end
+  local u = U[key] or {}
+  U[key] = u
+  for x, id in ipairs(ids) do
+    if costs[x] ~= nil then u[id] = math.max((u[id] or 0) + sign * costs[x], 0) end
+  end
+end
+
+-- ucsave writes U (sums of 0 left out).
+local function ucsave(U)
+  local parts = {}
+  for k, u in pairs(U) do
+    for id, v in pairs(u) do
+      if v > 0 then parts[#parts + 1] = k .. ':' .. id .. ':' .. B.fmt(v) end
+    end
+  end
+  if #parts == 0 then
+    redis.call('HDEL', KEYS[8], 'uncalled')
+  else
+    table.sort(parts) -- one state, one form
+    redis.call('HSET', KEYS[8], 'uncalled', table.concat(parts, ' '))
+  end
+end
+
+-- ucopened adds the reservations admit wrote (list: id, reservation, ...).
+local function ucopened(st, list)
+  if #list == 0 or not uctracked(st) then return end
+  local U = ucload()
+  for i = 2, #list, 2 do ucadd(U, list[i], 1) end
+  ucsave(U)
+end
+
+-- ucrecount sets the sums from the reservations (none: not tracked).
+local function ucrecount(tracked)
+  local U = {}
+  if tracked then
+    for _, r in ipairs(redis.call('HVALS', KEYS[12])) do ucadd(U, r, 1) end
+  end
+  ucsave(U)
 end

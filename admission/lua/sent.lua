@@ -30,7 +30,7 @@ end
 B.save(st)
 redis.call('ZADD', KEYS[13], to, ARGV[2])
 -- marked written (" w"): the charge's time now bounds the write, which
--- the call's way (arrived) extends to its arrival; only from a time
+-- the call's way (given to settle) extends to its arrival; only from a time
 -- a window's call set (" t": not a bucket's, whose call kept its start's)
 if resmark(r, 't') and not resmark(r, 'w') then redis.call('HSET', KEYS[12], ARGV[2], r .. ' w') end
 return 1

@@ -3,21 +3,51 @@
 -- KEYS: prelude.lua's.  ARGV[1] now µs, ARGV[2] the id, ARGV[3] policy:
 -- refund (usage replaces the estimate), debt (usage beyond the estimate
 -- is added) or estimate (the estimate stays); ARGV[4..] the model's
--- dimensions (B.load), their values the actual usage (-1 unknown).
+-- dimensions (B.load), their values the actual usage (-1 unknown);
+-- then optionally the call's way µs and its write µs (-1: not known).
 -- Reply: 1 settled, 0 no reservation.
--- Uses: B, keystate, now, reservation
+-- The way: the call's reply came, and bounds the way from its write to
+-- the provider by this (the reply's first byte less the write and the
+-- provider's processing, the least margin added), so the provider
+-- counted it by the charge's time (its write, after 'sent') plus the
+-- way. The write: the request was written at most this long after
+-- the call, and 'sent' did not move the charge there yet (the caller
+-- holds it a while: most calls settle first): the charge moves here,
+-- as 'sent' does.
+-- A reservation settled before its call leaves the uncalled sums.
+-- Uses: B, keystate, now, reservation, resmark, resway, ucadd, ucload,
+--   ucsave, uctracked
 local r = redis.call('HGET', KEYS[12], ARGV[2])
 if not r then return 0 end
 local charged, key, _, ids = reservation(r)
 if key ~= nil then -- else its key is gone: nothing to correct
-  local st = B.load(keystate(key), ARGV, 3, now)
+  local st, last = B.load(keystate(key), ARGV, 3, now)
   charged = B.ondims(charged, ids, st)
   -- where the charge is (its admission, or its start): a window gives
-  -- back in that slot, if it still counts
-  local at = tonumber(redis.call('ZSCORE', KEYS[13], ARGV[2]) or '')
-  -- a written call whose reply bounded its way (arrived): what stays
-  -- charged at its write stops counting by its arrival (B.exact)
-  local way = tonumber(string.match(r, ' a(%d+)') or '')
+  -- back in that slot, if it still counts (a token bucket has no slots)
+  local windowed, at = false, nil
+  for i = 1, st.n do windowed = windowed or st.kind[i] == 'w' end
+  if windowed then at = tonumber(redis.call('ZSCORE', KEYS[13], ARGV[2]) or '') end
+  -- a written call (" w": its charge's time bounds the write) whose
+  -- reply bounded its way (here, or a reservation's " a<µs>" of an
+  -- older prq's arrived): what stays charged at its write stops
+  -- counting by its arrival (B.exact)
+  local written = resmark(r, 'w')
+  local after = tonumber(ARGV[last + 2] or '')
+  if after ~= nil and after >= 0 and not written and at ~= nil and resmark(r, 'c') and st.kind[1] == 'w' then
+    -- sent.lua's move, from the call's time to the write's (no later
+    -- than now); marked written only from a time a window's call set
+    local to = math.min(at + after, now)
+    if to > at then
+      for j = 1, st.n do
+        if st.kind[j] == 'w' and (charged[j] or 0) > 0 then B.move(st, j, charged[j], at, to) end
+      end
+      at, written = to, resmark(r, 't')
+    end
+  end
+  local way = resway(r)
+  local given = tonumber(ARGV[last + 1] or '')
+  if way == nil and given ~= nil and given >= 0 and written then way = math.floor(given) end
   for i = 1, st.n do
     if charged[i] ~= nil then
       -- an unknown actual (-1: usage not split into input and output)
@@ -34,6 +64,11 @@ if key ~= nil then -- else its key is gone: nothing to correct
     end
   end
   B.save(st)
+  if uctracked(st) and not resmark(r, 'c') then
+    local U = ucload()
+    ucadd(U, r, -1)
+    ucsave(U)
+  end
 end
 redis.call('HDEL', KEYS[12], ARGV[2])
 redis.call('ZREM', KEYS[13], ARGV[2])

@@ -5,18 +5,9 @@
 -- lag µs.
 -- Reply: 0; calling on a window: the µs to wait before calling again
 -- when the room it needs is not there yet.
--- started: the released task reached a handler. Without dims (Go
--- passes none for a model whose limiter is a token bucket: its call
--- corrects it, below) only that is recorded.
--- With dims, the job's charge moves to now, where the provider will
--- count the call. A token bucket counts refill from each admission on,
--- but the provider's, which has seen none of the calls admitted and not
--- started yet (this one's included: their sum is U), stays capped at
--- full until they arrive: ours becomes min(full, level + U) - U, what
--- the provider holds now less what it has not seen yet (never higher
--- than it is), so a bucket that was full when a burst was admitted, or
--- a key left idle (several keys: often), does not admit early after it.
--- The reservation is marked started (" s").
+-- started: the released task reached a handler; only that is recorded
+-- for a token bucket (Go passes no dims for one; an auto limiter
+-- counting in a bucket passes them and its call corrects it, below).
 -- A window moves the charge from the slot of its admission: a job
 -- that waited for a worker would otherwise stop counting here before it
 -- stops counting there. Admission looks ahead (see ready below), so
@@ -25,10 +16,17 @@
 -- handler prepares its call meanwhile). The first start samples the
 -- lag from admission to start (lag_us) and marks the reservation
 -- started at now (" s<µs>"). The reply is 0.
--- calling: the job is about to send its call. A bucket is lowered as
--- at the start, counting the charges not called yet (marked " c"),
--- and the call's way to the provider (sendLag of refill). A
--- window: its charge moves again, to now, so the handler's work
+-- calling: the job is about to send its call. A token bucket counts
+-- refill from each admission on, but the provider's, which has seen
+-- none of the calls admitted and not called yet (this one's included:
+-- their sum is U, the key's uncalled sums of reservation.lua), stays
+-- capped at full until they arrive: ours becomes min(full, level + U +
+-- L) - U - L (L: the refill of the call's way, sendLag), what the
+-- provider holds now less what it has not seen yet (never higher than
+-- it is), so a bucket that was full when a burst was admitted, or a key
+-- left idle (several keys: often), does not admit early after it. The
+-- reservation is marked called (" c") and leaves the sums. A window:
+-- its charge moves again, to now, so the handler's work
 -- before the call (Redis reads, the prompt) is not left to the
 -- margin; a charge its start moved needs no room (its old slot still
 -- counts), one left at its admission may: then nothing changes and
@@ -36,7 +34,7 @@
 -- samples the time from the start (prep_us) and drops the start's
 -- time from the mark.
 -- Uses: B, OP, keystate, now, reservation, resmark, resstartat, retimed,
---   smooth
+--   smooth, uctracked, ucload, ucadd, ucsave
 -- the ticket leaves the released set at the start (a call comes after
 -- it: nothing left to drop)
 if OP == 'started' then
@@ -45,12 +43,11 @@ if OP == 'started' then
 end
 if ARGV[3] == nil then return 0 end
 local r = redis.call('HGET', KEYS[12], ARGV[2])
-local at = tonumber(redis.call('ZSCORE', KEYS[13], ARGV[2]) or '')
-if not r or not at then return 0 end
-if at > now then at = now end
+if not r then return 0 end
 local charged, key, wasStarted, ids = reservation(r)
 if key == nil then return 0 end
 local st, last = B.load(keystate(key), ARGV, 2, now)
+if st.n == 0 then return 0 end
 charged = B.ondims(charged, ids, st)
 -- after the dims: the µs from a call to its arrival at the provider
 -- (Config.SendLag); a provider's bucket full meanwhile wastes that
@@ -58,27 +55,26 @@ charged = B.ondims(charged, ids, st)
 local sendLag = tonumber(ARGV[last + 1] or '') or 0
 local costs = {}
 for j = 1, st.n do costs[j] = charged[j] or 0 end
-if OP == 'calling' and st.n == 0 then return 0 end
-if st.n > 0 and st.kind[1] == 'b' then
+-- the call leaves the uncalled sums (a limiter that keeps them)
+local function called(mark)
+  if uctracked(st) and not resmark(r, 'c') then
+    local U = ucload()
+    ucadd(U, r, -1)
+    ucsave(U)
+  end
+  if not resmark(mark, 'c') then mark = mark .. ' c' end
+  return mark
+end
+if st.kind[1] == 'b' then
+  if OP == 'started' then return 0 end
   -- what the provider has not seen yet: this key's charges admitted
-  -- and not started (this one's included); at the call, those not
-  -- called yet (" c"): the handler's work between its start and its
+  -- and not called yet: the handler's work between its start and its
   -- call (tens of ms, more on a loaded machine) is refill ours counts
   -- and the provider's, capped at full, does not
-  local unseen = {}
-  for j = 1, st.n do unseen[j] = 0 end
-  for _, v in ipairs(redis.call('HVALS', KEYS[12])) do
-    local c, k, started, cids = reservation(v)
-    c = B.ondims(c, cids, st)
-    local pending = not started
-    if OP == 'calling' then pending = not resmark(v, 'c') end
-    if k == key and pending then
-      for j = 1, st.n do unseen[j] = unseen[j] + (c[j] or 0) end
-    end
-  end
+  local unseen = ucload()[key] or {}
   local moved = false
   for j = 1, st.n do
-    local u = unseen[j] * st.per[j]
+    local u = (unseen[st.fid[j]] or 0) * st.per[j]
     local cap = st.burst[j] * st.per[j]
     if u > 0 then u = u + st.lim[j] * sendLag end
     if u > 0 and st.level[j] + u > cap then
@@ -87,16 +83,13 @@ if st.n > 0 and st.kind[1] == 'b' then
     end
   end
   if moved then B.save(st) end
-  if OP == 'calling' then
-    if not resmark(r, 'c') then redis.call('HSET', KEYS[12], ARGV[2], r .. ' c') end
-    return 0
-  end
-  local mark = retimed(r)
-  if not wasStarted then mark = mark .. ' s' end
+  local mark = called(r)
   if mark ~= r then redis.call('HSET', KEYS[12], ARGV[2], mark) end
-  redis.call('ZADD', KEYS[13], now, ARGV[2])
   return 0
 end
+local at = tonumber(redis.call('ZSCORE', KEYS[13], ARGV[2]) or '')
+if not at then return 0 end
+if at > now then at = now end
 -- the samples of the look-ahead: admission to the first start, and
 -- the first start to its call (a restart's long gap is not a lag:
 -- samples are capped at the window's tenth)
@@ -130,9 +123,6 @@ redis.call('ZADD', KEYS[13], now, ARGV[2])
 -- the time moved: what was known of it goes; marked called, and timed
 -- at the call (" t"): 'sent' moves the charge on from here
 mark = retimed(mark)
-if OP == 'calling' then
-  if not resmark(mark, 'c') then mark = mark .. ' c' end
-  mark = mark .. ' t'
-end
+if OP == 'calling' then mark = called(mark) .. ' t' end
 if mark ~= r then redis.call('HSET', KEYS[12], ARGV[2], mark) end
 return 0

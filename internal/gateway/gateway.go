@@ -133,10 +133,11 @@ type Admission interface {
 	// Sent moves it to the request's write, at most after past the
 	// start of Calling.
 	Sent(ctx context.Context, model, id string, after time.Duration) error
-	// Arrived bounds the call's way to the provider by way, from its
-	// reply.
-	Arrived(ctx context.Context, model, id string, way time.Duration) error
 	Settle(ctx context.Context, model, id string, actual ratelimit.Cost) error
+	// SettleCall is Settle with what the call knows of its way: its
+	// write, when Sent has not recorded it, and its reply's bound on its
+	// arrival.
+	SettleCall(ctx context.Context, model, id string, actual ratelimit.Cost, way admission.CallWay) error
 	Withdraw(ctx context.Context, model, id string) (bool, error)
 	KeyOf(ctx context.Context, model, id string) (int, error)
 	// Paused names the models paused whole or on every key.

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prq-dev/prq/admission"
 	"github.com/prq-dev/prq/llm"
 	"github.com/prq-dev/prq/llmcall"
 	"github.com/prq-dev/prq/ratelimit"
@@ -242,9 +243,14 @@ func (g *Gateway) used(ctx context.Context, q *request, u *usage) {
 }
 
 // settleBucket settles the current attempt's ticket in its model's
-// bucket with cost (a llmcall.Settlement's Bucket).
+// bucket with cost (a llmcall.Settlement's Bucket), and with what its
+// call knows of its way to the provider (its write, its reply's bound).
 func (g *Gateway) settleBucket(ctx context.Context, q *request, cost ratelimit.Cost) {
-	if err := g.adm.Settle(ctx, q.model, q.ticket, cost); err != nil && !errors.Is(err, ratelimit.ErrNotReserved) {
+	way := admission.NoWay
+	if q.call != nil && q.call.Ticket() == q.ticket {
+		way = q.call.SettleWay()
+	}
+	if err := g.adm.SettleCall(ctx, q.model, q.ticket, cost, way); err != nil && !errors.Is(err, ratelimit.ErrNotReserved) {
 		g.log.WarnContext(ctx, "gateway: settling the bucket failed; it keeps the estimate", "key", q.key.ID, "err", err)
 	}
 }
