@@ -47,6 +47,7 @@ var (
 type CheckStore interface {
 	GetRun(ctx context.Context, pr jobs.PR) (store.Run, error)
 	Posted(ctx context.Context, pr jobs.PR, what string) (int64, error)
+	PostedEach(ctx context.Context, pr jobs.PR, whats ...string) ([]int64, error)
 	SetPosted(ctx context.Context, pr jobs.PR, what string, id int64) error
 	Throttle(ctx context.Context, pr jobs.PR, what string, every time.Duration) (bool, error)
 	Lock(ctx context.Context, pr jobs.PR, what, owner string, ttl time.Duration) (release func(), ok bool, err error)
@@ -173,11 +174,11 @@ func (c *Checks) isOff(ctx context.Context, pr jobs.PR, head, kind string) (bool
 	if c.offHere(pr) {
 		return true, nil
 	}
-	if off, err := c.cfg.Store.Posted(ctx, pr, c.key(head)+":off"); err != nil || off != 0 {
-		return off != 0, err
+	v, err := c.cfg.Store.PostedEach(ctx, pr, c.key(head)+":off", c.key(head)+":fails:"+kind)
+	if err != nil {
+		return false, err
 	}
-	fails, err := c.cfg.Store.Posted(ctx, pr, c.key(head)+":fails:"+kind)
-	return fails >= int64(c.cfg.Tries), err
+	return v[0] != 0 || v[1] >= int64(c.cfg.Tries), nil
 }
 
 // offHere reports whether check runs are off for the pull request's
