@@ -358,7 +358,7 @@ func (w *FileWorker) compose(ctx context.Context, j *fileJob) (*early, error) {
 	// A repair attempt: the unreadable reply and what was wrong with it
 	// follow the prompt.
 	j.repairKey = "repair:" + j.ticket.ID
-	if f.Kind == jobs.KindReview {
+	if f.Kind == jobs.KindReview && !j.at.fresh { // a repair comes back as a later run
 		if raw, err := cfg.Repairs.Draft(ctx, f.PR, j.repairKey); err != nil {
 			return nil, err
 		} else if raw != "" && json.Unmarshal([]byte(raw), &j.repair) != nil {
