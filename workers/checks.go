@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prq-dev/prq/ghapp"
@@ -100,7 +101,8 @@ type ChecksConfig struct {
 	// ErrorFunc, when set, counts failed check-run writes by decoration
 	// kind and status (prq_github_decoration_errors_total).
 	ErrorFunc func(kind, status string)
-	// NowFunc is the clock of OffFor. Defaults to time.Now.
+	// NowFunc is the clock of OffFor and of the process's own pacing of
+	// progress updates. Defaults to time.Now.
 	NowFunc func() time.Time
 	// Log defaults to discarding.
 	Log *slog.Logger
@@ -118,6 +120,8 @@ type Checks struct {
 	cfg    ChecksConfig
 	off    sync.Map // offKey -> time.Time: check runs are off there until then
 	logged sync.Map // "installation|kind" -> true: its failure was logged
+	paced  sync.Map // "pr|head" -> time.Time: this process paced the head's progress until then
+	pacedN atomic.Int64
 }
 
 // NewChecks returns Checks.
@@ -438,11 +442,18 @@ const batchNote = "This plan's files go to the batch lane: sent in a batch at ha
 // files done, at most once per Every per pull request. Failures are counted and logged; nothing
 // waits for it.
 func (c *Checks) Progress(ctx context.Context, pr jobs.PR, head string) {
+	// the pacing this process took itself stands until it ends: the files
+	// it finishes meanwhile ask Redis nothing
+	here, now := pr.String()+"|"+head, c.cfg.NowFunc()
+	if until, ok := c.paced.Load(here); ok && now.Before(until.(time.Time)) {
+		return
+	}
 	ok, err := c.cfg.Store.Throttle(ctx, pr, c.key(head), c.cfg.Every)
 	if err != nil || !ok {
 		c.dropped(ctx, pr, DecorationCheckProgress, err)
 		return
 	}
+	c.pacedUntil(here, now.Add(c.cfg.Every))
 	err = c.write(ctx, pr, head, DecorationCheckProgress, CheckWrite, func(ctx context.Context, gh CheckWriter) error {
 		// The turn in the write lane may come late: read the run now, so
 		// the counts are fresh and a finished or superseded head is left
@@ -467,6 +478,22 @@ func (c *Checks) Progress(ctx context.Context, pr jobs.PR, head string) {
 			Title: fmt.Sprintf("%d of %d files", done, total)})
 	})
 	c.dropped(ctx, pr, DecorationCheckProgress, err)
+}
+
+// pacedUntil keeps that this process paced key until until; every
+// thousandth call drops the entries that ended.
+func (c *Checks) pacedUntil(key string, until time.Time) {
+	c.paced.Store(key, until)
+	if c.pacedN.Add(1)%1000 != 0 {
+		return
+	}
+	now := c.cfg.NowFunc()
+	c.paced.Range(func(k, v any) bool {
+		if !now.Before(v.(time.Time)) {
+			c.paced.Delete(k)
+		}
+		return true
+	})
 }
 
 // Superseded completes a replaced head's check run, if it has one, as
