@@ -71,9 +71,11 @@ func (g installGate) refused(ctx context.Context, inst int64, err error) error {
 }
 
 // installsFor is how long a worker process keeps an installation's state
-// (installCache): a job of an installation uninstalled or suspended
-// meanwhile may still start within it; its runs are cancelled at once by
-// the webhook (CancelInstallation) and a refused token stops it anyway.
+// for its file jobs (installCache): one of an installation uninstalled or
+// suspended meanwhile may still pass the gate within it, and then stops
+// at its run's check before any call or write, the webhook having
+// cancelled the installation's runs (CancelInstallation); a refused token
+// stops it anyway. Plans, chat and finalize read the state afresh.
 const installsFor = 2 * time.Second
 
 // installCache is an InstallState that keeps each installation's answer

@@ -159,7 +159,10 @@ func New(cfg Config, d Deps) (*Set, error) {
 		return nil, err
 	}
 	gh := Installations{App: d.GitHub, GitLab: d.GitLab}
-	installs := newInstallCache(d.Store, installsFor, time.Now)
+	// file jobs, by far the most, read the installation's state from a
+	// cache: one uninstalled meanwhile has its runs cancelled, which
+	// stops them too; the others (plan, chat, finalize) read it afresh
+	fileInstalls := newInstallCache(d.Store, installsFor, time.Now)
 	var quota, batchQuota Quota
 	if d.Quota != nil {
 		quota = d.Quota
@@ -187,7 +190,7 @@ func New(cfg Config, d Deps) (*Set, error) {
 	if s.Planner, err = NewPlanner(PlannerConfig{Store: d.Store, Plans: d.Store, Tickets: d.Admitter, GitHub: gh, Queue: d.Queue,
 		Models: cfg.Models, SummaryModel: cfg.SummaryModel, ReviewModel: cfg.ReviewModel, Tiers: cfg.Tiers,
 		Exclude: cfg.Exclude, SkipBotPRs: cfg.SkipBotPRs, RepoConfig: !cfg.NoRepoConfig, Settings: d.Store, LastConfigs: d.Store, Controls: d.Store, Learnings: d.Store, AppSlug: cfg.AppSlug, MaxParts: cfg.MaxReviewParts, ContextTokens: cfg.ContextTokens, Checks: checks,
-		Attempts: d.Attempts, Budget: cfg.BatchBudget, GaveUpFunc: cfg.GaveUpFunc, Installs: installs, LifecycleFunc: cfg.LifecycleFunc, Log: d.Log}); err != nil {
+		Attempts: d.Attempts, Budget: cfg.BatchBudget, GaveUpFunc: cfg.GaveUpFunc, Installs: d.Store, LifecycleFunc: cfg.LifecycleFunc, Log: d.Log}); err != nil {
 		return nil, err
 	}
 	var reuse ReuseStore
@@ -203,13 +206,13 @@ func New(cfg Config, d Deps) (*Set, error) {
 	}
 	if s.Files, err = NewFileWorker(FileWorkerConfig{Paused: paused, Store: d.Store, Reuse: reuse, ReusedFunc: cfg.ReusedFunc, Ledger: d.Admitter, Caller: caller, Queue: d.Queue,
 		Models: cfg.Models, Repairs: d.Store, Requeue: d.Admitter, UnusableFunc: cfg.UnusableFunc, IgnoredFunc: cfg.IgnoredFunc, Progress: progress, QuotaWait: quotaWait,
-		Attempts: d.Attempts, Budget: cfg.BatchBudget, GaveUpFunc: cfg.GaveUpFunc, FallbackFunc: cfg.FallbackFunc, Installs: installs, LifecycleFunc: cfg.LifecycleFunc,
+		Attempts: d.Attempts, Budget: cfg.BatchBudget, GaveUpFunc: cfg.GaveUpFunc, FallbackFunc: cfg.FallbackFunc, Installs: fileInstalls, LifecycleFunc: cfg.LifecycleFunc,
 		Batch: d.Batch, Tickets: d.Admitter, Log: d.Log}); err != nil {
 		return nil, err
 	}
 	if s.Chat, err = NewChatResponder(ChatResponderConfig{Replies: d.Store, Drafts: d.Store, Ledger: d.Admitter, Requeue: d.Admitter,
 		Caller: caller, GitHub: gh, Turns: d.Pacer, Models: cfg.Models, Markers: cfg.Markers, Backoff: cfg.Backoff,
-		Attempts: d.Attempts, Budget: cfg.ChatBudget, GaveUpFunc: cfg.GaveUpFunc, Installs: installs, LifecycleFunc: cfg.LifecycleFunc, Log: d.Log}); err != nil {
+		Attempts: d.Attempts, Budget: cfg.ChatBudget, GaveUpFunc: cfg.GaveUpFunc, Installs: d.Store, LifecycleFunc: cfg.LifecycleFunc, Log: d.Log}); err != nil {
 		return nil, err
 	}
 	if pos, ok := d.Admitter.(Positions); ok {
@@ -226,7 +229,7 @@ func New(cfg Config, d Deps) (*Set, error) {
 		return nil, err
 	}
 	if s.Finalizer, err = NewFinalizer(FinalizerConfig{Results: d.Store, Publications: d.Store, GitHub: gh, Turns: d.Pacer, ShowCost: cfg.SummaryCost,
-		Markers: cfg.Markers, Checks: checks, Votes: d.Store, Attempts: d.Attempts, Budget: cfg.BatchBudget, GaveUpFunc: cfg.GaveUpFunc, Installs: installs, LifecycleFunc: cfg.LifecycleFunc, Log: d.Log}); err != nil {
+		Markers: cfg.Markers, Checks: checks, Votes: d.Store, Attempts: d.Attempts, Budget: cfg.BatchBudget, GaveUpFunc: cfg.GaveUpFunc, Installs: d.Store, LifecycleFunc: cfg.LifecycleFunc, Log: d.Log}); err != nil {
 		return nil, err
 	}
 	return s, nil
