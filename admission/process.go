@@ -29,8 +29,8 @@ const asynqLease = 30 * time.Second
 // processesKey lists worker processes by their last heartbeat.
 const processesKey = "prq:procs"
 
-// jobsRecordTTL bounds a process's record of its running jobs, renewed
-// by every job it starts and the beat after it.
+// jobsRecordTTL bounds a process's record of its running jobs, set by
+// the job that creates it and renewed by the beat after any job starts.
 const jobsRecordTTL = 24 * time.Hour
 
 // jobsKey is a process's running jobs: task id -> queue.
@@ -46,6 +46,8 @@ type Process struct {
 	// ran is set when Track wrote the record since the last beat: that
 	// beat renews its TTL (an idle process's beat sends nothing more)
 	ran atomic.Bool
+	// running counts the jobs Track runs now
+	running atomic.Int64
 }
 
 // Process returns the liveness record of the process named id (unique
@@ -111,14 +113,24 @@ func (p *Process) Track(h asynq.Handler) asynq.Handler {
 		// that nothing recovers (its jobs are asynq's to recover then).
 		// The write and its TTL are pipelined, not a MULTI: a TTL lost
 		// with the connection is renewed by the next beat
+		// Only the first of the jobs running at once may create the record
+		// (the last one's HDEL removed it): the others' write skips the TTL
+		// (one EXPIRE a job before), which the beat renews
 		p.ran.Store(true)
-		pipe := p.s.rdb.Pipeline()
-		pipe.HSet(ctx, jobsKey(p.id), id, q)
-		pipe.Expire(ctx, jobsKey(p.id), jobsRecordTTL)
-		if _, err := pipe.Exec(ctx); err != nil {
+		var err error
+		if p.running.Add(1) == 1 {
+			pipe := p.s.rdb.Pipeline()
+			pipe.HSet(ctx, jobsKey(p.id), id, q)
+			pipe.Expire(ctx, jobsKey(p.id), jobsRecordTTL)
+			_, err = pipe.Exec(ctx)
+		} else {
+			err = p.s.rdb.HSet(ctx, jobsKey(p.id), id, q).Err()
+		}
+		if err != nil {
 			p.s.log.WarnContext(ctx, "could not record a running job; if this process dies, asynq recovers it in a minute or two", "task", id, "err", err)
 		}
 		defer func() {
+			p.running.Add(-1)
 			if err := p.s.rdb.HDel(context.WithoutCancel(ctx), jobsKey(p.id), id).Err(); err != nil {
 				p.s.log.WarnContext(ctx, "could not record a finished job", "task", id, "err", err)
 			}

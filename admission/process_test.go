@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/prq-dev/prq/admission"
 	"github.com/prq-dev/prq/internal/redistest"
@@ -367,4 +369,102 @@ func TestJobsRecordRenewedByBeat(t *testing.T) {
 	if n := rdb.Exists(ctx, key).Val(); n != 0 {
 		t.Fatalf("after the job: the record exists (%d), want it gone with its last job", n)
 	}
+}
+
+// TestJobsRecordTTLOncePerRecord: of the jobs a process runs at once,
+// only the one that creates its record sends the record's TTL; the
+// others' write is the HSET alone, and the record keeps its TTL.
+func TestJobsRecordTTLOncePerRecord(t *testing.T) {
+	t.Parallel()
+	srvRedis := redistest.Shared(t)
+	rdb := srvRedis.Client(t)
+	counted := srvRedis.Client(t)
+	expires := &commandCount{name: "expire"}
+	counted.AddHook(expires)
+	ctx := context.Background()
+	b, err := ratelimit.NewBucket(rdb, "jobs-ttl-once", "sk", ratelimit.Limits{RequestsPerPeriod: 10, TokensPerPeriod: 1000, Period: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := admission.New(counted, map[string]*ratelimit.Bucket{"jobs-ttl-once": b}, nil, nil, admission.Config{}, discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := fmt.Sprintf("jobs-ttl-once-%d", time.Now().UnixNano())
+	key := "prq:proc:{" + name + "}:jobs"
+	p := s.Process(name)
+	defer p.Leave(ctx)
+	started, release := make(chan string, 2), make(chan struct{})
+	h := p.Track(asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
+		id, _ := asynq.GetTaskID(ctx)
+		started <- id
+		<-release
+		return nil
+	}))
+	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{Concurrency: 2, Queues: map[string]int{"q-" + name: 1},
+		TaskCheckInterval: 10 * time.Millisecond, LogLevel: asynq.FatalLevel})
+	if err := srv.Start(h); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	client := asynq.NewClientFromRedisClient(rdb)
+	for _, id := range []string{"job-1", "job-2"} {
+		if _, err := client.Enqueue(asynq.NewTask("x", nil), asynq.TaskID(id), asynq.Queue("q-"+name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 2; i++ {
+		select {
+		case <-started:
+		case <-time.After(2 * time.Minute): // a hang, not a speed figure
+			t.Fatal("the jobs did not both start")
+		}
+	}
+	n, ttl := rdb.HLen(ctx, key).Val(), rdb.TTL(ctx, key).Val()
+	close(release)
+	if n != 2 || ttl <= 23*time.Hour {
+		t.Fatalf("two jobs running: the record holds %d with TTL %s, want both and 24h", n, ttl)
+	}
+	if got := expires.get(); got != 1 {
+		t.Errorf("two jobs running at once sent %d EXPIRE, want 1 (the record's creator's)", got)
+	}
+}
+
+// commandCount counts the commands of one name a client sends.
+type commandCount struct {
+	name string
+	mu   sync.Mutex
+	n    int
+}
+
+func (c *commandCount) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *commandCount) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.add(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (c *commandCount) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			c.add(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (c *commandCount) add(cmd redis.Cmder) {
+	if cmd.Name() == c.name {
+		c.mu.Lock()
+		c.n++
+		c.mu.Unlock()
+	}
+}
+
+func (c *commandCount) get() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
 }

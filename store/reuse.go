@@ -40,15 +40,14 @@ func (s *Store) Reusable(ctx context.Context, key string) (Result, bool, error) 
 	return r, true, nil
 }
 
-// SaveReusable records a prompt's result for ReuseTTL and drops the
-// claim on it.
+// SaveReusable records a prompt's result for ReuseTTL. The claim on it
+// is left to expire: a twin reads the result before it claims, so the
+// claim no longer counts (and a twin between the two reads waits for the
+// result rather than paying).
 func (s *Store) SaveReusable(ctx context.Context, key string, r Result) error {
 	r.Index, r.Run, r.Part, r.Parts, r.Tokens = 0, 0, 0, 0, 0
 	b, _ := json.Marshal(r)
-	pipe := s.rdb.Pipeline()
-	pipe.Set(ctx, reuseKey(key), b, ReuseTTL)
-	pipe.Del(ctx, reuseKey(key)+":claim")
-	if _, err := pipe.Exec(ctx); err != nil {
+	if err := s.rdb.Set(ctx, reuseKey(key), b, ReuseTTL).Err(); err != nil {
 		return fmt.Errorf("store: save reusable result: %w", err)
 	}
 	return nil

@@ -533,6 +533,23 @@ func (s *Store) Posted(ctx context.Context, pr jobs.PR, what string) (int64, err
 	return v, nil
 }
 
+// PostedEach is Posted of several things, in one read.
+func (s *Store) PostedEach(ctx context.Context, pr jobs.PR, whats ...string) ([]int64, error) {
+	vals, err := s.rdb.HMGet(ctx, postedKey(pr), whats...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("store: posted %s: %w", pr, err)
+	}
+	out := make([]int64, len(whats))
+	for i, v := range vals {
+		if str, ok := v.(string); ok {
+			if out[i], err = strconv.ParseInt(str, 10, 64); err != nil {
+				return nil, fmt.Errorf("store: posted %s %s: %w", pr, whats[i], err)
+			}
+		}
+	}
+	return out, nil
+}
+
 // SetPosted records what was posted, so a retried job never posts twice.
 func (s *Store) SetPosted(ctx context.Context, pr jobs.PR, what string, id int64) error {
 	pipe := s.rdb.Pipeline()

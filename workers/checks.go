@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prq-dev/prq/ghapp"
@@ -47,6 +48,7 @@ var (
 type CheckStore interface {
 	GetRun(ctx context.Context, pr jobs.PR) (store.Run, error)
 	Posted(ctx context.Context, pr jobs.PR, what string) (int64, error)
+	PostedEach(ctx context.Context, pr jobs.PR, whats ...string) ([]int64, error)
 	SetPosted(ctx context.Context, pr jobs.PR, what string, id int64) error
 	Throttle(ctx context.Context, pr jobs.PR, what string, every time.Duration) (bool, error)
 	Lock(ctx context.Context, pr jobs.PR, what, owner string, ttl time.Duration) (release func(), ok bool, err error)
@@ -99,7 +101,8 @@ type ChecksConfig struct {
 	// ErrorFunc, when set, counts failed check-run writes by decoration
 	// kind and status (prq_github_decoration_errors_total).
 	ErrorFunc func(kind, status string)
-	// NowFunc is the clock of OffFor. Defaults to time.Now.
+	// NowFunc is the clock of OffFor and of the process's own pacing of
+	// progress updates. Defaults to time.Now.
 	NowFunc func() time.Time
 	// Log defaults to discarding.
 	Log *slog.Logger
@@ -117,6 +120,8 @@ type Checks struct {
 	cfg    ChecksConfig
 	off    sync.Map // offKey -> time.Time: check runs are off there until then
 	logged sync.Map // "installation|kind" -> true: its failure was logged
+	paced  sync.Map // "pr|head" -> time.Time: this process paced the head's progress until then
+	pacedN atomic.Int64
 }
 
 // NewChecks returns Checks.
@@ -173,11 +178,11 @@ func (c *Checks) isOff(ctx context.Context, pr jobs.PR, head, kind string) (bool
 	if c.offHere(pr) {
 		return true, nil
 	}
-	if off, err := c.cfg.Store.Posted(ctx, pr, c.key(head)+":off"); err != nil || off != 0 {
-		return off != 0, err
+	v, err := c.cfg.Store.PostedEach(ctx, pr, c.key(head)+":off", c.key(head)+":fails:"+kind)
+	if err != nil {
+		return false, err
 	}
-	fails, err := c.cfg.Store.Posted(ctx, pr, c.key(head)+":fails:"+kind)
-	return fails >= int64(c.cfg.Tries), err
+	return v[0] != 0 || v[1] >= int64(c.cfg.Tries), nil
 }
 
 // offHere reports whether check runs are off for the pull request's
@@ -437,11 +442,18 @@ const batchNote = "This plan's files go to the batch lane: sent in a batch at ha
 // files done, at most once per Every per pull request. Failures are counted and logged; nothing
 // waits for it.
 func (c *Checks) Progress(ctx context.Context, pr jobs.PR, head string) {
+	// the pacing this process took itself stands until it ends: the files
+	// it finishes meanwhile ask Redis nothing
+	here, now := pr.String()+"|"+head, c.cfg.NowFunc()
+	if until, ok := c.paced.Load(here); ok && now.Before(until.(time.Time)) {
+		return
+	}
 	ok, err := c.cfg.Store.Throttle(ctx, pr, c.key(head), c.cfg.Every)
 	if err != nil || !ok {
 		c.dropped(ctx, pr, DecorationCheckProgress, err)
 		return
 	}
+	c.pacedUntil(here, now.Add(c.cfg.Every))
 	err = c.write(ctx, pr, head, DecorationCheckProgress, CheckWrite, func(ctx context.Context, gh CheckWriter) error {
 		// The turn in the write lane may come late: read the run now, so
 		// the counts are fresh and a finished or superseded head is left
@@ -466,6 +478,22 @@ func (c *Checks) Progress(ctx context.Context, pr jobs.PR, head string) {
 			Title: fmt.Sprintf("%d of %d files", done, total)})
 	})
 	c.dropped(ctx, pr, DecorationCheckProgress, err)
+}
+
+// pacedUntil keeps that this process paced key until until; every
+// thousandth call drops the entries that ended.
+func (c *Checks) pacedUntil(key string, until time.Time) {
+	c.paced.Store(key, until)
+	if c.pacedN.Add(1)%1000 != 0 {
+		return
+	}
+	now := c.cfg.NowFunc()
+	c.paced.Range(func(k, v any) bool {
+		if !now.Before(v.(time.Time)) {
+			c.paced.Delete(k)
+		}
+		return true
+	})
 }
 
 // Superseded completes a replaced head's check run, if it has one, as

@@ -265,3 +265,51 @@ func TestCheckRunCreatedCompletedWhenQueuedFailed(t *testing.T) {
 		t.Fatalf("check runs %+v, want one created completed (success)", cs)
 	}
 }
+
+// throttleCount is the store, counting its Throttle calls for progress
+// (not the write's own, "…:sent").
+type throttleCount struct {
+	*store.Store
+	mu sync.Mutex
+	n  int
+}
+
+func (s *throttleCount) Throttle(ctx context.Context, pr jobs.PR, what string, every time.Duration) (bool, error) {
+	if !strings.HasSuffix(what, ":sent") {
+		s.mu.Lock()
+		s.n++
+		s.mu.Unlock()
+	}
+	return s.Store.Throttle(ctx, pr, what, every)
+}
+
+// TestProgressPacedInProcess: the files a process finishes while its own
+// pacing of the head's progress stands ask Redis nothing; once it ends,
+// the next one asks again.
+func TestProgressPacedInProcess(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := &throttleCount{Store: newStore(t)}
+	pr := testPR(t, 504)
+	rig := newGHRig(t, pr)
+	now := time.Now()
+	checks, err := workers.NewChecks(workers.ChecksConfig{GitHub: workers.Installations{App: rig.app}, Store: st, Turns: newPacer(t), Every: time.Hour,
+		NowFunc: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := st.StartRun(ctx, store.Run{PR: pr, Head: "h1", Tier: jobs.TierPaid, SummaryTotal: 3}, nil); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		checks.Progress(ctx, pr, "h1")
+	}
+	if st.n != 1 {
+		t.Fatalf("three files within the pacing: %d Throttle calls, want 1", st.n)
+	}
+	now = now.Add(time.Hour)
+	checks.Progress(ctx, pr, "h1")
+	if st.n != 2 {
+		t.Fatalf("after the pacing: %d Throttle calls, want 2", st.n)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/hibiken/asynq"
@@ -31,7 +32,7 @@ func TestFileWorkerEarlyExitsRefund(t *testing.T) {
 	}{
 		{name: "superseded while starting", number: 471,
 			worker: func(t *testing.T, s *storeAndAdm) *workers.FileWorker {
-				return s.worker(t, pushedBetween{s.st, t}, testModels)
+				return s.worker(t, pushedBetween{s.st, t, true, &sync.Once{}}, testModels)
 			},
 			exit: func(err error) bool { return errors.Is(err, asynq.RevokeTask) }},
 		{name: "model not configured", number: 472,

@@ -21,7 +21,6 @@ import (
 
 // FileStore reads a planned file and records its result (a *store.Store).
 type FileStore interface {
-	Current(ctx context.Context, pr jobs.PR, head string) (bool, error)
 	GetRun(ctx context.Context, pr jobs.PR) (store.Run, error)
 	FileAndContext(ctx context.Context, pr jobs.PR, head string, index int) (store.FileData, string, error)
 	Files(ctx context.Context, pr jobs.PR, head string) (map[int]store.FileData, error)
@@ -268,11 +267,15 @@ func (w *FileWorker) checks(ctx context.Context, j *fileJob) (*early, error) {
 	if err := w.gate.check(ctx, f.PR.Installation, string(f.Kind)); err != nil {
 		return &early{leftover: true, book: true, then: func() error { return err }}, nil
 	}
-	current, err := cfg.Store.Current(ctx, f.PR, f.HeadSHA)
-	if err != nil {
+	// the run, read once: whether the head is current, and its title,
+	// body and instructions for the prompt
+	var err error
+	if j.run, err = cfg.Store.GetRun(ctx, f.PR); errors.Is(err, store.ErrNotFound) {
+		return &revoked, nil
+	} else if err != nil {
 		return nil, err
 	}
-	if !current {
+	if j.run.Head != f.HeadSHA || j.run.State == store.StateCancelled {
 		return &revoked, nil
 	}
 	if done, err := cfg.Store.HasResult(ctx, f.PR, f.HeadSHA, f.Kind, f.Index); err != nil {
@@ -283,7 +286,7 @@ func (w *FileWorker) checks(ctx context.Context, j *fileJob) (*early, error) {
 		// when the head is all done; the leftover is booked by the run
 		// that recorded it
 		return &early{leftover: true, then: func() error {
-			run, err := cfg.Store.GetRun(ctx, f.PR)
+			run, err := cfg.Store.GetRun(ctx, f.PR) // afresh: the result may have come after the read above
 			if err != nil {
 				return err
 			}
@@ -311,14 +314,6 @@ func (w *FileWorker) checks(ctx context.Context, j *fileJob) (*early, error) {
 			j.res.Skipped = "model " + f.Model + " is not configured"
 			return w.complete(ctx, f, j.res)
 		}}, nil
-	}
-	if j.run, err = cfg.Store.GetRun(ctx, f.PR); err != nil {
-		return nil, err
-	}
-	if j.run.Head != f.HeadSHA || j.run.State == store.StateCancelled {
-		// superseded since the check above: the run's title and body are
-		// another head's now
-		return &revoked, nil
 	}
 	return nil, nil
 }
@@ -363,7 +358,7 @@ func (w *FileWorker) compose(ctx context.Context, j *fileJob) (*early, error) {
 	// A repair attempt: the unreadable reply and what was wrong with it
 	// follow the prompt.
 	j.repairKey = "repair:" + j.ticket.ID
-	if f.Kind == jobs.KindReview {
+	if f.Kind == jobs.KindReview && !j.at.fresh { // a repair comes back as a later run
 		if raw, err := cfg.Repairs.Draft(ctx, f.PR, j.repairKey); err != nil {
 			return nil, err
 		} else if raw != "" && json.Unmarshal([]byte(raw), &j.repair) != nil {

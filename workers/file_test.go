@@ -298,40 +298,67 @@ func TestFileWorkerLogsWhatAdmissionRefuses(t *testing.T) {
 	}
 }
 
-// pushedBetween is a store on which a push lands right after the job's
-// check that its head is current.
+// pushedBetween is a store on which a push lands right before (before)
+// or right after the job's read of its run.
 type pushedBetween struct {
 	*store.Store
-	t *testing.T
+	t      *testing.T
+	before bool
+	once   *sync.Once
 }
 
-func (s pushedBetween) Current(ctx context.Context, pr jobs.PR, head string) (bool, error) {
-	ok, err := s.Store.Current(ctx, pr, head)
-	if _, _, serr := s.Store.StartRun(ctx, store.Run{PR: pr, Head: "h2", Tier: jobs.TierPaid, SummaryTotal: 1, Title: "the next head's title"}, nil); serr != nil {
-		s.t.Fatal(serr)
+func (s pushedBetween) GetRun(ctx context.Context, pr jobs.PR) (store.Run, error) {
+	push := func() {
+		s.once.Do(func() {
+			if _, _, err := s.Store.StartRun(ctx, store.Run{PR: pr, Head: "h2", Tier: jobs.TierPaid, SummaryTotal: 1, Title: "the next head's title"}, nil); err != nil {
+				s.t.Error(err)
+			}
+		})
 	}
-	return ok, err
+	if s.before {
+		push()
+	}
+	run, err := s.Store.GetRun(ctx, pr)
+	push()
+	return run, err
 }
 
-// TestFileWorkerSupersededWhileStarting: a push planned between the
-// job's check that its head is current and its read of the run: the job
-// makes no call (it would have sent the newer head's title and
-// description with the older head's file) and is revoked.
-func TestFileWorkerSupersededWhileStarting(t *testing.T) {
+// TestFileWorkerPromptOfTheHeadItRead: a push planned right after the
+// job read its run: the job's call carries the title of the head it was
+// planned for (read with the head, in one read), never the newer head's
+// with the older head's file; a push before the read revokes it.
+func TestFileWorkerPromptOfTheHeadItRead(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, adm, q, model := newStore(t), &fakeAdmission{}, &fakeQueue{}, &fakeLLM{CompleteFunc: answer("never")}
-	pr := testPR(t, 212)
-	_, task := plannedFile(t, st, pr, jobs.KindSummary)
-	w, err := workers.NewFileWorker(workers.FileWorkerConfig{Attempts: newAttempts(t), Store: pushedBetween{st, t}, Ledger: adm,
-		Caller: newCaller(t, adm, model, nil, nil), Queue: q, Models: testModels, Repairs: st, Requeue: adm})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.ProcessTask(ctx, task); !errors.Is(err, asynq.RevokeTask) {
-		t.Fatalf("ProcessTask = %v, want the task revoked", err)
-	}
-	if model.Calls() != 0 {
-		t.Errorf("a job superseded while starting called the LLM %d times", model.Calls())
+	st, adm, q := newStore(t), &fakeAdmission{}, &fakeQueue{}
+	var mu sync.Mutex
+	var sent []string
+	model := &fakeLLM{CompleteFunc: func(r llm.Request) (llm.Response, error) {
+		mu.Lock()
+		sent = append(sent, strings.Join(r.Contents(), "\n"))
+		mu.Unlock()
+		return llm.Response{Text: "Adds b.", PromptTokens: 100, OutputTokens: 20}, nil
+	}}
+	for i, before := range []bool{false, true} {
+		pr := testPR(t, int64(212+i))
+		_, task := plannedFile(t, st, pr, jobs.KindSummary)
+		w, err := workers.NewFileWorker(workers.FileWorkerConfig{Attempts: newAttempts(t), Store: pushedBetween{st, t, before, &sync.Once{}}, Ledger: adm,
+			Caller: newCaller(t, adm, model, nil, nil), Queue: q, Models: testModels, Repairs: st, Requeue: adm})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = w.ProcessTask(ctx, task)
+		if before {
+			if !errors.Is(err, asynq.RevokeTask) || model.Calls() != 1 {
+				t.Fatalf("pushed before the read: %v, %d calls; want the task revoked with no call", err, model.Calls())
+			}
+			continue
+		}
+		if err != nil || len(sent) != 1 {
+			t.Fatalf("pushed after the read: %v, %d calls; want the call of the head read", err, len(sent))
+		}
+		if strings.Contains(sent[0], "the next head's title") {
+			t.Errorf("the call carries the next head's title:\n%s", sent[0])
+		}
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
+	"time"
 
 	"github.com/hibiken/asynq"
 
@@ -66,4 +68,73 @@ func (g installGate) refused(ctx context.Context, inst int64, err error) error {
 	}
 	g.log.WarnContext(ctx, "GitHub refuses the installation a token; its work stops until it is installed or unsuspended again", "installation", inst, "reason", re.Reason())
 	return fmt.Errorf("%w: %v", asynq.RevokeTask, err)
+}
+
+// installsFor is how long a worker process keeps an installation's state
+// for its file jobs (installCache): one of an installation uninstalled or
+// suspended meanwhile may still pass the gate within it, and then stops
+// at its run's check before any call or write, the webhook having
+// cancelled the installation's runs (CancelInstallation); a refused token
+// stops it anyway. Plans, chat and finalize read the state afresh.
+const installsFor = 2 * time.Second
+
+// installCache is an InstallState that keeps each installation's answer
+// for a while: every job asks, and an installation's state changes
+// rarely (one GET of the installation record per job before). Marking an
+// installation refused forgets its answer.
+type installCache struct {
+	next InstallState
+	ttl  time.Duration
+	now  func() time.Time
+	mu   sync.Mutex
+	m    map[int64]installAnswer
+}
+
+type installAnswer struct {
+	why string
+	at  time.Time
+}
+
+// installCacheMax bounds the entries: past it, the expired go.
+const installCacheMax = 4096
+
+func newInstallCache(next InstallState, ttl time.Duration, now func() time.Time) *installCache {
+	return &installCache{next: next, ttl: ttl, now: now, m: map[int64]installAnswer{}}
+}
+
+var _ InstallState = (*installCache)(nil)
+
+// Disabled answers from the cache while the answer is younger than ttl.
+func (c *installCache) Disabled(ctx context.Context, inst int64) (string, error) {
+	now := c.now()
+	c.mu.Lock()
+	a, ok := c.m[inst]
+	c.mu.Unlock()
+	if ok && now.Sub(a.at) < c.ttl && !now.Before(a.at) {
+		return a.why, nil
+	}
+	why, err := c.next.Disabled(ctx, inst)
+	if err != nil {
+		return "", err
+	}
+	c.mu.Lock()
+	if len(c.m) >= installCacheMax {
+		for k, v := range c.m {
+			if now.Sub(v.at) >= c.ttl {
+				delete(c.m, k)
+			}
+		}
+	}
+	c.m[inst] = installAnswer{why: why, at: now}
+	c.mu.Unlock()
+	return why, nil
+}
+
+// MarkTokenRefused records the refusal and forgets inst's answer.
+func (c *installCache) MarkTokenRefused(ctx context.Context, inst int64, why string) error {
+	err := c.next.MarkTokenRefused(ctx, inst, why)
+	c.mu.Lock()
+	delete(c.m, inst)
+	c.mu.Unlock()
+	return err
 }

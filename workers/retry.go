@@ -224,6 +224,9 @@ type attempt struct {
 	since  time.Time // when the job was planned, or first ran
 	now    time.Time
 	budget RetryBudget
+	// fresh: this run made the job's record, so no earlier run of it
+	// left anything (a reply to repair) to read
+	fresh bool
 }
 
 // budgeted counts a run of job id against budget. created (unix ms),
@@ -237,7 +240,10 @@ func budgeted(ctx context.Context, a Attempter, id string, created int64, budget
 	if created > 0 && !rebased {
 		since = time.UnixMilli(created)
 	}
-	return attempt{n: n, since: since, now: now, budget: budget}, nil
+	// the record's first run is this one's time only when this run wrote
+	// it (Attempts.Add: the common first run)
+	fresh := n == 1 && !rebased && first.UnixMilli() == now.UnixMilli()
+	return attempt{n: n, since: since, now: now, budget: budget, fresh: fresh}, nil
 }
 
 // spent says that the job may not retry again.

@@ -159,6 +159,10 @@ func New(cfg Config, d Deps) (*Set, error) {
 		return nil, err
 	}
 	gh := Installations{App: d.GitHub, GitLab: d.GitLab}
+	// file jobs, by far the most, read the installation's state from a
+	// cache: one uninstalled meanwhile has its runs cancelled, which
+	// stops them too; the others (plan, chat, finalize) read it afresh
+	fileInstalls := newInstallCache(d.Store, installsFor, time.Now)
 	var quota, batchQuota Quota
 	if d.Quota != nil {
 		quota = d.Quota
@@ -202,7 +206,7 @@ func New(cfg Config, d Deps) (*Set, error) {
 	}
 	if s.Files, err = NewFileWorker(FileWorkerConfig{Paused: paused, Store: d.Store, Reuse: reuse, ReusedFunc: cfg.ReusedFunc, Ledger: d.Admitter, Caller: caller, Queue: d.Queue,
 		Models: cfg.Models, Repairs: d.Store, Requeue: d.Admitter, UnusableFunc: cfg.UnusableFunc, IgnoredFunc: cfg.IgnoredFunc, Progress: progress, QuotaWait: quotaWait,
-		Attempts: d.Attempts, Budget: cfg.BatchBudget, GaveUpFunc: cfg.GaveUpFunc, FallbackFunc: cfg.FallbackFunc, Installs: d.Store, LifecycleFunc: cfg.LifecycleFunc,
+		Attempts: d.Attempts, Budget: cfg.BatchBudget, GaveUpFunc: cfg.GaveUpFunc, FallbackFunc: cfg.FallbackFunc, Installs: fileInstalls, LifecycleFunc: cfg.LifecycleFunc,
 		Batch: d.Batch, Tickets: d.Admitter, Log: d.Log}); err != nil {
 		return nil, err
 	}

@@ -782,6 +782,13 @@ func (d *ceilingDriver) sendPR(ctx context.Context) {
 	n := d.number
 	d.number++
 	p := d.prs[n%len(d.prs)]
+	if pass := n / len(d.prs); pass > 0 {
+		// a later pass over the corpus is other work: its repositories
+		// are named apart, so no prompt repeats and no job is answered
+		// from a kept result (each admitted job a call, as the figures
+		// per call assume)
+		p.Repo += "-" + strconv.Itoa(pass)
+	}
 	inst := d.insts[n%len(d.insts)]
 	d.sentPRs++
 	d.sentAt = append(d.sentAt, time.Now())

@@ -53,7 +53,7 @@ type Counts interface {
 // Metrics are prq's Prometheus series. Labels stay low-cardinality:
 // model, class (chat or tier), event, outcome, queue, state.
 type Metrics struct {
-	counts     Counts
+	counts     *Deferred
 	reg        *prometheus.Registry
 	deliveries *prometheus.CounterVec
 	calls      *prometheus.CounterVec
@@ -75,6 +75,9 @@ type Config struct {
 	CacheFor time.Duration
 	// NowFunc is the clock. Defaults to time.Now.
 	NowFunc func() time.Time
+	// SendEvery is how often the hot counters (LLM calls, forge
+	// requests) are sent to Redis (Deferred). Defaults to 1s.
+	SendEvery time.Duration
 }
 
 // New registers the series; adm and queues are read at scrape time, at
@@ -86,7 +89,11 @@ func New(adm Admission, queues Queues, counts Counts, cfg Config) *Metrics {
 	if cfg.NowFunc == nil {
 		cfg.NowFunc = time.Now
 	}
-	m := &Metrics{counts: counts, reg: prometheus.NewRegistry(), state: &stateCollector{adm: adm, queues: queues, cacheFor: cfg.CacheFor, now: cfg.NowFunc}}
+	if cfg.SendEvery <= 0 {
+		cfg.SendEvery = time.Second
+	}
+	d := NewDeferred(counts, cfg.SendEvery)
+	m := &Metrics{counts: d, reg: prometheus.NewRegistry(), state: &stateCollector{adm: adm, queues: queues, cacheFor: cfg.CacheFor, now: cfg.NowFunc, flush: d.Flush}}
 	m.deliveries = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_webhook_deliveries_total", Help: "Webhook deliveries by event and outcome."}, []string{"event", "outcome"})
 	m.calls = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_llm_calls_total", Help: "LLM calls by model and outcome (ok, rate_limited, transient, account, context_length, failed, quota, flex_unavailable: flex processing refused the call, which then goes standard; batch_expired, batch_cancelled, batch_failed, batch_transient: the batch lane did not answer the job, which then goes standard)."}, []string{"model", "outcome"})
 	m.unusable = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "prq_llm_unusable_replies_total", Help: "Model replies that could not be read as what was asked for (a review not in the schema), by model and job kind."}, []string{"model", "kind"})
@@ -100,6 +107,14 @@ func New(adm Admission, queues Queues, counts Counts, cfg Config) *Metrics {
 	m.reg.MustRegister(m.cost, m.reused, m.deliveries, m.calls, m.unusable, m.ignored, m.gaveUp, m.admitted, m.wait, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), m.state)
 	return m
 }
+
+// Counts are the process's counters in Redis, the hot ones deferred
+// (Deferred): for GitHubCounter and GitLabCounter, and for reading the
+// counts with this process's own included.
+func (m *Metrics) Counts() *Deferred { return m.counts }
+
+// Close sends the deferred counters (before the process closes Redis).
+func (m *Metrics) Close(ctx context.Context) error { return m.counts.Close(ctx) }
 
 // Register adds another component's series (the gateway's).
 func (m *Metrics) Register(cs ...prometheus.Collector) error {
@@ -485,7 +500,8 @@ type stateCollector struct {
 	queues   Queues
 	cacheFor time.Duration
 	now      func() time.Time
-	shared   Shared // nil: no Redis-wide series
+	shared   Shared                      // nil: no Redis-wide series
+	flush    func(context.Context) error // this process's deferred counters, sent before a reading
 	aging    time.Duration
 	budgets  map[string]float64 // monthly dollars by tier (WatchBudgets)
 
@@ -541,6 +557,7 @@ func (c *stateCollector) read(ch chan<- prometheus.Metric) {
 			return // every other series comes from Redis
 		}
 		ch <- prometheus.MustNewConstMetric(descRedisUp, prometheus.GaugeValue, 1)
+		_ = c.flush(ctx) // what fails stays pending: the reading shows what Redis has
 		if info, err := c.shared.Info(ctx, "memory").Result(); err == nil {
 			ch <- prometheus.MustNewConstMetric(descRedisMem, prometheus.GaugeValue, infoInt(info, "used_memory"))
 			ch <- prometheus.MustNewConstMetric(descRedisMax, prometheus.GaugeValue, infoInt(info, "maxmemory"))

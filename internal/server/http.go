@@ -117,7 +117,7 @@ func (d dashSource) Acceptance(ctx context.Context) []store.Acceptance {
 }
 
 func (d dashSource) CallCounts(ctx context.Context) map[string]map[string]int64 {
-	return metrics.CallCounts(ctx, d.s.rdb)
+	return metrics.CallCounts(ctx, d.s.metrics.Counts())
 }
 
 func (d dashSource) Costs(ctx context.Context) map[string]map[string]float64 {

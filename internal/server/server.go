@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"sync/atomic"
+	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
@@ -180,8 +181,16 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, connOpt asyn
 	return s, nil
 }
 
-// Close closes the asynq client and Redis.
+// Close sends the deferred counters, then closes the asynq client and
+// Redis.
 func (s *Server) Close() {
+	if s.metrics != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := s.metrics.Close(ctx); err != nil {
+			s.log.Warn("could not send the last counts of LLM calls and forge requests", "err", err)
+		}
+		cancel()
+	}
 	if s.client != nil {
 		s.client.Close()
 	}

@@ -213,7 +213,7 @@ func (s *Server) forges(tr http.RoundTripper) (workers.GitHubApp, workers.ForgeT
 			tr = http.DefaultTransport
 		}
 		// every process's GitHub requests are counted in Redis for serve's /metrics
-		app, err := ghapp.New(cfg.GitHub.AppID, key, cfg.GitHub.APIURL, metrics.GitHubCounter{Counts: s.rdb, Next: tr})
+		app, err := ghapp.New(cfg.GitHub.AppID, key, cfg.GitHub.APIURL, metrics.GitHubCounter{Counts: s.metrics.Counts(), Next: tr})
 		if err != nil {
 			return nil, nil, &config.SettingError{Name: keySetting(cfg), Problem: err.Error()}
 		}
@@ -226,7 +226,7 @@ func (s *Server) forges(tr http.RoundTripper) (workers.GitHubApp, workers.ForgeT
 		tr = http.DefaultTransport
 	}
 	// and its GitLab requests likewise
-	gl, err := gitlabForges(cfg, metrics.GitLabCounter{Counts: s.rdb, Next: tr})
+	gl, err := gitlabForges(cfg, metrics.GitLabCounter{Counts: s.metrics.Counts(), Next: tr})
 	if err != nil {
 		return nil, nil, err
 	}
