@@ -115,8 +115,9 @@ func (p *Process) Track(h asynq.Handler) asynq.Handler {
 		// with the connection is renewed by the next beat
 		// Only the first of the jobs running at once may create the record
 		// (the last one's HDEL removed it): the others' write skips the TTL
-		// (one EXPIRE a job before), which the beat renews
-		p.ran.Store(true)
+		// (one EXPIRE a job before), which the beat renews: ran is set
+		// after the write, so a beat follows it even when the last job's
+		// HDEL removed the record just before this HSET created it again
 		var err error
 		if p.running.Add(1) == 1 {
 			pipe := p.s.rdb.Pipeline()
@@ -126,6 +127,7 @@ func (p *Process) Track(h asynq.Handler) asynq.Handler {
 		} else {
 			err = p.s.rdb.HSet(ctx, jobsKey(p.id), id, q).Err()
 		}
+		p.ran.Store(true)
 		if err != nil {
 			p.s.log.WarnContext(ctx, "could not record a running job; if this process dies, asynq recovers it in a minute or two", "task", id, "err", err)
 		}
