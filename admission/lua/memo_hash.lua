@@ -75,9 +75,15 @@ local function statload(fields)
   local v = redis.call('HMGET', KEYS[11], unpack(want))
   for i, f in ipairs(want) do SV[f] = v[i] or false end
 end
+-- statget is a field's value, what is deferred included.
 local function statget(field)
-  statload({field})
-  return SV[field] or nil
+  local v
+  if SS[field] ~= nil then v = SS[field] else
+    statload({field})
+    v = SV[field] or nil
+  end
+  if SA[field] ~= nil then v = (tonumber(v or '0') or 0) + SA[field] end
+  return v
 end
 local function statpend(field)
   if SA[field] == nil and SS[field] == nil then SO[#SO + 1] = field end
