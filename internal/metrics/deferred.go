@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -76,7 +77,9 @@ func (d *Deferred) Pipelined(ctx context.Context, fn func(redis.Pipeliner) error
 }
 
 // Flush sends every pending increment in one pipeline. What fails to
-// send stays pending for the next Flush.
+// send stays pending for the next Flush; an increment Redis refused (a
+// field that is not an integer, a key of another type) is dropped, as
+// sending it again would fail again.
 func (d *Deferred) Flush(ctx context.Context) error {
 	d.mu.Lock()
 	batch := d.pending
@@ -97,7 +100,7 @@ func (d *Deferred) Flush(ctx context.Context) error {
 	}
 	d.mu.Lock()
 	for k, n := range batch {
-		if c := cmds[k]; c == nil || c.Err() != nil {
+		if c := cmds[k]; c == nil || (c.Err() != nil && !refused(c.Err())) {
 			d.pending[k] += n
 		}
 	}
@@ -135,4 +138,11 @@ func (d *Deferred) Close(ctx context.Context) error {
 		}
 	}
 	return d.Flush(ctx)
+}
+
+// refused reports whether err is Redis's reply to the command (not a
+// lost connection or a timeout).
+func refused(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && !errors.Is(err, redis.Nil)
 }

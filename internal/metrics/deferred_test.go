@@ -71,6 +71,35 @@ func TestDeferredCountsKeptWhenTheSendFails(t *testing.T) {
 	}
 }
 
+// An increment Redis refuses (the field holds no integer) is dropped, not
+// sent again every second; the others of its pipeline are counted.
+func TestDeferredCountsDropWhatRedisRefuses(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Shared(t).Client(t)
+	if err := rdb.HSet(ctx, githubKey, "refused|ok", "not a number").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rdb.HDel(ctx, githubKey, "refused|ok", "kept|ok") })
+	counted := &countingCounts{Counts: rdb}
+	d := NewDeferred(counted, time.Hour)
+	t.Cleanup(func() { _ = d.Close(ctx) })
+	d.HIncrBy(ctx, githubKey, "refused|ok", 1)
+	d.HIncrBy(ctx, githubKey, "kept|ok", 3)
+	if err := d.Flush(ctx); err == nil {
+		t.Fatal("Flush with a refused increment: no error")
+	}
+	if n, err := rdb.HGet(ctx, githubKey, "kept|ok").Int(); err != nil || n != 3 {
+		t.Errorf("the pipeline's other increment: Redis holds %d (%v), want 3", n, err)
+	}
+	_, before := counted.sent()
+	if err := d.Flush(ctx); err != nil {
+		t.Fatalf("the refused increment was kept and sent again: %v", err)
+	}
+	if _, after := counted.sent(); after != before {
+		t.Errorf("a Flush with nothing pending sent %d pipelines", after-before)
+	}
+}
+
 // countingCounts counts what reaches Redis, and fails pipelines when
 // told.
 type countingCounts struct {
