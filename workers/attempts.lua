@@ -8,12 +8,18 @@
 --   rebase's) unix ms, 1 if the budget was started again (rebased)}
 local n = redis.call('HINCRBY', KEYS[1], 'n', 1)
 local first, rebased = ARGV[1], 0
--- a record with no first run yet has no rebase either (Rebase writes
--- both): the common first run reads nothing back
-if redis.call('HSETNX', KEYS[1], 'first', ARGV[1]) == 0 then
+-- a first count (n = 1) most often makes the record: HSETNX writes the
+-- first run and reads nothing back. A later count (or a count after a
+-- rebase or a twin's wait, which keep the first run) reads it; a record
+-- with no first run yet has no rebase either (Rebase writes both).
+if n ~= 1 or redis.call('HSETNX', KEYS[1], 'first', ARGV[1]) == 0 then
   local v = redis.call('HMGET', KEYS[1], 'first', 'rebased')
-  first = v[1]
-  if v[2] then rebased = 1 end
+  if v[1] then
+    first = v[1]
+    if v[2] then rebased = 1 end
+  else
+    redis.call('HSET', KEYS[1], 'first', ARGV[1])
+  end
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return {n, first, rebased}

@@ -25,21 +25,30 @@ if op == 'take' then
   -- -> 0: the slot is the writer's (next slot booked), else ms to wait
   local me, gap, stale, poll = ARGV[3], tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
   local ahead = tonumber(ARGV[8] or '0') or 0
+  local v = redis.call('MGET', KEYS[1], KEYS[4])
+  local next = tonumber(v[1] or '0')
+  local from = math.max(next - ahead, tonumber(v[2] or '0'))
+  -- nobody waits (this writer neither): it would head the line whatever
+  -- its class, so a free slot is its own without joining the line
+  local lined = redis.call('EXISTS', KEYS[2]) == 1
+  if not lined and from <= now then
+    local booked = math.max(next, now) + gap
+    redis.call('SET', KEYS[1], booked, 'PX', booked - now + keep)
+    return 0
+  end
   redis.call('ZADD', KEYS[2], 'NX', tonumber(ARGV[4]) * 1e13 + now, me)
   redis.call('HSET', KEYS[3], me, now)
   -- the head is the first writer still asking; one that stopped (its
-  -- process died) leaves the line
-  local head
-  repeat
+  -- process died) leaves the line (alone in it, this writer heads it)
+  local head = me
+  while lined do
     head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
     if head == me then break end
     local seen = tonumber(redis.call('HGET', KEYS[3], head) or '0')
     if now - seen <= stale then break end
     redis.call('ZREM', KEYS[2], head)
     redis.call('HDEL', KEYS[3], head)
-  until false
-  local next = tonumber(redis.call('GET', KEYS[1]) or '0')
-  local from = math.max(next - ahead, tonumber(redis.call('GET', KEYS[4]) or '0'))
+  end
   if head == me and from <= now then
     redis.call('ZREM', KEYS[2], me)
     redis.call('HDEL', KEYS[3], me)

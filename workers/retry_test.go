@@ -321,6 +321,19 @@ func TestAttempts(t *testing.T) {
 	if mv, err := a.Moved(ctx, moved); err != nil || mv.Model != "fallback" || mv.Tokens != 10 {
 		t.Errorf("the move after the first run: %+v (%v)", mv, err)
 	}
+	// a record counted with no first run kept (written by a Redis that
+	// lost part of it): this run is the first, and later runs read it
+	partial := id + "-partial"
+	rdb.HSet(ctx, "prq:attempts:"+partial, "n", 3)
+	for i, at := range []time.Time{t0, t0.Add(time.Minute)} {
+		n, first, rebased, err = a.Add(ctx, partial, at, time.Hour)
+		if err != nil || n != 4+i || !first.Equal(t0) || rebased {
+			t.Errorf("run %d of a record with no first run: n=%d first=%v rebased=%v (%v), want %d, %v, false", i, n, first, rebased, err, 4+i, t0)
+		}
+	}
+	if ttl := rdb.PTTL(ctx, "prq:attempts:"+partial).Val(); ttl <= 59*time.Minute || ttl > time.Hour {
+		t.Errorf("after a later run the record lasts %s, want the hour Add was given", ttl)
+	}
 	// a record Redis cannot read as a count is an error, not a run
 	bad := id + "-bad"
 	rdb.HSet(ctx, "prq:attempts:"+bad, "first", "yesterday")
