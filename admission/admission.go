@@ -198,18 +198,68 @@ func (s *Scheduler) now() string {
 // Register adds a ticket; a ticket already waiting or released is not
 // added twice (registered=false).
 func (s *Scheduler) Register(ctx context.Context, t Ticket) (registered bool, err error) {
-	if err := t.validate(); err != nil {
-		return false, err
-	}
-	keys, _, err := s.keys(t.Model)
+	reg, err := s.RegisterMany(ctx, []Ticket{t})
 	if err != nil {
 		return false, err
 	}
-	n, err := registerScript.Run(ctx, s.rdb, keys.list(), s.now(), t.ID, encodeTicket(t.stored()), keys.wake()).Int()
-	if err != nil {
-		return false, fmt.Errorf("admission: register %s: %w", t.ID, err)
+	return reg[0], nil
+}
+
+// registerBatch bounds the tickets of one register script call.
+const registerBatch = 256
+
+// RegisterMany adds tickets as Register does one after the other, in
+// their order, and reports for each whether it was added: a model's
+// tickets in one script call (up to registerBatch), so the reads of its
+// flows' heads and the writes of each key are paid once. A ticket that
+// does not validate registers none.
+func (s *Scheduler) RegisterMany(ctx context.Context, ts []Ticket) ([]bool, error) {
+	type batch struct {
+		keys keySet
+		at   []int // indices into ts
 	}
-	return n == 1, nil
+	var models []string
+	byModel := map[string]*batch{}
+	for i, t := range ts {
+		if err := t.validate(); err != nil {
+			return nil, err
+		}
+		b := byModel[t.Model]
+		if b == nil {
+			keys, _, err := s.keys(t.Model)
+			if err != nil {
+				return nil, err
+			}
+			b = &batch{keys: keys}
+			byModel[t.Model] = b
+			models = append(models, t.Model)
+		}
+		b.at = append(b.at, i)
+	}
+	out := make([]bool, len(ts))
+	for _, m := range models {
+		b := byModel[m]
+		for len(b.at) > 0 {
+			at := b.at[:min(len(b.at), registerBatch)]
+			b.at = b.at[len(at):]
+			args := make([]any, 0, 2+2*len(at))
+			args = append(args, s.now(), b.keys.wake())
+			for _, i := range at {
+				args = append(args, ts[i].ID, encodeTicket(ts[i].stored()))
+			}
+			n, err := registerScript.Run(ctx, s.rdb, b.keys.list(), args...).Int64Slice()
+			if err == nil && len(n) != len(at) {
+				err = fmt.Errorf("%d replies for %d tickets", len(n), len(at))
+			}
+			if err != nil {
+				return out, fmt.Errorf("admission: register %s (%d tickets of %s): %w", ts[at[0]].ID, len(at), m, err)
+			}
+			for j, i := range at {
+				out[i] = n[j] == 1
+			}
+		}
+	}
+	return out, nil
 }
 
 // RegisterAt registers a ticket when at comes (a retry with backoff goes
@@ -240,23 +290,59 @@ func (s *Scheduler) RegisterAt(ctx context.Context, t Ticket, at time.Time) erro
 // It reports false, registering nothing, when a task with the id exists
 // already (a redelivered event, a retried plan).
 func (s *Scheduler) Submit(ctx context.Context, task *asynq.Task, t Ticket, opts ...asynq.Option) (bool, error) {
+	held, err := s.SubmitMany(ctx, []Submission{{Task: task, Ticket: t, Opts: opts}})
+	if err != nil {
+		return false, err
+	}
+	return held[0], nil
+}
+
+// Submission is a task to submit with its ticket and its options.
+type Submission struct {
+	Task   *asynq.Task
+	Ticket Ticket
+	Opts   []asynq.Option
+}
+
+// SubmitMany submits tasks as Submit does each, in order: every task is
+// enqueued held first, then the tickets of those held are registered
+// together (RegisterMany: one script call per model). A crash between
+// the two leaves held tasks without tickets, which Reconcile repairs.
+// It reports for each whether its task was held (false: a task with
+// the id exists already, its ticket not registered). An enqueue that
+// fails stops the submission: the tasks held before it are registered,
+// and the error returned.
+func (s *Scheduler) SubmitMany(ctx context.Context, subs []Submission) ([]bool, error) {
 	if s.client == nil {
-		return false, errors.New("admission: submit needs an asynq client")
+		return nil, errors.New("admission: submit needs an asynq client")
 	}
-	if err := t.validate(); err != nil {
-		return false, err
-	}
-	opts = append(opts, asynq.TaskID(t.ID), asynq.Queue(t.Queue), asynq.ProcessIn(s.cfg.Hold))
-	if _, err := s.client.EnqueueContext(ctx, task, opts...); err != nil {
-		if errors.Is(err, asynq.ErrTaskIDConflict) {
-			return false, nil
+	for _, sub := range subs {
+		if err := sub.Ticket.validate(); err != nil {
+			return nil, err
 		}
-		return false, fmt.Errorf("admission: hold %s: %w", t.ID, err)
 	}
-	if _, err := s.Register(ctx, t); err != nil {
-		return false, err
+	held := make([]bool, len(subs))
+	var tickets []Ticket
+	var holdErr error
+	for i, sub := range subs {
+		t := sub.Ticket
+		opts := append(slices.Clip(sub.Opts), asynq.TaskID(t.ID), asynq.Queue(t.Queue), asynq.ProcessIn(s.cfg.Hold))
+		if _, err := s.client.EnqueueContext(ctx, sub.Task, opts...); err != nil {
+			if errors.Is(err, asynq.ErrTaskIDConflict) {
+				continue
+			}
+			holdErr = fmt.Errorf("admission: hold %s: %w", t.ID, err)
+			break
+		}
+		held[i] = true
+		tickets = append(tickets, t)
 	}
-	return true, nil
+	if len(tickets) > 0 {
+		if _, err := s.RegisterMany(ctx, tickets); err != nil {
+			return held, errors.Join(holdErr, err)
+		}
+	}
+	return held, holdErr
 }
 
 // Admitted is one admission decision.

@@ -281,20 +281,35 @@ func TestMemoMatchesReference(t *testing.T) {
 				for step := 0; step < 400; step++ {
 					clk.t = clk.t.Add(time.Duration(rng.Intn(400)) * time.Millisecond)
 					switch r := rng.Intn(100); {
+					case r >= 28 && r < 35:
+						// a plan's tickets (or a few of anything) at once,
+						// against the reference's one call each
+						tks := registerBatchOf(rng, &nid, c.classes, clk.t, waiting, admitted)
+						for _, tk := range tks {
+							if !slices.Contains(waiting, tk.ID) {
+								waiting = append(waiting, tk.ID)
+							}
+						}
+						both(fmt.Sprintf("register %d at once", len(tks)), func(s *Scheduler) string {
+							if s == sRef {
+								var oks []bool
+								for _, tk := range tks {
+									ok, err := s.Register(ctx, tk)
+									if err != nil {
+										return err.Error()
+									}
+									oks = append(oks, ok)
+								}
+								return fmt.Sprint(oks)
+							}
+							oks, err := s.RegisterMany(ctx, tks)
+							if err != nil {
+								return err.Error()
+							}
+							return fmt.Sprint(oks)
+						})
 					case r < 40:
-						nid++
-						tk := Ticket{ID: "t" + strconv.Itoa(nid), Queue: "q", Model: "m", Class: c.classes[rng.Intn(len(c.classes))],
-							Tenant: strconv.Itoa(rng.Intn(5)), PRSeq: int64(1 + rng.Intn(6)), Index: rng.Intn(5), Total: 5,
-							Tokens: int64(200 + rng.Intn(4000))}
-						if rng.Intn(30) == 0 {
-							tk.Tokens = 40000 // never fits: a reject
-						}
-						if rng.Intn(3) == 0 {
-							tk.Output = tk.Tokens / 4
-						}
-						if rng.Intn(4) == 0 {
-							tk.Enqueued = clk.t.Add(-time.Duration(rng.Intn(5000)) * time.Millisecond)
-						}
+						tk := randomTicket(rng, &nid, c.classes, clk.t)
 						waiting = append(waiting, tk.ID)
 						if r >= 35 {
 							at := clk.t.Add(time.Duration(rng.Intn(3000)) * time.Millisecond)
@@ -457,4 +472,67 @@ func TestAdmitCommandsPerTicket(t *testing.T) {
 	if inside > 4 {
 		t.Errorf("admit ran %.2f commands per admitted ticket inside its script, want at most 4", inside)
 	}
+}
+
+// randomTicket is TestMemoMatchesReference's new ticket.
+func randomTicket(rng *rand.Rand, nid *int, classes []string, now time.Time) Ticket {
+	*nid++
+	tk := Ticket{ID: "t" + strconv.Itoa(*nid), Queue: "q", Model: "m", Class: classes[rng.Intn(len(classes))],
+		Tenant: strconv.Itoa(rng.Intn(5)), PRSeq: int64(1 + rng.Intn(6)), Index: rng.Intn(5), Total: 5,
+		Tokens: int64(200 + rng.Intn(4000))}
+	if rng.Intn(30) == 0 {
+		tk.Tokens = 40000 // never fits: a reject
+	}
+	if rng.Intn(3) == 0 {
+		tk.Output = tk.Tokens / 4
+	}
+	if rng.Intn(4) == 0 {
+		tk.Enqueued = now.Add(-time.Duration(rng.Intn(5000)) * time.Millisecond)
+	}
+	return tk
+}
+
+// registerBatchOf is a batch for RegisterMany: mostly a plan's (one
+// tenant and class, a new PR's files in order, a few in an order of
+// their own), else random tickets; now and then with one registered
+// already (waiting or admitted) or one twice.
+func registerBatchOf(rng *rand.Rand, nid *int, classes []string, now time.Time, waiting, admitted []string) []Ticket {
+	n := 1 + rng.Intn(6)
+	var tks []Ticket
+	if rng.Intn(3) > 0 {
+		first := randomTicket(rng, nid, classes, now)
+		first.PRSeq, first.Total = int64(7+rng.Intn(4)), n
+		for i := range n {
+			tk := first
+			tk.ID, tk.Index = first.ID+"-"+strconv.Itoa(i), i
+			if rng.Intn(5) == 0 {
+				tk.Index = rng.Intn(n)
+			}
+			tk.Tokens = int64(200 + rng.Intn(4000))
+			if tk.Output > 0 {
+				tk.Output = tk.Tokens / 4
+			}
+			tks = append(tks, tk)
+		}
+	} else {
+		for range n {
+			tks = append(tks, randomTicket(rng, nid, classes, now))
+		}
+	}
+	again := func(l []string) {
+		if len(l) > 0 {
+			tk := randomTicket(rng, nid, classes, now)
+			tk.ID = l[rng.Intn(len(l))]
+			tks = slices.Insert(tks, rng.Intn(len(tks)+1), tk)
+		}
+	}
+	switch rng.Intn(6) {
+	case 0:
+		again(waiting)
+	case 1:
+		again(admitted)
+	case 2:
+		tks = slices.Insert(tks, rng.Intn(len(tks)+1), tks[rng.Intn(len(tks))])
+	}
+	return tks
 }

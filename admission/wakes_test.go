@@ -96,7 +96,7 @@ func TestResubscriptionWakesIdleLoops(t *testing.T) {
 	keys, _, _ := s.keys("m")
 	for try := 0; ; try++ {
 		silent := Ticket{ID: fmt.Sprintf("silent-%d", try), Queue: NotifyQueue, Model: "m", Class: "paid", Tenant: "a", Tokens: 10}
-		if err := registerScript.Run(ctx, rdb, keys.list(), s.now(), silent.ID, encodeTicket(silent.stored()), "").Err(); err != nil {
+		if err := registerScript.Run(ctx, rdb, keys.list(), s.now(), "", silent.ID, encodeTicket(silent.stored())).Err(); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(300 * time.Millisecond)

@@ -78,6 +78,18 @@ func (f *fakeAdmission) Submit(_ context.Context, task *asynq.Task, t admission.
 	return true, nil
 }
 
+func (f *fakeAdmission) SubmitMany(ctx context.Context, subs []admission.Submission) ([]bool, error) {
+	out := make([]bool, len(subs))
+	for i, sub := range subs {
+		ok, err := f.Submit(ctx, sub.Task, sub.Ticket, sub.Opts...)
+		if err != nil {
+			return out, err
+		}
+		out[i] = ok
+	}
+	return out, nil
+}
+
 // Paused returns the models set paused.
 func (f *fakeAdmission) Paused(context.Context) map[string]string {
 	f.mu.Lock()

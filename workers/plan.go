@@ -11,6 +11,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/prq-dev/prq/admission"
 	"github.com/prq-dev/prq/diff"
 	"github.com/prq-dev/prq/ghapp"
 	"github.com/prq-dev/prq/internal/repoconfig"
@@ -523,20 +524,28 @@ func (p *Planner) recordRun(ctx context.Context, s *planning) (done bool, err er
 }
 
 // submit submits the head's summary jobs, then its review jobs, and
-// records their ids.
+// records their ids. The jobs admitted through tickets are submitted
+// together (Tickets.SubmitMany: each held, then a model's tickets
+// registered in one step), in that order.
 func (p *Planner) submit(ctx context.Context, s *planning) error {
-	if err := p.submitFiles(ctx, s, s.summaries, jobs.TypeSummary); err != nil {
+	var subs []admission.Submission
+	if err := p.submitFiles(ctx, s, s.summaries, jobs.TypeSummary, &subs); err != nil {
 		return err
 	}
-	if err := p.submitFiles(ctx, s, s.reviews, jobs.TypeReview); err != nil {
+	if err := p.submitFiles(ctx, s, s.reviews, jobs.TypeReview, &subs); err != nil {
 		return err
+	}
+	if len(subs) > 0 {
+		if _, err := p.cfg.Tickets.SubmitMany(ctx, subs); err != nil {
+			return err
+		}
 	}
 	return p.cfg.Store.SetTaskIDs(ctx, s.pl.PR, s.pl.HeadSHA, s.ids)
 }
 
-// submitFiles submits one kind's jobs: each admitted through a ticket,
-// or on the batch lane enqueued at once.
-func (p *Planner) submitFiles(ctx context.Context, s *planning, list []jobs.File, typ string) error {
+// submitFiles prepares one kind's jobs: each to be admitted through a
+// ticket (added to subs), or on the batch lane enqueued at once.
+func (p *Planner) submitFiles(ctx context.Context, s *planning, list []jobs.File, typ string, subs *[]admission.Submission) error {
 	cfg := &p.cfg
 	for k := range list {
 		f := &list[k]
@@ -570,9 +579,7 @@ func (p *Planner) submitFiles(ctx context.Context, s *planning, list []jobs.File
 			}
 			continue
 		}
-		if _, err := cfg.Tickets.Submit(ctx, task, ticket, opts...); err != nil {
-			return err
-		}
+		*subs = append(*subs, admission.Submission{Task: task, Ticket: ticket, Opts: opts})
 	}
 	return nil
 }

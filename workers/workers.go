@@ -49,6 +49,9 @@ type Provider interface {
 // leaves it.
 type Tickets interface {
 	Submit(ctx context.Context, task *asynq.Task, t admission.Ticket, opts ...asynq.Option) (bool, error)
+	// SubmitMany submits as Submit does each, in order, and reports for
+	// each whether its task was enqueued (false: one with its id exists).
+	SubmitMany(ctx context.Context, subs []admission.Submission) ([]bool, error)
 	Cancel(ctx context.Context, model, id string) (bool, error)
 	DeleteTask(queue, id string)
 	Models() []string

@@ -6,11 +6,44 @@
 -- access to the tickets hash and the lex, age, chat and heads zsets goes
 -- through these helpers (the virtual times and stats hashes', through
 -- memo_hash.lua's). With DEFER.on (admit sets it) removals from the
--- zsets wait for the end (zflush, from flushorder), one command per key.
+-- zsets wait for the end (zflush, from flushorder), one command per key;
+-- with ADDS.on (register's batch) the adds to the tickets hash and the
+-- zsets wait too, and a key's range read from Redis writes its own first.
 -- Uses: (KEYS only)
--- Defines: DEFER, ticketenc, ticketset, ticketdel, zlist, zfirst, zscore,
---   zadd, zrem, callchunks, zflush, inflow, flowlist, lexadd, lexrem
+-- Defines: DEFER, ADDS, ticketenc, ticketnew, ticketload, ticketdel, zlist,
+--   zfirst, zscore, zadd, zrem, callchunks, zflush, inflow, flowlist,
+--   lexadd, lexrem
 local DEFER = {on = false}
+-- the adds waiting: tk[id] the ticket (tko: the ids in order), z[key]
+-- {s = member -> score, o = members in order} (zo: the keys in order)
+local ADDS = {on = false, tk = {}, tko = {}, z = {}, zo = {}}
+
+-- callchunks calls cmd on key with args, at most 1000 at a time (Lua's
+-- stack bounds unpack), in order (an even count: pairs stay together).
+local function callchunks(cmd, key, args)
+  local i = 1
+  while i <= #args do
+    local j = math.min(i + 999, #args)
+    redis.call(cmd, key, unpack(args, i, j))
+    i = j + 1
+  end
+end
+local function addpend(key, score, member)
+  local a = ADDS.z[key]
+  if a == nil then a = {s = {}, o = {}}; ADDS.z[key] = a; ADDS.zo[#ADDS.zo + 1] = key end
+  if a.s[member] == nil then a.o[#a.o + 1] = member end
+  a.s[member] = score
+end
+-- addwrite writes key's waiting adds.
+local function addwrite(key)
+  local a, args = ADDS.z[key], {}
+  if a == nil then return end
+  ADDS.z[key] = nil
+  for _, m in ipairs(a.o) do
+    if a.s[m] ~= nil then args[#args + 1] = a.s[m]; args[#args + 1] = m end
+  end
+  callchunks('ZADD', key, args)
+end
 
 -- tickets hash: id -> encoded ticket (false: none)
 local TK = {}
@@ -23,12 +56,39 @@ local function ticketenc(id)
   return e or nil
 end
 local function ticketset(id, enc)
-  redis.call('HSET', KEYS[2], id, enc)
+  if ADDS.on then
+    if ADDS.tk[id] == nil then ADDS.tko[#ADDS.tko + 1] = id end
+    ADDS.tk[id] = enc
+  else
+    redis.call('HSET', KEYS[2], id, enc)
+  end
   TK[id] = enc
+end
+-- ticketnew stores id's ticket unless it has one (false then); one not
+-- read before, in one HSETNX.
+local function ticketnew(id, enc)
+  if TK[id] == nil then
+    if redis.call('HSETNX', KEYS[2], id, enc) == 0 then return false end
+    TK[id] = enc
+    return true
+  end
+  if TK[id] then return false end
+  ticketset(id, enc)
+  return true
+end
+-- ticketload reads tickets in one command.
+local function ticketload(ids)
+  local want = {}
+  for _, id in ipairs(ids) do
+    if TK[id] == nil then want[#want + 1] = id end
+  end
+  if #want == 0 then return end
+  local encs = redis.call('HMGET', KEYS[2], unpack(want))
+  for i, id in ipairs(want) do TK[id] = encs[i] or false end
 end
 local function ticketdel(id)
   redis.call('HDEL', KEYS[2], id)
-  TK[id] = false
+  TK[id], ADDS.tk[id] = false, nil
 end
 
 -- zsets: the first members of each, in order, with their scores
@@ -68,6 +128,7 @@ local function zlist(key, n)
   if l == nil or (#l < n and not l.all) then
     local d = ZD[key]
     local lim = math.max(n, ZPREFIX) + ((d and d.n) or 0)
+    addwrite(key)
     local r = redis.call('ZRANGE', key, 0, lim - 1, 'WITHSCORES')
     local s = zscores(key)
     l = {all = #r / 2 < lim}
@@ -97,7 +158,7 @@ local function zscore(key, member)
   return v or nil
 end
 local function zadd(key, score, member)
-  redis.call('ZADD', key, score, member)
+  if ADDS.on then addpend(key, score, member) else redis.call('ZADD', key, score, member) end
   zunpend(key, member)
   score = tonumber(score)
   zscores(key)[member] = score
@@ -117,24 +178,21 @@ local function zadd(key, score, member)
   if l.all then l[#l + 1] = {member, score} end
 end
 local function zrem(key, member)
+  if ADDS.z[key] then ADDS.z[key].s[member] = nil end
   if DEFER.on then zpend(key, member) else redis.call('ZREM', key, member) end
   zscores(key)[member] = false
   if ZL[key] then zlistdrop(ZL[key], member) end
 end
 
--- callchunks calls cmd on key with args, at most 1000 at a time (Lua's
--- stack bounds unpack), in order (an even count: pairs stay together).
-local function callchunks(cmd, key, args)
-  local i = 1
-  while i <= #args do
-    local j = math.min(i + 999, #args)
-    redis.call(cmd, key, unpack(args, i, j))
-    i = j + 1
-  end
-end
-
--- zflush removes what DEFER held back.
+-- zflush removes what DEFER held back and adds what ADDS did.
 local function zflush()
+  local tk = {}
+  for _, id in ipairs(ADDS.tko) do
+    if ADDS.tk[id] then tk[#tk + 1] = id; tk[#tk + 1] = ADDS.tk[id] end
+  end
+  callchunks('HSET', KEYS[2], tk)
+  for _, key in ipairs(ADDS.zo) do addwrite(key) end
+  ADDS.tk, ADDS.tko, ADDS.zo = {}, {}, {}
   for _, key in ipairs(ZDO) do
     local d, m = ZD[key], {}
     for _, x in ipairs(d.o) do
@@ -167,6 +225,7 @@ local function flowlist(prefix, n)
       end
     end
     local lim = math.max(n, FLOWREAD) + np
+    addwrite(KEYS[3])
     local m = redis.call('ZRANGEBYLEX', KEYS[3], '[' .. prefix, '[' .. prefix .. '\255', 'LIMIT', 0, lim)
     l = {all = #m < lim}
     local ids = {}
@@ -185,14 +244,31 @@ local function flowlist(prefix, n)
   end
   return l
 end
+-- lexless orders members as Redis orders them (bytes, then length;
+-- Lua's < follows the server's locale).
+local function lexless(a, b)
+  for i = 1, math.min(#a, #b) do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x < y end
+  end
+  return #a < #b
+end
+-- lexadd adds m; each flow's list read keeps it, in order.
 local function lexadd(m)
-  redis.call('ZADD', KEYS[3], 0, m)
-  zunpend(KEYS[3], m)
-  for p in pairs(FL) do
-    if inflow(p, m) then FL[p] = nil end
+  zadd(KEYS[3], 0, m)
+  for p, l in pairs(FL) do
+    if inflow(p, m) then
+      local at = l.all and #l + 1 or nil
+      for i = 1, #l do
+        if l[i] == m then at = nil break end
+        if lexless(m, l[i]) then at = i break end
+      end
+      if at then table.insert(l, at, m) end
+    end
   end
 end
 local function lexrem(m)
+  if ADDS.z[KEYS[3]] then ADDS.z[KEYS[3]].s[m] = nil end
   if DEFER.on then zpend(KEYS[3], m) else redis.call('ZREM', KEYS[3], m) end
   for p, l in pairs(FL) do
     if inflow(p, m) then

@@ -5,7 +5,7 @@
 -- "via|queue|class|tenant|tokens|enq_us|key" ("|dim" instead of "|key"
 -- for a reject) per admitted id, read by decodeAdmitted in ticket.go.
 -- Uses: B, HEADS, decode, flowlist, lexadd, lexrem, now, rerank, stamp,
---   statadd, statset, ticketenc, ticketset, vt, vtset, zadd, zfirst, zrem,
+--   statadd, statset, ticketenc, ticketnew, vt, vtset, zadd, zfirst, zrem,
 --   zscore
 -- Defines: lexmember, flowhead, refresh, activate, unlink, smooth, register
 
@@ -74,8 +74,9 @@ local function smooth(name, sample)
   redis.call('HSET', KEYS[11], name .. '_us', math.floor(m), name .. '_dev', math.floor(d))
 end
 
+-- register adds a ticket unless it has one already (waiting or
+-- released): 1, and its class; else 0.
 local function register(id, enc)
-  if ticketenc(id) ~= nil then return 0 end
   local t = decode(id, enc)
   if t.enq == 0 then
     t.enq = now
@@ -83,12 +84,14 @@ local function register(id, enc)
   end
   local seq = 0
   if t.class == 'chat' then
-    -- a tenant's chat is answered in arrival order
-    seq = redis.call('HINCRBY', KEYS[8], 'seq', 1)
+    -- a tenant's chat is answered in arrival order (the next number,
+    -- taken once the ticket is new)
+    seq = vt('seq') + 1
     t.rank = string.format('%018d', seq)
     enc = rerank(enc, t.rank)
   end
-  ticketset(id, enc)
+  if not ticketnew(id, enc) then return 0 end
+  if seq > 0 then vtset('seq', seq) end
   zadd(KEYS[9], t.enq, id)
   statadd('in_tok:' .. t.class, t.tokens)
   statadd('in_n:' .. t.class, 1)
@@ -101,6 +104,7 @@ local function register(id, enc)
   end
   do
     local active = zscore(HEADS[t.class], t.tenant)
+    flowlist(t.class .. '|' .. t.tenant .. '|', 1) -- read first: the add keeps it
     lexadd(lexmember(t))
     if not active then
       refresh(t.class, t.tenant, false)

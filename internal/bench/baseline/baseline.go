@@ -50,6 +50,19 @@ func (d *Direct) Submit(ctx context.Context, task *asynq.Task, t admission.Ticke
 	return err == nil, err
 }
 
+// SubmitMany enqueues each task as Submit does, in order.
+func (d *Direct) SubmitMany(ctx context.Context, subs []admission.Submission) ([]bool, error) {
+	out := make([]bool, len(subs))
+	for i, sub := range subs {
+		ok, err := d.Submit(ctx, sub.Task, sub.Ticket, sub.Opts...)
+		if err != nil {
+			return out, err
+		}
+		out[i] = ok
+	}
+	return out, nil
+}
+
 // Register does nothing: a retried task is asynq's to schedule.
 func (d *Direct) Register(context.Context, admission.Ticket) (bool, error) { return true, nil }
 

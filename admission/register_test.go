@@ -1,0 +1,173 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/prq-dev/prq/internal/redistest"
+	"github.com/prq-dev/prq/ratelimit"
+)
+
+// totalCommands is the server's count of commands processed.
+func totalCommands(t *testing.T, rdb *redis.Client) int64 {
+	t.Helper()
+	for l := range strings.SplitSeq(rdb.Info(context.Background(), "stats").Val(), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "total_commands_processed:"); ok {
+			c, _ := strconv.ParseInt(v, 10, 64)
+			return c
+		}
+	}
+	t.Fatal("no total_commands_processed in INFO")
+	return 0
+}
+
+// TestRegisterCommandsPerTicket bounds the Redis commands register's
+// script runs (a fixed workload on a fresh Redis and a fixed clock: the
+// count is the same every run; a fixed clock: no TIME): a pull
+// request's tickets of one model registered together pay the reads of
+// the order's heads and virtual times, the write of each key and the
+// wake once (3.5 commands a ticket here; 12.2 with one call each, as
+// before RegisterMany), a chat alone its own (12; 13.7 before it read
+// the virtual times in one command and wrote the stats in one).
+func TestRegisterCommandsPerTicket(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.New(t).Client(t)
+	ctx := context.Background()
+	clk := &memoClock{t: time.Unix(1_900_000_000, 0)}
+	b, err := ratelimit.NewBucket(rdb, "count", "sk", ratelimit.Limits{RequestsPerPeriod: 1 << 30, TokensPerPeriod: 1 << 34, Period: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(rdb, map[string]*ratelimit.Bucket{"count": b}, nil, nil, Config{NowFunc: clk.now}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := registerScript.Load(ctx, rdb).Err(); err != nil {
+		t.Fatal(err)
+	}
+	tiers := []string{"paid", "trial", "free"}
+	const prs, files = 60, 4
+	before := totalCommands(t, rdb)
+	for pr := range prs {
+		var tks []Ticket
+		for i := range files {
+			tks = append(tks, Ticket{ID: "pr" + strconv.Itoa(pr) + "-" + strconv.Itoa(i), Queue: "q", Model: "count", Class: tiers[pr%3],
+				Tenant: strconv.Itoa(pr % 20), PRSeq: int64(pr), Index: i, Total: files, Tokens: 1500})
+		}
+		reg, err := s.RegisterMany(ctx, tks)
+		if err != nil || len(reg) != files || !reg[0] || !reg[files-1] {
+			t.Fatalf("register: %v %v", reg, err)
+		}
+		clk.t = clk.t.Add(time.Millisecond)
+	}
+	// less the EVALSHAs and the INFO that read before
+	batch := float64(totalCommands(t, rdb)-before-prs-1) / (prs * files)
+	before = totalCommands(t, rdb)
+	const chats = 60
+	for i := range chats {
+		tk := Ticket{ID: "chat" + strconv.Itoa(i), Queue: "chat", Model: "count", Class: "chat", Tenant: strconv.Itoa(i % 20), Tokens: 500}
+		if ok, err := s.Register(ctx, tk); err != nil || !ok {
+			t.Fatalf("register %s: %v %v", tk.ID, ok, err)
+		}
+		clk.t = clk.t.Add(time.Millisecond)
+	}
+	chat := float64(totalCommands(t, rdb)-before-chats-1) / chats
+	t.Logf("inside register: %.2f commands per ticket of a %d-file pull request, %.2f per chat", batch, files, chat)
+	if batch > 4.5 || chat > 14 {
+		t.Errorf("register ran %.2f commands per ticket of a pull request and %.2f per chat, want at most 4.5 and 14", batch, chat)
+	}
+}
+
+// failScripts fails every script call (the register after a crash).
+type failScripts struct{}
+
+func (failScripts) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) { return next(ctx, network, addr) }
+}
+
+func (failScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if n := cmd.Name(); n == "evalsha" || n == "eval" {
+			err := errors.New("down")
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (failScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestSubmitManyHoldsFirst: SubmitMany holds every task, then registers
+// the tickets; when the registration does not happen (a crash, Redis
+// gone), the held tasks are left without tickets, and Reconcile adopts
+// each. A task held already is reported false and its ticket not
+// registered again.
+func TestSubmitManyHoldsFirst(t *testing.T) {
+	t.Parallel()
+	srv := redistest.New(t)
+	good, bad := srv.Client(t), srv.Client(t)
+	bad.AddHook(failScripts{})
+	ctx := context.Background()
+	b, err := ratelimit.NewBucket(good, "m", "sk", ratelimit.Limits{RequestsPerPeriod: 1000, TokensPerPeriod: 100000, Period: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buckets := map[string]*ratelimit.Bucket{"m": b}
+	client := asynq.NewClientFromRedisClient(good)
+	crashing, err := New(bad, buckets, client, asynq.NewInspectorFromRedisClient(good), Config{}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(good, buckets, client, asynq.NewInspectorFromRedisClient(good), Config{}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ticket := func(id string, i int) Ticket {
+		return Ticket{ID: id, Queue: "q", Model: "m", Class: "paid", Tenant: "1", PRSeq: 1, Index: i, Total: 3, Tokens: 10}
+	}
+	var subs []Submission
+	for i, id := range []string{"a", "b", "c"} {
+		subs = append(subs, Submission{Task: asynq.NewTask("t", nil), Ticket: ticket(id, i)})
+	}
+	if held, err := crashing.SubmitMany(ctx, subs); err == nil || len(held) != 3 || !held[0] || !held[2] {
+		t.Fatalf("submit with registration failing: %v %v, want all held and an error", held, err)
+	}
+	backlog := func() int64 {
+		st, _ := s.Stats(ctx, "m")
+		return st.Backlog["paid"]
+	}
+	if n := backlog(); n != 0 {
+		t.Fatalf("backlog %d before the reconciler", n)
+	}
+	rc := RunConfig{Queues: []string{"q"}, TicketOf: func(ti *asynq.TaskInfo) (Ticket, bool) {
+		return ticket(ti.ID, int(ti.ID[0]-'a')), true
+	}}
+	if err := s.Reconcile(ctx, rc, true); err != nil {
+		t.Fatal(err)
+	}
+	if n := backlog(); n != 3 {
+		t.Fatalf("backlog %d after the reconciler, want the 3 held tasks adopted", n)
+	}
+	// submitted again, with a new one: only the new one is held and registered
+	subs = append(subs, Submission{Task: asynq.NewTask("t", nil), Ticket: ticket("d", 3)})
+	held, err := s.SubmitMany(ctx, subs)
+	if err != nil || len(held) != 4 || held[0] || held[1] || held[2] || !held[3] {
+		t.Fatalf("submitted again: %v %v, want only d held", held, err)
+	}
+	st, _ := s.Stats(ctx, "m")
+	if st.Backlog["paid"] != 4 || st.InJobs["paid"] != 4 {
+		t.Fatalf("after submitting again: backlog %d, in %d; want 4 and 4", st.Backlog["paid"], st.InJobs["paid"])
+	}
+}
