@@ -148,18 +148,36 @@ func (s *Store) Tier(ctx context.Context, inst int64) (jobs.Tier, error) {
 	if err != nil {
 		return "", err
 	}
+	return s.tierOf(ctx, p), nil
+}
+
+// Tenant returns what Tier and Disabled return, from one read of the
+// installation's plan: the tier its jobs run in, and why its work must
+// not run ("" when it may).
+func (s *Store) Tenant(ctx context.Context, inst int64) (tier jobs.Tier, disabled string, err error) {
+	p, err := s.GetPlan(ctx, inst)
+	if err != nil {
+		return "", "", err
+	}
+	if why := disabledOf(p); why != "" {
+		return p.Tier, why, nil
+	}
+	return s.tierOf(ctx, p), "", nil
+}
+
+func (s *Store) tierOf(ctx context.Context, p Plan) jobs.Tier {
 	if p.Explicit {
-		return p.Tier, nil
+		return p.Tier
 	}
 	if p.AccountID != 0 {
 		t, err := s.rdb.HGet(ctx, accountKey(p.AccountID), "tier").Result()
 		if err == nil {
 			if tier, err := jobs.ParseTier(t); err == nil {
-				return tier, nil
+				return tier
 			}
 		}
 	}
-	return p.Tier, nil
+	return p.Tier
 }
 
 // SetInstallation records an installation event: created, deleted,
@@ -211,15 +229,19 @@ func (s *Store) Disabled(ctx context.Context, inst int64) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return disabledOf(p), nil
+}
+
+func disabledOf(p Plan) string {
 	switch {
 	case p.Deleted:
-		return DisabledDeleted, nil
+		return DisabledDeleted
 	case p.Suspended:
-		return DisabledSuspended, nil
+		return DisabledSuspended
 	case p.TokenRefused != "":
-		return DisabledTokenRefused, nil
+		return DisabledTokenRefused
 	}
-	return "", nil
+	return ""
 }
 
 // MarkTokenRefused records that GitHub refuses the installation a token
