@@ -24,3 +24,29 @@ func TestPostedEach(t *testing.T) {
 		t.Fatalf("PostedEach = %v (%v), want [0 7]", got, err)
 	}
 }
+
+// PostedDraft reads a reply's posted id and its kept draft at once, each
+// apart from the other's and from other replies'.
+func TestPostedDraft(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := store.New(redistest.Shared(t).Client(t), jobs.TierFree)
+	pr := jobs.PR{Installation: 1, Owner: "o", Repo: "posted-draft", Number: 1}
+	check := func(step, what string, wantID int64, wantDraft string) {
+		t.Helper()
+		id, draft, err := st.PostedDraft(ctx, pr, what)
+		if err != nil || id != wantID || draft != wantDraft {
+			t.Fatalf("%s: %s = %d %q (%v), want %d %q", step, what, id, draft, err, wantID, wantDraft)
+		}
+	}
+	check("nothing yet", "reply:1", 0, "")
+	if err := st.SetDraft(ctx, pr, "reply:1", "Because."); err != nil {
+		t.Fatal(err)
+	}
+	check("drafted", "reply:1", 0, "Because.")
+	check("another reply", "reply:2", 0, "")
+	if err := st.SetPosted(ctx, pr, "reply:1", 91); err != nil {
+		t.Fatal(err)
+	}
+	check("posted", "reply:1", 91, "Because.")
+}

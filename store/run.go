@@ -714,6 +714,22 @@ func (s *Store) SetDraft(ctx context.Context, pr jobs.PR, what, text string) err
 	return nil
 }
 
+// PostedDraft returns the GitHub id recorded under what (0 when none)
+// and the reply kept for it (SetDraft; "" when none), in one read.
+func (s *Store) PostedDraft(ctx context.Context, pr jobs.PR, what string) (id int64, draft string, err error) {
+	vals, err := s.rdb.HMGet(ctx, postedKey(pr), what, "draft:"+what).Result()
+	if err != nil {
+		return 0, "", fmt.Errorf("store: posted draft %s %s: %w", pr, what, err)
+	}
+	if v, ok := vals[0].(string); ok {
+		if id, err = strconv.ParseInt(v, 10, 64); err != nil {
+			return 0, "", fmt.Errorf("store: posted %s %s: %w", pr, what, err)
+		}
+	}
+	draft, _ = vals[1].(string)
+	return id, draft, nil
+}
+
 // Draft returns a kept reply ("" when none).
 func (s *Store) Draft(ctx context.Context, pr jobs.PR, what string) (string, error) {
 	v, err := s.rdb.HGet(ctx, postedKey(pr), "draft:"+what).Result()
