@@ -50,3 +50,26 @@ func TestPostedDraft(t *testing.T) {
 	}
 	check("posted", "reply:1", 91, "Because.")
 }
+
+// SetPostedEach records several marks in one write, each under its own
+// name, the hash kept RunTTL; names and ids must pair up.
+func TestSetPostedEach(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb := redistest.Shared(t).Client(t)
+	st := store.New(rdb, jobs.TierFree)
+	pr := jobs.PR{Installation: 1, Owner: "o", Repo: "set-posted-each", Number: 1}
+	if err := st.SetPostedEach(ctx, pr, []string{"summary:1", "summary:1:sum"}, []int64{71, 1234}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := st.PostedEach(ctx, pr, "summary:1", "summary:1:sum")
+	if err != nil || len(got) != 2 || got[0] != 71 || got[1] != 1234 {
+		t.Fatalf("PostedEach = %v (%v), want [71 1234]", got, err)
+	}
+	if ttl := rdb.PTTL(ctx, "{prq:pr:"+pr.Key()+"}:posted").Val(); ttl <= 0 {
+		t.Fatalf("the posted hash has no TTL (%v)", ttl)
+	}
+	if err := st.SetPostedEach(ctx, pr, []string{"a", "b"}, []int64{1}); err == nil {
+		t.Fatal("names and ids that do not pair up were recorded")
+	}
+}

@@ -561,6 +561,25 @@ func (s *Store) SetPosted(ctx context.Context, pr jobs.PR, what string, id int64
 	return nil
 }
 
+// SetPostedEach is SetPosted of several things (whats[i] recorded as
+// ids[i]), in one write.
+func (s *Store) SetPostedEach(ctx context.Context, pr jobs.PR, whats []string, ids []int64) error {
+	if len(whats) != len(ids) || len(whats) == 0 {
+		return fmt.Errorf("store: set posted %s: %d names for %d ids", pr, len(whats), len(ids))
+	}
+	args := make([]any, 0, 2*len(whats))
+	for i, w := range whats {
+		args = append(args, w, ids[i])
+	}
+	pipe := s.rdb.Pipeline()
+	pipe.HSet(ctx, postedKey(pr), args...)
+	pipe.Expire(ctx, postedKey(pr), s.RunTTL)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("store: set posted %s %v: %w", pr, whats, err)
+	}
+	return nil
+}
+
 // findingField prefixes a posted finding's key in the posted hash.
 const findingField = "finding:"
 
