@@ -73,3 +73,27 @@ func TestSetPostedEach(t *testing.T) {
 		t.Fatal("names and ids that do not pair up were recorded")
 	}
 }
+
+// AddPostedFindings records each finding once (the review it was first
+// posted in stays), the posted hash kept RunTTL.
+func TestAddPostedFindings(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb := redistest.Shared(t).Client(t)
+	st := store.New(rdb, jobs.TierFree)
+	pr := jobs.PR{Installation: 1, Owner: "o", Repo: "posted-findings", Number: 1}
+	first := map[string]store.PostedFinding{"k1": {What: "review:h1", Path: "a.go"}, "k2": {What: "review:h1", Path: "b.go"}}
+	if err := st.AddPostedFindings(ctx, pr, first); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.AddPostedFindings(ctx, pr, map[string]store.PostedFinding{"k2": {What: "review:h2", Path: "b.go"}, "k3": {What: "review:h2", Path: "c.go"}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := st.PostedFindings(ctx, pr)
+	if err != nil || len(got) != 3 || got["k2"].What != "review:h1" || got["k3"].What != "review:h2" {
+		t.Fatalf("PostedFindings = %+v (%v), want k1, k2 (of h1) and k3", got, err)
+	}
+	if ttl := rdb.PTTL(ctx, "{prq:pr:"+pr.Key()+"}:posted").Val(); ttl <= 0 {
+		t.Fatalf("the posted hash has no TTL (%v)", ttl)
+	}
+}

@@ -641,7 +641,9 @@ func addFindings[T any](ctx context.Context, s *Store, key, prefix string, fs ma
 		return err
 	}
 	room := MaxPostedFindings - int(n)
-	pipe := s.rdb.TxPipeline()
+	// a pipeline, not a MULTI (see Store): each HSETNX stands alone, and
+	// a retry of the caller records what a lost connection left out
+	pipe := s.rdb.Pipeline()
 	for _, k := range slices.Sorted(maps.Keys(fs)) {
 		if room <= 0 {
 			break
