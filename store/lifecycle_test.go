@@ -403,3 +403,21 @@ func TestStartRunKeepsEveryFile(t *testing.T) {
 		}
 	}
 }
+
+// TestLockHoldsForItsTTL: a lock taken free, and one taken back by its
+// owner's next attempt, each expire after the TTL asked for.
+func TestLockHoldsForItsTTL(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Shared(t).Client(t)
+	st := store.New(rdb, jobs.TierFree)
+	pr := jobs.PR{Installation: 1, Owner: "o", Repo: "lock-ttl", Number: int(time.Now().UnixNano() % 1_000_000)}
+	key := "{prq:pr:" + pr.Key() + "}:lock:plan"
+	for i, ttl := range []time.Duration{time.Minute, 2 * time.Minute} { // free, then taken back
+		if _, ok, err := st.Lock(ctx, pr, "plan", "plan-1", ttl); err != nil || !ok {
+			t.Fatalf("attempt %d: ok=%v %v", i+1, ok, err)
+		}
+		if got := rdb.PTTL(ctx, key).Val(); got <= ttl-10*time.Second || got > ttl {
+			t.Fatalf("attempt %d: the lock's TTL %v, want %v", i+1, got, ttl)
+		}
+	}
+}

@@ -507,14 +507,25 @@ var lockScript = redis.NewScript(lockSource)
 func (s *Store) Lock(ctx context.Context, pr jobs.PR, what, owner string, ttl time.Duration) (release func(), ok bool, err error) {
 	key := prTag(pr) + ":lock:" + what
 	token := strconv.FormatInt(s.NowFunc().UnixNano(), 36) + "-" + strconv.FormatUint(rand.Uint64(), 36)
-	taken, err := lockScript.Run(ctx, s.rdb, []string{key}, owner, token, ttl.Milliseconds()).Int()
-	if err != nil {
-		return nil, false, fmt.Errorf("store: lock %s %s: %w", pr, what, err)
-	}
-	if taken == 0 {
-		return nil, false, nil
-	}
 	value := owner + "|" + token
+	// a free lock is taken in one command; the script (lock.lua) only
+	// takes one back from an earlier attempt of the same owner, atomically
+	held, err := s.rdb.SetArgs(ctx, key, value, redis.SetArgs{Mode: "NX", Get: true, TTL: ttl}).Result()
+	switch {
+	case errors.Is(err, redis.Nil): // it was free: taken
+	case err != nil:
+		return nil, false, fmt.Errorf("store: lock %s %s: %w", pr, what, err)
+	case !strings.HasPrefix(held, owner+"|"):
+		return nil, false, nil
+	default:
+		taken, err := lockScript.Run(ctx, s.rdb, []string{key}, owner, token, ttl.Milliseconds()).Int()
+		if err != nil {
+			return nil, false, fmt.Errorf("store: lock %s %s: %w", pr, what, err)
+		}
+		if taken == 0 {
+			return nil, false, nil
+		}
+	}
 	return func() {
 		// an unreleased lock expires by itself
 		_, _ = Unlock(context.WithoutCancel(ctx), s.rdb, key, value)
