@@ -65,9 +65,9 @@ const claimPrefix = "claim:"
 // same prompt waits for its result rather than paying for it again:
 // mine reports whether id holds the claim (it did already, or took it
 // now). The result and the claim share the key, so this is one command
-// (SET NX GET): no twin sees neither.
+// (SET NX GET; two before Redis 7.0): no twin sees neither.
 func (s *Store) ReusableOrClaim(ctx context.Context, key, id string) (r Result, found, mine bool, err error) {
-	v, err := s.rdb.SetArgs(ctx, reuseKey(key), claimPrefix+id, redis.SetArgs{Mode: "NX", Get: true, TTL: reuseClaimTTL}).Result()
+	v, err := s.setNXGet(ctx, reuseKey(key), claimPrefix+id, reuseClaimTTL)
 	switch {
 	case errors.Is(err, redis.Nil):
 		return Result{}, false, true, nil // free: claimed now

@@ -508,9 +508,10 @@ func (s *Store) Lock(ctx context.Context, pr jobs.PR, what, owner string, ttl ti
 	key := prTag(pr) + ":lock:" + what
 	token := strconv.FormatInt(s.NowFunc().UnixNano(), 36) + "-" + strconv.FormatUint(rand.Uint64(), 36)
 	value := owner + "|" + token
-	// a free lock is taken in one command; the script (lock.lua) only
-	// takes one back from an earlier attempt of the same owner, atomically
-	held, err := s.rdb.SetArgs(ctx, key, value, redis.SetArgs{Mode: "NX", Get: true, TTL: ttl}).Result()
+	// a free lock is taken in one command (setNXGet); the script
+	// (lock.lua) only takes one back from an earlier attempt of the same
+	// owner, atomically
+	held, err := s.setNXGet(ctx, key, value, ttl)
 	switch {
 	case errors.Is(err, redis.Nil): // it was free: taken
 	case err != nil:

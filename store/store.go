@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -35,6 +37,38 @@ type Store struct {
 	RunTTL time.Duration
 	// NowFunc is the clock. Defaults to time.Now.
 	NowFunc func() time.Time
+	// noSetNXGet: this Redis refused SET NX GET (before 7.0); setNXGet
+	// sends a SET NX and a GET instead
+	noSetNXGet atomic.Bool
+}
+
+// setNXGet sets key to value for ttl unless it exists, and returns what
+// it held (redis.Nil: it was free, and holds value now): one SET NX GET,
+// or, on a Redis before 7.0 (which refuses NX with GET), a SET NX then a
+// GET of the holder.
+func (s *Store) setNXGet(ctx context.Context, key, value string, ttl time.Duration) (string, error) {
+	if !s.noSetNXGet.Load() {
+		held, err := s.rdb.SetArgs(ctx, key, value, redis.SetArgs{Mode: "NX", Get: true, TTL: ttl}).Result()
+		if err == nil || errors.Is(err, redis.Nil) || !strings.Contains(err.Error(), "syntax error") {
+			return held, err
+		}
+		s.noSetNXGet.Store(true)
+	}
+	for range 3 {
+		ok, err := s.rdb.SetNX(ctx, key, value, ttl).Result()
+		if err != nil {
+			return "", err
+		}
+		if ok {
+			return "", redis.Nil
+		}
+		held, err := s.rdb.Get(ctx, key).Result()
+		if !errors.Is(err, redis.Nil) {
+			return held, err
+		}
+		// it expired between the two: again
+	}
+	return "", fmt.Errorf("set %s: held and gone three times over", key)
 }
 
 // New returns a store on rdb.
