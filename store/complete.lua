@@ -4,17 +4,21 @@
 -- ARGV[4] kind  ARGV[5] 1 when skipped for quota  ARGV[6] ttl ms  ARGV[7] now ms
 -- ARGV[8] the job's run (its start, ms), 0 when unknown
 -- -> 0 stale head or duplicate, 1 recorded, 2 recorded and last (finalize)
-local run = redis.call('HMGET', KEYS[1], 'head', 'state', 'created')
+-- The run's counters are read with its head: nothing else writes them
+-- while the script runs, so the counts after this result are computed
+-- here, not read again.
+local run = redis.call('HMGET', KEYS[1], 'head', 'state', 'created', 'summary_total', 'summary_done', 'review_total', 'review_done')
 if run[1] ~= ARGV[1] or run[2] == 'cancelled' then return 0 end
 -- a job of an earlier run of this head (ARGV[8]: its run's start)
 if ARGV[8] ~= '0' and ARGV[8] ~= run[3] then return 0 end
 if redis.call('HSETNX', KEYS[2], ARGV[2], ARGV[3]) == 0 then return 0 end
--- the results hash may be new: it gets its TTL in the same step
-redis.call('PEXPIRE', KEYS[2], ARGV[6])
-redis.call('HINCRBY', KEYS[1], ARGV[4] .. '_done', 1)
+local st, sd, rt, rd = tonumber(run[4]) or 0, tonumber(run[5]) or 0, tonumber(run[6]) or 0, tonumber(run[7]) or 0
+local done = redis.call('HINCRBY', KEYS[1], ARGV[4] .. '_done', 1)
+if ARGV[4] == 'summary' then sd = done elseif ARGV[4] == 'review' then rd = done end
+-- the run's first result creates the results hash (StartRun deleted it;
+-- carried results set their own TTL): it gets its TTL in the same step
+if sd + rd == 1 then redis.call('PEXPIRE', KEYS[2], ARGV[6]) end
 if ARGV[5] == '1' then redis.call('HINCRBY', KEYS[1], 'skipped_quota', 1) end
-local c = redis.call('HMGET', KEYS[1], 'summary_total', 'summary_done', 'review_total', 'review_done')
-local st, sd, rt, rd = tonumber(c[1]) or 0, tonumber(c[2]) or 0, tonumber(c[3]) or 0, tonumber(c[4]) or 0
 if sd >= st and rd >= rt then
   -- when the head's files were all done: the reconciler finalizes a run
   -- left done and unfinalized some time after this

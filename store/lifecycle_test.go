@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -96,6 +97,43 @@ func TestEveryRunKeyHasATTL(t *testing.T) {
 	for _, k := range keys {
 		if ttl, err := rdb.PTTL(ctx, k).Result(); err != nil || ttl <= 0 {
 			t.Errorf("%s has no TTL (%v, %v)", k, ttl, err)
+		}
+	}
+}
+
+// TestResultsHashGetsItsTTLOnTheRunsFirstResult: the results hash gets
+// its TTL from the run's first result, of either kind, in a first run
+// and in a restarted one (StartRun deleted the hash); later results do
+// not renew it.
+func TestResultsHashGetsItsTTLOnTheRunsFirstResult(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Shared(t).Client(t)
+	st := store.New(rdb, jobs.TierFree)
+	for _, first := range []jobs.Kind{jobs.KindSummary, jobs.KindReview} {
+		pr := jobs.PR{Installation: 1, Owner: "o", Repo: "results-ttl-" + string(first), Number: 1}
+		key := "{prq:pr:" + pr.Key() + "}:results:h1"
+		run := store.Run{PR: pr, Head: "h1", SummaryTotal: 2, ReviewTotal: 2}
+		files := []store.FileData{{Path: "a.go"}, {Path: "b.go", Index: 1}}
+		for round := range 2 { // the first run, then the run restarted (closed and reopened)
+			if _, started, err := st.StartRun(ctx, run, files); err != nil || !started {
+				t.Fatalf("%s round %d: started=%v %v", first, round, started, err)
+			}
+			if _, err := st.CompleteFile(ctx, pr, "h1", store.Result{Kind: first, Index: 0, Path: "a.go"}); err != nil {
+				t.Fatal(err)
+			}
+			if ttl := rdb.PTTL(ctx, key).Val(); ttl <= 0 {
+				t.Fatalf("%s first, round %d: the results hash has no TTL (%v)", first, round, ttl)
+			}
+			rdb.PExpire(ctx, key, time.Hour)
+			if _, err := st.CompleteFile(ctx, pr, "h1", store.Result{Kind: first, Index: 1, Path: "b.go"}); err != nil {
+				t.Fatal(err)
+			}
+			if ttl := rdb.PTTL(ctx, key).Val(); ttl > time.Hour {
+				t.Fatalf("%s first, round %d: a later result renewed the TTL (%v)", first, round, ttl)
+			}
+			if _, err := st.Cancel(ctx, pr); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 }
@@ -327,5 +365,59 @@ func TestUnlockReleasesOnlyTheHoldersLock(t *testing.T) {
 	}
 	if released, err := store.Unlock(ctx, rdb, key, "owner-b"); err != nil || released {
 		t.Fatalf("unlock of no lock: released=%v %v", released, err)
+	}
+}
+
+// TestStartRunKeepsEveryFile: a head's files are written in chunks; every
+// one of a large plan is kept, with its context, and every key created
+// has its TTL.
+func TestStartRunKeepsEveryFile(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Shared(t).Client(t)
+	st := store.New(rdb, jobs.TierFree)
+	pr := jobs.PR{Installation: 1, Owner: "o", Repo: "many-files", Number: 1}
+	files := make([]store.FileData, 1203) // past two chunks' worth of fields
+	for i := range files {
+		files[i] = store.FileData{Path: fmt.Sprintf("f%d.go", i), Index: i}
+	}
+	if _, started, err := st.StartRun(ctx, store.Run{PR: pr, Head: "h1", SummaryTotal: len(files), Context: "shared"}, files); err != nil || !started {
+		t.Fatalf("started=%v %v", started, err)
+	}
+	got, err := st.Files(ctx, pr, "h1")
+	if err != nil || len(got) != len(files) {
+		t.Fatalf("%d files (%v), want %d", len(got), err, len(files))
+	}
+	for _, i := range []int{0, 499, 500, 1202} {
+		f, shared, err := st.FileAndContext(ctx, pr, "h1", i)
+		if err != nil || f.Path != files[i].Path || shared != "shared" {
+			t.Fatalf("file %d: %+v %q %v", i, f, shared, err)
+		}
+	}
+	keys, err := rdb.Keys(ctx, "{prq:pr:"+pr.Key()+"}*").Result()
+	if err != nil || len(keys) != 2 {
+		t.Fatalf("keys %v %v, want the run and its files", keys, err)
+	}
+	for _, k := range keys {
+		if ttl := rdb.PTTL(ctx, k).Val(); ttl <= 0 {
+			t.Errorf("%s has no TTL (%v)", k, ttl)
+		}
+	}
+}
+
+// TestLockHoldsForItsTTL: a lock taken free, and one taken back by its
+// owner's next attempt, each expire after the TTL asked for.
+func TestLockHoldsForItsTTL(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Shared(t).Client(t)
+	st := store.New(rdb, jobs.TierFree)
+	pr := jobs.PR{Installation: 1, Owner: "o", Repo: "lock-ttl", Number: int(time.Now().UnixNano() % 1_000_000)}
+	key := "{prq:pr:" + pr.Key() + "}:lock:plan"
+	for i, ttl := range []time.Duration{time.Minute, 2 * time.Minute} { // free, then taken back
+		if _, ok, err := st.Lock(ctx, pr, "plan", "plan-1", ttl); err != nil || !ok {
+			t.Fatalf("attempt %d: ok=%v %v", i+1, ok, err)
+		}
+		if got := rdb.PTTL(ctx, key).Val(); got <= ttl-10*time.Second || got > ttl {
+			t.Fatalf("attempt %d: the lock's TTL %v, want %v", i+1, got, ttl)
+		}
 	}
 }

@@ -507,14 +507,26 @@ var lockScript = redis.NewScript(lockSource)
 func (s *Store) Lock(ctx context.Context, pr jobs.PR, what, owner string, ttl time.Duration) (release func(), ok bool, err error) {
 	key := prTag(pr) + ":lock:" + what
 	token := strconv.FormatInt(s.NowFunc().UnixNano(), 36) + "-" + strconv.FormatUint(rand.Uint64(), 36)
-	taken, err := lockScript.Run(ctx, s.rdb, []string{key}, owner, token, ttl.Milliseconds()).Int()
-	if err != nil {
-		return nil, false, fmt.Errorf("store: lock %s %s: %w", pr, what, err)
-	}
-	if taken == 0 {
-		return nil, false, nil
-	}
 	value := owner + "|" + token
+	// a free lock is taken in one command (setNXGet); the script
+	// (lock.lua) only takes one back from an earlier attempt of the same
+	// owner, atomically
+	held, err := s.setNXGet(ctx, key, value, ttl)
+	switch {
+	case errors.Is(err, redis.Nil): // it was free: taken
+	case err != nil:
+		return nil, false, fmt.Errorf("store: lock %s %s: %w", pr, what, err)
+	case !strings.HasPrefix(held, owner+"|"):
+		return nil, false, nil
+	default:
+		taken, err := lockScript.Run(ctx, s.rdb, []string{key}, owner, token, ttl.Milliseconds()).Int()
+		if err != nil {
+			return nil, false, fmt.Errorf("store: lock %s %s: %w", pr, what, err)
+		}
+		if taken == 0 {
+			return nil, false, nil
+		}
+	}
 	return func() {
 		// an unreleased lock expires by itself
 		_, _ = Unlock(context.WithoutCancel(ctx), s.rdb, key, value)
@@ -557,6 +569,25 @@ func (s *Store) SetPosted(ctx context.Context, pr jobs.PR, what string, id int64
 	pipe.Expire(ctx, postedKey(pr), s.RunTTL)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("store: set posted %s %s: %w", pr, what, err)
+	}
+	return nil
+}
+
+// SetPostedEach is SetPosted of several things (whats[i] recorded as
+// ids[i]), in one write.
+func (s *Store) SetPostedEach(ctx context.Context, pr jobs.PR, whats []string, ids []int64) error {
+	if len(whats) != len(ids) || len(whats) == 0 {
+		return fmt.Errorf("store: set posted %s: %d names for %d ids", pr, len(whats), len(ids))
+	}
+	args := make([]any, 0, 2*len(whats))
+	for i, w := range whats {
+		args = append(args, w, ids[i])
+	}
+	pipe := s.rdb.Pipeline()
+	pipe.HSet(ctx, postedKey(pr), args...)
+	pipe.Expire(ctx, postedKey(pr), s.RunTTL)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("store: set posted %s %v: %w", pr, whats, err)
 	}
 	return nil
 }
@@ -622,7 +653,9 @@ func addFindings[T any](ctx context.Context, s *Store, key, prefix string, fs ma
 		return err
 	}
 	room := MaxPostedFindings - int(n)
-	pipe := s.rdb.TxPipeline()
+	// a pipeline, not a MULTI (see Store): each HSETNX stands alone, and
+	// a retry of the caller records what a lost connection left out
+	pipe := s.rdb.Pipeline()
 	for _, k := range slices.Sorted(maps.Keys(fs)) {
 		if room <= 0 {
 			break
@@ -712,6 +745,22 @@ func (s *Store) SetDraft(ctx context.Context, pr jobs.PR, what, text string) err
 		return fmt.Errorf("store: set draft %s: %w", pr, err)
 	}
 	return nil
+}
+
+// PostedDraft returns the GitHub id recorded under what (0 when none)
+// and the reply kept for it (SetDraft; "" when none), in one read.
+func (s *Store) PostedDraft(ctx context.Context, pr jobs.PR, what string) (id int64, draft string, err error) {
+	vals, err := s.rdb.HMGet(ctx, postedKey(pr), what, "draft:"+what).Result()
+	if err != nil {
+		return 0, "", fmt.Errorf("store: posted draft %s %s: %w", pr, what, err)
+	}
+	if v, ok := vals[0].(string); ok {
+		if id, err = strconv.ParseInt(v, 10, 64); err != nil {
+			return 0, "", fmt.Errorf("store: posted %s %s: %w", pr, what, err)
+		}
+	}
+	draft, _ = vals[1].(string)
+	return id, draft, nil
 }
 
 // Draft returns a kept reply ("" when none).

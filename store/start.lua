@@ -33,11 +33,13 @@ for k, v in pairs(fields) do
   flat[#flat + 1] = tostring(v)
 end
 redis.call('HSET', KEYS[1], unpack(flat))
-for i = 4, #ARGV, 2 do
-  redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
+-- the files in one HSET, in chunks unpack can take
+for i = 4, #ARGV, 1000 do
+  redis.call('HSET', KEYS[2], unpack(ARGV, i, math.min(i + 999, #ARGV)))
 end
+-- PEXPIRE leaves a key that does not exist alone
 local ttl = tonumber(ARGV[2])
 for i = 1, 4 do
-  if redis.call('EXISTS', KEYS[i]) == 1 then redis.call('PEXPIRE', KEYS[i], ttl) end
+  redis.call('PEXPIRE', KEYS[i], ttl)
 end
 return {1, previous}

@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -35,6 +37,38 @@ type Store struct {
 	RunTTL time.Duration
 	// NowFunc is the clock. Defaults to time.Now.
 	NowFunc func() time.Time
+	// noSetNXGet: this Redis refused SET NX GET (before 7.0); setNXGet
+	// sends a SET NX and a GET instead
+	noSetNXGet atomic.Bool
+}
+
+// setNXGet sets key to value for ttl unless it exists, and returns what
+// it held (redis.Nil: it was free, and holds value now): one SET NX GET,
+// or, on a Redis before 7.0 (which refuses NX with GET), a SET NX then a
+// GET of the holder.
+func (s *Store) setNXGet(ctx context.Context, key, value string, ttl time.Duration) (string, error) {
+	if !s.noSetNXGet.Load() {
+		held, err := s.rdb.SetArgs(ctx, key, value, redis.SetArgs{Mode: "NX", Get: true, TTL: ttl}).Result()
+		if err == nil || errors.Is(err, redis.Nil) || !strings.Contains(err.Error(), "syntax error") {
+			return held, err
+		}
+		s.noSetNXGet.Store(true)
+	}
+	for range 3 {
+		ok, err := s.rdb.SetNX(ctx, key, value, ttl).Result()
+		if err != nil {
+			return "", err
+		}
+		if ok {
+			return "", redis.Nil
+		}
+		held, err := s.rdb.Get(ctx, key).Result()
+		if !errors.Is(err, redis.Nil) {
+			return held, err
+		}
+		// it expired between the two: again
+	}
+	return "", fmt.Errorf("set %s: held and gone three times over", key)
 }
 
 // New returns a store on rdb.
@@ -148,18 +182,36 @@ func (s *Store) Tier(ctx context.Context, inst int64) (jobs.Tier, error) {
 	if err != nil {
 		return "", err
 	}
+	return s.tierOf(ctx, p), nil
+}
+
+// Tenant returns what Tier and Disabled return, from one read of the
+// installation's plan: the tier its jobs run in, and why its work must
+// not run ("" when it may).
+func (s *Store) Tenant(ctx context.Context, inst int64) (tier jobs.Tier, disabled string, err error) {
+	p, err := s.GetPlan(ctx, inst)
+	if err != nil {
+		return "", "", err
+	}
+	if why := disabledOf(p); why != "" {
+		return p.Tier, why, nil
+	}
+	return s.tierOf(ctx, p), "", nil
+}
+
+func (s *Store) tierOf(ctx context.Context, p Plan) jobs.Tier {
 	if p.Explicit {
-		return p.Tier, nil
+		return p.Tier
 	}
 	if p.AccountID != 0 {
 		t, err := s.rdb.HGet(ctx, accountKey(p.AccountID), "tier").Result()
 		if err == nil {
 			if tier, err := jobs.ParseTier(t); err == nil {
-				return tier, nil
+				return tier
 			}
 		}
 	}
-	return p.Tier, nil
+	return p.Tier
 }
 
 // SetInstallation records an installation event: created, deleted,
@@ -211,15 +263,19 @@ func (s *Store) Disabled(ctx context.Context, inst int64) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return disabledOf(p), nil
+}
+
+func disabledOf(p Plan) string {
 	switch {
 	case p.Deleted:
-		return DisabledDeleted, nil
+		return DisabledDeleted
 	case p.Suspended:
-		return DisabledSuspended, nil
+		return DisabledSuspended
 	case p.TokenRefused != "":
-		return DisabledTokenRefused, nil
+		return DisabledTokenRefused
 	}
-	return "", nil
+	return ""
 }
 
 // MarkTokenRefused records that GitHub refuses the installation a token

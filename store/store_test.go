@@ -144,3 +144,42 @@ func TestPostedFindings(t *testing.T) {
 		t.Fatalf("the review's own record: %d %v", n, err)
 	}
 }
+
+// TestTenantIsTierAndDisabled: Tenant answers what Tier and Disabled
+// answer, from one read of the plan, whatever the installation's state.
+func TestTenantIsTierAndDisabled(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := store.New(redistest.Shared(t).Client(t), jobs.TierTrial)
+	st.SetAccountTier(ctx, 77, jobs.TierPaid, "paid_user")
+	for _, tc := range []struct {
+		name     string
+		inst     int64
+		set      func(id int64)
+		wantTier jobs.Tier
+		wantWhy  string
+	}{
+		{"no plan", 701, func(int64) {}, jobs.TierTrial, ""},
+		{"marketplace", 702, func(id int64) { st.SetInstallation(ctx, id, "acme", 77, "created") }, jobs.TierPaid, ""},
+		{"explicit", 703, func(id int64) {
+			st.SetInstallation(ctx, id, "acme", 77, "created")
+			st.UpdatePlan(ctx, id, func(p *store.Plan) { p.Tier, p.Explicit = jobs.TierFree, true })
+		}, jobs.TierFree, ""},
+		{"suspended", 704, func(id int64) { st.SetInstallation(ctx, id, "acme", 77, "suspend") }, "", store.DisabledSuspended},
+		{"deleted", 705, func(id int64) { st.SetInstallation(ctx, id, "acme", 0, "deleted") }, "", store.DisabledDeleted},
+		{"token refused", 706, func(id int64) { st.MarkTokenRefused(ctx, id, "uninstalled") }, "", store.DisabledTokenRefused},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.set(tc.inst)
+			tier, why, err := st.Tenant(ctx, tc.inst)
+			if err != nil || why != tc.wantWhy || (why == "" && tier != tc.wantTier) {
+				t.Fatalf("Tenant: %q %q %v, want %q %q", tier, why, err, tc.wantTier, tc.wantWhy)
+			}
+			wantTier, _ := st.Tier(ctx, tc.inst)
+			wantWhy, _ := st.Disabled(ctx, tc.inst)
+			if why != wantWhy || (why == "" && tier != wantTier) {
+				t.Fatalf("Tenant %q %q, Tier and Disabled %q %q", tier, why, wantTier, wantWhy)
+			}
+		})
+	}
+}

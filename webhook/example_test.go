@@ -47,13 +47,14 @@ func (printQueue) CancelInstallation(_ context.Context, inst int64, repos []stri
 // paidPlans puts every installation on the paid tier.
 type paidPlans struct{}
 
-func (paidPlans) Tier(context.Context, int64) (jobs.Tier, error) { return jobs.TierPaid, nil }
+func (paidPlans) Tenant(context.Context, int64) (jobs.Tier, string, error) {
+	return jobs.TierPaid, "", nil
+}
 func (paidPlans) SetInstallation(context.Context, int64, string, int64, string) error {
 	return nil
 }
 func (paidPlans) SetAccountTier(context.Context, int64, jobs.Tier, string) error { return nil }
 func (paidPlans) AppThread(context.Context, int64) (bool, error)                 { return false, nil }
-func (paidPlans) Disabled(context.Context, int64) (string, error)                { return "", nil }
 
 var (
 	_ webhook.Queue = printQueue{}

@@ -46,15 +46,15 @@ type Queue interface {
 
 // Plans maps installations to tiers and records installation events.
 type Plans interface {
-	Tier(ctx context.Context, inst int64) (jobs.Tier, error)
+	// Tenant returns the tier an installation's jobs run in, and why its
+	// work must not run ("" when it may: it was uninstalled, suspended,
+	// or refused a token by GitHub), from one read.
+	Tenant(ctx context.Context, inst int64) (tier jobs.Tier, disabled string, err error)
 	SetInstallation(ctx context.Context, inst int64, account string, accountID int64, action string) error
 	SetAccountTier(ctx context.Context, accountID int64, tier jobs.Tier, reason string) error
 	// AppThread reports whether the App replied in the review thread
 	// whose root comment is root.
 	AppThread(ctx context.Context, root int64) (bool, error)
-	// Disabled returns why an installation's work must not run ("" when
-	// it may): uninstalled, suspended, or refused a token by GitHub.
-	Disabled(ctx context.Context, inst int64) (string, error)
 }
 
 // ChatLimiter caps the chat a user and a pull request can start (a
@@ -657,12 +657,9 @@ func (h *Handler) pullRequest(ctx context.Context, delivery string, e *github.Pu
 // at its tenant's tier: nothing for a disabled tenant, duplicate for a
 // plan saved already.
 func (h *Handler) enqueuePlan(ctx context.Context, p jobs.Plan) (outcome, error) {
-	if o, err := h.enabled(ctx, p.PR.Installation); o != nil || err != nil {
+	tier, o, err := h.tenant(ctx, p.PR.Installation)
+	if o != nil || err != nil {
 		return *o, err
-	}
-	tier, err := h.plans.Tier(ctx, p.PR.Installation)
-	if err != nil {
-		return unavailable(err)
 	}
 	p.Tier = tier
 	ok, err := h.queue.Plan(ctx, p)
@@ -840,12 +837,9 @@ var (
 // only acknowledged, at no cost), and later ones over the limits are
 // dropped.
 func (h *Handler) runCommand(ctx context.Context, c jobs.Command, allowed bool) (outcome, error) {
-	if o, err := h.enabled(ctx, c.PR.Installation); o != nil || err != nil {
+	tier, o, err := h.tenant(ctx, c.PR.Installation)
+	if o != nil || err != nil {
 		return *o, err
-	}
-	tier, err := h.plans.Tier(ctx, c.PR.Installation)
-	if err != nil {
-		return unavailable(err)
 	}
 	c.Tier = tier
 	done := commandTaken
@@ -881,27 +875,24 @@ func (h *Handler) runCommand(ctx context.Context, c jobs.Command, allowed bool) 
 // deliveries' outcome).
 var disabled = outcome{http.StatusOK, "installation disabled"}
 
-// enabled returns nil when inst's work may be enqueued, else the outcome
-// to answer.
-func (h *Handler) enabled(ctx context.Context, inst int64) (*outcome, error) {
-	why, err := h.plans.Disabled(ctx, inst)
+// tenant returns the tier inst's work is enqueued at, or, when it may
+// not be enqueued, the outcome to answer.
+func (h *Handler) tenant(ctx context.Context, inst int64) (jobs.Tier, *outcome, error) {
+	tier, why, err := h.plans.Tenant(ctx, inst)
 	if err != nil {
 		o, err := unavailable(err)
-		return &o, err
+		return "", &o, err
 	}
 	if why != "" {
-		return &disabled, nil
+		return "", &disabled, nil
 	}
-	return nil, nil
+	return tier, nil, nil
 }
 
 func (h *Handler) chat(ctx context.Context, c jobs.Chat) (outcome, error) {
-	if o, err := h.enabled(ctx, c.PR.Installation); o != nil || err != nil {
+	tier, o, err := h.tenant(ctx, c.PR.Installation)
+	if o != nil || err != nil {
 		return *o, err
-	}
-	tier, err := h.plans.Tier(ctx, c.PR.Installation)
-	if err != nil {
-		return unavailable(err)
 	}
 	c.Tier = tier
 	if h.cfg.Repos != nil {

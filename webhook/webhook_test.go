@@ -93,20 +93,16 @@ func (r *recorder) CancelInstallation(_ context.Context, inst int64, repos []str
 	return len(repos), r.fail
 }
 
-func (r *recorder) Disabled(_ context.Context, inst int64) (string, error) {
+func (r *recorder) Tenant(_ context.Context, inst int64) (jobs.Tier, string, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.disabled[inst], r.fail
-}
-
-func (r *recorder) Tier(_ context.Context, inst int64) (jobs.Tier, error) {
 	if r.fail != nil {
-		return "", r.fail
+		return "", "", r.fail
 	}
 	if t, ok := r.tiers[inst]; ok {
-		return t, nil
+		return t, r.disabled[inst], nil
 	}
-	return jobs.TierFree, nil
+	return jobs.TierFree, r.disabled[inst], nil
 }
 
 func (r *recorder) SetInstallation(_ context.Context, inst int64, account string, accountID int64, action string) error {

@@ -22,6 +22,9 @@ import (
 // marks prq's review threads (a *store.Store).
 type Replies interface {
 	Posted(ctx context.Context, pr jobs.PR, what string) (int64, error)
+	// PostedDraft is Posted of what and the draft kept for it
+	// (Drafts.Draft), in one read.
+	PostedDraft(ctx context.Context, pr jobs.PR, what string) (id int64, draft string, err error)
 	SetPosted(ctx context.Context, pr jobs.PR, what string, id int64) error
 	MarkThread(ctx context.Context, root int64) error
 }
@@ -180,12 +183,13 @@ func (r *ChatResponder) ProcessTask(ctx context.Context, t *asynq.Task) error {
 // refused), posted, and recorded as posted.
 func (r *ChatResponder) answer(ctx context.Context, c jobs.Chat, at attempt) error {
 	what := "reply:" + strconv.FormatInt(c.CommentID, 10)
-	if id, err := r.cfg.Replies.Posted(ctx, c.PR, what); err != nil {
+	id, kept, err := r.cfg.Replies.PostedDraft(ctx, c.PR, what)
+	if err != nil {
 		return err
 	} else if id != 0 {
 		return nil // answered already
 	}
-	body, apology, err := r.draft(ctx, c, at, what)
+	body, apology, err := r.draft(ctx, c, at, what, kept)
 	if err != nil || body == "" {
 		return err
 	}
@@ -197,15 +201,13 @@ func (r *ChatResponder) answer(ctx context.Context, c jobs.Chat, at attempt) err
 }
 
 // draft is the reply to post, kept as a draft so that a retried post
-// makes no second call: the one drafted already, a refusal, or the
-// model's answer (or an apology for a skipped call: apology names it).
-// An empty body with no error: nothing to post (the PR was told).
-func (r *ChatResponder) draft(ctx context.Context, c jobs.Chat, at attempt, what string) (body, apology string, err error) {
+// makes no second call: the one drafted already (kept), a refusal, or
+// the model's answer (or an apology for a skipped call: apology names
+// it). An empty body with no error: nothing to post (the PR was told).
+func (r *ChatResponder) draft(ctx context.Context, c jobs.Chat, at attempt, what, kept string) (body, apology string, err error) {
 	cfg := &r.cfg
-	body, err = cfg.Drafts.Draft(ctx, c.PR, what)
+	body = kept
 	switch {
-	case err != nil:
-		return "", "", err
 	case body != "" && !c.Refusal:
 		// a retry posting the reply drafted already: it came back through
 		// admission but makes no call, so its reservation is all refunded

@@ -173,16 +173,17 @@ func offRepository(pr jobs.PR) string {
 
 // isOff reports whether the head's check-run writes of kind are given up:
 // off for the installation or repository here, off for the head (a
-// refusal), or the kind's tries spent.
-func (c *Checks) isOff(ctx context.Context, pr jobs.PR, head, kind string) (bool, error) {
+// refusal), or the kind's tries spent; in the same read, id is the
+// head's check run as recorded (0: none yet).
+func (c *Checks) isOff(ctx context.Context, pr jobs.PR, head, kind string) (off bool, id int64, err error) {
 	if c.offHere(pr) {
-		return true, nil
+		return true, 0, nil
 	}
-	v, err := c.cfg.Store.PostedEach(ctx, pr, c.key(head)+":off", c.key(head)+":fails:"+kind)
+	v, err := c.cfg.Store.PostedEach(ctx, pr, c.key(head)+":off", c.key(head)+":fails:"+kind, c.key(head))
 	if err != nil {
-		return false, err
+		return false, 0, err
 	}
-	return v[0] != 0 || v[1] >= int64(c.cfg.Tries), nil
+	return v[0] != 0 || v[1] >= int64(c.cfg.Tries), v[2], nil
 }
 
 // offHere reports whether check runs are off for the pull request's
@@ -205,12 +206,15 @@ var errCreating = errors.New("workers: the check run is being created by another
 
 // write runs one check-run write of kind in the installation's lane,
 // each GitHub call within Timeout, unless the kind is given up for the
-// head. A failure of GitHub's is the decoration's (see failed). It
+// head, or, with update, the head has no check run recorded yet. fn gets
+// the head's check run id as recorded before the write's turn (0: none
+// then). A failure of GitHub's is the decoration's (see failed). It
 // returns nil when the write is done, skipped or given up; errCreating
 // when another job is creating the run; a *RetryAfterError when the
 // write may be tried again later.
-func (c *Checks) write(ctx context.Context, pr jobs.PR, head, kind string, class WriteClass, fn func(context.Context, CheckWriter) error) error {
-	if off, err := c.isOff(ctx, pr, head, kind); err != nil || off {
+func (c *Checks) write(ctx context.Context, pr jobs.PR, head, kind string, class WriteClass, update bool, fn func(context.Context, CheckWriter, int64) error) error {
+	off, id, err := c.isOff(ctx, pr, head, kind)
+	if err != nil || off || (update && id == 0) {
 		return err
 	}
 	gh, err := c.cfg.GitHub.CheckWriter(pr.Installation)
@@ -231,7 +235,7 @@ func (c *Checks) write(ctx context.Context, pr jobs.PR, head, kind string, class
 		}
 		call, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 		defer cancel()
-		return fn(call, gh)
+		return fn(call, gh, id)
 	})
 	var refused *ghapp.InstallationRefusedError
 	switch {
@@ -324,13 +328,17 @@ func decorationStatus(err error) string {
 	return "other"
 }
 
-// create finds the head's check run, or creates it as r, and records its
-// id; created says it was created (so it is in r's state already). One
+// create finds the head's check run (known, when the caller read it
+// already), or creates it as r, and records its id; created says it was
+// created (so it is in r's state already). One
 // job creates it at a time, across processes: the planner's Queued and
 // finalize's Complete (when Queued failed, was skipped, or waits still)
 // can both find none at once, and each would create its own; the other
 // gets errCreating.
-func (c *Checks) create(ctx context.Context, gh CheckWriter, pr jobs.PR, head string, r ghapp.CheckRun) (id int64, created bool, err error) {
+func (c *Checks) create(ctx context.Context, gh CheckWriter, pr jobs.PR, head string, known int64, r ghapp.CheckRun) (id int64, created bool, err error) {
+	if known != 0 {
+		return known, false, nil
+	}
 	if id, err = c.cfg.Store.Posted(ctx, pr, c.key(head)); err != nil || id != 0 {
 		return id, false, err
 	}
@@ -374,8 +382,12 @@ func owner() string {
 const awaitPoll = 100 * time.Millisecond
 
 // awaitCreation waits, outside the write lane, while another job creates
-// the head's check run (at most createLockTTL).
-func (c *Checks) awaitCreation(ctx context.Context, pr jobs.PR, head string) error {
+// the head's check run (at most createLockTTL); known is its id when the
+// caller read it already.
+func (c *Checks) awaitCreation(ctx context.Context, pr jobs.PR, head string, known int64) error {
+	if known != 0 {
+		return nil
+	}
 	for polls := 0; ; polls++ {
 		if id, err := c.cfg.Store.Posted(ctx, pr, c.key(head)); err != nil || id != 0 {
 			return err
@@ -423,8 +435,8 @@ func (c *Checks) Queued(ctx context.Context, pr jobs.PR, head string, jobs int, 
 		summary += " " + fmt.Sprintf(batchNote, due.UTC().Format("2006-01-02 15:04 UTC"))
 		title = "In the batch lane: due by " + due.UTC().Format("2006-01-02 15:04 UTC")
 	}
-	err := c.write(ctx, pr, head, DecorationCheckQueued, CheckWrite, func(ctx context.Context, gh CheckWriter) error {
-		_, _, err := c.create(ctx, gh, pr, head, ghapp.CheckRun{Status: "queued", Title: title, Summary: summary})
+	err := c.write(ctx, pr, head, DecorationCheckQueued, CheckWrite, false, func(ctx context.Context, gh CheckWriter, id int64) error {
+		_, _, err := c.create(ctx, gh, pr, head, id, ghapp.CheckRun{Status: "queued", Title: title, Summary: summary})
 		return err
 	})
 	c.dropped(ctx, pr, DecorationCheckQueued, err)
@@ -454,7 +466,9 @@ func (c *Checks) Progress(ctx context.Context, pr jobs.PR, head string) {
 		return
 	}
 	c.pacedUntil(here, now.Add(c.cfg.Every))
-	err = c.write(ctx, pr, head, DecorationCheckProgress, CheckWrite, func(ctx context.Context, gh CheckWriter) error {
+	// only Queued creates the run in progress (so it starts queued);
+	// without one (update: none recorded), Complete creates it completed
+	err = c.write(ctx, pr, head, DecorationCheckProgress, CheckWrite, true, func(ctx context.Context, gh CheckWriter, id int64) error {
 		// The turn in the write lane may come late: read the run now, so
 		// the counts are fresh and a finished or superseded head is left
 		// to finalize (an update after its completion would take the run
@@ -465,12 +479,6 @@ func (c *Checks) Progress(ctx context.Context, pr jobs.PR, head string) {
 			return err
 		}
 		if ok, err := c.cfg.Store.Throttle(ctx, pr, c.key(head)+":sent", c.cfg.Every); err != nil || !ok {
-			return err
-		}
-		// only Queued creates the run in progress (so it starts queued);
-		// without one, Complete creates it completed
-		id, err := c.cfg.Store.Posted(ctx, pr, c.key(head))
-		if err != nil || id == 0 {
 			return err
 		}
 		done, total := run.FileSummaries()
@@ -502,14 +510,9 @@ func (c *Checks) pacedUntil(key string, until time.Time) {
 // GitLab, a commit status left pending or running). Failures are counted
 // and logged; nothing waits for it.
 func (c *Checks) Superseded(ctx context.Context, pr jobs.PR, head, by string) {
-	id, err := c.cfg.Store.Posted(ctx, pr, c.key(head))
-	if err != nil || id == 0 {
-		c.dropped(ctx, pr, DecorationCheckComplete, err)
-		return
-	}
 	r := ghapp.CheckRun{Name: c.cfg.Name, HeadSHA: head, Status: "completed", Conclusion: "cancelled", Title: "Superseded by " + short(by),
 		Summary: "A newer commit (" + short(by) + ") is reviewed instead."}
-	err = c.write(ctx, pr, head, DecorationCheckComplete, CheckWrite, func(ctx context.Context, gh CheckWriter) error {
+	err := c.write(ctx, pr, head, DecorationCheckComplete, CheckWrite, true, func(ctx context.Context, gh CheckWriter, id int64) error {
 		return gh.UpdateCheckRun(ctx, pr.Owner, pr.Repo, id, r)
 	})
 	c.dropped(ctx, pr, DecorationCheckComplete, err)
@@ -536,7 +539,7 @@ func (c *Checks) waiting(ctx context.Context, pr jobs.PR, head, what string, mar
 		c.dropped(ctx, pr, DecorationCheckWaiting, err)
 		return
 	}
-	err := c.write(ctx, pr, head, DecorationCheckWaiting, CheckWrite, func(ctx context.Context, gh CheckWriter) error {
+	err := c.write(ctx, pr, head, DecorationCheckWaiting, CheckWrite, false, func(ctx context.Context, gh CheckWriter, known int64) error {
 		run, err := c.cfg.Store.GetRun(ctx, pr)
 		if err != nil || run.Head != head || run.State != store.StateRunning {
 			return err
@@ -546,7 +549,7 @@ func (c *Checks) waiting(ctx context.Context, pr jobs.PR, head, what string, mar
 			status = "in_progress"
 		}
 		r := ghapp.CheckRun{Name: c.cfg.Name, HeadSHA: head, Status: status, Title: title, Summary: summary(run)}
-		id, created, err := c.create(ctx, gh, pr, head, r)
+		id, created, err := c.create(ctx, gh, pr, head, known, r)
 		if err == nil && !created {
 			err = gh.UpdateCheckRun(ctx, pr.Owner, pr.Repo, id, r)
 		}
@@ -609,17 +612,18 @@ func (c *Checks) Complete(ctx context.Context, pr jobs.PR, head string, rows []r
 	if link != "" {
 		summary += " See the summary comment: " + link
 	}
-	if off, err := c.isOff(ctx, pr, head, DecorationCheckComplete); err != nil || off {
+	off, known, err := c.isOff(ctx, pr, head, DecorationCheckComplete)
+	if err != nil || off {
 		return err
 	}
 	// a queued or progress write creating the run now: wait for its id
 	// here, not in the write lane
-	if err := c.awaitCreation(ctx, pr, head); err != nil {
+	if err := c.awaitCreation(ctx, pr, head, known); err != nil {
 		return err
 	}
 	r := ghapp.CheckRun{Name: c.cfg.Name, HeadSHA: head, Status: "completed", Conclusion: conclusion, Title: title, Summary: summary, DetailsURL: link}
-	err := c.write(ctx, pr, head, DecorationCheckComplete, PublishWrite, func(ctx context.Context, gh CheckWriter) error {
-		id, created, err := c.create(ctx, gh, pr, head, r)
+	err = c.write(ctx, pr, head, DecorationCheckComplete, PublishWrite, false, func(ctx context.Context, gh CheckWriter, known int64) error {
+		id, created, err := c.create(ctx, gh, pr, head, known, r)
 		if err != nil || created {
 			return err
 		}

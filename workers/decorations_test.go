@@ -313,3 +313,74 @@ func TestProgressPacedInProcess(t *testing.T) {
 		t.Fatalf("after the pacing: %d Throttle calls, want 2", st.n)
 	}
 }
+
+// postedReads is the store, counting the reads of posted marks.
+type postedReads struct {
+	*store.Store
+	mu sync.Mutex
+	n  int
+}
+
+func (s *postedReads) Posted(ctx context.Context, pr jobs.PR, what string) (int64, error) {
+	s.mu.Lock()
+	s.n++
+	s.mu.Unlock()
+	return s.Store.Posted(ctx, pr, what)
+}
+
+func (s *postedReads) PostedEach(ctx context.Context, pr jobs.PR, whats ...string) ([]int64, error) {
+	s.mu.Lock()
+	s.n++
+	s.mu.Unlock()
+	return s.Store.PostedEach(ctx, pr, whats...)
+}
+
+func (s *postedReads) reads() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.n
+	s.n = 0
+	return n
+}
+
+// TestCheckRunWritesReadItsIDWithTheirState: a progress update and a
+// superseded head's cancellation write to the check run Queued created,
+// each with one read of the posted marks (whether check runs are off and
+// the run's id, together); without a run recorded, neither writes.
+func TestCheckRunWritesReadItsIDWithTheirState(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := &postedReads{Store: newStore(t)}
+	pr := testPR(t, 505)
+	pr.Number = int(time.Now().UnixNano() % 1_000_000) // its own keys in the shared Redis, run after run
+	rig := newGHRig(t, pr)
+	checks, err := workers.NewChecks(workers.ChecksConfig{GitHub: workers.Installations{App: rig.app}, Store: st, Turns: newPacer(t), Every: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := st.StartRun(ctx, store.Run{PR: pr, Head: "h1", Tier: jobs.TierPaid, SummaryTotal: 2}, nil); err != nil {
+		t.Fatal(err)
+	}
+	checks.Superseded(ctx, pr, "h0", "h1") // no run for h0: nothing to cancel
+	checks.Progress(ctx, pr, "h0")         // nor to update
+	if n := len(rig.fake.CheckRuns(pr.Owner, pr.Repo, "h0")); n != 0 {
+		t.Fatalf("%d check runs, want none", n)
+	}
+	checks.Queued(ctx, pr, "h1", 2, "", time.Time{})
+	if _, err := st.CompleteFile(ctx, pr, "h1", store.Result{Kind: jobs.KindSummary, Path: "a.go", Text: "Adds b."}); err != nil {
+		t.Fatal(err)
+	}
+	st.reads()
+	checks.Progress(ctx, pr, "h1")
+	if n := st.reads(); n != 1 {
+		t.Errorf("progress read the posted marks %d times, want once", n)
+	}
+	checks.Superseded(ctx, pr, "h1", "h2")
+	if n := st.reads(); n != 1 {
+		t.Errorf("superseded read the posted marks %d times, want once", n)
+	}
+	cs := rig.fake.CheckRuns(pr.Owner, pr.Repo, "h1")
+	if len(cs) != 1 || len(cs[0].History) != 3 || cs[0].History[1].Status != "in_progress" || cs[0].Conclusion != "cancelled" {
+		t.Fatalf("check runs %+v, want one: queued, in progress, cancelled", cs)
+	}
+}

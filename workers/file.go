@@ -400,17 +400,20 @@ func (w *FileWorker) reuseOrWait(ctx context.Context, j *fileJob) (*early, error
 	if j.reuse == "" || j.run.Round != "" {
 		return nil, nil
 	}
-	if r, ok, err := cfg.Reuse.Reusable(ctx, j.reuse); err != nil {
-		return nil, err
-	} else if ok {
-		return &early{leftover: true, book: true, then: func() error { return w.reused(ctx, j, r) }}, nil
+	var r store.Result
+	var found, mine bool
+	var err error
+	if j.inBatch { // a batch's twin is not waited for: it may take hours
+		r, found, err = cfg.Reuse.Reusable(ctx, j.reuse)
+		mine = true
+	} else {
+		r, found, mine, err = cfg.Reuse.ReusableOrClaim(ctx, j.reuse, j.ticket.ID)
 	}
-	mine := true
-	if !j.inBatch { // a batch's twin is not waited for: it may take hours
-		var err error
-		if mine, err = cfg.Reuse.ClaimReuse(ctx, j.reuse, j.ticket.ID); err != nil {
-			return nil, err
-		}
+	if err != nil {
+		return nil, err
+	}
+	if found {
+		return &early{leftover: true, book: true, then: func() error { return w.reused(ctx, j, r) }}, nil
 	}
 	if mine {
 		return nil, nil

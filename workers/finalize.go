@@ -42,7 +42,9 @@ type RunResults interface {
 // (a *store.Store).
 type Publications interface {
 	Posted(ctx context.Context, pr jobs.PR, what string) (int64, error)
+	PostedEach(ctx context.Context, pr jobs.PR, whats ...string) ([]int64, error)
 	SetPosted(ctx context.Context, pr jobs.PR, what string, id int64) error
+	SetPostedEach(ctx context.Context, pr jobs.PR, whats []string, ids []int64) error
 	MarkFinalized(ctx context.Context, pr jobs.PR, head string) error
 	CarryResults(ctx context.Context, pr jobs.PR, head string, rs []store.Result) error
 	PostedFindings(ctx context.Context, pr jobs.PR) (map[string]store.PostedFinding, error)
@@ -282,19 +284,13 @@ const (
 // and a checksum of its body: a comment GitHub holds with this body
 // already is not written again (a retry edits nothing).
 func (p *Finalizer) upsert(ctx context.Context, gh ReviewWriter, pr jobs.PR, what, marker, body string) (int64, error) {
-	known, err := p.cfg.Publications.Posted(ctx, pr, what)
+	v, err := p.cfg.Publications.PostedEach(ctx, pr, what, what+":sum")
 	if err != nil {
 		return 0, err
 	}
-	sum := bodySum(body)
-	if known != 0 {
-		was, err := p.cfg.Publications.Posted(ctx, pr, what+":sum")
-		if err != nil {
-			return 0, err
-		}
-		if was == sum {
-			return known, nil
-		}
+	known, sum := v[0], bodySum(body)
+	if known != 0 && v[1] == sum {
+		return known, nil
 	}
 	var id int64
 	err = p.cfg.Turns.Do(ctx, pr.Installation, PublishWrite, func() error {
@@ -305,10 +301,8 @@ func (p *Finalizer) upsert(ctx context.Context, gh ReviewWriter, pr jobs.PR, wha
 	if err != nil {
 		return 0, err
 	}
-	if err := p.cfg.Publications.SetPosted(ctx, pr, what, id); err != nil {
-		return 0, err
-	}
-	return id, p.cfg.Publications.SetPosted(ctx, pr, what+":sum", sum)
+	// the id and its body's checksum in one write
+	return id, p.cfg.Publications.SetPostedEach(ctx, pr, []string{what, what + ":sum"}, []int64{id, sum})
 }
 
 // bodySum is a comment body's checksum, as stored beside its id.

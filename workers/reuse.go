@@ -14,8 +14,8 @@ import (
 // ReuseStore keeps results by what determined them (a *store.Store).
 type ReuseStore interface {
 	Reusable(ctx context.Context, key string) (store.Result, bool, error)
+	ReusableOrClaim(ctx context.Context, key, id string) (r store.Result, found, mine bool, err error)
 	SaveReusable(ctx context.Context, key string, r store.Result) error
-	ClaimReuse(ctx context.Context, key, id string) (bool, error)
 }
 
 var _ ReuseStore = (*store.Store)(nil)
