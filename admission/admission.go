@@ -687,6 +687,9 @@ type CallWay struct {
 	// this (the reply's first byte less the write and the provider's
 	// processing: see CallTrace.Way). Negative: no reply bounded it.
 	Arrival time.Duration
+	// Sync, when not nil: the reply's rate-limit headers, lowered to in
+	// the settle's script (the bucket's sync, one script instead of two).
+	Sync *ratelimit.Report
 }
 
 // NoWay is a CallWay that says nothing.
@@ -720,14 +723,26 @@ func (s *Scheduler) settle(ctx context.Context, model, id string, actual ratelim
 	}
 	args := []any{s.now(), id, string(policy)}
 	args = append(args, b.ScriptArgs(actual.Usage())...)
-	if (way.Arrival >= 0 || way.Written >= 0) && b.Limits().Windowed() {
+	windowed := (way.Arrival >= 0 || way.Written >= 0) && b.Limits().Windowed()
+	if windowed || way.Sync != nil {
 		// the bound keeps the least margin past the way (the provider's
 		// whole milliseconds, a count taken shortly after arrival)
-		arrival := int64(-1)
-		if way.Arrival >= 0 {
+		arrival, written := int64(-1), int64(-1)
+		if windowed && way.Arrival >= 0 {
 			arrival = (way.Arrival + ratelimit.MinWindowMargin).Microseconds()
 		}
-		args = append(args, arrival, max(way.Written.Microseconds(), -1))
+		if windowed {
+			written = max(way.Written.Microseconds(), -1)
+		}
+		args = append(args, arrival, written)
+	}
+	if way.Sync != nil {
+		args = append(args, way.Sync.Key)
+		now := time.Now()
+		if s.cfg.NowFunc != nil {
+			now = s.cfg.NowFunc()
+		}
+		args = append(args, b.ReportArgs(*way.Sync, now)...)
 	}
 	n, err := settleScript.Run(ctx, s.rdb, keys.list(), args...).Int()
 	if err != nil {

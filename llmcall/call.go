@@ -224,6 +224,20 @@ func (c *Call) Observe(ctx context.Context, status int, h http.Header) {
 		return
 	}
 	ctx = context.WithoutCancel(ctx)
+	c.observeWay(h)
+	if c.keyB == nil {
+		return
+	}
+	written, latest := c.reportTimes(h)
+	now := time.Now()
+	if _, err := c.keyB.SyncBetween(ctx, status, h, now.Sub(written), now.Sub(latest)); err != nil {
+		c.p.log.WarnContext(ctx, "could not sync the key's bucket with the provider's headers; admission goes by its own count", "model", c.model.Name, "key", c.key, "err", err)
+	}
+}
+
+// observeWay takes the request's way to the provider from the reply's
+// headers, for a window's margin and the charge's arrival.
+func (c *Call) observeWay(h http.Header) {
 	if c.bucket != nil && c.trace != nil {
 		if way, ok := c.trace.Way(h); ok {
 			c.bucket.ObserveWay(way)
@@ -234,20 +248,44 @@ func (c *Call) Observe(ctx context.Context, status int, h http.Header) {
 			c.held.Unlock()
 		}
 	}
-	if c.keyB == nil {
-		return
-	}
-	// the report is as of the call's arrival: after its write, no later
-	// than what its reply bounds
-	age := time.Since(c.start)
-	upto := age
+}
+
+// reportTimes bound when the provider counted what its headers report:
+// the call's arrival, after its send and no later than what its reply
+// bounds (without a bound: as of the send, upto = age).
+func (c *Call) reportTimes(h http.Header) (written, latest time.Time) {
+	written, latest = c.start, c.start
 	if c.trace != nil {
 		if at, ok := c.trace.Arrival(h); ok {
-			upto = time.Since(at)
+			latest = at
 		}
 	}
-	if _, err := c.keyB.SyncBetween(ctx, status, h, age, upto); err != nil {
+	return written, latest
+}
+
+// ObserveSettle is Observe (h nil: no reply to observe) and then Settle,
+// with the key's bucket lowered to the provider's headers in the
+// settle's script (one script instead of two) when admission moves
+// charges (Mover); a 429 still empties the bucket at once.
+func (c *Call) ObserveSettle(ctx context.Context, status int, h http.Header, cost ratelimit.Cost) {
+	mv, ok := c.p.adm.(Mover)
+	if h == nil || !ok || c.keyB == nil {
+		c.Observe(ctx, status, h)
+		c.Settle(ctx, cost)
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	c.observeWay(h)
+	written, latest := c.reportTimes(h)
+	rep, _, err := c.keyB.Report(ctx, status, h, written, latest)
+	if err != nil {
 		c.p.log.WarnContext(ctx, "could not sync the key's bucket with the provider's headers; admission goes by its own count", "model", c.model.Name, "key", c.key, "err", err)
+	}
+	way := c.SettleWay()
+	way.Sync = rep
+	err = mv.SettleCall(ctx, c.model.Name, c.ticket, cost, way)
+	if err != nil && !errors.Is(err, ratelimit.ErrNotReserved) {
+		c.p.log.WarnContext(ctx, "could not settle the call in admission nor sync its key's bucket; the bucket keeps its estimate until the reservation expires", "task", c.ticket, "model", c.model.Name, "err", err)
 	}
 }
 

@@ -113,3 +113,65 @@ func TestCallHoldsItsWrite(t *testing.T) {
 		})
 	}
 }
+
+// TestObserveSettleCarriesTheReport: a call observed with its settle
+// gives admission the reply's rate-limit headers with the settle, as of
+// some moment between its send and its reply's bound on its arrival
+// (its first byte, less the provider's processing when it says), and
+// the settle lowers the key's bucket to them.
+func TestObserveSettleCarriesTheReport(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Shared(t).Client(t)
+	for _, bounded := range []bool{false, true} {
+		t.Run(fmt.Sprint("processing time ", bounded), func(t *testing.T) {
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if bounded {
+					w.Header().Set("openai-processing-ms", "0")
+				}
+				w.Header().Set("x-ratelimit-remaining-tokens", "1000")
+				fmt.Fprint(w, "{}")
+			}))
+			t.Cleanup(up.Close)
+			model := fmt.Sprintf("report-%d", time.Now().UnixNano())
+			b, err := ratelimit.NewBucket(rdb, model, "sk", ratelimit.Limits{RequestsPerPeriod: 1000, TokensPerPeriod: 1_000_000, Period: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sched, err := admission.New(rdb, map[string]*ratelimit.Bucket{model: b}, nil, nil, admission.Config{}, slog.New(slog.DiscardHandler))
+			if err != nil {
+				t.Fatal(err)
+			}
+			adm := &sentRecorder{Scheduler: sched}
+			ctx := context.Background()
+			if _, err := sched.Register(ctx, admission.Ticket{ID: "j", Queue: "q", Model: model, Class: "paid", Tenant: "1", Tokens: 100}); err != nil {
+				t.Fatal(err)
+			}
+			if a, _, err := sched.Admit(ctx, model, 1); err != nil || len(a) != 1 {
+				t.Fatalf("admitted %v: %v", a, err)
+			}
+			call := llmcall.New(adm, nil, 0).Begin(ctx, llmcall.Model{Name: model, Keys: 1}, "j")
+			req, _ := http.NewRequestWithContext(call.Calling(ctx, ctx), http.MethodPost, up.URL, nil)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			call.ObserveSettle(ctx, resp.StatusCode, resp.Header, ratelimit.Cost{Requests: 1, Tokens: 50})
+			_, ways := adm.seen()
+			if len(ways) != 1 || ways[0].Sync == nil {
+				t.Fatalf("settles given %+v, want one carrying the report", ways)
+			}
+			r := ways[0].Sync
+			if r.Remaining.Tokens != 1000 || r.Written.IsZero() || r.Latest.Before(r.Written) || r.Latest.After(time.Now()) {
+				t.Fatalf("report %+v: want 1000 tokens remaining, as of a moment between the send and now", r)
+			}
+			avail, _, err := b.Available(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if avail.Tokens > 500_000 {
+				t.Fatalf("the bucket holds %d tokens: not lowered to the report", avail.Tokens)
+			}
+		})
+	}
+}

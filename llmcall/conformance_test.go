@@ -43,6 +43,7 @@ type recorder struct {
 	mu      sync.Mutex
 	settles []ratelimit.Cost
 	ways    []time.Duration
+	reports int // settles that carried the reply's headers (CallWay.Sync)
 	pauses  []string
 }
 
@@ -53,6 +54,11 @@ func (r *recorder) Settle(ctx context.Context, model, id string, c ratelimit.Cos
 
 func (r *recorder) SettleCall(ctx context.Context, model, id string, c ratelimit.Cost, way admission.CallWay) error {
 	r.record(c, way.Arrival)
+	if way.Sync != nil {
+		r.mu.Lock()
+		r.reports++
+		r.mu.Unlock()
+	}
 	return r.Scheduler.SettleCall(ctx, model, id, c, way)
 }
 
@@ -87,6 +93,12 @@ func (r *recorder) firstSettle() (ratelimit.Cost, bool, bool) {
 		return ratelimit.Cost{}, false, false
 	}
 	return r.settles[0], true, r.ways[0] >= 0
+}
+
+func (r *recorder) reported() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.reports
 }
 
 func (r *recorder) paused() []string {
@@ -124,6 +136,10 @@ type row struct {
 	cachedFree bool // the model's provider does not count cache reads
 	flex       bool // the call asks for flex processing
 	way        bool // the reply bounds the call's way: its settle is given it
+	// lowered: the key's bucket is lowered by the reply: a 429 empties
+	// it at once; headers reporting few tokens remaining lower it to
+	// them (the workers: in the settle's script)
+	lowered bool
 	// serve answers the call (stream: the gateway's client asked for a
 	// stream)
 	serve func(w http.ResponseWriter, r *http.Request, stream bool)
@@ -193,13 +209,15 @@ func rows() []row {
 			dollars: (promptTokens*1 + outputTokens*2) / 1e6, status: 200},
 		{name: "success, with the provider's processing time", serve: reply(200, map[string]string{"openai-processing-ms": "0"}, completion(0)), way: true,
 			outcome: llmcall.OK, bucket: byUsage, usage: ok, quota: byUsage, dollars: (promptTokens*1 + outputTokens*2) / 1e6, status: 200},
+		{name: "success, the provider's remaining count", serve: reply(200, map[string]string{"x-ratelimit-limit-tokens": "1000000", "x-ratelimit-remaining-tokens": "1000"}, completion(0)),
+			lowered: true, outcome: llmcall.OK, bucket: byUsage, usage: ok, quota: byUsage, dollars: (promptTokens*1 + outputTokens*2) / 1e6, status: 200},
 		{name: "cached input, cache reads not counted", cachedFree: true, serve: reply(200, nil, completion(cachedTokens)), outcome: llmcall.OK, bucket: byUsage,
 			usage: ratelimit.Cost{Requests: 1, Tokens: promptTokens - cachedTokens + outputTokens, Input: promptTokens - cachedTokens, Output: outputTokens},
 			quota: byUsage, dollars: ((promptTokens-cachedTokens)*1 + cachedTokens*0.5 + outputTokens*2) / 1e6, status: 200},
 		{name: "cached input, cache reads counted", serve: reply(200, nil, completion(cachedTokens)), outcome: llmcall.OK, bucket: byUsage, usage: ok,
 			quota: byUsage, dollars: ((promptTokens-cachedTokens)*1 + cachedTokens*0.5 + outputTokens*2) / 1e6, status: 200},
 		{name: "429 with headers", serve: reply(429, map[string]string{"retry-after": "1", "x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "1s"},
-			apiError("requests", "rate_limit_exceeded", "Rate limit reached")), outcome: llmcall.RateLimited, bucket: none, quota: none, status: 429},
+			apiError("requests", "rate_limit_exceeded", "Rate limit reached")), lowered: true, outcome: llmcall.RateLimited, bucket: none, quota: none, status: 429},
 		{name: "401", serve: reply(401, nil, apiError("invalid_request_error", "invalid_api_key", "Incorrect API key provided")),
 			outcome: llmcall.AccountModel, bucket: refunded, quota: refunded, pause: []string{"model"}, status: 502},
 		{name: "403 on one of two keys", keys: []string{keyA, keyB}, serve: func(w http.ResponseWriter, r *http.Request, stream bool) {
@@ -231,6 +249,20 @@ type got struct {
 	dollars float64
 	pause   []string
 	sent    int64 // the output cap the provider was asked for
+	lowered bool  // the bucket holds far less than its limit less the call
+	reports int   // settles given the reply's headers to lower the bucket to
+}
+
+// lowered says whether model's bucket (its first key) holds under half
+// its tokens after one small call: the provider's report lowered it.
+func lowered(t *testing.T, adm *recorder, model string) bool {
+	t.Helper()
+	b, _ := adm.Bucket(model)
+	avail, _, err := b.Available(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return avail.Tokens < 500_000
 }
 
 // The quotas of both paths: tokens aplenty, and dollars that cut the
@@ -327,6 +359,9 @@ func TestConformance(t *testing.T) {
 				if math.Abs(g.dollars-rw.dollars) > 1e-12 {
 					t.Errorf("%s: cost $%g, want $%g", path, g.dollars, rw.dollars)
 				}
+				if g.lowered != rw.lowered {
+					t.Errorf("%s: the key's bucket lowered to the provider's report: %v, want %v", path, g.lowered, rw.lowered)
+				}
 				if g.settled && g.way != rw.way {
 					t.Errorf("%s: the settle was given the call's way: %v, want %v", path, g.way, rw.way)
 				}
@@ -339,6 +374,12 @@ func TestConformance(t *testing.T) {
 			check("gateway", g, gatewayQuotaDollars, func(c ratelimit.Cost) bool { return c.Requests == 1 && c.Tokens > 0 && c.Input == 0 && c.Output == 0 })
 			if status != rw.status {
 				t.Errorf("gateway: answered %d, want %d", status, rw.status)
+			}
+			// the workers lower the bucket to a report in the settle's
+			// script; the gateway at the reply's headers (a stream
+			// settles at its end)
+			if want := map[bool]int{true: 1}[rw.lowered && rw.outcome == llmcall.OK]; w.reports != want || g.reports != 0 {
+				t.Errorf("settles carrying the reply's headers: workers %d (want %d), gateway %d (want 0)", w.reports, want, g.reports)
 			}
 		})
 	}
@@ -436,6 +477,7 @@ func workersPath(t *testing.T, rdb *redis.Client, url string, keys []string, rw 
 	g.nano = usedNano.Used
 	g.bucket, g.settled, g.way = adm.firstSettle()
 	g.quota, g.pause = used.Used, adm.paused()
+	g.lowered, g.reports = lowered(t, adm, model), adm.reported()
 	return g
 }
 
@@ -521,5 +563,6 @@ func gatewayPath(t *testing.T, rdb *redis.Client, url string, keys []string, rw 
 	defer mu.Unlock()
 	g.bucket, g.settled, g.way = adm.firstSettle()
 	g.quota, g.nano, g.pause = used.Used, usedNano.Used, adm.paused()
+	g.lowered, g.reports = lowered(t, adm, model), adm.reported()
 	return g, res.StatusCode
 }

@@ -21,9 +21,12 @@
 //	c.Settle(ctx, st.Bucket)                         // the bucket, with the call's way observed
 //	llmcall.SettleQuotas(ctx, quotas, h, st)         // the quotas; st also says the price and the lane
 //
-// The workers' Caller runs these around package llm's client; the
-// gateway runs them around its relay of the raw reply, read with
-// ReplyOutcome.
+// The workers' Caller runs these around package llm's client, with
+// Observe and Settle as one ObserveSettle after Resolve (the key's
+// bucket is lowered to the provider's headers in admission's settle
+// script; a 429 still empties it at once); the gateway runs them around
+// its relay of the raw reply, read with ReplyOutcome, and syncs at the
+// reply's headers (a stream settles at its end).
 //
 // It does not own admission (the order, the buckets' scripts: package
 // admission and ratelimit), the quotas' counters (ratelimit.Quota), the

@@ -259,6 +259,32 @@ func (b *Bucket) Sync(ctx context.Context, status int, h http.Header, age time.D
 // its own count to upto ago, so a call of ours written after this one
 // and counted before it arrived is not booked twice.
 func (b *Bucket) SyncBetween(ctx context.Context, status int, h http.Header, age, upto time.Duration) (bool, error) {
+	now := time.Now()
+	r, penalized, err := b.Report(ctx, status, h, now.Add(-age), now.Add(-upto))
+	if penalized || r == nil {
+		return penalized, err
+	}
+	lowered, lerr := b.lower(ctx, r.Remaining, age, upto)
+	return lowered, errors.Join(lerr, err)
+}
+
+// Report is what a reply's rate-limit headers say the provider had
+// remaining, for a script that lowers the bucket of key Key to it with
+// other work (admission's settle: ReportArgs), as SyncBetween does.
+type Report struct {
+	Key       int    // the bucket's key (Bucket.ForKey)
+	Remaining Values // negative: unknown
+	// Written and Latest: the provider counted after the call's write
+	// and no later than Latest (the reply's bound on its arrival, or the
+	// reply): the ages SyncBetween takes, measured when the script runs.
+	Written, Latest time.Time
+}
+
+// Report does what SyncBetween does of a reply but its lowering: it
+// counts a window-like report and, after a 429, empties the bucket
+// (penalized true, no Report). It returns the Report to lower the bucket
+// with, nil when the headers report nothing remaining.
+func (b *Bucket) Report(ctx context.Context, status int, h http.Header, written, latest time.Time) (r *Report, penalized bool, err error) {
 	s := ParseHeaders(h)
 	oerr := b.observe(ctx, s)
 	if status == http.StatusTooManyRequests {
@@ -266,10 +292,10 @@ func (b *Bucket) SyncBetween(ctx context.Context, status int, h http.Header, age
 		if wait <= 0 {
 			wait = max(s.ResetRequests, s.ResetTokens, s.ResetInputTokens, s.ResetOutputTokens, time.Second)
 		}
-		return true, errors.Join(b.Penalize(ctx, wait), oerr)
+		return nil, true, errors.Join(b.Penalize(ctx, wait), oerr)
 	}
 	if s.RemainingRequests < 0 && s.RemainingTokens < 0 && s.RemainingInputTokens < 0 && s.RemainingOutputTokens < 0 {
-		return false, oerr
+		return nil, false, oerr
 	}
 	remaining := Values{Requests: s.RemainingRequests, Tokens: s.RemainingTokens, Input: s.RemainingInputTokens, Output: s.RemainingOutputTokens}
 	if s.TokensMostRestrictive && (b.limits.InputTokensPerPeriod > 0 || b.limits.OutputTokensPerPeriod > 0) {
@@ -277,6 +303,24 @@ func (b *Bucket) SyncBetween(ctx context.Context, status int, h http.Header, age
 		// most restrictive of them says nothing of a total
 		remaining.Tokens = -1
 	}
-	lowered, err := b.lower(ctx, remaining, age, upto)
-	return lowered, errors.Join(err, oerr)
+	return &Report{Key: b.key, Remaining: remaining, Written: written, Latest: latest}, false, oerr
+}
+
+// ReportArgs are the arguments of a script that lowers the bucket as
+// the sync op does (bucket.lua; admission's settle.lua): age µs, upto µs
+// (ages as of now), then the remaining count per dimension, in the
+// order of ScriptArgs (a daily dimension's -1: per-minute headers say
+// nothing of it).
+func (b *Bucket) ReportArgs(r Report, now time.Time) []any {
+	age := max(now.Sub(r.Written), 0)
+	upto := min(max(now.Sub(r.Latest), 0), age)
+	args := []any{age.Microseconds(), upto.Microseconds()}
+	for _, d := range b.dims {
+		v := d.value(r.Remaining)
+		if !d.period {
+			v = -1
+		}
+		args = append(args, v)
+	}
+	return args
 }

@@ -324,19 +324,22 @@ func (c *Caller) send(ctx context.Context, s callSpec, maxOut int64) (llm.Respon
 	}
 	resp, err := c.cfg.LLM.Complete(call.Calling(ctx, ctx), req)
 	o := llmcall.OutcomeOf(err)
+	// the reply observed (its way, its rate-limit headers) with the
+	// settle, in one script
+	status, h := 0, http.Header(nil)
 	var le *llm.Error
 	switch {
 	case err == nil:
-		call.Observe(ctx, http.StatusOK, resp.Header)
+		status, h = http.StatusOK, resp.Header
 	case o != llmcall.FlexRefused && errors.As(err, &le):
-		call.Observe(ctx, le.Status, le.Header)
+		status, h = le.Status, le.Header
 	}
 	o = call.Resolve(ctx, o, err)
 	var r *llm.Response
 	if o == llmcall.OK {
 		r = &resp
 	}
-	call.Settle(ctx, m.Settle(o, r, s.ticket.Tokens, false).Bucket)
+	call.ObserveSettle(ctx, status, h, m.Settle(o, r, s.ticket.Tokens, false).Bucket)
 	return resp, o, err
 }
 

@@ -21,14 +21,21 @@
 --   ticketdel, ticketenc, ucopened, unlink, vt, vtincr, vtload, vtset,
 --   zfirst, zrem
 
-local paused = redis.call('GET', KEYS[15])
+-- the model's pause and its keys', in one read
+local pkeys, at = {KEYS[15]}, {}
+for k = 0, NKEYS - 1 do
+  if keypaused(k) ~= nil then
+    pkeys[#pkeys + 1] = keypaused(k)
+    at[k] = #pkeys
+  end
+end
+local whys = redis.call('MGET', unpack(pkeys))
+local paused = whys[1]
 if paused then return {B.fmt(now), '0', {}, paused} end
 -- the keys not paused
 local live = {}
 for k = 0, NKEYS - 1 do
-  local kp = keypaused(k)
-  local why = nil
-  if kp ~= nil then why = redis.call('GET', kp) end
+  local why = at[k] and whys[at[k]]
   if why then paused = why else live[#live + 1] = k end
 end
 if #live == 0 then return {B.fmt(now), '0', {}, 'every key is paused: ' .. paused} end
@@ -216,15 +223,15 @@ end
 vtset('V', A.V)
 flushorder()
 local W = A.writes
+local nwaits = 0
 if #W.released > 0 then
   callchunks('ZADD', KEYS[10], W.released)
   callchunks('HSET', KEYS[12], W.res)
   ucopened(st, W.res)
   callchunks('ZADD', KEYS[13], W.resage)
-  callchunks('LPUSH', KEYS[16], W.waits)
+  nwaits = callchunks('LPUSH', KEYS[16], W.waits) or 0
 end
-if next(A.dirty) ~= nil then
-  for k in pairs(A.dirty) do B.save(A.sts[k]) end
-  redis.call('LTRIM', KEYS[16], 0, 1999)
-end
+for k in pairs(A.dirty) do B.save(A.sts[k]) end
+-- the waits list keeps the newest 2000 (only admit pushes to it)
+if nwaits > 2000 then redis.call('LTRIM', KEYS[16], 0, 1999) end
 return {B.fmt(now), B.fmt(wait), out}

@@ -21,13 +21,15 @@ local ADDS = {on = false, tk = {}, tko = {}, z = {}, zo = {}}
 -- callchunks calls cmd on key with args, at most 1000 at a time (Lua's
 -- stack bounds unpack), in order (an even count: pairs stay together).
 local function callchunks(cmd, key, args)
-  local i = 1
+  local i, reply = 1, nil
   while i <= #args do
     local j = math.min(i + 999, #args)
-    redis.call(cmd, key, unpack(args, i, j))
+    reply = redis.call(cmd, key, unpack(args, i, j))
     i = j + 1
   end
+  return reply
 end
+
 local function addpend(key, score, member)
   local a = ADDS.z[key]
   if a == nil then a = {s = {}, o = {}}; ADDS.z[key] = a; ADDS.zo[#ADDS.zo + 1] = key end

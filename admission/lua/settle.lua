@@ -4,8 +4,11 @@
 -- refund (usage replaces the estimate), debt (usage beyond the estimate
 -- is added) or estimate (the estimate stays); ARGV[4..] the model's
 -- dimensions (B.load), their values the actual usage (-1 unknown);
--- then optionally the call's way µs and its write µs (-1: not known).
--- Reply: 1 settled, 0 no reservation.
+-- then optionally the call's way µs and its write µs (-1: not known),
+-- then optionally the provider's report (Go's ratelimit.Report) to
+-- lower a key's bucket to: the key's index, age µs, upto µs and the
+-- remaining count per dimension (-1: unknown).
+-- Reply: 1 settled, 0 no reservation (a report is still lowered to).
 -- The way: the call's reply came, and bounds the way from its write to
 -- the provider by this (the reply's first byte less the write and the
 -- provider's processing, the least margin added), so the provider
@@ -15,13 +18,47 @@
 -- holds it a while: most calls settle first): the charge moves here,
 -- as 'sent' does.
 -- A reservation settled before its call leaves the uncalled sums.
--- Uses: B, keystate, now, reservation, resmark, resway, ucadd, ucload,
---   ucsave, uctracked
+-- The report: the bucket's sync (bucket.lua's op sync) in this script,
+-- before the settle as the sync ran before it: the key's bucket is
+-- lowered to the provider's count as of the call's arrival (B.lower),
+-- never raised.
+-- Uses: B, NKEYS, keystate, now, reservation, resmark, resway, ucadd,
+--   ucload, ucsave, uctracked
 local r = redis.call('HGET', KEYS[12], ARGV[2])
+-- the report, after the dimensions (their kinds' argument counts) and
+-- the way
+local rep = nil
+do
+  local e = 4
+  for _ = 1, tonumber(ARGV[4]) do
+    local kind = string.sub(ARGV[e + 1], 1, 1)
+    if kind == 'a' then e = e + 10 elseif kind == 'w' then e = e + 8 else e = e + 5 end
+  end
+  local k = tonumber(ARGV[e + 3] or '')
+  if k ~= nil and k >= 0 and k < NKEYS then rep = {key = k, at = e + 3} end
+end
+local function lower(st)
+  local age = math.max(tonumber(ARGV[rep.at + 1]) or 0, 0)
+  local upto = math.max(tonumber(ARGV[rep.at + 2]) or age, 0)
+  local lowered = false
+  for i = 1, st.n do
+    local v = tonumber(ARGV[rep.at + 2 + i] or '') or -1
+    if v >= 0 and B.lower(st, i, v, age, upto) then lowered = true end
+  end
+  return lowered
+end
+local charged, key, _, ids = nil, nil, nil, nil
+if r then charged, key, _, ids = reservation(r) end
+if rep ~= nil and rep.key ~= key then
+  -- no reservation of the report's key to settle: the sync alone
+  local st = B.load(keystate(rep.key), ARGV, 3, now)
+  if lower(st) then B.save(st) end
+  rep = nil
+end
 if not r then return 0 end
-local charged, key, _, ids = reservation(r)
 if key ~= nil then -- else its key is gone: nothing to correct
   local st, last = B.load(keystate(key), ARGV, 3, now)
+  if rep ~= nil then lower(st) end
   charged = B.ondims(charged, ids, st)
   -- where the charge is (its admission, or its start): a window gives
   -- back in that slot, if it still counts (a token bucket has no slots)

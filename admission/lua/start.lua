@@ -55,10 +55,11 @@ charged = B.ondims(charged, ids, st)
 local sendLag = tonumber(ARGV[last + 1] or '') or 0
 local costs = {}
 for j = 1, st.n do costs[j] = charged[j] or 0 end
--- the call leaves the uncalled sums (a limiter that keeps them)
-local function called(mark)
+-- the call leaves the uncalled sums (a limiter that keeps them); U:
+-- the sums, when read already
+local function called(mark, U)
   if uctracked(st) and not resmark(r, 'c') then
-    local U = ucload()
+    U = U or ucload()
     ucadd(U, r, -1)
     ucsave(U)
   end
@@ -71,7 +72,8 @@ if st.kind[1] == 'b' then
   -- and not called yet: the handler's work between its start and its
   -- call (tens of ms, more on a loaded machine) is refill ours counts
   -- and the provider's, capped at full, does not
-  local unseen = ucload()[key] or {}
+  local U = ucload()
+  local unseen = U[key] or {}
   local moved = false
   for j = 1, st.n do
     local u = (unseen[st.fid[j]] or 0) * st.per[j]
@@ -83,7 +85,7 @@ if st.kind[1] == 'b' then
     end
   end
   if moved then B.save(st) end
-  local mark = called(r)
+  local mark = called(r, U)
   if mark ~= r then redis.call('HSET', KEYS[12], ARGV[2], mark) end
   return 0
 end

@@ -217,12 +217,38 @@ function B.save(st)
   for c = 1, #gone, 500 do
     redis.call('HDEL', st.key, unpack(gone, c, math.min(c + 499, #gone)))
   end
-  redis.call('HSET', st.key, unpack(args))
   -- an idle bucket refills to full; keep it two periods, then let it go;
   -- an auto state that found a window keeps that a week
   local ttl = math.floor(maxper / 1000) * 2 + 60000
   if st.auto == 'w' then ttl = math.max(ttl, 7 * 86400000) end
-  redis.call('PEXPIRE', st.key, ttl)
+  local refresh = B.ttlrefresh(st, ttl)
+  if refresh then
+    args[#args + 1] = 'x'
+    args[#args + 1] = B.fmt(refresh)
+  end
+  redis.call('HSET', st.key, unpack(args))
+  if refresh then redis.call('PEXPIRE', st.key, ttl + B.TTLSLACK) end
+end
+
+-- B.TTLSLACK (ms) is how much longer than it needs a save keeps the
+-- state, so the saves of the next second need not extend it again.
+B.TTLSLACK = 1000
+
+-- B.ttlrefresh says whether B.save must extend the state's TTL, which
+-- must run at least ttl ms from every save (an expired state reads as
+-- full, or empty, which is exact only for one left that long): the
+-- expiry the last extension set (field x, Redis's ms) if it is still at
+-- least ttl away (plus a ms of rounding) and no more than ttl +
+-- B.TTLSLACK away (else the clock or ttl moved: extend), nil; else
+-- the new expiry to record. A clock given to the script (tests) is not
+-- Redis's, which expires keys: every save extends, and records 0 (no
+-- expiry a save on Redis's clock could go by).
+function B.ttlrefresh(st, ttl)
+  if B.given then return 0 end
+  local ms = math.floor(st.now / 1000)
+  local left = (st.expiry or 0) - ms
+  if left >= ttl + 1 and left <= ttl + B.TTLSLACK then return nil end
+  return ms + ttl + B.TTLSLACK
 end
 
 -- B.towindow switches an auto state to its window (see B.load) and

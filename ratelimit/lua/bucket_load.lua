@@ -79,9 +79,10 @@ function B.load(key, argv, base, now)
     end
   end
   local nf = #fields
-  for _, f in ipairs({'tv', 'ow', 'ya', 'yc', 'yp'}) do fields[#fields + 1] = f end
+  for _, f in ipairs({'tv', 'ow', 'ya', 'yc', 'yp', 'x'}) do fields[#fields + 1] = f end
   local stored = redis.call('HMGET', key, unpack(fields))
   st.last = tonumber(stored[1] or '') or now
+  st.expiry = tonumber(stored[nf + 6] or '') -- B.save's TTL refresh
   -- the last save of a writer that knows no slot times (see above)
   local tv, t0 = tonumber(stored[nf + 1] or ''), tonumber(stored[1] or '')
   st.oldsave = tonumber(stored[nf + 2] or '')

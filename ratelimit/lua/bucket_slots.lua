@@ -44,7 +44,10 @@ function B.fmt(x) return string.format('%.0f', x) end
 
 -- B.clock returns the time in µs: the override when given, else Redis TIME.
 function B.clock(override)
-  if override ~= nil and override ~= '' then return tonumber(override) end
+  if override ~= nil and override ~= '' then
+    B.given = true -- not Redis's clock: B.save refreshes the TTL at each save
+    return tonumber(override)
+  end
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
