@@ -202,7 +202,7 @@ func TestTokenizer(t *testing.T) {
 	}
 }
 
-// TestDollarQuotaNeverOvershoots: 50 concurrent calls against a quota
+// TestDollarQuotaNeverOvershoots: waves of 50 concurrent calls against a quota
 // in dollars (nano-dollars) each reserve their input and an output cap
 // at the prices, capped to what is left; settled with what they cost
 // (part of the input served from the cache, at a lower price), the
@@ -229,42 +229,47 @@ func TestDollarQuotaNeverOvershoots(t *testing.T) {
 		spent                  int64
 		admitted, refused, cut int
 	)
-	for c := range concurrency {
-		wg.Add(1)
-		go func(c int) {
-			defer wg.Done()
-			rng := rand.New(rand.NewSource(int64(c)))
-			input := 200 + rng.Int63n(1500)
-			g, err := q.ReserveDollars(ctx, tenant, agent, fmt.Sprintf("job-%d", c), limit, input, requestedMax, inPrice, outPrice)
-			if errors.Is(err, ratelimit.ErrQuotaExceeded) {
+	// waves of concurrent calls until the quota both refused and capped
+	// some: which reservations race ahead varies, and a wave whose first
+	// two leave too little for any cap refuses the rest outright
+	for wave := 0; wave < 6 && (refused == 0 || cut == 0); wave++ {
+		for c := range concurrency {
+			wg.Add(1)
+			go func(c int) {
+				defer wg.Done()
+				rng := rand.New(rand.NewSource(int64(wave*concurrency + c)))
+				input := 200 + rng.Int63n(1500)
+				g, err := q.ReserveDollars(ctx, tenant, agent, fmt.Sprintf("job-%d-%d", wave, c), limit, input, requestedMax, inPrice, outPrice)
+				if errors.Is(err, ratelimit.ErrQuotaExceeded) {
+					mu.Lock()
+					refused++
+					mu.Unlock()
+					return
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if g.Cap > requestedMax || g.Cap < 16 || g.Reserved != input*inPrice+g.Cap*outPrice {
+					t.Errorf("grant %+v: cap outside [16, %d] or reserved not input and cap at the prices", g, requestedMax)
+				}
+				// the reply: some output within the cap; some input cached
+				out, cached := rng.Int63n(g.Cap+1), rng.Int63n(input+1)
+				cost := (input-cached)*inPrice + cached*cachedPrice + out*outPrice
+				if err := q.Settle(ctx, g, cost); err != nil {
+					t.Error(err)
+				}
 				mu.Lock()
-				refused++
+				admitted++
+				spent += cost
+				if g.Cap < requestedMax {
+					cut++
+				}
 				mu.Unlock()
-				return
-			}
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			if g.Cap > requestedMax || g.Cap < 16 || g.Reserved != input*inPrice+g.Cap*outPrice {
-				t.Errorf("grant %+v: cap outside [16, %d] or reserved not input and cap at the prices", g, requestedMax)
-			}
-			// the reply: some output within the cap; some input cached
-			out, cached := rng.Int63n(g.Cap+1), rng.Int63n(input+1)
-			cost := (input-cached)*inPrice + cached*cachedPrice + out*outPrice
-			if err := q.Settle(ctx, g, cost); err != nil {
-				t.Error(err)
-			}
-			mu.Lock()
-			admitted++
-			spent += cost
-			if g.Cap < requestedMax {
-				cut++
-			}
-			mu.Unlock()
-		}(c)
+			}(c)
+		}
+		wg.Wait()
 	}
-	wg.Wait()
 	u, err := q.UsedDollars(ctx, tenant, agent, limit)
 	if err != nil {
 		t.Fatal(err)
