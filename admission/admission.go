@@ -565,11 +565,15 @@ func (s *Scheduler) Started(ctx context.Context, model, id string) error {
 	if err != nil {
 		return err
 	}
-	args := []any{s.now(), id}
-	if b.Limits().Windowed() {
-		args = append(args, b.ScriptArgs(ratelimit.Values{})...)
-		args = append(args, s.cfg.SendLag.Microseconds())
+	if !b.Limits().Windowed() {
+		if err := startedPlainScript.Run(ctx, s.rdb, []string{keys.Released, keys.Tickets}, id).Err(); err != nil {
+			return fmt.Errorf("admission: started %s: %w", id, err)
+		}
+		return nil
 	}
+	args := []any{s.now(), id}
+	args = append(args, b.ScriptArgs(ratelimit.Values{})...)
+	args = append(args, s.cfg.SendLag.Microseconds())
 	if err := startedScript.Run(ctx, s.rdb, keys.list(), args...).Err(); err != nil {
 		return fmt.Errorf("admission: started %s: %w", id, err)
 	}

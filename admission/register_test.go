@@ -171,3 +171,50 @@ func TestSubmitManyHoldsFirst(t *testing.T) {
 		t.Fatalf("after submitting again: backlog %d, in %d; want 4 and 4", st.Backlog["paid"], st.InJobs["paid"])
 	}
 }
+
+// TestStartedOnABucketNeedsNoClock: a token bucket's start only takes
+// the ticket out of the released set and the tickets (three commands
+// with its EVALSHA: no TIME, no bucket read), and the ticket is gone
+// from both.
+func TestStartedOnABucketNeedsNoClock(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.New(t).Client(t)
+	ctx := context.Background()
+	b, err := ratelimit.NewBucket(rdb, "plain", "sk", ratelimit.Limits{RequestsPerPeriod: 1000, TokensPerPeriod: 1 << 20, Period: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(rdb, map[string]*ratelimit.Bucket{"plain": b}, nil, nil, Config{}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk := Ticket{ID: "job-1", Queue: "q", Model: "plain", Class: "paid", Tenant: "1", PRSeq: 1, Total: 1, Tokens: 100}
+	if ok, err := s.Register(ctx, tk); err != nil || !ok {
+		t.Fatalf("register: %v %v", ok, err)
+	}
+	adm, _, err := s.Admit(ctx, "plain", 1)
+	if err != nil || len(adm) != 1 {
+		t.Fatalf("admit: %v %v", adm, err)
+	}
+	keys, _, err := s.keys("plain")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := startedPlainScript.Load(ctx, rdb).Err(); err != nil {
+		t.Fatal(err)
+	}
+	before := totalCommands(t, rdb)
+	if err := s.Started(ctx, "plain", tk.ID); err != nil {
+		t.Fatal(err)
+	}
+	// less the INFO that read before
+	if n := totalCommands(t, rdb) - before - 1; n != 3 {
+		t.Errorf("Started ran %d commands, want 3 (EVALSHA, ZREM, HDEL)", n)
+	}
+	if rdb.HExists(ctx, keys.Tickets, tk.ID).Val() || rdb.ZScore(ctx, keys.Released, tk.ID).Err() != redis.Nil {
+		t.Error("the started ticket is still in the tickets or the released set")
+	}
+	if rdb.HExists(ctx, keys.Reservations, tk.ID).Val() == false {
+		t.Error("the start dropped the reservation: the call and settle still need it")
+	}
+}
