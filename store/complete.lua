@@ -16,8 +16,16 @@ local st, sd, rt, rd = tonumber(run[4]) or 0, tonumber(run[5]) or 0, tonumber(ru
 local done = redis.call('HINCRBY', KEYS[1], ARGV[4] .. '_done', 1)
 if ARGV[4] == 'summary' then sd = done elseif ARGV[4] == 'review' then rd = done end
 -- the run's first result creates the results hash (StartRun deleted it;
--- carried results set their own TTL): it gets its TTL in the same step
-if sd + rd == 1 then redis.call('PEXPIRE', KEYS[2], ARGV[6]) end
+-- carried results set their own TTL): it gets its TTL in the same step,
+-- and lives at least as long as the run (a wait for a quota may have
+-- made the run outlive ARGV[6]; a later wait extends both), so it never
+-- expires under a live run and comes back with no TTL
+if sd + rd == 1 then
+  local ttl = tonumber(ARGV[6])
+  local runttl = redis.call('PTTL', KEYS[1])
+  if runttl > ttl then ttl = runttl end
+  redis.call('PEXPIRE', KEYS[2], ttl)
+end
 if ARGV[5] == '1' then redis.call('HINCRBY', KEYS[1], 'skipped_quota', 1) end
 if sd >= st and rd >= rt then
   -- when the head's files were all done: the reconciler finalizes a run

@@ -138,6 +138,35 @@ func TestResultsHashGetsItsTTLOnTheRunsFirstResult(t *testing.T) {
 	}
 }
 
+// TestResultsOutliveAWaitingRun: a run that waits for its tenant's
+// quota past the retention (SetWaiting before any result) gives its first
+// result's hash the run's longer life, so the results never expire under
+// the live run (and a later result never recreates them without a TTL).
+func TestResultsOutliveAWaitingRun(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Shared(t).Client(t)
+	st := store.New(rdb, jobs.TierFree)
+	pr := jobs.PR{Installation: 1, Owner: "o", Repo: "results-wait", Number: 1}
+	key := "{prq:pr:" + pr.Key() + "}:results:h1"
+	if _, started, err := st.StartRun(ctx, store.Run{PR: pr, Head: "h1", SummaryTotal: 2}, []store.FileData{{Path: "a.go"}, {Path: "b.go", Index: 1}}); err != nil || !started {
+		t.Fatalf("started=%v %v", started, err)
+	}
+	// a month's quota: the run waits 40 days
+	if err := st.SetWaiting(ctx, pr, "h1", time.Now().Add(40*24*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	runTTL := rdb.PTTL(ctx, "{prq:pr:"+pr.Key()+"}:run").Val()
+	if runTTL < 40*24*time.Hour {
+		t.Fatalf("the waiting run lives %v, want past its wait", runTTL)
+	}
+	if _, err := st.CompleteFile(ctx, pr, "h1", store.Result{Kind: jobs.KindSummary, Index: 0, Path: "a.go"}); err != nil {
+		t.Fatal(err)
+	}
+	if ttl := rdb.PTTL(ctx, key).Val(); ttl < runTTL-time.Minute {
+		t.Fatalf("the results hash lives %v, the run it belongs to %v", ttl, runTTL)
+	}
+}
+
 // TestBaseChangeRestartsTheRun: the pull request's base edited (same
 // head, another diff) plans the head again; the same head and base
 // does not.

@@ -63,7 +63,7 @@ var meanings = map[string]meaning{
 	"addr":                 {Text: "HTTP listen address of `serve`, `all` and `gateway`."},
 	"allow_eviction":       {Text: "Start although Redis's `maxmemory-policy` is not `noeviction`. Unsafe: eviction silently deletes jobs."},
 	"allow_no_persistence": {Text: "Start although Redis has neither AOF nor RDB snapshots. Unsafe: a Redis restart loses acknowledged deliveries and queued jobs."},
-	"retention":            {Text: "How long a pull request's state (runs, files, results, what was posted) is kept after its last change; every such key expires then. See [what is in Redis](architecture.md#what-is-in-redis)."},
+	"retention":            {Text: "How long a pull request's state (runs, files, results, what was posted) is kept, from when each is written; a run waiting for quota longer. See [what is in Redis](architecture.md#what-is-in-redis)."},
 	"shutdown_timeout":     {Text: "How long in-flight jobs may run after SIGTERM."},
 	"default_tier":         {Text: "The tier of installations without a plan."},
 
