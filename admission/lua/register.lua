@@ -1,5 +1,5 @@
 -- admission register: tickets join the model's order, in the order
--- given, as one call each would add them (one script call: the reads of
+-- given, as one call each a µs apart would add them (one script call: the reads of
 -- the flows' heads and virtual times, the writes of each key and the
 -- wake are paid once).
 -- KEYS: prelude.lua's.  ARGV[1] now µs ("": Redis TIME), ARGV[2] the
@@ -34,7 +34,11 @@ end
 if #ids >= 3 then ticketload(ids) end
 vtload(want)
 local out, wakes = {}, {}
+-- each ticket of the batch comes a µs after the one before it, as one
+-- call each would stamp them: the aging order keeps the order given
+local t0 = now
 for i = 3, #ARGV - 1, 2 do
+  now = t0 + (i - 3) / 2
   local n, class = register(ARGV[i], ARGV[i + 1])
   out[#out + 1] = n
   if n == 1 and (class == 'chat' or not wakes[class]) then
@@ -42,6 +46,7 @@ for i = 3, #ARGV - 1, 2 do
     wakes[#wakes + 1] = class
   end
 end
+now = t0
 flushorder()
 if ARGV[2] ~= '' then
   for _, class in ipairs(wakes) do redis.call('PUBLISH', ARGV[2], 't|' .. class .. '|' .. B.fmt(now)) end
