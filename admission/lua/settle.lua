@@ -29,11 +29,7 @@ local r = redis.call('HGET', KEYS[12], ARGV[2])
 -- the way
 local rep = nil
 do
-  local e = 4
-  for _ = 1, tonumber(ARGV[4]) do
-    local kind = string.sub(ARGV[e + 1], 1, 1)
-    if kind == 'a' then e = e + 10 elseif kind == 'w' then e = e + 8 else e = e + 5 end
-  end
+  local e = B.dimsend(ARGV, 3)
   local k = tonumber(ARGV[e + 3] or '')
   if k ~= nil and k >= 0 and k < NKEYS then rep = {key = k, at = e + 3} end
 end

@@ -19,6 +19,18 @@
 -- does not let go of another's that took longer.
 -- It brings the state up to now and returns it and the index of the last
 -- argument it read. st.burst[i] is the most one call may ever take.
+-- B.DIMARGS is how many arguments a dimension of each kind takes, its
+-- kind included; B.dimsend the index of the last of n dimensions' at
+-- base (as B.load returns it, without loading: a script that reads
+-- arguments after them before it loads).
+B.DIMARGS = {a = 10, w = 8, b = 5}
+function B.dimsend(argv, base)
+  local b = base + 1
+  for _ = 1, tonumber(argv[base + 1]) do
+    b = b + (B.DIMARGS[string.sub(argv[b + 1] or '', 1, 1)] or 0)
+  end
+  return b
+end
 function B.load(key, argv, base, now)
   local st = {key = key, now = now, kind = {}, fid = {}, lim = {}, per = {}, burst = {}, val = {}, level = {},
     sub = {}, sublim = {}, slot = {}, sum = {}, subsum = {}, first = {}, subfirst = {}, oldest = {}, newest = {}, base = {}, learn = {}, margin = {},
@@ -40,13 +52,13 @@ function B.load(key, argv, base, now)
       else
         v = {'b', argv[b + 2], argv[b + 3], argv[b + 4], argv[b + 5]}
       end
-      b = b + 10
+      b = b + B.DIMARGS.a
     elseif kind == 'w' then
       v = {'w', argv[b + 2], argv[b + 3], argv[b + 4], argv[b + 5], argv[b + 6], argv[b + 7], argv[b + 8]}
-      b = b + 8
+      b = b + B.DIMARGS.w
     elseif kind == 'b' then
       v = {'b', argv[b + 2], argv[b + 3], argv[b + 4], argv[b + 5]}
-      b = b + 5
+      b = b + B.DIMARGS.b
     else
       error('bucket: unknown limiter kind ' .. tostring(kind))
     end
