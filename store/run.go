@@ -564,13 +564,7 @@ func (s *Store) PostedEach(ctx context.Context, pr jobs.PR, whats ...string) ([]
 
 // SetPosted records what was posted, so a retried job never posts twice.
 func (s *Store) SetPosted(ctx context.Context, pr jobs.PR, what string, id int64) error {
-	pipe := s.rdb.Pipeline()
-	pipe.HSet(ctx, postedKey(pr), what, id)
-	pipe.Expire(ctx, postedKey(pr), s.RunTTL)
-	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("store: set posted %s %s: %w", pr, what, err)
-	}
-	return nil
+	return s.SetPostedEach(ctx, pr, []string{what}, []int64{id})
 }
 
 // SetPostedEach is SetPosted of several things (whats[i] recorded as
