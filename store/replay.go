@@ -2,17 +2,12 @@ package store
 
 import (
 	"context"
-	_ "embed"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
-
-//go:embed replay.lua
-var replaySource string
-
-var replayScript = redis.NewScript(replaySource)
 
 func replayKey(digest string) string { return "prq:wh:replay:" + digest }
 
@@ -21,8 +16,12 @@ func replayKey(digest string) string { return "prq:wh:replay:" + digest }
 // returns the delivery id that holds the digest (delivery itself when it
 // was free, or when GitHub redelivers under the same id). A replay of a
 // captured body under a new id finds the first id (webhook.Replays).
+// One SET NX GET (setNXGet).
 func (s *Store) ClaimDelivery(ctx context.Context, digest, delivery string, window time.Duration) (string, error) {
-	held, err := replayScript.Run(ctx, s.rdb, []string{replayKey(digest)}, delivery, window.Milliseconds()).Text()
+	held, err := s.setNXGet(ctx, replayKey(digest), delivery, window)
+	if errors.Is(err, redis.Nil) {
+		return delivery, nil
+	}
 	if err != nil {
 		return "", fmt.Errorf("store: claim delivery %s: %w", delivery, err)
 	}

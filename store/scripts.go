@@ -5,5 +5,5 @@ package store
 func ScriptHashes() map[string]string {
 	return map[string]string{chatLimitScript.Hash(): "store.chatlimit", completeScript.Hash(): "store.complete", startScript.Hash(): "store.start",
 		finalizedScript.Hash(): "store.finalized", markStuckScript.Hash(): "store.stuck", unlockScript.Hash(): "store.unlock", lockScript.Hash(): "store.lock",
-		replayScript.Hash(): "store.replay", addLearningScript.Hash(): "store.learn_add", removeLearningScript.Hash(): "store.learn_remove", votesScript.Hash(): "store.votes"}
+		addLearningScript.Hash(): "store.learn_add", removeLearningScript.Hash(): "store.learn_remove", votesScript.Hash(): "store.votes"}
 }

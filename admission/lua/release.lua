@@ -13,23 +13,33 @@
 --   release it either: aggregating), -4 its state's set does not hold it
 local from = {scheduled = KEYS[2], retry = KEYS[3], archived = KEYS[4], completed = KEYS[5]}
 local out = {}
+local function release(i, id, key)
+  redis.call('LPUSH', KEYS[1], id)
+  redis.call('HSET', key, 'state', 'pending')
+  out[i] = 1
+end
 for i, id in ipairs(ARGV) do
   local key = KEYS[5 + i]
-  local state = redis.call('HGET', key, 'state')
-  if not state then
-    out[i] = 0
-  elseif state == 'active' then
-    out[i] = -1
-  elseif state == 'pending' then
-    out[i] = -2
-  elseif from[state] == nil then
-    out[i] = -3
-  elseif redis.call('ZREM', from[state], id) == 0 then
-    out[i] = -4
+  -- most tasks wait scheduled: taken from that set, the task's state was
+  -- 'scheduled' (asynq moves a task's set and state together), so its
+  -- hash needs no read; else its state says where it is
+  if redis.call('ZREM', KEYS[2], id) == 1 then
+    release(i, id, key)
   else
-    redis.call('LPUSH', KEYS[1], id)
-    redis.call('HSET', key, 'state', 'pending')
-    out[i] = 1
+    local state = redis.call('HGET', key, 'state')
+    if not state then
+      out[i] = 0
+    elseif state == 'active' then
+      out[i] = -1
+    elseif state == 'pending' then
+      out[i] = -2
+    elseif from[state] == nil then
+      out[i] = -3
+    elseif state == 'scheduled' or redis.call('ZREM', from[state], id) == 0 then
+      out[i] = -4
+    else
+      release(i, id, key)
+    end
   end
 end
 return out
