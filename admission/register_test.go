@@ -218,3 +218,58 @@ func TestStartedOnABucketNeedsNoClock(t *testing.T) {
 		t.Error("the start dropped the reservation: the call and settle still need it")
 	}
 }
+
+// TestCallingOnABucketKeepsItsSumsWithTheState: a token bucket's call
+// reads the uncalled sums with the state (one HMGET of the state hash,
+// which holds them) and writes them with its save: EVALSHA, TIME, the
+// reservation's HGET, the state's HMGET and HSET and the reservation's
+// mark; a settle after it writes no sums either.
+func TestCallingOnABucketKeepsItsSumsWithTheState(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.New(t).Client(t)
+	ctx := context.Background()
+	b, err := ratelimit.NewBucket(rdb, "plain", "sk", ratelimit.Limits{RequestsPerPeriod: 1000, TokensPerPeriod: 1 << 20, Period: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(rdb, map[string]*ratelimit.Bucket{"plain": b}, nil, nil, Config{}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, _, err := s.keys("plain")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk := Ticket{ID: "job-1", Queue: "q", Model: "plain", Class: "paid", Tenant: "1", PRSeq: 1, Total: 1, Tokens: 100}
+	if ok, err := s.Register(ctx, tk); err != nil || !ok {
+		t.Fatalf("register: %v %v", ok, err)
+	}
+	if adm, _, err := s.Admit(ctx, "plain", 1); err != nil || len(adm) != 1 {
+		t.Fatalf("admit: %v %v", adm, err)
+	}
+	if got := rdb.HGet(ctx, keys.State, "uncalled").Val(); !strings.HasPrefix(got, "0:") {
+		t.Fatalf("after admission the state holds uncalled sums %q, want the ticket's", got)
+	}
+	if err := s.Started(ctx, "plain", tk.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := callingScript.Load(ctx, rdb).Err(); err != nil {
+		t.Fatal(err)
+	}
+	before := totalCommands(t, rdb)
+	if err := s.Calling(ctx, "plain", tk.ID); err != nil {
+		t.Fatal(err)
+	}
+	if n := totalCommands(t, rdb) - before - 1; n != 6 {
+		t.Errorf("Calling ran %d commands, want 6 (EVALSHA, TIME, HGET, HMGET, HSET state, HSET reservation)", n)
+	}
+	if rdb.HGet(ctx, keys.State, "uncalled").Val() != "" || rdb.HExists(ctx, keys.VirtualTimes, "uncalled").Val() {
+		t.Error("the call left uncalled sums behind")
+	}
+	if err := s.Settle(ctx, "plain", tk.ID, ratelimit.Cost{}); err != nil {
+		t.Fatal(err)
+	}
+	if rdb.HGet(ctx, keys.State, "uncalled").Val() != "" || rdb.HExists(ctx, keys.Reservations, tk.ID).Val() {
+		t.Error("the settle left uncalled sums or the reservation behind")
+	}
+}

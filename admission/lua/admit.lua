@@ -227,7 +227,7 @@ local nwaits = 0
 if #W.released > 0 then
   callchunks('ZADD', KEYS[10], W.released)
   callchunks('HSET', KEYS[12], W.res)
-  ucopened(st, W.res)
+  ucopened(st, W.res, A.dirty[live[1]])
   callchunks('ZADD', KEYS[13], W.resage)
   nwaits = callchunks('LPUSH', KEYS[16], W.waits) or 0
 end

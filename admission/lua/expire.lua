@@ -10,10 +10,11 @@
 -- Uses: B, now, ucadd, ucload, ucrecount, ucsave, uctracked
 local stale = redis.call('ZRANGEBYSCORE', KEYS[13], '-inf', ARGV[2], 'LIMIT', 0, 1000)
 if #stale == 0 and ARGV[3] ~= 'recount' then return 0 end
-local tracked = uctracked(B.load(KEYS[1], ARGV, 3, now))
+local st = B.load(KEYS[1], ARGV, 3, now)
+local tracked = uctracked(st)
 if #stale > 0 then
   if tracked and ARGV[3] ~= 'recount' then
-    local U = ucload()
+    local U = ucload(st)
     for _, r in ipairs(redis.call('HMGET', KEYS[12], unpack(stale))) do
       if r then ucadd(U, r, -1) end
     end

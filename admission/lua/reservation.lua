@@ -77,24 +77,36 @@ end
 -- The uncalled sums: per API key and dimension id, what the key's open
 -- reservations not called yet (no " c") charged, for a token bucket's
 -- correction at a call (start.lua), which would otherwise read every
--- reservation of the model. Kept in one field of the vt hash (KEYS[8]),
--- "uncalled": "<key>:<id>:<sum>" parts; admit adds (ucopened), the
--- call and a settle before the call subtract, the reconciler's expire
--- recounts them from the reservations (ucrecount), which also repairs
--- what a reconfiguration (a key or a dimension gone) left. Only for a
--- limiter that may count in a token bucket (uctracked: 'b' or 'a');
--- a reservation without dimension ids (written before they were) is
--- not counted.
+-- reservation of the model. Kept in one field of the model's state hash
+-- (KEYS[1], key 0's bucket state), "uncalled": "<key>:<id>:<sum>"
+-- parts, so a script that loads and saves that state reads and writes
+-- them with it (B.EXTRA; ucload and ucsave given the loaded state) at no
+-- command of their own; admit adds (ucopened), the call and a settle
+-- before the call subtract, the reconciler's expire recounts them from
+-- the reservations (ucrecount), which also repairs what a
+-- reconfiguration (a key or a dimension gone) left. Only for a limiter
+-- that may count in a token bucket (uctracked: 'b' or 'a'); a
+-- reservation without dimension ids (written before they were) is not
+-- counted.
+B.EXTRA = {'uncalled'}
 
 -- uctracked says whether a loaded state's limiter keeps the sums.
 local function uctracked(st)
   return st.n > 0 and (st.auto ~= nil or st.kind[1] == 'b')
 end
 
--- ucload reads the sums: U[key][id] = sum.
-local function ucload()
+-- ucheld says whether st is KEYS[1]'s loaded state, which holds the sums.
+local function ucheld(st)
+  return st ~= nil and st.key == KEYS[1] and st.extra ~= nil
+end
+
+-- ucload reads the sums: U[key][id] = sum; from st when it is KEYS[1]'s
+-- loaded state, else from Redis.
+local function ucload(st)
+  local raw
+  if ucheld(st) then raw = st.extra.uncalled else raw = redis.call('HGET', KEYS[1], 'uncalled') end
   local U = {}
-  for k, id, v in string.gmatch(redis.call('HGET', KEYS[8], 'uncalled') or '', '(%d+):(%d+):(%d+)') do
+  for k, id, v in string.gmatch(raw or '', '(%d+):(%d+):(%d+)') do
     k = tonumber(k)
     U[k] = U[k] or {}
     U[k][tonumber(id)] = tonumber(v)
@@ -114,35 +126,47 @@ local function ucadd(U, r, sign)
   end
 end
 
--- ucsave writes U (sums of 0 left out).
-local function ucsave(U)
+-- ucsave writes U (sums of 0 left out): into st when it is KEYS[1]'s
+-- loaded state (its B.save, which the caller runs after, writes them,
+-- none as an empty field: no HDEL beside the state's HSET), else to
+-- Redis.
+local function ucsave(U, st)
   local parts = {}
   for k, u in pairs(U) do
     for id, v in pairs(u) do
       if v > 0 then parts[#parts + 1] = k .. ':' .. id .. ':' .. B.fmt(v) end
     end
   end
-  if #parts == 0 then
-    redis.call('HDEL', KEYS[8], 'uncalled')
+  table.sort(parts) -- one state, one form
+  local v = table.concat(parts, ' ')
+  if ucheld(st) then
+    if v ~= (st.extra.uncalled or '') then
+      st.extra.uncalled, st.xdirty.uncalled = v, true
+    end
+  elseif v == '' then
+    redis.call('HDEL', KEYS[1], 'uncalled')
   else
-    table.sort(parts) -- one state, one form
-    redis.call('HSET', KEYS[8], 'uncalled', table.concat(parts, ' '))
+    redis.call('HSET', KEYS[1], 'uncalled', v)
   end
 end
 
--- ucopened adds the reservations admit wrote (list: id, reservation, ...).
-local function ucopened(st, list)
+-- ucopened adds the reservations admit wrote (list: id, reservation,
+-- ...) to the sums read with st, into st when saved says the caller
+-- saves it (else to Redis: a state left unsaved stays as it was).
+local function ucopened(st, list, saved)
   if #list == 0 or not uctracked(st) then return end
-  local U = ucload()
+  local U = ucload(st)
   for i = 2, #list, 2 do ucadd(U, list[i], 1) end
-  ucsave(U)
+  if saved then ucsave(U, st) else ucsave(U) end
 end
 
--- ucrecount sets the sums from the reservations (none: not tracked).
+-- ucrecount sets the sums from the reservations (none: not tracked),
+-- and drops them where an older prq kept them (the vt hash).
 local function ucrecount(tracked)
   local U = {}
   if tracked then
     for _, r in ipairs(redis.call('HVALS', KEYS[12])) do ucadd(U, r, 1) end
   end
   ucsave(U)
+  redis.call('HDEL', KEYS[8], 'uncalled')
 end

@@ -96,12 +96,12 @@ if key ~= nil then -- else its key is gone: nothing to correct
       if way ~= nil and at ~= nil then B.exact(st, i, at, kept, at + way) end
     end
   end
-  B.save(st)
   if uctracked(st) and not resmark(r, 'c') then
-    local U = ucload()
+    local U = ucload(st)
     ucadd(U, r, -1)
-    ucsave(U)
+    ucsave(U, st)
   end
+  B.save(st)
 end
 redis.call('HDEL', KEYS[12], ARGV[2])
 redis.call('ZREM', KEYS[13], ARGV[2])

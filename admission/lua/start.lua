@@ -57,11 +57,11 @@ local costs = {}
 for j = 1, st.n do costs[j] = charged[j] or 0 end
 -- the call leaves the uncalled sums (a limiter that keeps them); U:
 -- the sums, when read already
-local function called(mark, U)
+local function called(mark, U, into)
   if uctracked(st) and not resmark(r, 'c') then
-    U = U or ucload()
+    U = U or ucload(st)
     ucadd(U, r, -1)
-    ucsave(U)
+    ucsave(U, into)
   end
   if not resmark(mark, 'c') then mark = mark .. ' c' end
   return mark
@@ -72,7 +72,7 @@ if st.kind[1] == 'b' then
   -- and not called yet: the handler's work between its start and its
   -- call (tens of ms, more on a loaded machine) is refill ours counts
   -- and the provider's, capped at full, does not
-  local U = ucload()
+  local U = ucload(st)
   local unseen = U[key] or {}
   local moved = false
   for j = 1, st.n do
@@ -84,8 +84,9 @@ if st.kind[1] == 'b' then
       moved = true
     end
   end
+  -- the sums go with the state's save (one write) when it holds them
+  local mark = called(r, U, moved and st or nil)
   if moved then B.save(st) end
-  local mark = called(r, U)
   if mark ~= r then redis.call('HSET', KEYS[12], ARGV[2], mark) end
   return 0
 end

@@ -176,6 +176,10 @@ function B.save(st)
   end
   -- fields to delete, of every dimension: one command
   local maxper, gone = 0, {}
+  for f in pairs(st.xdirty or {}) do
+    local v = st.extra[f]
+    if v then args[#args + 1], args[#args + 2] = f, v else gone[#gone + 1] = f end
+  end
   for i = 1, st.n do
     if st.kind[i] == 'w' then
       local pre = 'w' .. st.fid[i]

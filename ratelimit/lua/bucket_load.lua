@@ -23,7 +23,12 @@
 -- kind included; B.dimsend the index of the last of n dimensions' at
 -- base (as B.load returns it, without loading: a script that reads
 -- arguments after them before it loads).
+-- B.EXTRA names fields a caller keeps in the same hash beside the
+-- state (set before B.load): B.load reads them with the state into
+-- st.extra (false: absent), and B.save writes those it marks in
+-- st.xdirty (a value of false deletes the field).
 B.DIMARGS = {a = 10, w = 8, b = 5}
+B.EXTRA = {}
 function B.dimsend(argv, base)
   local b = base + 1
   for _ = 1, tonumber(argv[base + 1]) do
@@ -92,7 +97,10 @@ function B.load(key, argv, base, now)
   end
   local nf = #fields
   for _, f in ipairs({'tv', 'ow', 'ya', 'yc', 'yp', 'x'}) do fields[#fields + 1] = f end
+  for _, f in ipairs(B.EXTRA) do fields[#fields + 1] = f end
   local stored = redis.call('HMGET', key, unpack(fields))
+  st.extra, st.xdirty = {}, {}
+  for x, f in ipairs(B.EXTRA) do st.extra[f] = stored[nf + 6 + x] or false end
   st.last = tonumber(stored[1] or '') or now
   st.expiry = tonumber(stored[nf + 6] or '') -- B.save's TTL refresh
   -- the last save of a writer that knows no slot times (see above)
