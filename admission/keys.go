@@ -24,7 +24,7 @@ type keySet struct {
 	Released       string // zset: id by release deadline µs
 	Stats          string // hash of counters
 	Reservations   string // hash: id -> reservation (format: docs/limiter.md; codec: reservation.go)
-	ReservationAge string // zset: id by its charge's time µs (admission, moved by started, calling, sent)
+	ReservationAge string // zset: id by its charge's time µs, only for reservations an older prq wrote (no " @<µs>")
 	Delayed        string // zset: "id NUL ticket" by due µs
 	Paused         string // string: why admissions are paused
 	Waits          string // list: recent waits "class:µs", newest first

@@ -160,6 +160,7 @@ func TestReservationGolden(t *testing.T) {
 		Timed   bool     `json:"timed"`
 		Written bool     `json:"written"`
 		Way     int64    `json:"way"`
+		At      int64    `json:"at"`
 	}
 	if err := json.Unmarshal(raw, &cases); err != nil {
 		t.Fatal(err)
@@ -170,7 +171,7 @@ func TestReservationGolden(t *testing.T) {
 	rdb := redistest.Shared(t).Client(t)
 	for _, c := range cases {
 		want := reservation{Costs: c.Costs, Dims: c.Dims, Key: c.Key, Started: c.Started, StartAt: c.StartAt,
-			Called: c.Called, Timed: c.Timed, Written: c.Written, Way: c.Way}
+			Called: c.Called, Timed: c.Timed, Written: c.Written, Way: c.Way, At: c.At}
 		if got := parseReservation(c.Stored, c.Keys); !reflect.DeepEqual(got, want) {
 			t.Errorf("Go reads %q as\n %+v\nwant %+v", c.Stored, got, want)
 		}
@@ -183,7 +184,7 @@ func TestReservationGolden(t *testing.T) {
 		}
 		b := func(x bool) string { return map[bool]string{true: "1", false: "0"}[x] }
 		lw := []string{strings.Join(c.Costs, " "), strings.Join(c.Dims, ","), strconv.Itoa(c.Key), b(c.Started),
-			strconv.FormatInt(c.StartAt, 10), b(c.Called), b(c.Timed), b(c.Written), strconv.FormatInt(c.Way, 10)}
+			strconv.FormatInt(c.StartAt, 10), b(c.Called), b(c.Timed), b(c.Written), strconv.FormatInt(c.Way, 10), strconv.FormatInt(c.At, 10)}
 		lg := make([]string, len(v))
 		for i, x := range v {
 			lg[i] = fmt.Sprint(x)

@@ -1,11 +1,13 @@
 package admission
 
 import (
+	"cmp"
 	"context"
 	"embed"
 	"fmt"
 	"log/slog"
 	"math/rand"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -83,9 +85,14 @@ func referenceScripts() scriptSet {
 	}
 }
 
+// atPart is a reservation's charge time, " @<µs>".
+var atPart = regexp.MustCompile(` @(\d+)`)
+
 // dumpState is every key of a Redis, by name, in a form two Redis
 // servers with the same logical state print alike (a hash's fields
-// sorted: their order in Redis is not state; TTLs only as present).
+// sorted: their order in Redis is not state; TTLs only as present). A
+// reservation's charge time is printed as the reference keeps it, as
+// its score in the resage zset.
 func dumpState(t *testing.T, rdb *redis.Client) map[string]string {
 	t.Helper()
 	ctx := context.Background()
@@ -94,6 +101,22 @@ func dumpState(t *testing.T, rdb *redis.Client) map[string]string {
 		t.Fatal(err)
 	}
 	out := map[string]string{}
+	ages := map[string][]redis.Z{} // resage key -> members from the reservations' " @"
+	for _, k := range keys {
+		if res, ok := strings.CutSuffix(k, ":adm:res"); ok {
+			for id, r := range rdb.HGetAll(ctx, k).Val() {
+				if m := atPart.FindStringSubmatch(r); m != nil {
+					us, _ := strconv.ParseFloat(m[1], 64)
+					ages[res+":adm:resage"] = append(ages[res+":adm:resage"], redis.Z{Score: us, Member: id})
+				}
+			}
+		}
+	}
+	for k := range ages {
+		if !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
 	for _, k := range keys {
 		typ := rdb.Type(ctx, k).Val()
 		var v string
@@ -107,12 +130,22 @@ func dumpState(t *testing.T, rdb *redis.Client) map[string]string {
 				if f == "uncalled" {
 					continue // the reference keeps none (checkUncalled)
 				}
+				if strings.HasSuffix(k, ":adm:res") {
+					x = atPart.ReplaceAllString(x, "")
+				}
 				fs = append(fs, f+"="+x)
 			}
 			slices.Sort(fs)
 			v = strings.Join(fs, " ")
-		case "zset":
-			zs := rdb.ZRangeWithScores(ctx, k, 0, -1).Val()
+		case "zset", "none":
+			zs := append(rdb.ZRangeWithScores(ctx, k, 0, -1).Val(), ages[k]...)
+			slices.SortFunc(zs, func(a, b redis.Z) int {
+				if c := cmp.Compare(a.Score, b.Score); c != 0 {
+					return c
+				}
+				return strings.Compare(fmt.Sprint(a.Member), fmt.Sprint(b.Member))
+			})
+			typ = "zset"
 			parts := make([]string, len(zs))
 			for i, z := range zs {
 				parts[i] = fmt.Sprintf("%v:%s", z.Member, strconv.FormatFloat(z.Score, 'g', -1, 64))

@@ -77,12 +77,13 @@ func (s *Scheduler) expire(ctx context.Context, model string, now time.Time, rec
 	if recount {
 		how = "recount"
 	} else {
-		// nearly always none: one read, not a script, every pass
-		stale, err := s.rdb.ZRangeByScore(ctx, keys.ReservationAge, &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(old, 10), Count: 1}).Result()
+		// an idle model has none open: one read, not a script, every pass
+		// (the script reads the open ones' charge times)
+		n, err := s.rdb.HLen(ctx, keys.Reservations).Result()
 		if err != nil {
 			return fmt.Errorf("admission: reconcile: expire reservations: %w", err)
 		}
-		if len(stale) == 0 {
+		if n == 0 {
 			return nil
 		}
 	}

@@ -223,7 +223,8 @@ func TestStartedOnABucketNeedsNoClock(t *testing.T) {
 // reads the uncalled sums with the state (one HMGET of the state hash,
 // which holds them) and writes them with its save: EVALSHA, TIME, the
 // reservation's HGET, the state's HMGET and HSET and the reservation's
-// mark; a settle after it writes no sums either.
+// mark; a settle after it writes no sums either, and ends the
+// reservation with one HDEL.
 func TestCallingOnABucketKeepsItsSumsWithTheState(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.New(t).Client(t)
@@ -266,8 +267,16 @@ func TestCallingOnABucketKeepsItsSumsWithTheState(t *testing.T) {
 	if rdb.HGet(ctx, keys.State, "uncalled").Val() != "" || rdb.HExists(ctx, keys.VirtualTimes, "uncalled").Val() {
 		t.Error("the call left uncalled sums behind")
 	}
+	if err := settleScript.Load(ctx, rdb).Err(); err != nil {
+		t.Fatal(err)
+	}
+	before = totalCommands(t, rdb)
 	if err := s.Settle(ctx, "plain", tk.ID, ratelimit.Cost{}); err != nil {
 		t.Fatal(err)
+	}
+	// the reservation carries its charge's time: no zset to leave
+	if n := totalCommands(t, rdb) - before - 1; n != 6 {
+		t.Errorf("Settle ran %d commands, want 6 (EVALSHA, TIME, HGET, HMGET, HSET state, HDEL reservation)", n)
 	}
 	if rdb.HGet(ctx, keys.State, "uncalled").Val() != "" || rdb.HExists(ctx, keys.Reservations, tk.ID).Val() {
 		t.Error("the settle left uncalled sums or the reservation behind")

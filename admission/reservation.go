@@ -20,13 +20,14 @@ type reservation struct {
 	Timed   bool     // "t": the charge's time is the call's
 	Written bool     // "w": the charge's time bounds the request's write
 	Way     int64    // "a<µs>": the reply bounds the arrival; -1 without one
+	At      int64    // "@<µs>": the charge's time; -1 without one (an older prq's: its resage score)
 }
 
 // parseReservation reads r, a stored reservation of a model with n keys.
 // The key is the first "k<i>" among the model's keys, as KeyOf always
 // read it. Parts it does not know are skipped (read tolerantly).
 func parseReservation(r string, n int) reservation {
-	out := reservation{StartAt: -1, Way: -1}
+	out := reservation{StartAt: -1, Way: -1, At: -1}
 	sawKey := false
 	found := false
 	for _, f := range strings.Fields(r) {
@@ -57,6 +58,10 @@ func parseReservation(r string, n int) reservation {
 		case 'a':
 			if us, err := strconv.ParseInt(f[1:], 10, 64); err == nil && out.Way < 0 {
 				out.Way = us
+			}
+		case '@':
+			if us, err := strconv.ParseInt(f[1:], 10, 64); err == nil && out.At < 0 {
+				out.At = us
 			}
 		default:
 			if _, err := strconv.ParseFloat(f, 64); err == nil {

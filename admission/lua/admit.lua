@@ -59,7 +59,7 @@ for _, m in ipairs(due) do
 end
 
 local A = {live = live, sts = {}, out = {}, dirty = {}, nbatch = 0, V = vt('V'),
-  writes = {released = {}, res = {}, resage = {}, waits = {}}}
+  writes = {released = {}, res = {}, waits = {}}}
 local budget, bmax = string.match(ARGV[2], '^(%d+):(%d+)$')
 if budget then budget, bmax = tonumber(budget), tonumber(bmax) else budget = tonumber(ARGV[2]); bmax = budget end
 A.budget, A.bmax = budget, bmax
@@ -228,7 +228,6 @@ if #W.released > 0 then
   callchunks('ZADD', KEYS[10], W.released)
   callchunks('HSET', KEYS[12], W.res)
   ucopened(st, W.res, A.dirty[live[1]])
-  callchunks('ZADD', KEYS[13], W.resage)
   nwaits = callchunks('LPUSH', KEYS[16], W.waits) or 0
 end
 for k in pairs(A.dirty) do B.save(A.sts[k]) end

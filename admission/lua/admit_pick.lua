@@ -9,7 +9,7 @@
 --   A.budget  jobs to admit at most   A.bmax  of them batch at most   A.nbatch  batch admitted
 --   A.out     the reply's {id, "via|queue|class|tenant|tokens|enq_us|key"} pairs
 --   A.dirty   the key indexes whose states were charged   A.V  the tiers' virtual time
---   A.writes  the admitted tickets' released, res and resage entries and waits, written at the end
+--   A.writes  the admitted tickets' released and res entries and waits, written at the end
 -- Uses: B, HEADS, NKEYS, decode, flowhead, flowlist, now, refresh,
 --   statadd, statget, statset, ticketenc, unlink, vt, vtdel, vtset, zfirst,
 --   zscore
@@ -142,10 +142,9 @@ local function grant(A, cand, via, costs, key)
   for i = 1, A.st.n do rc[i] = B.fmt(costs[i]) end
   if A.st.n > 0 then rc[#rc + 1] = B.dimsmark(A.st) end
   if NKEYS > 1 then rc[#rc + 1] = 'k' .. key end
+  rc[#rc + 1] = '@' .. B.fmt(now)
   W.res[#W.res + 1] = cand.id
   W.res[#W.res + 1] = table.concat(rc, ' ')
-  W.resage[#W.resage + 1] = now
-  W.resage[#W.resage + 1] = cand.id
   statadd('adm_tok:' .. cand.class, cand.tokens)
   statadd('adm_n:' .. cand.class, 1)
   W.waits[#W.waits + 1] = cand.class .. ':' .. B.fmt(now - cand.enq)

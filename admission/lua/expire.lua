@@ -7,21 +7,34 @@
 -- 'recount' or '', ARGV[4..] the model's dimensions (B.load, values
 -- unused).
 -- Reply: the number of reservations expired.
+-- A reservation's charge time is its " @<µs>" (resat); one an older prq
+-- wrote has none, and its time in the resage zset instead.
 -- Uses: B, now, ucadd, ucload, ucrecount, ucsave, uctracked
-local stale = redis.call('ZRANGEBYSCORE', KEYS[13], '-inf', ARGV[2], 'LIMIT', 0, 1000)
-if #stale == 0 and ARGV[3] ~= 'recount' then return 0 end
+local old = tonumber(ARGV[2])
+local stale, gone = {}, {}
+local all = redis.call('HGETALL', KEYS[12])
+for i = 1, #all, 2 do
+  local at = tonumber(string.match(all[i + 1], ' @(%d+)') or '')
+  if at ~= nil and at <= old and #stale < 1000 then stale[#stale + 1] = {all[i], all[i + 1]} end
+end
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[13], '-inf', old, 'LIMIT', 0, 1000)) do
+  local r = redis.call('HGET', KEYS[12], id)
+  if r and not string.find(r, ' @', 1, true) then stale[#stale + 1] = {id, r} end
+  gone[#gone + 1] = id
+end
+if #stale == 0 and #gone == 0 and ARGV[3] ~= 'recount' then return 0 end
 local st = B.load(KEYS[1], ARGV, 3, now)
 local tracked = uctracked(st)
 if #stale > 0 then
+  local ids = {}
   if tracked and ARGV[3] ~= 'recount' then
     local U = ucload(st)
-    for _, r in ipairs(redis.call('HMGET', KEYS[12], unpack(stale))) do
-      if r then ucadd(U, r, -1) end
-    end
+    for _, s in ipairs(stale) do ucadd(U, s[2], -1) end
     ucsave(U)
   end
-  redis.call('HDEL', KEYS[12], unpack(stale))
-  redis.call('ZREM', KEYS[13], unpack(stale))
+  for _, s in ipairs(stale) do ids[#ids + 1] = s[1] end
+  redis.call('HDEL', KEYS[12], unpack(ids))
 end
+if #gone > 0 then redis.call('ZREM', KEYS[13], unpack(gone)) end
 if ARGV[3] == 'recount' then ucrecount(tracked) end
 return #stale

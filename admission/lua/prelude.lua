@@ -33,7 +33,8 @@
 --  KEYS[10] released      zset: admitted id by its release deadline µs
 --  KEYS[11] stats         hash of counters
 --  KEYS[12] res           hash: id -> reservation (reservation.lua)
---  KEYS[13] resage        zset: id by its charge's time µs
+--  KEYS[13] resage        zset: id by its charge's time µs, for an older
+--                         prq's reservations (no " @<µs>": resat)
 --  KEYS[14] delayed       zset: "id NUL encoded ticket" by due µs
 --  KEYS[15] paused        string: why admissions are paused
 --  KEYS[16] waits         list: recent admission waits "class:µs", newest first

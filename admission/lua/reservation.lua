@@ -7,8 +7,9 @@
 -- runs through this file on Redis and through Go's parseReservation.
 -- It also keeps the uncalled sums (below) in step with the reservations.
 -- Uses: B, NKEYS
--- Defines: reservation, resmark, resstartat, resway, retimed, resdecode,
---   uctracked, ucload, ucadd, ucsave, ucopened, ucrecount
+-- Defines: reservation, resmark, resstartat, resway, retimed, resat,
+--   resatset, resdecode, uctracked, ucload, ucadd, ucsave, ucopened,
+--   ucrecount
 
 -- reservation reads a stored reservation: its costs, its key's index
 -- (nil: a key no longer configured), whether its job has started, and
@@ -24,8 +25,9 @@ local function reservation(r)
       ids = B.readdims(c)
     elseif f == 's' then
       started = true
-    elseif f == 'c' or f == 'w' or f == 'a' or f == 't' then
-      -- called, written, its way bounded: nothing more to read here
+    elseif f == 'c' or f == 'w' or f == 'a' or f == 't' or f == '@' then
+      -- called, written, its way bounded, its charge's time: nothing
+      -- more to read here
     else
       costs[#costs + 1] = tonumber(c)
     end
@@ -51,6 +53,28 @@ local function resway(r)
   return tonumber(string.match(r, ' a(%d+)') or '')
 end
 
+-- resat returns the charge's time (the µs of " @<µs>": admit's, moved by
+-- started, calling and sent on a window), or, for a reservation an
+-- older prq wrote without it, its score in the resage zset (KEYS[13]),
+-- which only such a reservation has (nil: neither).
+local function resat(r, id)
+  local at = tonumber(string.match(r, ' @(%d+)') or '')
+  if at == nil then at = tonumber(redis.call('ZSCORE', KEYS[13], id) or '') end
+  return at
+end
+
+-- resatset returns r (job id's) with its charge's time set to t (µs);
+-- one an older prq wrote leaves the resage zset, whose score resat
+-- would no longer read.
+local function resatset(r, t, id)
+  local out, n = string.gsub(r, ' @%d+', ' @' .. B.fmt(t), 1)
+  if n == 0 then
+    redis.call('ZREM', KEYS[13], id)
+    out = r .. ' @' .. B.fmt(t)
+  end
+  return out
+end
+
 -- retimed drops a reservation's marks of what its charge's time is
 -- (" t": its call's, " w": a bound on its write, " a<µs>": its way's
 -- bound from there): the time moved.
@@ -64,14 +88,15 @@ end
 
 -- resdecode reads every part of r (for the golden cases): {costs, dims
 -- ids ("" none), key (-1: none in range), started, start µs (-1), called,
--- timed, written, way µs (-1)}, numbers formatted as B.fmt does.
+-- timed, written, way µs (-1), the charge's µs (-1)}, numbers formatted
+-- as B.fmt does.
 local function resdecode(r)
   local costs, key, started, ids = reservation(r)
   local cs = {}
   for i, c in ipairs(costs) do cs[i] = B.fmt(c) end
   return {table.concat(cs, ' '), table.concat(ids or {}, ','), key or -1, started and 1 or 0,
     B.fmt(resstartat(r) or -1), resmark(r, 'c') and 1 or 0, resmark(r, 't') and 1 or 0,
-    resmark(r, 'w') and 1 or 0, B.fmt(resway(r) or -1)}
+    resmark(r, 'w') and 1 or 0, B.fmt(resway(r) or -1), B.fmt(tonumber(string.match(r, ' @(%d+)') or '') or -1)}
 end
 
 -- The uncalled sums: per API key and dimension id, what the key's open

@@ -13,10 +13,11 @@
 -- The call's slot still counts (it stops counting a window later), so
 -- the move needs no room. Only after 'calling' (" c"), whose time the
 -- bound starts from; a token bucket has nothing to move.
--- Uses: B, keystate, now, reservation, resmark
+-- Uses: B, keystate, now, reservation, resat, resatset, resmark
 local r = redis.call('HGET', KEYS[12], ARGV[2])
-local at = tonumber(redis.call('ZSCORE', KEYS[13], ARGV[2]) or '')
-if not r or not at or not resmark(r, 'c') then return 0 end
+if not r or not resmark(r, 'c') then return 0 end
+local at = resat(r, ARGV[2])
+if not at then return 0 end
 local charged, key, _, ids = reservation(r)
 if key == nil then return 0 end
 local st, last = B.load(keystate(key), ARGV, 2, now)
@@ -28,9 +29,11 @@ for j = 1, st.n do
   if st.kind[j] == 'w' and (charged[j] or 0) > 0 then B.move(st, j, charged[j], at, to) end
 end
 B.save(st)
-redis.call('ZADD', KEYS[13], to, ARGV[2])
--- marked written (" w"): the charge's time now bounds the write, which
--- the call's way (given to settle) extends to its arrival; only from a time
--- a window's call set (" t": not a bucket's, whose call kept its start's)
-if resmark(r, 't') and not resmark(r, 'w') then redis.call('HSET', KEYS[12], ARGV[2], r .. ' w') end
+-- the charge's time is the write's now; marked written (" w"): it
+-- bounds the write, which the call's way (given to settle) extends to
+-- its arrival; only from a time a window's call set (" t": not a
+-- bucket's, whose call kept its start's)
+local mark = resatset(r, to, ARGV[2])
+if resmark(r, 't') and not resmark(r, 'w') then mark = mark .. ' w' end
+redis.call('HSET', KEYS[12], ARGV[2], mark)
 return 1

@@ -22,7 +22,7 @@
 -- before the settle as the sync ran before it: the key's bucket is
 -- lowered to the provider's count as of the call's arrival (B.lower),
 -- never raised.
--- Uses: B, NKEYS, keystate, now, reservation, resmark, resway, ucadd,
+-- Uses: B, NKEYS, keystate, now, reservation, resat, resmark, resway, ucadd,
 --   ucload, ucsave, uctracked
 local r = redis.call('HGET', KEYS[12], ARGV[2])
 -- the report, after the dimensions (their kinds' argument counts) and
@@ -60,7 +60,7 @@ if key ~= nil then -- else its key is gone: nothing to correct
   -- back in that slot, if it still counts (a token bucket has no slots)
   local windowed, at = false, nil
   for i = 1, st.n do windowed = windowed or st.kind[i] == 'w' end
-  if windowed then at = tonumber(redis.call('ZSCORE', KEYS[13], ARGV[2]) or '') end
+  if windowed then at = resat(r, ARGV[2]) end
   -- a written call (" w": its charge's time bounds the write) whose
   -- reply bounded its way (here, or a reservation's " a<µs>" of an
   -- older prq's arrived): what stays charged at its write stops
@@ -104,5 +104,6 @@ if key ~= nil then -- else its key is gone: nothing to correct
   B.save(st)
 end
 redis.call('HDEL', KEYS[12], ARGV[2])
-redis.call('ZREM', KEYS[13], ARGV[2])
+-- a reservation an older prq wrote (no " @") has its time in resage
+if not string.find(r, ' @', 1, true) then redis.call('ZREM', KEYS[13], ARGV[2]) end
 return 1

@@ -33,7 +33,8 @@
 -- the reply is the µs to wait before calling again. The first call
 -- samples the time from the start (prep_us) and drops the start's
 -- time from the mark.
--- Uses: B, OP, keystate, now, reservation, resmark, resstartat, retimed,
+-- Uses: B, OP, keystate, now, reservation, resat, resatset, resmark,
+--   resstartat, retimed,
 --   smooth, uctracked, ucload, ucadd, ucsave
 -- the ticket leaves the released set at the start (a call comes after
 -- it: nothing left to drop)
@@ -90,7 +91,7 @@ if st.kind[1] == 'b' then
   if mark ~= r then redis.call('HSET', KEYS[12], ARGV[2], mark) end
   return 0
 end
-local at = tonumber(redis.call('ZSCORE', KEYS[13], ARGV[2]) or '')
+local at = resat(r, ARGV[2])
 if not at then return 0 end
 if at > now then at = now end
 -- the samples of the look-ahead: admission to the first start, and
@@ -122,10 +123,9 @@ for j = 1, st.n do
   if st.kind[j] == 'w' and costs[j] > 0 then B.give(st, j, -costs[j]) end
 end
 B.save(st)
-redis.call('ZADD', KEYS[13], now, ARGV[2])
--- the time moved: what was known of it goes; marked called, and timed
--- at the call (" t"): 'sent' moves the charge on from here
-mark = retimed(mark)
+-- the time moved (to now): what was known of it goes; marked called,
+-- and timed at the call (" t"): 'sent' moves the charge on from here
+mark = resatset(retimed(mark), now, ARGV[2])
 if OP == 'calling' then mark = called(mark) .. ' t' end
 if mark ~= r then redis.call('HSET', KEYS[12], ARGV[2], mark) end
 return 0
