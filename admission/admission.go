@@ -566,7 +566,13 @@ func (s *Scheduler) Started(ctx context.Context, model, id string) error {
 		return err
 	}
 	if !b.Limits().Windowed() {
-		if err := startedPlainScript.Run(ctx, s.rdb, []string{keys.Released, keys.Tickets}, id).Err(); err != nil {
+		// two deletes, no script: the ticket first, so a lost second
+		// command leaves a released entry with no ticket, which the
+		// reconciler drops (not a ticket nothing releases again)
+		pipe := s.rdb.Pipeline()
+		pipe.HDel(ctx, keys.Tickets, id)
+		pipe.ZRem(ctx, keys.Released, id)
+		if _, err := pipe.Exec(ctx); err != nil {
 			return fmt.Errorf("admission: started %s: %w", id, err)
 		}
 		return nil

@@ -103,7 +103,7 @@ func TestLuaLayout(t *testing.T) {
 	}
 	// a script's own file (the last of its files) names its KEYS, ARGV
 	// and reply in its header
-	heads := []string{"process.lua", "release.lua", "started_plain.lua"}
+	heads := []string{"process.lua", "release.lua"}
 	for _, fs := range opFiles {
 		heads = append(heads, fs[len(fs)-1])
 	}

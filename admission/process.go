@@ -23,13 +23,6 @@ var releaseLua string
 
 var releaseScript = redis.NewScript(releaseLua)
 
-//go:embed lua/started_plain.lua
-var startedPlainLua string
-
-// startedPlainScript is started for a model with no window: it needs
-// neither the clock nor the bucket, so not the prelude either.
-var startedPlainScript = redis.NewScript(startedPlainLua)
-
 // asynq's lease on an active task (v0.26, not configurable).
 const asynqLease = 30 * time.Second
 

@@ -77,8 +77,7 @@ var (
 // ScriptHashes names admission's Lua scripts by their SHA-1 (the EVALSHA
 // a client sends), so a measurement can say which script Redis ran.
 func ScriptHashes() map[string]string {
-	m := map[string]string{processScript.Hash(): "admission.process", releaseScript.Hash(): "admission.release",
-		startedPlainScript.Hash(): "admission started"}
+	m := map[string]string{processScript.Hash(): "admission.process", releaseScript.Hash(): "admission.release"}
 	for name, s := range map[string]*redis.Script{
 		"register": registerScript, "cancel": cancelScript, "delay": delayScript, "started": startedScript,
 		"calling": callingScript, "sent": sentScript, "settle": settleScript, "expire": expireScript,
