@@ -1,25 +1,20 @@
--- attempts add: one more run of a job, counted across processes and
--- every kind of retry (Attempts.Add in retry.go), in one round trip.
--- KEYS[1] the job's record (hash: n, first, rebased, and the move's
---   fields, which this leaves alone)
+-- attempts add: one more run of a job whose count record exists (a
+-- later run, a run after a rebase or a twin's wait), counted across
+-- processes and every kind of retry (Attempts.Add in retry.go; a first
+-- run writes the record with one SET NX and needs no script). After
+-- attempts_count.lua.
+-- KEYS[1] the job's count record (string, attempts_count.lua's format)
+-- KEYS[2] the job's record (hash: its move, its waits for a twin),
+--   renewed with the count so a move lasts as long as the runs do
 -- ARGV[1] now, unix ms: the first run's time when the record has none
--- ARGV[2] keep ms: the record lasts that long after this run
--- Reply: {runs so far (this one included), the first run's (or the
---   rebase's) unix ms, 1 if the budget was started again (rebased)}
-local n = redis.call('HINCRBY', KEYS[1], 'n', 1)
-local first, rebased = ARGV[1], 0
--- a first count (n = 1) most often makes the record: HSETNX writes the
--- first run and reads nothing back. A later count (or a count after a
--- rebase or a twin's wait, which keep the first run) reads it; a record
--- with no first run yet has no rebase either (Rebase writes both).
-if n ~= 1 or redis.call('HSETNX', KEYS[1], 'first', ARGV[1]) == 0 then
-  local v = redis.call('HMGET', KEYS[1], 'first', 'rebased')
-  if v[1] then
-    first = v[1]
-    if v[2] then rebased = 1 end
-  else
-    redis.call('HSET', KEYS[1], 'first', ARGV[1])
-  end
-end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return {n, first, rebased}
+-- ARGV[2] keep ms: both last that long after this run
+-- Reply: {the record as written, 1 if this run wrote it first (it had
+--   expired since the SET NX found it), else 0}
+local stored = redis.call('GET', KEYS[1])
+local c = countdecode(stored)
+c.n = c.n + 1
+if not c.first then c.first = ARGV[1] end
+local record = countencode(c)
+redis.call('SET', KEYS[1], record, 'PX', ARGV[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+return {record, stored and 0 or 1}

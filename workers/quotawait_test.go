@@ -95,8 +95,8 @@ func TestFileWorkerWaitsForSpentQuota(t *testing.T) {
 	// after the reset, and past the budget's age counted from the first
 	// run: the budget counts from the reset, and the call is made
 	clk.Add(75 * time.Second)
-	if _, first, rebased, err := attempts.Add(ctx, id, clk.Now(), time.Hour); err != nil || !rebased || !first.Equal(reset) {
-		t.Errorf("the retry budget counts from %v (rebased %v, %v), want the reset %v", first, rebased, err, reset)
+	if c, err := attempts.Add(ctx, id, clk.Now(), time.Hour); err != nil || !c.Rebased || !c.First.Equal(reset) {
+		t.Errorf("the retry budget counts from %v (rebased %v, %v), want the reset %v", c.First, c.Rebased, err, reset)
 	}
 	if err := w.ProcessTask(ctx, task); err != nil {
 		t.Fatalf("ProcessTask after the reset: %v", err)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -69,7 +70,7 @@ func NewAttempts(rdb redis.UniversalClient) *Attempts { return &Attempts{rdb: rd
 
 // Attempter is how the handlers count their runs (an *Attempts).
 type Attempter interface {
-	Add(ctx context.Context, id string, now time.Time, keep time.Duration) (n int, first time.Time, rebased bool, err error)
+	Add(ctx context.Context, id string, now time.Time, keep time.Duration) (Count, error)
 	Rebase(ctx context.Context, id string, from time.Time, keep time.Duration) error
 	Forget(ctx context.Context, id string) error
 	// Moved and SetMoved keep where a job waits that moved to a
@@ -85,45 +86,148 @@ type Attempter interface {
 
 var _ Attempter = (*Attempts)(nil)
 
+// Count is a job's runs as one run of it counted them.
+type Count struct {
+	N       int       // runs so far, this one included
+	First   time.Time // the first run's time, or the rebase's
+	Rebased bool      // the budget was started again at First
+	// Fresh: this run wrote the job's count record, so no earlier run
+	// of it left anything (a reply to repair) to read
+	Fresh bool
+}
+
+// attemptsKey is job id's record, a hash: its move and its waits for a
+// twin. Its count (countKey) is a string key of the same cluster slot,
+// which a first run writes with one SET NX.
 func attemptsKey(id string) string { return "prq:attempts:" + id }
+
+// countKey is job id's count record (countRecord: its runs, the first
+// run's time, a rebase), in its record's cluster slot: its hash tag is
+// the record's name. prq's job ids hold no braces (package jobs escapes
+// every byte but letters, digits, '-' and '_' of what it puts in an id,
+// and asynq's own ids are UUIDs); an id with a hash tag of its own
+// ("{…}") puts the record in that tag's slot, and the count follows it.
+// An id with a '}' outside a tag has no key in its record's slot: that
+// is an error.
+func countKey(id string) (string, error) {
+	rec := attemptsKey(id)
+	if i := strings.IndexByte(rec, '{'); i >= 0 {
+		if j := strings.IndexByte(rec[i+1:], '}'); j > 0 {
+			return rec + ":n", nil
+		}
+	}
+	if strings.IndexByte(rec, '}') >= 0 {
+		return "", errors.New("a '}' outside a hash tag leaves no key in the record's slot")
+	}
+	return "{" + rec + "}:n", nil
+}
+
+// countRecord is a job's count record as stored: space-separated
+// name=value fields, n (runs so far), first (the first run's, or the
+// rebase's, unix ms) and rebased (1: the budget was started again at
+// first), as "n=1 first=1800000000000 rebased=0". attempts_count.lua is
+// Lua's codec of it, testdata/attempts_count.json the golden cases both
+// are tested against (TestCountGolden).
+type countRecord struct {
+	n       int
+	first   int64 // unix ms; 0: none yet
+	rebased bool
+}
+
+func (c countRecord) encode() string {
+	s := "n=" + strconv.Itoa(c.n)
+	if c.first != 0 {
+		s += " first=" + strconv.FormatInt(c.first, 10)
+	}
+	return s + " rebased=" + strconv.Itoa(b2i(c.rebased))
+}
+
+// decodeCount reads a stored count record. A missing field reads as n 0,
+// no first, not rebased; a field of another name is skipped; a value
+// that is no number is an error.
+func decodeCount(s string) (countRecord, error) {
+	var c countRecord
+	for _, f := range strings.Fields(s) {
+		name, v, _ := strings.Cut(f, "=")
+		var err error
+		switch name {
+		case "n":
+			c.n, err = strconv.Atoi(v)
+		case "first":
+			c.first, err = strconv.ParseInt(v, 10, 64)
+		case "rebased":
+			c.rebased = v == "1"
+		}
+		if err != nil {
+			return countRecord{}, fmt.Errorf("field %s: %w", name, err)
+		}
+	}
+	return c, nil
+}
+
+//go:embed attempts_count.lua
+var attemptsCountLua string
 
 //go:embed attempts.lua
 var attemptsAddLua string
 
-var attemptsAdd = redis.NewScript(attemptsAddLua)
+//go:embed attempts_wait.lua
+var attemptsWaitLua string
+
+var (
+	attemptsAdd  = redis.NewScript(attemptsCountLua + "\n" + attemptsAddLua)
+	attemptsWait = redis.NewScript(attemptsCountLua + "\n" + attemptsWaitLua)
+)
 
 // Add records one more run of job id at now and returns the runs so far
 // (this one included) and the time of the first, or of the rebase
-// (rebased) when the budget was started again. The record lasts keep
-// after the latest run.
-func (a *Attempts) Add(ctx context.Context, id string, now time.Time, keep time.Duration) (int, time.Time, bool, error) {
-	res, err := attemptsAdd.Run(ctx, a.rdb, []string{attemptsKey(id)}, now.UnixMilli(), keep.Milliseconds()).Slice()
+// (Rebased) when the budget was started again. The count lasts keep
+// after the latest run. A first run is one SET NX; a later one (the
+// record exists) runs attempts.lua, which renews the job's record too.
+func (a *Attempts) Add(ctx context.Context, id string, now time.Time, keep time.Duration) (Count, error) {
+	key, err := countKey(id)
+	var wrote bool
+	first := countRecord{n: 1, first: now.UnixMilli()}
+	if err == nil {
+		wrote, err = a.rdb.SetNX(ctx, key, first.encode(), keep).Result()
+	}
 	if err != nil {
-		return 0, time.Time{}, false, fmt.Errorf("workers: count attempts of %s: %w", id, err)
+		return Count{}, fmt.Errorf("workers: count attempts of %s: %w", id, err)
 	}
-	if len(res) != 3 {
-		return 0, time.Time{}, false, fmt.Errorf("workers: count attempts of %s: unreadable reply %v", id, res)
+	if wrote {
+		return Count{N: 1, First: time.UnixMilli(first.first), Fresh: true}, nil
 	}
-	n, _ := res[0].(int64)
-	first, _ := res[1].(string)
-	rebased, _ := res[2].(int64)
-	ms, err := strconv.ParseInt(first, 10, 64)
-	if n < 1 || err != nil {
-		return 0, time.Time{}, false, fmt.Errorf("workers: count attempts of %s: first run %q: %v", id, first, err)
+	res, err := attemptsAdd.Run(ctx, a.rdb, []string{key, attemptsKey(id)}, now.UnixMilli(), keep.Milliseconds()).Slice()
+	if err != nil {
+		return Count{}, fmt.Errorf("workers: count attempts of %s: %w", id, err)
 	}
-	return int(n), time.UnixMilli(ms), rebased == 1, nil
+	if len(res) != 2 {
+		return Count{}, fmt.Errorf("workers: count attempts of %s: unreadable reply %v", id, res)
+	}
+	stored, _ := res[0].(string)
+	fresh, _ := res[1].(int64)
+	c, err := decodeCount(stored)
+	if err == nil && (c.n < 1 || c.first == 0) {
+		err = errors.New("no run or no first run")
+	}
+	if err != nil {
+		return Count{}, fmt.Errorf("workers: count attempts of %s: record %q: %w", id, stored, err)
+	}
+	return Count{N: c.n, First: time.UnixMilli(c.first), Rebased: c.rebased, Fresh: fresh == 1}, nil
 }
 
 // Rebase starts job id's budget again from from, with no runs counted:
 // a job that waits for its tenant's quota to reset has spent nothing of
-// it while it waited. The record lasts keep.
+// it while it waited. The count and the job's record last keep.
 func (a *Attempts) Rebase(ctx context.Context, id string, from time.Time, keep time.Duration) error {
-	key := attemptsKey(id)
-	_, err := a.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, key, "n", 0, "first", from.UnixMilli(), "rebased", 1)
-		p.PExpire(ctx, key, keep)
-		return nil
-	})
+	key, err := countKey(id)
+	if err == nil {
+		_, err = a.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Set(ctx, key, countRecord{first: from.UnixMilli(), rebased: true}.encode(), keep)
+			p.PExpire(ctx, attemptsKey(id), keep)
+			return nil
+		})
+	}
 	if err != nil {
 		return fmt.Errorf("workers: rebase attempts of %s: %w", id, err)
 	}
@@ -192,26 +296,27 @@ func (a *Attempts) SetStandard(ctx context.Context, id string, keep time.Duratio
 // ReuseWait counts one more wait of job id for a twin answering its
 // prompt and returns how many it has waited; the run that waited is
 // taken off the job's retry budget (a wait is not an attempt). The
-// record lasts keep.
+// count and the job's record last keep.
 func (a *Attempts) ReuseWait(ctx context.Context, id string, keep time.Duration) (int, error) {
-	key := attemptsKey(id)
-	var n *redis.IntCmd
-	_, err := a.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		n = p.HIncrBy(ctx, key, "reuse_waits", 1)
-		p.HIncrBy(ctx, key, "n", -1)
-		p.PExpire(ctx, key, keep)
-		return nil
-	})
+	key, err := countKey(id)
+	var n int
+	if err == nil {
+		n, err = attemptsWait.Run(ctx, a.rdb, []string{key, attemptsKey(id)}, keep.Milliseconds()).Int()
+	}
 	if err != nil {
 		return 0, fmt.Errorf("workers: count the twin waits of %s: %w", id, err)
 	}
-	return int(n.Val()), nil
+	return n, nil
 }
 
-// Forget drops job id's record once it has ended, so a later job under
-// the same id starts afresh.
+// Forget drops job id's count and record once it has ended, so a later
+// job under the same id starts afresh: one DEL of both.
 func (a *Attempts) Forget(ctx context.Context, id string) error {
-	if err := a.rdb.Del(ctx, attemptsKey(id)).Err(); err != nil {
+	key, err := countKey(id)
+	if err == nil {
+		err = a.rdb.Del(ctx, key, attemptsKey(id)).Err()
+	}
+	if err != nil {
 		return fmt.Errorf("workers: forget attempts of %s: %w", id, err)
 	}
 	return nil
@@ -232,18 +337,15 @@ type attempt struct {
 // budgeted counts a run of job id against budget. created (unix ms),
 // when known, is when the job was planned; else its first run counts.
 func budgeted(ctx context.Context, a Attempter, id string, created int64, budget RetryBudget, now time.Time) (attempt, error) {
-	n, first, rebased, err := a.Add(ctx, id, now, 2*budget.MaxAge+time.Hour)
+	c, err := a.Add(ctx, id, now, 2*budget.MaxAge+time.Hour)
 	if err != nil {
 		return attempt{}, err
 	}
-	since := first
-	if created > 0 && !rebased {
+	since := c.First
+	if created > 0 && !c.Rebased {
 		since = time.UnixMilli(created)
 	}
-	// the record's first run is this one's time only when this run wrote
-	// it (Attempts.Add: the common first run)
-	fresh := n == 1 && !rebased && first.UnixMilli() == now.UnixMilli()
-	return attempt{n: n, since: since, now: now, budget: budget, fresh: fresh}, nil
+	return attempt{n: c.N, since: since, now: now, budget: budget, fresh: c.Fresh}, nil
 }
 
 // spent says that the job may not retry again.

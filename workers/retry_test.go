@@ -273,40 +273,42 @@ func TestAttempts(t *testing.T) {
 	rdb := redistest.Shared(t).Client(t)
 	a := workers.NewAttempts(rdb)
 	id := "summary-" + strings.ReplaceAll(t.Name(), "/", "-")
+	// the count record's key (the record's name as its hash tag)
+	count := func(id string) string { return "{prq:attempts:" + id + "}:n" }
 	t0 := time.UnixMilli(1_700_000_000_000)
 	for i := 1; i <= 3; i++ {
-		n, first, rebased, err := a.Add(ctx, id, t0.Add(time.Duration(i)*time.Minute), time.Hour)
+		c, err := a.Add(ctx, id, t0.Add(time.Duration(i)*time.Minute), time.Hour)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n != i || !first.Equal(t0.Add(time.Minute)) || rebased {
-			t.Fatalf("run %d: n=%d first=%v, want %d and the first run's time", i, n, first, i)
+		if want := (workers.Count{N: i, First: t0.Add(time.Minute), Fresh: i == 1}); c != want {
+			t.Fatalf("run %d: %+v, want %+v", i, c, want)
 		}
 	}
 	if err := a.Forget(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	n, first, _, err := a.Add(ctx, id, t0.Add(time.Hour), time.Hour)
+	c, err := a.Add(ctx, id, t0.Add(time.Hour), time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n != 1 || !first.Equal(t0.Add(time.Hour)) {
-		t.Errorf("after Forget: n=%d first=%v, want a fresh count", n, first)
+	if want := (workers.Count{N: 1, First: t0.Add(time.Hour), Fresh: true}); c != want {
+		t.Errorf("after Forget: %+v, want a fresh count %+v", c, want)
 	}
 	// a rebase (a wait for the quota) starts the budget again from its time
 	reset := t0.Add(48 * time.Hour)
 	if err := a.Rebase(ctx, id, reset, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	n, first, rebased, err := a.Add(ctx, id, reset.Add(time.Second), time.Hour)
+	c, err = a.Add(ctx, id, reset.Add(time.Second), time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n != 1 || !first.Equal(reset) || !rebased {
-		t.Errorf("after Rebase: n=%d first=%v rebased=%v, want 1, the reset, true", n, first, rebased)
+	if want := (workers.Count{N: 1, First: reset, Rebased: true}); c != want {
+		t.Errorf("after Rebase: %+v, want %+v", c, want)
 	}
-	if ttl := rdb.PTTL(ctx, "prq:attempts:"+id).Val(); ttl <= 59*time.Minute || ttl > time.Hour {
-		t.Errorf("the record lasts %s, want the hour Add was given", ttl)
+	if ttl := rdb.PTTL(ctx, count(id)).Val(); ttl <= 59*time.Minute || ttl > time.Hour {
+		t.Errorf("the count lasts %s, want the hour Add was given", ttl)
 	}
 	// a job that moved to a fallback before its first run: the move
 	// stays, and the first run is this one
@@ -314,30 +316,38 @@ func TestAttempts(t *testing.T) {
 	if err := a.SetMoved(ctx, moved, workers.Move{Model: "fallback", Tokens: 10}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	n, first, rebased, err = a.Add(ctx, moved, t0, time.Hour)
-	if err != nil || n != 1 || !first.Equal(t0) || rebased {
-		t.Errorf("a moved job's first run: n=%d first=%v rebased=%v (%v), want 1, its time, false", n, first, rebased, err)
+	c, err = a.Add(ctx, moved, t0, time.Hour)
+	if want := (workers.Count{N: 1, First: t0, Fresh: true}); err != nil || c != want {
+		t.Errorf("a moved job's first run: %+v (%v), want %+v", c, err, want)
 	}
 	if mv, err := a.Moved(ctx, moved); err != nil || mv.Model != "fallback" || mv.Tokens != 10 {
 		t.Errorf("the move after the first run: %+v (%v)", mv, err)
 	}
-	// a record counted with no first run kept (written by a Redis that
-	// lost part of it): this run is the first, and later runs read it
+	// a later run renews the move with the count
+	rdb.PExpire(ctx, "prq:attempts:"+moved, time.Minute)
+	if _, err := a.Add(ctx, moved, t0.Add(time.Second), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if ttl := rdb.PTTL(ctx, "prq:attempts:"+moved).Val(); ttl <= 59*time.Minute || ttl > time.Hour {
+		t.Errorf("after a later run the move lasts %s, want the hour Add was given", ttl)
+	}
+	// a count with no first run kept (a twin's wait before any run):
+	// this run is the first, and later runs read it
 	partial := id + "-partial"
-	rdb.HSet(ctx, "prq:attempts:"+partial, "n", 3)
+	rdb.Set(ctx, count(partial), "n=3", time.Hour)
 	for i, at := range []time.Time{t0, t0.Add(time.Minute)} {
-		n, first, rebased, err = a.Add(ctx, partial, at, time.Hour)
-		if err != nil || n != 4+i || !first.Equal(t0) || rebased {
-			t.Errorf("run %d of a record with no first run: n=%d first=%v rebased=%v (%v), want %d, %v, false", i, n, first, rebased, err, 4+i, t0)
+		c, err = a.Add(ctx, partial, at, time.Hour)
+		if want := (workers.Count{N: 4 + i, First: t0}); err != nil || c != want {
+			t.Errorf("run %d of a count with no first run: %+v (%v), want %+v", i, c, err, want)
 		}
 	}
-	if ttl := rdb.PTTL(ctx, "prq:attempts:"+partial).Val(); ttl <= 59*time.Minute || ttl > time.Hour {
-		t.Errorf("after a later run the record lasts %s, want the hour Add was given", ttl)
+	if ttl := rdb.PTTL(ctx, count(partial)).Val(); ttl <= 59*time.Minute || ttl > time.Hour {
+		t.Errorf("after a later run the count lasts %s, want the hour Add was given", ttl)
 	}
 	// a record Redis cannot read as a count is an error, not a run
 	bad := id + "-bad"
-	rdb.HSet(ctx, "prq:attempts:"+bad, "first", "yesterday")
-	if _, _, _, err := a.Add(ctx, bad, t0, time.Hour); err == nil {
+	rdb.Set(ctx, count(bad), "n=2 first=yesterday", time.Hour)
+	if _, err := a.Add(ctx, bad, t0, time.Hour); err == nil {
 		t.Error("an unreadable first run's time: no error")
 	}
 }

@@ -70,8 +70,8 @@ func TestTwinWaitsThenPays(t *testing.T) {
 	}
 	// the waits spent none of the twin's retry budget
 	tk, _ := workers.TicketOf(twin.Type(), twin.Payload())
-	if n, _, _, err := attempts.Add(ctx, tk.ID, time.Now(), time.Hour); err != nil || n != 1 {
-		t.Fatalf("the twin's runs after 15 waits: %d (%v), want this one only", n, err)
+	if c, err := attempts.Add(ctx, tk.ID, time.Now(), time.Hour); err != nil || c.N != 1 {
+		t.Fatalf("the twin's runs after 15 waits: %d (%v), want this one only", c.N, err)
 	}
 	// the sixteenth time it pays, the first still in flight
 	if err := w.ProcessTask(ctx, twin); err != nil || calls != 2 {
