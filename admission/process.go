@@ -5,7 +5,10 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -48,6 +51,13 @@ type Process struct {
 	ran atomic.Bool
 	// running counts the jobs Track runs now
 	running atomic.Int64
+	// finished holds the jobs that ended since the last beat, which
+	// takes them out of the record in one HDEL; flush orders that HDEL
+	// and a job's start (a job that starts again meanwhile is no longer
+	// finished, and its new entry stays)
+	flush    sync.RWMutex
+	mu       sync.Mutex
+	finished map[string]struct{}
 }
 
 // Process returns the liveness record of the process named id (unique
@@ -65,17 +75,37 @@ func (p *Process) Beat(ctx context.Context) error {
 // beat runs the process script's beat with args and, when a job was
 // recorded since the last beat, in the same round trip renews the TTL of
 // the process's record of its running jobs (Track's own, pipelined with
-// its write, may have been lost with its connection).
+// its write, may have been lost with its connection) and takes the jobs
+// that finished since out of it.
 func (p *Process) beat(ctx context.Context, args ...any) ([]string, error) {
 	keys := []string{processesKey}
 	var res *redis.Cmd
-	if p.ran.Swap(false) {
+	p.flush.Lock()
+	defer p.flush.Unlock()
+	p.mu.Lock()
+	done := p.finished
+	p.finished = nil
+	p.mu.Unlock()
+	if ran := p.ran.Swap(false); ran || len(done) > 0 {
 		pipe := p.s.rdb.Pipeline()
 		res = processScript.EvalSha(ctx, pipe, keys, args...)
-		renew := pipe.Expire(ctx, jobsKey(p.id), jobsRecordTTL)
+		var renew, del redis.Cmder
+		if ran {
+			renew = pipe.Expire(ctx, jobsKey(p.id), jobsRecordTTL)
+		}
+		if len(done) > 0 {
+			del = pipe.HDel(ctx, jobsKey(p.id), slices.Collect(maps.Keys(done))...)
+		}
 		_, _ = pipe.Exec(ctx) // each command's error is its own
-		if renew.Err() != nil {
+		if renew != nil && renew.Err() != nil {
 			p.ran.Store(true) // the next beat renews it
+		}
+		if del != nil && del.Err() != nil { // the next beat takes them out
+			p.mu.Lock()
+			for id := range done {
+				p.finish(id)
+			}
+			p.mu.Unlock()
 		}
 		if redis.HasErrorPrefix(res.Err(), "NOSCRIPT") { // a Redis that has not seen it yet (or restarted)
 			res = processScript.Run(ctx, p.s.rdb, keys, args...)
@@ -108,37 +138,58 @@ func (p *Process) Track(h asynq.Handler) asynq.Handler {
 	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 		id, _ := asynq.GetTaskID(ctx)
 		q, _ := asynq.GetQueueName(ctx)
-		// the record outlives no process for long: a dead one's is read
-		// and deleted by recovery within seconds, and the TTL bounds one
-		// that nothing recovers (its jobs are asynq's to recover then).
-		// The write and its TTL are pipelined, not a MULTI: a TTL lost
-		// with the connection is renewed by the next beat
-		// Only the first of the jobs running at once may create the record
-		// (the last one's HDEL removed it): the others' write skips the TTL
-		// (one EXPIRE a job before), which the beat renews: ran is set
-		// after the write, so a beat follows it even when the last job's
-		// HDEL removed the record just before this HSET created it again
-		var err error
-		if p.running.Add(1) == 1 {
-			pipe := p.s.rdb.Pipeline()
-			pipe.HSet(ctx, jobsKey(p.id), id, q)
-			pipe.Expire(ctx, jobsKey(p.id), jobsRecordTTL)
-			_, err = pipe.Exec(ctx)
-		} else {
-			err = p.s.rdb.HSet(ctx, jobsKey(p.id), id, q).Err()
-		}
-		p.ran.Store(true)
-		if err != nil {
+		if err := p.start(ctx, id, q); err != nil {
 			p.s.log.WarnContext(ctx, "could not record a running job; if this process dies, asynq recovers it in a minute or two", "task", id, "err", err)
 		}
-		defer func() {
-			p.running.Add(-1)
-			if err := p.s.rdb.HDel(context.WithoutCancel(ctx), jobsKey(p.id), id).Err(); err != nil {
-				p.s.log.WarnContext(ctx, "could not record a finished job", "task", id, "err", err)
-			}
-		}()
+		defer p.end(id)
 		return h.ProcessTask(ctx, t)
 	})
+}
+
+// start records job id (of queue q) running. The record outlives no
+// process for long: a dead one's is read and deleted by recovery within
+// seconds, and the TTL bounds one that nothing recovers (its jobs are
+// asynq's to recover then). The write and its TTL are pipelined, not a
+// MULTI: a TTL lost with the connection is renewed by the next beat.
+// Only the first of the jobs running at once may create the record: the
+// others' write skips the TTL (one EXPIRE a job before), which the beat
+// renews: ran is set after the write, so a beat follows it even when the
+// beat's HDEL removed the record just before this HSET created it again.
+func (p *Process) start(ctx context.Context, id, q string) error {
+	var err error
+	p.flush.RLock()
+	p.mu.Lock()
+	delete(p.finished, id)
+	p.mu.Unlock()
+	if p.running.Add(1) == 1 {
+		pipe := p.s.rdb.Pipeline()
+		pipe.HSet(ctx, jobsKey(p.id), id, q)
+		pipe.Expire(ctx, jobsKey(p.id), jobsRecordTTL)
+		_, err = pipe.Exec(ctx)
+	} else {
+		err = p.s.rdb.HSet(ctx, jobsKey(p.id), id, q).Err()
+	}
+	p.flush.RUnlock()
+	p.ran.Store(true)
+	return err
+}
+
+// end records job id finished: it leaves the record at the next beat
+// (one HDEL a beat, not one a job); recovery, which takes back only
+// jobs asynq still has active, leaves it alone meanwhile.
+func (p *Process) end(id string) {
+	p.running.Add(-1)
+	p.mu.Lock()
+	p.finish(id)
+	p.mu.Unlock()
+}
+
+// finish marks job id finished (p.mu held).
+func (p *Process) finish(id string) {
+	if p.finished == nil {
+		p.finished = map[string]struct{}{}
+	}
+	p.finished[id] = struct{}{}
 }
 
 // RecoverDead puts the jobs of processes silent for longer than ttl back:
