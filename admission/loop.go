@@ -195,6 +195,36 @@ type wakes struct {
 	due    []time.Time // delayed tickets coming due, not yet taken by the loop
 	chats  int         // chat tickets heard less chats announced admitted (0 when an attempt finds none waiting)
 	chatAt time.Time   // the last chat ticket heard
+	// alone: the last announcement reached this process only (no other
+	// loop listens), and no other process announced since; announced:
+	// when that was
+	alone     bool
+	announced time.Time
+}
+
+// announceAlone is how often a loop that is alone on its channel still
+// announces: the announcement's reply counts the listeners, so a
+// process that starts is heard of within it (its own announcements end
+// the quiet at once).
+const announceAlone = time.Second
+
+// announce publishes an attempt's announcement on channel, except while
+// this loop is alone on it (nobody else to skip what it covered), at
+// most once an announceAlone then: the loop hears its own unpublished
+// announcement at once, as it would through the channel.
+func (w *wakes) announce(ctx context.Context, rdb redis.UniversalClient, channel, msg string) {
+	now := time.Now()
+	w.mu.Lock()
+	quiet := w.alone && now.Sub(w.announced) < announceAlone
+	w.mu.Unlock()
+	if quiet {
+		w.hear(msg)
+		return
+	}
+	n, err := rdb.Publish(ctx, channel, msg).Result()
+	w.mu.Lock()
+	w.alone, w.announced = err == nil && n <= 1, now
+	w.mu.Unlock()
 }
 
 type heard struct {
@@ -229,6 +259,9 @@ func (w *wakes) hear(payload string) {
 		h.idle = h.complete && wait == 0 && at > 0
 		w.mu.Lock()
 		w.leader = f[1]
+		if f[1] != w.me {
+			w.alone = false // another loop listens and attempts
+		}
 		if len(f) == 6 {
 			n, _ := strconv.Atoi(f[5])
 			w.chats = max(w.chats-n, 0)
@@ -443,7 +476,7 @@ func (s *Scheduler) loop(ctx context.Context, model string, rc RunConfig, w *wak
 				chats++
 			}
 		}
-		s.rdb.Publish(ctx, keys.wake(), announcement(w.me, at, wait, complete, chats))
+		w.announce(ctx, s.rdb, keys.wake(), announcement(w.me, at, wait, complete, chats))
 		now := time.Now()
 		follow = time.Time{}
 		bound = time.Time{}
