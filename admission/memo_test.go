@@ -209,7 +209,11 @@ func checkUncalled(t *testing.T, rdb *redis.Client, s *Scheduler, tracked bool) 
 		}
 	}
 	slices.Sort(want)
-	got := rdb.HGet(context.Background(), keys.State, "uncalled").Val()
+	home := keys.State // one key: its state keeps them; several: vt
+	if b.Keys() > 1 {
+		home = keys.VirtualTimes
+	}
+	got := rdb.HGet(context.Background(), home, "uncalled").Val()
 	if w := strings.Join(want, " "); got != w {
 		return fmt.Sprintf("uncalled sums %q, the reservations add up to %q", got, w)
 	}

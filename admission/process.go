@@ -81,7 +81,12 @@ func (p *Process) beat(ctx context.Context, args ...any) ([]string, error) {
 	keys := []string{processesKey}
 	var res *redis.Cmd
 	p.flush.Lock()
-	defer p.flush.Unlock()
+	flushed := false
+	defer func() {
+		if !flushed {
+			p.flush.Unlock()
+		}
+	}()
 	p.mu.Lock()
 	done := p.finished
 	p.finished = nil
@@ -107,6 +112,8 @@ func (p *Process) beat(ctx context.Context, args ...any) ([]string, error) {
 			}
 			p.mu.Unlock()
 		}
+		p.flush.Unlock() // starts wait no longer than the pipeline
+		flushed = true
 		if redis.HasErrorPrefix(res.Err(), "NOSCRIPT") { // a Redis that has not seen it yet (or restarted)
 			res = processScript.Run(ctx, p.s.rdb, keys, args...)
 		}

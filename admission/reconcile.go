@@ -64,30 +64,22 @@ func (s *Scheduler) Reconcile(ctx context.Context, rc RunConfig, scan bool) erro
 	return nil
 }
 
-// expire ends a model's reservations charged more than ReservationTTL
-// before now, taking them out of the uncalled sums (lua/expire.lua);
-// with recount, the sums are counted again from the reservations.
+// expire, on a scan pass (recount), ends a model's reservations charged
+// more than ReservationTTL before now, taking them out of the uncalled
+// sums, and counts the sums again from the reservations (lua/expire.lua,
+// which reads every open reservation's charge time: once a scan, a
+// minute apart by default, so a reservation nobody settled ends at most
+// that much after its TTL). Other passes do nothing here.
 func (s *Scheduler) expire(ctx context.Context, model string, now time.Time, recount bool) error {
+	if !recount {
+		return nil
+	}
 	keys, b, err := s.keys(model)
 	if err != nil {
 		return err
 	}
 	old := now.Add(-s.cfg.ReservationTTL).UnixMicro()
-	how := ""
-	if recount {
-		how = "recount"
-	} else {
-		// an idle model has none open: one read, not a script, every pass
-		// (the script reads the open ones' charge times)
-		n, err := s.rdb.HLen(ctx, keys.Reservations).Result()
-		if err != nil {
-			return fmt.Errorf("admission: reconcile: expire reservations: %w", err)
-		}
-		if n == 0 {
-			return nil
-		}
-	}
-	args := []any{s.now(), old, how}
+	args := []any{s.now(), old, "recount"}
 	args = append(args, b.ScriptArgs(ratelimit.Values{})...)
 	if err := expireScript.Run(ctx, s.rdb, keys.list(), args...).Err(); err != nil {
 		return fmt.Errorf("admission: reconcile: expire reservations: %w", err)

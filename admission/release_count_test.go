@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"strconv"
 	"testing"
 
@@ -46,7 +47,7 @@ func TestReleaseCommandsPerTask(t *testing.T) {
 	}
 	before := totalCommands(t, rdb)
 	s.Release(ctx, adm)
-	// the client's EVALSHA, then ZREM, LPUSH and HSET a task (and the
+	// the client's EVALSHA, then ZREM, HSET and LPUSH a task (and the
 	// first INFO)
 	if got, want := totalCommands(t, rdb)-before-1, int64(1+3*n); got != want {
 		t.Errorf("releasing %d scheduled tasks took %d commands, want %d", n, got, want)
@@ -74,5 +75,18 @@ func TestReleaseCommandsPerTask(t *testing.T) {
 	}
 	if info, err := insp.GetTaskInfo("q", "r0"); err != nil || info.State != asynq.TaskStatePending {
 		t.Fatalf("the retrying task after release: %+v %v", info, err)
+	}
+	// a scheduled id whose task hash is gone is no task: not pushed, and
+	// no hash is left behind
+	if err := rdb.ZAdd(ctx, "asynq:{q}:scheduled", redis.Z{Score: 1, Member: "ghost"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	codes, err = releaseScript.Run(ctx, rdb, []string{"asynq:{q}:pending", "asynq:{q}:scheduled", "asynq:{q}:retry",
+		"asynq:{q}:archived", "asynq:{q}:completed", "asynq:{q}:t:ghost"}, "ghost").Int64Slice()
+	if err != nil || len(codes) != 1 || codes[0] != 0 {
+		t.Fatalf("release of a scheduled id with no task: %v %v, want [0]", codes, err)
+	}
+	if rdb.Exists(ctx, "asynq:{q}:t:ghost").Val() != 0 || slices.Contains(rdb.LRange(ctx, "asynq:{q}:pending", 0, -1).Val(), "ghost") {
+		t.Fatal("the ghost was pushed or left a hash")
 	}
 }

@@ -81,7 +81,7 @@ func TestReservationsOfAnOlderPrq(t *testing.T) {
 			// "mov" on a bucket, whose start kept its time), a window's
 			// "mov", moved a second later, stays
 			clk.t = clk.t.Add(time.Minute - time.Second)
-			if err := s.Reconcile(ctx, RunConfig{}, false); err != nil {
+			if err := s.Reconcile(ctx, RunConfig{}, true); err != nil {
 				t.Fatal(err)
 			}
 			left := rdb.HKeys(ctx, keys.Reservations).Val()

@@ -82,7 +82,7 @@ func TestUncalledSums(t *testing.T) {
 			want("d admitted", "0:1:2 0:2:4000")
 			// c, charged 80 s ago, expires; d, 50 s ago, stays
 			clk.t = clk.t.Add(50 * time.Second)
-			if err := s.Reconcile(ctx, RunConfig{}, false); err != nil {
+			if err := s.Reconcile(ctx, RunConfig{}, true); err != nil {
 				t.Fatal(err)
 			}
 			if rdb.HExists(ctx, keys.Reservations, "c").Val() || !rdb.HExists(ctx, keys.Reservations, "d").Val() {

@@ -30,11 +30,11 @@ if #stale > 0 then
   if tracked and ARGV[3] ~= 'recount' then
     local U = ucload(st)
     for _, s in ipairs(stale) do ucadd(U, s[2], -1) end
-    ucsave(U)
+    ucsave(U, st, false)
   end
   for _, s in ipairs(stale) do ids[#ids + 1] = s[1] end
   redis.call('HDEL', KEYS[12], unpack(ids))
 end
 if #gone > 0 then redis.call('ZREM', KEYS[13], unpack(gone)) end
-if ARGV[3] == 'recount' then ucrecount(tracked) end
+if ARGV[3] == 'recount' then ucrecount(tracked, st) end
 return #stale

@@ -14,15 +14,22 @@
 local from = {scheduled = KEYS[2], retry = KEYS[3], archived = KEYS[4], completed = KEYS[5]}
 local out = {}
 local function release(i, id, key)
+  -- a task hash with no state (HSET made the field) is no task asynq
+  -- holds: what HSET made goes, and the task is not pushed
+  if redis.call('HSET', key, 'state', 'pending') == 1 then
+    redis.call('DEL', key)
+    out[i] = 0
+    return
+  end
   redis.call('LPUSH', KEYS[1], id)
-  redis.call('HSET', key, 'state', 'pending')
   out[i] = 1
 end
 for i, id in ipairs(ARGV) do
   local key = KEYS[5 + i]
   -- most tasks wait scheduled: taken from that set, the task's state was
   -- 'scheduled' (asynq moves a task's set and state together), so its
-  -- hash needs no read; else its state says where it is
+  -- hash needs no read (the state's write says whether it is there);
+  -- else its state says where it is
   if redis.call('ZREM', KEYS[2], id) == 1 then
     release(i, id, key)
   else

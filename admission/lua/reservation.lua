@@ -102,17 +102,18 @@ end
 -- The uncalled sums: per API key and dimension id, what the key's open
 -- reservations not called yet (no " c") charged, for a token bucket's
 -- correction at a call (start.lua), which would otherwise read every
--- reservation of the model. Kept in one field of the model's state hash
--- (KEYS[1], key 0's bucket state), "uncalled": "<key>:<id>:<sum>"
--- parts, so a script that loads and saves that state reads and writes
+-- reservation of the model. Kept in one field, "uncalled":
+-- "<key>:<id>:<sum>" parts: of a model with one key, in its state hash
+-- (KEYS[1]), so a script that loads and saves the state reads and writes
 -- them with it (B.EXTRA; ucload and ucsave given the loaded state) at no
--- command of their own; admit adds (ucopened), the call and a settle
--- before the call subtract, the reconciler's expire recounts them from
--- the reservations (ucrecount), which also repairs what a
--- reconfiguration (a key or a dimension gone) left. Only for a limiter
--- that may count in a token bucket (uctracked: 'b' or 'a'); a
--- reservation without dimension ids (written before they were) is not
--- counted.
+-- command of their own, and they expire with the state whose charges they
+-- correct; of a model with several keys, in the vt hash (KEYS[8]), which
+-- no key's idleness expires. Admit adds (ucopened), the call and a settle
+-- before the call subtract, the reconciler's expire recounts them from the
+-- reservations (ucrecount), which also repairs what a reconfiguration (a
+-- key or a dimension gone) left. Only for a limiter that may count in a
+-- token bucket (uctracked: 'b' or 'a'); a reservation without dimension
+-- ids (written before they were) is not counted.
 B.EXTRA = {'uncalled'}
 
 -- uctracked says whether a loaded state's limiter keeps the sums.
@@ -120,16 +121,22 @@ local function uctracked(st)
   return st.n > 0 and (st.auto ~= nil or st.kind[1] == 'b')
 end
 
--- ucheld says whether st is KEYS[1]'s loaded state, which holds the sums.
-local function ucheld(st)
-  return st ~= nil and st.key == KEYS[1] and st.extra ~= nil
+-- uchome is the hash that keeps the sums.
+local function uchome()
+  if NKEYS == 1 then return KEYS[1] end
+  return KEYS[8]
 end
 
--- ucload reads the sums: U[key][id] = sum; from st when it is KEYS[1]'s
--- loaded state, else from Redis.
+-- ucheld says whether st is the loaded state that holds the sums.
+local function ucheld(st)
+  return NKEYS == 1 and st ~= nil and st.key == KEYS[1] and st.extra ~= nil
+end
+
+-- ucload reads the sums: U[key][id] = sum; from st when it holds them,
+-- else from Redis.
 local function ucload(st)
   local raw
-  if ucheld(st) then raw = st.extra.uncalled else raw = redis.call('HGET', KEYS[1], 'uncalled') end
+  if ucheld(st) then raw = st.extra.uncalled else raw = redis.call('HGET', uchome(), 'uncalled') end
   local U = {}
   for k, id, v in string.gmatch(raw or '', '(%d+):(%d+):(%d+)') do
     k = tonumber(k)
@@ -151,11 +158,13 @@ local function ucadd(U, r, sign)
   end
 end
 
--- ucsave writes U (sums of 0 left out): into st when it is KEYS[1]'s
--- loaded state (its B.save, which the caller runs after, writes them,
--- none as an empty field: no HDEL beside the state's HSET), else to
--- Redis.
-local function ucsave(U, st)
+-- ucsave writes U (sums of 0 left out). Into st, when st holds them and
+-- fold says the caller saves it after (B.save writes them with the
+-- state; none as an empty field: no HDEL beside the state's HSET), or
+-- when the state is not in Redis (a field alone would make a hash with
+-- no TTL: the state, full as an absent one reads, is saved with them);
+-- else to Redis, one command.
+local function ucsave(U, st, fold)
   local parts = {}
   for k, u in pairs(U) do
     for id, v in pairs(u) do
@@ -164,14 +173,15 @@ local function ucsave(U, st)
   end
   table.sort(parts) -- one state, one form
   local v = table.concat(parts, ' ')
-  if ucheld(st) then
+  if ucheld(st) and (fold or not st.exists) then
     if v ~= (st.extra.uncalled or '') then
       st.extra.uncalled, st.xdirty.uncalled = v, true
+      if not fold then B.save(st) end
     end
   elseif v == '' then
-    redis.call('HDEL', KEYS[1], 'uncalled')
+    redis.call('HDEL', uchome(), 'uncalled')
   else
-    redis.call('HSET', KEYS[1], 'uncalled', v)
+    redis.call('HSET', uchome(), 'uncalled', v)
   end
 end
 
@@ -182,16 +192,21 @@ local function ucopened(st, list, saved)
   if #list == 0 or not uctracked(st) then return end
   local U = ucload(st)
   for i = 2, #list, 2 do ucadd(U, list[i], 1) end
-  if saved then ucsave(U, st) else ucsave(U) end
+  ucsave(U, st, saved)
 end
 
--- ucrecount sets the sums from the reservations (none: not tracked),
--- and drops them where an older prq kept them (the vt hash).
-local function ucrecount(tracked)
+-- ucrecount sets the sums from the reservations (none: not tracked), st
+-- KEYS[1]'s loaded state, and drops them where they are not kept (an
+-- older prq kept them in vt; a model's keys changed in number).
+local function ucrecount(tracked, st)
   local U = {}
   if tracked then
     for _, r in ipairs(redis.call('HVALS', KEYS[12])) do ucadd(U, r, 1) end
   end
-  ucsave(U)
-  redis.call('HDEL', KEYS[8], 'uncalled')
+  ucsave(U, st, false)
+  if NKEYS == 1 then
+    redis.call('HDEL', KEYS[8], 'uncalled')
+  else
+    redis.call('HDEL', KEYS[1], 'uncalled')
+  end
 end

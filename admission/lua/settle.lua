@@ -99,7 +99,7 @@ if key ~= nil then -- else its key is gone: nothing to correct
   if uctracked(st) and not resmark(r, 'c') then
     local U = ucload(st)
     ucadd(U, r, -1)
-    ucsave(U, st)
+    ucsave(U, st, true)
   end
   B.save(st)
 end

@@ -58,11 +58,11 @@ local costs = {}
 for j = 1, st.n do costs[j] = charged[j] or 0 end
 -- the call leaves the uncalled sums (a limiter that keeps them); U:
 -- the sums, when read already
-local function called(mark, U, into)
+local function called(mark, U, fold)
   if uctracked(st) and not resmark(r, 'c') then
     U = U or ucload(st)
     ucadd(U, r, -1)
-    ucsave(U, into)
+    ucsave(U, st, fold)
   end
   if not resmark(mark, 'c') then mark = mark .. ' c' end
   return mark
@@ -86,7 +86,7 @@ if st.kind[1] == 'b' then
     end
   end
   -- the sums go with the state's save (one write) when it holds them
-  local mark = called(r, U, moved and st or nil)
+  local mark = called(r, U, moved)
   if moved then B.save(st) end
   if mark ~= r then redis.call('HSET', KEYS[12], ARGV[2], mark) end
   return 0

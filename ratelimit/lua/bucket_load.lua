@@ -102,6 +102,7 @@ function B.load(key, argv, base, now)
   st.extra, st.xdirty = {}, {}
   for x, f in ipairs(B.EXTRA) do st.extra[f] = stored[nf + 6 + x] or false end
   st.last = tonumber(stored[1] or '') or now
+  st.exists = stored[1] ~= false -- a state saved (t), not absent
   st.expiry = tonumber(stored[nf + 6] or '') -- B.save's TTL refresh
   -- the last save of a writer that knows no slot times (see above)
   local tv, t0 = tonumber(stored[nf + 1] or ''), tonumber(stored[1] or '')
