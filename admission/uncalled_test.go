@@ -104,3 +104,38 @@ func TestUncalledSums(t *testing.T) {
 		})
 	}
 }
+
+// TestUncalledSumsOfAnExpiredState: a one-key model's sums live in its
+// state; when the state has expired (an idle bucket) while a
+// reservation is open, the recount writes the state whole, with its
+// TTL, not a hash of the sums alone that would never expire.
+func TestUncalledSumsOfAnExpiredState(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb := redistest.New(t).Client(t)
+	b, err := ratelimit.NewBucket(rdb, "m", "sk", ratelimit.Limits{RequestsPerPeriod: 100, TokensPerPeriod: 100000, Period: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(rdb, map[string]*ratelimit.Bucket{"m": b}, nil, nil, Config{}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, _, _ := s.keys("m")
+	if _, err := s.Register(ctx, Ticket{ID: "a", Queue: "q", Model: "m", Class: "paid", Tenant: "1", PRSeq: 1, Total: 1, Tokens: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	if adm, _, err := s.Admit(ctx, "m", 1); err != nil || len(adm) != 1 {
+		t.Fatalf("admit: %v %v", adm, err)
+	}
+	rdb.Del(ctx, keys.State) // expired
+	if err := s.Reconcile(ctx, RunConfig{}, true); err != nil {
+		t.Fatal(err)
+	}
+	if got := rdb.HGet(ctx, keys.State, "uncalled").Val(); got != "0:1:1 0:2:1000" {
+		t.Fatalf("after the recount the sums are %q, want the open reservation's", got)
+	}
+	if ttl := rdb.PTTL(ctx, keys.State).Val(); ttl <= 0 {
+		t.Fatalf("the state the recount wrote has TTL %v, want one", ttl)
+	}
+}
