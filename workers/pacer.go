@@ -78,11 +78,13 @@ var pacerLua string
 var lane = redis.NewScript(pacerLua)
 
 // pacerKeys: the next free slot, the line of waiting writers, when each
-// last asked, and the end of a rate limit's hold; one hash tag, so the
-// script runs on Redis Cluster.
+// last asked, the end of a rate limit's hold, and the mark that someone
+// may be in the line (read with the slot, so a free slot on an empty
+// line is booked without reading the line); one hash tag, so the script
+// runs on Redis Cluster.
 func pacerKeys(inst int64) []string {
 	p := "prq:ghwrite:{" + strconv.FormatInt(inst, 10) + "}"
-	return []string{p, p + ":line", p + ":seen", p + ":hold"}
+	return []string{p, p + ":line", p + ":seen", p + ":hold", p + ":waiting"}
 }
 
 func (p *Pacer) now() time.Time {
