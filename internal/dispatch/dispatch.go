@@ -4,16 +4,25 @@
 // most of Redis's load while admission held the work back.
 //
 // A Gate is a go-redis hook on the client asynq uses. As a writer, after
-// any asynq script that put a task on a queue's pending list (enqueue,
-// RunTask, the forwarder's moves, the requeue at shutdown) it publishes
-// the queue's name on one channel. As a reader (after Listen), it
-// remembers the queues whose last real dequeue found nothing and answers
-// asynq's next dequeues of them itself (redis.Nil) until a wake names the
-// queue, or until Recheck has passed since the last real look: a push by
-// a writer without the hook (asynqmon's "run" button) costs at most
-// Recheck of delay, never a job. Wakes lost while the subscription was
-// down are made good when it is back: the resubscription wakes every
-// queue.
+// any script that put a task on a queue's pending list (asynq's enqueue,
+// RunTask, the forwarder's moves, the requeue at shutdown; admission's
+// release) it publishes the queue's name on one channel. As a reader
+// (after Listen), it remembers the queues whose last real dequeue found
+// nothing and answers asynq's next dequeues of them itself (redis.Nil)
+// until a wake names the queue, or until Recheck has passed since the
+// last real look: a push by a writer without the hook (asynqmon's "run"
+// button) costs at most Recheck of delay, never a job. Wakes lost while
+// the subscription was down are made good when it is back: the
+// resubscription wakes every queue.
+//
+// After a wake a queue's dequeues are real until one finds nothing, but
+// a process knows its own pushes: when the script's reply counts the
+// tasks it pushed, the gate keeps them as credits, and once its servers
+// have dequeued that many with no other wake since the last empty look,
+// the queue is known empty again without that look. Another process may
+// take some of them: the credits then outlast the tasks and the next
+// real dequeue finds nothing, as it would without credits. The publish
+// names its gate, so a gate ignores its own wakes coming back.
 //
 // The gate also answers asynq's forwarder for a queue's scheduled set
 // (every DelayedTaskCheckInterval, each queue): prq schedules nothing
@@ -25,6 +34,8 @@ package dispatch
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,12 +44,18 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Channel is where pushes are announced: the queue names, comma-separated.
+// Channel is where pushes are announced: the queue names and then the
+// publishing gate's id in braces, comma-separated ("paid,{3f9a…}"). A
+// queue name never holds a brace (queueOf), so the id is never taken
+// for a queue; a reader that splits on commas and wakes every element
+// (prq before the id) wakes the queues and one name of no queue per
+// publishing gate.
 const Channel = "prq:dispatch:wake"
 
 // Gate is the hook; install it with rdb.AddHook(g) before asynq uses rdb.
 type Gate struct {
 	rdb redis.UniversalClient
+	id  string // random: tells this gate's wakes from others'
 	// Recheck bounds how long a queue is answered locally without a real
 	// look. Defaults to DefaultRecheck.
 	Recheck time.Duration
@@ -55,9 +72,17 @@ type Gate struct {
 }
 
 type queueState struct {
-	empty     bool      // the last real dequeue found nothing, and no wake since
-	gen       uint64    // wakes seen
-	checked   time.Time // the last real dequeue that found nothing
+	// empty: known empty, by the last real dequeue that found nothing or
+	// by the last of the credits, with no wake since
+	empty bool
+	gen   uint64 // wakes and own pushes seen
+	// credits counts the tasks this gate pushed and has not dequeued;
+	// open says the queue may hold tasks they do not count (a wake from
+	// elsewhere, a push of unknown count, no empty look yet), and then
+	// only a real dequeue that finds nothing knows it empty
+	credits   int64
+	open      bool
+	checked   time.Time // when it was last known empty (the re-check's start)
 	scheduled time.Time // the last real forward of the scheduled set that moved nothing
 }
 
@@ -68,7 +93,7 @@ const DefaultRecheck = 30 * time.Second
 
 // New returns a gate that publishes and listens through rdb.
 func New(rdb redis.UniversalClient) *Gate {
-	return &Gate{rdb: rdb, Recheck: DefaultRecheck, Now: time.Now, queues: map[string]*queueState{}}
+	return &Gate{rdb: rdb, id: fmt.Sprintf("%016x", rand.Uint64()), Recheck: DefaultRecheck, Now: time.Now, queues: map[string]*queueState{}}
 }
 
 // Listen subscribes to the wakes and gates dequeues until ctx ends; it
@@ -98,7 +123,9 @@ func (g *Gate) Listen(ctx context.Context) error {
 				}
 				switch m := msg.(type) {
 				case *redis.Message:
-					g.Wake(strings.Split(m.Payload, ",")...)
+					if qs, from := parseWake(m.Payload); from != g.id {
+						g.Wake(qs...)
+					} // else this gate's own push, counted when it was made
 				case *redis.Subscription:
 					g.resubscribed.Add(1)
 					g.WakeAll()
@@ -109,29 +136,57 @@ func (g *Gate) Listen(ctx context.Context) error {
 	return nil
 }
 
-// WakeAll makes the next dequeue of every queue a real one.
+// parseWake splits a wake's payload into its queues and the id of the
+// gate that published it ("" from a writer that names none).
+func parseWake(payload string) (queues []string, from string) {
+	for _, e := range strings.Split(payload, ",") {
+		if id, ok := strings.CutPrefix(e, "{"); ok {
+			from = strings.TrimSuffix(id, "}")
+			continue
+		}
+		queues = append(queues, e)
+	}
+	return queues, from
+}
+
+// WakeAll makes the dequeues of every queue real until one finds nothing.
 func (g *Gate) WakeAll() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for _, st := range g.queues {
-		st.empty = false
-		st.gen++
+		st.wake()
 	}
 }
 
-// Wake makes the next dequeue of each queue a real one.
+// Wake makes the dequeues of each queue real until one finds nothing: a
+// push of tasks this gate did not count.
 func (g *Gate) Wake(queues ...string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for _, q := range queues {
-		st := g.state(q)
-		st.empty = false
-		st.gen++
+		g.state(q).wake()
 	}
 }
 
+func (st *queueState) wake() {
+	st.empty, st.open = false, true
+	st.gen++
+}
+
+// credit records this gate's own push of n tasks to q.
+func (g *Gate) credit(q string, n int64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	st := g.state(q)
+	st.empty = false
+	st.credits += n
+	st.gen++
+}
+
 // Empty reports whether this process knows queue q empty: its last real
-// dequeue found nothing, no wake came since, and the re-check is not due.
+// dequeue found nothing, or took the last task it had pushed itself
+// with no other push announced since that look; no wake came since; and
+// the re-check is not due.
 func (g *Gate) Empty(q string) bool {
 	if !g.listening.Load() {
 		return false
@@ -148,7 +203,7 @@ func (g *Gate) Stats() (local, real int64) { return g.local.Load(), g.real.Load(
 func (g *Gate) state(q string) *queueState {
 	st := g.queues[q]
 	if st == nil {
-		st = &queueState{}
+		st = &queueState{open: true} // never looked at: anything may wait
 		g.queues[q] = st
 	}
 	return st
@@ -183,20 +238,30 @@ func (g *Gate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			defer g.forwarded(q, cmd)
 		}
 		err := next(ctx, cmd)
-		if err == nil && pushed(cmd) {
-			var qs []string
-			for _, k := range keys {
-				if q, ok := queueOf(k, ":pending"); ok {
-					qs = append(qs, q)
-				}
-			}
-			if len(qs) > 0 {
-				g.Wake(qs...) // this process's own servers at once
-				// others through Redis; a lost one costs them Recheck
-				_ = g.rdb.Publish(context.WithoutCancel(ctx), Channel, strings.Join(qs, ",")).Err()
+		if err != nil {
+			return err
+		}
+		var qs []string
+		for _, k := range keys {
+			if q, ok := queueOf(k, ":pending"); ok {
+				qs = append(qs, q)
 			}
 		}
-		return err
+		if len(qs) == 0 {
+			return nil
+		}
+		n := pushCount(cmd, keys)
+		switch {
+		case n == 0:
+			return nil
+		case n > 0 && len(qs) == 1:
+			g.credit(qs[0], n) // this process's own servers at once
+		default:
+			g.Wake(qs...)
+		}
+		// others through Redis; a lost one costs them Recheck
+		_ = g.rdb.Publish(context.WithoutCancel(ctx), Channel, strings.Join(qs, ",")+",{"+g.id+"}").Err()
+		return nil
 	}
 }
 
@@ -223,8 +288,19 @@ func (g *Gate) dequeue(ctx context.Context, next redis.ProcessHook, cmd redis.Cm
 	switch {
 	case err == redis.Nil && st.gen == gen: // no wake while Redis looked
 		st.empty, st.checked = true, g.Now()
-	case err == nil: // there may be more
+		st.credits, st.open = 0, false
+	case err == nil:
+		// one of this gate's own pushes, if any is left to count: once
+		// all are, and nothing else may have come, the queue is empty
+		// (or another process took some: the next real look finds
+		// nothing, as it would without credits)
 		st.empty = false
+		if st.credits > 0 {
+			st.credits--
+			if st.credits == 0 && !st.open {
+				st.empty, st.checked = true, g.Now()
+			}
+		}
 	}
 	return err
 }
@@ -328,21 +404,54 @@ func queueOf(key, suffix string) (string, bool) {
 	return q, true
 }
 
-// pushed reports whether a script's reply says it did something: asynq's
-// scripts that move a task to pending answer a positive count (or OK);
-// 0, a negative code or nil means nothing moved. A wake for a script that
-// only touched the list (a delete) costs one real dequeue per process.
-func pushed(cmd redis.Cmder) bool {
+// pushCount returns how many tasks a script's reply says it put on the
+// pending list, at least as many as it did (a count too high costs one
+// real dequeue that finds nothing): asynq's scripts that push answer 1
+// or the count they moved (a delete's count too), admission's release
+// (pending, scheduled, retry, archived and completed, then a task hash
+// each) a code per task, 1 for a push. 0 means nothing was pushed (0, a
+// negative code, nil, a release's codes without a 1), -1 a push of
+// unknown count (OK, any other reply).
+func pushCount(cmd redis.Cmder, keys []string) int64 {
 	c, ok := cmd.(*redis.Cmd)
 	if !ok {
-		return true
+		return -1
 	}
 	switch v := c.Val().(type) {
 	case int64:
-		return v > 0
+		return max(v, 0)
 	case nil:
-		return false
+		return 0
+	case []interface{}:
+		if !releaseOf(keys) || len(v) != len(keys)-5 {
+			return -1
+		}
+		var n int64
+		for _, code := range v {
+			code, ok := code.(int64)
+			if !ok {
+				return -1
+			}
+			if code == 1 {
+				n++
+			}
+		}
+		return n
 	default:
-		return true
+		return -1
 	}
+}
+
+// releaseOf recognises admission's release script by its keys.
+func releaseOf(keys []string) bool {
+	if len(keys) < 6 {
+		return false
+	}
+	q, _ := queueOf(keys[0], ":pending")
+	for i, suffix := range []string{":scheduled", ":retry", ":archived", ":completed"} {
+		if p, ok := queueOf(keys[1+i], suffix); !ok || p != q {
+			return false
+		}
+	}
+	return q != ""
 }

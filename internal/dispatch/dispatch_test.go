@@ -2,6 +2,8 @@ package dispatch
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -308,4 +310,270 @@ func TestScheduledForwardQuietUntilRecheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitRan(t, ran, "due")
+}
+
+// gated is a client whose commands pass a listening gate, with the
+// queue "q" driven by scripts shaped as asynq's: push puts tasks on the
+// pending list and answers their count, dequeue moves one to active.
+type gated struct {
+	t    *testing.T
+	gate *Gate
+	rdb  *redis.Client
+}
+
+func newGated(t *testing.T, r *redistest.Server) *gated {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	c := &gated{t: t, rdb: r.Client(t)}
+	c.gate = New(c.rdb)
+	c.gate.Recheck = time.Hour
+	c.rdb.AddHook(c.gate)
+	if err := c.gate.Listen(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func (c *gated) push(ids ...string) {
+	c.t.Helper()
+	args := make([]interface{}, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	if err := c.rdb.Eval(context.Background(), "redis.call('LPUSH', KEYS[1], unpack(ARGV)) return #ARGV", []string{"asynq:{q}:pending"}, args...).Err(); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// dequeue returns the task taken ("" if none) and whether the look
+// reached Redis.
+func (c *gated) dequeue() (id string, real bool) {
+	c.t.Helper()
+	_, before := c.gate.Stats()
+	keys := []string{"asynq:{q}:pending", "asynq:{q}:paused", "asynq:{q}:active", "asynq:{q}:lease"}
+	v, err := c.rdb.Eval(context.Background(), "local id = redis.call('RPOPLPUSH', KEYS[1], KEYS[3]) if id then return id end return nil", keys).Text()
+	if err != nil && err != redis.Nil {
+		c.t.Fatal(err)
+	}
+	_, after := c.gate.Stats()
+	return v, after > before
+}
+
+// want checks one dequeue's outcome.
+func (c *gated) want(id string, real bool) {
+	c.t.Helper()
+	if got, r := c.dequeue(); got != id || r != real {
+		c.t.Fatalf("dequeue: got %q (real %v), want %q (real %v)", got, r, id, real)
+	}
+}
+
+// waitWoken waits until the gate has taken a wake of queue q.
+func (c *gated) waitWoken(q string) {
+	c.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c.gate.mu.Lock()
+		st := c.gate.queues[q]
+		woken := st != nil && st.gen > 0
+		c.gate.mu.Unlock()
+		if woken {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("no wake of %s arrived", q)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// A process that pushed n tasks knows the queue empty again once it has
+// dequeued n, with no look that finds nothing.
+func TestOwnPushesNeedNoEmptyLook(t *testing.T) {
+	c := newGated(t, redistest.New(t))
+	c.want("", true) // never looked at: a real look
+	c.want("", false)
+	c.push("a", "b")
+	c.want("a", true)
+	if c.gate.Empty("q") {
+		t.Fatal("known empty while b waits")
+	}
+	c.want("b", true)
+	c.want("", false)
+	if !c.gate.Empty("q") {
+		t.Fatal("not known empty after both own pushes were dequeued")
+	}
+}
+
+// Tasks that waited before the gate's first look are not its own: an own
+// push counted on top of them does not close the queue early.
+func TestTasksBeforeFirstLookKeepQueueOpen(t *testing.T) {
+	c := newGated(t, redistest.New(t))
+	if err := c.rdb.LPush(context.Background(), "asynq:{q}:pending", "old").Err(); err != nil {
+		t.Fatal(err)
+	}
+	c.push("a")
+	c.want("old", true)
+	c.want("a", true)
+	c.want("", true)
+	c.want("", false)
+}
+
+// The same with asynq: the worker's own client enqueues; each task
+// costs one real dequeue, and none finds the queue empty.
+func TestOwnEnqueuesNeedNoEmptyLook(t *testing.T) {
+	r := redistest.New(t)
+	ran := make(chan string, 3)
+	w := startWorker(t, r, time.Hour, ran)
+	waitGated(t, w, 1)
+	before := w.cnt.n.Load()
+	client := asynq.NewClientFromRedisClient(w.rdb)
+	for _, p := range []string{"1", "2", "3"} {
+		if _, err := client.Enqueue(asynq.NewTask("t", []byte(p)), asynq.Queue("q")); err != nil {
+			t.Fatal(err)
+		}
+		waitRan(t, ran, p)
+	}
+	l, _ := w.gate.Stats()
+	waitGated(t, w, l+50)
+	if n := w.cnt.n.Load() - before; n != 3 {
+		t.Fatalf("%d dequeues reached Redis for 3 tasks, want 3", n)
+	}
+}
+
+// A wake from elsewhere between an own push and its dequeue keeps the
+// queue open: dequeues stay real until one finds nothing, so the other
+// process's task is taken although the own credits ran out first.
+func TestRemoteWakeKeepsQueueOpen(t *testing.T) {
+	c := newGated(t, redistest.New(t))
+	c.want("", true)
+	c.push("mine")
+	if err := c.rdb.LPush(context.Background(), "asynq:{q}:pending", "theirs").Err(); err != nil {
+		t.Fatal(err)
+	}
+	c.gate.Wake("q") // its wake
+	c.want("mine", true)
+	c.want("theirs", true)
+	c.want("", true)
+	c.want("", false)
+}
+
+// A gate's own publish coming back through its subscription does not
+// open the queue; a publish in the old format (queue names only, no
+// gate id) wakes as before.
+func TestOwnWakeComesBackIgnored(t *testing.T) {
+	r := redistest.New(t)
+	c := newGated(t, r)
+	c.want("", true)
+	c.push("a")
+	// published after the own wake, so received after it
+	if err := r.Client(t).Publish(context.Background(), Channel, "other").Err(); err != nil {
+		t.Fatal(err)
+	}
+	c.waitWoken("other")
+	c.want("a", true)
+	c.want("", false)
+	// an old-format wake of q opens it
+	if err := r.Client(t).Publish(context.Background(), Channel, "q").Err(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for c.gate.Empty("q") {
+		if time.Now().After(deadline) {
+			t.Fatal("an old-format wake never arrived")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	c.want("", true)
+	c.want("", false)
+}
+
+// Two processes: the pusher's servers take one of its two tasks, the
+// other process the second. The pusher never knows the queue empty while
+// a task waits, and its next real look finds it empty.
+func TestOtherProcessTakesOwnPush(t *testing.T) {
+	r := redistest.New(t)
+	p1, p2 := newGated(t, r), newGated(t, r)
+	p1.want("", true)
+	p2.want("", true)
+	p1.push("a", "b")
+	p2.waitWoken("q")
+	p1.want("a", true)
+	if p1.gate.Empty("q") {
+		t.Fatal("the pusher knows the queue empty while b waits")
+	}
+	p2.want("b", true)
+	p2.want("", true)
+	p1.want("", true) // its credit outlived b: a look, as without credits
+	p1.want("", false)
+	p2.want("", false)
+	if n, err := r.Client(t).LLen(context.Background(), "asynq:{q}:active").Result(); err != nil || n != 2 {
+		t.Fatalf("active: %d (%v), want both tasks", n, err)
+	}
+}
+
+// The wake's payload: the queues and the publishing gate's id. A process
+// that splits on commas and wakes every element (prq before the id)
+// wakes the queues and gains one state per publishing gate.
+func TestWakePayload(t *testing.T) {
+	for _, tc := range []struct {
+		name, payload string
+		queues        []string
+		from          string
+	}{
+		{"old writer", "paid,chat", []string{"paid", "chat"}, ""},
+		{"with id", "paid,chat,{0123abcd}", []string{"paid", "chat"}, "0123abcd"},
+		{"one queue", "free,{x}", []string{"free"}, "x"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			qs, from := parseWake(tc.payload)
+			if !slices.Equal(qs, tc.queues) || from != tc.from {
+				t.Fatalf("parseWake(%q) = %q, %q; want %q, %q", tc.payload, qs, from, tc.queues, tc.from)
+			}
+		})
+	}
+	g1, g2 := New(nil), New(nil)
+	if g1.id == g2.id || strings.ContainsAny(g1.id, ",{}") {
+		t.Fatalf("gate ids %q and %q: want distinct, no comma or brace", g1.id, g2.id)
+	}
+	old := New(nil)
+	for range 3 {
+		for _, g := range []*Gate{g1, g2} {
+			old.Wake(strings.Split("paid,chat,{"+g.id+"}", ",")...)
+		}
+	}
+	if len(old.queues) != 4 || old.queues["paid"].gen != 6 || old.queues["chat"].gen != 6 {
+		t.Fatalf("an old reader's states: %d, want paid, chat and one per gate", len(old.queues))
+	}
+}
+
+// pushCount reads the count of tasks pushed from each script's reply.
+func TestPushCount(t *testing.T) {
+	release := []string{"asynq:{q}:pending", "asynq:{q}:scheduled", "asynq:{q}:retry", "asynq:{q}:archived", "asynq:{q}:completed", "asynq:{q}:t:a", "asynq:{q}:t:b", "asynq:{q}:t:c"}
+	enqueue := []string{"asynq:{q}:t:a", "asynq:{q}:pending"}
+	for _, tc := range []struct {
+		name  string
+		keys  []string
+		reply interface{}
+		want  int64
+	}{
+		{"enqueue", enqueue, int64(1), 1},
+		{"enqueue refused", enqueue, int64(0), 0},
+		{"unique refused", enqueue, int64(-1), 0},
+		{"forward", []string{"asynq:{q}:scheduled", "asynq:{q}:pending"}, int64(7), 7},
+		{"nil", enqueue, nil, 0},
+		{"requeue OK", enqueue, "OK", -1},
+		{"release", release, []interface{}{int64(1), int64(-2), int64(1)}, 2},
+		{"release, none", release, []interface{}{int64(0), int64(-1), int64(-4)}, 0},
+		{"release, short reply", release, []interface{}{int64(1)}, -1},
+		{"array, not release", enqueue, []interface{}{int64(1)}, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := redis.NewCmd(context.Background(), "evalsha", "x", len(tc.keys))
+			cmd.SetVal(tc.reply)
+			if got := pushCount(cmd, tc.keys); got != tc.want {
+				t.Fatalf("pushCount = %d, want %d", got, tc.want)
+			}
+		})
+	}
 }
