@@ -66,6 +66,12 @@ type Gate struct {
 	queues    map[string]*queueState
 	listening atomic.Bool
 
+	// alone: the last wake this gate published reached only its own
+	// subscription, and no other gate's wake came since; published: when
+	// (unix ns). Alone, it publishes at most once an AloneEvery.
+	alone     atomic.Bool
+	published atomic.Int64
+
 	local, real  atomic.Int64 // dequeues answered locally / sent to Redis
 	quiet        atomic.Int64 // forwards of a scheduled set answered locally
 	resubscribed atomic.Int64 // subscriptions after the first
@@ -124,6 +130,7 @@ func (g *Gate) Listen(ctx context.Context) error {
 				switch m := msg.(type) {
 				case *redis.Message:
 					if qs, from := parseWake(m.Payload); from != g.id {
+						g.alone.Store(false) // another process pushes: it listens too
 						g.Wake(qs...)
 					} // else this gate's own push, counted when it was made
 				case *redis.Subscription:
@@ -259,10 +266,30 @@ func (g *Gate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		default:
 			g.Wake(qs...)
 		}
-		// others through Redis; a lost one costs them Recheck
-		_ = g.rdb.Publish(context.WithoutCancel(ctx), Channel, strings.Join(qs, ",")+",{"+g.id+"}").Err()
+		g.publish(ctx, strings.Join(qs, ",")+",{"+g.id+"}")
 		return nil
 	}
+}
+
+// AloneEvery is how often a gate alone on the channel still publishes
+// its wakes: the reply counts the listeners, so a process that starts is
+// heard of within it (and at once when it pushes itself). Until then its
+// servers poll as a new process does, and the pushes this process makes
+// are its own servers' to take (admission released them to its slots).
+const AloneEvery = time.Second
+
+// publish tells the other processes of a push (a lost wake costs them
+// Recheck), except while this gate is alone on the channel, at most
+// once an AloneEvery then.
+func (g *Gate) publish(ctx context.Context, msg string) {
+	now := g.Now().UnixNano()
+	if g.listening.Load() && g.alone.Load() && now-g.published.Load() < int64(AloneEvery) {
+		return
+	}
+	n, err := g.rdb.Publish(context.WithoutCancel(ctx), Channel, msg).Result()
+	// listening, this gate's own subscription is one of n
+	g.alone.Store(err == nil && g.listening.Load() && n <= 1)
+	g.published.Store(now)
 }
 
 // dequeue answers locally while q is known empty, else asks Redis and

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -575,5 +576,47 @@ func TestPushCount(t *testing.T) {
 				t.Fatalf("pushCount = %d, want %d", got, tc.want)
 			}
 		})
+	}
+}
+
+// A gate alone on the channel publishes its wakes at most once an
+// AloneEvery (nobody else to wake); another process's wake ends that,
+// and with two listening every push is published.
+func TestAloneGatePublishesOnceASecond(t *testing.T) {
+	r := redistest.New(t)
+	p1 := newGated(t, r)
+	admin := r.Client(t)
+	publishes := func() int64 {
+		for l := range strings.SplitSeq(admin.Info(context.Background(), "commandstats").Val(), "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(l), "cmdstat_publish:calls="); ok {
+				n, _ := strconv.ParseInt(strings.SplitN(v, ",", 2)[0], 10, 64)
+				return n
+			}
+		}
+		return 0
+	}
+	p1.want("", true) // never looked at: a real look
+	p1.push("a")
+	if n := publishes(); n != 1 {
+		t.Fatalf("the first push: %d PUBLISH, want 1", n)
+	}
+	p1.push("b")
+	if n := publishes(); n != 1 {
+		t.Fatalf("alone, a second push within a second: %d PUBLISH in all, want 1", n)
+	}
+	p1.want("a", true)
+	p1.want("b", true)
+	p1.want("", false) // its own pushes, counted: no wake needed to know
+	p2 := newGated(t, r)
+	p2.push("c") // reaches p1 (p2's first publish)
+	p1.waitWoken("q")
+	for p1.gate.alone.Load() { // the wake is heard just after the gen moves
+		time.Sleep(time.Millisecond)
+	}
+	before := publishes()
+	p1.push("d")
+	p1.push("e")
+	if n := publishes() - before; n != 2 {
+		t.Fatalf("with another process listening: %d PUBLISH for 2 pushes, want 2", n)
 	}
 }
