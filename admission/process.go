@@ -80,13 +80,9 @@ func (p *Process) Beat(ctx context.Context) error {
 func (p *Process) beat(ctx context.Context, args ...any) ([]string, error) {
 	keys := []string{processesKey}
 	var res *redis.Cmd
+	// the flush lock orders the HDEL against job starts; held for the
+	// pipeline only
 	p.flush.Lock()
-	flushed := false
-	defer func() {
-		if !flushed {
-			p.flush.Unlock()
-		}
-	}()
 	p.mu.Lock()
 	done := p.finished
 	p.finished = nil
@@ -112,12 +108,12 @@ func (p *Process) beat(ctx context.Context, args ...any) ([]string, error) {
 			}
 			p.mu.Unlock()
 		}
-		p.flush.Unlock() // starts wait no longer than the pipeline
-		flushed = true
+		p.flush.Unlock()
 		if redis.HasErrorPrefix(res.Err(), "NOSCRIPT") { // a Redis that has not seen it yet (or restarted)
 			res = processScript.Run(ctx, p.s.rdb, keys, args...)
 		}
 	} else {
+		p.flush.Unlock() // nothing to take out
 		res = processScript.Run(ctx, p.s.rdb, keys, args...)
 	}
 	if len(args) < 4 { // no ttl: the beat answers nothing
