@@ -495,8 +495,11 @@ func (s *Scheduler) release(ctx context.Context, q string, adm []Admitted) {
 			// returned yet (release it when it has)
 			s.releaseWhenHeld(ctx, a)
 		default:
-			// anything else the reconciler retries
-			s.log.WarnContext(ctx, "release failed; the reconciler will retry", "task", a.ID, "code", code, "err", err)
+			// anything else the reconciler retries (a release the
+			// process's own shutdown cut short needs no warning)
+			if ctx.Err() == nil {
+				s.log.WarnContext(ctx, "release failed; the reconciler will retry", "task", a.ID, "code", code, "err", err)
+			}
 		}
 	}
 }

@@ -106,7 +106,9 @@ func (s *Scheduler) rerelease(ctx context.Context, model, queue, id, releasedKey
 	switch info.State {
 	case asynq.TaskStateScheduled, asynq.TaskStateRetry:
 		if err := s.insp.RunTask(queue, id); err != nil {
-			s.log.WarnContext(ctx, "re-release failed", "task", id, "err", err)
+			if ctx.Err() == nil {
+				s.log.WarnContext(ctx, "re-release failed", "task", id, "err", err)
+			}
 		} else {
 			s.log.InfoContext(ctx, "re-released a task that never started (crash between admission and release?)", "task", id)
 		}
@@ -116,7 +118,7 @@ func (s *Scheduler) rerelease(ctx context.Context, model, queue, id, releasedKey
 		s.forget(ctx, model, id)
 		return
 	}
-	if err := s.rdb.ZAdd(ctx, releasedKey, redis.Z{Score: float64(now.Add(s.cfg.ReleaseTimeout).UnixMicro()), Member: id}).Err(); err != nil {
+	if err := s.rdb.ZAdd(ctx, releasedKey, redis.Z{Score: float64(now.Add(s.cfg.ReleaseTimeout).UnixMicro()), Member: id}).Err(); err != nil && ctx.Err() == nil {
 		s.log.WarnContext(ctx, "extending a release deadline failed", "task", id, "err", err)
 	}
 }
@@ -250,7 +252,9 @@ func (s *Scheduler) hasTicket(ctx context.Context, t Ticket, delayed map[string]
 func (s *Scheduler) delayedIDs(ctx context.Context, keys keySet) map[string]time.Time {
 	members, err := s.rdb.ZRangeWithScores(ctx, keys.Delayed, 0, -1).Result()
 	if err != nil {
-		s.log.WarnContext(ctx, "admission: could not read the delayed tickets", "err", err)
+		if ctx.Err() == nil { // not the process's own shutdown
+			s.log.WarnContext(ctx, "admission: could not read the delayed tickets", "err", err)
+		}
 		return nil
 	}
 	ids := make(map[string]time.Time, len(members))
