@@ -52,8 +52,10 @@ func (s *Scheduler) Reconcile(ctx context.Context, rc RunConfig, scan bool) erro
 			}
 			s.rerelease(ctx, model, t.Queue, id, keys.Released, now)
 		}
-		if err := s.expire(ctx, model, now, scan); err != nil {
-			return err
+		if scan {
+			if err := s.expire(ctx, model, now); err != nil {
+				return err
+			}
 		}
 	}
 	if rc.TicketOf != nil && s.insp != nil {
@@ -64,22 +66,18 @@ func (s *Scheduler) Reconcile(ctx context.Context, rc RunConfig, scan bool) erro
 	return nil
 }
 
-// expire, on a scan pass (recount), ends a model's reservations charged
-// more than ReservationTTL before now, taking them out of the uncalled
-// sums, and counts the sums again from the reservations (lua/expire.lua,
-// which reads every open reservation's charge time: once a scan, a
-// minute apart by default, so a reservation nobody settled ends at most
-// that much after its TTL). Other passes do nothing here.
-func (s *Scheduler) expire(ctx context.Context, model string, now time.Time, recount bool) error {
-	if !recount {
-		return nil
-	}
+// expire, on a scan pass, ends a model's reservations charged more than
+// ReservationTTL before now and counts the uncalled sums again from the
+// reservations left (lua/expire.lua, which reads every open
+// reservation's charge time: once a scan, a minute apart by default, so
+// a reservation nobody settled ends at most that much after its TTL).
+func (s *Scheduler) expire(ctx context.Context, model string, now time.Time) error {
 	keys, b, err := s.keys(model)
 	if err != nil {
 		return err
 	}
 	old := now.Add(-s.cfg.ReservationTTL).UnixMicro()
-	args := []any{s.now(), old, "recount"}
+	args := []any{s.now(), old}
 	args = append(args, b.ScriptArgs(ratelimit.Values{})...)
 	if err := expireScript.Run(ctx, s.rdb, keys.list(), args...).Err(); err != nil {
 		return fmt.Errorf("admission: reconcile: expire reservations: %w", err)
