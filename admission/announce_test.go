@@ -29,7 +29,7 @@ func TestAnnounceAlone(t *testing.T) {
 	if n := publishes() - before; n != 1 {
 		t.Fatalf("alone, a second announcement within a second: %d PUBLISH in all, want still 1", n)
 	}
-	if any, _ := w.uncovered(); any {
+	if any, _, _ := w.uncovered(); any {
 		t.Fatal("the unpublished announcement did not cover the ticket before it")
 	}
 	w.hear(announcement("other", 500, 0, true, 0)) // another process attempts

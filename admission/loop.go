@@ -188,13 +188,19 @@ type wakes struct {
 	signal chan struct{} // a ticket arrived (coalesced)
 	heard  chan heard    // the latest announcement of another process
 	mu     sync.Mutex
-	leader string      // the last process to announce
-	ticket int64       // the latest ticket's time (µs, the script's clock)
-	chat   bool        // a chat ticket among those not covered yet
-	seen   int64       // the latest complete attempt's time
-	due    []time.Time // delayed tickets coming due, not yet taken by the loop
-	chats  int         // chat tickets heard less chats announced admitted (0 when an attempt finds none waiting)
-	chatAt time.Time   // the last chat ticket heard
+	leader string // the last process to announce
+	ticket int64  // the latest ticket's time (µs, the script's clock)
+	chat   bool   // a chat ticket among those not covered yet
+	seen   int64  // the latest complete attempt's time
+	// lead: this process led when the latest uncovered ticket was heard.
+	// Every process hears the channel in one order, so exactly one led at
+	// that point; asked later, when the loop takes the wake, an
+	// announcement heard since (an attempt begun before the ticket,
+	// published after it) may have made each process think another leads.
+	lead   bool
+	due    []dueWake // delayed tickets coming due, not yet taken by the loop
+	chats  int       // chat tickets heard less chats announced admitted (0 when an attempt finds none waiting)
+	chatAt time.Time // the last chat ticket heard
 	// alone: the last announcement reached this process only (no other
 	// loop listens), and no other process announced since; announced:
 	// when that was
@@ -225,6 +231,13 @@ func (w *wakes) announce(ctx context.Context, rdb redis.UniversalClient, channel
 	w.mu.Lock()
 	w.alone, w.announced = err == nil && n <= 1, now
 	w.mu.Unlock()
+}
+
+// dueWake is a delayed ticket's due time, and whether this process led
+// when it was heard.
+type dueWake struct {
+	at   time.Time
+	lead bool
 }
 
 type heard struct {
@@ -295,7 +308,7 @@ func (w *wakes) hear(payload string) {
 		if us, err := strconv.ParseInt(f[1], 10, 64); err == nil {
 			w.mu.Lock()
 			if len(w.due) < 1000 {
-				w.due = append(w.due, time.UnixMicro(us))
+				w.due = append(w.due, dueWake{time.UnixMicro(us), w.leadsLocked()})
 			}
 			w.mu.Unlock()
 			select {
@@ -317,6 +330,7 @@ func (w *wakes) hear(payload string) {
 	if at > w.seen {
 		w.ticket = max(w.ticket, at)
 		w.chat = w.chat || chat
+		w.lead = w.leadsLocked() // the latest ticket's leader attempts after it, covering the earlier ones
 	}
 	if chat {
 		w.chats++
@@ -330,15 +344,16 @@ func (w *wakes) hear(payload string) {
 }
 
 // uncovered reports whether a ticket came that no complete attempt has
-// seen, and whether one of those is chat.
-func (w *wakes) uncovered() (any, chat bool) {
+// seen, whether one of those is chat, and whether this process led when
+// the latest of them was heard (it attempts; the others stay Behind).
+func (w *wakes) uncovered() (any, chat, lead bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.ticket > w.seen, w.chat
+	return w.ticket > w.seen, w.chat, w.lead
 }
 
 // dues takes the delayed tickets' due times heard since the last call.
-func (w *wakes) dues() []time.Time {
+func (w *wakes) dues() []dueWake {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	d := w.due
@@ -359,6 +374,10 @@ func (w *wakes) chatWaits() bool {
 func (w *wakes) leads() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	return w.leadsLocked()
+}
+
+func (w *wakes) leadsLocked() bool {
 	return w.leader == w.me || w.leader == ""
 }
 
@@ -410,7 +429,7 @@ func (s *Scheduler) loop(ctx context.Context, model string, rc RunConfig, w *wak
 		case <-timer.C:
 			if now := time.Now(); now.Before(next) && (due.IsZero() || now.Before(due)) { // a follow-up
 				follow = time.Time{}
-				if any, _ := w.uncovered(); !any {
+				if any, _, _ := w.uncovered(); !any {
 					continue
 				}
 			}
@@ -430,18 +449,18 @@ func (s *Scheduler) loop(ctx context.Context, model string, rc RunConfig, w *wak
 			chatAt = time.Time{}
 			now := time.Now()
 			for _, d := range w.dues() {
-				if !w.leads() {
-					d = d.Add(jitter(rc.Behind))
+				if !d.lead {
+					d.at = d.at.Add(jitter(rc.Behind))
 				}
-				due = earliest(due, d)
+				due = earliest(due, d.at)
 			}
-			any, chat := w.uncovered()
+			any, chat, lead := w.uncovered()
 			if !any || (!chat && now.Before(bound)) {
 				// seen already; or batch while the head waits for tokens:
 				// it waits its turn (the attempt at bound, or within MaxSleep)
 				continue
 			}
-			if !w.leads() {
+			if !lead {
 				follow = earliest(follow, now.Add(jitter(rc.Behind)))
 				continue
 			}

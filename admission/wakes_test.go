@@ -45,11 +45,11 @@ func TestWakesCountWaitingChats(t *testing.T) {
 	if w.chatWaits() {
 		t.Fatal("an attempt found nothing waiting, a chat still counted")
 	}
-	if any, _ := w.uncovered(); any {
+	if any, _, _ := w.uncovered(); any {
 		t.Fatal("a ticket registered before a complete attempt is not covered")
 	}
 	w.hear("t|chat|20")
-	if any, chat := w.uncovered(); !any || !chat {
+	if any, chat, _ := w.uncovered(); !any || !chat {
 		t.Fatal("a chat ticket after the last attempt is not uncovered chat")
 	}
 }
@@ -120,5 +120,42 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 			t.Fatalf("never: %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Two processes, the same channel: "me" announced an attempt begun
+// before a ticket, published after the ticket reached the channel; the
+// other announced before. At the ticket each heard the other last, so
+// the other leads it; when "me" takes the wake, its own late
+// announcement has made it the last to announce. Asked then, each would
+// think the other leads and both stay Behind: the ticket waits a whole
+// Behind. Who leads a ticket is settled where it is heard.
+func TestTheLeaderOfATicketIsWhoLedWhenItWasHeard(t *testing.T) {
+	me, other := newWakes("me"), newWakes("other")
+	for _, m := range []string{
+		announcement("me", 10, 0, true, 0),
+		announcement("other", 11, 0, true, 0),
+		"t|paid|13",
+		announcement("me", 12, 0, true, 0), // began before the ticket
+		"d|20",
+	} {
+		me.hear(m)
+		other.hear(m)
+	}
+	any, _, meLeads := me.uncovered()
+	_, _, otherLeads := other.uncovered()
+	if !any || meLeads || !otherLeads {
+		t.Fatalf("uncovered %v, me leads %v, other leads %v: want the ticket uncovered and led by other alone", any, meLeads, otherLeads)
+	}
+	if d := me.dues(); len(d) != 1 || !d[0].lead {
+		t.Fatalf("me heard the due time as %+v, want it led by me (the last to announce before it)", d)
+	}
+	if d := other.dues(); len(d) != 1 || d[0].lead {
+		t.Fatalf("other heard the due time as %+v, want it led by me", d)
+	}
+	// a later ticket is led by whoever announced last before it
+	me.hear("t|chat|14")
+	if _, chat, lead := me.uncovered(); !chat || !lead {
+		t.Fatalf("chat %v, lead %v: want a chat ticket led by me", chat, lead)
 	}
 }
