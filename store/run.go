@@ -244,7 +244,12 @@ func mustJSON(v any) []byte {
 
 // GetRun returns a PR's current run.
 func (s *Store) GetRun(ctx context.Context, pr jobs.PR) (Run, error) {
-	m, err := s.rdb.HGetAll(ctx, runKey(pr)).Result()
+	return runOf(pr, s.rdb.HGetAll(ctx, runKey(pr)))
+}
+
+// runOf decodes a run's hash as read by cmd.
+func runOf(pr jobs.PR, cmd *redis.MapStringStringCmd) (Run, error) {
+	m, err := cmd.Result()
 	if err != nil {
 		return Run{}, fmt.Errorf("store: get run %s: %w", pr, err)
 	}
@@ -357,7 +362,12 @@ func (s *Store) File(ctx context.Context, pr jobs.PR, head string, index int) (F
 // context (Run.Context; "" for a head planned without one), in one
 // round trip.
 func (s *Store) FileAndContext(ctx context.Context, pr jobs.PR, head string, index int) (FileData, string, error) {
-	vals, err := s.rdb.HMGet(ctx, filesKey(pr, head), strconv.Itoa(index), contextField).Result()
+	return fileOf(pr, index, s.rdb.HMGet(ctx, filesKey(pr, head), strconv.Itoa(index), contextField))
+}
+
+// fileOf decodes a file and the head's shared context as read by cmd.
+func fileOf(pr jobs.PR, index int, cmd *redis.SliceCmd) (FileData, string, error) {
+	vals, err := cmd.Result()
 	if err != nil {
 		return FileData{}, "", fmt.Errorf("store: file %s %d: %w", pr, index, err)
 	}
@@ -390,14 +400,69 @@ func (s *Store) CompleteFile(ctx context.Context, pr jobs.PR, head string, r Res
 	return res == 2, nil
 }
 
-// HasResult reports whether a head's job (kind, index) has its result
-// recorded: a retried job then makes no second call.
-func (s *Store) HasResult(ctx context.Context, pr jobs.PR, head string, kind jobs.Kind, index int) (bool, error) {
-	ok, err := s.rdb.HExists(ctx, resultsKey(pr, head), string(kind)+":"+strconv.Itoa(index)).Result()
-	if err != nil {
-		return false, fmt.Errorf("store: has result %s: %w", pr, err)
+// FileJobRead names what a file job reads before its call.
+type FileJobRead struct {
+	PR   jobs.PR
+	Head string
+	// Kind and Index name the job's result: whether it is recorded.
+	Kind  jobs.Kind
+	Index int
+	// File, when NoFile is false, is the index of the file read with the
+	// head's shared context (a walkthrough reads its head's files apart).
+	File   int
+	NoFile bool
+	// Installation, when ReadInstallation is set, is the installation
+	// whose state is read too (as Disabled reads it).
+	Installation     int64
+	ReadInstallation bool
+}
+
+// FileJobState is what ReadFileJob found, each part with the error its
+// own read would return: RunErr is ErrNotFound for a run gone, FileErr
+// for a file not stored.
+type FileJobState struct {
+	Disabled    string // why the installation's work may not run; "" runs
+	DisabledErr error
+	Run         Run
+	RunErr      error
+	Done        bool // the job's result is recorded: a retry makes no second call
+	DoneErr     error
+	File        FileData
+	Shared      string
+	FileErr     error
+}
+
+// ReadFileJob reads in one round trip what a file job checks before its
+// call: its installation's state, its run, whether its result is
+// recorded, its file and the head's shared context. The caller decides
+// in which order the answers count; a part it never reaches costs one
+// command in the same round trip.
+func (s *Store) ReadFileJob(ctx context.Context, r FileJobRead) FileJobState {
+	pipe := s.rdb.Pipeline()
+	var inst *redis.StringCmd
+	if r.ReadInstallation {
+		inst = pipe.Get(ctx, instKey(r.Installation))
 	}
-	return ok, nil
+	run := pipe.HGetAll(ctx, runKey(r.PR))
+	done := pipe.HExists(ctx, resultsKey(r.PR, r.Head), string(r.Kind)+":"+strconv.Itoa(r.Index))
+	var file *redis.SliceCmd
+	if !r.NoFile {
+		file = pipe.HMGet(ctx, filesKey(r.PR, r.Head), strconv.Itoa(r.File), contextField)
+	}
+	_, _ = pipe.Exec(ctx) // each command carries its own error, read below
+	var st FileJobState
+	if inst != nil {
+		p, err := s.planOf(r.Installation, inst)
+		st.Disabled, st.DisabledErr = disabledOf(p), err
+	}
+	st.Run, st.RunErr = runOf(r.PR, run)
+	if st.Done, st.DoneErr = done.Result(); st.DoneErr != nil {
+		st.DoneErr = fmt.Errorf("store: has result %s: %w", r.PR, st.DoneErr)
+	}
+	if file != nil {
+		st.File, st.Shared, st.FileErr = fileOf(r.PR, r.File, file)
+	}
+	return st
 }
 
 // CarryResults keeps, with a published head's results, the results it

@@ -138,7 +138,12 @@ func (s *Store) UpdatePlan(ctx context.Context, id int64, fn func(*Plan)) error 
 // GetPlan returns an installation's plan, or the default tier's when none
 // is stored (Default is then true).
 func (s *Store) GetPlan(ctx context.Context, id int64) (Plan, error) {
-	b, err := s.rdb.Get(ctx, instKey(id)).Bytes()
+	return s.planOf(id, s.rdb.Get(ctx, instKey(id)))
+}
+
+// planOf decodes an installation's plan as read by cmd.
+func (s *Store) planOf(id int64, cmd *redis.StringCmd) (Plan, error) {
+	b, err := cmd.Bytes()
 	if errors.Is(err, redis.Nil) {
 		return Plan{Installation: id, Tier: s.DefaultTier, Default: true}, nil
 	}

@@ -25,7 +25,7 @@ type FileStore interface {
 	FileAndContext(ctx context.Context, pr jobs.PR, head string, index int) (store.FileData, string, error)
 	Files(ctx context.Context, pr jobs.PR, head string) (map[int]store.FileData, error)
 	CompleteFile(ctx context.Context, pr jobs.PR, head string, r store.Result) (last bool, err error)
-	HasResult(ctx context.Context, pr jobs.PR, head string, kind jobs.Kind, index int) (bool, error)
+	ReadFileJob(ctx context.Context, r store.FileJobRead) store.FileJobState
 	SetWaiting(ctx context.Context, pr jobs.PR, head string, until time.Time) error
 }
 
@@ -264,13 +264,23 @@ var revoked = early{leftover: true, book: true, then: func() error {
 // its retry budget, its file, its model and its run.
 func (w *FileWorker) checks(ctx context.Context, j *fileJob) (*early, error) {
 	cfg, f := &w.cfg, j.f
-	if err := w.gate.check(ctx, f.PR.Installation, string(f.Kind)); err != nil {
+	// what the checks need, in one round trip; the installation only when
+	// the gate keeps no fresh answer
+	why, known := w.gate.known(f.PR.Installation)
+	st := cfg.Store.ReadFileJob(ctx, store.FileJobRead{PR: f.PR, Head: f.HeadSHA, Kind: f.Kind, Index: f.Index,
+		File: j.ref.FileIndex, NoFile: f.Walkthrough, Installation: f.PR.Installation, ReadInstallation: !known})
+	var err error
+	if !known {
+		if why, err = st.Disabled, st.DisabledErr; err == nil {
+			w.gate.learned(f.PR.Installation, why)
+		}
+	}
+	if err := w.gate.judge(ctx, f.PR.Installation, string(f.Kind), why, err); err != nil {
 		return &early{leftover: true, book: true, then: func() error { return err }}, nil
 	}
 	// the run, read once: whether the head is current, and its title,
 	// body and instructions for the prompt
-	var err error
-	if j.run, err = cfg.Store.GetRun(ctx, f.PR); errors.Is(err, store.ErrNotFound) {
+	if j.run, err = st.Run, st.RunErr; errors.Is(err, store.ErrNotFound) {
 		return &revoked, nil
 	} else if err != nil {
 		return nil, err
@@ -278,9 +288,9 @@ func (w *FileWorker) checks(ctx context.Context, j *fileJob) (*early, error) {
 	if j.run.Head != f.HeadSHA || j.run.State == store.StateCancelled {
 		return &revoked, nil
 	}
-	if done, err := cfg.Store.HasResult(ctx, f.PR, f.HeadSHA, f.Kind, f.Index); err != nil {
-		return nil, err
-	} else if done {
+	if st.DoneErr != nil {
+		return nil, st.DoneErr
+	} else if st.Done {
 		// a retry after the result was recorded (finalize's enqueue
 		// failed, or a crash came between): no second call; finalize
 		// when the head is all done; the leftover is booked by the run
@@ -302,7 +312,7 @@ func (w *FileWorker) checks(ctx context.Context, j *fileJob) (*early, error) {
 	if f.Walkthrough {
 		j.files, j.shared, err = headFiles(ctx, cfg.Store, f.PR, f.HeadSHA)
 	} else {
-		j.fd, j.shared, err = cfg.Store.FileAndContext(ctx, f.PR, f.HeadSHA, j.ref.FileIndex)
+		j.fd, j.shared, err = st.File, st.Shared, st.FileErr
 	}
 	if err != nil {
 		return nil, err

@@ -307,10 +307,10 @@ type pushedBetween struct {
 	once   *sync.Once
 }
 
-func (s pushedBetween) GetRun(ctx context.Context, pr jobs.PR) (store.Run, error) {
+func (s pushedBetween) ReadFileJob(ctx context.Context, r store.FileJobRead) store.FileJobState {
 	push := func() {
 		s.once.Do(func() {
-			if _, _, err := s.Store.StartRun(ctx, store.Run{PR: pr, Head: "h2", Tier: jobs.TierPaid, SummaryTotal: 1, Title: "the next head's title"}, nil); err != nil {
+			if _, _, err := s.Store.StartRun(ctx, store.Run{PR: r.PR, Head: "h2", Tier: jobs.TierPaid, SummaryTotal: 1, Title: "the next head's title"}, nil); err != nil {
 				s.t.Error(err)
 			}
 		})
@@ -318,9 +318,9 @@ func (s pushedBetween) GetRun(ctx context.Context, pr jobs.PR) (store.Run, error
 	if s.before {
 		push()
 	}
-	run, err := s.Store.GetRun(ctx, pr)
+	st := s.Store.ReadFileJob(ctx, r)
 	push()
-	return run, err
+	return st
 }
 
 // TestFileWorkerPromptOfTheHeadItRead: a push planned right after the

@@ -40,6 +40,33 @@ func (g installGate) check(ctx context.Context, inst int64, kind string) error {
 		return nil
 	}
 	why, err := g.state.Disabled(ctx, inst)
+	return g.judge(ctx, inst, kind, why, err)
+}
+
+// known returns inst's state when the gate needs no read for it: it has
+// no state to ask, or its cache keeps a fresh answer.
+func (g installGate) known(inst int64) (why string, ok bool) {
+	if g.state == nil {
+		return "", true
+	}
+	if c, cached := g.state.(*installCache); cached {
+		return c.fresh(inst)
+	}
+	return "", false
+}
+
+// learned keeps an answer read for the gate elsewhere (ReadFileJob),
+// where the gate caches.
+func (g installGate) learned(inst int64, why string) {
+	if c, cached := g.state.(*installCache); cached {
+		c.remember(inst, why)
+	}
+}
+
+// judge is the gate's verdict on inst's state (why, or the error reading
+// it): nil when its work may run, else the error that makes the job
+// vanish, or the read's.
+func (g installGate) judge(ctx context.Context, inst int64, kind, why string, err error) error {
 	if err != nil || why == "" {
 		return err
 	}
@@ -106,17 +133,32 @@ var _ InstallState = (*installCache)(nil)
 
 // Disabled answers from the cache while the answer is younger than ttl.
 func (c *installCache) Disabled(ctx context.Context, inst int64) (string, error) {
-	now := c.now()
-	c.mu.Lock()
-	a, ok := c.m[inst]
-	c.mu.Unlock()
-	if ok && now.Sub(a.at) < c.ttl && !now.Before(a.at) {
-		return a.why, nil
+	if why, ok := c.fresh(inst); ok {
+		return why, nil
 	}
 	why, err := c.next.Disabled(ctx, inst)
 	if err != nil {
 		return "", err
 	}
+	c.remember(inst, why)
+	return why, nil
+}
+
+// fresh returns inst's answer while it is younger than ttl.
+func (c *installCache) fresh(inst int64) (string, bool) {
+	now := c.now()
+	c.mu.Lock()
+	a, ok := c.m[inst]
+	c.mu.Unlock()
+	if ok && now.Sub(a.at) < c.ttl && !now.Before(a.at) {
+		return a.why, true
+	}
+	return "", false
+}
+
+// remember keeps inst's answer, read now.
+func (c *installCache) remember(inst int64, why string) {
+	now := c.now()
 	c.mu.Lock()
 	if len(c.m) >= installCacheMax {
 		for k, v := range c.m {
@@ -127,7 +169,6 @@ func (c *installCache) Disabled(ctx context.Context, inst int64) (string, error)
 	}
 	c.m[inst] = installAnswer{why: why, at: now}
 	c.mu.Unlock()
-	return why, nil
 }
 
 // MarkTokenRefused records the refusal and forgets inst's answer.

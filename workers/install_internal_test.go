@@ -48,3 +48,33 @@ func TestInstallStateCached(t *testing.T) {
 		t.Fatalf("right after a refused token: %q, want %q", why, store.DisabledTokenRefused)
 	}
 }
+
+// A file job reads its installation's state with its other checks
+// (ReadFileJob) only when the gate keeps no fresh answer, and the gate
+// keeps what that read found; a gate without a cache reads every time,
+// one without state never.
+func TestGateKnowsWhatTheJobsReadFound(t *testing.T) {
+	t.Parallel()
+	st := store.New(redistest.Shared(t).Client(t), jobs.TierFree)
+	now := time.Unix(1_800_000_000, 0)
+	g := installGate{state: newInstallCache(st, installsFor, func() time.Time { return now })}
+	const inst = 9702
+	if _, ok := g.known(inst); ok {
+		t.Fatal("nothing read yet, yet the gate knows the installation")
+	}
+	g.learned(inst, store.DisabledDeleted)
+	if why, ok := g.known(inst); !ok || why != store.DisabledDeleted {
+		t.Fatalf("after a read: %q (known %v), want %q kept", why, ok, store.DisabledDeleted)
+	}
+	now = now.Add(installsFor)
+	if _, ok := g.known(inst); ok {
+		t.Fatalf("%s after the read, the answer is still kept", installsFor)
+	}
+	if _, ok := (installGate{state: st}).known(inst); ok {
+		t.Fatal("a gate without a cache knows an installation without reading it")
+	}
+	installGate{state: st}.learned(inst, store.DisabledDeleted) // nowhere to keep it: a no-op
+	if why, ok := (installGate{}).known(inst); !ok || why != "" {
+		t.Fatalf("a gate without state: %q (known %v), want every installation running", why, ok)
+	}
+}
