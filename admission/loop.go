@@ -127,7 +127,7 @@ func (s *Scheduler) Run(ctx context.Context, rc RunConfig) {
 					continue
 				}
 				if w, ok := wake[byChannel[m.Channel]]; ok {
-					w.hear("resubscribed")
+					w.hear(resubscribed)
 				}
 			}
 		}
@@ -207,6 +207,10 @@ type wakes struct {
 	alone     bool
 	announced time.Time
 }
+
+// resubscribed is what a loop hears when its subscription comes back on
+// a new connection: what was published meanwhile is lost.
+const resubscribed = "resubscribed"
 
 // announceAlone is how often a loop that is alone on its channel still
 // announces: the announcement's reply counts the listeners, so a
@@ -330,7 +334,10 @@ func (w *wakes) hear(payload string) {
 	if at > w.seen {
 		w.ticket = max(w.ticket, at)
 		w.chat = w.chat || chat
-		w.lead = w.leadsLocked() // the latest ticket's leader attempts after it, covering the earlier ones
+		// the latest ticket's leader attempts after it, covering the
+		// earlier ones; a resubscription, heard outside the channel's
+		// order after wakes may have been lost, has every loop look
+		w.lead = w.leadsLocked() || payload == resubscribed
 	}
 	if chat {
 		w.chats++

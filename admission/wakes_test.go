@@ -153,7 +153,21 @@ func TestTheLeaderOfATicketIsWhoLedWhenItWasHeard(t *testing.T) {
 	if d := other.dues(); len(d) != 1 || d[0].lead {
 		t.Fatalf("other heard the due time as %+v, want it led by me", d)
 	}
+	// a resubscription (heard outside the channel's order: wakes may
+	// have been lost) has every loop look, the one that led included
+	other.hear(resubscribed)
+	me.hear(resubscribed)
+	if _, _, lead := other.uncovered(); !lead {
+		t.Fatal("after a resubscription the ticket's leader no longer leads it")
+	}
+	if _, _, lead := me.uncovered(); !lead {
+		t.Fatal("after a resubscription a loop that did not lead does not look")
+	}
 	// a later ticket is led by whoever announced last before it
+	other.hear("t|chat|14")
+	if _, _, lead := other.uncovered(); lead {
+		t.Fatal("a ticket after me announced is led by other")
+	}
 	me.hear("t|chat|14")
 	if _, chat, lead := me.uncovered(); !chat || !lead {
 		t.Fatalf("chat %v, lead %v: want a chat ticket led by me", chat, lead)

@@ -264,22 +264,20 @@ var revoked = early{leftover: true, book: true, then: func() error {
 // its retry budget, its file, its model and its run.
 func (w *FileWorker) checks(ctx context.Context, j *fileJob) (*early, error) {
 	cfg, f := &w.cfg, j.f
-	// what the checks need, in one round trip; the installation only when
-	// the gate keeps no fresh answer
-	why, known := w.gate.known(f.PR.Installation)
+	// what the checks need, in one round trip; the installation's record
+	// only when the gate has no answer without it
+	q := w.gate.ask(ctx, f.PR.Installation)
 	st := cfg.Store.ReadFileJob(ctx, store.FileJobRead{PR: f.PR, Head: f.HeadSHA, Kind: f.Kind, Index: f.Index,
-		File: j.ref.FileIndex, NoFile: f.Walkthrough, Installation: f.PR.Installation, ReadInstallation: !known})
-	var err error
-	if !known {
-		if why, err = st.Disabled, st.DisabledErr; err == nil {
-			w.gate.learned(f.PR.Installation, why)
-		}
+		File: j.ref.FileIndex, NoFile: f.Walkthrough, Installation: f.PR.Installation, ReadInstallation: q.fold})
+	if q.fold {
+		q = w.gate.learned(f.PR.Installation, q, st.Disabled, st.DisabledErr)
 	}
-	if err := w.gate.judge(ctx, f.PR.Installation, string(f.Kind), why, err); err != nil {
+	if err := w.gate.judge(ctx, f.PR.Installation, string(f.Kind), q.why, q.err); err != nil {
 		return &early{leftover: true, book: true, then: func() error { return err }}, nil
 	}
 	// the run, read once: whether the head is current, and its title,
 	// body and instructions for the prompt
+	var err error
 	if j.run, err = st.Run, st.RunErr; errors.Is(err, store.ErrNotFound) {
 		return &revoked, nil
 	} else if err != nil {

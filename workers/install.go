@@ -43,24 +43,50 @@ func (g installGate) check(ctx context.Context, inst int64, kind string) error {
 	return g.judge(ctx, inst, kind, why, err)
 }
 
-// known returns inst's state when the gate needs no read for it: it has
-// no state to ask, or its cache keeps a fresh answer.
-func (g installGate) known(inst int64) (why string, ok bool) {
-	if g.state == nil {
-		return "", true
-	}
-	if c, cached := g.state.(*installCache); cached {
-		return c.fresh(inst)
-	}
-	return "", false
+// question is where a job's gate finds its installation's state: an
+// answer it has (why, err), or, with fold, a read of the store's own
+// record the job's other reads carry (ReadFileJob), asked at at.
+type question struct {
+	why  string
+	err  error
+	fold bool
+	at   time.Time
 }
 
-// learned keeps an answer read for the gate elsewhere (ReadFileJob),
-// where the gate caches.
-func (g installGate) learned(inst int64, why string) {
-	if c, cached := g.state.(*installCache); cached {
-		c.remember(inst, why)
+// ask answers for inst what the gate can without the job's read: no
+// state to ask, a fresh answer its cache keeps, or a state other than
+// the store's record (asked apart, as check does); else the job's read
+// is to carry the record (fold).
+func (g installGate) ask(ctx context.Context, inst int64) question {
+	var st InstallState = g.state
+	var at time.Time
+	if c, cached := st.(*installCache); cached {
+		at = c.now()
+		if why, ok := c.fresh(inst); ok {
+			return question{why: why}
+		}
+		st = c.next
 	}
+	switch st.(type) {
+	case nil:
+		return question{}
+	case *store.Store:
+		return question{fold: true, at: at}
+	}
+	why, err := g.state.Disabled(ctx, inst)
+	return question{why: why, err: err}
+}
+
+// learned keeps the record a job's read found for a folded question
+// (why, or the error reading it), where the gate caches, as of when it
+// was asked.
+func (g installGate) learned(inst int64, q question, why string, err error) question {
+	if err == nil {
+		if c, cached := g.state.(*installCache); cached {
+			c.remember(inst, why, q.at)
+		}
+	}
+	return question{why: why, err: err}
 }
 
 // judge is the gate's verdict on inst's state (why, or the error reading
@@ -136,11 +162,12 @@ func (c *installCache) Disabled(ctx context.Context, inst int64) (string, error)
 	if why, ok := c.fresh(inst); ok {
 		return why, nil
 	}
+	now := c.now()
 	why, err := c.next.Disabled(ctx, inst)
 	if err != nil {
 		return "", err
 	}
-	c.remember(inst, why)
+	c.remember(inst, why, now)
 	return why, nil
 }
 
@@ -156,9 +183,9 @@ func (c *installCache) fresh(inst int64) (string, bool) {
 	return "", false
 }
 
-// remember keeps inst's answer, read now.
-func (c *installCache) remember(inst int64, why string) {
-	now := c.now()
+// remember keeps inst's answer, asked at now (its age counts from the
+// question, not from the answer's arrival).
+func (c *installCache) remember(inst int64, why string, now time.Time) {
 	c.mu.Lock()
 	if len(c.m) >= installCacheMax {
 		for k, v := range c.m {

@@ -2,6 +2,7 @@ package workers
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -49,32 +50,55 @@ func TestInstallStateCached(t *testing.T) {
 	}
 }
 
-// A file job reads its installation's state with its other checks
-// (ReadFileJob) only when the gate keeps no fresh answer, and the gate
-// keeps what that read found; a gate without a cache reads every time,
-// one without state never.
-func TestGateKnowsWhatTheJobsReadFound(t *testing.T) {
+// A file job reads its installation's record with its other checks
+// (ReadFileJob) only when the gate has no answer without it, and the
+// gate's cache keeps what that read found, aged from when it was asked;
+// a state other than the store's record is asked apart, as check asks
+// it; a gate without state lets every job run.
+func TestGateAsksWhatTheJobsReadCannotAnswer(t *testing.T) {
 	t.Parallel()
+	ctx := context.Background()
 	st := store.New(redistest.Shared(t).Client(t), jobs.TierFree)
 	now := time.Unix(1_800_000_000, 0)
 	g := installGate{state: newInstallCache(st, installsFor, func() time.Time { return now })}
 	const inst = 9702
-	if _, ok := g.known(inst); ok {
-		t.Fatal("nothing read yet, yet the gate knows the installation")
+	q := g.ask(ctx, inst)
+	if !q.fold || !q.at.Equal(now) {
+		t.Fatalf("nothing kept yet: %+v, want the record read with the job's checks, asked now", q)
 	}
-	g.learned(inst, store.DisabledDeleted)
-	if why, ok := g.known(inst); !ok || why != store.DisabledDeleted {
-		t.Fatalf("after a read: %q (known %v), want %q kept", why, ok, store.DisabledDeleted)
+	now = now.Add(time.Second) // a slow read
+	if got := g.learned(inst, q, store.DisabledDeleted, nil); got.why != store.DisabledDeleted || got.err != nil || got.fold {
+		t.Fatalf("learned %+v, want the answer read", got)
 	}
-	now = now.Add(installsFor)
-	if _, ok := g.known(inst); ok {
-		t.Fatalf("%s after the read, the answer is still kept", installsFor)
+	if q := g.ask(ctx, inst); q.fold || q.why != store.DisabledDeleted {
+		t.Fatalf("after the read: %+v, want %q kept", q, store.DisabledDeleted)
 	}
-	if _, ok := (installGate{state: st}).known(inst); ok {
-		t.Fatal("a gate without a cache knows an installation without reading it")
+	now = now.Add(installsFor - time.Second) // installsFor after the question
+	if q := g.ask(ctx, inst); !q.fold {
+		t.Fatalf("%s after it was asked, the answer is still kept: %+v", installsFor, q)
 	}
-	installGate{state: st}.learned(inst, store.DisabledDeleted) // nowhere to keep it: a no-op
-	if why, ok := (installGate{}).known(inst); !ok || why != "" {
-		t.Fatalf("a gate without state: %q (known %v), want every installation running", why, ok)
+	failed := errors.New("no Redis")
+	if got := g.learned(inst, g.ask(ctx, inst), "", failed); !errors.Is(got.err, failed) {
+		t.Fatalf("learned %+v, want the read's error", got)
 	}
+	if q := g.ask(ctx, inst); !q.fold {
+		t.Fatalf("a failed read was kept as an answer: %+v", q)
+	}
+	if q := (installGate{state: st}).ask(ctx, inst); !q.fold {
+		t.Fatalf("a gate on the store without a cache: %+v, want every job's read to carry the record", q)
+	}
+	if q := (installGate{state: suspendedAll{st}}).ask(ctx, inst); q.fold || q.why != store.DisabledSuspended {
+		t.Fatalf("a state of its own: %+v, want it asked apart (suspended)", q)
+	}
+	if q := (installGate{}).ask(ctx, inst); q.fold || q.why != "" || q.err != nil {
+		t.Fatalf("a gate without state: %+v, want every installation running", q)
+	}
+}
+
+// suspendedAll is an InstallState of an embedder's own: every
+// installation suspended.
+type suspendedAll struct{ *store.Store }
+
+func (suspendedAll) Disabled(context.Context, int64) (string, error) {
+	return store.DisabledSuspended, nil
 }

@@ -90,6 +90,51 @@ func TestDisabledInstallationsJobsMakeNoCall(t *testing.T) {
 	}
 }
 
+// TestInstallationGateComesFirst: the gate's verdict counts before the
+// run's, though one read carries both: a job of a deleted installation
+// whose run the uninstall cancelled is dropped as the installation's
+// (job_skipped), not as a stale head's. And an InstallState of the
+// embedder's own is asked, not bypassed for the store's record.
+func TestInstallationGateComesFirst(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for i, installs := range []workers.InstallState{nil, suspendedAll{}} {
+		st, adm, model := newStore(t), &fakeAdmission{}, &fakeLLM{CompleteFunc: answer("Adds b.")}
+		pr := testPR(t, int64(604+i))
+		_, task := plannedFile(t, st, pr, jobs.KindSummary)
+		want := "job_skipped|" + store.DisabledSuspended
+		if installs == nil {
+			installs, want = st, "job_skipped|"+store.DisabledDeleted
+			if err := st.SetInstallation(ctx, pr.Installation, "acme", 0, "deleted"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.Cancel(ctx, pr); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var mu sync.Mutex
+		counts := map[string]int{}
+		w, err := workers.NewFileWorker(workers.FileWorkerConfig{Attempts: newAttempts(t), Store: st, Ledger: adm, Caller: newCaller(t, adm, model, nil, nil),
+			Queue: &fakeQueue{}, Models: testModels, Repairs: st, Requeue: adm, Installs: installs,
+			LifecycleFunc: func(event, reason string) { mu.Lock(); counts[event+"|"+reason]++; mu.Unlock() }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.ProcessTask(ctx, task); !errors.Is(err, asynq.RevokeTask) || model.Calls() != 0 || counts[want] != 1 {
+			t.Fatalf("ProcessTask = %v, %d calls, counts %v: want the job dropped with no call, %s once", err, model.Calls(), counts, want)
+		}
+	}
+}
+
+// suspendedAll is an embedder's InstallState: every installation
+// suspended, whatever the store's record says.
+type suspendedAll struct{}
+
+func (suspendedAll) Disabled(context.Context, int64) (string, error) {
+	return store.DisabledSuspended, nil
+}
+func (suspendedAll) MarkTokenRefused(context.Context, int64, string) error { return nil }
+
 // TestTokenRefusedIsPermanentForTheInstallation: GitHub refusing the
 // installation a token (404 uninstalled, 403 suspended) ends the job at
 // once and marks the installation, whose next jobs ask GitHub nothing
