@@ -377,13 +377,8 @@ func (w *wakes) chatWaits() bool {
 	return w.chats > 0 && time.Since(w.chatAt) < 5*time.Second
 }
 
-// leads reports whether this process announced last, or nobody has.
-func (w *wakes) leads() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.leadsLocked()
-}
-
+// leadsLocked reports whether this process announced last, or nobody
+// has; w.mu is held.
 func (w *wakes) leadsLocked() bool {
 	return w.leader == w.me || w.leader == ""
 }

@@ -30,11 +30,11 @@ func TestWakesCountWaitingChats(t *testing.T) {
 	if !w.chatWaits() {
 		t.Fatal("one of two chats admitted, none left counted")
 	}
-	if w.leads() {
+	if leads(w) {
 		t.Fatal("another process announced last, yet this one leads")
 	}
 	w.hear(announcement("me", 14, 5000, true, 1))
-	if !w.leads() {
+	if !leads(w) {
 		t.Fatal("this process announced last, yet does not lead")
 	}
 	if w.chatWaits() {
@@ -172,4 +172,11 @@ func TestTheLeaderOfATicketIsWhoLedWhenItWasHeard(t *testing.T) {
 	if _, chat, lead := me.uncovered(); !chat || !lead {
 		t.Fatalf("chat %v, lead %v: want a chat ticket led by me", chat, lead)
 	}
+}
+
+// leads reports whether w's process announced last, or nobody has.
+func leads(w *wakes) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.leadsLocked()
 }

@@ -62,7 +62,7 @@ func (g installGate) ask(ctx context.Context, inst int64) question {
 	var at time.Time
 	if c, cached := st.(*installCache); cached {
 		at = c.now()
-		if why, ok := c.fresh(inst); ok {
+		if why, ok := c.fresh(inst, at); ok {
 			return question{why: why}
 		}
 		st = c.next
@@ -159,10 +159,10 @@ var _ InstallState = (*installCache)(nil)
 
 // Disabled answers from the cache while the answer is younger than ttl.
 func (c *installCache) Disabled(ctx context.Context, inst int64) (string, error) {
-	if why, ok := c.fresh(inst); ok {
+	now := c.now()
+	if why, ok := c.fresh(inst, now); ok {
 		return why, nil
 	}
-	now := c.now()
 	why, err := c.next.Disabled(ctx, inst)
 	if err != nil {
 		return "", err
@@ -171,9 +171,8 @@ func (c *installCache) Disabled(ctx context.Context, inst int64) (string, error)
 	return why, nil
 }
 
-// fresh returns inst's answer while it is younger than ttl.
-func (c *installCache) fresh(inst int64) (string, bool) {
-	now := c.now()
+// fresh returns inst's answer while it is younger than ttl at now.
+func (c *installCache) fresh(inst int64, now time.Time) (string, bool) {
 	c.mu.Lock()
 	a, ok := c.m[inst]
 	c.mu.Unlock()
